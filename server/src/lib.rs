@@ -1,0 +1,20 @@
+//! window-sidecar: a gRPC sidecar that holds the window of a pipelined Redis subscription.
+//!
+//! Layers, from the inside out: [`window`] is the pure state machine (what is kept, what is
+//! settled, when to flush); [`redis`] knows the forms (how to read, how to settle) and executes
+//! flushes; [`session`] runs one subscription stream; [`grpc`] is the tonic service and the only
+//! place that converts between proto and domain types; [`config`], [`telemetry`] and
+//! [`server`] wire the process together.
+#![forbid(unsafe_code)]
+
+pub mod window;
+
+/// Types generated from `proto/window_sidecar/v1/window.proto`.
+pub mod proto {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("window_sidecar.v1");
+
+    /// The encoded file descriptor set, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("window_sidecar_descriptor");
+}

@@ -1,0 +1,141 @@
+//! What a client may queue into a segment: the checks every command passes before it joins
+//! the window. Pure; the cluster-slot rule and the policy of an operator are added elsewhere.
+
+use bytes::Bytes;
+use thiserror::Error;
+
+/// The longest command name Redis has is well under this; anything longer is a mistake.
+const MAX_NAME_LEN: usize = 64;
+
+/// A Redis command queued into a slot's segment. `name` is upper-case ASCII.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    pub name: String,
+    pub args: Vec<Bytes>,
+}
+
+/// Why a command cannot be queued.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CommandError {
+    #[error("the command name is empty")]
+    EmptyName,
+    #[error(
+        "the command name {0:?} is not a Redis command name (letters, digits, '.', '_', '-', '|', at most 64)"
+    )]
+    InvalidName(String),
+    #[error("{name} {why}; it can never run inside a window")]
+    Forbidden { name: String, why: &'static str },
+}
+
+impl Command {
+    /// Checks a client's command and normalises its name.
+    pub fn new(name: &str, args: Vec<Bytes>) -> Result<Self, CommandError> {
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(CommandError::EmptyName);
+        }
+        let valid = name.len() <= MAX_NAME_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'|'));
+        if !valid {
+            return Err(CommandError::InvalidName(name.to_owned()));
+        }
+        let name = name.to_ascii_uppercase();
+        if let Some(why) = forbidden(&name) {
+            return Err(CommandError::Forbidden { name, why });
+        }
+        Ok(Self { name, args })
+    }
+}
+
+/// Commands that would break the window or the server if a client could queue them: the
+/// reply is never read, the connection is shared by every flush, and the settle must follow.
+fn forbidden(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "BLPOP" | "BRPOP" | "BRPOPLPUSH" | "BLMOVE" | "BLMPOP" | "BZPOPMIN" | "BZPOPMAX"
+        | "BZMPOP" | "XREAD" | "XREADGROUP" | "WAIT" | "WAITAOF" => {
+            "blocks the connection that flushes run on"
+        }
+        "MULTI" | "EXEC" | "DISCARD" | "WATCH" | "UNWATCH" => {
+            "is a transaction command; the sidecar frames transactions itself (atomic mode)"
+        }
+        "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE"
+        | "SUNSUBSCRIBE" | "MONITOR" | "SYNC" | "PSYNC" | "REPLCONF" => {
+            "turns the shared connection into a push channel"
+        }
+        "AUTH" | "HELLO" | "SELECT" | "QUIT" | "RESET" | "CLIENT" | "READONLY" | "READWRITE"
+        | "ASKING" => "changes the state of the shared connection",
+        "FLUSHALL" | "FLUSHDB" | "SWAPDB" | "CONFIG" | "SHUTDOWN" | "DEBUG" | "SAVE" | "BGSAVE"
+        | "BGREWRITEAOF" | "REPLICAOF" | "SLAVEOF" | "FAILOVER" | "MIGRATE" | "MODULE" | "ACL"
+        | "CLUSTER" | "SCRIPT" | "FUNCTION" | "LATENCY" | "SLOWLOG" | "KEYS" => {
+            "is an administrative or server-wide command"
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_the_name() {
+        let command = Command::new("incr", vec![Bytes::from_static(b"k")]).unwrap();
+        assert_eq!(command.name, "INCR");
+        assert_eq!(command.args, vec![Bytes::from_static(b"k")]);
+    }
+
+    #[test]
+    fn refuses_empty_and_malformed_names() {
+        assert_eq!(Command::new("  ", vec![]), Err(CommandError::EmptyName));
+        assert!(matches!(
+            Command::new("IN CR", vec![]),
+            Err(CommandError::InvalidName(_))
+        ));
+        assert!(matches!(
+            Command::new(&"A".repeat(65), vec![]),
+            Err(CommandError::InvalidName(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_what_must_never_run_in_a_window() {
+        for name in [
+            "blpop",
+            "XREADGROUP",
+            "multi",
+            "exec",
+            "watch",
+            "subscribe",
+            "psubscribe",
+            "ssubscribe",
+            "monitor",
+            "flushall",
+            "flushdb",
+            "config",
+            "shutdown",
+            "debug",
+            "script",
+            "function",
+            "client",
+            "acl",
+        ] {
+            let err = Command::new(name, vec![]).unwrap_err();
+            assert!(
+                matches!(err, CommandError::Forbidden { .. }),
+                "{name} was accepted"
+            );
+            assert!(err.to_string().contains("never run inside a window"));
+        }
+    }
+
+    #[test]
+    fn accepts_ordinary_side_effects() {
+        for name in [
+            "INCR", "HINCRBY", "LPUSH", "XADD", "EVALSHA", "FCALL", "JSON.SET",
+        ] {
+            assert!(Command::new(name, vec![]).is_ok(), "{name} was refused");
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The window of a pipelined subscription, as a pure state machine.
+//!
+//! It owns slots, segments and outcomes: reads go in (each delivery takes a new slot), queued
+//! commands and outcomes go in, and [`FlushBatch`]es come out when a read has nothing
+//! outstanding. It decides what is kept and what is settled; it never talks to Redis, the
+//! network or a clock, so every rule of the contract is tested here without I/O. The entry type
+//! `E` is whatever the form needs to settle an entry (a stream id, a list value).
+
+mod command;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use thiserror::Error;
+
+pub use command::{Command, CommandError};
+
+/// A delivery's slot id. Unique within a subscription and never reused; 0 is never a slot.
+pub type SlotId = u64;
+/// A read's id, increasing within a subscription from 1.
+pub type ReadId = u64;
+
+/// How a delivery was settled by the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Keep the segment, settle the entry.
+    Ack,
+    /// Discard the segment, settle the entry for good.
+    Drop,
+    /// Discard the segment; the entry comes back as soon as possible.
+    Retry,
+    /// Discard the segment; the entry comes back after the delay.
+    RetryAfter(Duration),
+}
+
+impl Outcome {
+    /// The name used in logs, metrics and trace attributes.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Ack => "ack",
+            Outcome::Drop => "drop",
+            Outcome::Retry => "retry",
+            Outcome::RetryAfter(_) => "retry_after",
+        }
+    }
+}
+
+/// A refused command or outcome. The slot is left as it was (or, for a refused command, marked
+/// incomplete so it cannot be acked).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SlotError {
+    #[error("slot {0} was never delivered on this subscription")]
+    UnknownSlot(SlotId),
+    #[error(
+        "slot {0} already has an outcome or was abandoned; nothing more can be queued or settled for it"
+    )]
+    AlreadySettled(SlotId),
+    #[error("slot {slot}: {source}")]
+    InvalidCommand {
+        slot: SlotId,
+        #[source]
+        source: CommandError,
+    },
+    #[error("slot {slot} already has {limit} queued commands, the most a segment may hold")]
+    TooManyCommands { slot: SlotId, limit: usize },
+    #[error(
+        "slot {0} cannot be acked: one of its commands was refused, so its segment is incomplete; settle it with drop, retry or retry_after"
+    )]
+    IncompleteSegment(SlotId),
+}
+
+impl SlotError {
+    /// The slot the error is about.
+    pub fn slot(&self) -> SlotId {
+        match self {
+            SlotError::UnknownSlot(slot)
+            | SlotError::AlreadySettled(slot)
+            | SlotError::IncompleteSegment(slot)
+            | SlotError::InvalidCommand { slot, .. }
+            | SlotError::TooManyCommands { slot, .. } => *slot,
+        }
+    }
+}
+
+/// Limits that keep one window's memory bounded.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// The most commands one segment may hold.
+    pub max_commands_per_slot: usize,
+}
+
+/// A read that was added to the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenedRead {
+    pub read_id: ReadId,
+    /// The slot of the read's first delivery; the others follow consecutively.
+    pub first_slot: SlotId,
+}
+
+/// What one flush must send for one read: the kept segments in commit order, then the settles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlushBatch<E> {
+    pub read_id: ReadId,
+    /// Deliveries in the read.
+    pub deliveries: usize,
+    /// Acked segments in the order of their acks. Each names its settle.
+    pub kept: Vec<KeptSegment>,
+    /// Every settled entry of the read, in delivery order. Abandoned entries are not here.
+    pub settles: Vec<Settle<E>>,
+    /// Deliveries abandoned without an outcome: no settle, they stay pending.
+    pub abandoned: usize,
+}
+
+impl<E> FlushBatch<E> {
+    /// Side-effect commands the batch sends.
+    pub fn command_count(&self) -> usize {
+        self.kept.iter().map(|s| s.commands.len()).sum()
+    }
+
+    /// Segments discarded: settled deliveries that were not acked, plus abandoned ones.
+    pub fn dropped_segments(&self) -> usize {
+        self.deliveries - self.kept.len()
+    }
+
+    /// How many settles have the given outcome kind.
+    pub fn count_outcome(&self, kind: fn(&Outcome) -> bool) -> usize {
+        self.settles.iter().filter(|s| kind(&s.outcome)).count()
+    }
+}
+
+/// An acked segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptSegment {
+    pub slot: SlotId,
+    /// Index of this delivery's settle in [`FlushBatch::settles`].
+    pub settle: usize,
+    pub commands: Vec<Command>,
+}
+
+/// A settled entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settle<E> {
+    pub slot: SlotId,
+    pub entry: E,
+    pub outcome: Outcome,
+    /// The client's reason, if it gave one.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Waiting for an outcome. `incomplete` once one of its commands was refused.
+    Open {
+        incomplete: bool,
+    },
+    Settled {
+        outcome: Outcome,
+        reason: Option<String>,
+    },
+    Abandoned,
+}
+
+#[derive(Debug)]
+struct Delivery<E> {
+    entry: E,
+    segment: Vec<Command>,
+    state: State,
+}
+
+#[derive(Debug)]
+struct Read<E> {
+    read_id: ReadId,
+    deliveries: Vec<Delivery<E>>,
+    /// Indices of acked deliveries, in the order of their acks.
+    commit_order: Vec<usize>,
+    outstanding: usize,
+}
+
+/// The window of one subscription.
+#[derive(Debug)]
+pub struct Window<E> {
+    limits: Limits,
+    next_slot: SlotId,
+    next_read: ReadId,
+    /// Open reads by their first slot, so a slot finds its read with one range lookup and no
+    /// per-delivery index.
+    reads: BTreeMap<SlotId, Read<E>>,
+    outstanding: usize,
+}
+
+impl<E: Clone> Window<E> {
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            next_slot: 1,
+            next_read: 1,
+            reads: BTreeMap::new(),
+            outstanding: 0,
+        }
+    }
+
+    /// Deliveries handed out and not yet settled or abandoned.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// Reads that still have deliveries outstanding.
+    pub fn open_reads(&self) -> usize {
+        self.reads.len()
+    }
+
+    /// Entries of outstanding deliveries (to avoid delivering an entry twice at once).
+    pub fn outstanding_entries(&self) -> impl Iterator<Item = &E> {
+        self.reads.values().flat_map(|read| {
+            read.deliveries
+                .iter()
+                .filter(|d| matches!(d.state, State::Open { .. }))
+                .map(|d| &d.entry)
+        })
+    }
+
+    /// Adds a read; each entry takes the next slot. An empty read is not added.
+    pub fn open_read(&mut self, entries: Vec<E>) -> Option<OpenedRead> {
+        if entries.is_empty() {
+            return None;
+        }
+        let read_id = self.next_read;
+        self.next_read += 1;
+        let first_slot = self.next_slot;
+        self.next_slot += entries.len() as u64;
+        self.outstanding += entries.len();
+        let deliveries: Vec<_> = entries
+            .into_iter()
+            .map(|entry| Delivery {
+                entry,
+                segment: Vec::new(),
+                state: State::Open { incomplete: false },
+            })
+            .collect();
+        let outstanding = deliveries.len();
+        self.reads.insert(
+            first_slot,
+            Read {
+                read_id,
+                deliveries,
+                commit_order: Vec::new(),
+                outstanding,
+            },
+        );
+        Some(OpenedRead {
+            read_id,
+            first_slot,
+        })
+    }
+
+    /// Queues a command into a slot's segment. A refused command marks the slot incomplete.
+    pub fn queue(
+        &mut self,
+        slot: SlotId,
+        command: Result<Command, CommandError>,
+    ) -> Result<(), SlotError> {
+        let limit = self.limits.max_commands_per_slot;
+        let delivery = self.open_delivery(slot)?;
+        let State::Open { incomplete } = &mut delivery.state else {
+            unreachable!("open_delivery returns open deliveries only")
+        };
+        let refused = match command {
+            Ok(_) if delivery.segment.len() >= limit => SlotError::TooManyCommands { slot, limit },
+            Ok(command) => {
+                delivery.segment.push(command);
+                return Ok(());
+            }
+            Err(source) => SlotError::InvalidCommand { slot, source },
+        };
+        *incomplete = true;
+        Err(refused)
+    }
+
+    /// Settles a slot. Returns the read's flush batch when this was its last outstanding
+    /// delivery.
+    pub fn settle(
+        &mut self,
+        slot: SlotId,
+        outcome: Outcome,
+        reason: Option<String>,
+    ) -> Result<Option<FlushBatch<E>>, SlotError> {
+        let (first_slot, index) = self.locate(slot)?;
+        let read = self
+            .reads
+            .get_mut(&first_slot)
+            .expect("located read exists");
+        let delivery = &mut read.deliveries[index];
+        match delivery.state {
+            State::Open { incomplete: true } if outcome == Outcome::Ack => {
+                return Err(SlotError::IncompleteSegment(slot));
+            }
+            State::Open { .. } => {}
+            _ => return Err(SlotError::AlreadySettled(slot)),
+        }
+        delivery.state = State::Settled { outcome, reason };
+        if outcome == Outcome::Ack {
+            read.commit_order.push(index);
+        } else {
+            // A discarded segment is never sent: free it now.
+            delivery.segment = Vec::new();
+        }
+        read.outstanding -= 1;
+        self.outstanding -= 1;
+        Ok(self.finish_if_done(first_slot))
+    }
+
+    /// Abandons every outstanding delivery (the client went away, or shutdown's grace period
+    /// ran out). Their entries are not settled and stay pending. Returns the batches of the
+    /// reads that still have settled deliveries to flush.
+    pub fn abandon_all(&mut self) -> Vec<FlushBatch<E>> {
+        let firsts: Vec<SlotId> = self.reads.keys().copied().collect();
+        let mut batches = Vec::new();
+        for first_slot in firsts {
+            let read = self.reads.get_mut(&first_slot).expect("key from the map");
+            for delivery in &mut read.deliveries {
+                if matches!(delivery.state, State::Open { .. }) {
+                    delivery.state = State::Abandoned;
+                    delivery.segment = Vec::new();
+                }
+            }
+            self.outstanding -= read.outstanding;
+            read.outstanding = 0;
+            batches.extend(self.finish_if_done(first_slot));
+        }
+        debug_assert_eq!(self.outstanding, 0);
+        batches
+    }
+
+    fn locate(&self, slot: SlotId) -> Result<(SlotId, usize), SlotError> {
+        if slot == 0 || slot >= self.next_slot {
+            return Err(SlotError::UnknownSlot(slot));
+        }
+        let Some((&first_slot, read)) = self.reads.range(..=slot).next_back() else {
+            return Err(SlotError::AlreadySettled(slot));
+        };
+        let index = (slot - first_slot) as usize;
+        if index >= read.deliveries.len() {
+            // The slot belonged to a read that has been flushed and removed.
+            return Err(SlotError::AlreadySettled(slot));
+        }
+        Ok((first_slot, index))
+    }
+
+    fn open_delivery(&mut self, slot: SlotId) -> Result<&mut Delivery<E>, SlotError> {
+        let (first_slot, index) = self.locate(slot)?;
+        let delivery = &mut self.reads.get_mut(&first_slot).expect("located").deliveries[index];
+        match delivery.state {
+            State::Open { .. } => Ok(delivery),
+            _ => Err(SlotError::AlreadySettled(slot)),
+        }
+    }
+
+    /// Removes a read with nothing outstanding and turns it into a batch, unless nothing in it
+    /// was settled (then there is nothing to send).
+    fn finish_if_done(&mut self, first_slot: SlotId) -> Option<FlushBatch<E>> {
+        if self.reads.get(&first_slot)?.outstanding > 0 {
+            return None;
+        }
+        let read = self.reads.remove(&first_slot)?;
+        let deliveries = read.deliveries.len();
+        let mut settle_index = vec![usize::MAX; deliveries];
+        let mut settles = Vec::new();
+        let mut abandoned = 0;
+        let mut segments: Vec<Vec<Command>> = Vec::with_capacity(deliveries);
+        for (index, delivery) in read.deliveries.into_iter().enumerate() {
+            segments.push(delivery.segment);
+            match delivery.state {
+                State::Settled { outcome, reason } => {
+                    settle_index[index] = settles.len();
+                    settles.push(Settle {
+                        slot: first_slot + index as u64,
+                        entry: delivery.entry,
+                        outcome,
+                        reason,
+                    });
+                }
+                State::Abandoned => abandoned += 1,
+                State::Open { .. } => unreachable!("a finished read has no open delivery"),
+            }
+        }
+        if settles.is_empty() {
+            return None;
+        }
+        let kept = read
+            .commit_order
+            .into_iter()
+            .map(|index| KeptSegment {
+                slot: first_slot + index as u64,
+                settle: settle_index[index],
+                commands: std::mem::take(&mut segments[index]),
+            })
+            .collect();
+        Some(FlushBatch {
+            read_id: read.read_id,
+            deliveries,
+            kept,
+            settles,
+            abandoned,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
