@@ -7,6 +7,7 @@
 //! [`server`] wire the process together.
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod window;
 
 /// Types generated from `proto/window_sidecar/v1/window.proto`.

@@ -1,0 +1,208 @@
+//! The sidecar's configuration: every flag, its environment variable and its default, parsed
+//! and validated once at start.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use thiserror::Error;
+
+/// The sidecar's settings. Every flag can also be set by the environment variable named in
+/// `--help`; a flag wins over its variable.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "window-sidecar", version, about)]
+pub struct Config {
+    /// Address the gRPC service listens on. Loopback by default: a sidecar serves its own pod.
+    #[arg(long, env = "WINDOW_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+
+    /// Where a second gRPC listener serves only `grpc.health.v1`, for Kubernetes probes that
+    /// must reach the pod IP while the main listener stays on loopback. Off when unset.
+    #[arg(long, env = "WINDOW_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
+
+    /// Where Prometheus metrics (`/metrics`) and HTTP probes (`/livez`, `/readyz`) are served.
+    /// Off when unset.
+    #[arg(long, env = "WINDOW_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// The Redis server, as a redis:// URL.
+    #[arg(long, env = "WINDOW_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+
+    /// The consumer name used when a client does not name one. Must be unique per replica;
+    /// defaults to the pod name (POD_NAME) or the host name.
+    #[arg(long, env = "WINDOW_CONSUMER_NAME")]
+    pub consumer_name: Option<String>,
+
+    /// Connections in the pool that carries flushes and Publish.
+    #[arg(long, env = "WINDOW_POOL_SIZE", default_value_t = 4)]
+    pub pool_size: usize,
+
+    /// The largest COUNT a subscription may ask for.
+    #[arg(long, env = "WINDOW_MAX_COUNT", default_value_t = 4096)]
+    pub max_count: u32,
+
+    /// The largest in-flight limit a subscription may ask for.
+    #[arg(long, env = "WINDOW_MAX_IN_FLIGHT", default_value_t = 65536)]
+    pub max_in_flight: u32,
+
+    /// The most commands one delivery's segment may hold.
+    #[arg(long, env = "WINDOW_MAX_COMMANDS_PER_SLOT", default_value_t = 1024)]
+    pub max_commands_per_slot: usize,
+
+    /// On SIGTERM or SIGINT, how long subscriptions wait for outstanding outcomes before
+    /// flushing what is owed and closing.
+    #[arg(long, env = "WINDOW_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Timeout of one flush, Publish or other non-blocking Redis command.
+    #[arg(long, env = "WINDOW_REDIS_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub redis_timeout: Duration,
+
+    /// How often due retry_after entries are moved back into their stream.
+    #[arg(long, env = "WINDOW_PROMOTE_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub promote_interval: Duration,
+
+    /// How often a subscription claims entries idle longer than its min_idle (XAUTOCLAIM).
+    #[arg(long, env = "WINDOW_RECLAIM_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub reclaim_interval: Duration,
+
+    /// Log format.
+    #[arg(long, env = "WINDOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
+    pub log_format: LogFormat,
+
+    /// For trying it out: when no Redis answers at --redis-url, start a throwaway
+    /// `redis-server` on a free local port and use it.
+    #[arg(long, env = "WINDOW_DEV")]
+    pub dev: bool,
+
+    /// Validate the configuration and exit without connecting anywhere (0: valid, 64: not).
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A configuration that parses but cannot work.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("--redis-url {0:?} is not a redis:// or rediss:// URL")]
+    RedisUrl(String),
+    #[error("--{flag} must be at least {min}, got {value}")]
+    TooSmall {
+        flag: &'static str,
+        min: u64,
+        value: u64,
+    },
+    #[error("--consumer-name must not be empty")]
+    EmptyConsumerName,
+}
+
+impl Config {
+    /// Checks what clap's types cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = self.redis_url.as_str();
+        if !(url.starts_with("redis://") || url.starts_with("rediss://"))
+            || fred::types::config::Config::from_url(url).is_err()
+        {
+            return Err(ConfigError::RedisUrl(redact_url(url)));
+        }
+        let at_least = |flag, value: u64, min: u64| {
+            if value < min {
+                Err(ConfigError::TooSmall { flag, min, value })
+            } else {
+                Ok(())
+            }
+        };
+        at_least("pool-size", self.pool_size as u64, 1)?;
+        at_least("max-count", self.max_count.into(), 1)?;
+        at_least("max-in-flight", self.max_in_flight.into(), 1)?;
+        at_least("max-commands-per-slot", self.max_commands_per_slot as u64, 1)?;
+        at_least("redis-timeout", self.redis_timeout.as_millis() as u64, 1)?;
+        at_least("promote-interval", self.promote_interval.as_millis() as u64, 1)?;
+        at_least("reclaim-interval", self.reclaim_interval.as_millis() as u64, 1)?;
+        if self.consumer_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(ConfigError::EmptyConsumerName);
+        }
+        Ok(())
+    }
+
+    /// The consumer name for clients that do not name one: the flag, else the pod name, else
+    /// the host name.
+    pub fn default_consumer(&self) -> String {
+        self.consumer_name
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "window-sidecar".to_owned())
+    }
+}
+
+/// A URL with its password (and user) replaced, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Config {
+        Config::try_parse_from(std::iter::once("window-sidecar").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = parse(&[]);
+        config.validate().unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(config.redis_url, "redis://127.0.0.1:6379");
+        assert_eq!(config.shutdown_grace, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn refuses_what_cannot_work() {
+        assert!(matches!(
+            parse(&["--redis-url", "http://x"]).validate(),
+            Err(ConfigError::RedisUrl(_))
+        ));
+        assert!(matches!(
+            parse(&["--pool-size", "0"]).validate(),
+            Err(ConfigError::TooSmall { .. })
+        ));
+        assert!(Config::try_parse_from(["w", "--shutdown-grace", "soon"]).is_err());
+    }
+
+    #[test]
+    fn redacts_credentials() {
+        assert_eq!(
+            redact_url("redis://user:secret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        let err = parse(&["--redis-url", "redis://u:hunter2@"]).validate();
+        if let Err(err) = err {
+            assert!(!err.to_string().contains("hunter2"));
+        }
+    }
+}
