@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod redis;
 pub mod window;
 
 /// Types generated from `proto/window_sidecar/v1/window.proto`.

@@ -1,0 +1,240 @@
+//! A stream entry as read from Redis, its payload-and-headers layout, and the headers the
+//! sidecar itself writes on retried copies.
+
+use bytes::Bytes;
+use fred::prelude::Value;
+
+use super::RedisError;
+
+/// The field that holds the payload in the payload-and-headers layout.
+pub const PAYLOAD_FIELD: &[u8] = b"_payload";
+/// The prefix of header fields in that layout.
+pub const HEADER_PREFIX: &[u8] = b"h:";
+/// Header on retried copies: deliveries of the entry before this copy was written.
+pub const ATTEMPTS_HEADER: &str = "x-window-attempts";
+/// Header on retried copies: the id of the entry first written by the producer.
+pub const ORIGINAL_ID_HEADER: &str = "x-window-original-id";
+/// Header on retried copies: the reason the client gave with its retry.
+pub const REASON_HEADER: &str = "x-window-reason";
+
+/// One stream entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The entry id, for example `1700000000000-0`.
+    pub id: Bytes,
+    /// The fields as stored, in order.
+    pub fields: Vec<(Bytes, Bytes)>,
+    /// Deliveries of this entry, this one included, counting earlier copies.
+    pub delivery_count: u32,
+}
+
+/// An entry's body as the client sees it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Body<'a> {
+    /// `_payload` and `h:<name>` fields only.
+    Layout {
+        payload: &'a Bytes,
+        headers: Vec<(&'a [u8], &'a Bytes)>,
+    },
+    /// Anything else: the raw fields.
+    Fields,
+}
+
+impl Entry {
+    /// The value of header `name` (without `h:`), if the entry has it.
+    pub fn header(&self, name: &str) -> Option<&Bytes> {
+        self.fields.iter().find_map(|(field, value)| {
+            let rest = field.strip_prefix(HEADER_PREFIX)?;
+            (rest == name.as_bytes()).then_some(value)
+        })
+    }
+
+    /// Deliveries of earlier copies, from the attempts header.
+    pub fn earlier_attempts(&self) -> u32 {
+        self.header(ATTEMPTS_HEADER)
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Splits payload and headers when the entry is in that layout.
+    pub fn body(&self) -> Body<'_> {
+        let mut payload = None;
+        let mut headers = Vec::new();
+        for (field, value) in &self.fields {
+            if field.as_ref() == PAYLOAD_FIELD && payload.is_none() {
+                payload = Some(value);
+            } else if let Some(name) = field.strip_prefix(HEADER_PREFIX) {
+                headers.push((name, value));
+            } else {
+                return Body::Fields;
+            }
+        }
+        match payload {
+            Some(payload) => Body::Layout { payload, headers },
+            None => Body::Fields,
+        }
+    }
+
+    /// The fields of a copy written for a retry: the entry's own fields without the sidecar's
+    /// headers, then fresh ones.
+    pub fn retry_fields(&self, reason: Option<&str>) -> Vec<(Bytes, Bytes)> {
+        let ours = |field: &Bytes| {
+            field.strip_prefix(HEADER_PREFIX).is_some_and(|name| {
+                [ATTEMPTS_HEADER, ORIGINAL_ID_HEADER, REASON_HEADER]
+                    .iter()
+                    .any(|h| name == h.as_bytes())
+            })
+        };
+        let original = self
+            .header(ORIGINAL_ID_HEADER)
+            .cloned()
+            .unwrap_or_else(|| self.id.clone());
+        let mut fields: Vec<_> = self
+            .fields
+            .iter()
+            .filter(|(f, _)| !ours(f))
+            .cloned()
+            .collect();
+        let header = |name: &str| Bytes::from(format!("h:{name}"));
+        fields.push((
+            header(ATTEMPTS_HEADER),
+            Bytes::from(self.delivery_count.to_string()),
+        ));
+        fields.push((header(ORIGINAL_ID_HEADER), original));
+        if let Some(reason) = reason.filter(|r| !r.is_empty()) {
+            fields.push((header(REASON_HEADER), Bytes::from(reason.to_owned())));
+        }
+        fields
+    }
+}
+
+/// The entries of an XREADGROUP or XAUTOCLAIM entry list: `[[id, [field, value, ...]], ...]`.
+/// Entries deleted while pending come back with no fields; their ids go to `deleted`.
+pub fn parse_entries(
+    command: &'static str,
+    list: Value,
+    deleted: &mut Vec<Bytes>,
+) -> Result<Vec<Entry>, RedisError> {
+    let protocol = |detail: &str| RedisError::Protocol {
+        command,
+        detail: detail.to_owned(),
+    };
+    let Value::Array(items) = list else {
+        return Err(protocol("entry list is not an array"));
+    };
+    let mut entries = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(pair) = item else {
+            return Err(protocol("entry is not an array"));
+        };
+        let mut pair = pair.into_iter();
+        let id = pair
+            .next()
+            .and_then(into_bytes)
+            .ok_or_else(|| protocol("entry without id"))?;
+        let fields = match pair.next() {
+            Some(Value::Array(flat)) => {
+                let mut fields = Vec::with_capacity(flat.len() / 2);
+                let mut flat = flat.into_iter();
+                while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+                    let name = into_bytes(name).ok_or_else(|| protocol("field name"))?;
+                    let value = into_bytes(value).ok_or_else(|| protocol("field value"))?;
+                    fields.push((name, value));
+                }
+                fields
+            }
+            Some(Value::Null) | None => {
+                deleted.push(id);
+                continue;
+            }
+            Some(_) => return Err(protocol("entry fields are not an array")),
+        };
+        entries.push(Entry {
+            id,
+            fields,
+            delivery_count: 1,
+        });
+    }
+    Ok(entries)
+}
+
+/// A bulk or simple string, or an integer, as bytes.
+pub fn into_bytes(value: Value) -> Option<Bytes> {
+    match value {
+        Value::Bytes(b) => Some(b),
+        Value::String(s) => Some(s.into_inner()),
+        Value::Integer(i) => Some(Bytes::from(i.to_string())),
+        Value::Double(d) => Some(Bytes::from(d.to_string())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn entry(fields: &[(&str, &str)]) -> Entry {
+        Entry {
+            id: b("1-0"),
+            fields: fields.iter().map(|(f, v)| (b(f), b(v))).collect(),
+            delivery_count: 2,
+        }
+    }
+
+    #[test]
+    fn splits_the_payload_layout() {
+        let e = entry(&[("_payload", "{}"), ("h:traceparent", "00-x"), ("h:k", "v")]);
+        let Body::Layout { payload, headers } = e.body() else {
+            panic!("not the layout")
+        };
+        assert_eq!(payload, &b("{}"));
+        assert_eq!(headers.len(), 2);
+        assert_eq!(e.header("traceparent"), Some(&b("00-x")));
+        assert_eq!(entry(&[("a", "1")]).body(), Body::Fields);
+        assert_eq!(entry(&[("_payload", "x"), ("a", "1")]).body(), Body::Fields);
+        assert_eq!(entry(&[("h:only", "headers")]).body(), Body::Fields);
+    }
+
+    #[test]
+    fn retry_copies_carry_attempts_and_the_original_id() {
+        let first = entry(&[("a", "1")]);
+        let copy = Entry {
+            id: b("9-0"),
+            fields: first.retry_fields(Some("flaky")),
+            delivery_count: 1,
+        };
+        assert_eq!(copy.earlier_attempts(), 2);
+        assert_eq!(copy.header(ORIGINAL_ID_HEADER), Some(&b("1-0")));
+        assert_eq!(copy.header(REASON_HEADER), Some(&b("flaky")));
+        // A copy of a copy keeps one set of headers and the first id.
+        let again = Entry {
+            delivery_count: 3,
+            ..copy
+        }
+        .retry_fields(None);
+        assert_eq!(again.iter().filter(|(f, _)| f.starts_with(b"h:x-window-")).count(), 2);
+        assert!(again.contains(&(b("h:x-window-original-id"), b("1-0"))));
+        assert!(again.contains(&(b("h:x-window-attempts"), b("3"))));
+    }
+
+    #[test]
+    fn parses_entries_and_collects_deleted_ones() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Bytes(b("1-0")),
+                Value::Array(vec![Value::Bytes(b("f")), Value::Bytes(b("v"))]),
+            ]),
+            Value::Array(vec![Value::Bytes(b("2-0")), Value::Null]),
+        ]);
+        let mut deleted = Vec::new();
+        let entries = parse_entries("XREADGROUP", reply, &mut deleted).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].fields, vec![(b("f"), b("v"))]);
+        assert_eq!(deleted, vec![b("2-0")]);
+        assert!(parse_entries("XREADGROUP", Value::Integer(1), &mut deleted).is_err());
+    }
+}

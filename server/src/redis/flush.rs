@@ -1,0 +1,194 @@
+//! Flush plans and their execution: the exact command sequence of one flush, sent as one
+//! pipeline on a pool connection, and what its replies mean for the read's entries.
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
+
+/// What a planned command is for; decides what its failure means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A client's queued command.
+    SideEffect,
+    /// A write that makes a retry durable (a copy, a delay-set member).
+    Requeue,
+    /// The settle of one or more entries (XACK).
+    Settle,
+    /// MULTI.
+    Begin,
+    /// EXEC; `settles` when the transaction carries a settle.
+    Commit { settles: bool },
+}
+
+/// One command of a flush.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub name: String,
+    pub args: Vec<Bytes>,
+    pub role: Role,
+}
+
+impl Planned {
+    pub fn new(name: impl Into<String>, args: Vec<Bytes>, role: Role) -> Self {
+        Self {
+            name: name.into(),
+            args,
+            role,
+        }
+    }
+}
+
+/// The exact commands of one flush, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushPlan {
+    pub commands: Vec<Planned>,
+    /// Side-effect commands in the plan.
+    pub side_effects: usize,
+    /// Entries the plan settles.
+    pub settles: usize,
+}
+
+impl FlushPlan {
+    pub fn push(&mut self, name: impl Into<String>, args: Vec<Bytes>, role: Role) {
+        if role == Role::SideEffect {
+            self.side_effects += 1;
+        }
+        self.commands.push(Planned::new(name, args, role));
+    }
+
+    /// Commands as `NAME arg arg` lines, for tests and debug logs.
+    pub fn render(&self) -> Vec<String> {
+        self.commands
+            .iter()
+            .map(|c| {
+                std::iter::once(c.name.clone())
+                    .chain(c.args.iter().map(|a| String::from_utf8_lossy(a).into_owned()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+}
+
+/// What the replies of a flush said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushResult {
+    /// Replies that were errors.
+    pub failed: usize,
+    /// The first error, as Redis worded it.
+    pub first_error: Option<String>,
+    /// A settle did not take effect: the read's entries stay pending.
+    pub settle_failed: bool,
+    /// Transactions refused while queuing (EXECABORT): none of their commands ran.
+    pub aborted: usize,
+}
+
+impl FlushResult {
+    pub fn ok(&self) -> bool {
+        self.failed == 0
+    }
+
+    /// Interprets the replies of `plan`, one per command.
+    pub fn from_replies(plan: &[Planned], replies: Vec<Result<Value, Error>>) -> Self {
+        let mut result = FlushResult::default();
+        let answered = replies.len();
+        for (planned, reply) in plan.iter().zip(replies) {
+            let Err(err) = reply else { continue };
+            let message = err.details().to_owned();
+            let aborted = message.starts_with("EXECABORT");
+            result.failed += 1;
+            if result.first_error.is_none() {
+                result.first_error = Some(message);
+            }
+            match planned.role {
+                Role::Settle => result.settle_failed = true,
+                Role::Commit { settles } if aborted => {
+                    result.aborted += 1;
+                    result.settle_failed |= settles;
+                }
+                // Redis has no rollback: an error inside EXEC leaves the other commands
+                // applied, the settle among them.
+                _ => {}
+            }
+        }
+        if answered < plan.len() {
+            result.failed += plan.len() - answered;
+            result.settle_failed = true;
+            result
+                .first_error
+                .get_or_insert_with(|| "the connection closed before every reply".to_owned());
+        }
+        result
+    }
+}
+
+/// Sends the plan as one pipeline and interprets the replies.
+pub async fn execute(client: &Client, plan: &FlushPlan) -> FlushResult {
+    let pipeline = client.pipeline();
+    for planned in &plan.commands {
+        let command = CustomCommand::new(planned.name.clone(), ClusterHash::FirstKey, false);
+        let args: Vec<Value> = planned.args.iter().cloned().map(Value::Bytes).collect();
+        // Buffering a command in a pipeline only stores it; it cannot fail.
+        let _: Result<Value, _> = pipeline.custom(command, args).await;
+    }
+    let replies = pipeline.try_all::<Value>().await;
+    FlushResult::from_replies(&plan.commands, replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(role: Role) -> Planned {
+        Planned::new("X", vec![], role)
+    }
+
+    fn err(msg: &str) -> Result<Value, Error> {
+        Err(Error::new(ErrorKind::Unknown, msg.to_owned()))
+    }
+
+    #[test]
+    fn a_failed_side_effect_does_not_fail_the_settle() {
+        let plan = [planned(Role::SideEffect), planned(Role::Settle)];
+        let result = FlushResult::from_replies(&plan, vec![err("WRONGTYPE"), Ok(Value::Integer(1))]);
+        assert_eq!(result.failed, 1);
+        assert!(!result.settle_failed);
+        assert_eq!(result.first_error.as_deref(), Some("WRONGTYPE"));
+    }
+
+    #[test]
+    fn an_aborted_transaction_leaves_its_settle_undone() {
+        let plan = [
+            planned(Role::Begin),
+            planned(Role::SideEffect),
+            planned(Role::Settle),
+            planned(Role::Commit { settles: true }),
+        ];
+        let replies = vec![
+            Ok(Value::Null),
+            err("ERR wrong number of arguments"),
+            Ok(Value::Queued),
+            err("EXECABORT Transaction discarded"),
+        ];
+        let result = FlushResult::from_replies(&plan, replies);
+        assert!(result.settle_failed);
+        assert_eq!(result.aborted, 1);
+        assert_eq!(result.failed, 2);
+    }
+
+    #[test]
+    fn a_runtime_error_inside_exec_still_settles() {
+        let plan = [planned(Role::Begin), planned(Role::Commit { settles: true })];
+        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), err("WRONGTYPE")]);
+        assert!(!result.settle_failed);
+        assert_eq!(result.aborted, 0);
+    }
+
+    #[test]
+    fn missing_replies_count_as_failed_settles() {
+        let plan = [planned(Role::SideEffect), planned(Role::Settle)];
+        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(1))]);
+        assert!(result.settle_failed);
+        assert_eq!(result.failed, 1);
+    }
+}

@@ -1,0 +1,213 @@
+//! Everything that talks to Redis: connections, the forms (how to read, how to settle),
+//! flush plans and their execution, and the durable delay set. It decides nothing about what
+//! to keep: that is the window's job.
+//!
+//! Two roles of connection: every subscription has its own client for blocking reads (a
+//! blocking XREADGROUP holds up every command queued behind it on its connection), and one
+//! shared pool carries flushes, Publish and the delay promoter.
+
+pub mod entry;
+pub mod flush;
+pub mod stream;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::config::{Config as FredConfig, ReconnectPolicy};
+use fred::types::{ClusterHash, CustomCommand};
+use thiserror::Error;
+
+use crate::config::redact_url;
+
+/// A Redis failure, as the sidecar reports it.
+#[derive(Debug, Error)]
+pub enum RedisError {
+    #[error("invalid Redis URL {url}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("Redis is unreachable: {0}")]
+    Unavailable(String),
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("Redis refused {command}: {message}")]
+    Refused { command: String, message: String },
+    #[error("unexpected reply to {command}: {detail}")]
+    Protocol {
+        command: &'static str,
+        detail: String,
+    },
+}
+
+impl RedisError {
+    /// Classifies a fred error of `command`.
+    pub fn from_fred(command: &str, err: &Error) -> Self {
+        match err.kind() {
+            ErrorKind::Timeout => RedisError::Timeout(Duration::ZERO),
+            ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Backpressure => {
+                RedisError::Unavailable(err.details().to_owned())
+            }
+            _ => RedisError::Refused {
+                command: command.to_owned(),
+                message: err.details().to_owned(),
+            },
+        }
+    }
+}
+
+/// Connections to one Redis deployment.
+#[derive(Clone)]
+pub struct Redis {
+    config: FredConfig,
+    pool: Pool,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The fred config holds the password: never print it.
+        f.debug_struct("Redis")
+            .field("pool_size", &self.pool.size())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+fn reconnect_policy() -> ReconnectPolicy {
+    // Unlimited attempts, 100 ms doubling to 2 s: a sidecar outlives Redis restarts.
+    ReconnectPolicy::new_exponential(0, 100, 2_000, 2)
+}
+
+impl Redis {
+    /// Builds the pool and starts connecting in the background; commands wait for the
+    /// connection (up to `timeout`), so the sidecar can start before Redis does.
+    pub fn connect(url: &str, pool_size: usize, timeout: Duration) -> Result<Self, RedisError> {
+        let mut config = FredConfig::from_url(url).map_err(|e| RedisError::Url {
+            url: redact_url(url),
+            reason: e.details().to_owned(),
+        })?;
+        config.fail_fast = false;
+        let pool = Builder::from_config(config.clone())
+            .with_performance_config(|perf| perf.default_command_timeout = timeout)
+            .with_connection_config(|conn| {
+                conn.connection_timeout = timeout;
+                conn.internal_command_timeout = timeout;
+                // A flush whose connection broke is reported, never resent by fred: a resent
+                // transaction whose first copy ran would apply its side effects twice.
+                conn.max_command_attempts = 1;
+            })
+            .set_policy(reconnect_policy())
+            .build_pool(pool_size)
+            .map_err(|e| RedisError::from_fred("connect", &e))?;
+        pool.connect();
+        Ok(Self {
+            config,
+            pool,
+            timeout,
+        })
+    }
+
+    /// The next pool connection.
+    pub fn pool(&self) -> &Client {
+        self.pool.next_connected()
+    }
+
+    /// The timeout of non-blocking commands.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A new dedicated client for one subscription's blocking reads, connected.
+    pub async fn dedicated_client(&self) -> Result<Client, RedisError> {
+        let client = Builder::from_config(self.config.clone())
+            .with_connection_config(|conn| {
+                conn.connection_timeout = self.timeout;
+                conn.internal_command_timeout = self.timeout;
+            })
+            .set_policy(reconnect_policy())
+            .build()
+            .map_err(|e| RedisError::from_fred("connect", &e))?;
+        client.connect();
+        match tokio::time::timeout(self.timeout, client.wait_for_connect()).await {
+            Ok(Ok(())) => Ok(client),
+            Ok(Err(err)) => {
+                let _ = client.quit().await;
+                Err(RedisError::Unavailable(err.details().to_owned()))
+            }
+            Err(_) => {
+                let _ = client.quit().await;
+                Err(RedisError::Timeout(self.timeout))
+            }
+        }
+    }
+
+    /// Whether Redis answers a PING now.
+    pub async fn ping(&self) -> bool {
+        self.pool()
+            .ping::<String>(None)
+            .await
+            .is_ok_and(|reply| reply == "PONG")
+    }
+
+    /// Closes every pool connection.
+    pub async fn quit(&self) {
+        let _ = self.pool.quit().await;
+    }
+}
+
+/// Sends one command with raw arguments and returns its reply.
+pub async fn call(
+    client: &Client,
+    name: &'static str,
+    args: Vec<Value>,
+    blocking: bool,
+) -> Result<Value, RedisError> {
+    let command = CustomCommand::new_static(name, ClusterHash::FirstKey, blocking);
+    client
+        .custom::<Value, _>(command, args)
+        .await
+        .map_err(|e| RedisError::from_fred(name, &e))
+}
+
+/// The name of a key that lives beside `key` and, on a cluster, in the same hash slot: the
+/// key's own hash tag is reused, or the whole key becomes the tag.
+pub fn companion_key(key: &str, suffix: &str) -> String {
+    let has_tag = key
+        .find('{')
+        .and_then(|open| key[open + 1..].find('}').map(|len| len > 0))
+        .unwrap_or(false);
+    if has_tag {
+        format!("{key}:{suffix}")
+    } else {
+        format!("{{{key}}}:{suffix}")
+    }
+}
+
+/// Bytes to a fred argument without copying.
+pub fn arg(bytes: &Bytes) -> Value {
+    Value::Bytes(bytes.clone())
+}
+
+/// A string to a fred argument.
+pub fn str_arg(s: &str) -> Value {
+    Value::Bytes(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn companion_keys_share_the_slot_of_their_key() {
+        use fred::util::redis_keyslot;
+        for key in ["orders", "{orders}", "{orders}:stream", "a{b}c"] {
+            let companion = companion_key(key, "window:delayed");
+            assert_eq!(
+                redis_keyslot(companion.as_bytes()),
+                redis_keyslot(key.as_bytes()),
+                "{key} -> {companion}"
+            );
+        }
+        assert_eq!(companion_key("orders", "x"), "{orders}:x");
+        assert_eq!(companion_key("{o}:s", "x"), "{o}:s:x");
+    }
+}
