@@ -27,7 +27,11 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
 
     /// The Redis server, as a redis:// URL.
-    #[arg(long, env = "WINDOW_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "WINDOW_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
 
     /// The consumer name used when a client does not name one. Must be unique per replica;
@@ -125,11 +129,27 @@ impl Config {
         at_least("pool-size", self.pool_size as u64, 1)?;
         at_least("max-count", self.max_count.into(), 1)?;
         at_least("max-in-flight", self.max_in_flight.into(), 1)?;
-        at_least("max-commands-per-slot", self.max_commands_per_slot as u64, 1)?;
+        at_least(
+            "max-commands-per-slot",
+            self.max_commands_per_slot as u64,
+            1,
+        )?;
         at_least("redis-timeout", self.redis_timeout.as_millis() as u64, 1)?;
-        at_least("promote-interval", self.promote_interval.as_millis() as u64, 1)?;
-        at_least("reclaim-interval", self.reclaim_interval.as_millis() as u64, 1)?;
-        if self.consumer_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+        at_least(
+            "promote-interval",
+            self.promote_interval.as_millis() as u64,
+            1,
+        )?;
+        at_least(
+            "reclaim-interval",
+            self.reclaim_interval.as_millis() as u64,
+            1,
+        )?;
+        if self
+            .consumer_name
+            .as_deref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
             return Err(ConfigError::EmptyConsumerName);
         }
         Ok(())

@@ -8,7 +8,12 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod dev;
+pub mod grpc;
 pub mod redis;
+pub mod server;
+pub mod session;
+pub mod telemetry;
 pub mod window;
 
 /// Types generated from `proto/window_sidecar/v1/window.proto`.

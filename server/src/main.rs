@@ -1,1 +1,94 @@
-fn main() {}
+//! The `window-sidecar` binary: configuration, logging, signals, then the server.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+use window_sidecar::config::{Config, redact_url};
+use window_sidecar::{dev, server, telemetry};
+
+/// sysexits' EX_CONFIG-adjacent EX_USAGE: the configuration cannot work.
+const EXIT_CONFIG: u8 = 64;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let mut config = match Config::try_parse() {
+        Ok(config) => config,
+        Err(err) if !err.use_stderr() => err.exit(), // --help, --version
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Err(err) = config.validate() {
+        eprintln!("window-sidecar: invalid configuration: {err}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    if config.check_config {
+        println!("window-sidecar: configuration is valid");
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init(config.log_format);
+
+    // Kept alive until exit: dropping it stops the throwaway Redis.
+    let mut _dev_redis = None;
+    if config.dev && !dev::reachable(&config.redis_url).await {
+        match dev::start().await {
+            Ok(redis) => {
+                warn!(
+                    unreachable = %redact_url(&config.redis_url),
+                    started = %redis.url,
+                    "--dev: no Redis answered, started a throwaway redis-server (nothing is persisted)"
+                );
+                config.redis_url = redis.url.clone();
+                _dev_redis = Some(redis);
+            }
+            Err(err) => {
+                error!(error = %err, "--dev: could not start redis-server");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+
+    let listener = match server::bind(config.listen).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            error!(error = %err, "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(on_signal(shutdown.clone()));
+    match server::run(config, listener, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            error!(error = %err, "window-sidecar failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGTERM (Kubernetes starts a graceful shutdown with it) or SIGINT (Ctrl-C) begins the
+/// drain; a second signal exits at once.
+async fn on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    warn!("second signal: exiting without draining");
+    std::process::exit(1);
+}

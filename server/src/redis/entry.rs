@@ -216,7 +216,13 @@ mod tests {
             ..copy
         }
         .retry_fields(None);
-        assert_eq!(again.iter().filter(|(f, _)| f.starts_with(b"h:x-window-")).count(), 2);
+        assert_eq!(
+            again
+                .iter()
+                .filter(|(f, _)| f.starts_with(b"h:x-window-"))
+                .count(),
+            2
+        );
         assert!(again.contains(&(b("h:x-window-original-id"), b("1-0"))));
         assert!(again.contains(&(b("h:x-window-attempts"), b("3"))));
     }

@@ -62,7 +62,11 @@ impl FlushPlan {
             .iter()
             .map(|c| {
                 std::iter::once(c.name.clone())
-                    .chain(c.args.iter().map(|a| String::from_utf8_lossy(a).into_owned()))
+                    .chain(
+                        c.args
+                            .iter()
+                            .map(|a| String::from_utf8_lossy(a).into_owned()),
+                    )
                     .collect::<Vec<_>>()
                     .join(" ")
             })
@@ -150,7 +154,8 @@ mod tests {
     #[test]
     fn a_failed_side_effect_does_not_fail_the_settle() {
         let plan = [planned(Role::SideEffect), planned(Role::Settle)];
-        let result = FlushResult::from_replies(&plan, vec![err("WRONGTYPE"), Ok(Value::Integer(1))]);
+        let result =
+            FlushResult::from_replies(&plan, vec![err("WRONGTYPE"), Ok(Value::Integer(1))]);
         assert_eq!(result.failed, 1);
         assert!(!result.settle_failed);
         assert_eq!(result.first_error.as_deref(), Some("WRONGTYPE"));
@@ -178,7 +183,10 @@ mod tests {
 
     #[test]
     fn a_runtime_error_inside_exec_still_settles() {
-        let plan = [planned(Role::Begin), planned(Role::Commit { settles: true })];
+        let plan = [
+            planned(Role::Begin),
+            planned(Role::Commit { settles: true }),
+        ];
         let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), err("WRONGTYPE")]);
         assert!(!result.settle_failed);
         assert_eq!(result.aborted, 0);

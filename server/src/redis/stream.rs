@@ -2,6 +2,7 @@
 //! first, then new ones, with periodic reclaim of idle entries), the flush plan of a read
 //! (kept segments, durable retry copies, one XACK), and the promoter of the delay set.
 
+use std::borrow::Borrow;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -96,7 +97,12 @@ pub async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), 
 ///
 /// Atomic mode: each kept segment with commands becomes MULTI, its commands, the XACK of its
 /// own entry, EXEC; the rest of the read settles as in pipeline mode.
-pub fn plan_flush(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -> FlushPlan {
+pub fn plan_flush<E: Borrow<Entry>>(
+    keys: &StreamKeys,
+    batch: &FlushBatch<E>,
+    mode: Mode,
+    now_ms: u64,
+) -> FlushPlan {
     let mut plan = FlushPlan::default();
     let mut settled_inside = vec![false; batch.settles.len()];
     for segment in &batch.kept {
@@ -108,7 +114,7 @@ pub fn plan_flush(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_
             plan.push(command.name.clone(), command.args.clone(), Role::SideEffect);
         }
         if wrap {
-            let entry = &batch.settles[segment.settle].entry;
+            let entry: &Entry = batch.settles[segment.settle].entry.borrow();
             plan.push("XACK", xack_args(keys, [&entry.id]), Role::Settle);
             plan.push("EXEC", vec![], Role::Commit { settles: true });
             settled_inside[segment.settle] = true;
@@ -128,8 +134,12 @@ pub fn plan_flush(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_
     if requeues {
         plan.push("MULTI", vec![], Role::Begin);
     }
-    for settle in rest.iter().filter(|s| s.outcome != Outcome::Ack && s.outcome != Outcome::Drop) {
-        let fields = settle.entry.retry_fields(settle.reason.as_deref());
+    for settle in rest
+        .iter()
+        .filter(|s| s.outcome != Outcome::Ack && s.outcome != Outcome::Drop)
+    {
+        let entry: &Entry = settle.entry.borrow();
+        let fields = entry.retry_fields(settle.reason.as_deref());
         match settle.outcome {
             Outcome::Retry => {
                 let mut args = vec![keys.key.clone(), Bytes::from_static(b"*")];
@@ -138,7 +148,7 @@ pub fn plan_flush(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_
             }
             Outcome::RetryAfter(delay) => {
                 let due = now_ms.saturating_add(delay.as_millis() as u64);
-                let member = encode_delayed(&settle.entry.id, &fields);
+                let member = encode_delayed(&entry.id, &fields);
                 let args = vec![keys.delayed.clone(), Bytes::from(due.to_string()), member];
                 plan.push("ZADD", args, Role::Requeue);
             }
@@ -146,7 +156,8 @@ pub fn plan_flush(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_
         }
     }
     if !rest.is_empty() {
-        plan.push("XACK", xack_args(keys, rest.iter().map(|s| &s.entry.id)), Role::Settle);
+        let ids = rest.iter().map(|s| &s.entry.borrow().id);
+        plan.push("XACK", xack_args(keys, ids), Role::Settle);
     }
     if requeues {
         plan.push("EXEC", vec![], Role::Commit { settles: true });
@@ -216,6 +227,52 @@ pub async fn promote_due(
         )
         .await
         .map_err(|e| RedisError::from_fred("EVALSHA", &e))
+}
+
+/// Appends entries to a stream in one pipeline; returns their ids.
+pub async fn publish(
+    client: &Client,
+    key: &str,
+    entries: Vec<Vec<(Bytes, Bytes)>>,
+    max_len: Option<u64>,
+) -> Result<Vec<Bytes>, RedisError> {
+    let pipeline = client.pipeline();
+    let key = Bytes::copy_from_slice(key.as_bytes());
+    for fields in entries {
+        let mut args = vec![Value::Bytes(key.clone())];
+        if let Some(max_len) = max_len {
+            args.extend([
+                str_arg("MAXLEN"),
+                str_arg("~"),
+                Value::Integer(max_len as i64),
+            ]);
+        }
+        args.push(str_arg("*"));
+        args.extend(
+            fields
+                .into_iter()
+                .flat_map(|(f, v)| [Value::Bytes(f), Value::Bytes(v)]),
+        );
+        let command = fred::types::CustomCommand::new_static(
+            "XADD",
+            fred::types::ClusterHash::FirstKey,
+            false,
+        );
+        // Buffering a command in a pipeline only stores it; it cannot fail.
+        let _: Result<Value, _> = pipeline.custom(command, args).await;
+    }
+    pipeline
+        .try_all::<Value>()
+        .await
+        .into_iter()
+        .map(|reply| {
+            let reply = reply.map_err(|e| RedisError::from_fred("XADD", &e))?;
+            into_bytes(reply).ok_or_else(|| RedisError::Protocol {
+                command: "XADD",
+                detail: "the reply is not an id".into(),
+            })
+        })
+        .collect()
 }
 
 /// Where the next read comes from.
@@ -384,7 +441,10 @@ impl StreamReader {
     }
 
     /// Fills in the delivery counts of redelivered entries from the pending entries list.
-    async fn with_delivery_counts(&self, mut entries: Vec<Entry>) -> Result<Vec<Entry>, RedisError> {
+    async fn with_delivery_counts(
+        &self,
+        mut entries: Vec<Entry>,
+    ) -> Result<Vec<Entry>, RedisError> {
         let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
             return Ok(entries);
         };
@@ -493,8 +553,15 @@ mod tests {
         assert_eq!(
             plan.render(),
             vec![
-                "MULTI", "INCR k1", "XACK orders g 1-0", "EXEC", "MULTI", "INCR k3",
-                "XACK orders g 3-0", "EXEC", "XACK orders g 2-0",
+                "MULTI",
+                "INCR k1",
+                "XACK orders g 1-0",
+                "EXEC",
+                "MULTI",
+                "INCR k3",
+                "XACK orders g 3-0",
+                "EXEC",
+                "XACK orders g 2-0",
             ]
         );
     }
@@ -504,11 +571,14 @@ mod tests {
         let mut w = Window::new(Limits {
             max_commands_per_slot: 8,
         });
-        let read = w.open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")]).unwrap();
+        let read = w
+            .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
+            .unwrap();
         let s = read.first_slot;
         w.queue(s, incr("k1")).unwrap();
         w.settle(s, Outcome::Ack, None).unwrap();
-        w.settle(s + 1, Outcome::Retry, Some("busy".into())).unwrap();
+        w.settle(s + 1, Outcome::Retry, Some("busy".into()))
+            .unwrap();
         let batch = w
             .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
             .unwrap()

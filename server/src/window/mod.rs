@@ -67,6 +67,8 @@ pub enum SlotError {
         "slot {0} cannot be acked: one of its commands was refused, so its segment is incomplete; settle it with drop, retry or retry_after"
     )]
     IncompleteSegment(SlotId),
+    #[error("slot {slot}: {reason}")]
+    InvalidOutcome { slot: SlotId, reason: String },
 }
 
 impl SlotError {
@@ -77,6 +79,7 @@ impl SlotError {
             | SlotError::AlreadySettled(slot)
             | SlotError::IncompleteSegment(slot)
             | SlotError::InvalidCommand { slot, .. }
+            | SlotError::InvalidOutcome { slot, .. }
             | SlotError::TooManyCommands { slot, .. } => *slot,
         }
     }

@@ -1,0 +1,515 @@
+//! Every conversion between the wire contract and the domain, in one place. Client messages
+//! are checked here: a malformed `open` becomes an error that ends the stream, a malformed
+//! command or outcome becomes a per-slot rejection.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::proto;
+use crate::redis::entry::{Body, Entry};
+use crate::redis::stream::{Mode, StreamSource};
+use crate::session::{
+    ClientBatch, ClientMessage, Event, FlushReport, InboundError, OpenRequest, Opened,
+    SettleRequest, Source,
+};
+use crate::window::{Command, CommandError, Outcome, SlotError};
+
+/// Limits an `open` is checked against.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenLimits {
+    pub max_count: u32,
+    pub max_in_flight: u32,
+}
+
+/// BLOCK when the client sets none.
+pub const DEFAULT_BLOCK: Duration = Duration::from_secs(5);
+/// The longest BLOCK a client may ask for: longer only delays shutdown and reconnects.
+pub const MAX_BLOCK: Duration = Duration::from_secs(60);
+/// min_idle when the client sets none.
+pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(60);
+
+/// A client message to the domain.
+pub fn client_message(
+    message: proto::SubscribeRequest,
+    limits: OpenLimits,
+) -> Result<ClientMessage, InboundError> {
+    match message.kind {
+        Some(proto::subscribe_request::Kind::Open(open)) => open_request(open, limits)
+            .map(ClientMessage::Open)
+            .map_err(InboundError::Invalid),
+        Some(proto::subscribe_request::Kind::Batch(batch)) => {
+            Ok(ClientMessage::Batch(client_batch(batch)))
+        }
+        None => Err(InboundError::Invalid(
+            "the message carries neither `open` nor `batch`".into(),
+        )),
+    }
+}
+
+fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, String> {
+    let source = match open.source {
+        Some(proto::open::Source::Stream(stream)) => Source::Stream(stream_source(stream)?),
+        None => return Err("open.source is required: set open.stream".into()),
+    };
+    if open.count == 0 || open.count > limits.max_count {
+        return Err(format!(
+            "open.count must be between 1 and {} (the sidecar's --max-count), got {}",
+            limits.max_count, open.count
+        ));
+    }
+    let block = match open.block {
+        None => DEFAULT_BLOCK,
+        Some(d) => match duration(d, "open.block")? {
+            d if d.is_zero() => DEFAULT_BLOCK,
+            d if d > MAX_BLOCK => {
+                return Err(format!(
+                    "open.block must be at most {MAX_BLOCK:?}, got {d:?}"
+                ));
+            }
+            d => d,
+        },
+    };
+    let mode = match proto::Mode::try_from(open.mode) {
+        Ok(proto::Mode::Unspecified | proto::Mode::Pipeline) => Mode::Pipeline,
+        Ok(proto::Mode::Atomic) => Mode::Atomic,
+        Err(_) => {
+            return Err(format!(
+                "open.mode {} is not a known mode (MODE_PIPELINE = 1, MODE_ATOMIC = 2)",
+                open.mode
+            ));
+        }
+    };
+    let max_in_flight = match open.max_in_flight {
+        0 => open
+            .count
+            .saturating_mul(2)
+            .min(limits.max_in_flight.max(open.count)),
+        n if n > limits.max_in_flight => {
+            return Err(format!(
+                "open.max_in_flight must be at most {} (the sidecar's --max-in-flight), got {n}",
+                limits.max_in_flight
+            ));
+        }
+        n => n.max(open.count),
+    };
+    Ok(OpenRequest {
+        source,
+        count: open.count,
+        block,
+        mode,
+        max_in_flight,
+    })
+}
+
+fn stream_source(stream: proto::StreamSource) -> Result<StreamSource, String> {
+    if stream.key.is_empty() {
+        return Err("open.stream.key is required".into());
+    }
+    if stream.group.is_empty() {
+        return Err("open.stream.group is required".into());
+    }
+    let start_id = match stream.start_id.as_str() {
+        "" => "0".to_owned(),
+        "0" | "$" => stream.start_id,
+        id if is_stream_id(id) => stream.start_id,
+        other => {
+            return Err(format!(
+                "open.stream.start_id must be \"0\", \"$\" or an entry id like \"1700000000000-0\", got {other:?}"
+            ));
+        }
+    };
+    let min_idle = match stream.min_idle {
+        None => DEFAULT_MIN_IDLE,
+        Some(d) => match duration(d, "open.stream.min_idle")? {
+            d if d.is_zero() => DEFAULT_MIN_IDLE,
+            d => d,
+        },
+    };
+    Ok(StreamSource {
+        key: stream.key,
+        group: stream.group,
+        consumer: stream.consumer,
+        start_id,
+        min_idle,
+    })
+}
+
+fn is_stream_id(id: &str) -> bool {
+    let mut parts = id.splitn(2, '-');
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    parts.next().is_some_and(digits) && parts.next().is_none_or(digits)
+}
+
+fn duration(d: prost_types::Duration, field: &str) -> Result<Duration, String> {
+    Duration::try_from(d).map_err(|_| format!("{field} must not be negative"))
+}
+
+fn client_batch(batch: proto::Batch) -> ClientBatch {
+    let commands = batch
+        .commands
+        .into_iter()
+        .map(|c| (c.slot, Command::new(&c.name, c.args)))
+        .collect();
+    let outcomes = batch.outcomes.into_iter().map(outcome).collect();
+    ClientBatch { commands, outcomes }
+}
+
+fn outcome(o: proto::Outcome) -> Result<SettleRequest, SlotError> {
+    let slot = o.slot;
+    let invalid = |reason: String| SlotError::InvalidOutcome { slot, reason };
+    let outcome = match proto::OutcomeKind::try_from(o.kind) {
+        Ok(proto::OutcomeKind::Ack) => Outcome::Ack,
+        Ok(proto::OutcomeKind::Drop) => Outcome::Drop,
+        Ok(proto::OutcomeKind::Retry) => Outcome::Retry,
+        Ok(proto::OutcomeKind::RetryAfter) => {
+            let delay = o
+                .delay
+                .ok_or_else(|| invalid("retry_after needs a delay".into()))?;
+            let delay = Duration::try_from(delay)
+                .map_err(|_| invalid("retry_after needs a positive delay".into()))?;
+            if delay < Duration::from_millis(1) {
+                return Err(invalid("retry_after needs a delay of at least 1 ms".into()));
+            }
+            Outcome::RetryAfter(delay)
+        }
+        Ok(proto::OutcomeKind::Unspecified) => {
+            return Err(invalid(
+                "the outcome has no kind: set ack, drop, retry or retry_after".into(),
+            ));
+        }
+        Err(_) => return Err(invalid(format!("outcome kind {} is not known", o.kind))),
+    };
+    let reason = (!o.reason.is_empty()).then_some(o.reason);
+    Ok(SettleRequest {
+        slot,
+        outcome,
+        reason,
+    })
+}
+
+/// A session event to the wire.
+pub fn event(event: Event) -> proto::SubscribeResponse {
+    use proto::subscribe_response::Kind;
+    let kind = match event {
+        Event::Opened(opened) => Kind::Opened(opened_message(opened)),
+        Event::Read {
+            read_id,
+            first_slot,
+            entries,
+        } => Kind::Read(proto::Read {
+            read_id,
+            deliveries: entries
+                .iter()
+                .zip(first_slot..)
+                .map(|(entry, slot)| delivery(slot, entry))
+                .collect(),
+        }),
+        Event::Flushed(report) => Kind::Flush(flush_report(report)),
+        Event::Rejected(errors) => Kind::Rejections(proto::Rejections {
+            rejections: errors.iter().map(rejection).collect(),
+        }),
+    };
+    proto::SubscribeResponse { kind: Some(kind) }
+}
+
+fn opened_message(opened: Opened) -> proto::Opened {
+    let request = opened.request;
+    proto::Opened {
+        subscription_id: opened.subscription_id,
+        consumer: opened.source.consumer,
+        count: request.count,
+        block: proto_duration(request.block),
+        mode: match request.mode {
+            Mode::Pipeline => proto::Mode::Pipeline,
+            Mode::Atomic => proto::Mode::Atomic,
+        } as i32,
+        max_in_flight: request.max_in_flight,
+        min_idle: proto_duration(opened.source.min_idle),
+    }
+}
+
+fn proto_duration(d: Duration) -> Option<prost_types::Duration> {
+    prost_types::Duration::try_from(d).ok()
+}
+
+fn delivery(slot: u64, entry: &Arc<Entry>) -> proto::Delivery {
+    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+    let mut delivery = proto::Delivery {
+        slot,
+        entry_id: text(&entry.id),
+        delivery_count: entry.delivery_count,
+        ..Default::default()
+    };
+    match entry.body() {
+        Body::Layout { payload, headers } => {
+            delivery.payload = payload.clone();
+            delivery.headers = headers
+                .into_iter()
+                .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), text(value)))
+                .collect::<HashMap<_, _>>();
+        }
+        Body::Fields => {
+            delivery.fields = entry
+                .fields
+                .iter()
+                .map(|(name, value)| proto::Field {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect();
+        }
+    }
+    if let Some(traceparent) = entry.header("traceparent") {
+        delivery.trace = Some(proto::TraceContext {
+            traceparent: text(traceparent),
+            tracestate: entry.header("tracestate").map(text).unwrap_or_default(),
+        });
+    }
+    delivery
+}
+
+fn flush_report(report: FlushReport) -> proto::FlushReport {
+    let result = report.result;
+    proto::FlushReport {
+        read_id: report.read_id,
+        segments_kept: report.segments_kept as u32,
+        segments_dropped: report.segments_dropped as u32,
+        commands: report.commands as u32,
+        settles: report.settles as u32,
+        ok: result.ok(),
+        error: result.first_error.unwrap_or_default(),
+        failed: result.failed as u32,
+        settle_failed: result.settle_failed,
+    }
+}
+
+fn rejection(err: &SlotError) -> proto::Rejection {
+    use proto::RejectionReason as R;
+    let (reason, command) = match err {
+        SlotError::UnknownSlot(_) => (R::UnknownSlot, None),
+        SlotError::AlreadySettled(_) => (R::AlreadySettled, None),
+        SlotError::InvalidCommand { source, .. } => match source {
+            CommandError::Forbidden { name, .. } => (R::ForbiddenCommand, Some(name.clone())),
+            CommandError::InvalidName(name) => (R::InvalidCommand, Some(name.clone())),
+            CommandError::EmptyName => (R::InvalidCommand, None),
+        },
+        SlotError::TooManyCommands { .. } => (R::InvalidCommand, None),
+        SlotError::InvalidOutcome { .. } => (R::InvalidOutcome, None),
+        SlotError::IncompleteSegment(_) => (R::IncompleteSegment, None),
+    };
+    proto::Rejection {
+        slot: err.slot(),
+        reason: reason as i32,
+        message: err.to_string(),
+        command: command.unwrap_or_default(),
+    }
+}
+
+/// A Publish entry as the fields to write.
+pub fn publish_fields(entry: proto::PublishEntry) -> Result<Vec<(Bytes, Bytes)>, String> {
+    let has_layout =
+        !entry.payload.is_empty() || !entry.headers.is_empty() || entry.trace.is_some();
+    if !entry.fields.is_empty() && has_layout {
+        return Err("a publish entry has either `fields` or `payload`/`headers`, not both".into());
+    }
+    if !has_layout {
+        if entry.fields.is_empty() {
+            return Err("a publish entry needs `fields` or a `payload`".into());
+        }
+        return Ok(entry
+            .fields
+            .into_iter()
+            .map(|f| (f.name, f.value))
+            .collect());
+    }
+    let mut fields = vec![(Bytes::from_static(b"_payload"), entry.payload)];
+    let mut headers: Vec<_> = entry.headers.into_iter().collect();
+    // Map order is random; a stable order makes entries reproducible.
+    headers.sort();
+    if let Some(trace) = entry.trace {
+        if !trace.traceparent.is_empty() {
+            headers.push(("traceparent".into(), trace.traceparent));
+        }
+        if !trace.tracestate.is_empty() {
+            headers.push(("tracestate".into(), trace.tracestate));
+        }
+    }
+    for (name, value) in headers {
+        if name.is_empty() {
+            return Err("a header name must not be empty".into());
+        }
+        fields.push((Bytes::from(format!("h:{name}")), Bytes::from(value)));
+    }
+    Ok(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: OpenLimits = OpenLimits {
+        max_count: 100,
+        max_in_flight: 1000,
+    };
+
+    fn open(count: u32) -> proto::Open {
+        proto::Open {
+            source: Some(proto::open::Source::Stream(proto::StreamSource {
+                key: "orders".into(),
+                group: "g".into(),
+                ..Default::default()
+            })),
+            count,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fills_in_defaults() {
+        let request = open_request(open(10), LIMITS).unwrap();
+        assert_eq!(request.block, DEFAULT_BLOCK);
+        assert_eq!(request.mode, Mode::Pipeline);
+        assert_eq!(request.max_in_flight, 20);
+        let Source::Stream(source) = request.source;
+        assert_eq!(source.start_id, "0");
+        assert_eq!(source.min_idle, DEFAULT_MIN_IDLE);
+    }
+
+    #[test]
+    fn refuses_bad_opens_with_actionable_messages() {
+        let cases: Vec<(proto::Open, &str)> = vec![
+            (open(0), "open.count must be between 1 and 100"),
+            (open(101), "open.count must be between 1 and 100"),
+            (
+                proto::Open { mode: 7, ..open(1) },
+                "open.mode 7 is not a known mode",
+            ),
+            (
+                proto::Open {
+                    max_in_flight: 5000,
+                    ..open(1)
+                },
+                "open.max_in_flight must be at most 1000",
+            ),
+            (
+                proto::Open {
+                    source: None,
+                    ..open(1)
+                },
+                "open.source is required",
+            ),
+            (
+                proto::Open {
+                    block: Some(prost_types::Duration {
+                        seconds: 61,
+                        nanos: 0,
+                    }),
+                    ..open(1)
+                },
+                "open.block must be at most",
+            ),
+        ];
+        for (open, expected) in cases {
+            let err = open_request(open, LIMITS).unwrap_err();
+            assert!(err.contains(expected), "{err:?} lacks {expected:?}");
+        }
+        let empty_key = proto::Open {
+            source: Some(proto::open::Source::Stream(proto::StreamSource {
+                group: "g".into(),
+                ..Default::default()
+            })),
+            count: 1,
+            ..Default::default()
+        };
+        assert!(
+            open_request(empty_key, LIMITS)
+                .unwrap_err()
+                .contains("key is required")
+        );
+    }
+
+    #[test]
+    fn outcomes_need_a_kind_and_retry_after_a_delay() {
+        let bad = outcome(proto::Outcome {
+            slot: 3,
+            kind: proto::OutcomeKind::RetryAfter as i32,
+            ..Default::default()
+        });
+        assert!(matches!(
+            bad,
+            Err(SlotError::InvalidOutcome { slot: 3, .. })
+        ));
+        assert!(
+            outcome(proto::Outcome {
+                slot: 3,
+                ..Default::default()
+            })
+            .is_err()
+        );
+        assert!(
+            outcome(proto::Outcome {
+                slot: 3,
+                kind: 42,
+                ..Default::default()
+            })
+            .is_err()
+        );
+        let ok = outcome(proto::Outcome {
+            slot: 3,
+            kind: proto::OutcomeKind::RetryAfter as i32,
+            delay: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            reason: "later".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            ok,
+            SettleRequest {
+                slot: 3,
+                outcome: Outcome::RetryAfter(Duration::from_secs(1)),
+                reason: Some("later".into())
+            }
+        );
+    }
+
+    #[test]
+    fn deliveries_split_the_payload_layout() {
+        let entry = Arc::new(Entry {
+            id: Bytes::from_static(b"1-0"),
+            fields: vec![
+                (Bytes::from_static(b"_payload"), Bytes::from_static(b"{}")),
+                (
+                    Bytes::from_static(b"h:traceparent"),
+                    Bytes::from_static(b"00-abc"),
+                ),
+            ],
+            delivery_count: 1,
+        });
+        let d = delivery(7, &entry);
+        assert_eq!(d.slot, 7);
+        assert_eq!(d.payload.as_ref(), b"{}");
+        assert!(d.fields.is_empty());
+        assert_eq!(d.trace.unwrap().traceparent, "00-abc");
+    }
+
+    #[test]
+    fn publish_writes_the_layout() {
+        let fields = publish_fields(proto::PublishEntry {
+            payload: Bytes::from_static(b"p"),
+            headers: [("k".to_string(), "v".to_string())].into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(fields[0].0.as_ref(), b"_payload");
+        assert_eq!(
+            fields[1],
+            (Bytes::from_static(b"h:k"), Bytes::from_static(b"v"))
+        );
+        assert!(publish_fields(proto::PublishEntry::default()).is_err());
+    }
+}

@@ -1,0 +1,187 @@
+//! Wires the process together: Redis connections, the gRPC services (window, health,
+//! reflection), the health watcher, and the ordered shutdown (stop reading, drain windows,
+//! flush what is owed, close).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tracing::{info, warn};
+
+use crate::config::{Config, redact_url};
+use crate::grpc::{self, convert::OpenLimits};
+use crate::proto::window_service_server::WindowServiceServer;
+use crate::redis::{Redis, RedisError};
+use crate::session::{Settings, Shared};
+
+/// How often the health watcher pings Redis.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Why the sidecar could not run.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Binds the listeners of `config`.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Runs the sidecar on `listener` until `shutdown` is cancelled and every subscription has
+/// drained.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let redis = Redis::connect(&config.redis_url, config.pool_size, config.redis_timeout)?;
+    info!(
+        listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        redis = %redact_url(&config.redis_url),
+        "window-sidecar starting"
+    );
+    let settings = Settings {
+        default_consumer: config.default_consumer(),
+        max_commands_per_slot: config.max_commands_per_slot,
+        shutdown_grace: config.shutdown_grace,
+        promote_interval: config.promote_interval,
+        reclaim_interval: config.reclaim_interval,
+    };
+    let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
+    let sessions = TaskTracker::new();
+    let limits = OpenLimits {
+        max_count: config.max_count,
+        max_in_flight: config.max_in_flight,
+    };
+    let service = grpc::Service::new(shared, limits, sessions.clone());
+
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let watcher = tokio::spawn(watch_health(
+        redis.clone(),
+        reporter.clone(),
+        shutdown.clone(),
+    ));
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // grpcurl 1.8 and many tools still speak only v1alpha.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let health_server = match config.health_listen {
+        Some(addr) => {
+            let listener = bind(addr).await?;
+            let health = health.clone();
+            let stop = shutdown.clone();
+            Some(tokio::spawn(async move {
+                Server::builder()
+                    .add_service(health)
+                    .serve_with_incoming_shutdown(
+                        TcpListenerStream::new(listener),
+                        stop.cancelled_owned(),
+                    )
+                    .await
+            }))
+        }
+        None => None,
+    };
+
+    let drained = drain(
+        shutdown.clone(),
+        sessions.clone(),
+        config.shutdown_grace + config.redis_timeout,
+    );
+    Server::builder()
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(WindowServiceServer::new(service))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), drained)
+        .await?;
+
+    watcher.abort();
+    if let Some(server) = health_server {
+        let _ = server.await;
+    }
+    redis.quit().await;
+    info!("window-sidecar stopped");
+    Ok(())
+}
+
+/// Resolves once shutdown was asked for and every session has flushed what it owed (or the
+/// bound ran out), so the gRPC server only closes connections whose streams have ended.
+async fn drain(shutdown: CancellationToken, sessions: TaskTracker, bound: Duration) {
+    shutdown.cancelled().await;
+    info!(
+        open_subscriptions = sessions.len(),
+        "shutdown: draining subscriptions"
+    );
+    sessions.close();
+    // Past the grace period a session abandons what is outstanding and flushes; the flush
+    // itself is bounded by the Redis timeout. Add a margin for the last messages.
+    if tokio::time::timeout(bound + Duration::from_secs(1), sessions.wait())
+        .await
+        .is_err()
+    {
+        warn!(
+            still_open = sessions.len(),
+            "shutdown: subscriptions did not drain in time"
+        );
+    }
+}
+
+/// Reports SERVING while Redis answers, NOT_SERVING while it does not and once shutdown
+/// begins.
+async fn watch_health(redis: Redis, reporter: HealthReporter, shutdown: CancellationToken) {
+    const SERVICE: &str = "window_sidecar.v1.WindowService";
+    let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+    let mut last = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => {
+                reporter.set_service_status("", ServingStatus::NotServing).await;
+                reporter.set_service_status(SERVICE, ServingStatus::NotServing).await;
+                return;
+            }
+        }
+        let status = if redis.ping().await {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        if last != Some(status) {
+            match status {
+                ServingStatus::Serving => info!("Redis answers: SERVING"),
+                _ => warn!("Redis does not answer: NOT_SERVING"),
+            }
+            reporter.set_service_status("", status).await;
+            reporter.set_service_status(SERVICE, status).await;
+            last = Some(status);
+        }
+    }
+}
