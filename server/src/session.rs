@@ -372,7 +372,7 @@ impl<'a> Session<'a> {
             source: source.clone(),
             request: request.clone(),
         };
-        let session = Session {
+        let mut session = Session {
             shared,
             id,
             keys,
@@ -424,7 +424,10 @@ impl<'a> Session<'a> {
                         ended_with = Some(SessionError::InvalidRequest(msg));
                         break;
                     }
-                    Some(Err(InboundError::Transport(_))) | None => {
+                    // The client half-closed: it reads no further deliveries but still
+                    // gets the reports of what it settled.
+                    None => break,
+                    Some(Err(InboundError::Transport(_))) => {
                         self.client_here = false;
                         break;
                     }
@@ -583,9 +586,10 @@ impl<'a> Session<'a> {
         self.send(Event::Flushed(report)).await;
     }
 
-    async fn send(&self, event: Event) {
-        if self.client_here {
-            let _ = self.out.send(Ok(event)).await;
+    async fn send(&mut self, event: Event) {
+        if self.client_here && self.out.send(Ok(event)).await.is_err() {
+            // The response stream was dropped: the client is gone.
+            self.client_here = false;
         }
     }
 

@@ -1,0 +1,192 @@
+//! Real `redis-server` processes for tests: each on a free loopback port, without persistence,
+//! killed (by pid) when dropped. Nothing here mocks Redis.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+
+/// A free TCP port on 127.0.0.1 (free when asked; callers retry on a lost race).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One `redis-server` process.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "window-sidecar-redis-{port}-{}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let mut server = Self {
+                child: None,
+                port,
+                dir,
+                extra: extra.clone(),
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!(
+            "could not start redis-server on a free port after 5 attempts (is redis-server installed?)"
+        );
+    }
+
+    fn spawn(&mut self) -> bool {
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = command
+            .spawn()
+            .expect("redis-server is installed and runnable");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                self.child = None;
+                return false; // exited: most likely the port was taken meanwhile
+            }
+            if TcpStream::connect(self.addr()).is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (SIGKILL by pid): everything in memory is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty, since nothing is persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on port {}",
+            self.port
+        );
+    }
+
+    /// A connected fred client for inspecting the server from a test.
+    pub async fn client(&self) -> Client {
+        let config = Config::from_url(&self.url()).expect("valid url");
+        let client = Builder::from_config(config).build().expect("client");
+        client
+            .init()
+            .await
+            .expect("connect to the test redis-server");
+        client
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Calls of one command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+pub async fn command_calls(client: &Client, command: &str) -> u64 {
+    let info: String = client
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{}:calls=", command.to_ascii_lowercase());
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Entries pending in a consumer group (XPENDING summary count).
+pub async fn pending(client: &Client, key: &str, group: &str) -> u64 {
+    let reply: Value = client
+        .custom(
+            fred::cmd!("XPENDING"),
+            vec![key.to_owned(), group.to_owned()],
+        )
+        .await
+        .expect("XPENDING");
+    match reply {
+        Value::Array(parts) => parts
+            .first()
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| panic!("XPENDING summary without a count: {parts:?}")),
+        other => panic!("unexpected XPENDING reply {other:?}"),
+    }
+}
+
+/// Polls `check` until it returns true or `timeout` passes; returns whether it did.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

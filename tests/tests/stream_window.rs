@@ -1,0 +1,428 @@
+//! The stream window end to end: a real redis-server, the sidecar, the generated gRPC client.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fred::prelude::*;
+use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
+use window_sidecar::proto::subscribe_response::Kind;
+use window_sidecar_tests::*;
+
+async fn counter(client: &Client, key: &str) -> i64 {
+    client
+        .get::<Option<i64>, _>(key)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn ack_keeps_side_effects_and_drop_sends_none() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(2)).await;
+
+    let (mut sub, opened) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 10))
+        .await
+        .unwrap();
+    assert_eq!(opened.consumer, "c1");
+    let read = sub.read().await;
+    assert_eq!(read.deliveries.len(), 2);
+    let (a, b) = (&read.deliveries[0], &read.deliveries[1]);
+    assert_eq!(a.delivery_count, 1);
+    sub.send(
+        vec![
+            command(a.slot, "INCR", &["acked"]),
+            command(b.slot, "INCR", &["dropped"]),
+        ],
+        vec![outcome(a.slot, Ack), outcome(b.slot, Drop)],
+    )
+    .await;
+    let report = sub.flush().await;
+    assert!(report.ok, "{report:?}");
+    assert_eq!((report.segments_kept, report.segments_dropped), (1, 1));
+    assert_eq!((report.commands, report.settles), (1, 2));
+
+    let inspect = redis.client().await;
+    assert_eq!(counter(&inspect, "acked").await, 1);
+    assert_eq!(counter(&inspect, "dropped").await, 0);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn the_mixed_window_keeps_thirteen_of_twenty() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(20)).await;
+
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 20))
+        .await
+        .unwrap();
+    let read = sub.read().await;
+    assert_eq!(read.deliveries.len(), 20);
+    let mut commands = Vec::new();
+    let mut outcomes = Vec::new();
+    for d in &read.deliveries {
+        let n: u32 = field(d, "n").parse().unwrap();
+        commands.push(command(d.slot, "INCR", &["side-effects"]));
+        commands.push(command(d.slot, "SADD", &["seen", &n.to_string()]));
+        outcomes.push(outcome(d.slot, if n % 3 == 0 { Drop } else { Ack }));
+    }
+    sub.send(commands, outcomes).await;
+    let report = sub.flush().await;
+    assert!(report.ok);
+    assert_eq!((report.segments_kept, report.settles), (13, 20));
+
+    let inspect = redis.client().await;
+    assert_eq!(counter(&inspect, "side-effects").await, 13);
+    let seen: HashSet<String> = inspect.smembers("seen").await.unwrap();
+    let expected: HashSet<String> = (0..20)
+        .filter(|n| n % 3 != 0)
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn one_xack_per_read() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(30)).await;
+    let inspect = redis.client().await;
+    let _: () = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .unwrap();
+
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 10))
+        .await
+        .unwrap();
+    let mut reads = 0;
+    let mut settled = 0;
+    while settled < 30 {
+        // The sidecar reads ahead (in-flight is twice COUNT), so reads and flush reports
+        // interleave; answer every read and count what the reports settle.
+        match sub.next().await.unwrap() {
+            Some(Kind::Read(read)) => {
+                reads += 1;
+                let commands = read
+                    .deliveries
+                    .iter()
+                    .map(|d| command(d.slot, "INCR", &["n"]))
+                    .collect();
+                let outcomes = read
+                    .deliveries
+                    .iter()
+                    .map(|d| outcome(d.slot, Ack))
+                    .collect();
+                sub.send(commands, outcomes).await;
+            }
+            Some(Kind::Flush(report)) => {
+                assert!(report.ok);
+                settled += report.settles;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(reads, 3);
+    assert_eq!(
+        command_calls(&inspect, "xack").await,
+        3,
+        "exactly one XACK per read"
+    );
+    assert_eq!(command_calls(&inspect, "incr").await, 30);
+    assert_eq!(counter(&inspect, "n").await, 30);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_flush_is_reported_once_and_the_stream_goes_on() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let inspect = redis.client().await;
+    let _: () = inspect
+        .set("a-string", "x", None, None, false)
+        .await
+        .unwrap();
+    publish(&mut client, "orders", numbered(1)).await;
+
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 1))
+        .await
+        .unwrap();
+    let d = sub.read().await.deliveries.remove(0);
+    sub.send(
+        vec![
+            command(d.slot, "LPUSH", &["a-string", "v"]),
+            command(d.slot, "INCR", &["after"]),
+        ],
+        vec![outcome(d.slot, Ack)],
+    )
+    .await;
+    let report = sub.flush().await;
+    assert!(!report.ok);
+    assert_eq!(report.failed, 1);
+    assert!(report.error.contains("WRONGTYPE"), "{}", report.error);
+    assert!(!report.settle_failed, "the XACK itself succeeded");
+    // Redis has no rollback: the other command ran, and the entry is settled.
+    assert_eq!(counter(&inspect, "after").await, 1);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+
+    // The stream continues: the next entry is delivered and settles normally, and the failed
+    // flush was not reported a second time.
+    publish(&mut client, "orders", numbered(1)).await;
+    let d = sub.read().await.deliveries.remove(0);
+    sub.send(
+        vec![command(d.slot, "INCR", &["after"])],
+        vec![outcome(d.slot, Ack)],
+    )
+    .await;
+    assert!(sub.flush().await.ok);
+    assert_eq!(counter(&inspect, "after").await, 2);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_window_gets_its_entries_back_on_the_next_open() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(5)).await;
+
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 5))
+        .await
+        .unwrap();
+    let read = sub.read().await;
+    let ds = &read.deliveries;
+    // Two settled, three left without an outcome; one of those queued a command.
+    sub.send(
+        vec![
+            command(ds[0].slot, "INCR", &["done"]),
+            command(ds[2].slot, "INCR", &["never"]),
+        ],
+        vec![outcome(ds[0].slot, Ack), outcome(ds[1].slot, Drop)],
+    )
+    .await;
+    // The client half-closes: what it settled is flushed and reported, the rest stays pending.
+    sub.close();
+    let report = sub.flush().await;
+    assert!(report.ok);
+    assert_eq!(
+        (
+            report.settles,
+            report.segments_kept,
+            report.segments_dropped
+        ),
+        (2, 1, 4)
+    );
+    assert!(
+        matches!(sub.next().await, Ok(None)),
+        "the stream ends cleanly"
+    );
+
+    let inspect = redis.client().await;
+    assert_eq!(pending(&inspect, "orders", "g").await, 3);
+    assert_eq!(counter(&inspect, "done").await, 1);
+    assert_eq!(
+        counter(&inspect, "never").await,
+        0,
+        "an abandoned segment is discarded"
+    );
+
+    // The same consumer opens again: its own pending entries come first.
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 5))
+        .await
+        .unwrap();
+    let read = sub.read().await;
+    let ids: Vec<_> = read.deliveries.iter().map(|d| d.entry_id.clone()).collect();
+    let expected: Vec<_> = ds[2..].iter().map(|d| d.entry_id.clone()).collect();
+    assert_eq!(ids, expected);
+    assert!(read.deliveries.iter().all(|d| d.delivery_count == 2));
+    let outcomes = read
+        .deliveries
+        .iter()
+        .map(|d| outcome(d.slot, Ack))
+        .collect();
+    sub.send(vec![], outcomes).await;
+    assert!(sub.flush().await.ok);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn entries_abandoned_by_a_dead_consumer_are_reclaimed_after_min_idle() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &["--reclaim-interval", "100ms"]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(3)).await;
+
+    let (mut gone, _) = Subscription::open(&mut client, stream_open("orders", "g", "dead", 3))
+        .await
+        .unwrap();
+    assert_eq!(gone.read().await.deliveries.len(), 3);
+    gone.close();
+    drop(gone);
+
+    let mut open = stream_open("orders", "g", "alive", 3);
+    let Some(window_sidecar::proto::open::Source::Stream(source)) = open.source.as_mut() else {
+        unreachable!()
+    };
+    source.min_idle = Some(prost_types::Duration {
+        seconds: 0,
+        nanos: 300_000_000,
+    });
+    let (mut sub, opened) = Subscription::open(&mut client, open).await.unwrap();
+    assert_eq!(opened.min_idle.unwrap().nanos, 300_000_000);
+    let read = sub.read().await;
+    assert_eq!(
+        read.deliveries.len(),
+        3,
+        "the dead consumer's entries are claimed"
+    );
+    assert!(read.deliveries.iter().all(|d| d.delivery_count == 2));
+    let outcomes = read
+        .deliveries
+        .iter()
+        .map(|d| outcome(d.slot, Ack))
+        .collect();
+    sub.send(vec![], outcomes).await;
+    assert!(sub.flush().await.ok);
+    let inspect = redis.client().await;
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn retry_delivers_the_entry_again() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(
+        &mut client,
+        "orders",
+        vec![vec![("order", "42".to_string())]],
+    )
+    .await;
+
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 1))
+        .await
+        .unwrap();
+    let first = sub.read().await.deliveries.remove(0);
+    sub.send(
+        vec![command(first.slot, "INCR", &["never"])],
+        vec![outcome(first.slot, Retry)],
+    )
+    .await;
+    let report = sub.flush().await;
+    assert!(report.ok);
+    assert_eq!(report.segments_kept, 0);
+    let again = sub.read().await.deliveries.remove(0);
+    assert_eq!(field(&again, "order"), "42");
+    assert_eq!(field(&again, "h:x-window-original-id"), first.entry_id);
+    assert_eq!(again.delivery_count, 2);
+    assert!(again.slot > first.slot, "slots are never reused");
+    sub.send(vec![], vec![outcome(again.slot, Ack)]).await;
+    assert!(sub.flush().await.ok);
+    let inspect = redis.client().await;
+    assert_eq!(counter(&inspect, "never").await, 0);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn retry_after_comes_back_after_the_delay_even_across_a_sidecar_restart() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(
+        &mut client,
+        "orders",
+        vec![vec![("order", "7".to_string())]],
+    )
+    .await;
+
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 1))
+        .await
+        .unwrap();
+    let first = sub.read().await.deliveries.remove(0);
+    let settled_at = std::time::Instant::now();
+    sub.send(
+        vec![],
+        vec![retry_after(first.slot, Duration::from_millis(1500))],
+    )
+    .await;
+    assert!(sub.flush().await.ok);
+    let inspect = redis.client().await;
+    let delayed: u64 = inspect.zcard("{orders}:window:delayed").await.unwrap();
+    assert_eq!(delayed, 1, "the entry waits in the delay set in Redis");
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    drop(sub);
+    sidecar.stop().await;
+
+    // A new sidecar process: the schedule lives in Redis, not in the old process's memory.
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 1))
+        .await
+        .unwrap();
+    let again = sub.read().await.deliveries.remove(0);
+    let waited = settled_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "came back after {waited:?}"
+    );
+    assert_eq!(field(&again, "order"), "7");
+    assert_eq!(field(&again, "h:x-window-original-id"), first.entry_id);
+    assert_eq!(again.delivery_count, 2);
+    sub.send(vec![], vec![outcome(again.slot, Ack)]).await;
+    assert!(sub.flush().await.ok);
+    let delayed: u64 = inspect.zcard("{orders}:window:delayed").await.unwrap();
+    assert_eq!(delayed, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_flushes_what_is_owed_and_ends_the_stream_with_unavailable() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(3)).await;
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 3))
+        .await
+        .unwrap();
+    let read = sub.read().await;
+    let ds = &read.deliveries;
+    sub.send(
+        vec![command(ds[0].slot, "INCR", &["k"])],
+        vec![outcome(ds[0].slot, Ack)],
+    )
+    .await;
+
+    sidecar.begin_shutdown();
+    // Outcomes that arrive within the grace period still count.
+    sub.send(
+        vec![command(ds[1].slot, "INCR", &["k"])],
+        vec![outcome(ds[1].slot, Ack)],
+    )
+    .await;
+    // The third is never settled: after the grace period it is abandoned and stays pending.
+    let report = sub.flush().await;
+    assert!(report.ok);
+    assert_eq!(report.segments_kept, 2);
+    assert_eq!(report.settles, 2);
+    let status = sub.status().await;
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("shutting down"));
+    sidecar.stop().await;
+
+    let inspect = redis.client().await;
+    assert_eq!(counter(&inspect, "k").await, 2);
+    assert_eq!(pending(&inspect, "orders", "g").await, 1);
+}
