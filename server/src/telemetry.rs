@@ -1,5 +1,7 @@
 //! Logging setup: `tracing` with `RUST_LOG` filtering, plain or JSON lines on stderr.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -9,6 +11,7 @@ pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // A second init (tests start several sidecars in one process) keeps the first subscriber.
     let _ = match format {
