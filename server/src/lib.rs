@@ -10,6 +10,8 @@
 pub mod config;
 pub mod dev;
 pub mod grpc;
+pub mod http;
+pub mod metrics;
 pub mod redis;
 pub mod server;
 pub mod session;

@@ -29,7 +29,8 @@ async fn main() -> ExitCode {
         println!("window-sidecar: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    telemetry::init(config.log_format);
+    // Flushes buffered spans when main returns.
+    let telemetry = telemetry::init(config.log_format);
 
     // Kept alive until exit: dropping it stops the throwaway Redis.
     let mut _dev_redis = None;
@@ -60,7 +61,7 @@ async fn main() -> ExitCode {
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
-    match server::run(config, listener, shutdown).await {
+    match server::run(config, listener, shutdown, telemetry.tracing_enabled()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             error!(error = %err, "window-sidecar failed");

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -24,6 +25,10 @@ use crate::session::{Settings, Shared};
 
 /// How often the health watcher pings Redis.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+/// How often group pending, lag and delay-set depth are sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+/// The service name whose health is readiness.
+pub const SERVICE: &str = "window_sidecar.v1.WindowService";
 
 /// Why the sidecar could not run.
 #[derive(Debug, Error)]
@@ -50,10 +55,12 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 /// Runs the sidecar on `listener` until `shutdown` is cancelled and every subscription has
 /// drained.
+/// `tracing` says whether spans are exported (see [`crate::telemetry::init`]).
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: CancellationToken,
+    tracing: bool,
 ) -> Result<(), ServeError> {
     let redis = Redis::connect(&config.redis_url, config.pool_size, config.redis_timeout)?;
     info!(
@@ -67,21 +74,39 @@ pub async fn run(
         shutdown_grace: config.shutdown_grace,
         promote_interval: config.promote_interval,
         reclaim_interval: config.reclaim_interval,
+        sample_interval: SAMPLE_INTERVAL,
+        tracing,
     };
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
+    let metrics_server = match config.metrics_listen {
+        Some(addr) => {
+            let listener = bind(addr).await?;
+            info!(%addr, "serving /metrics, /livez, /readyz and /subscriptions");
+            Some(tokio::spawn(crate::http::serve(
+                listener,
+                Arc::clone(&shared),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let sessions = TaskTracker::new();
     let limits = OpenLimits {
         max_count: config.max_count,
         max_in_flight: config.max_in_flight,
     };
-    let service = grpc::Service::new(shared, limits, sessions.clone());
+    let service = grpc::Service::new(Arc::clone(&shared), limits, sessions.clone());
 
     let (reporter, health) = tonic_health::server::health_reporter();
-    let watcher = tokio::spawn(watch_health(
-        redis.clone(),
-        reporter.clone(),
-        shutdown.clone(),
-    ));
+    // The overall status ("") is liveness: SERVING while the process runs, so a probe does not
+    // restart the sidecar during a Redis outage. The service's own status is readiness.
+    reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+    reporter
+        .set_service_status(SERVICE, ServingStatus::NotServing)
+        .await;
+    let watcher = tokio::spawn(watch_health(Arc::clone(&shared), reporter.clone()));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -127,6 +152,9 @@ pub async fn run(
     if let Some(server) = health_server {
         let _ = server.await;
     }
+    if let Some(server) = metrics_server {
+        let _ = server.await;
+    }
     redis.quit().await;
     info!("window-sidecar stopped");
     Ok(())
@@ -154,34 +182,36 @@ async fn drain(shutdown: CancellationToken, sessions: TaskTracker, bound: Durati
     }
 }
 
-/// Reports SERVING while Redis answers, NOT_SERVING while it does not and once shutdown
-/// begins.
-async fn watch_health(redis: Redis, reporter: HealthReporter, shutdown: CancellationToken) {
-    const SERVICE: &str = "window_sidecar.v1.WindowService";
+/// Reports the WindowService SERVING while Redis answers, NOT_SERVING while it does not and
+/// once shutdown begins (then the overall status too).
+async fn watch_health(shared: Arc<Shared>, reporter: HealthReporter) {
     let mut tick = tokio::time::interval(HEALTH_INTERVAL);
     let mut last = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            () = shutdown.cancelled() => {
-                reporter.set_service_status("", ServingStatus::NotServing).await;
+            () = shared.shutdown.cancelled() => {
+                shared.ready.store(false, Ordering::Relaxed);
                 reporter.set_service_status(SERVICE, ServingStatus::NotServing).await;
+                reporter.set_service_status("", ServingStatus::NotServing).await;
                 return;
             }
         }
-        let status = if redis.ping().await {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
-        };
-        if last != Some(status) {
-            match status {
-                ServingStatus::Serving => info!("Redis answers: SERVING"),
-                _ => warn!("Redis does not answer: NOT_SERVING"),
+        let up = shared.redis.ping().await;
+        if last != Some(up) {
+            if up {
+                info!("Redis answers: SERVING");
+            } else {
+                warn!("Redis does not answer: NOT_SERVING");
             }
-            reporter.set_service_status("", status).await;
+            shared.ready.store(up, Ordering::Relaxed);
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
             reporter.set_service_status(SERVICE, status).await;
-            last = Some(status);
+            last = Some(up);
         }
     }
 }

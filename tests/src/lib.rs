@@ -45,7 +45,7 @@ impl Sidecar {
         args.extend_from_slice(flags);
         let config = Config::try_parse_from(args).expect("valid flags");
         if std::env::var_os("RUST_LOG").is_some() {
-            window_sidecar::telemetry::init(config.log_format);
+            window_sidecar::telemetry::init_logs(config.log_format);
         }
         config.validate().expect("valid configuration");
         let listener = window_sidecar::server::bind(config.listen)
@@ -55,7 +55,7 @@ impl Sidecar {
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
-            window_sidecar::server::run(config, listener, stop)
+            window_sidecar::server::run(config, listener, stop, false)
                 .await
                 .expect("sidecar runs");
         });
@@ -133,7 +133,7 @@ pub fn retry_after(slot: u64, delay: Duration) -> proto::Outcome {
         slot,
         kind: OutcomeKind::RetryAfter as i32,
         delay: Some(prost_types::Duration::try_from(delay).expect("delay")),
-        reason: String::new(),
+        ..Default::default()
     }
 }
 

@@ -69,7 +69,10 @@ async fn the_mixed_window_keeps_thirteen_of_twenty() {
         let n: u32 = field(d, "n").parse().unwrap();
         commands.push(command(d.slot, "INCR", &["side-effects"]));
         commands.push(command(d.slot, "SADD", &["seen", &n.to_string()]));
-        outcomes.push(outcome(d.slot, if n.is_multiple_of(3) { Drop } else { Ack }));
+        outcomes.push(outcome(
+            d.slot,
+            if n.is_multiple_of(3) { Drop } else { Ack },
+        ));
     }
     sub.send(commands, outcomes).await;
     let report = sub.flush().await;

@@ -15,6 +15,7 @@ use crate::session::{
     ClientBatch, ClientMessage, Event, FlushReport, InboundError, OpenRequest, Opened,
     SettleRequest, Source,
 };
+use crate::telemetry::parse_traceparent;
 use crate::window::{Command, CommandError, Outcome, SlotError};
 
 /// Limits an `open` is checked against.
@@ -183,10 +184,15 @@ fn outcome(o: proto::Outcome) -> Result<SettleRequest, SlotError> {
         Err(_) => return Err(invalid(format!("outcome kind {} is not known", o.kind))),
     };
     let reason = (!o.reason.is_empty()).then_some(o.reason);
+    let trace = o.trace.and_then(|t| {
+        let state = (!t.tracestate.is_empty()).then_some(t.tracestate.as_str());
+        parse_traceparent(&t.traceparent, state)
+    });
     Ok(SettleRequest {
         slot,
         outcome,
         reason,
+        trace,
     })
 }
 
@@ -199,12 +205,13 @@ pub fn event(event: Event) -> proto::SubscribeResponse {
             read_id,
             first_slot,
             entries,
+            read_trace,
         } => Kind::Read(proto::Read {
             read_id,
             deliveries: entries
                 .iter()
                 .zip(first_slot..)
-                .map(|(entry, slot)| delivery(slot, entry))
+                .map(|(entry, slot)| delivery(slot, entry, read_trace.as_deref()))
                 .collect(),
         }),
         Event::Flushed(report) => Kind::Flush(flush_report(report)),
@@ -235,7 +242,7 @@ fn proto_duration(d: Duration) -> Option<prost_types::Duration> {
     prost_types::Duration::try_from(d).ok()
 }
 
-fn delivery(slot: u64, entry: &Arc<Entry>) -> proto::Delivery {
+fn delivery(slot: u64, entry: &Arc<Entry>, read_trace: Option<&str>) -> proto::Delivery {
     let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
     let mut delivery = proto::Delivery {
         slot,
@@ -266,6 +273,11 @@ fn delivery(slot: u64, entry: &Arc<Entry>) -> proto::Delivery {
         delivery.trace = Some(proto::TraceContext {
             traceparent: text(traceparent),
             tracestate: entry.header("tracestate").map(text).unwrap_or_default(),
+        });
+    } else if let Some(traceparent) = read_trace {
+        delivery.trace = Some(proto::TraceContext {
+            traceparent: traceparent.to_owned(),
+            tracestate: String::new(),
         });
     }
     delivery
@@ -308,22 +320,39 @@ fn rejection(err: &SlotError) -> proto::Rejection {
     }
 }
 
-/// A Publish entry as the fields to write.
-pub fn publish_fields(entry: proto::PublishEntry) -> Result<Vec<(Bytes, Bytes)>, String> {
+/// A Publish entry as the fields to write. `trace` is the context written when the entry
+/// brings none of its own (the publish span's, or the caller's).
+pub fn publish_fields(
+    mut entry: proto::PublishEntry,
+    trace: Option<&str>,
+) -> Result<Vec<(Bytes, Bytes)>, String> {
     let has_layout =
         !entry.payload.is_empty() || !entry.headers.is_empty() || entry.trace.is_some();
     if !entry.fields.is_empty() && has_layout {
         return Err("a publish entry has either `fields` or `payload`/`headers`, not both".into());
     }
+    if entry.trace.is_none() && !entry.headers.contains_key("traceparent") {
+        entry.trace = trace.map(|traceparent| proto::TraceContext {
+            traceparent: traceparent.to_owned(),
+            tracestate: String::new(),
+        });
+    }
     if !has_layout {
         if entry.fields.is_empty() {
             return Err("a publish entry needs `fields` or a `payload`".into());
         }
-        return Ok(entry
+        let mut fields: Vec<_> = entry
             .fields
             .into_iter()
             .map(|f| (f.name, f.value))
-            .collect());
+            .collect();
+        if let Some(trace) = entry.trace {
+            fields.push((
+                Bytes::from_static(b"h:traceparent"),
+                Bytes::from(trace.traceparent),
+            ));
+        }
+        return Ok(fields);
     }
     let mut fields = vec![(Bytes::from_static(b"_payload"), entry.payload)];
     let mut headers: Vec<_> = entry.headers.into_iter().collect();
@@ -465,6 +494,7 @@ mod tests {
                 nanos: 0,
             }),
             reason: "later".into(),
+            trace: None,
         })
         .unwrap();
         assert_eq!(
@@ -472,7 +502,8 @@ mod tests {
             SettleRequest {
                 slot: 3,
                 outcome: Outcome::RetryAfter(Duration::from_secs(1)),
-                reason: Some("later".into())
+                reason: Some("later".into()),
+                trace: None,
             }
         );
     }
@@ -490,7 +521,7 @@ mod tests {
             ],
             delivery_count: 1,
         });
-        let d = delivery(7, &entry);
+        let d = delivery(7, &entry, None);
         assert_eq!(d.slot, 7);
         assert_eq!(d.payload.as_ref(), b"{}");
         assert!(d.fields.is_empty());
@@ -499,17 +530,36 @@ mod tests {
 
     #[test]
     fn publish_writes_the_layout() {
-        let fields = publish_fields(proto::PublishEntry {
-            payload: Bytes::from_static(b"p"),
-            headers: [("k".to_string(), "v".to_string())].into(),
-            ..Default::default()
-        })
+        let fields = publish_fields(
+            proto::PublishEntry {
+                payload: Bytes::from_static(b"p"),
+                headers: [("k".to_string(), "v".to_string())].into(),
+                ..Default::default()
+            },
+            None,
+        )
         .unwrap();
         assert_eq!(fields[0].0.as_ref(), b"_payload");
         assert_eq!(
             fields[1],
             (Bytes::from_static(b"h:k"), Bytes::from_static(b"v"))
         );
-        assert!(publish_fields(proto::PublishEntry::default()).is_err());
+        assert!(publish_fields(proto::PublishEntry::default(), None).is_err());
+        // Without a context of its own, an entry gets the publish span's.
+        let raw = proto::PublishEntry {
+            fields: vec![proto::Field {
+                name: Bytes::from_static(b"a"),
+                value: Bytes::from_static(b"1"),
+            }],
+            ..Default::default()
+        };
+        let fields = publish_fields(raw, Some("00-ab-cd-01")).unwrap();
+        assert_eq!(
+            fields[1],
+            (
+                Bytes::from_static(b"h:traceparent"),
+                Bytes::from_static(b"00-ab-cd-01")
+            )
+        );
     }
 }

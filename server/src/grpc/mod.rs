@@ -7,6 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use opentelemetry::global;
+use opentelemetry::trace::{Span, SpanKind, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
@@ -16,6 +19,7 @@ use crate::proto;
 use crate::proto::window_service_server::WindowService;
 use crate::redis::{self, RedisError};
 use crate::session::{self, InboundError, SessionError, Shared};
+use crate::telemetry::{TRACER, format_traceparent, parse_traceparent};
 use convert::OpenLimits;
 
 /// Events buffered towards one client. Small: each read is one message, and the in-flight
@@ -71,7 +75,33 @@ impl WindowService for Service {
         &self,
         request: Request<proto::PublishRequest>,
     ) -> Result<Response<proto::PublishResponse>, Status> {
+        let caller = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|tp| parse_traceparent(tp, None));
         let request = request.into_inner();
+        let span = self.shared.settings.tracing.then(|| {
+            let tracer = global::tracer(TRACER);
+            let parent = caller
+                .clone()
+                .map(|c| Context::new().with_remote_span_context(c))
+                .unwrap_or_default();
+            tracer
+                .span_builder("window.publish")
+                .with_kind(SpanKind::Producer)
+                .with_attributes([
+                    KeyValue::new("window.subscription", request.stream.clone()),
+                    KeyValue::new("window.entries", request.entries.len() as i64),
+                ])
+                .start_with_context(&tracer, &parent)
+        });
+        // Entries carry the publish span's context, or the caller's when spans are off.
+        let trace = span
+            .as_ref()
+            .map(|s| s.span_context().clone())
+            .or(caller)
+            .and_then(|c| format_traceparent(&c));
         if request.stream.is_empty() {
             return Err(Status::invalid_argument("stream is required"));
         }
@@ -89,15 +119,22 @@ impl WindowService for Service {
             .into_iter()
             .enumerate()
             .map(|(i, entry)| {
-                convert::publish_fields(entry)
+                convert::publish_fields(entry, trace.as_deref())
                     .map_err(|e| Status::invalid_argument(format!("entries[{i}]: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let max_len = (request.max_len > 0).then_some(request.max_len);
-        let ids =
-            redis::stream::publish(self.shared.redis.pool(), &request.stream, entries, max_len)
-                .await
-                .map_err(|e| redis_status(&e))?;
+        let published = entries.len() as u64;
+        let pool = self.shared.redis.pool();
+        let result = redis::stream::publish(pool, &request.stream, entries, max_len).await;
+        if let Some(mut span) = span {
+            if let Err(err) = &result {
+                span.set_status(opentelemetry::trace::Status::error(err.to_string()));
+            }
+            span.end();
+        }
+        let ids = result.map_err(|e| redis_status(&e))?;
+        self.shared.metrics.published.inc_by(published);
         Ok(Response::new(proto::PublishResponse {
             ids: ids
                 .into_iter()

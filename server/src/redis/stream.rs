@@ -292,6 +292,10 @@ pub struct ReadBatch {
     pub redelivery: bool,
     /// Entries claimed from idle consumers.
     pub claimed: usize,
+    /// Round trips this read made: XREADGROUP calls, XAUTOCLAIM calls, XPENDING look-ups.
+    pub reads: u32,
+    pub claims: u32,
+    pub count_lookups: u32,
 }
 
 /// Reads one stream subscription on its dedicated connection.
@@ -334,44 +338,42 @@ impl StreamReader {
 
     /// One read of up to `count` entries. Blocks up to the BLOCK time when nothing is there.
     pub async fn read(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
+        let mut batch = ReadBatch::default();
         if Instant::now() >= self.next_reclaim {
             self.next_reclaim = Instant::now() + self.reclaim_interval;
+            batch.claims += 1;
             let claimed = self.autoclaim(count).await?;
             if !claimed.is_empty() {
-                let claimed_len = claimed.len();
-                return Ok(ReadBatch {
-                    entries: self.with_delivery_counts(claimed).await?,
-                    redelivery: true,
-                    claimed: claimed_len,
-                });
+                batch.claimed = claimed.len();
+                batch.count_lookups += 1;
+                batch.entries = self.with_delivery_counts(claimed).await?;
+                batch.redelivery = true;
+                return Ok(batch);
             }
         }
         if let Cursor::Pending(after) = &self.cursor {
             let after = after.clone();
+            batch.reads += 1;
             let entries = self.xreadgroup(count, None, after).await?;
             match entries.last() {
                 Some(last) => {
                     self.cursor = Cursor::Pending(last.id.clone());
-                    return Ok(ReadBatch {
-                        entries: self.with_delivery_counts(entries).await?,
-                        redelivery: true,
-                        claimed: 0,
-                    });
+                    batch.count_lookups += 1;
+                    batch.entries = self.with_delivery_counts(entries).await?;
+                    batch.redelivery = true;
+                    return Ok(batch);
                 }
                 None => self.cursor = Cursor::New,
             }
         }
-        let mut entries = self
+        batch.reads += 1;
+        batch.entries = self
             .xreadgroup(count, Some(self.block), Bytes::from_static(b">"))
             .await?;
-        for entry in &mut entries {
+        for entry in &mut batch.entries {
             entry.delivery_count = 1 + entry.earlier_attempts();
         }
-        Ok(ReadBatch {
-            entries,
-            redelivery: false,
-            claimed: 0,
-        })
+        Ok(batch)
     }
 
     async fn xreadgroup(

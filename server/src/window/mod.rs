@@ -212,6 +212,14 @@ impl<E: Clone> Window<E> {
         self.reads.len()
     }
 
+    /// Acked segments waiting for their read's flush.
+    pub fn kept_segments(&self) -> usize {
+        self.reads
+            .values()
+            .map(|read| read.commit_order.len())
+            .sum()
+    }
+
     /// Entries of outstanding deliveries (to avoid delivering an entry twice at once).
     pub fn outstanding_entries(&self) -> impl Iterator<Item = &E> {
         self.reads.values().flat_map(|read| {

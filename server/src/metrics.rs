@@ -1,0 +1,259 @@
+//! The sidecar's Prometheus metrics: one registry, typed families, text exposition. Names and
+//! units follow Prometheus conventions (`_total` counters, `_seconds` durations).
+//!
+//! Round trips per read is `window_redis_round_trips_total / window_reads_total`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// Labels of per-form series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FormLabels {
+    pub form: &'static str,
+}
+
+/// Labels of outcome counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub form: &'static str,
+    pub outcome: &'static str,
+}
+
+/// Labels of flush counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlushLabels {
+    pub form: &'static str,
+    pub mode: &'static str,
+    pub result: &'static str,
+}
+
+/// Labels of flush durations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabels {
+    pub form: &'static str,
+    pub mode: &'static str,
+}
+
+/// Labels of Redis round trips.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoundTripLabels {
+    pub form: &'static str,
+    /// read, claim, pending_counts or flush.
+    pub kind: &'static str,
+}
+
+/// Labels of one subscription's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SubscriptionLabels {
+    pub key: String,
+    pub group: String,
+    pub consumer: String,
+}
+
+/// Labels of a consumer group's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    pub key: String,
+    pub group: String,
+}
+
+/// Labels of a key's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabels {
+    pub key: String,
+}
+
+/// Labels of rejections.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+fn size_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 14))
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms to about 4 s.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 15))
+}
+
+/// Every metric the sidecar exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub subscriptions_open: Family<FormLabels, Gauge>,
+    pub reads: Family<FormLabels, Counter>,
+    pub deliveries: Family<FormLabels, Counter>,
+    pub redeliveries: Family<FormLabels, Counter>,
+    pub reclaimed: Family<FormLabels, Counter>,
+    pub outcomes: Family<OutcomeLabels, Counter>,
+    pub rejections: Family<ReasonLabels, Counter>,
+    pub flushes: Family<FlushLabels, Counter>,
+    pub flush_commands: Family<FormLabels, Histogram, fn() -> Histogram>,
+    pub flush_settles: Family<FormLabels, Histogram, fn() -> Histogram>,
+    pub flush_duration: Family<ModeLabels, Histogram, fn() -> Histogram>,
+    pub round_trips: Family<RoundTripLabels, Counter>,
+    pub outstanding: Family<SubscriptionLabels, Gauge>,
+    pub delay_set_entries: Family<KeyLabels, Gauge>,
+    pub group_pending: Family<GroupLabels, Gauge>,
+    pub group_lag: Family<GroupLabels, Gauge>,
+    pub published: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("window");
+        let m = Self {
+            subscriptions_open: Family::default(),
+            reads: Family::default(),
+            deliveries: Family::default(),
+            redeliveries: Family::default(),
+            reclaimed: Family::default(),
+            outcomes: Family::default(),
+            rejections: Family::default(),
+            flushes: Family::default(),
+            flush_commands: Family::new_with_constructor(size_histogram),
+            flush_settles: Family::new_with_constructor(size_histogram),
+            flush_duration: Family::new_with_constructor(latency_histogram),
+            round_trips: Family::default(),
+            outstanding: Family::default(),
+            delay_set_entries: Family::default(),
+            group_pending: Family::default(),
+            group_lag: Family::default(),
+            published: Counter::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "subscriptions_open",
+            "Subscriptions open now",
+            m.subscriptions_open.clone(),
+        );
+        r.register(
+            "reads",
+            "Reads from Redis that delivered entries",
+            m.reads.clone(),
+        );
+        r.register(
+            "deliveries",
+            "Deliveries handed to clients",
+            m.deliveries.clone(),
+        );
+        r.register(
+            "redeliveries",
+            "Deliveries of entries that were delivered before (own pending or claimed)",
+            m.redeliveries.clone(),
+        );
+        r.register(
+            "reclaimed_entries",
+            "Entries claimed from idle consumers (XAUTOCLAIM)",
+            m.reclaimed.clone(),
+        );
+        r.register("outcomes", "Outcomes accepted, by kind", m.outcomes.clone());
+        r.register(
+            "rejections",
+            "Commands and outcomes refused, by reason",
+            m.rejections.clone(),
+        );
+        r.register("flushes", "Flushes sent, by result", m.flushes.clone());
+        r.register(
+            "flush_commands",
+            "Side-effect commands per flush",
+            m.flush_commands.clone(),
+        );
+        r.register(
+            "flush_settles",
+            "Entries settled per flush",
+            m.flush_settles.clone(),
+        );
+        r.register_with_unit(
+            "flush_duration",
+            "Time from sending a flush to its last reply",
+            Unit::Seconds,
+            m.flush_duration.clone(),
+        );
+        r.register(
+            "redis_round_trips",
+            "Redis round trips made for subscriptions, by kind",
+            m.round_trips.clone(),
+        );
+        r.register(
+            "outstanding_deliveries",
+            "Deliveries handed out and not yet settled, per subscription",
+            m.outstanding.clone(),
+        );
+        r.register(
+            "delay_set_entries",
+            "Entries waiting in a delay set for their retry_after",
+            m.delay_set_entries.clone(),
+        );
+        r.register(
+            "group_pending_entries",
+            "Pending entries of a consumer group (XINFO GROUPS)",
+            m.group_pending.clone(),
+        );
+        r.register(
+            "group_lag_entries",
+            "Entries not yet read by a consumer group (XINFO GROUPS lag)",
+            m.group_lag.clone(),
+        );
+        r.register(
+            "published_entries",
+            "Entries appended through Publish",
+            m.published.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_conventional_names() {
+        let m = Metrics::new();
+        m.deliveries
+            .get_or_create(&FormLabels { form: "stream" })
+            .inc_by(3);
+        m.flush_duration
+            .get_or_create(&ModeLabels {
+                form: "stream",
+                mode: "pipeline",
+            })
+            .observe(0.002);
+        let text = m.encode();
+        assert!(
+            text.contains("window_deliveries_total{form=\"stream\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("window_flush_duration_seconds_bucket"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE window_published_entries counter"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,277 @@
+//! Subscriptions: the domain messages between the gRPC layer and a subscription, what all
+//! subscriptions share, and [`run`], which takes one Subscribe stream from its `open` to its end.
+//! The task that owns a window is in [`subscription`]; what operators see of it (admin view,
+//! spans, sampled gauges) is in [`observe`].
+
+mod observe;
+mod subscription;
+
+pub use observe::SubscriptionView;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use opentelemetry::trace::SpanContext;
+use thiserror::Error;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span};
+
+use crate::metrics::Metrics;
+use crate::redis::entry::Entry;
+use crate::redis::flush::FlushResult;
+use crate::redis::stream::{Mode, StreamSource};
+use crate::redis::{Redis, RedisError};
+use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
+use subscription::Subscription;
+
+/// Settings every session shares, from the configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub default_consumer: String,
+    pub max_commands_per_slot: usize,
+    pub shutdown_grace: Duration,
+    pub promote_interval: Duration,
+    pub reclaim_interval: Duration,
+    /// How often group pending, lag and delay-set depth are sampled for metrics.
+    pub sample_interval: Duration,
+    /// Whether spans are exported (links and contexts are only worked out then).
+    pub tracing: bool,
+}
+
+/// What all sessions of the process share.
+#[derive(Debug)]
+pub struct Shared {
+    pub redis: Redis,
+    pub settings: Settings,
+    /// Cancelled on SIGTERM/SIGINT: sessions stop reading and drain.
+    pub shutdown: CancellationToken,
+    pub metrics: Metrics,
+    /// Redis answers and the sidecar is not draining (readiness).
+    pub ready: AtomicBool,
+    next_id: AtomicU64,
+    /// (key, group, consumer) of open stream subscriptions: two readers with one consumer name
+    /// would read each other's pending entries.
+    consumers: Mutex<HashSet<(String, String, String)>>,
+    /// The admin view of every open subscription, by id.
+    views: Mutex<BTreeMap<String, SubscriptionView>>,
+}
+
+impl Shared {
+    pub fn new(redis: Redis, settings: Settings, shutdown: CancellationToken) -> Self {
+        Self {
+            redis,
+            settings,
+            shutdown,
+            metrics: Metrics::new(),
+            ready: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            consumers: Mutex::new(HashSet::new()),
+            views: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The admin view of every open subscription.
+    pub fn subscriptions(&self) -> Vec<SubscriptionView> {
+        self.views
+            .lock()
+            .expect("not poisoned")
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+/// A validated open request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenRequest {
+    pub source: Source,
+    pub count: u32,
+    pub block: Duration,
+    pub mode: Mode,
+    pub max_in_flight: u32,
+}
+
+/// What a subscription reads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// A stream through a consumer group. An empty consumer means the sidecar's default.
+    Stream(StreamSource),
+}
+
+/// A client message, converted and checked by the gRPC layer.
+#[derive(Debug)]
+pub enum ClientMessage {
+    Open(OpenRequest),
+    Batch(ClientBatch),
+}
+
+/// Commands and outcomes of one client message; items that failed conversion are errors here
+/// and become per-slot rejections.
+#[derive(Debug, Default)]
+pub struct ClientBatch {
+    pub commands: Vec<(SlotId, Result<Command, CommandError>)>,
+    pub outcomes: Vec<Result<SettleRequest, SlotError>>,
+}
+
+/// An outcome for a slot, with the client's reason and trace context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleRequest {
+    pub slot: SlotId,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    /// The client's span for handling the delivery, if it sent a valid one.
+    pub trace: Option<SpanContext>,
+}
+
+/// What the session tells the client.
+#[derive(Debug)]
+pub enum Event {
+    Opened(Opened),
+    Read {
+        read_id: ReadId,
+        first_slot: SlotId,
+        entries: Vec<Arc<Entry>>,
+        /// The read span's `traceparent`, for deliveries whose producer sent no context.
+        read_trace: Option<String>,
+    },
+    Flushed(FlushReport),
+    Rejected(Vec<SlotError>),
+}
+
+/// The settings in effect for an opened subscription.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    pub subscription_id: String,
+    /// The source with the consumer name in use filled in.
+    pub source: StreamSource,
+    pub request: OpenRequest,
+}
+
+/// The result of one flush, for the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlushReport {
+    pub read_id: ReadId,
+    pub segments_kept: usize,
+    pub segments_dropped: usize,
+    pub commands: usize,
+    pub settles: usize,
+    pub result: FlushResult,
+}
+
+/// Why a session ended the stream.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the first message of a subscription must be `open`")]
+    NotOpened,
+    #[error("the subscription is already open: send `open` only once per stream")]
+    SecondOpen,
+    #[error(
+        "consumer {consumer:?} is already reading {key:?} in group {group:?} on this sidecar; give each subscription its own consumer name (or wait for the other stream to close)"
+    )]
+    ConsumerBusy {
+        key: String,
+        group: String,
+        consumer: String,
+    },
+    #[error("cannot open the subscription: {0}")]
+    Redis(#[from] RedisError),
+    #[error(
+        "window-sidecar is shutting down; unsettled deliveries stay pending and will be delivered again"
+    )]
+    ShuttingDown,
+}
+
+/// An item of the client's stream as the session sees it.
+pub type Inbound = Result<ClientMessage, InboundError>;
+
+/// A client message that could not be used.
+#[derive(Debug, Error)]
+pub enum InboundError {
+    /// The message is malformed: the stream ends with INVALID_ARGUMENT.
+    #[error("{0}")]
+    Invalid(String),
+    /// The transport failed: the client is gone.
+    #[error("the client's stream failed: {0}")]
+    Transport(String),
+}
+
+/// Where a subscription's events go.
+type Outbound = mpsc::Sender<Result<Event, SessionError>>;
+
+/// Runs one subscription until the client leaves or shutdown completes.
+pub async fn run(
+    shared: Arc<Shared>,
+    mut inbound: impl Stream<Item = Inbound> + Unpin,
+    out: Outbound,
+) {
+    let open = tokio::select! {
+        first = inbound.next() => match first {
+            Some(Ok(ClientMessage::Open(open))) => open,
+            Some(Ok(ClientMessage::Batch(_))) => return fail(&out, SessionError::NotOpened).await,
+            Some(Err(InboundError::Invalid(msg))) => return fail(&out, SessionError::InvalidRequest(msg)).await,
+            Some(Err(InboundError::Transport(_))) | None => return,
+        },
+        () = shared.shutdown.cancelled() => return fail(&out, SessionError::ShuttingDown).await,
+    };
+    let id = format!("sub-{}", shared.next_id.fetch_add(1, Ordering::Relaxed));
+    let Source::Stream(mut source) = open.source.clone();
+    if source.consumer.is_empty() {
+        source.consumer = shared.settings.default_consumer.clone();
+    }
+    let span = info_span!("subscription", id = %id, key = %source.key, group = %source.group, consumer = %source.consumer);
+    async move {
+        let claim = (
+            source.key.clone(),
+            source.group.clone(),
+            source.consumer.clone(),
+        );
+        if !shared
+            .consumers
+            .lock()
+            .expect("not poisoned")
+            .insert(claim.clone())
+        {
+            let (key, group, consumer) = claim;
+            return fail(
+                &out,
+                SessionError::ConsumerBusy {
+                    key,
+                    group,
+                    consumer,
+                },
+            )
+            .await;
+        }
+        let _release = Release(&shared, claim);
+        match Subscription::open(&shared, id, source, open, &out).await {
+            Ok(session) => session.run(inbound).await,
+            Err(err) => fail(&out, err).await,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn fail(out: &Outbound, err: SessionError) {
+    debug!(error = %err, "ending the subscription stream");
+    let _ = out.send(Err(err)).await;
+}
+
+/// Frees a consumer name when its session ends, however it ends.
+struct Release<'a>(&'a Shared, (String, String, String));
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0
+            .consumers
+            .lock()
+            .expect("not poisoned")
+            .remove(&self.1);
+    }
+}

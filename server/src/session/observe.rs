@@ -1,0 +1,278 @@
+//! What operators see of a subscription: its admin view, its spans (one per read, one per
+//! flush, linked to the producers' and the client's contexts), and the gauges sampled from
+//! Redis (group pending and lag, delay-set depth).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use fred::prelude::*;
+use opentelemetry::global::{self, BoxedSpan};
+use opentelemetry::trace::{Link, Span, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+use serde::Serialize;
+use tracing::debug;
+
+use super::Shared;
+use crate::metrics::{GroupLabels, KeyLabels};
+use crate::redis::entry::{Entry, into_bytes};
+use crate::redis::flush::FlushResult;
+use crate::redis::stream::StreamKeys;
+use crate::redis::{arg, call};
+use crate::telemetry::{TRACER, parse_traceparent};
+use crate::window::{FlushBatch, Outcome, ReadId};
+
+/// One subscription as the admin endpoint shows it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SubscriptionView {
+    pub id: String,
+    pub form: &'static str,
+    pub key: String,
+    pub group: String,
+    pub consumer: String,
+    pub mode: &'static str,
+    pub count: u32,
+    pub max_in_flight: u32,
+    /// Seconds since the Unix epoch.
+    pub opened_at: u64,
+    /// Reads asked of Redis and not yet returned (0 or 1).
+    pub reads_in_flight: u32,
+    /// Reads with deliveries still outstanding.
+    pub open_reads: usize,
+    pub outstanding_deliveries: usize,
+    /// Acked segments waiting for their read's flush.
+    pub kept_segments: usize,
+    pub flushes_in_flight: usize,
+    pub draining: bool,
+    pub counters: Counters,
+}
+
+/// A subscription's counters since it opened.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    pub reads: u64,
+    pub deliveries: u64,
+    pub redeliveries: u64,
+    pub flushes: u64,
+    pub failed_flushes: u64,
+    pub rejections: u64,
+    pub outcomes: BTreeMap<&'static str, u64>,
+}
+
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// The producer's trace context an entry carries, if any.
+pub fn producer_context(entry: &Entry) -> Option<SpanContext> {
+    let traceparent = std::str::from_utf8(entry.header("traceparent")?).ok()?;
+    let tracestate = entry
+        .header("tracestate")
+        .and_then(|s| std::str::from_utf8(s).ok());
+    parse_traceparent(traceparent, tracestate)
+}
+
+/// Attributes every span of a subscription carries.
+pub fn subscription_attributes(view: &SubscriptionView) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("window.form", view.form),
+        KeyValue::new("window.subscription", view.key.clone()),
+        KeyValue::new("window.group", view.group.clone()),
+        KeyValue::new("window.consumer", view.consumer.clone()),
+        KeyValue::new("window.mode", view.mode),
+    ]
+}
+
+/// Records the span of one read: a new trace (so a trace exists even when producers sent no
+/// context) linked to each producer's context. Returns its context.
+pub fn read_span(
+    view: &SubscriptionView,
+    read_id: ReadId,
+    entries: &[Arc<Entry>],
+    redelivery: bool,
+    started: SystemTime,
+) -> SpanContext {
+    let tracer = global::tracer(TRACER);
+    let links: Vec<Link> = entries
+        .iter()
+        .filter_map(|e| producer_context(e))
+        .map(Link::with_context)
+        .collect();
+    let mut attributes = subscription_attributes(view);
+    attributes.extend([
+        KeyValue::new("window.read_id", read_id as i64),
+        KeyValue::new("window.deliveries", entries.len() as i64),
+        KeyValue::new("window.redelivery", redelivery),
+    ]);
+    let span = tracer
+        .span_builder("window.read")
+        .with_kind(SpanKind::Consumer)
+        .with_start_time(started)
+        .with_links(links)
+        .with_attributes(attributes)
+        .start_with_context(&tracer, &Context::new());
+    let context = span.span_context().clone();
+    drop(span); // ends it now
+    context
+}
+
+/// Starts the span of one flush: a child of its read's span, linked to every producer's
+/// context and to the client's own context for each settled delivery.
+pub fn flush_span(
+    view: &SubscriptionView,
+    batch: &FlushBatch<Arc<Entry>>,
+    read: Option<SpanContext>,
+    client: Vec<SpanContext>,
+    commands: usize,
+) -> BoxedSpan {
+    let tracer = global::tracer(TRACER);
+    let mut links: Vec<Link> = batch
+        .settles
+        .iter()
+        .filter_map(|s| producer_context(&s.entry))
+        .map(Link::with_context)
+        .collect();
+    links.extend(client.into_iter().map(Link::with_context));
+    let count = |f: fn(&Outcome) -> bool| batch.count_outcome(f) as i64;
+    let mut attributes = subscription_attributes(view);
+    attributes.extend([
+        KeyValue::new("window.read_id", batch.read_id as i64),
+        KeyValue::new("window.deliveries", batch.deliveries as i64),
+        KeyValue::new("window.segments.kept", batch.kept.len() as i64),
+        KeyValue::new("window.segments.dropped", batch.dropped_segments() as i64),
+        KeyValue::new("window.commands", commands as i64),
+        KeyValue::new("window.settles", batch.settles.len() as i64),
+        KeyValue::new("window.abandoned", batch.abandoned as i64),
+        KeyValue::new("window.outcomes.ack", count(|o| *o == Outcome::Ack)),
+        KeyValue::new("window.outcomes.drop", count(|o| *o == Outcome::Drop)),
+        KeyValue::new("window.outcomes.retry", count(|o| *o == Outcome::Retry)),
+        KeyValue::new(
+            "window.outcomes.retry_after",
+            count(|o| matches!(o, Outcome::RetryAfter(_))),
+        ),
+    ]);
+    let parent = match read {
+        Some(read) => Context::new().with_remote_span_context(read),
+        None => Context::new(),
+    };
+    tracer
+        .span_builder("window.flush")
+        .with_kind(SpanKind::Client)
+        .with_links(links)
+        .with_attributes(attributes)
+        .start_with_context(&tracer, &parent)
+}
+
+/// Ends a flush span with what Redis answered.
+pub fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
+    span.set_attribute(KeyValue::new("window.failed", result.failed as i64));
+    span.set_attribute(KeyValue::new("window.settle_failed", result.settle_failed));
+    if let Some(error) = &result.first_error {
+        span.set_attribute(KeyValue::new("error.message", error.clone()));
+        span.set_status(Status::error(error.clone()));
+    }
+    span.end();
+}
+
+/// Samples the group's pending count and lag and the delay set's depth into gauges, for as
+/// long as the subscription runs.
+pub async fn sample(shared: Arc<Shared>, keys: StreamKeys, every: Duration) {
+    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+    let group = GroupLabels {
+        key: text(&keys.key),
+        group: text(&keys.group),
+    };
+    let delayed = KeyLabels {
+        key: text(&keys.key),
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let client = shared.redis.pool();
+        match group_info(client, &keys).await {
+            Ok((pending, lag)) => {
+                shared
+                    .metrics
+                    .group_pending
+                    .get_or_create(&group)
+                    .set(pending);
+                if let Some(lag) = lag {
+                    shared.metrics.group_lag.get_or_create(&group).set(lag);
+                }
+            }
+            Err(err) => debug!(error = %err, "sampling XINFO GROUPS failed"),
+        }
+        if let Ok(Value::Integer(depth)) =
+            call(client, "ZCARD", vec![arg(&keys.delayed)], false).await
+        {
+            shared
+                .metrics
+                .delay_set_entries
+                .get_or_create(&delayed)
+                .set(depth);
+        }
+    }
+}
+
+/// Removes a closed subscription's sampled series.
+pub fn forget(shared: &Shared, keys: &StreamKeys) {
+    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+    let group = GroupLabels {
+        key: text(&keys.key),
+        group: text(&keys.group),
+    };
+    shared.metrics.group_pending.remove(&group);
+    shared.metrics.group_lag.remove(&group);
+    shared.metrics.delay_set_entries.remove(&KeyLabels {
+        key: text(&keys.key),
+    });
+}
+
+/// The group's `pending` and `lag` from XINFO GROUPS (lag is nil when Redis cannot tell).
+async fn group_info(
+    client: &Client,
+    keys: &StreamKeys,
+) -> Result<(i64, Option<i64>), crate::redis::RedisError> {
+    let Value::Array(groups) = call(
+        client,
+        "XINFO",
+        vec![Value::from("GROUPS"), arg(&keys.key)],
+        false,
+    )
+    .await?
+    else {
+        return Ok((0, None));
+    };
+    for group in groups {
+        let fields: Vec<Value> = match group {
+            Value::Array(fields) => fields,
+            Value::Map(map) => map
+                .inner()
+                .into_iter()
+                .flat_map(|(k, v)| [Value::from(k), v])
+                .collect(),
+            _ => continue,
+        };
+        let mut name = None;
+        let mut pending = 0;
+        let mut lag = None;
+        for pair in fields.chunks(2) {
+            let [field, value] = pair else { continue };
+            match field.as_str().as_deref() {
+                Some("name") => name = into_bytes(value.clone()),
+                Some("pending") => pending = value.as_i64().unwrap_or(0),
+                Some("lag") => lag = value.as_i64(),
+                _ => {}
+            }
+        }
+        if name.as_ref() == Some(&keys.group) {
+            return Ok((pending, lag));
+        }
+    }
+    Ok((0, None))
+}

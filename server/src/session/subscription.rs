@@ -1,0 +1,696 @@
+//! The task that owns one subscription's window. It `select!`s over the client's messages, the
+//! reads, the flush reports and shutdown. Reads run on a reader task with the subscription's
+//! dedicated connection; flushes run in order on a flusher task over the pool, so the client
+//! never waits for a flush before getting the next read.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use fred::interfaces::ClientLike;
+use futures::{Stream, StreamExt};
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::SpanContext;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info, warn};
+
+use super::observe::{self, SubscriptionView};
+use super::{
+    ClientBatch, ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Opened,
+    Outbound, SessionError, Shared,
+};
+use crate::metrics::{
+    FlushLabels, FormLabels, ModeLabels, OutcomeLabels, ReasonLabels, RoundTripLabels,
+    SubscriptionLabels,
+};
+use crate::redis::entry::Entry;
+use crate::redis::flush::{self, FlushPlan, FlushResult};
+use crate::redis::stream::{self, Mode, ReadBatch, StreamKeys, StreamReader, StreamSource};
+use crate::redis::{Redis, RedisError};
+use crate::telemetry::format_traceparent;
+use crate::window::{FlushBatch, Limits, ReadId, SlotError, SlotId, Window};
+
+const FORM: &str = "stream";
+
+/// A flush handed to the flusher task.
+struct FlushJob {
+    report: FlushReport,
+    plan: FlushPlan,
+    span: Option<BoxedSpan>,
+}
+
+enum ReaderCommand {
+    Read { count: u32 },
+    RereadPending,
+}
+
+/// One open subscription.
+pub(super) struct Subscription<'a> {
+    shared: Arc<Shared>,
+    request: OpenRequest,
+    source: StreamSource,
+    keys: StreamKeys,
+    window: Window<Arc<Entry>>,
+    out: &'a Outbound,
+    reader_tx: mpsc::Sender<ReaderCommand>,
+    reader_rx: mpsc::Receiver<Result<ReadBatch, RedisError>>,
+    reader: JoinHandle<()>,
+    reader_client: fred::clients::Client,
+    /// Taken at close, which ends the flusher once it has sent what it was given.
+    flush_tx: Option<mpsc::UnboundedSender<FlushJob>>,
+    flush_rx: mpsc::UnboundedReceiver<FlushReport>,
+    flusher: JoinHandle<()>,
+    /// Background tasks that live as long as the subscription (promoter, sampler).
+    helpers: Vec<JoinHandle<()>>,
+    /// When the read under way was asked for; `None` when no read is under way.
+    reading_since: Option<SystemTime>,
+    /// Flushes handed to the flusher whose reports have not come back.
+    flushing: usize,
+    /// The client is still there to receive messages.
+    client_here: bool,
+    /// Consecutive failed reads, for backoff.
+    read_failures: u32,
+    retry_read_at: Option<Instant>,
+    /// Shutdown began: no more reads; ends at this deadline at the latest.
+    draining_until: Option<Instant>,
+    /// Spans of reads not yet flushed, and the client's contexts of settled slots, while
+    /// tracing is on.
+    read_spans: HashMap<ReadId, SpanContext>,
+    client_spans: HashMap<SlotId, SpanContext>,
+    view: SubscriptionView,
+    labels: Labels,
+}
+
+/// Metric labels of this subscription, built once.
+struct Labels {
+    form: FormLabels,
+    subscription: SubscriptionLabels,
+}
+
+impl<'a> Subscription<'a> {
+    pub(super) async fn open(
+        shared: &Arc<Shared>,
+        id: String,
+        source: StreamSource,
+        request: OpenRequest,
+        out: &'a Outbound,
+    ) -> Result<Subscription<'a>, SessionError> {
+        let redis = &shared.redis;
+        stream::ensure_group(redis.pool(), &source).await?;
+        let reader_client = redis.dedicated_client().await?;
+        let keys = StreamKeys::new(&source);
+
+        let (reader_tx, commands) = mpsc::channel::<ReaderCommand>(4);
+        let (results, reader_rx) = mpsc::channel(1);
+        let reader = StreamReader::new(
+            reader_client.clone(),
+            &source,
+            request.block,
+            shared.settings.reclaim_interval,
+        );
+        let reader = tokio::spawn(read_loop(reader, commands, results).in_current_span());
+
+        let (flush_tx, jobs) = mpsc::unbounded_channel::<FlushJob>();
+        let (reports, flush_rx) = mpsc::unbounded_channel();
+        let flusher = tokio::spawn(
+            flush_loop(
+                redis.clone(),
+                Arc::clone(shared),
+                request.mode,
+                jobs,
+                reports,
+            )
+            .in_current_span(),
+        );
+        let helpers = vec![
+            tokio::spawn(
+                promote(
+                    redis.clone(),
+                    keys.clone(),
+                    shared.settings.promote_interval,
+                )
+                .in_current_span(),
+            ),
+            tokio::spawn(
+                observe::sample(
+                    Arc::clone(shared),
+                    keys.clone(),
+                    shared.settings.sample_interval,
+                )
+                .in_current_span(),
+            ),
+        ];
+
+        let view = SubscriptionView {
+            id: id.clone(),
+            form: FORM,
+            key: source.key.clone(),
+            group: source.group.clone(),
+            consumer: source.consumer.clone(),
+            mode: request.mode.as_str(),
+            count: request.count,
+            max_in_flight: request.max_in_flight,
+            opened_at: observe::now_unix(),
+            ..Default::default()
+        };
+        let labels = Labels {
+            form: FormLabels { form: FORM },
+            subscription: SubscriptionLabels {
+                key: source.key.clone(),
+                group: source.group.clone(),
+                consumer: source.consumer.clone(),
+            },
+        };
+        shared
+            .metrics
+            .subscriptions_open
+            .get_or_create(&labels.form)
+            .inc();
+        info!(
+            count = request.count,
+            mode = request.mode.as_str(),
+            max_in_flight = request.max_in_flight,
+            "subscription opened"
+        );
+        let opened = Opened {
+            subscription_id: id,
+            source: source.clone(),
+            request: request.clone(),
+        };
+        let mut subscription = Subscription {
+            shared: Arc::clone(shared),
+            window: Window::new(Limits {
+                max_commands_per_slot: shared.settings.max_commands_per_slot,
+            }),
+            out,
+            reader_tx,
+            reader_rx,
+            reader,
+            reader_client,
+            flush_tx: Some(flush_tx),
+            flush_rx,
+            flusher,
+            helpers,
+            reading_since: None,
+            flushing: 0,
+            client_here: true,
+            read_failures: 0,
+            retry_read_at: None,
+            draining_until: None,
+            read_spans: HashMap::new(),
+            client_spans: HashMap::new(),
+            view,
+            labels,
+            request,
+            source,
+            keys,
+        };
+        subscription.publish_view();
+        subscription.send(Event::Opened(opened)).await;
+        Ok(subscription)
+    }
+
+    pub(super) async fn run(mut self, mut inbound: impl Stream<Item = Inbound> + Unpin) {
+        let mut ended_with: Option<SessionError> = None;
+        loop {
+            if self.draining_until.is_none() && self.client_here {
+                self.request_read().await;
+            }
+            self.publish_view();
+            if self.draining_until.is_some() && self.window.outstanding() == 0 {
+                break;
+            }
+            tokio::select! {
+                // Cancel-safe: a message is either returned or left in the stream.
+                message = inbound.next() => match message {
+                    Some(Ok(ClientMessage::Batch(batch))) => self.apply(batch).await,
+                    Some(Ok(ClientMessage::Open(_))) => {
+                        ended_with = Some(SessionError::SecondOpen);
+                        break;
+                    }
+                    Some(Err(InboundError::Invalid(msg))) => {
+                        ended_with = Some(SessionError::InvalidRequest(msg));
+                        break;
+                    }
+                    // The client half-closed: it reads no further deliveries but still
+                    // gets the reports of what it settled.
+                    None => break,
+                    Some(Err(InboundError::Transport(_))) => {
+                        self.client_here = false;
+                        break;
+                    }
+                },
+                // Cancel-safe: mpsc receive.
+                Some(batch) = self.reader_rx.recv() => {
+                    let started = self.reading_since.take();
+                    // While draining, entries read now stay pending and come back later.
+                    if self.draining_until.is_none() {
+                        self.deliver(batch, started.unwrap_or_else(SystemTime::now)).await;
+                    }
+                }
+                // Cancel-safe: mpsc receive.
+                Some(report) = self.flush_rx.recv() => self.reported(report).await,
+                () = self.shared.shutdown.cancelled(), if self.draining_until.is_none() => {
+                    let grace = self.shared.settings.shutdown_grace;
+                    info!(outstanding = self.window.outstanding(), ?grace, "shutdown: waiting for outstanding outcomes");
+                    self.draining_until = Some(Instant::now() + grace);
+                    self.view.draining = true;
+                    ended_with = Some(SessionError::ShuttingDown);
+                }
+                () = sleep_until(self.draining_until) => break,
+                () = sleep_until(self.retry_read_at) => self.retry_read_at = None,
+            }
+            if !self.client_here {
+                break;
+            }
+        }
+        self.close(ended_with).await;
+    }
+
+    /// Asks the reader for more when the window has room and no read is under way.
+    async fn request_read(&mut self) {
+        let room = (self.request.max_in_flight as usize).saturating_sub(self.window.outstanding());
+        if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
+            return;
+        }
+        let count = room.min(self.request.count as usize) as u32;
+        if self
+            .reader_tx
+            .send(ReaderCommand::Read { count })
+            .await
+            .is_ok()
+        {
+            self.reading_since = Some(SystemTime::now());
+        }
+    }
+
+    async fn deliver(&mut self, batch: Result<ReadBatch, RedisError>, started: SystemTime) {
+        let batch = match batch {
+            Ok(batch) => {
+                self.read_failures = 0;
+                batch
+            }
+            Err(err) => return self.read_failed(err).await,
+        };
+        let metrics = &self.shared.metrics;
+        for (kind, n) in [
+            ("read", batch.reads),
+            ("claim", batch.claims),
+            ("pending_counts", batch.count_lookups),
+        ] {
+            if n > 0 {
+                metrics
+                    .round_trips
+                    .get_or_create(&RoundTripLabels { form: FORM, kind })
+                    .inc_by(n.into());
+            }
+        }
+        let mut entries = batch.entries;
+        if batch.redelivery {
+            // A pending or claimed entry may be one this window already handed out.
+            let outstanding: HashSet<&Bytes> =
+                self.window.outstanding_entries().map(|e| &e.id).collect();
+            entries.retain(|e| !outstanding.contains(&e.id));
+        }
+        let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
+        let Some(read) = self.window.open_read(entries.clone()) else {
+            return;
+        };
+        let n = entries.len() as u64;
+        metrics.reads.get_or_create(&self.labels.form).inc();
+        metrics
+            .deliveries
+            .get_or_create(&self.labels.form)
+            .inc_by(n);
+        metrics
+            .reclaimed
+            .get_or_create(&self.labels.form)
+            .inc_by(batch.claimed as u64);
+        self.view.counters.reads += 1;
+        self.view.counters.deliveries += n;
+        if batch.redelivery {
+            metrics
+                .redeliveries
+                .get_or_create(&self.labels.form)
+                .inc_by(n);
+            self.view.counters.redeliveries += n;
+        }
+        let read_trace = if self.shared.settings.tracing {
+            let context = observe::read_span(
+                &self.view,
+                read.read_id,
+                &entries,
+                batch.redelivery,
+                started,
+            );
+            let traceparent = format_traceparent(&context);
+            self.read_spans.insert(read.read_id, context);
+            traceparent
+        } else {
+            None
+        };
+        self.send(Event::Read {
+            read_id: read.read_id,
+            first_slot: read.first_slot,
+            entries,
+            read_trace,
+        })
+        .await;
+    }
+
+    async fn read_failed(&mut self, err: RedisError) {
+        self.read_failures += 1;
+        let backoff = Duration::from_millis(100 << self.read_failures.min(5));
+        if self.read_failures == 1 {
+            warn!(error = %err, "read failed; retrying");
+        }
+        if let RedisError::Refused { message, .. } = &err
+            && message.starts_with("NOGROUP")
+        {
+            // The group was deleted under us: recreate it and go on.
+            let _ = stream::ensure_group(self.shared.redis.pool(), &self.source).await;
+        }
+        self.retry_read_at = Some(Instant::now() + backoff);
+    }
+
+    async fn apply(&mut self, batch: ClientBatch) {
+        let mut rejected = Vec::new();
+        for (slot, command) in batch.commands {
+            if let Err(err) = self.window.queue(slot, command) {
+                rejected.push(err);
+            }
+        }
+        for outcome in batch.outcomes {
+            let result = outcome.and_then(|settle| {
+                let flush = self
+                    .window
+                    .settle(settle.slot, settle.outcome, settle.reason)?;
+                let kind = settle.outcome.as_str();
+                self.shared
+                    .metrics
+                    .outcomes
+                    .get_or_create(&OutcomeLabels {
+                        form: FORM,
+                        outcome: kind,
+                    })
+                    .inc();
+                *self.view.counters.outcomes.entry(kind).or_default() += 1;
+                if let Some(trace) = settle.trace.filter(|_| self.shared.settings.tracing) {
+                    self.client_spans.insert(settle.slot, trace);
+                }
+                Ok(flush)
+            });
+            match result {
+                Ok(Some(batch)) => self.flush(batch),
+                Ok(None) => {}
+                Err(err) => rejected.push(err),
+            }
+        }
+        if !rejected.is_empty() {
+            for err in &rejected {
+                self.shared
+                    .metrics
+                    .rejections
+                    .get_or_create(&ReasonLabels {
+                        reason: rejection_reason(err),
+                    })
+                    .inc();
+            }
+            self.view.counters.rejections += rejected.len() as u64;
+            self.send(Event::Rejected(rejected)).await;
+        }
+    }
+
+    fn flush(&mut self, batch: FlushBatch<Arc<Entry>>) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        let plan = stream::plan_flush(&self.keys, &batch, self.request.mode, now_ms);
+        let span = self.shared.settings.tracing.then(|| {
+            let client = batch
+                .settles
+                .iter()
+                .filter_map(|s| self.client_spans.remove(&s.slot))
+                .collect();
+            let read = self.read_spans.remove(&batch.read_id);
+            observe::flush_span(&self.view, &batch, read, client, plan.side_effects)
+        });
+        let report = FlushReport {
+            read_id: batch.read_id,
+            segments_kept: batch.kept.len(),
+            segments_dropped: batch.dropped_segments(),
+            commands: plan.side_effects,
+            settles: plan.settles,
+            result: FlushResult::default(),
+        };
+        let Some(flush_tx) = &self.flush_tx else {
+            return;
+        };
+        if flush_tx.send(FlushJob { report, plan, span }).is_ok() {
+            self.flushing += 1;
+        }
+    }
+
+    async fn reported(&mut self, report: FlushReport) {
+        self.flushing -= 1;
+        self.view.counters.flushes += 1;
+        if !report.result.ok() {
+            self.view.counters.failed_flushes += 1;
+            warn!(
+                read_id = report.read_id,
+                commands = report.commands,
+                settles = report.settles,
+                failed = report.result.failed,
+                settle_failed = report.result.settle_failed,
+                error = report.result.first_error.as_deref().unwrap_or(""),
+                "flush failed"
+            );
+            if report.result.settle_failed {
+                // The read's entries are still pending on this consumer: read them again.
+                let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
+            }
+        }
+        self.send(Event::Flushed(report)).await;
+    }
+
+    async fn send(&mut self, event: Event) {
+        if self.client_here && self.out.send(Ok(event)).await.is_err() {
+            // The response stream was dropped: the client is gone.
+            self.client_here = false;
+        }
+    }
+
+    /// Refreshes the admin view and the outstanding gauge.
+    fn publish_view(&mut self) {
+        self.view.reads_in_flight = u32::from(self.reading_since.is_some());
+        self.view.open_reads = self.window.open_reads();
+        self.view.outstanding_deliveries = self.window.outstanding();
+        self.view.kept_segments = self.window.kept_segments();
+        self.view.flushes_in_flight = self.flushing;
+        self.shared
+            .metrics
+            .outstanding
+            .get_or_create(&self.labels.subscription)
+            .set(self.window.outstanding() as i64);
+        self.shared
+            .views
+            .lock()
+            .expect("not poisoned")
+            .insert(self.view.id.clone(), self.view.clone());
+    }
+
+    /// Abandons what is outstanding, flushes what is owed and waits for it, then ends the
+    /// stream.
+    async fn close(mut self, ended_with: Option<SessionError>) {
+        let abandoned = self.window.outstanding();
+        let batches = self.window.abandon_all();
+        let owed = batches.len();
+        for batch in batches {
+            self.flush(batch);
+        }
+        self.flush_tx = None;
+        while self.flushing > 0 {
+            match self.flush_rx.recv().await {
+                Some(report) => self.reported(report).await,
+                None => break,
+            }
+        }
+        let _ = (&mut self.flusher).await;
+        for helper in &self.helpers {
+            helper.abort();
+        }
+        // The reader may be blocked in XREADGROUP: stop it and close its connection. Entries
+        // that read delivered stay pending on this consumer and come back.
+        self.reader.abort();
+        let client = self.reader_client.clone();
+        tokio::spawn(async move {
+            let _ = client.quit().await;
+        });
+
+        let metrics = &self.shared.metrics;
+        metrics
+            .subscriptions_open
+            .get_or_create(&self.labels.form)
+            .dec();
+        metrics.outstanding.remove(&self.labels.subscription);
+        observe::forget(&self.shared, &self.keys);
+        self.shared
+            .views
+            .lock()
+            .expect("not poisoned")
+            .remove(&self.view.id);
+        let c = &self.view.counters;
+        info!(
+            reads = c.reads,
+            deliveries = c.deliveries,
+            flushes = c.flushes,
+            failed_flushes = c.failed_flushes,
+            flushed_at_close = owed,
+            left_pending = abandoned,
+            outcomes = ?c.outcomes,
+            "subscription closed"
+        );
+        if let Some(err) = ended_with
+            && self.client_here
+        {
+            let _ = self.out.send(Err(err)).await;
+        }
+    }
+}
+
+/// The rejection reason label of a slot error.
+fn rejection_reason(err: &SlotError) -> &'static str {
+    match err {
+        SlotError::UnknownSlot(_) => "unknown_slot",
+        SlotError::AlreadySettled(_) => "already_settled",
+        SlotError::InvalidCommand { source, .. } => match source {
+            crate::window::CommandError::Forbidden { .. } => "forbidden_command",
+            _ => "invalid_command",
+        },
+        SlotError::TooManyCommands { .. } => "invalid_command",
+        SlotError::InvalidOutcome { .. } => "invalid_outcome",
+        SlotError::IncompleteSegment(_) => "incomplete_segment",
+    }
+}
+
+/// Serves read requests on the subscription's dedicated connection.
+async fn read_loop(
+    mut reader: StreamReader,
+    mut commands: mpsc::Receiver<ReaderCommand>,
+    results: mpsc::Sender<Result<ReadBatch, RedisError>>,
+) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            ReaderCommand::RereadPending => reader.reread_pending(),
+            ReaderCommand::Read { count } => {
+                let batch = reader.read(count).await;
+                if results.send(batch).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    reader.close().await;
+}
+
+/// Runs flushes one after another, so side effects of later reads never overtake earlier ones.
+/// The queue is bounded by the in-flight limit: one job per read.
+async fn flush_loop(
+    redis: Redis,
+    shared: Arc<Shared>,
+    mode: Mode,
+    mut jobs: mpsc::UnboundedReceiver<FlushJob>,
+    reports: mpsc::UnboundedSender<FlushReport>,
+) {
+    let metrics = &shared.metrics;
+    let form = FormLabels { form: FORM };
+    let duration = metrics
+        .flush_duration
+        .get_or_create(&ModeLabels {
+            form: FORM,
+            mode: mode.as_str(),
+        })
+        .clone();
+    let round_trips = metrics
+        .round_trips
+        .get_or_create(&RoundTripLabels {
+            form: FORM,
+            kind: "flush",
+        })
+        .clone();
+    while let Some(FlushJob {
+        mut report,
+        plan,
+        span,
+    }) = jobs.recv().await
+    {
+        let started = Instant::now();
+        report.result = flush::execute(redis.pool(), &plan).await;
+        duration.observe(started.elapsed().as_secs_f64());
+        round_trips.inc();
+        let result = if report.result.ok() { "ok" } else { "failed" };
+        metrics
+            .flushes
+            .get_or_create(&FlushLabels {
+                form: FORM,
+                mode: mode.as_str(),
+                result,
+            })
+            .inc();
+        metrics
+            .flush_commands
+            .get_or_create(&form)
+            .observe(report.commands as f64);
+        metrics
+            .flush_settles
+            .get_or_create(&form)
+            .observe(report.settles as f64);
+        if let Some(span) = span {
+            observe::end_flush_span(span, &report.result);
+        }
+        if reports.send(report).is_err() {
+            break;
+        }
+    }
+}
+
+/// Sleeps until the deadline, or forever when there is none.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Moves due retry_after entries back into the stream, for as long as the subscription runs.
+async fn promote(redis: Redis, keys: StreamKeys, every: Duration) {
+    const LIMIT: u32 = 256;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        loop {
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or_default();
+            match stream::promote_due(redis.pool(), &keys, now_ms, LIMIT).await {
+                Ok(n) if n == u64::from(LIMIT) => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        debug!(promoted = n, "retry_after entries are due again");
+                    }
+                    break;
+                }
+                Err(err) => {
+                    debug!(error = %err, "promoting delayed entries failed; will try again");
+                    break;
+                }
+            }
+        }
+    }
+}
