@@ -73,6 +73,16 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Every rejection reason label.
+pub const REJECTION_REASONS: [&str; 6] = [
+    "unknown_slot",
+    "already_settled",
+    "invalid_command",
+    "forbidden_command",
+    "invalid_outcome",
+    "incomplete_segment",
+];
+
 fn size_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
 }
@@ -213,7 +223,36 @@ impl Metrics {
             "Entries appended through Publish",
             m.published.clone(),
         );
+        // Series that exist from the start read as 0 rather than missing in queries and alerts.
+        for reason in REJECTION_REASONS {
+            m.rejections
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(0);
+        }
         Self { registry, ..m }
+    }
+
+    /// Creates the series of a form and mode at 0, when a subscription of it opens.
+    pub fn touch(&self, form: &'static str, mode: &'static str) {
+        let f = FormLabels { form };
+        for family in [
+            &self.reads,
+            &self.deliveries,
+            &self.redeliveries,
+            &self.reclaimed,
+        ] {
+            family.get_or_create(&f).inc_by(0);
+        }
+        for outcome in ["ack", "drop", "retry", "retry_after"] {
+            self.outcomes
+                .get_or_create(&OutcomeLabels { form, outcome })
+                .inc_by(0);
+        }
+        for result in ["ok", "failed"] {
+            self.flushes
+                .get_or_create(&FlushLabels { form, mode, result })
+                .inc_by(0);
+        }
     }
 
     /// The Prometheus text exposition of every metric.

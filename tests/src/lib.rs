@@ -88,6 +88,36 @@ impl Sidecar {
     }
 }
 
+/// `GET path` on a local HTTP endpoint: the status code and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+/// The value of one sample in a Prometheus text exposition (`name{labels}` exactly as written,
+/// labels in the order the sidecar writes them), or 0 when absent.
+pub fn sample(exposition: &str, series: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
 /// An `open` for a stream subscription.
 pub fn stream_open(key: &str, group: &str, consumer: &str, count: u32) -> proto::Open {
     proto::Open {

@@ -164,6 +164,7 @@ impl<'a> Subscription<'a> {
                 consumer: source.consumer.clone(),
             },
         };
+        shared.metrics.touch(FORM, request.mode.as_str());
         shared
             .metrics
             .subscriptions_open
