@@ -1,0 +1,375 @@
+//! Traces and logs of the real binary: spans exported over OTLP/gRPC to an in-process receiver,
+//! and JSON log lines.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::*;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::metadata::MetadataValue;
+use window_sidecar::proto::subscribe_request::Kind as Request;
+use window_sidecar::proto::subscribe_response::Kind as Response;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
+use window_sidecar::proto::{self, OutcomeKind};
+use window_sidecar_harness::{RedisServer, free_port};
+
+const BIN: &str = env!("CARGO_BIN_EXE_window-sidecar");
+const PRODUCER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const CLIENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-b9c7c989f97918e1-01";
+
+/// An OTLP trace receiver that keeps every span it is sent.
+#[derive(Clone, Default)]
+struct Receiver {
+    spans: Arc<Mutex<Vec<Span>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut spans = self.spans.lock().unwrap();
+        for resource in request.into_inner().resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attr(span: &Span, key: &str) -> Option<AnyValue> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.clone()?.value)
+}
+
+fn int(span: &Span, key: &str) -> i64 {
+    match attr(span, key) {
+        Some(AnyValue::IntValue(v)) => v,
+        other => panic!("{key} is {other:?} on {}", span.name),
+    }
+}
+
+/// The sidecar binary with OTLP export to `otlp` and JSON logs; stderr lines are collected.
+struct Sidecar {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Sidecar {
+    fn start(redis: &str, listen: &str, otlp: &str) -> Self {
+        let mut child = Command::new(BIN)
+            .args([
+                "--redis-url",
+                redis,
+                "--listen",
+                listen,
+                "--log-format",
+                "json",
+            ])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .env("OTEL_SERVICE_NAME", "window-sidecar-test")
+            .env("RUST_LOG", "info")
+            .env("WINDOW_REDIS_TIMEOUT", "2s")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self { child, lines }
+    }
+
+    fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..200 {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the sidecar did not stop");
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(addr: &str) -> WindowServiceClient<tonic::transport::Channel> {
+    for _ in 0..100 {
+        if let Ok(client) = WindowServiceClient::connect(format!("http://{addr}")).await {
+            return client;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the sidecar did not listen on {addr}");
+}
+
+// Multi-threaded: the in-process receiver must keep answering while the test thread waits for
+// the sidecar to exit (it exports its last spans on the way out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
+    let receiver = Receiver::default();
+    let otlp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let otlp_addr = otlp.local_addr().unwrap();
+    let collector = receiver.clone();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector))
+            .serve_with_incoming(TcpListenerStream::new(otlp))
+            .await
+    });
+
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let _: () = inspect
+        .set("a-string", "x", None, None, false)
+        .await
+        .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = Sidecar::start(&redis.url(), &listen, &format!("http://{otlp_addr}"));
+    let mut client = connect(&listen).await;
+
+    // A producer with its own trace context publishes one order.
+    let mut publish = tonic::Request::new(proto::PublishRequest {
+        stream: "orders".into(),
+        entries: vec![proto::PublishEntry {
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+        max_len: 0,
+    });
+    publish
+        .metadata_mut()
+        .insert("traceparent", MetadataValue::from_static(PRODUCER));
+    client.publish(publish).await.unwrap();
+    // Another entry is written without any context, straight to Redis.
+    let _: String = inspect
+        .xadd("orders", false, None, "*", vec![("plain", "1")])
+        .await
+        .unwrap();
+
+    let (tx, rx) = mpsc::channel(8);
+    let open = proto::Open {
+        source: Some(proto::open::Source::Stream(proto::StreamSource {
+            key: "orders".into(),
+            group: "g".into(),
+            consumer: "c".into(),
+            ..Default::default()
+        })),
+        count: 1,
+        ..Default::default()
+    };
+    tx.send(proto::SubscribeRequest {
+        kind: Some(Request::Open(open)),
+    })
+    .await
+    .unwrap();
+    let mut stream = client
+        .subscribe(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut deliveries = Vec::new();
+    let mut reports = Vec::new();
+    while reports.len() < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("a message in time")
+            .unwrap()
+            .expect("the stream is open");
+        match message.kind {
+            Some(Response::Read(read)) => {
+                let d = read.deliveries[0].clone();
+                let first = deliveries.is_empty();
+                // The first read's side effect succeeds, the second's fails (WRONGTYPE).
+                let key = if first { "ok-counter" } else { "a-string" };
+                let name = if first { "INCR" } else { "LPUSH" };
+                let mut args = vec![bytes::Bytes::from(key)];
+                if !first {
+                    args.push("v".into());
+                }
+                let batch = proto::Batch {
+                    commands: vec![proto::QueuedCommand {
+                        slot: d.slot,
+                        name: name.into(),
+                        args,
+                    }],
+                    outcomes: vec![proto::Outcome {
+                        slot: d.slot,
+                        kind: OutcomeKind::Ack as i32,
+                        trace: first.then(|| proto::TraceContext {
+                            traceparent: CLIENT.into(),
+                            tracestate: String::new(),
+                        }),
+                        ..Default::default()
+                    }],
+                };
+                tx.send(proto::SubscribeRequest {
+                    kind: Some(Request::Batch(batch)),
+                })
+                .await
+                .unwrap();
+                deliveries.push(d);
+            }
+            Some(Response::Flush(report)) => reports.push(report),
+            _ => {}
+        }
+    }
+    assert!(reports[0].ok);
+    assert!(!reports[1].ok);
+    drop(tx);
+    drop(stream);
+    sidecar.terminate();
+
+    let spans = receiver.spans.lock().unwrap().clone();
+    let named = |name: &str| {
+        spans
+            .iter()
+            .filter(|s| s.name == name)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let producer_trace = &PRODUCER[3..35];
+
+    // Publish continues the producer's trace.
+    let publish = named("window.publish");
+    assert_eq!(publish.len(), 1, "{spans:#?}");
+    assert_eq!(hex(&publish[0].trace_id), producer_trace);
+    assert_eq!(hex(&publish[0].parent_span_id), &PRODUCER[36..52]);
+    let publish_span = hex(&publish[0].span_id);
+
+    // The first delivery carries the producer's (publish span's) context; the second, which
+    // came with none, carries its read span's context.
+    let first_trace = deliveries[0].trace.as_ref().unwrap().traceparent.clone();
+    assert_eq!(
+        first_trace,
+        format!("00-{producer_trace}-{publish_span}-01")
+    );
+    let reads = named("window.read");
+    assert_eq!(reads.len(), 2, "{spans:#?}");
+    let by_read: HashMap<i64, &Span> = reads
+        .iter()
+        .map(|s| (int(s, "window.read_id"), s))
+        .collect();
+    let read1 = by_read[&1];
+    let read2 = by_read[&2];
+    assert!(read1.parent_span_id.is_empty(), "a read span is a root");
+    assert_eq!(read1.links.len(), 1);
+    assert_eq!(hex(&read1.links[0].trace_id), producer_trace);
+    assert_eq!(hex(&read1.links[0].span_id), publish_span);
+    assert!(read2.links.is_empty(), "no producer context, still a trace");
+    let second_trace = &deliveries[1].trace.as_ref().unwrap().traceparent;
+    assert_eq!(
+        second_trace,
+        &format!("00-{}-{}-01", hex(&read2.trace_id), hex(&read2.span_id))
+    );
+
+    // One flush span per read, a child of its read span, linked to producer and client.
+    let flushes = named("window.flush");
+    assert_eq!(flushes.len(), 2, "{spans:#?}");
+    let flush1 = flushes
+        .iter()
+        .find(|s| int(s, "window.read_id") == 1)
+        .unwrap();
+    assert_eq!(flush1.trace_id, read1.trace_id);
+    assert_eq!(flush1.parent_span_id, read1.span_id);
+    let links: Vec<(String, String)> = flush1
+        .links
+        .iter()
+        .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+        .collect();
+    assert!(
+        links.contains(&(producer_trace.to_owned(), publish_span.clone())),
+        "{links:?}"
+    );
+    assert!(
+        links.contains(&(CLIENT[3..35].to_owned(), CLIENT[36..52].to_owned())),
+        "{links:?}"
+    );
+    for (key, value) in [
+        ("window.deliveries", 1),
+        ("window.segments.kept", 1),
+        ("window.segments.dropped", 0),
+        ("window.commands", 1),
+        ("window.settles", 1),
+        ("window.outcomes.ack", 1),
+        ("window.outcomes.drop", 0),
+    ] {
+        assert_eq!(int(flush1, key), value, "{key}");
+    }
+    assert!(
+        matches!(attr(flush1, "window.subscription"), Some(AnyValue::StringValue(s)) if s == "orders")
+    );
+    assert!(matches!(attr(flush1, "window.form"), Some(AnyValue::StringValue(s)) if s == "stream"));
+    assert!(
+        matches!(attr(flush1, "window.mode"), Some(AnyValue::StringValue(s)) if s == "pipeline")
+    );
+    assert_ne!(
+        flush1.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Error as i32)
+    );
+    let flush2 = flushes
+        .iter()
+        .find(|s| int(s, "window.read_id") == 2)
+        .unwrap();
+    let status = flush2.status.as_ref().unwrap();
+    assert_eq!(status.code, StatusCode::Error as i32);
+    assert!(status.message.contains("WRONGTYPE"), "{}", status.message);
+
+    // Every log line is JSON; the subscription's open, failed flush and close are there.
+    let lines = sidecar.lines.lock().unwrap().clone();
+    assert!(!lines.is_empty());
+    let mut messages = Vec::new();
+    for line in &lines {
+        let json: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        messages.push(json["message"].as_str().unwrap_or_default().to_owned());
+    }
+    for expected in [
+        "subscription opened",
+        "flush failed",
+        "subscription closed",
+        "window-sidecar stopped",
+    ] {
+        assert!(
+            messages.iter().any(|m| m == expected),
+            "no {expected:?} in {messages:?}"
+        );
+    }
+}
