@@ -295,6 +295,7 @@ fn flush_report(report: FlushReport) -> proto::FlushReport {
         error: result.first_error.unwrap_or_default(),
         failed: result.failed as u32,
         settle_failed: result.settle_failed,
+        aborted: result.aborted as u32,
     }
 }
 
