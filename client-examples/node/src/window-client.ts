@@ -1,0 +1,669 @@
+// A small helper over the generated @grpc/grpc-js stub of window-sidecar.
+//
+//   const client = new WindowClient("127.0.0.1:50051");
+//   const sub = client.subscribe({ stream: "orders", group: "order-service", consumer: "worker-1", count: 16 });
+//   for await (const delivery of sub) {
+//     delivery.queue("INCR", "orders:seen");
+//     delivery.ack();
+//   }
+//
+// See README.md for the API and the guarantees.
+
+import { credentials, Metadata, status as Status, type ServiceError, type ClientDuplexStream } from "@grpc/grpc-js";
+import {
+  WindowServiceClient,
+  OutcomeKind,
+  Mode,
+  RejectionReason,
+  rejectionReasonToJSON,
+  type Delivery as DeliveryMsg,
+  type FlushReport,
+  type Opened,
+  type Outcome,
+  type PublishEntry,
+  type QueuedCommand,
+  type Read,
+  type Rejection,
+  type SubscribeRequest,
+  type SubscribeResponse,
+  type TraceContext,
+} from "./gen/window_sidecar/v1/window";
+import type { Duration } from "./gen/google/protobuf/duration";
+
+export const DEFAULT_TARGET = "127.0.0.1:50051";
+
+/** Stream errors after which a subscription reconnects and resubscribes. */
+export const RETRYABLE: ReadonlySet<number> = new Set([Status.UNAVAILABLE, Status.ALREADY_EXISTS, Status.ABORTED]);
+
+// Outcome rejections after which the slot is still open on the sidecar.
+const RESETTLE: ReadonlySet<number> = new Set([
+  RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT,
+  RejectionReason.REJECTION_REASON_INVALID_OUTCOME,
+]);
+
+export type Arg = string | number | bigint | Buffer | Uint8Array;
+export type OutcomeName = "ack" | "drop" | "retry" | "retry_after";
+
+export interface Logger {
+  debug(msg: string): void;
+  info(msg: string): void;
+  warn(msg: string): void;
+  error(msg: string): void;
+}
+
+/** Logs to stderr; `WINDOW_CLIENT_DEBUG=1` adds debug lines. */
+export const consoleLogger: Logger = {
+  debug: (m) => {
+    if (process.env.WINDOW_CLIENT_DEBUG) console.error(`${new Date().toISOString()} window-client DEBUG ${m}`);
+  },
+  info: (m) => console.error(`${new Date().toISOString()} window-client INFO ${m}`),
+  warn: (m) => console.error(`${new Date().toISOString()} window-client WARN ${m}`),
+  error: (m) => console.error(`${new Date().toISOString()} window-client ERROR ${m}`),
+};
+
+function duration(ms: number): Duration {
+  const seconds = Math.floor(ms / 1000);
+  return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
+}
+
+function arg(value: Arg): Buffer {
+  if (Buffer.isBuffer(value)) return value;
+  if (value instanceof Uint8Array) return Buffer.from(value);
+  if (typeof value === "string") return Buffer.from(value, "utf8");
+  if (typeof value === "number" || typeof value === "bigint") return Buffer.from(String(value), "utf8");
+  throw new TypeError(`unsupported Redis argument ${typeof value}`);
+}
+
+export class SettledError extends Error {}
+
+/** One stream entry handed to the application. Queue side effects, then settle it once. */
+export class Delivery {
+  readonly slot: number;
+  readonly entryId: string;
+  readonly payload: Buffer;
+  readonly headers: Record<string, string>;
+  readonly fields: Array<{ name: Buffer; value: Buffer }>;
+  readonly deliveryCount: number;
+  /** The producer's W3C trace context, when the entry carries one. */
+  readonly trace: TraceContext | undefined;
+  readonly readId: number;
+  /** Set once settled; undefined while open or when abandoned. */
+  outcome: OutcomeName | undefined;
+  /** The sidecar's rejection of this delivery's outcome, if any. */
+  rejection: Rejection | undefined;
+  /** @internal */ commands: QueuedCommand[] = [];
+  /** @internal */ sent = false;
+  /** @internal */ handed = false;
+
+  /** @internal */
+  constructor(
+    private readonly sub: Subscription,
+    /** @internal */ readonly stream: StreamState,
+    readId: number,
+    msg: DeliveryMsg,
+  ) {
+    this.slot = msg.slot;
+    this.entryId = msg.entryId;
+    this.payload = msg.payload;
+    this.headers = msg.headers;
+    this.fields = msg.fields;
+    this.deliveryCount = msg.deliveryCount;
+    this.trace = msg.trace;
+    this.readId = readId;
+  }
+
+  /** The payload parsed as JSON. */
+  json<T = unknown>(): T {
+    return JSON.parse(this.payload.toString("utf8")) as T;
+  }
+
+  get settled(): boolean {
+    return this.outcome !== undefined;
+  }
+
+  /** False once its stream is gone: settling then does nothing, the entry comes back. */
+  get live(): boolean {
+    return this.stream.alive;
+  }
+
+  /** Queues a Redis command as a side effect: it runs only if the delivery is acked. */
+  queue(name: string, ...args: Arg[]): this {
+    if (this.outcome !== undefined) {
+      throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled`);
+    }
+    this.commands.push({ slot: this.slot, name, args: args.map(arg) });
+    return this;
+  }
+
+  /** Keeps the queued commands and acknowledges the entry. */
+  ack(): void {
+    this.settle("ack", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_ACK, reason: "" });
+  }
+
+  /** Discards the queued commands and acknowledges the entry: it is not delivered again. */
+  drop(reason = ""): void {
+    this.settle("drop", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_DROP, reason });
+  }
+
+  /** Discards the queued commands; the entry is delivered again as soon as possible. */
+  retry(reason = ""): void {
+    this.settle("retry", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_RETRY, reason });
+  }
+
+  /** Discards the queued commands; the entry is delivered again after `ms` (durable in Redis). */
+  retryAfter(ms: number, reason = ""): void {
+    if (!(ms >= 1)) throw new RangeError("retryAfter needs a delay of at least 1 ms");
+    this.settle("retry_after", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_RETRY_AFTER, delay: duration(ms), reason });
+  }
+
+  private settle(name: OutcomeName, outcome: Outcome): void {
+    if (this.outcome !== undefined) {
+      throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`);
+    }
+    this.outcome = name;
+    this.sub._settled(this, outcome);
+  }
+}
+
+/** A flush report with the deliveries of its read. */
+export class FlushEvent {
+  constructor(
+    readonly report: FlushReport,
+    readonly deliveries: Delivery[],
+  ) {}
+  get ok(): boolean {
+    return this.report.ok;
+  }
+  /** Deliveries whose outcome reached the sidecar before this flush. */
+  get settled(): Delivery[] {
+    return this.deliveries.filter((d) => d.sent);
+  }
+  /** The others: they stay pending and come back. */
+  get abandoned(): Delivery[] {
+    return this.deliveries.filter((d) => !d.sent);
+  }
+}
+
+export interface Stats {
+  opens: number;
+  reconnects: number;
+  reads: number;
+  deliveries: number;
+  batches: number;
+  flushes: number;
+  failedFlushes: number;
+  rejections: number;
+  outcomes: Record<string, number>;
+}
+
+export interface SubscribeOptions {
+  stream: string;
+  group: string;
+  /** Stable per replica; empty: the sidecar's --consumer-name. */
+  consumer?: string;
+  /** Entries per read (default 16). */
+  count?: number;
+  /** Most unsettled deliveries (0: twice count). */
+  maxInFlight?: number;
+  blockMs?: number;
+  startId?: string;
+  minIdleMs?: number;
+  atomic?: boolean;
+  onFlush?: (event: FlushEvent) => void | Promise<void>;
+  onRejection?: (rejection: Rejection, delivery: Delivery | undefined) => void | Promise<void>;
+  /** Send a read's settled outcomes after this long even if the read is not complete (default 250; null: only complete reads). */
+  lingerMs?: number | null;
+  backoff?: { initialMs: number; maxMs: number };
+  /** Outcome refused by the sidecar and not settled again by onRejection: retryAfter this long. */
+  rejectedRetryMs?: number;
+  /** How long close() waits for handed-out deliveries to be settled. */
+  closeTimeoutMs?: number;
+  logger?: Logger;
+}
+
+interface ReadState {
+  readId: number;
+  deliveries: Delivery[];
+  unsettled: number;
+  commands: QueuedCommand[];
+  outcomes: Outcome[];
+  timer: NodeJS.Timeout | undefined;
+}
+
+/** @internal One Subscribe call. Slots and read ids mean something only on their own stream. */
+export class StreamState {
+  alive = true;
+  halfClosed = false;
+  opened: Opened | undefined;
+  reads = new Map<number, ReadState>();
+  slots = new Map<number, Delivery>();
+  unsettled = 0;
+  handedUnsettled = 0;
+  outbox: Array<{ commands: QueuedCommand[]; outcomes: Outcome[] }> = [];
+  outboxScheduled = false;
+  drained: Array<() => void> = [];
+  constructor(
+    readonly gen: number,
+    readonly call: ClientDuplexStream<SubscribeRequest, SubscribeResponse>,
+  ) {}
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** An async iterable of deliveries over one subscription, reconnecting as needed. */
+export class Subscription implements AsyncIterable<Delivery> {
+  opened: Opened | undefined;
+  readonly stats: Stats = {
+    opens: 0, reconnects: 0, reads: 0, deliveries: 0, batches: 0, flushes: 0, failedFlushes: 0, rejections: 0, outcomes: {},
+  };
+  private readonly log: Logger;
+  private readonly queue: Delivery[] = [];
+  private waiter: (() => void) | undefined;
+  private stream: StreamState | undefined;
+  private gen = 0;
+  private closing = false;
+  private ended = false;
+  private error: Error | undefined;
+  private running: Promise<void> | undefined;
+  private wakeBackoff: (() => void) | undefined;
+  private drain = true;
+
+  /** @internal */
+  constructor(
+    private readonly client: WindowClient,
+    private readonly opts: SubscribeOptions,
+  ) {
+    this.log = opts.logger ?? consoleLogger;
+  }
+
+  /** Starts the subscription (iterating does it too). */
+  start(): this {
+    if (!this.running) this.running = this.run();
+    return this;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<Delivery> {
+    this.start();
+    return {
+      next: () => this.next(),
+      return: async () => {
+        this.stop();
+        return { done: true, value: undefined };
+      },
+    };
+  }
+
+  private async next(): Promise<IteratorResult<Delivery>> {
+    for (;;) {
+      if (this.closing || this.ended) {
+        if (this.error && !this.closing) throw this.error;
+        return { done: true, value: undefined };
+      }
+      const d = this.queue.shift();
+      if (d === undefined) {
+        await new Promise<void>((resolve) => (this.waiter = resolve));
+        continue;
+      }
+      // From a lost stream: not handed out, the sidecar delivers it again.
+      if (!d.stream.alive) continue;
+      d.handed = true;
+      d.stream.handedUnsettled += 1;
+      return { done: false, value: d };
+    }
+  }
+
+  private wake(): void {
+    const w = this.waiter;
+    this.waiter = undefined;
+    w?.();
+  }
+
+  /**
+   * Ends the iteration: no further deliveries are handed out. Handed-out ones can still be
+   * settled (up to closeTimeoutMs; not at all with drain: false); then the stream is half-closed, the sidecar flushes and
+   * reports what was settled, and the stream ends. Safe to call from callbacks.
+   */
+  stop(opts: { drain?: boolean } = {}): void {
+    if (opts.drain === false) {
+      this.drain = false;
+      if (this.stream) for (const r of this.stream.drained.splice(0)) r();
+    }
+    if (this.closing) return;
+    this.closing = true;
+    this.wake();
+    this.wakeBackoff?.();
+    const st = this.stream;
+    if (st && st.alive) void this.halfClose(st);
+  }
+
+  /** stop(), then waits until the stream has ended with its flush reports delivered. */
+  async close(opts: { drain?: boolean } = {}): Promise<void> {
+    this.stop(opts);
+    if (!this.running) return;
+    const timeout = (this.opts.closeTimeoutMs ?? 10_000) + 5_000;
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeout)));
+    const done = await Promise.race([this.running.then(() => false), expired]);
+    clearTimeout(timer);
+    if (done) {
+      this.log.warn("subscription did not end in time; cancelling its stream");
+      this.stream?.call.cancel();
+      await this.running;
+    }
+  }
+
+  private async halfClose(st: StreamState): Promise<void> {
+    if (st.handedUnsettled > 0 && this.drain) {
+      const limit = this.opts.closeTimeoutMs ?? 10_000;
+      await Promise.race([new Promise<void>((r) => st.drained.push(r)), sleep(limit)]);
+      if (st.handedUnsettled > 0) {
+        this.log.warn(`closing with ${st.handedUnsettled} unsettled deliveries: they stay pending and come back`);
+      }
+    }
+    if (!st.alive || st.halfClosed) return;
+    for (const rd of st.reads.values()) this.send(st, rd);
+    this.flushOutbox(st);
+    st.halfClosed = true;
+    st.call.end();
+  }
+
+  // -- settling and batching --------------------------------------------------------------
+
+  /** @internal */
+  _settled(d: Delivery, outcome: Outcome): void {
+    const st = d.stream;
+    this.stats.outcomes[d.outcome!] = (this.stats.outcomes[d.outcome!] ?? 0) + 1;
+    if (d.rejection !== undefined) {
+      // A new outcome after the sidecar refused the first: the slot is still open.
+      d.rejection = undefined;
+      if (st.alive && !st.halfClosed) this.enqueue(st, d.commands.splice(0), [outcome]);
+      return;
+    }
+    if (d.handed) {
+      st.handedUnsettled -= 1;
+      if (st.handedUnsettled === 0) for (const r of st.drained.splice(0)) r();
+    }
+    if (!st.alive || st.halfClosed) {
+      this.log.debug(`delivery ${d.entryId} settled after its stream ended: it will be delivered again`);
+      return;
+    }
+    const rd = st.reads.get(d.readId);
+    if (rd === undefined) {
+      this.log.debug(`delivery ${d.entryId} settled after the sidecar abandoned it: it will be delivered again`);
+      return;
+    }
+    st.unsettled -= 1;
+    rd.commands.push(...d.commands);
+    rd.outcomes.push(outcome);
+    rd.unsettled -= 1;
+    const linger = this.opts.lingerMs === undefined ? 250 : this.opts.lingerMs;
+    if (rd.unsettled === 0) this.send(st, rd);
+    else if (rd.timer === undefined && linger !== null) rd.timer = setTimeout(() => this.send(st, rd), linger);
+  }
+
+  private send(st: StreamState, rd: ReadState): void {
+    if (rd.timer !== undefined) clearTimeout(rd.timer);
+    rd.timer = undefined;
+    if ((rd.commands.length === 0 && rd.outcomes.length === 0) || !st.alive || st.halfClosed) return;
+    this.enqueue(st, rd.commands, rd.outcomes);
+    rd.commands = [];
+    rd.outcomes = [];
+  }
+
+  // Everything enqueued in one turn of the event loop goes out as one message.
+  private enqueue(st: StreamState, commands: QueuedCommand[], outcomes: Outcome[]): void {
+    st.outbox.push({ commands, outcomes });
+    if (!st.outboxScheduled) {
+      st.outboxScheduled = true;
+      setImmediate(() => this.flushOutbox(st));
+    }
+  }
+
+  private flushOutbox(st: StreamState): void {
+    st.outboxScheduled = false;
+    if (st.outbox.length === 0 || !st.alive) return;
+    const commands: QueuedCommand[] = [];
+    const outcomes: Outcome[] = [];
+    for (const item of st.outbox.splice(0)) {
+      commands.push(...item.commands);
+      outcomes.push(...item.outcomes);
+    }
+    for (const o of outcomes) {
+      const d = st.slots.get(o.slot);
+      if (d) d.sent = true;
+    }
+    st.call.write({ batch: { commands, outcomes } });
+    this.stats.batches += 1;
+  }
+
+  // -- the stream loop ----------------------------------------------------------------------
+
+  private async run(): Promise<void> {
+    let attempt = 0;
+    try {
+      while (!this.closing) {
+        const opensBefore = this.stats.opens;
+        try {
+          await this.session();
+          if (this.closing) break;
+          this.log.warn("the sidecar ended the subscription stream; resubscribing");
+        } catch (e) {
+          const err = e as ServiceError;
+          if (this.closing && (err.code === Status.CANCELLED || err.code === Status.UNAVAILABLE)) break;
+          if (typeof err.code !== "number" || !RETRYABLE.has(err.code)) {
+            this.log.error(`subscription failed: ${err.code !== undefined ? Status[err.code] : ""} ${err.details ?? err.message}`);
+            this.error = err;
+            break;
+          }
+          if (this.stats.opens > opensBefore) attempt = 0;
+          const st = this.stream!;
+          const lost = [...st.reads.values()].flatMap((rd) => rd.deliveries).filter((d) => !d.sent);
+          const held = lost.filter((d) => d.outcome !== undefined).length;
+          this.log.warn(
+            `subscription stream ended with ${Status[err.code]} (${err.details}); ${lost.length} deliveries without an ` +
+              `outcome on the sidecar (${held} settled here but not sent yet) stay pending and come back; resubscribing`,
+          );
+        } finally {
+          this.loseStream();
+        }
+        if (this.closing) break;
+        attempt += 1;
+        const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 100, maxMs: 5_000 };
+        const delay = Math.min(maxMs, initialMs * 2 ** (attempt - 1)) * (0.5 + Math.random() / 2);
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, delay);
+          this.wakeBackoff = () => {
+            clearTimeout(t);
+            resolve();
+          };
+        });
+        this.wakeBackoff = undefined;
+        this.stats.reconnects += 1;
+      }
+    } finally {
+      this.ended = true;
+      this.wake();
+    }
+  }
+
+  private session(): Promise<void> {
+    this.gen += 1;
+    const call = this.client.stub.subscribe(new Metadata());
+    const st = new StreamState(this.gen, call);
+    this.stream = st;
+    const o = this.opts;
+    call.write({
+      open: {
+        stream: {
+          key: o.stream,
+          group: o.group,
+          consumer: o.consumer ?? "",
+          startId: o.startId ?? "",
+          minIdle: o.minIdleMs !== undefined ? duration(o.minIdleMs) : undefined,
+        },
+        count: o.count ?? 16,
+        block: o.blockMs !== undefined ? duration(o.blockMs) : undefined,
+        mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
+        maxInFlight: o.maxInFlight ?? 0,
+      },
+    });
+    if (this.closing) void this.halfClose(st);
+    return new Promise<void>((resolve, reject) => {
+      // Messages are handled one at a time, in order, even when a callback is async.
+      let chain = Promise.resolve();
+      call.on("data", (msg: SubscribeResponse) => {
+        chain = chain.then(() => this.handle(st, msg)).catch((e) => this.log.error(`handling a message failed: ${e}`));
+      });
+      call.on("error", (err: ServiceError) => {
+        chain.then(() => reject(err));
+      });
+      call.on("status", (s) => {
+        if (s.code === Status.OK) chain.then(() => resolve());
+      });
+    });
+  }
+
+  private async handle(st: StreamState, msg: SubscribeResponse): Promise<void> {
+    if (msg.opened) this.onOpened(st, msg.opened);
+    else if (msg.read) this.onRead(st, msg.read);
+    else if (msg.flush) await this.onFlush(st, msg.flush);
+    else if (msg.rejections) await this.onRejections(st, msg.rejections.rejections);
+  }
+
+  private onOpened(st: StreamState, opened: Opened): void {
+    st.opened = opened;
+    this.opened = opened;
+    this.stats.opens += 1;
+    this.log.info(
+      `${this.stats.opens === 1 ? "subscribed" : "resubscribed"} as consumer '${opened.consumer}' on ` +
+        `${this.opts.stream}/${this.opts.group} (count ${opened.count}, max in flight ${opened.maxInFlight}, ${opened.subscriptionId})`,
+    );
+  }
+
+  private onRead(st: StreamState, read: Read): void {
+    const deliveries = read.deliveries.map((m) => new Delivery(this, st, read.readId, m));
+    if (deliveries.length === 0) return;
+    const limit = st.opened?.maxInFlight ?? 0;
+    if (limit && st.unsettled + deliveries.length > limit) {
+      this.log.warn(`read ${read.readId} has ${deliveries.length} deliveries with ${st.unsettled} unsettled: more than max_in_flight ${limit}`);
+    }
+    st.unsettled += deliveries.length;
+    st.reads.set(read.readId, { readId: read.readId, deliveries, unsettled: deliveries.length, commands: [], outcomes: [], timer: undefined });
+    for (const d of deliveries) st.slots.set(d.slot, d);
+    this.stats.reads += 1;
+    this.stats.deliveries += deliveries.length;
+    if (this.closing) return; // not handed out: abandoned on close, delivered again later
+    this.queue.push(...deliveries);
+    this.wake();
+  }
+
+  private async onFlush(st: StreamState, report: FlushReport): Promise<void> {
+    const rd = st.reads.get(report.readId);
+    st.reads.delete(report.readId);
+    const deliveries = rd?.deliveries ?? [];
+    if (rd?.timer !== undefined) clearTimeout(rd.timer);
+    for (const d of deliveries) {
+      st.slots.delete(d.slot);
+      if (d.outcome === undefined) st.unsettled -= 1; // abandoned by the sidecar
+    }
+    this.stats.flushes += 1;
+    const sent = deliveries.filter((d) => d.sent).length;
+    if (rd && report.settles !== sent) {
+      this.log.warn(`flush of read ${report.readId} settled ${report.settles} entries, but ${sent} outcomes were sent for it`);
+    }
+    if (!report.ok) {
+      this.stats.failedFlushes += 1;
+      this.log.warn(`flush of read ${report.readId} failed: ${report.error} (${report.failed} failed, settle failed: ${report.settleFailed})`);
+    }
+    if (this.opts.onFlush) await this.callback(() => this.opts.onFlush!(new FlushEvent(report, deliveries)));
+  }
+
+  private async onRejections(st: StreamState, rejections: Rejection[]): Promise<void> {
+    for (const rej of rejections) {
+      this.stats.rejections += 1;
+      const d = st.slots.get(rej.slot);
+      const reason = rejectionReasonToJSON(rej.reason);
+      this.log.warn(`sidecar rejected ${rej.command ? `command ${rej.command}` : "an outcome"} for slot ${rej.slot} (${reason}): ${rej.message}`);
+      const resettle = d !== undefined && !rej.command && RESETTLE.has(rej.reason);
+      if (resettle) {
+        d.rejection = rej;
+        d.outcome = undefined;
+        d.sent = false;
+        d.commands = [];
+      }
+      if (this.opts.onRejection) await this.callback(() => this.opts.onRejection!(rej, d));
+      if (resettle && d.outcome === undefined && st.alive) {
+        d.retryAfter(this.opts.rejectedRetryMs ?? 5_000, `rejected: ${reason}: ${rej.message}`);
+      }
+    }
+  }
+
+  private async callback(fn: () => void | Promise<void>): Promise<void> {
+    try {
+      await fn();
+    } catch (e) {
+      this.log.error(`callback failed: ${e instanceof Error ? e.stack : e}`);
+    }
+  }
+
+  private loseStream(): void {
+    const st = this.stream;
+    if (!st || !st.alive) return;
+    st.alive = false;
+    for (const r of st.drained.splice(0)) r();
+    for (const rd of st.reads.values()) if (rd.timer !== undefined) clearTimeout(rd.timer);
+    st.outbox = [];
+  }
+}
+
+export interface PublishInput {
+  payload: string | Buffer;
+  headers?: Record<string, string>;
+  trace?: TraceContext;
+}
+
+/** A channel to the sidecar: publish() and subscribe(). */
+export class WindowClient {
+  /** @internal */ readonly stub: WindowServiceClient;
+  readonly target: string;
+
+  constructor(target?: string) {
+    this.target = target || process.env.WINDOW_SIDECAR_ADDR || DEFAULT_TARGET;
+    this.stub = new WindowServiceClient(this.target, credentials.createInsecure(), {
+      "grpc.initial_reconnect_backoff_ms": 100,
+      "grpc.max_reconnect_backoff_ms": 2_000,
+    });
+  }
+
+  /**
+   * Appends entries in one call and returns their ids. Waits for the sidecar to be reachable
+   * (timeoutMs); never retried once sent, since XADD is not idempotent.
+   */
+  publish(stream: string, entries: Array<string | Buffer | PublishInput>, opts: { maxLen?: number; timeoutMs?: number } = {}): Promise<string[]> {
+    const msgs: PublishEntry[] = entries.map((e) => {
+      const input: PublishInput = typeof e === "string" || Buffer.isBuffer(e) ? { payload: e } : e;
+      return {
+        fields: [],
+        payload: Buffer.isBuffer(input.payload) ? input.payload : Buffer.from(input.payload, "utf8"),
+        headers: input.headers ?? {},
+        trace: input.trace,
+      };
+    });
+    return new Promise((resolve, reject) => {
+      this.stub.publish(
+        { stream, entries: msgs, maxLen: opts.maxLen ?? 0 },
+        new Metadata({ waitForReady: true }),
+        { deadline: Date.now() + (opts.timeoutMs ?? 30_000) },
+        (err, res) => (err ? reject(err) : resolve(res!.ids)),
+      );
+    });
+  }
+
+  subscribe(opts: SubscribeOptions): Subscription {
+    return new Subscription(this, opts);
+  }
+
+  close(): void {
+    this.stub.close();
+  }
+}

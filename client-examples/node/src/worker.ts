@@ -1,0 +1,158 @@
+// The order service: consumes the `orders` stream in group `order-service` through the sidecar.
+//
+// Invalid order (no lines, or a line with qty <= 0) -> drop; "flaky" on its first delivery ->
+// retryAfter 200 ms; otherwise LPUSH picks "<id>:<sku>:<qty>" and HINCRBY sku-totals <sku> <qty>
+// per line, then ack. Exits once every order of the orders file is settled for good (its ack
+// or drop flushed), or after --idle-exit seconds without a delivery.
+//
+// Environment: WINDOW_SIDECAR_ADDR, WINDOW_CONSUMER, WORKER_DELAY_MS (sleep per delivery).
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { status as Status } from "@grpc/grpc-js";
+import { parseArgs } from "./args";
+import { Delivery, FlushEvent, WindowClient } from "./window-client";
+
+interface Line {
+  sku?: string;
+  qty?: unknown;
+}
+interface Order {
+  id?: string;
+  lines?: Line[];
+  flaky?: boolean;
+}
+
+const log = (msg: string) => console.error(`${new Date().toISOString()} worker INFO ${msg}`);
+
+function invalidReason(order: Order): string | undefined {
+  if (!Array.isArray(order.lines) || order.lines.length === 0) return "order has no lines";
+  for (const line of order.lines) {
+    if (typeof line.qty !== "number" || !Number.isInteger(line.qty) || line.qty <= 0) {
+      return `line '${line.sku}' has qty ${JSON.stringify(line.qty)}`;
+    }
+    if (!line.sku) return "line without a sku";
+  }
+  return undefined;
+}
+
+function orderId(d: Delivery): string {
+  try {
+    return String(d.json<Order>().id ?? d.entryId);
+  } catch {
+    return d.entryId;
+  }
+}
+
+async function main(): Promise<number> {
+  const args = parseArgs(process.argv.slice(2), {
+    sidecar: process.env.WINDOW_SIDECAR_ADDR ?? "127.0.0.1:50051",
+    consumer: process.env.WINDOW_CONSUMER ?? "worker-1",
+    orders: join(__dirname, "..", "..", "orders.json"),
+    stream: "",
+    group: "",
+    count: "16",
+    "max-in-flight": "0",
+    "idle-exit": "0",
+  });
+  const spec = JSON.parse(readFileSync(args.orders, "utf8"));
+  const expected = new Set<string>(spec.orders.map((o: Order) => String(o.id)));
+  const delayMs = Number(process.env.WORKER_DELAY_MS ?? "0");
+  const idleExitMs = Number(args["idle-exit"]) * 1000;
+  const acked = new Set<string>();
+  const dropped = new Set<string>();
+  let retried = 0;
+  let lastDelivery = Date.now();
+  let idle = false;
+  const done = () => [...expected].every((id) => acked.has(id) || dropped.has(id));
+
+  const client = new WindowClient(args.sidecar);
+  const sub = client.subscribe({
+    stream: args.stream || spec.stream || "orders",
+    group: args.group || spec.group || "order-service",
+    consumer: args.consumer,
+    count: Number(args.count),
+    maxInFlight: Number(args["max-in-flight"]),
+    onFlush: (ev: FlushEvent) => {
+      const r = ev.report;
+      log(`flush of read ${r.readId}: ok=${r.ok} kept=${r.segmentsKept} dropped=${r.segmentsDropped} commands=${r.commands} settles=${r.settles}`);
+      if (!ev.ok) return; // what was not settled comes back
+      for (const d of ev.settled) {
+        if (d.outcome === "ack") acked.add(orderId(d));
+        else if (d.outcome === "drop") dropped.add(orderId(d));
+        else retried += 1;
+      }
+      if (done()) {
+        log("every order is settled for good");
+        sub.stop();
+      }
+    },
+  });
+
+  const watchdog = setInterval(() => {
+    if (idleExitMs > 0 && Date.now() - lastDelivery > idleExitMs) {
+      log(`no delivery for ${idleExitMs / 1000} s: stopping`);
+      idle = true;
+      sub.stop();
+    }
+  }, 200);
+
+  let failed = false;
+  try {
+    for await (const d of sub) {
+      lastDelivery = Date.now();
+      if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+      let order: Order;
+      try {
+        order = d.json<Order>();
+      } catch {
+        d.drop("payload is not JSON");
+        continue;
+      }
+      const id = String(order.id ?? d.entryId);
+      const reason = invalidReason(order);
+      if (reason !== undefined) {
+        log(`drop ${id} (${d.entryId}): ${reason}`);
+        d.drop(reason);
+      } else if (order.flaky && d.deliveryCount === 1) {
+        log(`retry ${id} (${d.entryId}) in 200 ms: flaky on its first delivery`);
+        d.retryAfter(200, "flaky: fails on its first delivery");
+      } else {
+        for (const line of order.lines!) {
+          d.queue("LPUSH", "picks", `${id}:${line.sku}:${line.qty}`);
+          d.queue("HINCRBY", "sku-totals", line.sku!, line.qty as number);
+        }
+        log(`ack ${id} (${d.entryId}, delivery ${d.deliveryCount})`);
+        d.ack();
+      }
+    }
+  } catch (err) {
+    failed = true;
+    throw err;
+  } finally {
+    clearInterval(watchdog);
+    // After an error, don't wait for the delivery that was being handled: it comes back.
+    await sub.close({ drain: !failed });
+    client.close();
+  }
+  const s = sub.stats;
+  console.log(
+    `${args.consumer}: acked ${acked.size}, dropped ${dropped.size}, retried ${retried} ` +
+      `(deliveries ${s.deliveries}, reads ${s.reads}, batches ${s.batches}, flushes ${s.flushes}, reconnects ${s.reconnects})`,
+  );
+  if (done()) return 0;
+  const missing = [...expected].filter((id) => !acked.has(id) && !dropped.has(id));
+  console.log(`not settled${idle ? " (idle exit)" : ""}: ${missing.join(", ")}`);
+  return 3;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    if (typeof err?.code === "number" && err.details !== undefined) {
+      console.error(`subscription failed: ${Status[err.code]}: ${err.details}`);
+    } else {
+      console.error(`worker failed: ${err?.stack ?? err}`);
+    }
+    process.exit(1);
+  },
+);

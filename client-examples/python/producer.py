@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Publishes the known order set (../orders.json) to the `orders` stream through the sidecar's
+Publish RPC: one PublishEntry per order (payload = the order's JSON), all in one call.
+
+With the OpenTelemetry SDK installed, every order is created in its own span and carries its
+trace context (PublishEntry.trace), which the worker continues."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from window_client import WindowClient, tracing  # noqa: E402
+
+
+def _tracer():
+    """A tracer that records (so trace ids are real) when the SDK is installed, else None."""
+    if not tracing.AVAILABLE:
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:
+        return None
+    trace.set_tracer_provider(TracerProvider())
+    return trace.get_tracer("order-producer")
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sidecar", default=os.environ.get("WINDOW_SIDECAR_ADDR", "127.0.0.1:50051"))
+    ap.add_argument("--orders", default=os.path.join(HERE, "..", "orders.json"))
+    ap.add_argument("--stream", help="stream key (default: the one in the orders file)")
+    ap.add_argument("--traceparents-out", help="write {order id: traceparent} here (JSON)")
+    args = ap.parse_args()
+
+    with open(args.orders) as f:
+        spec = json.load(f)
+    stream = args.stream or spec.get("stream", "orders")
+    tracer = _tracer()
+    entries, traceparents = [], {}
+    for order in spec["orders"]:
+        payload = json.dumps(order, separators=(",", ":"))
+        if tracer is not None:
+            with tracer.start_as_current_span(f"create order {order['id']}"):
+                trace = tracing.current_trace()
+        else:
+            trace = {}
+        if trace:
+            traceparents[order["id"]] = trace["traceparent"]
+        entries.append({"payload": payload, "trace": trace})
+
+    async with WindowClient(args.sidecar) as client:
+        ids = await client.publish(stream, entries)
+    print(f"published {len(ids)} orders to {stream!r} ({ids[0]} .. {ids[-1]})"
+          + (", each with its trace context" if traceparents else ""))
+    if args.traceparents_out:
+        with open(args.traceparents_out, "w") as f:
+            json.dump(traceparents, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

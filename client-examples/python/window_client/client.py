@@ -1,0 +1,859 @@
+"""An asyncio (grpc.aio) helper over the generated window-sidecar stub.
+
+    async with WindowClient("127.0.0.1:50051") as client:
+        async with client.subscribe("orders", "order-service", consumer="worker-1", count=16) as sub:
+            async for delivery in sub:
+                delivery.queue("INCR", "orders:seen")
+                delivery.ack()
+
+See README.md for the full API and the guarantees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from . import tracing
+from ._proto import pb, pb_grpc
+
+log = logging.getLogger("window_client")
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+#: Stream errors after which the subscription reconnects and resubscribes: the sidecar is down,
+#: restarting or draining (UNAVAILABLE), or the previous stream of the same consumer name has
+#: not been released yet (ALREADY_EXISTS).
+RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.ABORTED}
+)
+
+# Outcome rejections after which the slot is still open on the sidecar and must be settled again.
+_RESETTLE = frozenset(
+    {pb.REJECTION_REASON_INCOMPLETE_SEGMENT, pb.REJECTION_REASON_INVALID_OUTCOME}
+)
+
+Arg = Union[bytes, str, int, float]
+FlushCallback = Callable[["FlushEvent"], Optional[Awaitable[None]]]
+RejectionCallback = Callable[[Any, Optional["Delivery"]], Optional[Awaitable[None]]]
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(int(round(seconds * 1e9)))
+    return d
+
+
+def _arg(value: Arg) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a Redis argument; pass 0/1 or a string")
+    if isinstance(value, (str, int, float)):
+        return str(value).encode()
+    raise TypeError(f"unsupported Redis argument type {type(value).__name__}")
+
+
+class SettledError(RuntimeError):
+    """A command was queued for, or an outcome given to, a delivery that is already settled."""
+
+
+# --------------------------------------------------------------------------------------------
+# Deliveries
+
+
+class Delivery:
+    """One stream entry handed to the application.
+
+    Queue side-effect commands with :meth:`queue`, then settle it exactly once with
+    :meth:`ack`, :meth:`drop`, :meth:`retry` or :meth:`retry_after`. Settling does not block: the
+    helper sends a read's commands and outcomes together once every delivery of the read is
+    settled (or after ``linger`` seconds)."""
+
+    __slots__ = (
+        "slot",
+        "entry_id",
+        "payload",
+        "headers",
+        "fields",
+        "delivery_count",
+        "trace",
+        "read_id",
+        "outcome",
+        "rejection",
+        "_sub",
+        "_stream",
+        "_commands",
+        "_span",
+        "_handed",
+        "_sent",
+    )
+
+    def __init__(self, sub: "Subscription", stream: "_Stream", read_id: int, msg: Any) -> None:
+        self.slot: int = msg.slot
+        self.entry_id: str = msg.entry_id
+        self.payload: bytes = msg.payload
+        self.headers: Dict[str, str] = dict(msg.headers)
+        self.fields: List[Tuple[bytes, bytes]] = [(f.name, f.value) for f in msg.fields]
+        self.delivery_count: int = msg.delivery_count
+        #: The producer's W3C trace context (``.traceparent``, ``.tracestate``), or None.
+        self.trace = msg.trace if msg.HasField("trace") else None
+        self.read_id = read_id
+        #: "ack", "drop", "retry" or "retry_after" once settled; None while open or abandoned.
+        self.outcome: Optional[str] = None
+        #: The sidecar's Rejection when it refused this delivery's outcome.
+        self.rejection = None
+        self._sub = sub
+        self._stream = stream
+        self._commands: List[Any] = []
+        self._span: Optional[tracing.DeliverySpan] = None
+        self._handed = False
+        self._sent = False  # its outcome was written to its stream
+
+    # -- reading --------------------------------------------------------------------------
+
+    def json(self) -> Any:
+        """The payload parsed as JSON."""
+        return json.loads(self.payload)
+
+    @property
+    def settled(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def live(self) -> bool:
+        """False once the stream it came on is gone: settling it then does nothing, the sidecar
+        delivers the entry again on the next stream."""
+        return self._stream.alive
+
+    @property
+    def span(self):
+        """The OpenTelemetry span this delivery is handled in (None without OpenTelemetry)."""
+        return self._span.span if self._span is not None else None
+
+    @property
+    def context(self):
+        """The OpenTelemetry context of that span (None without OpenTelemetry)."""
+        return self._span.context if self._span is not None else None
+
+    # -- side effects and outcomes --------------------------------------------------------
+
+    def queue(self, name: str, *args: Arg) -> "Delivery":
+        """Queues a Redis command as a side effect of this delivery. Its reply is never seen;
+        it runs only if the delivery is acked, in the read's flush."""
+        if self.outcome is not None:
+            raise SettledError(f"delivery {self.entry_id} (slot {self.slot}) is already settled")
+        self._commands.append(
+            pb.QueuedCommand(slot=self.slot, name=name, args=[_arg(a) for a in args])
+        )
+        return self
+
+    def ack(self) -> None:
+        """Keeps the queued commands and acknowledges the entry."""
+        self._settle("ack", pb.Outcome(slot=self.slot, kind=pb.OUTCOME_KIND_ACK))
+
+    def drop(self, reason: str = "") -> None:
+        """Discards the queued commands and acknowledges the entry: it is not delivered again."""
+        self._settle("drop", pb.Outcome(slot=self.slot, kind=pb.OUTCOME_KIND_DROP, reason=reason))
+
+    def retry(self, reason: str = "") -> None:
+        """Discards the queued commands; the entry is delivered again as soon as possible."""
+        self._settle(
+            "retry", pb.Outcome(slot=self.slot, kind=pb.OUTCOME_KIND_RETRY, reason=reason)
+        )
+
+    def retry_after(self, seconds: float, reason: str = "") -> None:
+        """Discards the queued commands; the entry is delivered again after ``seconds``
+        (durably scheduled in Redis)."""
+        if seconds < 0.001:
+            raise ValueError("retry_after needs a delay of at least 1 ms")
+        self._settle(
+            "retry_after",
+            pb.Outcome(
+                slot=self.slot,
+                kind=pb.OUTCOME_KIND_RETRY_AFTER,
+                delay=_duration(seconds),
+                reason=reason,
+            ),
+        )
+
+    def _settle(self, kind: str, outcome: Any) -> None:
+        if self.outcome is not None:
+            raise SettledError(
+                f"delivery {self.entry_id} (slot {self.slot}) is already settled ({self.outcome})"
+            )
+        self.outcome = kind
+        self._sub._settled(self, outcome)
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(slot={self.slot}, entry_id={self.entry_id!r}, "
+            f"delivery_count={self.delivery_count}, outcome={self.outcome!r})"
+        )
+
+
+@dataclass
+class FlushEvent:
+    """A flush report of the sidecar, with the deliveries of the read it belongs to.
+
+    ``settled`` are the deliveries whose outcome reached the sidecar before the flush (their
+    outcome is in ``Delivery.outcome``; with ``ok`` their acks' side effects ran and the entries
+    are acknowledged); ``abandoned`` are the others, which stay pending and come back."""
+
+    report: Any
+    deliveries: List[Delivery]
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+    @property
+    def settled(self) -> List[Delivery]:
+        return [d for d in self.deliveries if d._sent]
+
+    @property
+    def abandoned(self) -> List[Delivery]:
+        return [d for d in self.deliveries if not d._sent]
+
+    @property
+    def read_id(self) -> int:
+        return self.report.read_id
+
+
+@dataclass
+class Stats:
+    opens: int = 0
+    reconnects: int = 0
+    reads: int = 0
+    deliveries: int = 0
+    batches: int = 0
+    flushes: int = 0
+    failed_flushes: int = 0
+    rejections: int = 0
+    outcomes: Dict[str, int] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# One gRPC stream of a subscription
+
+
+class _Read:
+    __slots__ = ("read_id", "deliveries", "unsettled", "commands", "outcomes", "timer")
+
+    def __init__(self, read_id: int, deliveries: List[Delivery]) -> None:
+        self.read_id = read_id
+        self.deliveries = deliveries
+        self.unsettled = len(deliveries)
+        self.commands: List[Any] = []
+        self.outcomes: List[Any] = []
+        self.timer: Optional[asyncio.TimerHandle] = None
+
+
+_HALF_CLOSE = object()
+_END = object()
+
+
+class _Stream:
+    """One Subscribe call. Slots and read ids are only meaningful on their own stream."""
+
+    def __init__(self, gen: int, call: Any) -> None:
+        self.gen = gen
+        self.call = call
+        self.alive = True
+        self.half_closed = False
+        self.opened = None
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.reads: Dict[int, _Read] = {}
+        self.slots: Dict[int, Delivery] = {}
+        self.unsettled = 0  # delivered on this stream and not settled by the application
+        self.handed_unsettled = 0  # of those, handed out by the iterator
+        self.drained = asyncio.Event()  # set when handed_unsettled drops to 0
+
+
+# --------------------------------------------------------------------------------------------
+# Subscription
+
+
+class Subscription:
+    """An async iterator of :class:`Delivery` over one subscription, reconnecting as needed.
+
+    Use ``async with client.subscribe(...) as sub: async for d in sub: ...``. Call
+    :meth:`stop` (from anywhere, also from a callback) to end the iteration, and
+    ``await close()`` to wait until what was settled has been flushed and reported."""
+
+    def __init__(
+        self,
+        client: "WindowClient",
+        open_msg: Any,
+        *,
+        on_flush: Optional[FlushCallback],
+        on_rejection: Optional[RejectionCallback],
+        linger: Optional[float],
+        backoff: Tuple[float, float],
+        rejected_retry_delay: float,
+        close_timeout: float,
+    ) -> None:
+        self._client = client
+        self._open = open_msg
+        self.stream_key: str = open_msg.stream.key
+        self.group: str = open_msg.stream.group
+        self._on_flush = on_flush
+        self._on_rejection = on_rejection
+        self._linger = linger
+        self._backoff = backoff
+        self._rejected_retry_delay = rejected_retry_delay
+        self._close_timeout = close_timeout
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._task: Optional[asyncio.Task] = None
+        self._stream: Optional[_Stream] = None
+        self._gen = 0
+        self._closing = False
+        self._stop_event = asyncio.Event()
+        self._error: Optional[BaseException] = None
+        self._current: Optional[Delivery] = None
+        self._drain = True
+        self._background: set = set()
+        #: The last ``Opened`` message (consumer name and effective settings), or None.
+        self.opened = None
+        self.stats = Stats()
+
+    # -- iteration ------------------------------------------------------------------------
+
+    def start(self) -> "Subscription":
+        """Starts the subscription (iterating or ``async with`` does it too)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="window-subscription")
+        return self
+
+    def __aiter__(self) -> "Subscription":
+        return self.start()
+
+    async def __anext__(self) -> Delivery:
+        self._leave_current()
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                self._queue.put_nowait(_END)
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            if self._closing or not item._stream.alive:
+                # Not handed out: stays outstanding on the sidecar, then pending in Redis, and
+                # comes back on the next stream of this consumer name.
+                continue
+            return self._hand_out(item)
+
+    async def __aenter__(self) -> "Subscription":
+        return self.start()
+
+    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+        # Leaving on an exception: don't wait for the delivery that was being handled.
+        await self.close(drain=exc_type is None)
+
+    def _hand_out(self, d: Delivery) -> Delivery:
+        d._handed = True
+        d._stream.handed_unsettled += 1
+        d._stream.drained.clear()
+        d._span = tracing.start_delivery_span(
+            stream=self.stream_key,
+            group=self.group,
+            consumer=self.opened.consumer if self.opened is not None else self._open.stream.consumer,
+            entry_id=d.entry_id,
+            slot=d.slot,
+            delivery_count=d.delivery_count,
+            traceparent=d.trace.traceparent if d.trace is not None else "",
+            tracestate=d.trace.tracestate if d.trace is not None else "",
+        )
+        if d._span is not None:
+            # Current while the loop body handles it: spans the application starts are children.
+            d._span.attach()
+        self._current = d
+        return d
+
+    def _leave_current(self) -> None:
+        d, self._current = self._current, None
+        if d is not None and d._span is not None:
+            d._span.detach()
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop(self, *, drain: bool = True) -> None:
+        """Ends the iteration: no further deliveries are handed out. Deliveries already handed
+        out can still be settled (for up to ``close_timeout``; not at all with ``drain=False``);
+        then the stream is half-closed, the sidecar flushes what was settled and reports it, and
+        the stream ends. Entries read but never handed out stay pending and come back. Safe to
+        call from callbacks."""
+        if not drain:
+            self._drain = False
+        if self._closing:
+            if not drain and self._stream is not None:
+                self._stream.drained.set()
+            return
+        self._closing = True
+        self._stop_event.set()
+        self._queue.put_nowait(_END)
+        st = self._stream
+        if st is not None and st.alive:
+            self._spawn(self._half_close(st))
+
+    async def close(self, *, drain: bool = True) -> None:
+        """:meth:`stop`, then waits until the stream has ended (its flush reports delivered)."""
+        self.stop(drain=drain)
+        self._leave_current()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), self._close_timeout + 5)
+        except asyncio.TimeoutError:
+            log.warning("subscription did not end in time; cancelling its stream")
+            st = self._stream
+            if st is not None:
+                st.call.cancel()
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+    async def _half_close(self, st: _Stream) -> None:
+        if st.handed_unsettled and self._drain:
+            try:
+                await asyncio.wait_for(st.drained.wait(), self._close_timeout)
+            except asyncio.TimeoutError:
+                log.warning(
+                    "closing with %d unsettled deliveries: they stay pending and come back",
+                    st.handed_unsettled,
+                )
+        if not st.alive or st.half_closed:
+            return
+        for rd in list(st.reads.values()):
+            self._send(st, rd)
+        st.half_closed = True
+        st.outbox.put_nowait(_HALF_CLOSE)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- settling and batching ------------------------------------------------------------
+
+    def _settled(self, d: Delivery, outcome: Any) -> None:
+        st = d._stream
+        self.stats.outcomes[d.outcome] = self.stats.outcomes.get(d.outcome, 0) + 1
+        if d._span is not None:
+            d._span.end(d.outcome)
+        if d.rejection is not None:
+            # A second outcome after the sidecar refused the first: the slot is still open.
+            d.rejection = None
+            if st.alive and not st.half_closed:
+                st.outbox.put_nowait((list(d._commands), [outcome]))
+            return
+        if d._handed:
+            st.handed_unsettled -= 1
+            if st.handed_unsettled == 0:
+                st.drained.set()
+        if not st.alive or st.half_closed:
+            log.debug(
+                "delivery %s settled after its stream ended: the entry will be delivered again",
+                d.entry_id,
+            )
+            return
+        rd = st.reads.get(d.read_id)
+        if rd is None:
+            log.debug(
+                "delivery %s settled after the sidecar abandoned it: it will be delivered again",
+                d.entry_id,
+            )
+            return
+        st.unsettled -= 1
+        rd.commands.extend(d._commands)
+        rd.outcomes.append(outcome)
+        rd.unsettled -= 1
+        if rd.unsettled == 0:
+            self._send(st, rd)
+        elif rd.timer is None and self._linger is not None:
+            rd.timer = asyncio.get_running_loop().call_later(self._linger, self._send, st, rd)
+
+    def _send(self, st: _Stream, rd: _Read) -> None:
+        if rd.timer is not None:
+            rd.timer.cancel()
+            rd.timer = None
+        if not (rd.commands or rd.outcomes) or not st.alive or st.half_closed:
+            return
+        st.outbox.put_nowait((rd.commands, rd.outcomes))
+        rd.commands, rd.outcomes = [], []
+
+    async def _writer(self, st: _Stream) -> None:
+        try:
+            while True:
+                item = await st.outbox.get()
+                if item is _HALF_CLOSE:
+                    await st.call.done_writing()
+                    return
+                if isinstance(item, pb.SubscribeRequest):
+                    await st.call.write(item)
+                    continue
+                commands, outcomes = list(item[0]), list(item[1])
+                half = False
+                # Whatever else is waiting goes in the same message: commands first, then
+                # outcomes, as the sidecar applies them.
+                while not st.outbox.empty():
+                    more = st.outbox.get_nowait()
+                    if more is _HALF_CLOSE:
+                        half = True
+                        break
+                    commands.extend(more[0])
+                    outcomes.extend(more[1])
+                for outcome in outcomes:
+                    d = st.slots.get(outcome.slot)
+                    if d is not None:
+                        d._sent = True
+                await st.call.write(
+                    pb.SubscribeRequest(batch=pb.Batch(commands=commands, outcomes=outcomes))
+                )
+                self.stats.batches += 1
+                if half:
+                    await st.call.done_writing()
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the reader sees the stream's status
+            log.debug("writer of stream %d stopped: %r", st.gen, err)
+
+    # -- the stream loop ------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        attempt = 0
+        try:
+            while not self._closing:
+                opened_before = self.stats.opens
+                try:
+                    await self._session()
+                    if self._closing:
+                        break
+                    log.warning("the sidecar ended the subscription stream; resubscribing")
+                except grpc.aio.AioRpcError as err:
+                    if self._closing and err.code() in (
+                        grpc.StatusCode.CANCELLED,
+                        grpc.StatusCode.UNAVAILABLE,
+                    ):
+                        break
+                    if err.code() not in RETRYABLE:
+                        log.error("subscription failed: %s: %s", err.code().name, err.details())
+                        self._error = err
+                        break
+                    if self.stats.opens > opened_before:
+                        attempt = 0
+                    st = self._stream
+                    reads = st.reads.values() if st is not None else ()
+                    lost = [d for rd in reads for d in rd.deliveries if not d._sent]
+                    held = sum(1 for d in lost if d.outcome is not None)
+                    log.warning(
+                        "subscription stream ended with %s (%s); %d deliveries without an "
+                        "outcome on the sidecar (%d settled here but not sent yet) stay pending "
+                        "and come back; resubscribing",
+                        err.code().name,
+                        err.details(),
+                        len(lost),
+                        held,
+                    )
+                except Exception as err:  # noqa: BLE001 - a bug: end the iteration with it
+                    log.exception("subscription failed")
+                    self._error = err
+                    break
+                finally:
+                    self._lose_stream()
+                if self._closing:
+                    break
+                attempt += 1
+                base, cap = self._backoff
+                delay = min(cap, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                try:
+                    await asyncio.wait_for(self._stop_event.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+                self.stats.reconnects += 1
+        except asyncio.CancelledError:
+            self._lose_stream()
+            raise
+        finally:
+            self._queue.put_nowait(_END)
+
+    async def _session(self) -> None:
+        self._gen += 1
+        call = self._client.stub.Subscribe()
+        st = _Stream(self._gen, call)
+        self._stream = st
+        st.outbox.put_nowait(pb.SubscribeRequest(open=self._open))
+        writer = asyncio.get_running_loop().create_task(self._writer(st))
+        if self._closing:
+            self._spawn(self._half_close(st))
+        try:
+            while True:
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    return
+                kind = msg.WhichOneof("kind")
+                if kind == "opened":
+                    self._opened(st, msg.opened)
+                elif kind == "read":
+                    self._read(st, msg.read)
+                elif kind == "flush":
+                    await self._flushed(st, msg.flush)
+                elif kind == "rejections":
+                    await self._rejected(st, msg.rejections)
+        finally:
+            writer.cancel()
+
+    def _opened(self, st: _Stream, opened: Any) -> None:
+        st.opened = opened
+        self.opened = opened
+        self.stats.opens += 1
+        log.info(
+            "%s as consumer %r on %s/%s (count %d, max in flight %d, %s)",
+            "subscribed" if self.stats.opens == 1 else "resubscribed",
+            opened.consumer,
+            self.stream_key,
+            self.group,
+            opened.count,
+            opened.max_in_flight,
+            opened.subscription_id,
+        )
+
+    def _read(self, st: _Stream, read: Any) -> None:
+        deliveries = [Delivery(self, st, read.read_id, m) for m in read.deliveries]
+        if not deliveries:
+            return
+        limit = st.opened.max_in_flight if st.opened is not None else 0
+        if limit and st.unsettled + len(deliveries) > limit:
+            # The sidecar only reads while fewer than max_in_flight are outstanding.
+            log.warning(
+                "read %d has %d deliveries with %d unsettled: more than max_in_flight %d",
+                read.read_id, len(deliveries), st.unsettled, limit,
+            )
+        st.unsettled += len(deliveries)
+        st.reads[read.read_id] = _Read(read.read_id, deliveries)
+        for d in deliveries:
+            st.slots[d.slot] = d
+        self.stats.reads += 1
+        self.stats.deliveries += len(deliveries)
+        if self._closing:
+            return  # not handed out: abandoned on close, delivered again later
+        for d in deliveries:
+            self._queue.put_nowait(d)
+
+    async def _flushed(self, st: _Stream, report: Any) -> None:
+        rd = st.reads.pop(report.read_id, None)
+        deliveries = rd.deliveries if rd is not None else []
+        if rd is not None and rd.timer is not None:
+            rd.timer.cancel()
+        for d in deliveries:
+            st.slots.pop(d.slot, None)
+            if d.outcome is None:
+                st.unsettled -= 1  # abandoned by the sidecar (drain or close)
+        self.stats.flushes += 1
+        sent = sum(1 for d in deliveries if d._sent)
+        if rd is not None and report.settles != sent:
+            log.warning(
+                "flush of read %d settled %d entries, but %d outcomes were sent for it",
+                report.read_id, report.settles, sent,
+            )
+        if not report.ok:
+            self.stats.failed_flushes += 1
+            log.warning(
+                "flush of read %d failed: %s (%d failed, settle failed: %s)",
+                report.read_id, report.error, report.failed, report.settle_failed,
+            )
+        else:
+            log.debug(
+                "flushed read %d: kept %d dropped %d commands %d settles %d",
+                report.read_id, report.segments_kept, report.segments_dropped,
+                report.commands, report.settles,
+            )
+        if self._on_flush is not None:
+            await _call(self._on_flush, FlushEvent(report, deliveries))
+
+    async def _rejected(self, st: _Stream, rejections: Any) -> None:
+        for rej in rejections.rejections:
+            self.stats.rejections += 1
+            d = st.slots.get(rej.slot)
+            reason = pb.RejectionReason.Name(rej.reason)
+            log.warning(
+                "sidecar rejected %s for slot %d (%s): %s",
+                f"command {rej.command}" if rej.command else "an outcome",
+                rej.slot, reason, rej.message,
+            )
+            resettle = d is not None and not rej.command and rej.reason in _RESETTLE
+            if resettle:
+                # The slot is still open on the sidecar: it needs another outcome.
+                d.rejection = rej
+                d.outcome = None
+                d._sent = False
+                d._commands = []
+            if self._on_rejection is not None:
+                await _call(self._on_rejection, rej, d)
+            if resettle and d.outcome is None and st.alive:
+                # Not settled again by the callback: have it delivered again later rather
+                # than lose it (delivery_count grows, so a handler can give up on it).
+                d.retry_after(self._rejected_retry_delay, f"rejected: {reason}: {rej.message}")
+
+    def _lose_stream(self) -> None:
+        st = self._stream
+        if st is None or not st.alive:
+            return
+        st.alive = False
+        st.drained.set()
+        for rd in st.reads.values():
+            if rd.timer is not None:
+                rd.timer.cancel()
+            for d in rd.deliveries:
+                if d.outcome is None and d._span is not None:
+                    d._span.end("abandoned", "the subscription stream ended before an outcome")
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:  # noqa: BLE001 - a callback must not end the subscription
+        log.exception("callback %r failed", fn)
+
+
+# --------------------------------------------------------------------------------------------
+# Client
+
+
+class WindowClient:
+    """A channel to the sidecar: :meth:`publish` and :meth:`subscribe`."""
+
+    def __init__(
+        self,
+        target: Optional[str] = None,
+        *,
+        channel: Optional[grpc.aio.Channel] = None,
+        options: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target or os.environ.get("WINDOW_SIDECAR_ADDR") or DEFAULT_TARGET
+        self._channel = channel or grpc.aio.insecure_channel(
+            self.target,
+            options=[
+                # Reconnect quickly after a sidecar restart.
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+                *options,
+            ],
+        )
+        self.stub = pb_grpc.WindowServiceStub(self._channel)
+
+    async def __aenter__(self) -> "WindowClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def publish(
+        self,
+        stream: str,
+        entries: Iterable[Union[bytes, str, Dict[str, Any], Any]],
+        *,
+        max_len: int = 0,
+        timeout: float = 30.0,
+        inject_trace: bool = True,
+    ) -> List[str]:
+        """Appends entries in one call and returns their ids. An entry is a payload (bytes or
+        str, JSON-encoded if it is a dict without a ``payload`` key), a dict with ``payload``,
+        ``headers`` and ``trace`` (``{"traceparent": ..., "tracestate": ...}``), or a
+        ``PublishEntry``. With ``inject_trace`` the current OpenTelemetry context is attached
+        to entries that carry none. Waits for the sidecar to be reachable (``timeout``); it is
+        never retried after it was sent, since XADD is not idempotent."""
+        current = tracing.current_trace() if inject_trace else {}
+        msgs = []
+        for entry in entries:
+            if isinstance(entry, pb.PublishEntry):
+                msg = entry
+            elif isinstance(entry, (bytes, str)):
+                msg = pb.PublishEntry(payload=_arg(entry))
+            elif isinstance(entry, dict) and "payload" in entry:
+                msg = pb.PublishEntry(
+                    payload=_arg(entry["payload"]),
+                    headers=dict(entry.get("headers") or {}),
+                )
+                if entry.get("trace"):
+                    msg.trace.CopyFrom(pb.TraceContext(**entry["trace"]))
+            elif isinstance(entry, dict):
+                msg = pb.PublishEntry(payload=json.dumps(entry).encode())
+            else:
+                raise TypeError(f"unsupported entry type {type(entry).__name__}")
+            if current and not msg.HasField("trace"):
+                msg.trace.CopyFrom(pb.TraceContext(**current))
+            msgs.append(msg)
+        response = await self.stub.Publish(
+            pb.PublishRequest(stream=stream, entries=msgs, max_len=max_len),
+            timeout=timeout,
+            wait_for_ready=True,
+        )
+        return list(response.ids)
+
+    def subscribe(
+        self,
+        stream: str,
+        group: str,
+        *,
+        consumer: str = "",
+        count: int = 16,
+        max_in_flight: int = 0,
+        block: Optional[float] = None,
+        start_id: str = "",
+        min_idle: Optional[float] = None,
+        atomic: bool = False,
+        on_flush: Optional[FlushCallback] = None,
+        on_rejection: Optional[RejectionCallback] = None,
+        linger: Optional[float] = 0.25,
+        backoff: Tuple[float, float] = (0.1, 5.0),
+        rejected_retry_delay: float = 5.0,
+        close_timeout: float = 10.0,
+    ) -> Subscription:
+        """A subscription to ``stream`` in consumer group ``group``.
+
+        ``consumer`` should be stable per replica (a restarted worker gets its own pending
+        entries back first); empty means the sidecar's ``--consumer-name``. ``count`` entries
+        per read; ``max_in_flight`` (0: twice count) caps unsettled deliveries; ``block``,
+        ``min_idle`` in seconds. ``on_flush(FlushEvent)`` and ``on_rejection(rejection,
+        delivery)`` may be plain or async functions. A read's commands and outcomes are sent in
+        one message once every delivery of the read is settled, or ``linger`` seconds after the
+        first of them was settled (None: only when all are)."""
+        src = pb.StreamSource(key=stream, group=group, consumer=consumer, start_id=start_id)
+        if min_idle is not None:
+            src.min_idle.CopyFrom(_duration(min_idle))
+        msg = pb.Open(stream=src, count=count, max_in_flight=max_in_flight)
+        if block is not None:
+            msg.block.CopyFrom(_duration(block))
+        if atomic:
+            msg.mode = pb.MODE_ATOMIC
+        return Subscription(
+            self,
+            msg,
+            on_flush=on_flush,
+            on_rejection=on_rejection,
+            linger=linger,
+            backoff=backoff,
+            rejected_retry_delay=rejected_retry_delay,
+            close_timeout=close_timeout,
+        )
+
