@@ -2,6 +2,7 @@
 //! and validated once at start.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -9,7 +10,7 @@ use thiserror::Error;
 
 /// The sidecar's settings. Every flag can also be set by the environment variable named in
 /// `--help`; a flag wins over its variable.
-#[derive(Clone, Debug, Parser)]
+#[derive(Clone, Parser)]
 #[command(name = "window-sidecar", version, about)]
 pub struct Config {
     /// Address the gRPC service listens on. Loopback by default: a sidecar serves its own pod.
@@ -26,13 +27,41 @@ pub struct Config {
     #[arg(long, env = "WINDOW_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// The Redis server, as a redis:// URL.
+    /// The Redis deployment, as a URL: `redis://` (standalone), `redis-cluster://host:port?node=…`
+    /// (a cluster: any nodes), `redis-sentinel://sentinel:port?sentinelServiceName=…&node=…`
+    /// (a Sentinel-managed primary); `rediss…` for TLS. User and password may be in the URL.
     #[arg(
         long,
         env = "WINDOW_REDIS_URL",
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
+
+    /// Redis ACL user; overrides the URL's.
+    #[arg(long, env = "WINDOW_REDIS_USERNAME")]
+    pub redis_username: Option<String>,
+
+    /// Redis password; overrides the URL's. Prefer --redis-password-file.
+    #[arg(long, env = "WINDOW_REDIS_PASSWORD", hide_env_values = true)]
+    pub redis_password: Option<Secret>,
+
+    /// A file holding the Redis password (trailing newline ignored), for example a mounted
+    /// Kubernetes Secret.
+    #[arg(long, env = "WINDOW_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+
+    /// PEM file of the CA that signed the Redis server's certificate (TLS; needs a rediss URL).
+    /// Unset with a rediss URL: the system's trust roots.
+    #[arg(long, env = "WINDOW_REDIS_TLS_CA")]
+    pub redis_tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for Redis servers that require one (with --redis-tls-key).
+    #[arg(long, env = "WINDOW_REDIS_TLS_CERT")]
+    pub redis_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --redis-tls-cert.
+    #[arg(long, env = "WINDOW_REDIS_TLS_KEY")]
+    pub redis_tls_key: Option<PathBuf>,
 
     /// The consumer name used when a client does not name one. Must be unique per replica;
     /// defaults to the pod name (POD_NAME) or the host name.
@@ -86,6 +115,20 @@ pub struct Config {
     pub check_config: bool,
 }
 
+// By hand so the Redis URL is printed without its credentials.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("redis_username", &self.redis_username)
+            .field("redis_password", &self.redis_password)
+            .field("redis_tls_ca", &self.redis_tls_ca)
+            .field("pool_size", &self.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -98,8 +141,16 @@ pub enum LogFormat {
 /// A configuration that parses but cannot work.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("--redis-url {0:?} is not a redis:// or rediss:// URL")]
-    RedisUrl(String),
+    #[error("--redis-url {url:?} is not usable: {reason}")]
+    RedisUrl { url: String, reason: String },
+    #[error("--redis-tls-* needs a TLS URL (rediss://, rediss-cluster:// or rediss-sentinel://)")]
+    TlsWithoutRediss,
+    #[error("--redis-tls-cert and --redis-tls-key go together")]
+    CertWithoutKey,
+    #[error(
+        "give the Redis password either by --redis-password or by --redis-password-file, not both"
+    )]
+    TwoPasswords,
     #[error("--{flag} must be at least {min}, got {value}")]
     TooSmall {
         flag: &'static str,
@@ -114,10 +165,35 @@ impl Config {
     /// Checks what clap's types cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = self.redis_url.as_str();
-        if !(url.starts_with("redis://") || url.starts_with("rediss://"))
-            || fred::types::config::Config::from_url(url).is_err()
-        {
-            return Err(ConfigError::RedisUrl(redact_url(url)));
+        let invalid = |reason: String| ConfigError::RedisUrl {
+            url: redact_url(url),
+            reason,
+        };
+        let scheme = url
+            .split_once("://")
+            .map(|(scheme, _)| scheme)
+            .unwrap_or_default();
+        if !REDIS_SCHEMES.contains(&scheme) {
+            return Err(invalid(format!(
+                "the scheme must be one of {}",
+                REDIS_SCHEMES.join(", ")
+            )));
+        }
+        if let Err(err) = fred::types::config::Config::from_url(url) {
+            // fred's message does not include the URL, so it cannot leak the password.
+            return Err(invalid(err.details().to_owned()));
+        }
+        let tls_files = self.redis_tls_ca.is_some()
+            || self.redis_tls_cert.is_some()
+            || self.redis_tls_key.is_some();
+        if tls_files && !scheme.starts_with("rediss") {
+            return Err(ConfigError::TlsWithoutRediss);
+        }
+        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+            return Err(ConfigError::CertWithoutKey);
+        }
+        if self.redis_password.is_some() && self.redis_password_file.is_some() {
+            return Err(ConfigError::TwoPasswords);
         }
         let at_least = |flag, value: u64, min: u64| {
             if value < min {
@@ -172,6 +248,39 @@ impl Config {
     }
 }
 
+/// The URL schemes the sidecar accepts.
+pub const REDIS_SCHEMES: [&str; 6] = [
+    "redis",
+    "rediss",
+    "redis-cluster",
+    "rediss-cluster",
+    "redis-sentinel",
+    "rediss-sentinel",
+];
+
+/// A secret value (a password): never printed by `Debug` or `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_owned()))
+    }
+}
+
 /// A URL with its password (and user) replaced, for logs and errors.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -204,8 +313,25 @@ mod tests {
     fn refuses_what_cannot_work() {
         assert!(matches!(
             parse(&["--redis-url", "http://x"]).validate(),
-            Err(ConfigError::RedisUrl(_))
+            Err(ConfigError::RedisUrl { .. })
         ));
+        assert!(matches!(
+            parse(&["--redis-url", "redis://x", "--redis-tls-ca", "/ca.pem"]).validate(),
+            Err(ConfigError::TlsWithoutRediss)
+        ));
+        assert!(matches!(
+            parse(&["--redis-url", "rediss://x", "--redis-tls-cert", "/c.pem"]).validate(),
+            Err(ConfigError::CertWithoutKey)
+        ));
+        let password = parse(&["--redis-password", "hunter2"]);
+        assert!(!format!("{password:?}").contains("hunter2"));
+        for url in [
+            "redis-cluster://127.0.0.1:7000?node=127.0.0.1:7001",
+            "rediss://u:p@host:6380",
+            "redis-sentinel://127.0.0.1:26379?sentinelServiceName=mymaster",
+        ] {
+            parse(&["--redis-url", url]).validate().unwrap();
+        }
         assert!(matches!(
             parse(&["--pool-size", "0"]).validate(),
             Err(ConfigError::TooSmall { .. })

@@ -74,7 +74,8 @@ pub struct ReasonLabels {
 }
 
 /// Every rejection reason label.
-pub const REJECTION_REASONS: [&str; 6] = [
+pub const REJECTION_REASONS: [&str; 7] = [
+    "cross_slot",
     "unknown_slot",
     "already_settled",
     "invalid_command",

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 use crate::config::{Config, redact_url};
 use crate::grpc::{self, convert::OpenLimits};
 use crate::proto::window_service_server::WindowServiceServer;
-use crate::redis::{Redis, RedisError};
+use crate::redis::{ConnectOptions, Redis, RedisError, TlsFiles};
 use crate::session::{Settings, Shared};
 
 /// How often the health watcher pings Redis.
@@ -40,10 +40,50 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Redis(#[from] RedisError),
+    #[error("cannot read the Redis password file {path}: {source}")]
+    PasswordFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
+}
+
+/// How to reach Redis, from the configuration (reads the password file, if any).
+pub fn connect_options(config: &Config) -> Result<ConnectOptions, ServeError> {
+    let password = match &config.redis_password_file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ServeError::PasswordFile {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(
+                text.trim_end_matches(['\r', '\n'])
+                    .parse()
+                    .expect("infallible"),
+            )
+        }
+        None => config.redis_password.clone(),
+    };
+    let tls =
+        (config.redis_tls_ca.is_some() || config.redis_tls_cert.is_some()).then(|| TlsFiles {
+            ca: config.redis_tls_ca.clone(),
+            client: config
+                .redis_tls_cert
+                .clone()
+                .zip(config.redis_tls_key.clone()),
+        });
+    Ok(ConnectOptions {
+        url: config.redis_url.clone(),
+        username: config.redis_username.clone(),
+        password,
+        tls,
+        pool_size: config.pool_size,
+        timeout: config.redis_timeout,
+    })
 }
 
 /// Binds the listeners of `config`.
@@ -62,7 +102,7 @@ pub async fn run(
     shutdown: CancellationToken,
     tracing: bool,
 ) -> Result<(), ServeError> {
-    let redis = Redis::connect(&config.redis_url, config.pool_size, config.redis_timeout)?;
+    let redis = Redis::connect(&connect_options(&config)?)?;
     info!(
         listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         redis = %redact_url(&config.redis_url),

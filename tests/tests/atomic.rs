@@ -97,12 +97,19 @@ async fn each_kept_segment_is_multi_its_commands_its_xack_exec() {
             command(d[1].slot, "INCR", &["dropped"]),
         ],
         // d[2] is acked without commands: it needs no MULTI.
-        vec![outcome(d[2].slot, Ack), outcome(d[1].slot, Drop), outcome(d[0].slot, Ack)],
+        vec![
+            outcome(d[2].slot, Ack),
+            outcome(d[1].slot, Drop),
+            outcome(d[0].slot, Ack),
+        ],
     )
     .await;
     let report = sub.flush().await;
     assert!(report.ok, "{report:?}");
-    assert_eq!((report.segments_kept, report.commands, report.settles), (2, 2, 3));
+    assert_eq!(
+        (report.segments_kept, report.commands, report.settles),
+        (2, 2, 3)
+    );
 
     let seen = eventually(STEP, || async {
         monitor.commands(&["MULTI", "EXEC", "INCR", "XACK"]).len() >= 6
@@ -139,15 +146,25 @@ async fn a_command_refused_while_queuing_aborts_and_the_entry_comes_back() {
     let first = sub.read().await.deliveries.remove(0);
     // INCR with no key: Redis refuses it while queuing, so the whole transaction is discarded.
     sub.send(
-        vec![command(first.slot, "INCR", &["applied-never"]), command(first.slot, "INCR", &[])],
+        vec![
+            command(first.slot, "INCR", &["applied-never"]),
+            command(first.slot, "INCR", &[]),
+        ],
         vec![outcome(first.slot, Ack)],
     )
     .await;
     let report = sub.flush().await;
     assert!(!report.ok);
-    assert!(report.settle_failed, "the XACK inside the aborted transaction did not run");
+    assert!(
+        report.settle_failed,
+        "the XACK inside the aborted transaction did not run"
+    );
     assert_eq!(report.aborted, 1);
-    assert!(report.error.contains("wrong number of arguments"), "{}", report.error);
+    assert!(
+        report.error.contains("wrong number of arguments"),
+        "{}",
+        report.error
+    );
 
     // Nothing of the transaction ran, and the entry comes back.
     let again = sub.read().await.deliveries.remove(0);
@@ -155,8 +172,11 @@ async fn a_command_refused_while_queuing_aborts_and_the_entry_comes_back() {
     assert_eq!(again.delivery_count, 2);
     let inspect = redis.client().await;
     assert_eq!(inspect.exists::<i64, _>("applied-never").await.unwrap(), 0);
-    sub.send(vec![command(again.slot, "INCR", &["applied"])], vec![outcome(again.slot, Ack)])
-        .await;
+    sub.send(
+        vec![command(again.slot, "INCR", &["applied"])],
+        vec![outcome(again.slot, Ack)],
+    )
+    .await;
     assert!(sub.flush().await.ok);
     assert_eq!(inspect.get::<i64, _>("applied").await.unwrap(), 1);
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
@@ -169,21 +189,30 @@ async fn a_runtime_error_inside_exec_is_reported_and_the_rest_applies() {
     let sidecar = Sidecar::start(&redis.url(), &[]).await;
     let mut client = sidecar.client().await;
     let inspect = redis.client().await;
-    let _: () = inspect.set("a-string", "x", None, None, false).await.unwrap();
+    let _: () = inspect
+        .set("a-string", "x", None, None, false)
+        .await
+        .unwrap();
     publish(&mut client, "orders", numbered(1)).await;
     let (mut sub, _) = Subscription::open(&mut client, atomic_open("orders", "c", 1))
         .await
         .unwrap();
     let d = sub.read().await.deliveries.remove(0);
     sub.send(
-        vec![command(d.slot, "LPUSH", &["a-string", "v"]), command(d.slot, "INCR", &["applied"])],
+        vec![
+            command(d.slot, "LPUSH", &["a-string", "v"]),
+            command(d.slot, "INCR", &["applied"]),
+        ],
         vec![outcome(d.slot, Ack)],
     )
     .await;
     let report = sub.flush().await;
     assert!(!report.ok);
     assert!(report.error.contains("WRONGTYPE"), "{}", report.error);
-    assert!(!report.settle_failed, "Redis has no rollback: the XACK in the EXEC ran");
+    assert!(
+        !report.settle_failed,
+        "Redis has no rollback: the XACK in the EXEC ran"
+    );
     assert_eq!(report.aborted, 0);
     assert_eq!(inspect.get::<i64, _>("applied").await.unwrap(), 1);
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
@@ -197,7 +226,10 @@ async fn the_mixed_window_keeps_thirteen_of_twenty_in_atomic_mode() {
     let mut client = sidecar.client().await;
     publish(&mut client, "orders", numbered(20)).await;
     let inspect = redis.client().await;
-    let _: () = inspect.custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"]).await.unwrap();
+    let _: () = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .unwrap();
     let (mut sub, _) = Subscription::open(&mut client, atomic_open("orders", "c", 20))
         .await
         .unwrap();
@@ -207,7 +239,10 @@ async fn the_mixed_window_keeps_thirteen_of_twenty_in_atomic_mode() {
     for d in &read.deliveries {
         let n: u32 = field(d, "n").parse().unwrap();
         commands.push(command(d.slot, "INCR", &["side-effects"]));
-        outcomes.push(outcome(d.slot, if n.is_multiple_of(3) { Drop } else { Ack }));
+        outcomes.push(outcome(
+            d.slot,
+            if n.is_multiple_of(3) { Drop } else { Ack },
+        ));
     }
     sub.send(commands, outcomes).await;
     let report = sub.flush().await;

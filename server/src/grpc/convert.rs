@@ -308,6 +308,8 @@ fn rejection(err: &SlotError) -> proto::Rejection {
             CommandError::Forbidden { name, .. } => (R::ForbiddenCommand, Some(name.clone())),
             CommandError::InvalidName(name) => (R::InvalidCommand, Some(name.clone())),
             CommandError::EmptyName => (R::InvalidCommand, None),
+            CommandError::Unknown(name) => (R::InvalidCommand, Some(name.clone())),
+            CommandError::CrossSlot { .. } => (R::CrossSlot, None),
         },
         SlotError::TooManyCommands { .. } => (R::InvalidCommand, None),
         SlotError::InvalidOutcome { .. } => (R::InvalidOutcome, None),

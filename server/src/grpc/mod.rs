@@ -169,6 +169,8 @@ pub fn redis_status(err: &RedisError) -> Status {
         // WRONGTYPE (the key is not a stream), NOPERM (ACL) and the like: the deployment must
         // change, retrying will not help.
         RedisError::Refused { .. } => Status::failed_precondition(message),
-        RedisError::Url { .. } | RedisError::Protocol { .. } => Status::internal(message),
+        RedisError::Url { .. } | RedisError::Tls { .. } | RedisError::Protocol { .. } => {
+            Status::internal(message)
+        }
     }
 }

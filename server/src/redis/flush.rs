@@ -26,6 +26,8 @@ pub struct Planned {
     pub name: String,
     pub args: Vec<Bytes>,
     pub role: Role,
+    /// On a cluster, the hash slot whose node runs it; `None`: its first argument decides.
+    pub hash_slot: Option<u16>,
 }
 
 impl Planned {
@@ -34,6 +36,7 @@ impl Planned {
             name: name.into(),
             args,
             role,
+            hash_slot: None,
         }
     }
 }
@@ -49,11 +52,20 @@ pub struct FlushPlan {
 }
 
 impl FlushPlan {
-    pub fn push(&mut self, name: impl Into<String>, args: Vec<Bytes>, role: Role) {
+    pub fn push(
+        &mut self,
+        name: impl Into<String>,
+        args: Vec<Bytes>,
+        role: Role,
+        hash_slot: Option<u16>,
+    ) {
         if role == Role::SideEffect {
             self.side_effects += 1;
         }
-        self.commands.push(Planned::new(name, args, role));
+        self.commands.push(Planned {
+            hash_slot,
+            ..Planned::new(name, args, role)
+        });
     }
 
     /// Commands as `NAME arg arg` lines, for tests and debug logs.
@@ -130,7 +142,10 @@ impl FlushResult {
 pub async fn execute(client: &Client, plan: &FlushPlan) -> FlushResult {
     let pipeline = client.pipeline();
     for planned in &plan.commands {
-        let command = CustomCommand::new(planned.name.clone(), ClusterHash::FirstKey, false);
+        let hash = planned
+            .hash_slot
+            .map_or(ClusterHash::FirstKey, ClusterHash::Custom);
+        let command = CustomCommand::new(planned.name.clone(), hash, false);
         let args: Vec<Value> = planned.args.iter().cloned().map(Value::Bytes).collect();
         // Buffering a command in a pipeline only stores it; it cannot fail.
         let _: Result<Value, _> = pipeline.custom(command, args).await;

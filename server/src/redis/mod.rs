@@ -8,23 +8,28 @@
 
 pub mod entry;
 pub mod flush;
+pub mod keys;
 pub mod stream;
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
-use fred::types::config::{Config as FredConfig, ReconnectPolicy};
+use fred::types::config::{Config as FredConfig, ReconnectPolicy, ServerConfig};
 use fred::types::{ClusterHash, CustomCommand};
 use thiserror::Error;
 
-use crate::config::redact_url;
+use std::path::PathBuf;
+
+use crate::config::{Secret, redact_url};
 
 /// A Redis failure, as the sidecar reports it.
 #[derive(Debug, Error)]
 pub enum RedisError {
     #[error("invalid Redis URL {url}: {reason}")]
     Url { url: String, reason: String },
+    #[error("TLS to Redis: {reason}")]
+    Tls { reason: String },
     #[error("Redis is unreachable: {0}")]
     Unavailable(String),
     #[error("Redis did not answer within {0:?}")]
@@ -58,6 +63,7 @@ impl RedisError {
 #[derive(Clone)]
 pub struct Redis {
     config: FredConfig,
+    cluster: bool,
     pool: Pool,
     timeout: Duration,
 }
@@ -77,15 +83,103 @@ fn reconnect_policy() -> ReconnectPolicy {
     ReconnectPolicy::new_exponential(0, 100, 2_000, 2)
 }
 
+/// How to reach Redis: the URL and what overrides or completes it.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    pub url: String,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    pub tls: Option<TlsFiles>,
+    pub pool_size: usize,
+    pub timeout: Duration,
+}
+
+/// PEM files for TLS to Redis.
+#[derive(Clone, Debug, Default)]
+pub struct TlsFiles {
+    /// The CA to trust; `None`: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// A client certificate and its key.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl ConnectOptions {
+    /// The fred configuration: the URL's, with credentials and TLS applied.
+    fn fred_config(&self) -> Result<FredConfig, RedisError> {
+        let url_error = |reason: String| RedisError::Url {
+            url: redact_url(&self.url),
+            reason,
+        };
+        let mut config =
+            FredConfig::from_url(&self.url).map_err(|e| url_error(e.details().to_owned()))?;
+        if let Some(username) = &self.username {
+            config.username = Some(username.clone());
+        }
+        if let Some(password) = &self.password {
+            config.password = Some(password.expose().to_owned());
+        }
+        if self.url.starts_with("rediss") {
+            let tls = self.tls.clone().unwrap_or_default();
+            config.tls = Some(
+                tls.client_config()
+                    .map_err(|reason| RedisError::Tls { reason })?
+                    .into(),
+            );
+        }
+        config.fail_fast = false;
+        Ok(config)
+    }
+}
+
+impl TlsFiles {
+    fn client_config(&self) -> Result<rustls::ClientConfig, String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let read_certs = |path: &PathBuf| -> Result<Vec<CertificateDer<'static>>, String> {
+            CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("cannot read certificates from {}: {e}", path.display()))
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        match &self.ca {
+            Some(ca) => {
+                for cert in read_certs(ca)? {
+                    roots.add(cert).map_err(|e| {
+                        format!("{} holds an unusable CA certificate: {e}", ca.display())
+                    })?;
+                }
+            }
+            None => {
+                let native = rustls_native_certs::load_native_certs();
+                for cert in native.certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots);
+        match &self.client {
+            Some((cert, key)) => {
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| format!("cannot read the private key {}: {e}", key.display()))?;
+                builder
+                    .with_client_auth_cert(read_certs(cert)?, key)
+                    .map_err(|e| format!("the client certificate is unusable: {e}"))
+            }
+            None => Ok(builder.with_no_client_auth()),
+        }
+    }
+}
+
 impl Redis {
     /// Builds the pool and starts connecting in the background; commands wait for the
     /// connection (up to `timeout`), so the sidecar can start before Redis does.
-    pub fn connect(url: &str, pool_size: usize, timeout: Duration) -> Result<Self, RedisError> {
-        let mut config = FredConfig::from_url(url).map_err(|e| RedisError::Url {
-            url: redact_url(url),
-            reason: e.details().to_owned(),
-        })?;
-        config.fail_fast = false;
+    pub fn connect(options: &ConnectOptions) -> Result<Self, RedisError> {
+        let config = options.fred_config()?;
+        let timeout = options.timeout;
         let pool = Builder::from_config(config.clone())
             .with_performance_config(|perf| perf.default_command_timeout = timeout)
             .with_connection_config(|conn| {
@@ -96,14 +190,20 @@ impl Redis {
                 conn.max_command_attempts = 1;
             })
             .set_policy(reconnect_policy())
-            .build_pool(pool_size)
+            .build_pool(options.pool_size)
             .map_err(|e| RedisError::from_fred("connect", &e))?;
         pool.connect();
         Ok(Self {
+            cluster: matches!(config.server, ServerConfig::Clustered { .. }),
             config,
             pool,
             timeout,
         })
+    }
+
+    /// Whether Redis is a cluster (commands are routed by hash slot).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
     }
 
     /// The next pool connection.
@@ -154,14 +254,28 @@ impl Redis {
     }
 }
 
-/// Sends one command with raw arguments and returns its reply.
+/// Sends one command with raw arguments and returns its reply; on a cluster it goes to the
+/// node of its first string argument.
 pub async fn call(
     client: &Client,
     name: &'static str,
     args: Vec<Value>,
     blocking: bool,
 ) -> Result<Value, RedisError> {
-    let command = CustomCommand::new_static(name, ClusterHash::FirstKey, blocking);
+    call_at(client, name, args, blocking, None).await
+}
+
+/// Like [`call`], routed to the node that owns `slot` when one is given (for commands whose
+/// key is not their first argument, such as XREADGROUP).
+pub async fn call_at(
+    client: &Client,
+    name: &'static str,
+    args: Vec<Value>,
+    blocking: bool,
+    slot: Option<u16>,
+) -> Result<Value, RedisError> {
+    let hash = slot.map_or(ClusterHash::FirstKey, ClusterHash::Custom);
+    let command = CustomCommand::new_static(name, hash, blocking);
     client
         .custom::<Value, _>(command, args)
         .await

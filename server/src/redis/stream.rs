@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::entry::{Entry, into_bytes, parse_entries};
 use super::flush::{FlushPlan, Role};
-use super::{RedisError, arg, call, companion_key, str_arg};
+use super::{RedisError, arg, call_at, companion_key, str_arg};
 use crate::window::{FlushBatch, Outcome};
 
 /// How kept segments are sent.
@@ -54,6 +54,8 @@ pub struct StreamKeys {
     pub consumer: Bytes,
     /// The sorted set of entries waiting for their retry_after delay.
     pub delayed: Bytes,
+    /// The stream key's hash slot: where its commands go on a cluster.
+    pub slot: u16,
 }
 
 impl StreamKeys {
@@ -64,6 +66,7 @@ impl StreamKeys {
             group: bytes(&source.group),
             consumer: bytes(&source.consumer),
             delayed: Bytes::from(companion_key(&source.key, "window:delayed")),
+            slot: fred::util::redis_keyslot(source.key.as_bytes()),
         }
     }
 }
@@ -82,7 +85,8 @@ pub async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), 
         str_arg(start),
         str_arg("MKSTREAM"),
     ];
-    match call(client, "XGROUP", args, false).await {
+    let slot = Some(fred::util::redis_keyslot(source.key.as_bytes()));
+    match call_at(client, "XGROUP", args, false, slot).await {
         Ok(_) => Ok(()),
         Err(RedisError::Refused { message, .. }) if message.starts_with("BUSYGROUP") => Ok(()),
         Err(err) => Err(err),
@@ -104,19 +108,27 @@ pub fn plan_flush<E: Borrow<Entry>>(
     now_ms: u64,
 ) -> FlushPlan {
     let mut plan = FlushPlan::default();
+    // Settles, copies and transactions all go to the node of the stream's slot.
+    let slot = Some(keys.slot);
     let mut settled_inside = vec![false; batch.settles.len()];
     for segment in &batch.kept {
         let wrap = mode == Mode::Atomic && !segment.commands.is_empty();
         if wrap {
-            plan.push("MULTI", vec![], Role::Begin);
+            plan.push("MULTI", vec![], Role::Begin, slot);
         }
         for command in &segment.commands {
-            plan.push(command.name.clone(), command.args.clone(), Role::SideEffect);
+            let hash_slot = if wrap { slot } else { command.hash_slot };
+            plan.push(
+                command.name.clone(),
+                command.args.clone(),
+                Role::SideEffect,
+                hash_slot,
+            );
         }
         if wrap {
             let entry: &Entry = batch.settles[segment.settle].entry.borrow();
-            plan.push("XACK", xack_args(keys, [&entry.id]), Role::Settle);
-            plan.push("EXEC", vec![], Role::Commit { settles: true });
+            plan.push("XACK", xack_args(keys, [&entry.id]), Role::Settle, slot);
+            plan.push("EXEC", vec![], Role::Commit { settles: true }, slot);
             settled_inside[segment.settle] = true;
         }
     }
@@ -132,7 +144,7 @@ pub fn plan_flush<E: Borrow<Entry>>(
         .iter()
         .any(|s| matches!(s.outcome, Outcome::Retry | Outcome::RetryAfter(_)));
     if requeues {
-        plan.push("MULTI", vec![], Role::Begin);
+        plan.push("MULTI", vec![], Role::Begin, slot);
     }
     for settle in rest
         .iter()
@@ -144,23 +156,23 @@ pub fn plan_flush<E: Borrow<Entry>>(
             Outcome::Retry => {
                 let mut args = vec![keys.key.clone(), Bytes::from_static(b"*")];
                 args.extend(fields.into_iter().flat_map(|(f, v)| [f, v]));
-                plan.push("XADD", args, Role::Requeue);
+                plan.push("XADD", args, Role::Requeue, slot);
             }
             Outcome::RetryAfter(delay) => {
                 let due = now_ms.saturating_add(delay.as_millis() as u64);
                 let member = encode_delayed(&entry.id, &fields);
                 let args = vec![keys.delayed.clone(), Bytes::from(due.to_string()), member];
-                plan.push("ZADD", args, Role::Requeue);
+                plan.push("ZADD", args, Role::Requeue, slot);
             }
             Outcome::Ack | Outcome::Drop => unreachable!("filtered above"),
         }
     }
     if !rest.is_empty() {
         let ids = rest.iter().map(|s| &s.entry.borrow().id);
-        plan.push("XACK", xack_args(keys, ids), Role::Settle);
+        plan.push("XACK", xack_args(keys, ids), Role::Settle, slot);
     }
     if requeues {
-        plan.push("EXEC", vec![], Role::Commit { settles: true });
+        plan.push("EXEC", vec![], Role::Commit { settles: true }, slot);
     }
     plan.settles = batch.settles.len();
     plan
@@ -394,7 +406,8 @@ impl StreamReader {
             args.push(Value::Integer(block.as_millis().max(1) as i64));
         }
         args.extend([str_arg("STREAMS"), arg(&self.keys.key), Value::Bytes(id)]);
-        let reply = call(&self.client, "XREADGROUP", args, block.is_some()).await?;
+        let slot = Some(self.keys.slot);
+        let reply = call_at(&self.client, "XREADGROUP", args, block.is_some(), slot).await?;
         let Value::Array(streams) = reply else {
             return Ok(Vec::new()); // nil: BLOCK timed out
         };
@@ -421,7 +434,14 @@ impl StreamReader {
             str_arg("COUNT"),
             Value::Integer(count.into()),
         ];
-        let reply = call(&self.client, "XAUTOCLAIM", args, false).await?;
+        let reply = call_at(
+            &self.client,
+            "XAUTOCLAIM",
+            args,
+            false,
+            Some(self.keys.slot),
+        )
+        .await?;
         let Value::Array(parts) = reply else {
             return Err(RedisError::Protocol {
                 command: "XAUTOCLAIM",
@@ -458,7 +478,8 @@ impl StreamReader {
             Value::Integer(entries.len() as i64),
             arg(&self.keys.consumer),
         ];
-        let Value::Array(rows) = call(&self.client, "XPENDING", args, false).await? else {
+        let reply = call_at(&self.client, "XPENDING", args, false, Some(self.keys.slot)).await?;
+        let Value::Array(rows) = reply else {
             return Ok(entries);
         };
         let mut counts = std::collections::HashMap::with_capacity(rows.len());
@@ -485,7 +506,9 @@ impl StreamReader {
         }
         let mut args = vec![arg(&self.keys.key), arg(&self.keys.group)];
         args.extend(deleted.into_iter().map(Value::Bytes));
-        call(&self.client, "XACK", args, false).await.map(|_| ())
+        call_at(&self.client, "XACK", args, false, Some(self.keys.slot))
+            .await
+            .map(|_| ())
     }
 
     /// Closes the dedicated connection.

@@ -23,6 +23,7 @@ use tracing::{Instrument, debug, info_span};
 use crate::metrics::Metrics;
 use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
+use crate::redis::keys::KeySpecs;
 use crate::redis::stream::{Mode, StreamSource};
 use crate::redis::{Redis, RedisError};
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
@@ -58,6 +59,9 @@ pub struct Shared {
     consumers: Mutex<HashSet<(String, String, String)>>,
     /// The admin view of every open subscription, by id.
     views: Mutex<BTreeMap<String, SubscriptionView>>,
+    /// Which arguments are keys, per command: loaded from a cluster once, when a subscription
+    /// first needs to route or check side effects by slot.
+    key_specs: tokio::sync::OnceCell<Arc<KeySpecs>>,
 }
 
 impl Shared {
@@ -71,7 +75,20 @@ impl Shared {
             next_id: AtomicU64::new(1),
             consumers: Mutex::new(HashSet::new()),
             views: Mutex::new(BTreeMap::new()),
+            key_specs: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The command key specifications, on a cluster (loaded on first use).
+    async fn key_specs(&self) -> Result<Option<Arc<KeySpecs>>, RedisError> {
+        if !self.redis.is_cluster() {
+            return Ok(None);
+        }
+        let specs = self
+            .key_specs
+            .get_or_try_init(|| async { KeySpecs::load(self.redis.pool()).await.map(Arc::new) })
+            .await?;
+        Ok(Some(Arc::clone(specs)))
     }
 
     /// The admin view of every open subscription.

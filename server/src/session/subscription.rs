@@ -28,10 +28,12 @@ use crate::metrics::{
 };
 use crate::redis::entry::Entry;
 use crate::redis::flush::{self, FlushPlan, FlushResult};
+use crate::redis::keys::KeySpecs;
 use crate::redis::stream::{self, Mode, ReadBatch, StreamKeys, StreamReader, StreamSource};
 use crate::redis::{Redis, RedisError};
 use crate::telemetry::format_traceparent;
-use crate::window::{FlushBatch, Limits, ReadId, SlotError, SlotId, Window};
+use crate::window::{Command, CommandError, FlushBatch, Limits, ReadId, SlotError, SlotId, Window};
+use fred::util::redis_keyslot;
 
 const FORM: &str = "stream";
 
@@ -82,6 +84,8 @@ pub(super) struct Subscription<'a> {
     client_spans: HashMap<SlotId, SpanContext>,
     view: SubscriptionView,
     labels: Labels,
+    /// On a cluster: which arguments of a command are keys, to route and check side effects.
+    key_specs: Option<Arc<KeySpecs>>,
 }
 
 /// Metric labels of this subscription, built once.
@@ -99,6 +103,7 @@ impl<'a> Subscription<'a> {
         out: &'a Outbound,
     ) -> Result<Subscription<'a>, SessionError> {
         let redis = &shared.redis;
+        let key_specs = shared.key_specs().await?;
         stream::ensure_group(redis.pool(), &source).await?;
         let reader_client = redis.dedicated_client().await?;
         let keys = StreamKeys::new(&source);
@@ -205,6 +210,7 @@ impl<'a> Subscription<'a> {
             client_spans: HashMap::new(),
             view,
             labels,
+            key_specs,
             request,
             source,
             keys,
@@ -380,6 +386,7 @@ impl<'a> Subscription<'a> {
     async fn apply(&mut self, batch: ClientBatch) {
         let mut rejected = Vec::new();
         for (slot, command) in batch.commands {
+            let command = command.and_then(|c| self.route(c));
             if let Err(err) = self.window.queue(slot, command) {
                 rejected.push(err);
             }
@@ -423,6 +430,34 @@ impl<'a> Subscription<'a> {
             self.view.counters.rejections += rejected.len() as u64;
             self.send(Event::Rejected(rejected)).await;
         }
+    }
+
+    /// On a cluster, finds where a side effect must run. In atomic mode every key must share
+    /// the subscription's slot (the transaction runs on that node, with the settle); a key
+    /// elsewhere is refused now, before anything is sent.
+    fn route(&self, mut command: Command) -> Result<Command, CommandError> {
+        let Some(specs) = &self.key_specs else {
+            return Ok(command);
+        };
+        let keys = specs
+            .keys(&command.name, &command.args)
+            .map_err(|_| CommandError::Unknown(command.name.clone()))?;
+        match self.request.mode {
+            Mode::Atomic => {
+                if let Some(key) = keys.iter().find(|k| redis_keyslot(k) != self.keys.slot) {
+                    return Err(CommandError::CrossSlot {
+                        key: String::from_utf8_lossy(key).into_owned(),
+                        key_slot: redis_keyslot(key),
+                        subscription_key: self.source.key.clone(),
+                        subscription_slot: self.keys.slot,
+                        tag: hash_tag(&self.source.key).to_owned(),
+                    });
+                }
+                command.hash_slot = Some(self.keys.slot);
+            }
+            Mode::Pipeline => command.hash_slot = keys.first().map(|k| redis_keyslot(k)),
+        }
+        Ok(command)
     }
 
     fn flush(&mut self, batch: FlushBatch<Arc<Entry>>) {
@@ -563,6 +598,18 @@ impl<'a> Subscription<'a> {
     }
 }
 
+/// The part of a key Redis hashes: the content of its first non-empty `{…}`, else the key.
+fn hash_tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}')
+                .filter(|&len| len > 0)
+                .map(|len| &rest[..len])
+        })
+        .unwrap_or(key)
+}
+
 /// The rejection reason label of a slot error.
 fn rejection_reason(err: &SlotError) -> &'static str {
     match err {
@@ -570,6 +617,7 @@ fn rejection_reason(err: &SlotError) -> &'static str {
         SlotError::AlreadySettled(_) => "already_settled",
         SlotError::InvalidCommand { source, .. } => match source {
             crate::window::CommandError::Forbidden { .. } => "forbidden_command",
+            crate::window::CommandError::CrossSlot { .. } => "cross_slot",
             _ => "invalid_command",
         },
         SlotError::TooManyCommands { .. } => "invalid_command",

@@ -12,6 +12,9 @@ const MAX_NAME_LEN: usize = 64;
 pub struct Command {
     pub name: String,
     pub args: Vec<Bytes>,
+    /// On a cluster, the hash slot the command must be sent to (its keys'); `None`: route by
+    /// its first argument.
+    pub hash_slot: Option<u16>,
 }
 
 /// Why a command cannot be queued.
@@ -25,6 +28,18 @@ pub enum CommandError {
     InvalidName(String),
     #[error("{name} {why}; it can never run inside a window")]
     Forbidden { name: String, why: &'static str },
+    #[error("Redis does not know the command {0}")]
+    Unknown(String),
+    #[error(
+        "key {key:?} is in hash slot {key_slot}, but this subscription's key {subscription_key:?} is in slot {subscription_slot}: in atomic mode on a cluster every key of a segment must share the subscription's slot; put the same hash tag in both, for example \"{{{tag}}}:…\""
+    )]
+    CrossSlot {
+        key: String,
+        key_slot: u16,
+        subscription_key: String,
+        subscription_slot: u16,
+        tag: String,
+    },
 }
 
 impl Command {
@@ -45,7 +60,11 @@ impl Command {
         if let Some(why) = forbidden(&name) {
             return Err(CommandError::Forbidden { name, why });
         }
-        Ok(Self { name, args })
+        Ok(Self {
+            name,
+            args,
+            hash_slot: None,
+        })
     }
 }
 

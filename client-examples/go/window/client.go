@@ -1,0 +1,83 @@
+// Package window is a small Go client for window-sidecar.
+//
+// It wraps the generated WindowService stub (package window_sidecar/v1) with:
+//
+//   - Publish: XADD many payload-and-headers entries in one call;
+//   - Subscribe: a subscription whose deliveries arrive on a channel. Each Delivery collects the
+//     Redis commands queued for it (Queue) and one outcome (Ack, Drop, Retry, RetryAfter). When
+//     every delivery of a read is settled, the read's commands and outcomes go to the sidecar in
+//     one batch message, so the sidecar can flush the read in one Redis round trip.
+//
+// The subscription reconnects and resubscribes with backoff when its stream fails (the sidecar
+// restarts or shuts down, the connection breaks, or the consumer name is still held by an old
+// stream). Deliveries of a lost stream are never settled on a new one: their entries stay
+// pending in Redis and the sidecar delivers them again, first thing, on the new stream.
+package window
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+
+	windowv1 "window_sidecar/v1"
+)
+
+// Client is a connection to one sidecar.
+type Client struct {
+	conn  *grpc.ClientConn
+	stub  windowv1.WindowServiceClient
+	owned bool
+}
+
+// Dial connects to the sidecar at addr (host:port). Without options it dials in plaintext, as a
+// sidecar listens on the pod's loopback interface.
+func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithInsecure()}
+	}
+	conn, err := grpc.Dial(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true}, nil
+}
+
+// NewClient uses a connection the caller owns (Close leaves it open).
+func NewClient(conn *grpc.ClientConn) *Client {
+	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn)}
+}
+
+// Stub is the generated client, for anything the helper does not cover.
+func (c *Client) Stub() windowv1.WindowServiceClient { return c.stub }
+
+// Close closes the connection when Dial opened it.
+func (c *Client) Close() error {
+	if c.owned {
+		return c.conn.Close()
+	}
+	return nil
+}
+
+// Message is one entry to publish: a payload and optional headers (written as the `_payload`
+// and `h:<name>` fields that a Delivery splits back into Payload and Headers).
+type Message struct {
+	Payload []byte
+	Headers map[string]string
+}
+
+// Publish appends the messages to a stream in one call and returns the ids Redis gave them.
+func (c *Client) Publish(ctx context.Context, stream string, msgs ...Message) ([]string, error) {
+	if stream == "" {
+		return nil, errors.New("window: Publish needs a stream key")
+	}
+	req := &windowv1.PublishRequest{Stream: stream}
+	for _, m := range msgs {
+		req.Entries = append(req.Entries, &windowv1.PublishEntry{Payload: m.Payload, Headers: m.Headers})
+	}
+	resp, err := c.stub.Publish(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetIds(), nil
+}

@@ -1,0 +1,211 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	windowv1 "window_sidecar/v1"
+)
+
+var (
+	// ErrAlreadySettled: the delivery already has an outcome.
+	ErrAlreadySettled = errors.New("window: delivery already settled")
+	// ErrStale: the stream that delivered this is gone (the sidecar restarted, the connection
+	// broke, or the subscription was closed). Nothing is sent for it: the entry stays pending in
+	// Redis and is delivered again on the next stream.
+	ErrStale = errors.New("window: the stream that delivered this is gone; the entry stays pending and will be delivered again")
+)
+
+// Delivery is one stream entry handed to the application. Queue commands for it, then settle it
+// exactly once with Ack, Drop, Retry or RetryAfter. Its methods are safe for concurrent use.
+type Delivery struct {
+	// Slot is the sidecar's id for this delivery within its stream.
+	Slot uint64
+	// EntryID is the Redis entry id.
+	EntryID string
+	// Payload and Headers: the entry in the payload-and-headers layout (what Publish writes).
+	Payload []byte
+	Headers map[string]string
+	// Fields: the entry's raw fields when it is not in the payload-and-headers layout.
+	Fields []*windowv1.Field
+	// DeliveryCount: deliveries of this entry and its earlier retried copies, this one
+	// included (1 on the first delivery).
+	DeliveryCount uint32
+	// Trace is the producer's trace context, when the entry carries one.
+	Trace *windowv1.TraceContext
+
+	sess     *session
+	read     *readState
+	commands []*windowv1.QueuedCommand
+	outcome  *windowv1.Outcome
+	sent     bool // the outcome went to the sidecar
+}
+
+// readState is one Read: its deliveries and whether its batch was sent.
+type readState struct {
+	id         uint64
+	deliveries []*Delivery
+	unsettled  int
+	settled    []*Delivery // in the order of their outcomes (the sidecar keeps acks in this order)
+	sent       bool
+}
+
+// Queue adds a Redis command to the delivery's side effects. It runs only if the delivery is
+// acked, in the read's flush; its reply is never seen. Arguments may be strings, []byte,
+// integers, floats, bools or fmt.Stringers.
+func (d *Delivery) Queue(name string, args ...interface{}) error {
+	if name == "" {
+		return errors.New("window: Queue needs a command name")
+	}
+	cmd := &windowv1.QueuedCommand{Slot: d.Slot, Name: name, Args: make([][]byte, len(args))}
+	for i, a := range args {
+		cmd.Args[i] = argBytes(a)
+	}
+	s := d.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.outcome != nil {
+		return ErrAlreadySettled
+	}
+	if s.dead || s.closing {
+		return ErrStale
+	}
+	d.commands = append(d.commands, cmd)
+	return nil
+}
+
+// Ack settles the delivery and keeps its queued commands: they run in the read's flush, with the
+// entry's XACK.
+func (d *Delivery) Ack() error { return d.settle(windowv1.OutcomeKind_OUTCOME_KIND_ACK, 0, "") }
+
+// Drop settles the delivery and discards its commands: the entry is acked and never comes back.
+func (d *Delivery) Drop(reason string) error {
+	return d.settle(windowv1.OutcomeKind_OUTCOME_KIND_DROP, 0, reason)
+}
+
+// Retry discards the delivery's commands; a copy of the entry comes back at the end of the
+// stream.
+func (d *Delivery) Retry(reason string) error {
+	return d.settle(windowv1.OutcomeKind_OUTCOME_KIND_RETRY, 0, reason)
+}
+
+// RetryAfter discards the delivery's commands; the entry is delivered again after delay (at
+// least 1 ms), durably scheduled in Redis.
+func (d *Delivery) RetryAfter(delay time.Duration) error { return d.RetryAfterReason(delay, "") }
+
+// RetryAfterReason is RetryAfter with a reason, kept with the copy as header x-window-reason.
+func (d *Delivery) RetryAfterReason(delay time.Duration, reason string) error {
+	if delay < time.Millisecond {
+		return fmt.Errorf("window: RetryAfter needs a delay of at least 1ms, got %v", delay)
+	}
+	return d.settle(windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER, delay, reason)
+}
+
+// Outcome is the delivery's outcome so far (OUTCOME_KIND_UNSPECIFIED while unsettled).
+func (d *Delivery) Outcome() windowv1.OutcomeKind {
+	d.sess.mu.Lock()
+	defer d.sess.mu.Unlock()
+	return d.outcome.GetKind()
+}
+
+// Reason is the reason given with the outcome, if any.
+func (d *Delivery) Reason() string {
+	d.sess.mu.Lock()
+	defer d.sess.mu.Unlock()
+	return d.outcome.GetReason()
+}
+
+func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason string) error {
+	o := &windowv1.Outcome{Slot: d.Slot, Kind: kind, Reason: reason}
+	if kind == windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER {
+		o.Delay = durationpb.New(delay)
+	}
+	s := d.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.outcome != nil {
+		return ErrAlreadySettled
+	}
+	if s.dead || s.closing {
+		return ErrStale
+	}
+	d.outcome = o
+	r := d.read
+	r.settled = append(r.settled, d)
+	if r.sent {
+		// The read's batch went out already and this delivery was reopened after a rejection:
+		// send its new outcome on its own.
+		s.sendLocked(batchOf([]*Delivery{d}))
+		return nil
+	}
+	r.unsettled--
+	if r.unsettled == 0 {
+		r.sent = true
+		s.sendLocked(batchOf(r.settled))
+	}
+	return nil
+}
+
+// batchOf builds one batch: every command of the deliveries, then their outcomes, in order.
+// Marks them sent. Called with the session lock held.
+func batchOf(ds []*Delivery) *windowv1.SubscribeRequest {
+	b := &windowv1.Batch{}
+	for _, d := range ds {
+		if d.sent {
+			continue
+		}
+		if d.outcome.GetKind() == windowv1.OutcomeKind_OUTCOME_KIND_ACK {
+			// Commands of other outcomes would be discarded anyway: don't send them.
+			b.Commands = append(b.Commands, d.commands...)
+		}
+		b.Outcomes = append(b.Outcomes, d.outcome)
+		d.sent = true
+	}
+	return &windowv1.SubscribeRequest{Kind: &windowv1.SubscribeRequest_Batch{Batch: b}}
+}
+
+func argBytes(a interface{}) []byte {
+	switch v := a.(type) {
+	case []byte:
+		return v
+	case string:
+		return []byte(v)
+	case int:
+		return strconv.AppendInt(nil, int64(v), 10)
+	case int8:
+		return strconv.AppendInt(nil, int64(v), 10)
+	case int16:
+		return strconv.AppendInt(nil, int64(v), 10)
+	case int32:
+		return strconv.AppendInt(nil, int64(v), 10)
+	case int64:
+		return strconv.AppendInt(nil, v, 10)
+	case uint:
+		return strconv.AppendUint(nil, uint64(v), 10)
+	case uint8:
+		return strconv.AppendUint(nil, uint64(v), 10)
+	case uint16:
+		return strconv.AppendUint(nil, uint64(v), 10)
+	case uint32:
+		return strconv.AppendUint(nil, uint64(v), 10)
+	case uint64:
+		return strconv.AppendUint(nil, v, 10)
+	case float32:
+		return strconv.AppendFloat(nil, float64(v), 'f', -1, 32)
+	case float64:
+		return strconv.AppendFloat(nil, v, 'f', -1, 64)
+	case bool:
+		if v {
+			return []byte("1")
+		}
+		return []byte("0")
+	case fmt.Stringer:
+		return []byte(v.String())
+	default:
+		return []byte(fmt.Sprint(v))
+	}
+}

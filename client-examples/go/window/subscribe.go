@@ -1,0 +1,602 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	windowv1 "window_sidecar/v1"
+)
+
+// Options configure a subscription. Stream, Group and Count are required.
+type Options struct {
+	// Stream is the Redis stream key, Group the consumer group (created when missing).
+	Stream, Group string
+	// Consumer is the consumer name: stable per replica (the pod name), so a restarted worker
+	// gets its own pending entries back first. Empty: the sidecar's --consumer-name.
+	Consumer string
+	// StartID is where a newly created group starts ("0", the default, or "$").
+	StartID string
+	// Count is the number of entries per read (1 to the sidecar's --max-count).
+	Count uint32
+	// MaxInFlight bounds the deliveries handed out and not settled. 0: twice Count.
+	MaxInFlight uint32
+	// Block is how long one read waits for new entries. 0: the sidecar's default (5 s).
+	Block time.Duration
+	// MinIdle: entries pending longer than this on any consumer are claimed. 0: 60 s.
+	MinIdle time.Duration
+
+	// MinBackoff and MaxBackoff bound the wait between reconnection attempts (100 ms and 5 s
+	// by default; the wait doubles after each failed attempt, with jitter).
+	MinBackoff, MaxBackoff time.Duration
+	// OpenTimeout bounds the wait for the sidecar's `opened` (10 s by default).
+	OpenTimeout time.Duration
+	// CloseTimeout bounds how long Close waits for the sidecar to flush (10 s by default).
+	CloseTimeout time.Duration
+
+	// OnFlush, when set, is called with every flush report, on the subscription's receive
+	// goroutine (keep it short).
+	OnFlush func(Flush)
+	// OnRejection, when set, is called when the sidecar refuses the outcome of a delivery
+	// (for example INCOMPLETE_SEGMENT: one of its commands was refused). The delivery is open
+	// again and must be settled anew, with Drop, Retry or RetryAfter. When unset, such a
+	// delivery is dropped with the rejection as its reason (a refused command would be refused
+	// again on every retry) and the rejection is logged.
+	OnRejection func(d *Delivery, rejections []*windowv1.Rejection)
+	// Logf logs reconnections and rejections. nil: log.Printf.
+	Logf func(format string, args ...interface{})
+}
+
+// Flush is the result of one read's flush.
+type Flush struct {
+	Report *windowv1.FlushReport
+	// Settled are the read's deliveries whose outcome reached the sidecar, in outcome order.
+	// When Report.Ok is false and Report.SettleFailed is true, their entries are still pending
+	// and come back.
+	Settled []*Delivery
+}
+
+// Subscription delivers entries until it is closed, its context ends, or it fails for good.
+type Subscription struct {
+	client *Client
+	opts   Options
+	ctx    context.Context
+	logf   func(string, ...interface{})
+
+	out       chan *Delivery
+	closing   chan struct{}
+	closeOnce sync.Once
+	finished  chan struct{}
+
+	mu         sync.Mutex
+	err        error
+	reconnects int
+	consumer   string
+}
+
+// Subscribe starts a subscription. Deliveries arrive on Deliveries(); the channel is closed when
+// the subscription ends (after Close, when ctx is done, or on an error that retrying cannot fix,
+// then reported by Err). Connecting and reconnecting happen in the background.
+func (c *Client) Subscribe(ctx context.Context, opts Options) (*Subscription, error) {
+	if opts.Stream == "" || opts.Group == "" {
+		return nil, errors.New("window: Subscribe needs a stream and a group")
+	}
+	if opts.Count == 0 {
+		return nil, errors.New("window: Subscribe needs a count")
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 100 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = 5 * time.Second
+		if opts.MaxBackoff < opts.MinBackoff {
+			opts.MaxBackoff = opts.MinBackoff
+		}
+	}
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = 10 * time.Second
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 10 * time.Second
+	}
+	sub := &Subscription{
+		client:   c,
+		opts:     opts,
+		ctx:      ctx,
+		logf:     opts.Logf,
+		out:      make(chan *Delivery),
+		closing:  make(chan struct{}),
+		finished: make(chan struct{}),
+	}
+	if sub.logf == nil {
+		sub.logf = log.Printf
+	}
+	go sub.run()
+	return sub, nil
+}
+
+// Deliveries is the channel of deliveries. Settle every delivery you receive: a read is sent to
+// the sidecar when all its deliveries are settled, and the sidecar reads no more than the
+// in-flight limit ahead.
+func (sub *Subscription) Deliveries() <-chan *Delivery { return sub.out }
+
+// Err is the error that ended the subscription, once Deliveries is closed (nil after Close).
+func (sub *Subscription) Err() error {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.err
+}
+
+// Reconnects counts the streams opened after the first one.
+func (sub *Subscription) Reconnects() int {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.reconnects
+}
+
+// Consumer is the consumer name the sidecar confirmed (empty before the first `opened`).
+func (sub *Subscription) Consumer() string {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.consumer
+}
+
+// Close ends the subscription gracefully: it sends the outcomes already given (also of reads not
+// completely settled), half-closes the stream and waits (up to CloseTimeout) for the sidecar to
+// flush them. Deliveries without an outcome stay pending in Redis and are delivered again.
+func (sub *Subscription) Close() error {
+	sub.closeOnce.Do(func() { close(sub.closing) })
+	<-sub.finished
+	return sub.Err()
+}
+
+func (sub *Subscription) setErr(err error) {
+	sub.mu.Lock()
+	sub.err = err
+	sub.mu.Unlock()
+}
+
+func (sub *Subscription) run() {
+	defer close(sub.finished)
+	defer close(sub.out)
+	backoff := sub.opts.MinBackoff
+	for attempt := 0; ; attempt++ {
+		s, err := sub.open()
+		if err == nil {
+			sub.mu.Lock()
+			if attempt > 0 {
+				sub.reconnects++
+			}
+			sub.consumer = s.opened.GetConsumer()
+			sub.mu.Unlock()
+			backoff = sub.opts.MinBackoff
+			if sub.serve(s) {
+				s.shutdown(sub.opts.CloseTimeout)
+				if err := s.endErr(); err != nil {
+					sub.setErr(err)
+				}
+				return
+			}
+			err = s.endErr()
+			if err == nil {
+				err = errors.New("the sidecar ended the stream")
+			}
+		}
+		if sub.ctx.Err() != nil {
+			sub.setErr(sub.ctx.Err())
+			return
+		}
+		if !retryable(err) {
+			sub.setErr(err)
+			return
+		}
+		wait := backoff/2 + time.Duration(rand.Int63n(int64(backoff/2)+1))
+		sub.logf("window: subscription %s/%s: %v; reconnecting in %v", sub.opts.Stream, sub.opts.Group, describe(err), wait.Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-sub.closing:
+			t.Stop()
+			return
+		case <-sub.ctx.Done():
+			t.Stop()
+			sub.setErr(sub.ctx.Err())
+			return
+		}
+		if backoff *= 2; backoff > sub.opts.MaxBackoff {
+			backoff = sub.opts.MaxBackoff
+		}
+	}
+}
+
+// serve hands the session's deliveries to the application until the session ends (false) or
+// Close is called (true).
+func (sub *Subscription) serve(s *session) bool {
+	for {
+		d := s.next()
+		if d == nil {
+			select {
+			case <-s.notify:
+				continue
+			case <-s.done:
+				return false
+			case <-sub.closing:
+				return true
+			case <-sub.ctx.Done():
+				<-s.done // the stream's context is the subscription's: it ends too
+				return false
+			}
+		}
+		select {
+		case sub.out <- d:
+		case <-s.done:
+			// Undelivered deliveries of a lost stream are dropped here: their entries are
+			// pending in Redis and come back on the next stream.
+			return false
+		case <-sub.closing:
+			return true
+		case <-sub.ctx.Done():
+			<-s.done
+			return false
+		}
+	}
+}
+
+func (sub *Subscription) open() (*session, error) {
+	ctx, cancel := context.WithCancel(sub.ctx)
+	stream, err := sub.client.stub.Subscribe(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	o := sub.opts
+	open := &windowv1.Open{
+		Source: &windowv1.Open_Stream{Stream: &windowv1.StreamSource{
+			Key: o.Stream, Group: o.Group, Consumer: o.Consumer, StartId: o.StartID,
+			MinIdle: optDuration(o.MinIdle),
+		}},
+		Count:       o.Count,
+		Block:       optDuration(o.Block),
+		MaxInFlight: o.MaxInFlight,
+	}
+	if err := stream.Send(&windowv1.SubscribeRequest{Kind: &windowv1.SubscribeRequest_Open{Open: open}}); err != nil {
+		// The status is on the receiving side.
+		_, rerr := stream.Recv()
+		cancel()
+		if rerr != nil && rerr != io.EOF {
+			return nil, rerr
+		}
+		return nil, err
+	}
+	timer := time.AfterFunc(o.OpenTimeout, cancel)
+	msg, err := stream.Recv()
+	if !timer.Stop() {
+		// The timer fired: the stream is cancelled, whatever Recv returned.
+		cancel()
+		return nil, status.Errorf(codes.DeadlineExceeded, "no `opened` from the sidecar within %v", o.OpenTimeout)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	opened := msg.GetOpened()
+	if opened == nil {
+		cancel()
+		return nil, status.Errorf(codes.Internal, "the sidecar's first message is not `opened`: %v", msg)
+	}
+	s := &session{
+		sub:    sub,
+		stream: stream,
+		cancel: cancel,
+		opened: opened,
+		reads:  map[uint64]*readState{},
+		slots:  map[uint64]*Delivery{},
+		notify: make(chan struct{}, 1),
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		sent:   make(chan struct{}),
+	}
+	go s.receive()
+	go s.sendLoop()
+	return s, nil
+}
+
+// session is one Subscribe stream.
+type session struct {
+	sub    *Subscription
+	stream windowv1.WindowService_SubscribeClient
+	cancel context.CancelFunc
+	opened *windowv1.Opened
+
+	mu      sync.Mutex
+	reads   map[uint64]*readState
+	slots   map[uint64]*Delivery
+	queue   []*Delivery                  // received, not yet handed to the application
+	outbox  []*windowv1.SubscribeRequest // batches for the send loop
+	closing bool                         // no more batches: the send loop half-closes
+	dead    bool                         // the stream ended
+	err     error                        // why (nil: a clean end after our half-close)
+
+	notify chan struct{} // a delivery was queued
+	wake   chan struct{} // the outbox changed
+	done   chan struct{} // the receive loop ended
+	sent   chan struct{} // the send loop ended
+}
+
+func (s *session) next() *Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil
+	}
+	d := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return d
+}
+
+// sendLocked hands a message to the send loop. Called with s.mu held.
+func (s *session) sendLocked(req *windowv1.SubscribeRequest) {
+	s.outbox = append(s.outbox, req)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop sends the outbox in order; one goroutine sends, as gRPC requires.
+func (s *session) sendLoop() {
+	defer close(s.sent)
+	for {
+		s.mu.Lock()
+		batch, closing := s.outbox, s.closing
+		s.outbox = nil
+		s.mu.Unlock()
+		for _, req := range batch {
+			if err := s.stream.Send(req); err != nil {
+				// The stream is broken; the receive loop gets the status.
+				return
+			}
+		}
+		if len(batch) > 0 {
+			continue
+		}
+		if closing {
+			_ = s.stream.CloseSend()
+			return
+		}
+		select {
+		case <-s.wake:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func (s *session) receive() {
+	for {
+		msg, err := s.stream.Recv()
+		if err != nil {
+			s.mu.Lock()
+			s.dead = true
+			if err != io.EOF {
+				s.err = err
+			} else if !s.closing {
+				s.err = io.ErrUnexpectedEOF
+			}
+			s.queue = nil
+			s.mu.Unlock()
+			s.cancel()
+			close(s.done)
+			return
+		}
+		switch kind := msg.Kind.(type) {
+		case *windowv1.SubscribeResponse_Read:
+			s.onRead(kind.Read)
+		case *windowv1.SubscribeResponse_Flush:
+			s.onFlush(kind.Flush)
+		case *windowv1.SubscribeResponse_Rejections:
+			s.onRejections(kind.Rejections.GetRejections())
+		}
+	}
+}
+
+func (s *session) onRead(r *windowv1.Read) {
+	rs := &readState{id: r.GetReadId(), unsettled: len(r.GetDeliveries())}
+	for _, pd := range r.GetDeliveries() {
+		d := &Delivery{
+			Slot:          pd.GetSlot(),
+			EntryID:       pd.GetEntryId(),
+			Payload:       pd.GetPayload(),
+			Headers:       pd.GetHeaders(),
+			Fields:        pd.GetFields(),
+			DeliveryCount: pd.GetDeliveryCount(),
+			Trace:         pd.GetTrace(),
+			sess:          s,
+			read:          rs,
+		}
+		rs.deliveries = append(rs.deliveries, d)
+	}
+	if len(rs.deliveries) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.reads[rs.id] = rs
+	for _, d := range rs.deliveries {
+		s.slots[d.Slot] = d
+	}
+	if !s.closing {
+		s.queue = append(s.queue, rs.deliveries...)
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (s *session) onFlush(report *windowv1.FlushReport) {
+	s.mu.Lock()
+	rs := s.reads[report.GetReadId()]
+	var settled []*Delivery
+	if rs != nil {
+		delete(s.reads, rs.id)
+		for _, d := range rs.deliveries {
+			delete(s.slots, d.Slot)
+		}
+		for _, d := range rs.settled {
+			if d.sent {
+				settled = append(settled, d)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if !report.GetOk() {
+		s.sub.logf("window: flush of read %d failed: %s (failed=%d settle_failed=%v)",
+			report.GetReadId(), report.GetError(), report.GetFailed(), report.GetSettleFailed())
+	}
+	if s.sub.opts.OnFlush != nil {
+		s.sub.opts.OnFlush(Flush{Report: report, Settled: settled})
+	}
+}
+
+func (s *session) onRejections(rejections []*windowv1.Rejection) {
+	bySlot := map[uint64][]*windowv1.Rejection{}
+	var order []uint64
+	for _, r := range rejections {
+		if _, seen := bySlot[r.GetSlot()]; !seen {
+			order = append(order, r.GetSlot())
+		}
+		bySlot[r.GetSlot()] = append(bySlot[r.GetSlot()], r)
+	}
+	for _, slot := range order {
+		rs := bySlot[slot]
+		s.mu.Lock()
+		d := s.slots[slot]
+		reopened := false
+		for _, r := range rs {
+			switch r.GetReason() {
+			case windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT,
+				windowv1.RejectionReason_REJECTION_REASON_INVALID_OUTCOME:
+				// The outcome was refused: the slot is still open on the sidecar.
+				if d != nil && d.outcome != nil && d.sent {
+					d.outcome, d.sent, d.commands, reopened = nil, false, nil, true
+					d.read.settled = removeDelivery(d.read.settled, d)
+				}
+			}
+		}
+		s.mu.Unlock()
+		for _, r := range rs {
+			s.sub.logf("window: the sidecar refused %s for slot %d: %s: %s", what(r), r.GetSlot(), r.GetReason(), r.GetMessage())
+		}
+		if !reopened {
+			continue
+		}
+		if s.sub.opts.OnRejection != nil {
+			s.sub.opts.OnRejection(d, rs)
+		} else {
+			_ = d.Drop(fmt.Sprintf("refused by window-sidecar: %s", rs[0].GetMessage()))
+		}
+	}
+}
+
+func what(r *windowv1.Rejection) string {
+	if r.GetCommand() != "" {
+		return "command " + r.GetCommand()
+	}
+	return "the outcome"
+}
+
+func removeDelivery(ds []*Delivery, d *Delivery) []*Delivery {
+	out := ds[:0]
+	for _, x := range ds {
+		if x != d {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// shutdown sends the outcomes not sent yet (of reads still partly unsettled), half-closes the
+// stream and waits for the sidecar to flush and end it.
+func (s *session) shutdown(timeout time.Duration) {
+	s.mu.Lock()
+	if !s.dead {
+		var pending []*Delivery
+		for _, rs := range s.reads {
+			for _, d := range rs.settled {
+				if !d.sent {
+					pending = append(pending, d)
+				}
+			}
+		}
+		if len(pending) > 0 {
+			s.sendLocked(batchOf(pending))
+		}
+	}
+	s.closing = true
+	s.queue = nil
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+		s.cancel()
+		<-s.done
+	}
+}
+
+// endErr is why the stream ended (nil: cleanly, after Close).
+func (s *session) endErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// retryable says whether a new stream may succeed where this one failed.
+func retryable(err error) bool {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return true // not a gRPC status: a transport error
+	}
+	switch st.Code() {
+	case codes.Unavailable, // the sidecar is shutting down or unreachable, or Redis is
+		codes.AlreadyExists, // our consumer name is still held by the previous stream
+		codes.Aborted, codes.ResourceExhausted, codes.DeadlineExceeded,
+		codes.Internal, codes.Unknown, codes.Canceled: // broken connections surface as these
+		return true
+	}
+	// InvalidArgument, FailedPrecondition, Unimplemented, PermissionDenied...: fix the request.
+	return false
+}
+
+func describe(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	}
+	return err.Error()
+}
+
+func optDuration(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}

@@ -1,0 +1,323 @@
+package window
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	windowv1 "window_sidecar/v1"
+)
+
+// fakeSidecar runs one scripted handler per Subscribe stream, in order.
+type fakeSidecar struct {
+	windowv1.UnimplementedWindowServiceServer
+	mu       sync.Mutex
+	attempts int
+	scripts  []func(t *testing.T, s windowv1.WindowService_SubscribeServer) error
+	t        *testing.T
+}
+
+func (f *fakeSidecar) Subscribe(s windowv1.WindowService_SubscribeServer) error {
+	f.mu.Lock()
+	n := f.attempts
+	f.attempts++
+	f.mu.Unlock()
+	if n >= len(f.scripts) {
+		<-s.Context().Done()
+		return status.Error(codes.Unavailable, "no more scripts")
+	}
+	first, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	if first.GetOpen() == nil {
+		f.t.Errorf("stream %d: first message is not open: %v", n, first)
+	}
+	return f.scripts[n](f.t, s)
+}
+
+func start(t *testing.T, scripts ...func(t *testing.T, s windowv1.WindowService_SubscribeServer) error) (*Client, *fakeSidecar) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeSidecar{scripts: scripts, t: t}
+	srv := grpc.NewServer()
+	windowv1.RegisterWindowServiceServer(srv, fake)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	c, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, fake
+}
+
+func opened() *windowv1.SubscribeResponse {
+	return &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Opened{Opened: &windowv1.Opened{Consumer: "c", Count: 16, MaxInFlight: 32}}}
+}
+
+func read(id uint64, firstSlot uint64, entries ...string) *windowv1.SubscribeResponse {
+	r := &windowv1.Read{ReadId: id}
+	for i, e := range entries {
+		r.Deliveries = append(r.Deliveries, &windowv1.Delivery{Slot: firstSlot + uint64(i), EntryId: e, Payload: []byte(e), DeliveryCount: 1})
+	}
+	return &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Read{Read: r}}
+}
+
+func flushed(id uint64, settles uint32) *windowv1.SubscribeResponse {
+	return &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Flush{Flush: &windowv1.FlushReport{ReadId: id, Settles: settles, Ok: true}}}
+}
+
+func recvDelivery(t *testing.T, sub *Subscription) *Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-sub.Deliveries():
+		if !ok {
+			t.Fatalf("subscription ended: %v", sub.Err())
+		}
+		return d
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery")
+	}
+	return nil
+}
+
+func quiet(string, ...interface{}) {}
+
+// One batch per read, sent when its last delivery is settled: commands, then the outcomes in
+// the order they were given.
+func TestOneBatchPerRead(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 1, "1-0", "2-0", "3-0"))
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			got <- m.GetBatch()
+			s.Send(flushed(1, 3))
+		}
+	})
+	flushes := make(chan Flush, 1)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		OnFlush: func(f Flush) { flushes <- f }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	d1, d2, d3 := recvDelivery(t, sub), recvDelivery(t, sub), recvDelivery(t, sub)
+	d2.Queue("INCR", "k", 5)
+	if err := d2.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	d1.Queue("INCR", "dropped")
+	d1.Drop("bad")
+	select {
+	case b := <-got:
+		t.Fatalf("batch sent before the read was settled: %v", b)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := d3.RetryAfter(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d3.Ack(); err != ErrAlreadySettled {
+		t.Fatalf("second outcome: %v", err)
+	}
+	b := <-got
+	if len(b.Commands) != 1 || b.Commands[0].GetSlot() != 2 || string(b.Commands[0].GetArgs()[1]) != "5" {
+		t.Fatalf("commands: %v", b.Commands)
+	}
+	var slots []uint64
+	for _, o := range b.Outcomes {
+		slots = append(slots, o.GetSlot())
+	}
+	if len(slots) != 3 || slots[0] != 2 || slots[1] != 1 || slots[2] != 3 {
+		t.Fatalf("outcomes not in settle order: %v", slots)
+	}
+	f := <-flushes
+	if len(f.Settled) != 3 || f.Settled[0].Outcome() != windowv1.OutcomeKind_OUTCOME_KIND_ACK {
+		t.Fatalf("flush: %+v", f)
+	}
+}
+
+// A lost stream: its deliveries go stale (no outcome is resent on the next stream), the client
+// reconnects, through ALREADY_EXISTS, and the entries come back.
+func TestReconnectNeverResendsOldSlots(t *testing.T) {
+	second := make(chan *windowv1.Batch, 4)
+	c, fake := start(t,
+		func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+			s.Send(opened())
+			s.Send(read(1, 1, "1-0", "2-0"))
+			time.Sleep(200 * time.Millisecond)
+			return status.Error(codes.Unavailable, "shutting down")
+		},
+		func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+			return status.Error(codes.AlreadyExists, "consumer busy")
+		},
+		func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+			s.Send(opened())
+			s.Send(read(1, 1, "2-0"))
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					return nil
+				}
+				second <- m.GetBatch()
+			}
+		})
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	old1, old2 := recvDelivery(t, sub), recvDelivery(t, sub)
+	old1.Queue("SET", "old", "1")
+	old1.Ack()                    // half of the read: nothing is sent yet
+	again := recvDelivery(t, sub) // from the third stream, after the first one failed
+	if again.sess == old1.sess || again.EntryID != "2-0" {
+		t.Fatalf("unexpected delivery %+v", again)
+	}
+	if err := old2.Ack(); err != ErrStale {
+		t.Fatalf("a delivery of the lost stream was settled: %v", err)
+	}
+	if err := old1.Drop("late"); err != ErrAlreadySettled {
+		t.Fatalf("old delivery: %v", err)
+	}
+	again.Queue("SET", "k", "v")
+	if err := again.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	b := <-second
+	if len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != 1 || len(b.Commands) != 1 {
+		t.Fatalf("second stream got %v", b)
+	}
+	select {
+	case b := <-second:
+		t.Fatalf("an old slot was resent: %v", b)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if sub.Reconnects() != 1 {
+		t.Fatalf("reconnects: %d", sub.Reconnects())
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if fake.attempts != 3 {
+		t.Fatalf("attempts: %d", fake.attempts)
+	}
+}
+
+// A refused ack (INCOMPLETE_SEGMENT) reopens the delivery; without OnRejection it is dropped.
+func TestRefusedAckIsDropped(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 1, "1-0"))
+		m, err := s.Recv()
+		if err != nil {
+			return nil
+		}
+		got <- m.GetBatch()
+		s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
+			{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
+			{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
+		}}}})
+		m, err = s.Recv()
+		if err != nil {
+			return nil
+		}
+		got <- m.GetBatch()
+		for {
+			if _, err := s.Recv(); err != nil {
+				return nil
+			}
+		}
+	})
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	d := recvDelivery(t, sub)
+	d.Queue("FLUSHALL")
+	d.Ack()
+	<-got
+	b := <-got
+	if len(b.Commands) != 0 || len(b.Outcomes) != 1 || b.Outcomes[0].GetKind() != windowv1.OutcomeKind_OUTCOME_KIND_DROP {
+		t.Fatalf("after the rejection: %v", b)
+	}
+}
+
+// Close sends the outcomes given so far, also of a read not completely settled, then
+// half-closes and waits for the end of the stream.
+func TestCloseSendsPartialOutcomes(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	ended := make(chan struct{})
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 1, "1-0", "2-0"))
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				close(ended)
+				s.Send(flushed(1, 1))
+				return nil
+			}
+			got <- m.GetBatch()
+		}
+	})
+	var mu sync.Mutex
+	var settled []*Delivery
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		OnFlush: func(f Flush) { mu.Lock(); settled = f.Settled; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recvDelivery(t, sub)
+	recvDelivery(t, sub) // left unsettled: stays pending
+	d.Ack()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
+	b := <-got
+	if len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != 1 {
+		t.Fatalf("close sent %v", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(settled) != 1 {
+		t.Fatalf("flush after close: %v", settled)
+	}
+	if err := d.Drop("x"); err != ErrAlreadySettled {
+		t.Fatal(err)
+	}
+}
+
+// INVALID_ARGUMENT is not retried: the subscription ends with it.
+func TestInvalidArgumentEnds(t *testing.T) {
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		return status.Error(codes.InvalidArgument, "count too big")
+	})
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 1 << 20, Logf: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-sub.Deliveries(); ok {
+		t.Fatal("a delivery")
+	}
+	if status.Code(sub.Err()) != codes.InvalidArgument {
+		t.Fatalf("err: %v", sub.Err())
+	}
+}

@@ -1,0 +1,182 @@
+package dev.windowsidecar.client;
+
+import com.google.protobuf.ByteString;
+import dev.windowsidecar.v1.Field;
+import dev.windowsidecar.v1.Outcome;
+import dev.windowsidecar.v1.OutcomeKind;
+import dev.windowsidecar.v1.QueuedCommand;
+import dev.windowsidecar.v1.TraceContext;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * One stream entry handed to the application. Queue commands for it, then settle it exactly once.
+ * Thread-safe.
+ *
+ * <p>The outcome methods return {@code true} when the outcome will reach the sidecar, {@code
+ * false} when the stream that delivered this entry is gone (the sidecar restarted, the connection
+ * broke, the subscription closed): nothing is sent, the entry stays pending in Redis and is
+ * delivered again on the next stream. A second outcome throws {@link IllegalStateException}.
+ */
+public final class Delivery {
+  private final dev.windowsidecar.v1.Delivery proto;
+  final Session session;
+  final Session.ReadState read;
+  // Guarded by session.lock.
+  List<QueuedCommand> commands = new ArrayList<>();
+  Outcome outcome;
+  boolean sent;
+
+  Delivery(dev.windowsidecar.v1.Delivery proto, Session session, Session.ReadState read) {
+    this.proto = proto;
+    this.session = session;
+    this.read = read;
+  }
+
+  /** The sidecar's id for this delivery within its stream. */
+  public long slot() {
+    return proto.getSlot();
+  }
+
+  /** The Redis entry id. */
+  public String entryId() {
+    return proto.getEntryId();
+  }
+
+  /** The payload (payload-and-headers layout, what {@link WindowClient#publish} writes). */
+  public ByteString payload() {
+    return proto.getPayload();
+  }
+
+  /** The payload as UTF-8 text. */
+  public String payloadUtf8() {
+    return proto.getPayload().toStringUtf8();
+  }
+
+  /** The headers, by name without the {@code h:} prefix. */
+  public Map<String, String> headers() {
+    return proto.getHeadersMap();
+  }
+
+  /** The raw fields, when the entry is not in the payload-and-headers layout. */
+  public List<Field> fields() {
+    return proto.getFieldsList();
+  }
+
+  /** Deliveries of this entry and of its earlier retried copies, this one included. */
+  public int deliveryCount() {
+    return proto.getDeliveryCount();
+  }
+
+  /** The producer's trace context (empty when there is none). */
+  public TraceContext trace() {
+    return proto.getTrace();
+  }
+
+  /** The delivery as received. */
+  public dev.windowsidecar.v1.Delivery proto() {
+    return proto;
+  }
+
+  /**
+   * Queues a Redis command as a side effect: it runs only if the delivery is acked, in its read's
+   * flush; its reply is never seen. Arguments: byte[], ByteString, CharSequence, numbers,
+   * booleans (1/0), anything else by {@code toString()}. Ignored (returns this) when the stream
+   * is gone.
+   *
+   * @throws IllegalStateException when the delivery is already settled
+   */
+  public Delivery queue(String name, Object... args) {
+    if (name == null || name.isEmpty()) {
+      throw new IllegalArgumentException("a command needs a name");
+    }
+    QueuedCommand.Builder cmd = QueuedCommand.newBuilder().setSlot(slot()).setName(name);
+    for (Object a : args) {
+      cmd.addArgs(arg(a));
+    }
+    synchronized (session.lock) {
+      if (outcome != null) {
+        throw new IllegalStateException("delivery " + entryId() + " is already settled");
+      }
+      if (session.usable()) {
+        commands.add(cmd.build());
+      }
+    }
+    return this;
+  }
+
+  /** Keeps the queued commands: they run in the read's flush, with the entry's XACK. */
+  public boolean ack() {
+    return settle(OutcomeKind.OUTCOME_KIND_ACK, null, "");
+  }
+
+  /** Discards the queued commands; the entry is acked and never comes back. */
+  public boolean drop(String reason) {
+    return settle(OutcomeKind.OUTCOME_KIND_DROP, null, reason);
+  }
+
+  /** Discards the queued commands; a copy of the entry comes back at the end of the stream. */
+  public boolean retry(String reason) {
+    return settle(OutcomeKind.OUTCOME_KIND_RETRY, null, reason);
+  }
+
+  /** Discards the queued commands; the entry comes back after {@code delay} (at least 1 ms). */
+  public boolean retryAfter(Duration delay) {
+    return retryAfter(delay, "");
+  }
+
+  /** {@link #retryAfter(Duration)} with a reason, kept as the copy's header x-window-reason. */
+  public boolean retryAfter(Duration delay, String reason) {
+    if (delay == null || delay.compareTo(Duration.ofMillis(1)) < 0) {
+      throw new IllegalArgumentException("retryAfter needs a delay of at least 1 ms, got " + delay);
+    }
+    return settle(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, delay, reason);
+  }
+
+  /** The outcome given so far ({@code OUTCOME_KIND_UNSPECIFIED} while unsettled). */
+  public OutcomeKind outcome() {
+    synchronized (session.lock) {
+      return outcome == null ? OutcomeKind.OUTCOME_KIND_UNSPECIFIED : outcome.getKind();
+    }
+  }
+
+  /** Whether the delivery has an outcome. */
+  public boolean isSettled() {
+    synchronized (session.lock) {
+      return outcome != null;
+    }
+  }
+
+  private boolean settle(OutcomeKind kind, Duration delay, String reason) {
+    Outcome.Builder o =
+        Outcome.newBuilder().setSlot(slot()).setKind(kind).setReason(reason == null ? "" : reason);
+    if (delay != null) {
+      o.setDelay(
+          com.google.protobuf.Duration.newBuilder()
+              .setSeconds(delay.getSeconds())
+              .setNanos(delay.getNano()));
+    }
+    return session.settle(this, o.build());
+  }
+
+  @Override
+  public String toString() {
+    return "Delivery{slot=" + slot() + ", entry=" + entryId() + ", count=" + deliveryCount() + "}";
+  }
+
+  static ByteString arg(Object a) {
+    if (a instanceof byte[] b) {
+      return ByteString.copyFrom(b);
+    }
+    if (a instanceof ByteString b) {
+      return b;
+    }
+    if (a instanceof Boolean b) {
+      return ByteString.copyFromUtf8(b ? "1" : "0");
+    }
+    return ByteString.copyFrom(String.valueOf(a), StandardCharsets.UTF_8);
+  }
+}

@@ -1,0 +1,300 @@
+package dev.windowsidecar.client;
+
+import dev.windowsidecar.v1.Batch;
+import dev.windowsidecar.v1.FlushReport;
+import dev.windowsidecar.v1.Opened;
+import dev.windowsidecar.v1.Outcome;
+import dev.windowsidecar.v1.OutcomeKind;
+import dev.windowsidecar.v1.Read;
+import dev.windowsidecar.v1.Rejection;
+import dev.windowsidecar.v1.RejectionReason;
+import dev.windowsidecar.v1.SubscribeRequest;
+import dev.windowsidecar.v1.SubscribeResponse;
+import io.grpc.Status;
+import io.grpc.stub.ClientCallStreamObserver;
+import io.grpc.stub.ClientResponseObserver;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+/** One Subscribe stream. Everything mutable is guarded by {@link #lock}. */
+final class Session implements ClientResponseObserver<SubscribeRequest, SubscribeResponse> {
+  /** One Read: its deliveries and whether its batch went out. */
+  static final class ReadState {
+    final long id;
+    final List<Delivery> deliveries = new ArrayList<>();
+    final List<Delivery> settled = new ArrayList<>(); // in outcome order
+    int unsettled;
+    boolean sent;
+
+    ReadState(long id) {
+      this.id = id;
+    }
+  }
+
+  final Object lock = new Object();
+  final CompletableFuture<Opened> opened = new CompletableFuture<>();
+  final LinkedBlockingQueue<Delivery> inbox = new LinkedBlockingQueue<>();
+  final CountDownLatch done = new CountDownLatch(1);
+  private final Subscription sub;
+  private ClientCallStreamObserver<SubscribeRequest> requests;
+  private final Map<Long, ReadState> reads = new HashMap<>();
+  private final Map<Long, Delivery> slots = new HashMap<>();
+  private boolean dead;
+  private boolean closing;
+  private Throwable error;
+
+  Session(Subscription sub) {
+    this.sub = sub;
+  }
+
+  @Override
+  public void beforeStart(ClientCallStreamObserver<SubscribeRequest> requestStream) {
+    this.requests = requestStream;
+  }
+
+  /** Outcomes and commands may still be sent. Called with the lock held. */
+  boolean usable() {
+    return !dead && !closing;
+  }
+
+  boolean isDead() {
+    synchronized (lock) {
+      return dead;
+    }
+  }
+
+  /** Why the stream ended: null after a clean close. */
+  Throwable error() {
+    synchronized (lock) {
+      return error;
+    }
+  }
+
+  void send(SubscribeRequest req) {
+    synchronized (lock) {
+      sendLocked(req);
+    }
+  }
+
+  private void sendLocked(SubscribeRequest req) {
+    if (dead) {
+      return;
+    }
+    try {
+      requests.onNext(req);
+    } catch (RuntimeException e) {
+      // The call is already closed: onError/onCompleted tells why.
+    }
+  }
+
+  boolean settle(Delivery d, Outcome outcome) {
+    synchronized (lock) {
+      if (d.outcome != null) {
+        throw new IllegalStateException("delivery " + d.entryId() + " is already settled");
+      }
+      if (!usable()) {
+        return false;
+      }
+      d.outcome = outcome;
+      ReadState r = d.read;
+      r.settled.add(d);
+      if (r.sent) {
+        // The read's batch went out already and this delivery was reopened after a rejection.
+        sendLocked(batchOf(List.of(d)));
+        return true;
+      }
+      if (--r.unsettled == 0) {
+        r.sent = true;
+        sendLocked(batchOf(r.settled));
+      }
+      return true;
+    }
+  }
+
+  /** Every command of the (acked) deliveries, then their outcomes in order. Marks them sent. */
+  private static SubscribeRequest batchOf(List<Delivery> ds) {
+    Batch.Builder b = Batch.newBuilder();
+    for (Delivery d : ds) {
+      if (d.sent) {
+        continue;
+      }
+      if (d.outcome.getKind() == OutcomeKind.OUTCOME_KIND_ACK) {
+        b.addAllCommands(d.commands); // commands of other outcomes would be discarded anyway
+      }
+      b.addOutcomes(d.outcome);
+      d.sent = true;
+    }
+    return SubscribeRequest.newBuilder().setBatch(b).build();
+  }
+
+  @Override
+  public void onNext(SubscribeResponse msg) {
+    switch (msg.getKindCase()) {
+      case OPENED -> opened.complete(msg.getOpened());
+      case READ -> onRead(msg.getRead());
+      case FLUSH -> onFlush(msg.getFlush());
+      case REJECTIONS -> onRejections(msg.getRejections().getRejectionsList());
+      default -> {}
+    }
+  }
+
+  private void onRead(Read read) {
+    ReadState r = new ReadState(read.getReadId());
+    for (dev.windowsidecar.v1.Delivery pd : read.getDeliveriesList()) {
+      r.deliveries.add(new Delivery(pd, this, r));
+    }
+    r.unsettled = r.deliveries.size();
+    if (r.deliveries.isEmpty()) {
+      return;
+    }
+    synchronized (lock) {
+      reads.put(r.id, r);
+      for (Delivery d : r.deliveries) {
+        slots.put(d.slot(), d);
+      }
+      if (!closing) {
+        inbox.addAll(r.deliveries);
+      }
+    }
+  }
+
+  private void onFlush(FlushReport report) {
+    List<Delivery> settled = new ArrayList<>();
+    synchronized (lock) {
+      ReadState r = reads.remove(report.getReadId());
+      if (r != null) {
+        for (Delivery d : r.deliveries) {
+          slots.remove(d.slot());
+        }
+        for (Delivery d : r.settled) {
+          if (d.sent) {
+            settled.add(d);
+          }
+        }
+      }
+    }
+    if (!report.getOk()) {
+      sub.log(
+          "flush of read %d failed: %s (failed=%d, settle_failed=%s)",
+          report.getReadId(), report.getError(), report.getFailed(), report.getSettleFailed());
+    }
+    if (sub.options.onFlush != null) {
+      sub.options.onFlush.accept(new Flush(report, List.copyOf(settled)));
+    }
+  }
+
+  private void onRejections(List<Rejection> rejections) {
+    Map<Long, List<Rejection>> bySlot = new LinkedHashMap<>();
+    for (Rejection r : rejections) {
+      bySlot.computeIfAbsent(r.getSlot(), k -> new ArrayList<>()).add(r);
+    }
+    for (Map.Entry<Long, List<Rejection>> e : bySlot.entrySet()) {
+      Delivery d;
+      boolean reopened = false;
+      synchronized (lock) {
+        d = slots.get(e.getKey());
+        for (Rejection r : e.getValue()) {
+          boolean outcomeRefused =
+              r.getReason() == RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT
+                  || r.getReason() == RejectionReason.REJECTION_REASON_INVALID_OUTCOME;
+          if (outcomeRefused && d != null && d.outcome != null && d.sent) {
+            // The slot is still open on the sidecar: the delivery must be settled anew.
+            d.outcome = null;
+            d.sent = false;
+            d.commands = new ArrayList<>();
+            d.read.settled.remove(d);
+            reopened = true;
+          }
+        }
+      }
+      for (Rejection r : e.getValue()) {
+        sub.log(
+            "the sidecar refused %s for slot %d: %s: %s",
+            r.getCommand().isEmpty() ? "the outcome" : "command " + r.getCommand(),
+            r.getSlot(),
+            r.getReason(),
+            r.getMessage());
+      }
+      if (!reopened) {
+        continue;
+      }
+      if (sub.options.onRejection != null) {
+        sub.options.onRejection.accept(d, e.getValue());
+      } else {
+        d.drop("refused by window-sidecar: " + e.getValue().get(0).getMessage());
+      }
+    }
+  }
+
+  @Override
+  public void onError(Throwable t) {
+    end(t);
+  }
+
+  @Override
+  public void onCompleted() {
+    boolean expected;
+    synchronized (lock) {
+      expected = closing;
+    }
+    end(expected ? null : Status.UNAVAILABLE.withDescription("the sidecar ended the stream").asRuntimeException());
+  }
+
+  private void end(Throwable t) {
+    synchronized (lock) {
+      dead = true;
+      error = t;
+      inbox.clear();
+    }
+    opened.completeExceptionally(
+        t != null ? t : Status.UNAVAILABLE.withDescription("stream ended").asRuntimeException());
+    done.countDown();
+  }
+
+  /** Cancels the stream: deliveries without a sent outcome stay pending. */
+  void cancel(String why) {
+    requests.cancel(why, null);
+  }
+
+  /**
+   * Sends the outcomes not sent yet (of reads still partly unsettled), half-closes, and waits for
+   * the sidecar to flush and end the stream.
+   */
+  void shutdown(Duration timeout) throws InterruptedException {
+    synchronized (lock) {
+      if (!dead) {
+        List<Delivery> pending = new ArrayList<>();
+        for (ReadState r : reads.values()) {
+          for (Delivery d : r.settled) {
+            if (!d.sent) {
+              pending.add(d);
+            }
+          }
+        }
+        if (!pending.isEmpty()) {
+          sendLocked(batchOf(pending));
+        }
+        closing = true;
+        try {
+          requests.onCompleted();
+        } catch (RuntimeException e) {
+          // already closed
+        }
+      }
+      closing = true;
+      inbox.clear();
+    }
+    if (!done.await(timeout.toMillis(), TimeUnit.MILLISECONDS)) {
+      cancel("close timed out");
+      done.await();
+    }
+  }
+}

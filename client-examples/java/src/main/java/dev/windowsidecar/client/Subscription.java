@@ -1,0 +1,248 @@
+package dev.windowsidecar.client;
+
+import dev.windowsidecar.v1.Open;
+import dev.windowsidecar.v1.Opened;
+import dev.windowsidecar.v1.StreamSource;
+import dev.windowsidecar.v1.SubscribeRequest;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * A running subscription. It calls the handler for every delivery, on its own thread, and
+ * reconnects with backoff when its stream fails (UNAVAILABLE, ALREADY_EXISTS, connection
+ * errors). Deliveries of a lost stream are never settled on a new one: their entries stay pending
+ * and the sidecar delivers them again first on the new stream. {@link #close} ends it gracefully.
+ */
+public final class Subscription implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger(Subscription.class.getName());
+
+  private final WindowClient client;
+  final SubscribeOptions options;
+  private final DeliveryHandler handler;
+  private final Thread thread;
+  private final CountDownLatch closeRequested = new CountDownLatch(1);
+  private final CountDownLatch terminated = new CountDownLatch(1);
+  private volatile Throwable error;
+  private volatile int reconnects;
+  private volatile String consumer = "";
+
+  Subscription(WindowClient client, SubscribeOptions options, DeliveryHandler handler) {
+    this.client = client;
+    this.options = options;
+    this.handler = handler;
+    this.thread = new Thread(this::run, "window-subscription-" + options.stream);
+  }
+
+  void start() {
+    thread.start();
+  }
+
+  /** The error that ended the subscription (null while running and after {@link #close}). */
+  public Throwable error() {
+    return error;
+  }
+
+  /** Streams opened after the first one. */
+  public int reconnects() {
+    return reconnects;
+  }
+
+  /** The consumer name the sidecar confirmed (empty before the first {@code opened}). */
+  public String consumer() {
+    return consumer;
+  }
+
+  /** Whether the subscription has ended (closed, or failed for good: see {@link #error}). */
+  public boolean isTerminated() {
+    return terminated.getCount() == 0;
+  }
+
+  /** Waits until the subscription ends. */
+  public void awaitTermination() throws InterruptedException {
+    terminated.await();
+  }
+
+  /** Waits until the subscription ends, at most {@code timeout}; true if it has. */
+  public boolean awaitTermination(Duration timeout) throws InterruptedException {
+    return terminated.await(timeout.toMillis(), TimeUnit.MILLISECONDS);
+  }
+
+  /**
+   * Ends the subscription: sends the outcomes already given (also of reads not completely
+   * settled), half-closes the stream and waits (up to the close timeout) for the sidecar to flush
+   * them. Deliveries without an outcome stay pending and are delivered again. From the handler's
+   * own thread it only requests the close.
+   */
+  @Override
+  public void close() {
+    closeRequested.countDown();
+    if (Thread.currentThread() == thread) {
+      return;
+    }
+    try {
+      terminated.await();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  void log(String format, Object... args) {
+    if (LOG.isLoggable(Level.INFO)) {
+      LOG.info(String.format(format, args));
+    }
+  }
+
+  private boolean closing() {
+    return closeRequested.getCount() == 0;
+  }
+
+  private void run() {
+    try {
+      Duration backoff = options.minBackoff;
+      for (int attempt = 0; !closing(); attempt++) {
+        Throwable failure = null;
+        Session s = null;
+        try {
+          s = open();
+        } catch (StatusRuntimeException e) {
+          failure = e;
+        }
+        if (s != null) {
+          if (attempt > 0) {
+            reconnects++;
+          }
+          backoff = options.minBackoff;
+          if (serve(s)) {
+            s.shutdown(options.closeTimeout);
+            return;
+          }
+          failure = s.error();
+          if (failure == null) {
+            failure = Status.UNAVAILABLE.withDescription("the stream ended").asRuntimeException();
+          }
+        }
+        if (!retryable(failure)) {
+          error = failure;
+          log("subscription %s/%s failed: %s", options.stream, options.group, failure);
+          return;
+        }
+        long half = Math.max(1, backoff.toMillis() / 2);
+        long wait = half + ThreadLocalRandom.current().nextLong(half + 1);
+        log(
+            "subscription %s/%s: %s; reconnecting in %d ms",
+            options.stream, options.group, describe(failure), wait);
+        if (closeRequested.await(wait, TimeUnit.MILLISECONDS)) {
+          return;
+        }
+        backoff = backoff.multipliedBy(2);
+        if (backoff.compareTo(options.maxBackoff) > 0) {
+          backoff = options.maxBackoff;
+        }
+      }
+    } catch (InterruptedException e) {
+      error = e;
+      Thread.currentThread().interrupt();
+    } finally {
+      terminated.countDown();
+    }
+  }
+
+  /** Calls the handler for the session's deliveries until it ends (false) or close (true). */
+  private boolean serve(Session s) throws InterruptedException {
+    while (true) {
+      if (closing()) {
+        return true;
+      }
+      Delivery d = s.inbox.poll(50, TimeUnit.MILLISECONDS);
+      if (d == null) {
+        if (s.isDead()) {
+          return false;
+        }
+        continue;
+      }
+      if (s.isDead()) {
+        // Not handed out: its entry is pending and comes back on the next stream.
+        return false;
+      }
+      try {
+        handler.handle(d);
+      } catch (Exception e) {
+        LOG.log(Level.WARNING, "handler failed for " + d, e);
+        if (!d.isSettled()) {
+          try {
+            d.retryAfter(options.errorRetryDelay, "handler failed: " + e);
+          } catch (IllegalStateException raced) {
+            // settled meanwhile
+          }
+        }
+      }
+    }
+  }
+
+  private Session open() throws InterruptedException {
+    Session s = new Session(this);
+    client.async.subscribe(s);
+    StreamSource.Builder source =
+        StreamSource.newBuilder()
+            .setKey(options.stream)
+            .setGroup(options.group)
+            .setConsumer(options.consumer)
+            .setStartId(options.startId);
+    if (!options.minIdle.isZero()) {
+      source.setMinIdle(duration(options.minIdle));
+    }
+    Open.Builder open =
+        Open.newBuilder().setStream(source).setCount(options.count).setMaxInFlight(options.maxInFlight);
+    if (!options.block.isZero()) {
+      open.setBlock(duration(options.block));
+    }
+    s.send(SubscribeRequest.newBuilder().setOpen(open).build());
+    try {
+      Opened opened = s.opened.get(options.openTimeout.toMillis(), TimeUnit.MILLISECONDS);
+      consumer = opened.getConsumer();
+      return s;
+    } catch (TimeoutException e) {
+      s.cancel("no opened in time");
+      throw Status.DEADLINE_EXCEEDED
+          .withDescription("no `opened` from the sidecar within " + options.openTimeout)
+          .asRuntimeException();
+    } catch (ExecutionException e) {
+      throw Status.fromThrowable(e.getCause()).asRuntimeException();
+    }
+  }
+
+  /** Whether a new stream may succeed where this one failed. */
+  static boolean retryable(Throwable t) {
+    return switch (Status.fromThrowable(t).getCode()) {
+      case UNAVAILABLE, // the sidecar is shutting down or unreachable, or Redis is
+          ALREADY_EXISTS, // our consumer name is still held by the previous stream
+          ABORTED,
+          RESOURCE_EXHAUSTED,
+          DEADLINE_EXCEEDED,
+          INTERNAL,
+          UNKNOWN,
+          CANCELLED -> true; // broken connections surface as these
+      default -> false; // INVALID_ARGUMENT, FAILED_PRECONDITION...: fix the request
+    };
+  }
+
+  private static String describe(Throwable t) {
+    Status st = Status.fromThrowable(t);
+    return st.getCode() + ": " + st.getDescription();
+  }
+
+  private static com.google.protobuf.Duration duration(Duration d) {
+    return com.google.protobuf.Duration.newBuilder()
+        .setSeconds(d.getSeconds())
+        .setNanos(d.getNano())
+        .build();
+  }
+}

@@ -1,0 +1,402 @@
+//! Which arguments of a command are keys, from Redis's own command metadata (`COMMAND`): the
+//! key specifications of Redis 7, with the legacy first/last/step triple as a fallback. Used to
+//! route side effects on a cluster and to check, when a command is queued, that every key of
+//! an atomic segment lives in the subscription's hash slot.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use thiserror::Error;
+
+use super::entry::into_bytes;
+use super::{RedisError, call};
+
+/// Where the keys of a command begin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Begin {
+    /// At this argv index (argv[0] is the command name).
+    Index(usize),
+    /// After this keyword, searched from `startfrom` (negative: from the end, backwards).
+    Keyword { keyword: Vec<u8>, startfrom: i64 },
+}
+
+/// How many keys follow the beginning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Find {
+    /// Up to `lastkey` (relative to the beginning; negative: from the end), every `step`;
+    /// with `lastkey` -1, `limit` > 1 keeps only the first 1/limit of the rest.
+    Range {
+        lastkey: i64,
+        step: usize,
+        limit: usize,
+    },
+    /// argv[begin + keynumidx] holds the number of keys, which start at begin + firstkey.
+    Keynum {
+        keynumidx: usize,
+        firstkey: usize,
+        step: usize,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Spec {
+    begin: Begin,
+    find: Find,
+}
+
+/// A command whose keys cannot be told.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KeyError {
+    #[error("Redis does not know the command {0}")]
+    UnknownCommand(String),
+}
+
+/// The key specifications of every command a server knows.
+#[derive(Debug, Default)]
+pub struct KeySpecs {
+    /// By upper-case name, and `NAME|SUBCOMMAND` for container commands.
+    commands: HashMap<String, Vec<Spec>>,
+}
+
+impl KeySpecs {
+    /// Loads the specifications with `COMMAND` (once per sidecar: they do not change while a
+    /// server runs).
+    pub async fn load(client: &Client) -> Result<Self, RedisError> {
+        let reply = call(client, "COMMAND", vec![], false).await?;
+        Ok(Self::parse(reply))
+    }
+
+    /// Parses a `COMMAND` reply.
+    pub fn parse(reply: Value) -> Self {
+        let mut specs = Self::default();
+        if let Value::Array(commands) = reply {
+            for command in commands {
+                specs.add(command, None);
+            }
+        }
+        specs
+    }
+
+    fn add(&mut self, command: Value, parent: Option<&str>) {
+        let Value::Array(fields) = command else {
+            return;
+        };
+        let name = fields
+            .first()
+            .cloned()
+            .and_then(into_bytes)
+            .map(|b| String::from_utf8_lossy(&b).to_ascii_uppercase());
+        let Some(name) = name else { return };
+        // Subcommands are named "parent|sub" by Redis itself.
+        let name = match parent {
+            Some(parent) if !name.contains('|') => format!("{parent}|{name}"),
+            _ => name,
+        };
+        let int = |i: usize| fields.get(i).and_then(Value::as_i64).unwrap_or(0);
+        let mut specs: Vec<Spec> = match fields.get(8) {
+            Some(Value::Array(key_specs)) => key_specs.iter().filter_map(parse_spec).collect(),
+            _ => Vec::new(),
+        };
+        let (first, last, step) = (int(3), int(4), int(5));
+        if specs.is_empty() && first > 0 {
+            specs.push(Spec {
+                begin: Begin::Index(first as usize),
+                find: Find::Range {
+                    lastkey: if last < 0 { last } else { last - first },
+                    step: step.max(1) as usize,
+                    limit: 0,
+                },
+            });
+        }
+        if let Some(Value::Array(subcommands)) = fields.get(9) {
+            for sub in subcommands.clone() {
+                self.add(sub, Some(&name));
+            }
+        }
+        self.commands.insert(name, specs);
+    }
+
+    /// Whether the server knows a command of this name.
+    pub fn knows(&self, name: &str) -> bool {
+        self.commands.contains_key(&name.to_ascii_uppercase())
+    }
+
+    /// The key arguments of `name args…`.
+    pub fn keys<'a>(&self, name: &str, args: &'a [Bytes]) -> Result<Vec<&'a Bytes>, KeyError> {
+        let upper = name.to_ascii_uppercase();
+        let specs = args
+            .first()
+            .and_then(|sub| {
+                let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
+                self.commands.get(&format!("{upper}|{sub}"))
+            })
+            .or_else(|| self.commands.get(&upper))
+            .ok_or_else(|| KeyError::UnknownCommand(upper.clone()))?;
+        // argv[0] is the command name; args[i] is argv[i + 1].
+        let argv = |i: usize| -> Option<&'a Bytes> { i.checked_sub(1).and_then(|i| args.get(i)) };
+        let argc = args.len() + 1;
+        let mut keys = Vec::new();
+        for spec in specs {
+            let Some(begin) = begin_index(&spec.begin, args) else {
+                continue;
+            };
+            match spec.find {
+                Find::Range {
+                    lastkey,
+                    step,
+                    limit,
+                } => {
+                    let last = if lastkey >= 0 {
+                        begin + lastkey as usize
+                    } else {
+                        let from_end = (argc as i64 + lastkey).max(0) as usize;
+                        if lastkey == -1 && limit > 1 {
+                            begin + (from_end.saturating_sub(begin) + 1) / limit - 1
+                        } else {
+                            from_end
+                        }
+                    };
+                    let mut i = begin;
+                    while i <= last && i < argc {
+                        keys.extend(argv(i));
+                        i += step.max(1);
+                    }
+                }
+                Find::Keynum {
+                    keynumidx,
+                    firstkey,
+                    step,
+                } => {
+                    let count = argv(begin + keynumidx)
+                        .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    let mut i = begin + firstkey;
+                    for _ in 0..count {
+                        keys.extend(argv(i));
+                        i += step.max(1);
+                    }
+                }
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// The argv index where a spec's keys begin, if the arguments have it.
+fn begin_index(begin: &Begin, args: &[Bytes]) -> Option<usize> {
+    match begin {
+        Begin::Index(i) => Some(*i),
+        Begin::Keyword { keyword, startfrom } => {
+            let matches = |a: &Bytes| a.eq_ignore_ascii_case(keyword);
+            let argc = args.len() + 1;
+            if *startfrom >= 0 {
+                let start = *startfrom as usize;
+                (start.max(1)..argc)
+                    .find(|&i| matches(&args[i - 1]))
+                    .map(|i| i + 1)
+            } else {
+                let start = (argc as i64 + startfrom).max(1) as usize;
+                (1..=start.min(argc - 1))
+                    .rev()
+                    .find(|&i| matches(&args[i - 1]))
+                    .map(|i| i + 1)
+            }
+        }
+    }
+}
+
+/// A flat `[name, value, …]` map (RESP2) or a map (RESP3) as pairs.
+fn pairs(value: &Value) -> Vec<(String, Value)> {
+    match value {
+        Value::Array(flat) => flat
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [k, v] => Some((k.as_string()?, v.clone())),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(map) => map
+            .clone()
+            .inner()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn field(map: &[(String, Value)], name: &str) -> Option<Value> {
+    map.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+fn parse_spec(spec: &Value) -> Option<Spec> {
+    let spec = pairs(spec);
+    let begin = pairs(&field(&spec, "begin_search")?);
+    let find = pairs(&field(&spec, "find_keys")?);
+    let int = |m: &[(String, Value)], k: &str| field(m, k).and_then(|v| v.as_i64()).unwrap_or(0);
+    let begin_spec = pairs(&field(&begin, "spec")?);
+    let begin = match field(&begin, "type")?.as_string()?.as_str() {
+        "index" => Begin::Index(int(&begin_spec, "index").max(0) as usize),
+        "keyword" => Begin::Keyword {
+            keyword: field(&begin_spec, "keyword")?.as_string()?.into_bytes(),
+            startfrom: int(&begin_spec, "startfrom"),
+        },
+        _ => return None,
+    };
+    let find_spec = pairs(&field(&find, "spec")?);
+    let find = match field(&find, "type")?.as_string()?.as_str() {
+        "range" => Find::Range {
+            lastkey: int(&find_spec, "lastkey"),
+            step: int(&find_spec, "keystep").max(1) as usize,
+            limit: int(&find_spec, "limit").max(0) as usize,
+        },
+        "keynum" => Find::Keynum {
+            keynumidx: int(&find_spec, "keynumidx").max(0) as usize,
+            firstkey: int(&find_spec, "firstkey").max(0) as usize,
+            step: int(&find_spec, "keystep").max(1) as usize,
+        },
+        _ => return None,
+    };
+    Some(Spec { begin, find })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> Value {
+        Value::from(v)
+    }
+
+    fn i(v: i64) -> Value {
+        Value::Integer(v)
+    }
+
+    fn a(v: Vec<Value>) -> Value {
+        Value::Array(v)
+    }
+
+    fn spec(begin: Value, find: Value) -> Value {
+        a(vec![
+            s("flags"),
+            a(vec![]),
+            s("begin_search"),
+            begin,
+            s("find_keys"),
+            find,
+        ])
+    }
+
+    fn index(n: i64) -> Value {
+        a(vec![
+            s("type"),
+            s("index"),
+            s("spec"),
+            a(vec![s("index"), i(n)]),
+        ])
+    }
+
+    fn range(last: i64, step: i64, limit: i64) -> Value {
+        a(vec![
+            s("type"),
+            s("range"),
+            s("spec"),
+            a(vec![
+                s("lastkey"),
+                i(last),
+                s("keystep"),
+                i(step),
+                s("limit"),
+                i(limit),
+            ]),
+        ])
+    }
+
+    fn command(name: &str, first: i64, last: i64, step: i64, specs: Vec<Value>) -> Value {
+        a(vec![
+            s(name),
+            i(-2),
+            a(vec![]),
+            i(first),
+            i(last),
+            i(step),
+            a(vec![]),
+            a(vec![]),
+            a(specs),
+            a(vec![]),
+        ])
+    }
+
+    /// A `COMMAND` reply for a few commands, shaped as Redis 7 sends it.
+    fn table() -> KeySpecs {
+        let keynum = |idx: i64| {
+            a(vec![
+                s("type"),
+                s("keynum"),
+                s("spec"),
+                a(vec![
+                    s("keynumidx"),
+                    i(idx),
+                    s("firstkey"),
+                    i(1),
+                    s("keystep"),
+                    i(1),
+                ]),
+            ])
+        };
+        let keyword = a(vec![
+            s("type"),
+            s("keyword"),
+            s("spec"),
+            a(vec![s("keyword"), s("STREAMS"), s("startfrom"), i(1)]),
+        ]);
+        KeySpecs::parse(a(vec![
+            command("incr", 1, 1, 1, vec![spec(index(1), range(0, 1, 0))]),
+            command("mset", 1, -1, 2, vec![spec(index(1), range(-1, 2, 0))]),
+            command("eval", 0, 0, 0, vec![spec(index(2), keynum(0))]),
+            command("xread", 0, 0, 0, vec![spec(keyword, range(-1, 1, 2))]),
+            command("ping", 0, 0, 0, vec![]),
+            // No key specs: the legacy triple is used.
+            command("legacy", 1, 2, 1, vec![]),
+        ]))
+    }
+
+    fn keys(specs: &KeySpecs, name: &str, args: &[&str]) -> Vec<String> {
+        let args: Vec<Bytes> = args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        specs
+            .keys(name, &args)
+            .unwrap()
+            .into_iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn finds_keys_the_way_redis_describes_them() {
+        let t = table();
+        assert_eq!(keys(&t, "INCR", &["a"]), ["a"]);
+        assert_eq!(keys(&t, "mset", &["a", "1", "b", "2"]), ["a", "b"]);
+        assert_eq!(
+            keys(&t, "EVAL", &["return 1", "2", "k1", "k2", "arg"]),
+            ["k1", "k2"]
+        );
+        assert_eq!(
+            keys(
+                &t,
+                "XREAD",
+                &["COUNT", "1", "STREAMS", "s1", "s2", "0", "0"]
+            ),
+            ["s1", "s2"]
+        );
+        assert!(keys(&t, "PING", &[]).is_empty());
+        assert_eq!(keys(&t, "legacy", &["x", "y", "z"]), ["x", "y"]);
+        assert_eq!(
+            t.keys("NOPE", &[]),
+            Err(KeyError::UnknownCommand("NOPE".into()))
+        );
+    }
+}
