@@ -409,6 +409,15 @@ async fn shutdown_flushes_what_is_owed_and_ends_the_stream_with_unavailable() {
     .await;
 
     sidecar.begin_shutdown();
+    // The client is told, so it can send what it holds.
+    match sub.next().await.unwrap() {
+        Some(Kind::Draining(draining)) => {
+            assert_eq!(draining.grace.unwrap().seconds, 2);
+            // 3, or 2 when the first ack arrived before the drain began.
+            assert!((2..=3).contains(&draining.outstanding), "{draining:?}");
+        }
+        other => panic!("expected draining, got {other:?}"),
+    }
     // Outcomes that arrive within the grace period still count.
     sub.send(
         vec![command(ds[1].slot, "INCR", &["k"])],

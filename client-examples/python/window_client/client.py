@@ -614,6 +614,15 @@ class Subscription:
                     await self._flushed(st, msg.flush)
                 elif kind == "rejections":
                     await self._rejected(st, msg.rejections)
+                elif kind == "draining":
+                    # The sidecar is shutting down: send what is settled now rather than at
+                    # the end of each read, so it is flushed before the grace period ends.
+                    log.info(
+                        "the sidecar is draining (%d outstanding): sending settled outcomes now",
+                        msg.draining.outstanding,
+                    )
+                    for rd in list(st.reads.values()):
+                        self._send(st, rd)
         finally:
             writer.cancel()
 

@@ -218,6 +218,10 @@ pub fn event(event: Event) -> proto::SubscribeResponse {
         Event::Rejected(errors) => Kind::Rejections(proto::Rejections {
             rejections: errors.iter().map(rejection).collect(),
         }),
+        Event::Draining { grace, outstanding } => Kind::Draining(proto::Draining {
+            grace: proto_duration(grace),
+            outstanding: outstanding as u32,
+        }),
     };
     proto::SubscribeResponse { kind: Some(kind) }
 }

@@ -157,6 +157,11 @@ pub enum Event {
     },
     Flushed(FlushReport),
     Rejected(Vec<SlotError>),
+    /// Shutdown began: outcomes within `grace` still count.
+    Draining {
+        grace: Duration,
+        outstanding: usize,
+    },
 }
 
 /// The settings in effect for an opened subscription.

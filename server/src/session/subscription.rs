@@ -266,6 +266,10 @@ impl<'a> Subscription<'a> {
                     self.draining_until = Some(Instant::now() + grace);
                     self.view.draining = true;
                     ended_with = Some(SessionError::ShuttingDown);
+                    let outstanding = self.window.outstanding();
+                    if outstanding > 0 {
+                        self.send(Event::Draining { grace, outstanding }).await;
+                    }
                 }
                 () = sleep_until(self.draining_until) => break,
                 () = sleep_until(self.retry_read_at) => self.retry_read_at = None,
