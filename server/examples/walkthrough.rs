@@ -109,6 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             Some(Response::Rejections(r)) => println!("rejected: {:?}", r.rejections),
+            Some(Response::Draining(d)) => println!("the sidecar is draining: {d:?}"),
             None => {}
         }
     }
