@@ -1,5 +1,29 @@
 //! Real `redis-server` processes for tests: each on a free loopback port, without persistence,
 //! killed (by pid) when dropped. Nothing here mocks Redis.
+//!
+//! Topologies beyond a single server:
+//! * [`RedisCluster`] (module [`cluster`]): a Redis Cluster with replicas, failover, restart and
+//!   slot migration.
+//! * [`Sentinels`] (module [`sentinel`]): a primary, a replica and N sentinels.
+//! * [`TlsMaterial`] / [`TlsRedisServer`] (module [`tls`]): certificates via the `openssl` CLI
+//!   and a TLS-only server.
+//! * [`acl_user`] and [`RedisServer::start_with_password`] (module [`acl`]).
+//! * [`resp`]: a tiny blocking RESP client for poking individual nodes.
+//!
+//! Every process is SIGKILLed by pid on drop and its temp dir removed (set
+//! `HARNESS_KEEP_DIRS=1` to keep the dirs, with each node's `redis.log`, for debugging).
+
+pub mod acl;
+pub mod cluster;
+pub mod resp;
+pub mod sentinel;
+pub mod tls;
+mod util;
+
+pub use acl::{acl_user, url_with_auth};
+pub use cluster::{RedisCluster, SlotMigration};
+pub use sentinel::Sentinels;
+pub use tls::{TlsMaterial, TlsRedisServer};
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -189,4 +213,30 @@ where
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// A fred builder for topology tests: reconnects every 100 ms without limit, 1 s connection
+/// timeout, 5 s internal command timeout, up to 20 attempts per command, 10 redirections.
+pub fn reconnecting_builder(config: Config) -> Builder {
+    let mut builder = Builder::from_config(config);
+    builder
+        .set_policy(ReconnectPolicy::new_constant(0, 100))
+        .with_connection_config(|c| {
+            c.connection_timeout = Duration::from_secs(1);
+            c.internal_command_timeout = Duration::from_secs(5);
+            c.max_command_attempts = 20;
+            c.max_redirections = 10;
+        });
+    builder
+}
+
+/// A connected fred client for any URL fred understands (see [`reconnecting_builder`]).
+pub async fn connect(url: &str) -> Client {
+    let config = Config::from_url(url).unwrap_or_else(|e| panic!("bad redis url {url}: {e}"));
+    let client = reconnecting_builder(config).build().expect("client");
+    client
+        .init()
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    client
 }
