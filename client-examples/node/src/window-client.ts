@@ -502,6 +502,7 @@ export class Subscription implements AsyncIterable<Delivery> {
           minIdle: o.minIdleMs !== undefined ? duration(o.minIdleMs) : undefined,
         },
         count: o.count ?? 16,
+        maxDeliveries: 0,
         block: o.blockMs !== undefined ? duration(o.blockMs) : undefined,
         mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
         maxInFlight: o.maxInFlight ?? 0,

@@ -10,6 +10,8 @@ use bytes::Bytes;
 
 use crate::proto;
 use crate::redis::entry::{Body, Entry};
+use crate::redis::list::ListSource;
+use crate::redis::pubsub::PubSubSource;
 use crate::redis::stream::{Mode, StreamSource};
 use crate::session::{
     ClientBatch, ClientMessage, Event, FlushReport, InboundError, OpenRequest, Opened,
@@ -31,6 +33,12 @@ pub const DEFAULT_BLOCK: Duration = Duration::from_secs(5);
 pub const MAX_BLOCK: Duration = Duration::from_secs(60);
 /// min_idle when the client sets none.
 pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(60);
+/// A reliable list's dead_after when the client sets none.
+pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(30);
+/// A pub/sub buffer when the client sets none.
+pub const DEFAULT_PUBSUB_BUFFER: usize = 10_000;
+/// The largest pub/sub buffer a client may ask for.
+pub const MAX_PUBSUB_BUFFER: usize = 1_000_000;
 
 /// A client message to the domain.
 pub fn client_message(
@@ -53,7 +61,31 @@ pub fn client_message(
 fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, String> {
     let source = match open.source {
         Some(proto::open::Source::Stream(stream)) => Source::Stream(stream_source(stream)?),
-        None => return Err("open.source is required: set open.stream".into()),
+        Some(proto::open::Source::ReliableList(list)) => Source::List(ListSource {
+            key: required(list.key, "open.reliable_list.key")?,
+            consumer: list.consumer,
+            dead_after: match list.dead_after {
+                None => DEFAULT_DEAD_AFTER,
+                Some(d) => match duration(d, "open.reliable_list.dead_after")? {
+                    d if d.is_zero() => DEFAULT_DEAD_AFTER,
+                    d => d,
+                },
+            },
+            reliable: true,
+        }),
+        Some(proto::open::Source::SimpleList(list)) => Source::List(ListSource {
+            key: required(list.key, "open.simple_list.key")?,
+            consumer: String::new(),
+            dead_after: DEFAULT_DEAD_AFTER,
+            reliable: false,
+        }),
+        Some(proto::open::Source::Pubsub(pubsub)) => Source::PubSub(pubsub_source(pubsub)?),
+        None => {
+            return Err(
+                "open.source is required: set open.stream, open.reliable_list, open.simple_list or open.pubsub"
+                    .into(),
+            );
+        }
     };
     if open.count == 0 || open.count > limits.max_count {
         return Err(format!(
@@ -96,12 +128,78 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
         }
         n => n.max(open.count),
     };
+    let dead_letter = match open.dead_letter.and_then(|d| d.target) {
+        None => None,
+        Some(proto::dead_letter::Target::Stream(key)) => match &source {
+            Source::Stream(_) => Some(required(key, "open.dead_letter.stream")?),
+            _ => return Err("open.dead_letter.stream is for stream subscriptions; a list subscription takes open.dead_letter.list".into()),
+        },
+        Some(proto::dead_letter::Target::List(key)) => match &source {
+            Source::List(_) => Some(required(key, "open.dead_letter.list")?),
+            _ => return Err("open.dead_letter.list is for list subscriptions; a stream subscription takes open.dead_letter.stream".into()),
+        },
+    };
+    if matches!(source, Source::PubSub(_)) && (open.max_deliveries > 0 || dead_letter.is_some()) {
+        return Err("pub/sub messages are delivered once: open.max_deliveries and open.dead_letter do not apply".into());
+    }
+    if open.max_deliveries > 0 && dead_letter.is_none() {
+        return Err(
+            "open.max_deliveries needs open.dead_letter: where entries past the cap go".into(),
+        );
+    }
+    if open.max_deliveries == 0 && dead_letter.is_some() {
+        return Err("open.dead_letter needs open.max_deliveries: after how many deliveries entries go there".into());
+    }
     Ok(OpenRequest {
         source,
         count: open.count,
         block,
         mode,
         max_in_flight,
+        max_deliveries: open.max_deliveries,
+        dead_letter,
+    })
+}
+
+fn required(value: String, field: &str) -> Result<String, String> {
+    if value.is_empty() {
+        Err(format!("{field} is required"))
+    } else {
+        Ok(value)
+    }
+}
+
+fn pubsub_source(pubsub: proto::PubSubSource) -> Result<PubSubSource, String> {
+    if pubsub.channels.is_empty()
+        && pubsub.patterns.is_empty()
+        && pubsub.sharded_channels.is_empty()
+    {
+        return Err(
+            "open.pubsub needs at least one of channels, patterns or sharded_channels".into(),
+        );
+    }
+    let all = pubsub
+        .channels
+        .iter()
+        .chain(&pubsub.patterns)
+        .chain(&pubsub.sharded_channels);
+    if all.clone().any(|c| c.is_empty()) {
+        return Err("open.pubsub: channel and pattern names must not be empty".into());
+    }
+    let buffer = match pubsub.buffer {
+        0 => DEFAULT_PUBSUB_BUFFER,
+        n if n as usize > MAX_PUBSUB_BUFFER => {
+            return Err(format!(
+                "open.pubsub.buffer must be at most {MAX_PUBSUB_BUFFER}, got {n}"
+            ));
+        }
+        n => n as usize,
+    };
+    Ok(PubSubSource {
+        channels: pubsub.channels,
+        patterns: pubsub.patterns,
+        sharded_channels: pubsub.sharded_channels,
+        buffer,
     })
 }
 
@@ -200,14 +298,16 @@ fn outcome(o: proto::Outcome) -> Result<SettleRequest, SlotError> {
 pub fn event(event: Event) -> proto::SubscribeResponse {
     use proto::subscribe_response::Kind;
     let kind = match event {
-        Event::Opened(opened) => Kind::Opened(opened_message(opened)),
+        Event::Opened(opened) => Kind::Opened(opened_message(*opened)),
         Event::Read {
             read_id,
             first_slot,
             entries,
+            lost,
             read_trace,
         } => Kind::Read(proto::Read {
             read_id,
+            lost,
             deliveries: entries
                 .iter()
                 .zip(first_slot..)
@@ -228,9 +328,14 @@ pub fn event(event: Event) -> proto::SubscribeResponse {
 
 fn opened_message(opened: Opened) -> proto::Opened {
     let request = opened.request;
+    let (consumer, min_idle) = match opened.source {
+        Source::Stream(stream) => (stream.consumer, Some(stream.min_idle)),
+        Source::List(list) => (list.consumer, None),
+        Source::PubSub(_) => (String::new(), None),
+    };
     proto::Opened {
         subscription_id: opened.subscription_id,
-        consumer: opened.source.consumer,
+        consumer,
         count: request.count,
         block: proto_duration(request.block),
         mode: match request.mode {
@@ -238,7 +343,7 @@ fn opened_message(opened: Opened) -> proto::Opened {
             Mode::Atomic => proto::Mode::Atomic,
         } as i32,
         max_in_flight: request.max_in_flight,
-        min_idle: proto_duration(opened.source.min_idle),
+        min_idle: min_idle.and_then(proto_duration),
     }
 }
 
@@ -273,6 +378,9 @@ fn delivery(slot: u64, entry: &Arc<Entry>, read_trace: Option<&str>) -> proto::D
                 .collect();
         }
     }
+    if let Some(channel) = &entry.channel {
+        delivery.channel = text(channel);
+    }
     if let Some(traceparent) = entry.header("traceparent") {
         delivery.trace = Some(proto::TraceContext {
             traceparent: text(traceparent),
@@ -300,6 +408,7 @@ fn flush_report(report: FlushReport) -> proto::FlushReport {
         failed: result.failed as u32,
         settle_failed: result.settle_failed,
         aborted: result.aborted as u32,
+        dead_lettered: report.dead_lettered as u32,
     }
 }
 
@@ -409,7 +518,9 @@ mod tests {
         assert_eq!(request.block, DEFAULT_BLOCK);
         assert_eq!(request.mode, Mode::Pipeline);
         assert_eq!(request.max_in_flight, 20);
-        let Source::Stream(source) = request.source;
+        let Source::Stream(source) = request.source else {
+            panic!("a stream source")
+        };
         assert_eq!(source.start_id, "0");
         assert_eq!(source.min_idle, DEFAULT_MIN_IDLE);
     }
@@ -527,6 +638,7 @@ mod tests {
                 ),
             ],
             delivery_count: 1,
+            channel: None,
         });
         let d = delivery(7, &entry, None);
         assert_eq!(d.slot, 7);

@@ -16,9 +16,13 @@ pub const ATTEMPTS_HEADER: &str = "x-window-attempts";
 pub const ORIGINAL_ID_HEADER: &str = "x-window-original-id";
 /// Header on retried copies: the reason the client gave with its retry.
 pub const REASON_HEADER: &str = "x-window-reason";
+/// Header on dead letters: the subscription (`key/group`) that gave up on the entry.
+pub const SUBSCRIPTION_HEADER: &str = "x-window-subscription";
+/// Header on dead letters: how many times the entry was delivered.
+pub const DELIVERIES_HEADER: &str = "x-window-deliveries";
 
-/// One stream entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One entry as read: a stream entry, a list value (as its payload) or a pub/sub message.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// The entry id, for example `1700000000000-0`.
     pub id: Bytes,
@@ -26,6 +30,8 @@ pub struct Entry {
     pub fields: Vec<(Bytes, Bytes)>,
     /// Deliveries of this entry, this one included, counting earlier copies.
     pub delivery_count: u32,
+    /// Pub/sub: the channel the message arrived on.
+    pub channel: Option<Bytes>,
 }
 
 /// An entry's body as the client sees it.
@@ -108,6 +114,47 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// The fields of a dead letter: the entry's own, then where it came from and why.
+    pub fn dead_letter_fields(
+        &self,
+        subscription: &str,
+        reason: Option<&str>,
+    ) -> Vec<(Bytes, Bytes)> {
+        let ours = |field: &Bytes| {
+            field.strip_prefix(HEADER_PREFIX).is_some_and(|name| {
+                [ATTEMPTS_HEADER, ORIGINAL_ID_HEADER, REASON_HEADER]
+                    .iter()
+                    .any(|h| name == h.as_bytes())
+            })
+        };
+        let original = self
+            .header(ORIGINAL_ID_HEADER)
+            .cloned()
+            .unwrap_or_else(|| self.id.clone());
+        let header = |name: &str| Bytes::from(format!("h:{name}"));
+        let mut fields: Vec<_> = self
+            .fields
+            .iter()
+            .filter(|(f, _)| !ours(f))
+            .cloned()
+            .collect();
+        fields.push((header(ORIGINAL_ID_HEADER), original));
+        fields.push((
+            header(SUBSCRIPTION_HEADER),
+            Bytes::from(subscription.to_owned()),
+        ));
+        fields.push((
+            header(DELIVERIES_HEADER),
+            Bytes::from(self.delivery_count.to_string()),
+        ));
+        if let Some(reason) = reason.filter(|r| !r.is_empty()) {
+            fields.push((header(REASON_HEADER), Bytes::from(reason.to_owned())));
+        }
+        fields
+    }
+}
+
 /// The entries of an XREADGROUP or XAUTOCLAIM entry list: `[[id, [field, value, ...]], ...]`.
 /// Entries deleted while pending come back with no fields; their ids go to `deleted`.
 pub fn parse_entries(
@@ -153,6 +200,7 @@ pub fn parse_entries(
             id,
             fields,
             delivery_count: 1,
+            channel: None,
         });
     }
     Ok(entries)
@@ -182,6 +230,7 @@ mod tests {
             id: b("1-0"),
             fields: fields.iter().map(|(f, v)| (b(f), b(v))).collect(),
             delivery_count: 2,
+            channel: None,
         }
     }
 
@@ -206,6 +255,7 @@ mod tests {
             id: b("9-0"),
             fields: first.retry_fields(Some("flaky")),
             delivery_count: 1,
+            channel: None,
         };
         assert_eq!(copy.earlier_attempts(), 2);
         assert_eq!(copy.header(ORIGINAL_ID_HEADER), Some(&b("1-0")));

@@ -12,8 +12,10 @@ pub enum Role {
     SideEffect,
     /// A write that makes a retry durable (a copy, a delay-set member).
     Requeue,
-    /// The settle of one or more entries (XACK).
+    /// The settle of one or more entries (XACK, LREM).
     Settle,
+    /// Housekeeping whose failure loses nothing (forgetting delivery counts).
+    Bookkeeping,
     /// MULTI.
     Begin,
     /// EXEC; `settles` when the transaction carries a settle.
@@ -49,6 +51,8 @@ pub struct FlushPlan {
     pub side_effects: usize,
     /// Entries the plan settles.
     pub settles: usize,
+    /// Entries the plan moves to the dead letter.
+    pub dead_lettered: usize,
 }
 
 impl FlushPlan {

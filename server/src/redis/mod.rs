@@ -6,9 +6,14 @@
 //! blocking XREADGROUP holds up every command queued behind it on its connection), and one
 //! shared pool carries flushes, Publish and the delay promoter.
 
+pub mod delay;
 pub mod entry;
 pub mod flush;
+pub mod form;
 pub mod keys;
+pub mod list;
+pub mod plan;
+pub mod pubsub;
 pub mod stream;
 
 use std::time::Duration;
@@ -237,6 +242,26 @@ impl Redis {
                 let _ = client.quit().await;
                 Err(RedisError::Timeout(self.timeout))
             }
+        }
+    }
+
+    /// A new dedicated pub/sub connection, connected.
+    pub async fn subscriber_client(&self) -> Result<fred::clients::SubscriberClient, RedisError> {
+        let client = Builder::from_config(self.config.clone())
+            .with_connection_config(|conn| {
+                conn.connection_timeout = self.timeout;
+                conn.internal_command_timeout = self.timeout;
+            })
+            // Messages wait here only until the forwarder moves them to the bounded buffer.
+            .with_performance_config(|perf| perf.broadcast_channel_capacity = 4096)
+            .set_policy(reconnect_policy())
+            .build_subscriber_client()
+            .map_err(|e| RedisError::from_fred("connect", &e))?;
+        client.connect();
+        match tokio::time::timeout(self.timeout, client.wait_for_connect()).await {
+            Ok(Ok(())) => Ok(client),
+            Ok(Err(err)) => Err(RedisError::Unavailable(err.details().to_owned())),
+            Err(_) => Err(RedisError::Timeout(self.timeout)),
         }
     }
 

@@ -2,37 +2,19 @@
 //! first, then new ones, with periodic reclaim of idle entries), the flush plan of a read
 //! (kept segments, durable retry copies, one XACK), and the promoter of the delay set.
 
-use std::borrow::Borrow;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
-use fred::types::scripts::Script;
 use tokio::time::Instant;
 
+use super::delay;
 use super::entry::{Entry, into_bytes, parse_entries};
 use super::flush::{FlushPlan, Role};
+use super::plan::Settling;
 use super::{RedisError, arg, call_at, companion_key, str_arg};
-use crate::window::{FlushBatch, Outcome};
 
-/// How kept segments are sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Kept segments in commit order, then the settles, in one pipeline.
-    Pipeline,
-    /// Each kept segment as MULTI, its commands, its own settle, EXEC.
-    Atomic,
-}
-
-impl Mode {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Mode::Pipeline => "pipeline",
-            Mode::Atomic => "atomic",
-        }
-    }
-}
+pub use super::plan::Mode;
 
 /// A stream subscription's identity in Redis.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +38,10 @@ pub struct StreamKeys {
     pub delayed: Bytes,
     /// The stream key's hash slot: where its commands go on a cluster.
     pub slot: u16,
+    /// Where entries past the delivery cap go.
+    pub dead_letter: Option<Bytes>,
+    /// `key/group`, as dead letters record it.
+    pub subscription: String,
 }
 
 impl StreamKeys {
@@ -67,6 +53,8 @@ impl StreamKeys {
             consumer: bytes(&source.consumer),
             delayed: Bytes::from(companion_key(&source.key, "window:delayed")),
             slot: fred::util::redis_keyslot(source.key.as_bytes()),
+            dead_letter: None,
+            subscription: format!("{}/{}", source.key, source.group),
         }
     }
 }
@@ -93,152 +81,59 @@ pub async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), 
     }
 }
 
-/// Builds the exact commands of one flush.
-///
-/// Pipeline mode: the kept segments in commit order; then, when the read has retries, one
-/// MULTI holding the copies (XADD), the delay-set members (ZADD) and the XACK, so an entry is
-/// never acknowledged without its copy; else the XACK alone. One XACK per read either way.
-///
-/// Atomic mode: each kept segment with commands becomes MULTI, its commands, the XACK of its
-/// own entry, EXEC; the rest of the read settles as in pipeline mode.
-pub fn plan_flush<E: Borrow<Entry>>(
-    keys: &StreamKeys,
-    batch: &FlushBatch<E>,
-    mode: Mode,
-    now_ms: u64,
-) -> FlushPlan {
-    let mut plan = FlushPlan::default();
-    // Settles, copies and transactions all go to the node of the stream's slot.
-    let slot = Some(keys.slot);
-    let mut settled_inside = vec![false; batch.settles.len()];
-    for segment in &batch.kept {
-        let wrap = mode == Mode::Atomic && !segment.commands.is_empty();
-        if wrap {
-            plan.push("MULTI", vec![], Role::Begin, slot);
-        }
-        for command in &segment.commands {
-            let hash_slot = if wrap { slot } else { command.hash_slot };
-            plan.push(
-                command.name.clone(),
-                command.args.clone(),
-                Role::SideEffect,
-                hash_slot,
-            );
-        }
-        if wrap {
-            let entry: &Entry = batch.settles[segment.settle].entry.borrow();
-            plan.push("XACK", xack_args(keys, [&entry.id]), Role::Settle, slot);
-            plan.push("EXEC", vec![], Role::Commit { settles: true }, slot);
-            settled_inside[segment.settle] = true;
-        }
+impl Settling for StreamKeys {
+    fn slot(&self) -> Option<u16> {
+        Some(self.slot)
     }
 
-    let rest: Vec<_> = batch
-        .settles
-        .iter()
-        .zip(&settled_inside)
-        .filter(|(_, inside)| !**inside)
-        .map(|(settle, _)| settle)
-        .collect();
-    let requeues = rest
-        .iter()
-        .any(|s| matches!(s.outcome, Outcome::Retry | Outcome::RetryAfter(_)));
-    if requeues {
-        plan.push("MULTI", vec![], Role::Begin, slot);
+    fn settles_in_redis(&self) -> bool {
+        true
     }
-    for settle in rest
-        .iter()
-        .filter(|s| s.outcome != Outcome::Ack && s.outcome != Outcome::Drop)
-    {
-        let entry: &Entry = settle.entry.borrow();
-        let fields = entry.retry_fields(settle.reason.as_deref());
-        match settle.outcome {
-            Outcome::Retry => {
-                let mut args = vec![keys.key.clone(), Bytes::from_static(b"*")];
-                args.extend(fields.into_iter().flat_map(|(f, v)| [f, v]));
-                plan.push("XADD", args, Role::Requeue, slot);
-            }
-            Outcome::RetryAfter(delay) => {
-                let due = now_ms.saturating_add(delay.as_millis() as u64);
-                let member = encode_delayed(&entry.id, &fields);
-                let args = vec![keys.delayed.clone(), Bytes::from(due.to_string()), member];
-                plan.push("ZADD", args, Role::Requeue, slot);
-            }
-            Outcome::Ack | Outcome::Drop => unreachable!("filtered above"),
-        }
-    }
-    if !rest.is_empty() {
-        let ids = rest.iter().map(|s| &s.entry.borrow().id);
-        plan.push("XACK", xack_args(keys, ids), Role::Settle, slot);
-    }
-    if requeues {
-        plan.push("EXEC", vec![], Role::Commit { settles: true }, slot);
-    }
-    plan.settles = batch.settles.len();
-    plan
-}
 
-fn xack_args<'a>(keys: &StreamKeys, ids: impl IntoIterator<Item = &'a Bytes>) -> Vec<Bytes> {
-    let mut args = vec![keys.key.clone(), keys.group.clone()];
-    args.extend(ids.into_iter().cloned());
-    args
-}
-
-/// A delay-set member: the entry id (which keeps members unique), a newline, then each field
-/// name and value as `<length>:<bytes>`, which the promoter script decodes.
-fn encode_delayed(id: &Bytes, fields: &[(Bytes, Bytes)]) -> Bytes {
-    let mut member = Vec::with_capacity(id.len() + 1 + fields.len() * 32);
-    member.extend_from_slice(id);
-    member.push(b'\n');
-    for (name, value) in fields {
-        for part in [name, value] {
-            member.extend_from_slice(part.len().to_string().as_bytes());
-            member.push(b':');
-            member.extend_from_slice(part);
-        }
+    /// One XACK for all of them.
+    fn settle(&self, entries: &[&Entry], plan: &mut FlushPlan) {
+        let mut args = vec![self.key.clone(), self.group.clone()];
+        args.extend(entries.iter().map(|e| e.id.clone()));
+        plan.push("XACK", args, Role::Settle, Some(self.slot));
     }
-    Bytes::from(member)
-}
 
-/// Moves due members of the delay set back into the stream, atomically per call: a script
-/// runs alone on the server, so with several sidecars each due entry is promoted exactly once,
-/// and a crash leaves it either still in the set or already in the stream.
-static PROMOTE: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(
-        r#"
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-for _, member in ipairs(due) do
-  local args = {}
-  local i = string.find(member, '\n', 1, true) + 1
-  while i <= #member do
-    local colon = string.find(member, ':', i, true)
-    local len = tonumber(string.sub(member, i, colon - 1))
-    args[#args + 1] = string.sub(member, colon + 1, colon + len)
-    i = colon + len + 1
-  end
-  redis.call('XADD', KEYS[2], '*', unpack(args))
-  redis.call('ZREM', KEYS[1], member)
-end
-return #due
-"#,
-    )
-});
+    /// A copy at the end of the stream.
+    fn retry(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
+        let mut args = vec![self.key.clone(), Bytes::from_static(b"*")];
+        args.extend(
+            entry
+                .retry_fields(reason)
+                .into_iter()
+                .flat_map(|(f, v)| [f, v]),
+        );
+        plan.push("XADD", args, Role::Requeue, Some(self.slot));
+    }
 
-/// Promotes up to `limit` entries whose delay has passed by `now_ms`. Returns how many.
-pub async fn promote_due(
-    client: &Client,
-    keys: &StreamKeys,
-    now_ms: u64,
-    limit: u32,
-) -> Result<u64, RedisError> {
-    PROMOTE
-        .evalsha_with_reload::<u64, _, _>(
-            client,
-            vec![Key::from(keys.delayed.clone()), Key::from(keys.key.clone())],
-            vec![now_ms.to_string(), limit.to_string()],
-        )
-        .await
-        .map_err(|e| RedisError::from_fred("EVALSHA", &e))
+    /// A copy in the delay set, keyed by the entry id.
+    fn retry_after(&self, entry: &Entry, reason: Option<&str>, due_ms: u64, plan: &mut FlushPlan) {
+        let parts = entry
+            .retry_fields(reason)
+            .into_iter()
+            .flat_map(|(f, v)| [f, v]);
+        let member = delay::encode(&entry.id, parts);
+        let args = vec![
+            self.delayed.clone(),
+            Bytes::from(due_ms.to_string()),
+            member,
+        ];
+        plan.push("ZADD", args, Role::Requeue, Some(self.slot));
+    }
+
+    /// The entry's fields with where it came from, appended to the dead-letter stream.
+    fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
+        let Some(target) = &self.dead_letter else {
+            return;
+        };
+        let mut args = vec![target.clone(), Bytes::from_static(b"*")];
+        let fields = entry.dead_letter_fields(&self.subscription, reason);
+        args.extend(fields.into_iter().flat_map(|(f, v)| [f, v]));
+        plan.push("XADD", args, Role::Requeue, Some(self.slot));
+    }
 }
 
 /// Appends entries to a stream in one pipeline; returns their ids.
@@ -302,8 +197,10 @@ pub struct ReadBatch {
     pub entries: Vec<Entry>,
     /// Whether the entries may already be outstanding in this window (pending or claimed).
     pub redelivery: bool,
-    /// Entries claimed from idle consumers.
+    /// Entries claimed from idle consumers (or recovered from dead ones).
     pub claimed: usize,
+    /// Pub/sub: messages dropped for a slow client since the previous read.
+    pub lost: u64,
     /// Round trips this read made: XREADGROUP calls, XAUTOCLAIM calls, XPENDING look-ups.
     pub reads: u32,
     pub claims: u32,
@@ -520,7 +417,17 @@ impl StreamReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::{Command, Limits, Window};
+    use crate::redis::plan::{PlanContext, plan_flush};
+    use crate::window::{Command, FlushBatch, Limits, Outcome, Window};
+
+    fn plan(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -> FlushPlan {
+        let ctx = PlanContext {
+            mode,
+            now_ms,
+            max_deliveries: 3,
+        };
+        plan_flush(keys, batch, &ctx)
+    }
 
     fn keys() -> StreamKeys {
         StreamKeys::new(&StreamSource {
@@ -537,6 +444,7 @@ mod tests {
             id: Bytes::copy_from_slice(id.as_bytes()),
             fields: vec![(Bytes::from_static(b"f"), Bytes::from_static(b"v"))],
             delivery_count: 1,
+            channel: None,
         }
     }
 
@@ -563,7 +471,7 @@ mod tests {
 
     #[test]
     fn pipeline_mode_is_the_kept_segments_then_one_xack() {
-        let plan = plan_flush(&keys(), &diagram(), Mode::Pipeline, 0);
+        let plan = plan(&keys(), &diagram(), Mode::Pipeline, 0);
         assert_eq!(
             plan.render(),
             vec!["INCR k1", "INCR k3", "XACK orders g 1-0 2-0 3-0"]
@@ -574,7 +482,7 @@ mod tests {
 
     #[test]
     fn atomic_mode_wraps_each_kept_segment_with_its_own_settle() {
-        let plan = plan_flush(&keys(), &diagram(), Mode::Atomic, 0);
+        let plan = plan(&keys(), &diagram(), Mode::Atomic, 0);
         assert_eq!(
             plan.render(),
             vec![
@@ -608,7 +516,7 @@ mod tests {
             .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
             .unwrap()
             .unwrap();
-        let plan = plan_flush(&keys(), &batch, Mode::Pipeline, 1_000);
+        let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
         let rendered = plan.render();
         assert_eq!(rendered[0], "INCR k1");
         assert_eq!(rendered[1], "MULTI");
@@ -623,11 +531,33 @@ mod tests {
     }
 
     #[test]
-    fn delayed_members_encode_binary_fields() {
-        let member = encode_delayed(
-            &Bytes::from_static(b"5-1"),
-            &[(Bytes::from_static(b"a:b"), Bytes::from_static(b"\n\x00x"))],
+    fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
+        let mut keys = keys();
+        keys.dead_letter = Some(Bytes::from_static(b"orders:dead"));
+        let mut w = Window::new(Limits {
+            max_commands_per_slot: 8,
+        });
+        let tired = Entry {
+            delivery_count: 3,
+            ..entry("1-0")
+        };
+        let read = w.open_read(vec![tired, entry("2-0")]).unwrap();
+        w.settle(read.first_slot, Outcome::Retry, Some("boom".into()))
+            .unwrap();
+        let batch = w
+            .settle(read.first_slot + 1, Outcome::Retry, None)
+            .unwrap()
+            .unwrap();
+        let plan = plan(&keys, &batch, Mode::Pipeline, 0);
+        assert_eq!(plan.dead_lettered, 1);
+        let rendered = plan.render();
+        assert_eq!(rendered[0], "MULTI");
+        assert_eq!(
+            rendered[1],
+            "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-window-reason boom"
         );
-        assert_eq!(member.as_ref(), b"5-1\n3:a:b3:\n\x00x");
+        assert!(rendered[2].starts_with("XADD orders * f v h:x-window-attempts 1"));
+        assert_eq!(rendered[3], "XACK orders g 1-0 2-0");
+        assert_eq!(rendered[4], "EXEC");
     }
 }

@@ -23,8 +23,9 @@ use tracing::{Instrument, debug, info_span};
 use crate::metrics::Metrics;
 use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
+pub use crate::redis::form::Source;
 use crate::redis::keys::KeySpecs;
-use crate::redis::stream::{Mode, StreamSource};
+use crate::redis::stream::Mode;
 use crate::redis::{Redis, RedisError};
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
 use subscription::Subscription;
@@ -110,13 +111,10 @@ pub struct OpenRequest {
     pub block: Duration,
     pub mode: Mode,
     pub max_in_flight: u32,
-}
-
-/// What a subscription reads.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Source {
-    /// A stream through a consumer group. An empty consumer means the sidecar's default.
-    Stream(StreamSource),
+    /// Deliveries at which an entry goes to `dead_letter` instead of back; 0: no cap.
+    pub max_deliveries: u32,
+    /// The dead-letter key (a stream for streams, a list for lists).
+    pub dead_letter: Option<String>,
 }
 
 /// A client message, converted and checked by the gRPC layer.
@@ -147,11 +145,13 @@ pub struct SettleRequest {
 /// What the session tells the client.
 #[derive(Debug)]
 pub enum Event {
-    Opened(Opened),
+    Opened(Box<Opened>),
     Read {
         read_id: ReadId,
         first_slot: SlotId,
         entries: Vec<Arc<Entry>>,
+        /// Pub/sub: messages dropped for a slow client since the previous read.
+        lost: u64,
         /// The read span's `traceparent`, for deliveries whose producer sent no context.
         read_trace: Option<String>,
     },
@@ -169,7 +169,7 @@ pub enum Event {
 pub struct Opened {
     pub subscription_id: String,
     /// The source with the consumer name in use filled in.
-    pub source: StreamSource,
+    pub source: Source,
     pub request: OpenRequest,
 }
 
@@ -181,6 +181,7 @@ pub struct FlushReport {
     pub segments_dropped: usize,
     pub commands: usize,
     pub settles: usize,
+    pub dead_lettered: usize,
     pub result: FlushResult,
 }
 
@@ -242,24 +243,22 @@ pub async fn run(
         () = shared.shutdown.cancelled() => return fail(&out, SessionError::ShuttingDown).await,
     };
     let id = format!("sub-{}", shared.next_id.fetch_add(1, Ordering::Relaxed));
-    let Source::Stream(mut source) = open.source.clone();
-    if source.consumer.is_empty() {
-        source.consumer = shared.settings.default_consumer.clone();
+    let mut source = open.source.clone();
+    if let Some(consumer) = source.consumer_mut().filter(|c| c.is_empty()) {
+        *consumer = shared.settings.default_consumer.clone();
     }
-    let span = info_span!("subscription", id = %id, key = %source.key, group = %source.group, consumer = %source.consumer);
+    let (key, group, consumer) = source.describe();
+    let span = info_span!("subscription", id = %id, form = source.form(), key = %key, group = %group, consumer = %consumer);
     async move {
-        let claim = (
-            source.key.clone(),
-            source.group.clone(),
-            source.consumer.clone(),
-        );
-        if !shared
-            .consumers
-            .lock()
-            .expect("not poisoned")
-            .insert(claim.clone())
+        let claim = source.claim();
+        if let Some(claim) = &claim
+            && !shared
+                .consumers
+                .lock()
+                .expect("not poisoned")
+                .insert(claim.clone())
         {
-            let (key, group, consumer) = claim;
+            let (key, group, consumer) = claim.clone();
             return fail(
                 &out,
                 SessionError::ConsumerBusy {
@@ -270,7 +269,7 @@ pub async fn run(
             )
             .await;
         }
-        let _release = Release(&shared, claim);
+        let _release = claim.map(|claim| Release(&shared, claim));
         match Subscription::open(&shared, id, source, open, &out).await {
             Ok(session) => session.run(inbound).await,
             Err(err) => fail(&out, err).await,

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use fred::prelude::*;
 use opentelemetry::global::{self, BoxedSpan};
 use opentelemetry::trace::{Link, Span, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
@@ -18,6 +17,7 @@ use super::Shared;
 use crate::metrics::{GroupLabels, KeyLabels};
 use crate::redis::entry::{Entry, into_bytes};
 use crate::redis::flush::FlushResult;
+use crate::redis::form::{Form, Source};
 use crate::redis::stream::StreamKeys;
 use crate::redis::{arg, call};
 use crate::telemetry::{TRACER, parse_traceparent};
@@ -178,37 +178,41 @@ pub fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
     span.end();
 }
 
-/// Samples the group's pending count and lag and the delay set's depth into gauges, for as
-/// long as the subscription runs.
-pub async fn sample(shared: Arc<Shared>, keys: StreamKeys, every: Duration) {
-    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
-    let group = GroupLabels {
-        key: text(&keys.key),
-        group: text(&keys.group),
+/// Samples the group's pending count and lag (streams) and the delay set's depth into gauges,
+/// for as long as the subscription runs.
+pub async fn sample(shared: Arc<Shared>, source: Source, form: Form, every: Duration) {
+    let (key, group, _) = source.describe();
+    let group_labels = GroupLabels {
+        key: key.clone(),
+        group,
     };
-    let delayed = KeyLabels {
-        key: text(&keys.key),
-    };
+    let delayed = KeyLabels { key };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let client = shared.redis.pool();
-        match group_info(client, &keys).await {
-            Ok((pending, lag)) => {
-                shared
-                    .metrics
-                    .group_pending
-                    .get_or_create(&group)
-                    .set(pending);
-                if let Some(lag) = lag {
-                    shared.metrics.group_lag.get_or_create(&group).set(lag);
+        if let Form::Stream(keys) = &form {
+            match group_info(client, keys).await {
+                Ok((pending, lag)) => {
+                    shared
+                        .metrics
+                        .group_pending
+                        .get_or_create(&group_labels)
+                        .set(pending);
+                    if let Some(lag) = lag {
+                        shared
+                            .metrics
+                            .group_lag
+                            .get_or_create(&group_labels)
+                            .set(lag);
+                    }
                 }
+                Err(err) => debug!(error = %err, "sampling XINFO GROUPS failed"),
             }
-            Err(err) => debug!(error = %err, "sampling XINFO GROUPS failed"),
         }
         if let Ok(Value::Integer(depth)) =
-            call(client, "ZCARD", vec![arg(&keys.delayed)], false).await
+            call(client, "ZCARD", vec![arg(form.delayed())], false).await
         {
             shared
                 .metrics
@@ -220,17 +224,15 @@ pub async fn sample(shared: Arc<Shared>, keys: StreamKeys, every: Duration) {
 }
 
 /// Removes a closed subscription's sampled series.
-pub fn forget(shared: &Shared, keys: &StreamKeys) {
-    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
-    let group = GroupLabels {
-        key: text(&keys.key),
-        group: text(&keys.group),
+pub fn forget(shared: &Shared, source: &Source, _form: &Form) {
+    let (key, group, _) = source.describe();
+    let group_labels = GroupLabels {
+        key: key.clone(),
+        group,
     };
-    shared.metrics.group_pending.remove(&group);
-    shared.metrics.group_lag.remove(&group);
-    shared.metrics.delay_set_entries.remove(&KeyLabels {
-        key: text(&keys.key),
-    });
+    shared.metrics.group_pending.remove(&group_labels);
+    shared.metrics.group_lag.remove(&group_labels);
+    shared.metrics.delay_set_entries.remove(&KeyLabels { key });
 }
 
 /// The group's `pending` and `lag` from XINFO GROUPS (lag is nil when Redis cannot tell).

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use fred::interfaces::ClientLike;
 use futures::{Stream, StreamExt};
 use opentelemetry::global::BoxedSpan;
 use opentelemetry::trace::SpanContext;
@@ -28,14 +27,15 @@ use crate::metrics::{
 };
 use crate::redis::entry::Entry;
 use crate::redis::flush::{self, FlushPlan, FlushResult};
+use crate::redis::form::{Form, Reader, Source};
 use crate::redis::keys::KeySpecs;
-use crate::redis::stream::{self, Mode, ReadBatch, StreamKeys, StreamReader, StreamSource};
+use crate::redis::list::{self, ListKeys};
+use crate::redis::plan::{PlanContext, Settling, plan_dead_letters, plan_flush};
+use crate::redis::stream::{self, Mode, ReadBatch};
 use crate::redis::{Redis, RedisError};
 use crate::telemetry::format_traceparent;
 use crate::window::{Command, CommandError, FlushBatch, Limits, ReadId, SlotError, SlotId, Window};
 use fred::util::redis_keyslot;
-
-const FORM: &str = "stream";
 
 /// A flush handed to the flusher task.
 struct FlushJob {
@@ -53,14 +53,16 @@ enum ReaderCommand {
 pub(super) struct Subscription<'a> {
     shared: Arc<Shared>,
     request: OpenRequest,
-    source: StreamSource,
-    keys: StreamKeys,
+    source: Source,
+    form: Form,
+    /// The form's name, for metrics and spans.
+    form_name: &'static str,
     window: Window<Arc<Entry>>,
     out: &'a Outbound,
     reader_tx: mpsc::Sender<ReaderCommand>,
     reader_rx: mpsc::Receiver<Result<ReadBatch, RedisError>>,
-    reader: JoinHandle<()>,
-    reader_client: fred::clients::Client,
+    /// Ends by itself once `reader_tx` is dropped and its read under way returns.
+    _reader: JoinHandle<()>,
     /// Taken at close, which ends the flusher once it has sent what it was given.
     flush_tx: Option<mpsc::UnboundedSender<FlushJob>>,
     flush_rx: mpsc::UnboundedReceiver<FlushReport>,
@@ -86,6 +88,9 @@ pub(super) struct Subscription<'a> {
     labels: Labels,
     /// On a cluster: which arguments of a command are keys, to route and check side effects.
     key_specs: Option<Arc<KeySpecs>>,
+    /// A settle failed on a list: read the processing list again once the window is empty
+    /// (its values cannot be told from outstanding ones before that).
+    reread_owed: bool,
 }
 
 /// Metric labels of this subscription, built once.
@@ -98,32 +103,47 @@ impl<'a> Subscription<'a> {
     pub(super) async fn open(
         shared: &Arc<Shared>,
         id: String,
-        source: StreamSource,
+        source: Source,
         request: OpenRequest,
         out: &'a Outbound,
     ) -> Result<Subscription<'a>, SessionError> {
         let redis = &shared.redis;
         let key_specs = shared.key_specs().await?;
-        stream::ensure_group(redis.pool(), &source).await?;
-        let reader_client = redis.dedicated_client().await?;
-        let keys = StreamKeys::new(&source);
-
-        let (reader_tx, commands) = mpsc::channel::<ReaderCommand>(4);
-        let (results, reader_rx) = mpsc::channel(1);
-        let reader = StreamReader::new(
-            reader_client.clone(),
+        let form = Form::new(&source, request.dead_letter.as_deref());
+        check_cluster_slots(
+            redis.is_cluster(),
             &source,
+            &form,
+            request.dead_letter.as_deref(),
+        )?;
+        if let Source::Stream(stream) = &source {
+            stream::ensure_group(redis.pool(), stream).await?;
+        }
+        let reader = Reader::open(
+            redis,
+            &source,
+            &form,
             request.block,
             shared.settings.reclaim_interval,
-        );
-        let reader = tokio::spawn(read_loop(reader, commands, results).in_current_span());
+        )
+        .await?;
+        let (reader_tx, commands) = mpsc::channel::<ReaderCommand>(4);
+        let (results, reader_rx) = mpsc::channel(1);
+        let give_back = match &form {
+            Form::List(keys) if !keys.reliable => Some((redis.clone(), keys.clone())),
+            _ => None,
+        };
+        let reader =
+            tokio::spawn(read_loop(reader, commands, results, give_back).in_current_span());
 
+        let form_name = source.form();
         let (flush_tx, jobs) = mpsc::unbounded_channel::<FlushJob>();
         let (reports, flush_rx) = mpsc::unbounded_channel();
         let flusher = tokio::spawn(
             flush_loop(
                 redis.clone(),
                 Arc::clone(shared),
+                form_name,
                 request.mode,
                 jobs,
                 reports,
@@ -134,7 +154,7 @@ impl<'a> Subscription<'a> {
             tokio::spawn(
                 promote(
                     redis.clone(),
-                    keys.clone(),
+                    form.clone(),
                     shared.settings.promote_interval,
                 )
                 .in_current_span(),
@@ -142,19 +162,21 @@ impl<'a> Subscription<'a> {
             tokio::spawn(
                 observe::sample(
                     Arc::clone(shared),
-                    keys.clone(),
+                    source.clone(),
+                    form.clone(),
                     shared.settings.sample_interval,
                 )
                 .in_current_span(),
             ),
         ];
 
+        let (key, group, consumer) = source.describe();
         let view = SubscriptionView {
             id: id.clone(),
-            form: FORM,
-            key: source.key.clone(),
-            group: source.group.clone(),
-            consumer: source.consumer.clone(),
+            form: form_name,
+            key: key.clone(),
+            group: group.clone(),
+            consumer: consumer.clone(),
             mode: request.mode.as_str(),
             count: request.count,
             max_in_flight: request.max_in_flight,
@@ -162,14 +184,14 @@ impl<'a> Subscription<'a> {
             ..Default::default()
         };
         let labels = Labels {
-            form: FormLabels { form: FORM },
+            form: FormLabels { form: form_name },
             subscription: SubscriptionLabels {
-                key: source.key.clone(),
-                group: source.group.clone(),
-                consumer: source.consumer.clone(),
+                key,
+                group,
+                consumer,
             },
         };
-        shared.metrics.touch(FORM, request.mode.as_str());
+        shared.metrics.touch(form_name, request.mode.as_str());
         shared
             .metrics
             .subscriptions_open
@@ -194,8 +216,7 @@ impl<'a> Subscription<'a> {
             out,
             reader_tx,
             reader_rx,
-            reader,
-            reader_client,
+            _reader: reader,
             flush_tx: Some(flush_tx),
             flush_rx,
             flusher,
@@ -211,12 +232,14 @@ impl<'a> Subscription<'a> {
             view,
             labels,
             key_specs,
+            reread_owed: false,
             request,
             source,
-            keys,
+            form,
+            form_name,
         };
         subscription.publish_view();
-        subscription.send(Event::Opened(opened)).await;
+        subscription.send(Event::Opened(Box::new(opened))).await;
         Ok(subscription)
     }
 
@@ -287,6 +310,10 @@ impl<'a> Subscription<'a> {
         if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
             return;
         }
+        if self.reread_owed && self.window.outstanding() == 0 {
+            self.reread_owed = false;
+            let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
+        }
         let count = room.min(self.request.count as usize) as u32;
         if self
             .reader_tx
@@ -306,6 +333,7 @@ impl<'a> Subscription<'a> {
             }
             Err(err) => return self.read_failed(err).await,
         };
+        let form = self.form_name;
         let metrics = &self.shared.metrics;
         for (kind, n) in [
             ("read", batch.reads),
@@ -315,31 +343,53 @@ impl<'a> Subscription<'a> {
             if n > 0 {
                 metrics
                     .round_trips
-                    .get_or_create(&RoundTripLabels { form: FORM, kind })
+                    .get_or_create(&RoundTripLabels { form, kind })
                     .inc_by(n.into());
             }
         }
+        metrics
+            .reclaimed
+            .get_or_create(&self.labels.form)
+            .inc_by(batch.claimed as u64);
         let mut entries = batch.entries;
-        if batch.redelivery {
+        if batch.redelivery && matches!(self.form, Form::Stream(_)) {
             // A pending or claimed entry may be one this window already handed out.
             let outstanding: HashSet<&Bytes> =
                 self.window.outstanding_entries().map(|e| &e.id).collect();
             entries.retain(|e| !outstanding.contains(&e.id));
         }
+        let cap = self.request.max_deliveries;
+        if cap > 0 && entries.iter().any(|e| e.delivery_count > cap) {
+            // Delivered more often than allowed without an outcome (a client that crashes on
+            // it): straight to the dead letter, not to the client again.
+            let (dead, alive): (Vec<_>, Vec<_>) =
+                entries.into_iter().partition(|e| e.delivery_count > cap);
+            entries = alive;
+            self.dead_letter(dead);
+        }
         let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
+        let lost = batch.lost;
         let Some(read) = self.window.open_read(entries.clone()) else {
+            if lost > 0 {
+                // Nothing to deliver, but the client must still learn what it lost.
+                self.send(Event::Read {
+                    read_id: 0,
+                    first_slot: 0,
+                    entries,
+                    lost,
+                    read_trace: None,
+                })
+                .await;
+            }
             return;
         };
         let n = entries.len() as u64;
+        let metrics = &self.shared.metrics;
         metrics.reads.get_or_create(&self.labels.form).inc();
         metrics
             .deliveries
             .get_or_create(&self.labels.form)
             .inc_by(n);
-        metrics
-            .reclaimed
-            .get_or_create(&self.labels.form)
-            .inc_by(batch.claimed as u64);
         self.view.counters.reads += 1;
         self.view.counters.deliveries += n;
         if batch.redelivery {
@@ -367,9 +417,47 @@ impl<'a> Subscription<'a> {
             read_id: read.read_id,
             first_slot: read.first_slot,
             entries,
+            lost,
             read_trace,
         })
         .await;
+    }
+
+    /// Moves entries past the delivery cap to the dead letter with their settle, reported as a
+    /// flush of read 0.
+    fn dead_letter(&mut self, entries: Vec<Entry>) {
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let plan = plan_dead_letters(
+            &self.form,
+            &refs,
+            "delivered more often than max_deliveries without an outcome",
+        );
+        warn!(
+            entries = entries.len(),
+            "entries past max_deliveries go to the dead letter"
+        );
+        let report = FlushReport {
+            read_id: 0,
+            segments_kept: 0,
+            segments_dropped: 0,
+            commands: 0,
+            settles: plan.settles,
+            dead_lettered: plan.dead_lettered,
+            result: FlushResult::default(),
+        };
+        let Some(flush_tx) = &self.flush_tx else {
+            return;
+        };
+        if flush_tx
+            .send(FlushJob {
+                report,
+                plan,
+                span: None,
+            })
+            .is_ok()
+        {
+            self.flushing += 1;
+        }
     }
 
     async fn read_failed(&mut self, err: RedisError) {
@@ -380,9 +468,10 @@ impl<'a> Subscription<'a> {
         }
         if let RedisError::Refused { message, .. } = &err
             && message.starts_with("NOGROUP")
+            && let Source::Stream(stream) = &self.source
         {
             // The group was deleted under us: recreate it and go on.
-            let _ = stream::ensure_group(self.shared.redis.pool(), &self.source).await;
+            let _ = stream::ensure_group(self.shared.redis.pool(), stream).await;
         }
         self.retry_read_at = Some(Instant::now() + backoff);
     }
@@ -397,6 +486,14 @@ impl<'a> Subscription<'a> {
         }
         for outcome in batch.outcomes {
             let result = outcome.and_then(|settle| {
+                if let Some(entry) = self.window.outstanding_entry(settle.slot)
+                    && let Some(why) = self.form.refuses(entry, &settle.outcome)
+                {
+                    return Err(SlotError::InvalidOutcome {
+                        slot: settle.slot,
+                        reason: why.to_owned(),
+                    });
+                }
                 let flush = self
                     .window
                     .settle(settle.slot, settle.outcome, settle.reason)?;
@@ -405,7 +502,7 @@ impl<'a> Subscription<'a> {
                     .metrics
                     .outcomes
                     .get_or_create(&OutcomeLabels {
-                        form: FORM,
+                        form: self.form_name,
                         outcome: kind,
                     })
                     .inc();
@@ -448,16 +545,23 @@ impl<'a> Subscription<'a> {
             .map_err(|_| CommandError::Unknown(command.name.clone()))?;
         match self.request.mode {
             Mode::Atomic => {
-                if let Some(key) = keys.iter().find(|k| redis_keyslot(k) != self.keys.slot) {
+                let Some(slot) = self.form.slot() else {
+                    // Pub/sub has no key: a transaction goes to the node of its first key.
+                    command.hash_slot = keys.first().map(|k| redis_keyslot(k));
+                    return Ok(command);
+                };
+                if let Some(key) = keys.iter().find(|k| redis_keyslot(k) != slot) {
+                    let (subscription_key, _, _) = self.source.describe();
+                    let tag = hash_tag(&subscription_key).to_owned();
                     return Err(CommandError::CrossSlot {
                         key: String::from_utf8_lossy(key).into_owned(),
                         key_slot: redis_keyslot(key),
-                        subscription_key: self.source.key.clone(),
-                        subscription_slot: self.keys.slot,
-                        tag: hash_tag(&self.source.key).to_owned(),
+                        subscription_key,
+                        subscription_slot: slot,
+                        tag,
                     });
                 }
-                command.hash_slot = Some(self.keys.slot);
+                command.hash_slot = Some(slot);
             }
             Mode::Pipeline => command.hash_slot = keys.first().map(|k| redis_keyslot(k)),
         }
@@ -469,7 +573,12 @@ impl<'a> Subscription<'a> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or_default();
-        let plan = stream::plan_flush(&self.keys, &batch, self.request.mode, now_ms);
+        let ctx = PlanContext {
+            mode: self.request.mode,
+            now_ms,
+            max_deliveries: self.request.max_deliveries,
+        };
+        let plan = plan_flush(&self.form, &batch, &ctx);
         let span = self.shared.settings.tracing.then(|| {
             let client = batch
                 .settles
@@ -485,6 +594,7 @@ impl<'a> Subscription<'a> {
             segments_dropped: batch.dropped_segments(),
             commands: plan.side_effects,
             settles: plan.settles,
+            dead_lettered: plan.dead_lettered,
             result: FlushResult::default(),
         };
         let Some(flush_tx) = &self.flush_tx else {
@@ -510,8 +620,13 @@ impl<'a> Subscription<'a> {
                 "flush failed"
             );
             if report.result.settle_failed {
-                // The read's entries are still pending on this consumer: read them again.
-                let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
+                // The read's entries are still pending on this consumer: read them again (a
+                // stream's by id now; a list's once nothing is outstanding).
+                if matches!(self.form, Form::Stream(_)) {
+                    let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
+                } else {
+                    self.reread_owed = true;
+                }
             }
         }
         self.send(Event::Flushed(report)).await;
@@ -563,13 +678,10 @@ impl<'a> Subscription<'a> {
         for helper in &self.helpers {
             helper.abort();
         }
-        // The reader may be blocked in XREADGROUP: stop it and close its connection. Entries
-        // that read delivered stay pending on this consumer and come back.
-        self.reader.abort();
-        let client = self.reader_client.clone();
-        tokio::spawn(async move {
-            let _ = client.quit().await;
-        });
+        // The reader stops once its read under way returns (closing its connection); entries
+        // that read took stay pending on this consumer and come back (a simple list's are
+        // pushed back).
+        drop(self.reader_tx);
 
         let metrics = &self.shared.metrics;
         metrics
@@ -577,7 +689,7 @@ impl<'a> Subscription<'a> {
             .get_or_create(&self.labels.form)
             .dec();
         metrics.outstanding.remove(&self.labels.subscription);
-        observe::forget(&self.shared, &self.keys);
+        observe::forget(&self.shared, &self.source, &self.form);
         self.shared
             .views
             .lock()
@@ -630,18 +742,23 @@ fn rejection_reason(err: &SlotError) -> &'static str {
     }
 }
 
-/// Serves read requests on the subscription's dedicated connection.
+/// Serves read requests on the subscription's dedicated connection. A simple list's entries
+/// popped after the subscription went away are pushed back rather than lost.
 async fn read_loop(
-    mut reader: StreamReader,
+    mut reader: Reader,
     mut commands: mpsc::Receiver<ReaderCommand>,
     results: mpsc::Sender<Result<ReadBatch, RedisError>>,
+    give_back: Option<(Redis, ListKeys)>,
 ) {
     while let Some(command) = commands.recv().await {
         match command {
             ReaderCommand::RereadPending => reader.reread_pending(),
             ReaderCommand::Read { count } => {
                 let batch = reader.read(count).await;
-                if results.send(batch).await.is_err() {
+                if let Err(mpsc::error::SendError(Ok(unsent))) = results.send(batch).await {
+                    if let Some((redis, keys)) = &give_back {
+                        list::give_back(redis.pool(), keys, &unsent.entries).await;
+                    }
                     break;
                 }
             }
@@ -655,23 +772,24 @@ async fn read_loop(
 async fn flush_loop(
     redis: Redis,
     shared: Arc<Shared>,
+    form: &'static str,
     mode: Mode,
     mut jobs: mpsc::UnboundedReceiver<FlushJob>,
     reports: mpsc::UnboundedSender<FlushReport>,
 ) {
     let metrics = &shared.metrics;
-    let form = FormLabels { form: FORM };
+    let labels = FormLabels { form };
     let duration = metrics
         .flush_duration
         .get_or_create(&ModeLabels {
-            form: FORM,
+            form,
             mode: mode.as_str(),
         })
         .clone();
     let round_trips = metrics
         .round_trips
         .get_or_create(&RoundTripLabels {
-            form: FORM,
+            form,
             kind: "flush",
         })
         .clone();
@@ -689,18 +807,18 @@ async fn flush_loop(
         metrics
             .flushes
             .get_or_create(&FlushLabels {
-                form: FORM,
+                form,
                 mode: mode.as_str(),
                 result,
             })
             .inc();
         metrics
             .flush_commands
-            .get_or_create(&form)
+            .get_or_create(&labels)
             .observe(report.commands as f64);
         metrics
             .flush_settles
-            .get_or_create(&form)
+            .get_or_create(&labels)
             .observe(report.settles as f64);
         if let Some(span) = span {
             observe::end_flush_span(span, &report.result);
@@ -719,8 +837,8 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Moves due retry_after entries back into the stream, for as long as the subscription runs.
-async fn promote(redis: Redis, keys: StreamKeys, every: Duration) {
+/// Moves due retry_after entries back, for as long as the subscription runs.
+async fn promote(redis: Redis, form: Form, every: Duration) {
     const LIMIT: u32 = 256;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -731,7 +849,7 @@ async fn promote(redis: Redis, keys: StreamKeys, every: Duration) {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or_default();
-            match stream::promote_due(redis.pool(), &keys, now_ms, LIMIT).await {
+            match form.promote_due(&redis, now_ms, LIMIT).await {
                 Ok(n) if n == u64::from(LIMIT) => continue,
                 Ok(n) => {
                     if n > 0 {
@@ -745,5 +863,39 @@ async fn promote(redis: Redis, keys: StreamKeys, every: Duration) {
                 }
             }
         }
+    }
+}
+
+/// On a cluster, everything a subscription writes atomically must share the slot of its key:
+/// refuse to open otherwise, with the fix.
+fn check_cluster_slots(
+    cluster: bool,
+    source: &Source,
+    form: &Form,
+    dead_letter: Option<&str>,
+) -> Result<(), SessionError> {
+    if !cluster {
+        return Ok(());
+    }
+    let Some(slot) = form.slot() else {
+        return Ok(());
+    };
+    let (key, _, _) = source.describe();
+    let mut names: Vec<Bytes> = vec![form.delayed().clone()];
+    if let Form::List(keys) = form {
+        names.extend(keys.companions().into_iter().cloned());
+    }
+    if let Some(target) = dead_letter {
+        names.push(Bytes::copy_from_slice(target.as_bytes()));
+    }
+    match names.iter().find(|name| redis_keyslot(name) != slot) {
+        Some(name) => Err(SessionError::InvalidRequest(format!(
+            "on a cluster, {:?} must be in the hash slot of {key:?} ({slot}) to be written atomically with its settles, but it is in slot {}; use a key with a hash tag, such as \"{{{}}}\" for the subscription and \"{{{}}}:dead\" for its dead letter",
+            String::from_utf8_lossy(name),
+            redis_keyslot(name),
+            hash_tag(&key),
+            hash_tag(&key),
+        ))),
+        None => Ok(()),
     }
 }

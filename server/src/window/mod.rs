@@ -230,6 +230,13 @@ impl<E: Clone> Window<E> {
         })
     }
 
+    /// The entry of a slot still waiting for its outcome.
+    pub fn outstanding_entry(&self, slot: SlotId) -> Option<&E> {
+        let (first_slot, index) = self.locate(slot).ok()?;
+        let delivery = &self.reads.get(&first_slot)?.deliveries[index];
+        matches!(delivery.state, State::Open { .. }).then_some(&delivery.entry)
+    }
+
     /// Adds a read; each entry takes the next slot. An empty read is not added.
     pub fn open_read(&mut self, entries: Vec<E>) -> Option<OpenedRead> {
         if entries.is_empty() {
