@@ -155,6 +155,9 @@ impl Settling for Form {
     fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
         self.settling().dead_letter(entry, reason, plan)
     }
+    fn finished(&self, entries: &[&Entry], plan: &mut FlushPlan) {
+        self.settling().finished(entries, plan)
+    }
 }
 
 /// Reads a subscription on its own connection.

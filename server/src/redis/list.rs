@@ -158,6 +158,9 @@ impl Settling for ListKeys {
                 plan.push("LREM", args, Role::Settle, Some(self.slot));
             }
         }
+    }
+
+    fn finished(&self, entries: &[&Entry], plan: &mut FlushPlan) {
         self.forget_counts(entries, plan);
     }
 
@@ -368,13 +371,20 @@ impl ListReader {
         };
         // The processing list's right end holds the oldest entry.
         let values: Vec<Bytes> = values.into_iter().rev().filter_map(into_bytes).collect();
-        let counts = self.counts(&values).await?;
-        Ok(values
-            .into_iter()
-            .zip(counts)
-            // Delivered at least once before this run.
-            .map(|(v, c)| entry(v, c.max(1) + 1))
-            .collect())
+        let mut entries = VecDeque::with_capacity(values.len());
+        for value in values {
+            // The delivery that moved it here was not recorded (that would cost a write per
+            // delivery): record it now, so a consumer that keeps crashing on an entry sees its
+            // count rise and the cap can catch it.
+            let args = vec![arg(&self.keys.counts), arg(&value), Value::Integer(1)];
+            let earlier = self
+                .call("HINCRBY", args, false)
+                .await?
+                .as_u64()
+                .unwrap_or(1) as u32;
+            entries.push_back(entry(value, earlier + 1));
+        }
+        Ok(entries)
     }
 
     async fn counts(&self, values: &[Bytes]) -> Result<Vec<u32>, RedisError> {

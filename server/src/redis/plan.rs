@@ -48,6 +48,8 @@ pub trait Settling {
     fn retry_after(&self, entry: &Entry, reason: Option<&str>, due_ms: u64, plan: &mut FlushPlan);
     /// Appends the write of the entry to the dead-letter target.
     fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan);
+    /// Appends housekeeping for entries settled for good (acked, dropped, dead-lettered).
+    fn finished(&self, _entries: &[&Entry], _plan: &mut FlushPlan) {}
 }
 
 /// What else a plan depends on.
@@ -109,6 +111,7 @@ pub fn plan_flush<E: Borrow<Entry>>(
         if wrap {
             let entry: &Entry = batch.settles[segment.settle].entry.borrow();
             form.settle(&[entry], &mut plan);
+            form.finished(&[entry], &mut plan);
             let settles = form.settles_in_redis();
             plan.push("EXEC", vec![], Role::Commit { settles }, slot);
             settled_inside[segment.settle] = true;
@@ -153,6 +156,12 @@ pub fn plan_flush<E: Borrow<Entry>>(
     let entries: Vec<&Entry> = rest.iter().map(|(entry, _)| *entry).collect();
     if !entries.is_empty() {
         form.settle(&entries, &mut plan);
+        let done: Vec<&Entry> = rest
+            .iter()
+            .filter(|(_, r)| matches!(r, Requeue::None | Requeue::DeadLetter(_)))
+            .map(|(entry, _)| *entry)
+            .collect();
+        form.finished(&done, &mut plan);
     }
     if requeues {
         let settles = form.settles_in_redis();

@@ -662,10 +662,25 @@ impl<'a> Subscription<'a> {
     /// stream.
     async fn close(mut self, ended_with: Option<SessionError>) {
         let abandoned = self.window.outstanding();
+        // A simple list's entries left without an outcome exist nowhere else: push them back
+        // (a crash still loses them, at most the in-flight limit).
+        let give_back: Vec<Entry> = match &self.form {
+            Form::List(keys) if !keys.reliable => self
+                .window
+                .outstanding_entries()
+                .map(|e| (**e).clone())
+                .collect(),
+            _ => Vec::new(),
+        };
         let batches = self.window.abandon_all();
         let owed = batches.len();
         for batch in batches {
             self.flush(batch);
+        }
+        if let Form::List(keys) = &self.form
+            && !give_back.is_empty()
+        {
+            list::give_back(self.shared.redis.pool(), keys, &give_back).await;
         }
         self.flush_tx = None;
         while self.flushing > 0 {
@@ -682,6 +697,17 @@ impl<'a> Subscription<'a> {
         // that read took stay pending on this consumer and come back (a simple list's are
         // pushed back).
         drop(self.reader_tx);
+        if let Form::List(keys) = &self.form
+            && !keys.reliable
+        {
+            // A simple list's popped entries exist nowhere else: wait for the read under way
+            // (at most BLOCK) and push back whatever it took.
+            while let Some(batch) = self.reader_rx.recv().await {
+                if let Ok(batch) = batch {
+                    list::give_back(self.shared.redis.pool(), keys, &batch.entries).await;
+                }
+            }
+        }
 
         let metrics = &self.shared.metrics;
         metrics

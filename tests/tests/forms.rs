@@ -1,0 +1,635 @@
+//! Every form end to end: reliable lists, simple lists, pub/sub (classic, pattern, sharded),
+//! delivery counts, dead letters at the cap.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fred::prelude::*;
+use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
+use window_sidecar::proto::{self, RejectionReason};
+use window_sidecar_tests::*;
+
+fn reliable(key: &str, consumer: &str, count: u32) -> proto::Open {
+    proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: key.into(),
+                consumer: consumer.into(),
+                dead_after: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+            },
+        )),
+        count,
+        block: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 200_000_000,
+        }),
+        ..Default::default()
+    }
+}
+
+fn simple(key: &str, count: u32, max_in_flight: u32) -> proto::Open {
+    proto::Open {
+        source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+            key: key.into(),
+        })),
+        count,
+        max_in_flight,
+        block: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 200_000_000,
+        }),
+        ..Default::default()
+    }
+}
+
+fn pubsub(source: proto::PubSubSource, count: u32, max_in_flight: u32) -> proto::Open {
+    proto::Open {
+        source: Some(proto::open::Source::Pubsub(source)),
+        count,
+        max_in_flight,
+        block: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 200_000_000,
+        }),
+        ..Default::default()
+    }
+}
+
+async fn push(client: &Client, key: &str, values: impl IntoIterator<Item = String>) {
+    for value in values {
+        let _: i64 = client.lpush(key, value).await.unwrap();
+    }
+}
+
+async fn len(client: &Client, key: &str) -> i64 {
+    client.llen(key).await.unwrap()
+}
+
+fn payload(d: &proto::Delivery) -> String {
+    String::from_utf8_lossy(&d.payload).into_owned()
+}
+
+/// Answers every delivery of reads until `settled` entries are reported flushed: one INCR on
+/// `counter` per kept delivery, and the outcome `decide` picks.
+async fn run_window(
+    sub: &mut Subscription,
+    counter: &str,
+    settled: u32,
+    decide: impl Fn(&proto::Delivery) -> proto::OutcomeKind,
+) -> u32 {
+    let mut done = 0;
+    let mut kept = 0;
+    while done < settled {
+        match sub.next().await.unwrap() {
+            Some(proto::subscribe_response::Kind::Read(read)) => {
+                let commands = read
+                    .deliveries
+                    .iter()
+                    .map(|d| command(d.slot, "INCR", &[counter]))
+                    .collect();
+                let outcomes = read
+                    .deliveries
+                    .iter()
+                    .map(|d| outcome(d.slot, decide(d)))
+                    .collect();
+                sub.send(commands, outcomes).await;
+            }
+            Some(proto::subscribe_response::Kind::Flush(report)) => {
+                assert!(report.ok, "{report:?}");
+                done += report.segments_kept + report.segments_dropped;
+                kept += report.segments_kept;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    kept
+}
+
+#[tokio::test]
+async fn a_reliable_list_keeps_thirteen_of_twenty_with_one_lrem_per_entry() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    // Identical values must not confuse the settles: "7" is pushed twice.
+    let values: Vec<String> = (0..19)
+        .map(|n| n.to_string())
+        .chain(["7".to_string()])
+        .collect();
+    push(&inspect, "jobs", values.clone()).await;
+    let _: () = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .unwrap();
+
+    let mut client = sidecar.client().await;
+    let (mut sub, opened) = Subscription::open(&mut client, reliable("jobs", "c1", 20))
+        .await
+        .unwrap();
+    assert_eq!(opened.consumer, "c1");
+    let kept = run_window(&mut sub, "side-effects", 20, |_| Ack).await;
+    assert_eq!(kept, 20);
+    assert_eq!(len(&inspect, "jobs").await, 0);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 0);
+    assert_eq!(
+        command_calls(&inspect, "lrem").await,
+        20,
+        "one LREM per entry"
+    );
+    assert_eq!(inspect.get::<i64, _>("side-effects").await.unwrap(), 20);
+
+    // The mixed window: every third dropped, exactly 13 side effects.
+    push(&inspect, "jobs", (0..20).map(|n| n.to_string())).await;
+    let kept = run_window(&mut sub, "mixed", 20, |d| {
+        if payload(d).parse::<u32>().unwrap().is_multiple_of(3) {
+            Drop
+        } else {
+            Ack
+        }
+    })
+    .await;
+    assert_eq!(kept, 13);
+    assert_eq!(inspect.get::<i64, _>("mixed").await.unwrap(), 13);
+    assert_eq!(len(&inspect, "jobs").await, 0);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_reliable_list_retry_comes_back_with_a_higher_delivery_count() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    push(&inspect, "jobs", ["job-1".to_string()]).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, reliable("jobs", "c1", 1))
+        .await
+        .unwrap();
+    let first = sub.read().await.deliveries.remove(0);
+    assert_eq!(
+        (payload(&first).as_str(), first.delivery_count),
+        ("job-1", 1)
+    );
+    sub.send(
+        vec![command(first.slot, "INCR", &["never"])],
+        vec![outcome(first.slot, Retry)],
+    )
+    .await;
+    assert!(sub.flush().await.ok);
+    let again = sub.read().await.deliveries.remove(0);
+    assert_eq!(
+        (payload(&again).as_str(), again.delivery_count),
+        ("job-1", 2)
+    );
+    sub.send(
+        vec![],
+        vec![retry_after(again.slot, Duration::from_millis(300))],
+    )
+    .await;
+    assert!(sub.flush().await.ok);
+    let third = sub.read().await.deliveries.remove(0);
+    assert_eq!(
+        (payload(&third).as_str(), third.delivery_count),
+        ("job-1", 3)
+    );
+    sub.send(vec![], vec![outcome(third.slot, Ack)]).await;
+    assert!(sub.flush().await.ok);
+    assert_eq!(
+        inspect
+            .exists::<i64, _>(vec!["never", "jobs", "{jobs}:window:processing:c1"])
+            .await
+            .unwrap(),
+        0
+    );
+    let counts: i64 = inspect.hlen("{jobs}:window:deliveries").await.unwrap();
+    assert_eq!(counts, 0, "settled values forget their delivery counts");
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_restarted_consumer_gets_its_processing_list_first_and_a_dead_ones_is_recovered() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    push(&inspect, "jobs", (0..6).map(|n| format!("job-{n}"))).await;
+
+    // A sidecar reads three entries for c1 and dies without settling them.
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let no_read_ahead = || proto::Open {
+        max_in_flight: 3,
+        ..reliable("jobs", "c1", 3)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, no_read_ahead())
+        .await
+        .unwrap();
+    assert_eq!(sub.read().await.deliveries.len(), 3);
+    drop(sub);
+    sidecar.stop().await;
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 3);
+
+    // c1 restarts: its own three come first, delivered a second time.
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, no_read_ahead())
+        .await
+        .unwrap();
+    let read = sub.read().await;
+    let own: Vec<String> = read.deliveries.iter().map(payload).collect();
+    assert_eq!(own, ["job-0", "job-1", "job-2"]);
+    assert!(read.deliveries.iter().all(|d| d.delivery_count == 2));
+    // It reads three more and then its process is gone for good.
+    sub.send(
+        vec![],
+        read.deliveries
+            .iter()
+            .map(|d| outcome(d.slot, Ack))
+            .collect(),
+    )
+    .await;
+    assert!(sub.flush().await.ok);
+    assert_eq!(sub.read().await.deliveries.len(), 3);
+    drop(sub);
+    sidecar.stop().await;
+
+    // Another consumer recovers them once c1's heartbeat has expired (dead_after 1 s).
+    let sidecar = Sidecar::start(&redis.url(), &["--reclaim-interval", "200ms"]).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, reliable("jobs", "c2", 3))
+        .await
+        .unwrap();
+    let mut seen = HashSet::new();
+    while seen.len() < 3 {
+        let read = sub.read().await;
+        for d in &read.deliveries {
+            assert!(d.delivery_count >= 2, "{d:?}");
+            seen.insert(payload(d));
+        }
+        sub.send(
+            vec![],
+            read.deliveries
+                .iter()
+                .map(|d| outcome(d.slot, Ack))
+                .collect(),
+        )
+        .await;
+        assert!(sub.flush().await.ok);
+    }
+    assert_eq!(seen, ["job-3", "job-4", "job-5"].map(String::from).into());
+    assert_eq!(len(&inspect, "jobs").await, 0);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 0);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c2").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_simple_list_loses_at_most_what_was_in_flight() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    push(&inspect, "tasks", (0..20).map(|n| n.to_string())).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, simple("tasks", 5, 5))
+        .await
+        .unwrap();
+    let read = sub.read().await;
+    assert_eq!(read.deliveries.len(), 5);
+    let kept: Vec<_> = read.deliveries.iter().map(payload).collect();
+    assert_eq!(
+        kept,
+        ["0", "1", "2", "3", "4"],
+        "FIFO relative to producers"
+    );
+    // Ack two, retry one (pushed back), leave two unsettled and vanish.
+    let d = &read.deliveries;
+    sub.send(
+        vec![
+            command(d[0].slot, "INCR", &["done"]),
+            command(d[1].slot, "INCR", &["done"]),
+        ],
+        vec![
+            outcome(d[0].slot, Ack),
+            outcome(d[1].slot, Ack),
+            outcome(d[2].slot, Retry),
+        ],
+    )
+    .await;
+    // The client says goodbye: what it settled is flushed, and what it never settled is
+    // pushed back (it was never processed); only a crash loses those, at most the in-flight
+    // limit.
+    sub.close();
+    let report = sub.flush().await;
+    assert_eq!((report.segments_kept, report.segments_dropped), (2, 3));
+    assert!(matches!(sub.next().await, Ok(None)));
+    sidecar.stop().await;
+    assert_eq!(inspect.get::<i64, _>("done").await.unwrap(), 2);
+    assert!(
+        eventually(STEP, || async { len(&inspect, "tasks").await == 18 }).await,
+        "{} left",
+        len(&inspect, "tasks").await
+    );
+    let order: Vec<String> = inspect.lrange("tasks", 0, -1).await.unwrap();
+    assert_eq!(
+        order.last().map(String::as_str),
+        Some("3"),
+        "the oldest unsettled entry is next again"
+    );
+}
+
+#[tokio::test]
+async fn pubsub_keeps_acked_side_effects_on_channels_patterns_and_sharded_channels() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let source = proto::PubSubSource {
+        channels: vec!["news".into()],
+        patterns: vec!["alerts.*".into()],
+        sharded_channels: vec!["orders-shard".into()],
+        buffer: 0,
+    };
+    let (mut sub, _) = Subscription::open(&mut client, pubsub(source, 10, 10))
+        .await
+        .unwrap();
+    // Subscribing happened before `opened`; give the server a moment to register it.
+    let published = [
+        ("PUBLISH", "news", "n1"),
+        ("PUBLISH", "alerts.disk", "a1"),
+        ("SPUBLISH", "orders-shard", "s1"),
+        ("PUBLISH", "news", "n2"),
+    ];
+    for (cmd, channel, message) in published {
+        let _: i64 = inspect
+            .custom(
+                fred::types::CustomCommand::new_static(
+                    cmd,
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                vec![channel, message],
+            )
+            .await
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let read = sub.read().await;
+        let mut commands = Vec::new();
+        let mut outcomes = Vec::new();
+        for d in &read.deliveries {
+            got.push((d.channel.clone(), payload(d)));
+            commands.push(command(d.slot, "SADD", &["kept", &payload(d)]));
+            // Drop n2; keep the rest.
+            outcomes.push(outcome(d.slot, if payload(d) == "n2" { Drop } else { Ack }));
+        }
+        sub.send(commands, outcomes).await;
+        let report = sub.flush().await;
+        assert!(report.ok);
+        assert_eq!(report.settles, 0, "pub/sub has nothing to settle");
+    }
+    let channels: HashSet<_> = got.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(channels, ["news", "alerts.disk", "orders-shard"].into());
+    let kept: HashSet<String> = inspect.smembers("kept").await.unwrap();
+    assert_eq!(kept, ["n1", "a1", "s1"].map(String::from).into());
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_pubsub_client_loses_the_oldest_messages_and_is_told_how_many() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let source = proto::PubSubSource {
+        channels: vec!["ticks".into()],
+        buffer: 5,
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, pubsub(source, 1, 1))
+        .await
+        .unwrap();
+    let _: i64 = inspect.publish("ticks", "0").await.unwrap();
+    let first = sub.read().await.deliveries.remove(0);
+    // The client holds its one in-flight delivery while 20 more arrive: 5 fit the buffer.
+    for n in 1..=20 {
+        let _: i64 = inspect.publish("ticks", n.to_string()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sub.send(vec![], vec![outcome(first.slot, Ack)]).await;
+    let read = sub.read().await;
+    assert_eq!(read.lost, 15, "{read:?}");
+    assert_eq!(
+        payload(&read.deliveries[0]),
+        "16",
+        "the oldest were dropped"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn pubsub_retry_republishes_and_sharded_retry_after_is_refused() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let source = proto::PubSubSource {
+        channels: vec!["jobs".into()],
+        sharded_channels: vec!["shard".into()],
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, pubsub(source, 1, 1))
+        .await
+        .unwrap();
+    let _: i64 = inspect.publish("jobs", "j").await.unwrap();
+    let d = sub.read().await.deliveries.remove(0);
+    sub.send(
+        vec![],
+        vec![retry_after(d.slot, Duration::from_millis(200))],
+    )
+    .await;
+    assert!(sub.flush().await.ok);
+    let again = sub.read().await.deliveries.remove(0);
+    assert_eq!(
+        (again.channel.as_str(), payload(&again).as_str()),
+        ("jobs", "j")
+    );
+    sub.send(vec![], vec![outcome(again.slot, Ack)]).await;
+    assert!(sub.flush().await.ok);
+
+    let _: i64 = inspect
+        .custom(fred::cmd!("SPUBLISH"), vec!["shard", "s"])
+        .await
+        .unwrap();
+    let s = sub.read().await.deliveries.remove(0);
+    sub.send(
+        vec![],
+        vec![retry_after(s.slot, Duration::from_millis(200))],
+    )
+    .await;
+    let rejections = sub.rejections().await;
+    assert_eq!(rejections[0].reason, RejectionReason::InvalidOutcome as i32);
+    assert!(
+        rejections[0].message.contains("sharded channels"),
+        "{}",
+        rejections[0].message
+    );
+    sub.send(vec![], vec![outcome(s.slot, Retry)]).await;
+    assert!(sub.flush().await.ok);
+    let s2 = sub.read().await.deliveries.remove(0);
+    assert_eq!(
+        payload(&s2),
+        "s",
+        "retry republished it on its sharded channel"
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn at_the_delivery_cap_stream_entries_go_to_the_dead_letter() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(
+        &mut client,
+        "orders",
+        vec![vec![("order", "1".to_string())]],
+    )
+    .await;
+    let open = proto::Open {
+        max_deliveries: 3,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+        }),
+        ..stream_open("orders", "g", "c", 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let mut counts = Vec::new();
+    loop {
+        let d = sub.read().await.deliveries.remove(0);
+        counts.push(d.delivery_count);
+        sub.send(
+            vec![],
+            vec![proto::Outcome {
+                reason: "still failing".into(),
+                ..outcome(d.slot, Retry)
+            }],
+        )
+        .await;
+        let report = sub.flush().await;
+        assert!(report.ok);
+        if report.dead_lettered == 1 {
+            break;
+        }
+    }
+    assert_eq!(
+        counts,
+        [1, 2, 3],
+        "delivery counts rise across redeliveries"
+    );
+    let inspect = redis.client().await;
+    let dead: Vec<(String, std::collections::HashMap<String, String>)> =
+        inspect.xrange("orders:dead", "-", "+", None).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let fields = &dead[0].1;
+    assert_eq!(fields["order"], "1");
+    assert_eq!(fields["h:x-window-subscription"], "orders/g");
+    assert_eq!(fields["h:x-window-deliveries"], "3");
+    assert_eq!(fields["h:x-window-reason"], "still failing");
+    assert!(fields.contains_key("h:x-window-original-id"));
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn an_entry_delivered_past_the_cap_without_outcomes_is_dead_lettered_unread() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    push(&inspect, "jobs", ["poison".to_string()]).await;
+    let open = || proto::Open {
+        max_deliveries: 2,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::List("jobs:dead".into())),
+        }),
+        ..reliable("jobs", "c1", 1)
+    };
+    // A client that crashes on the entry every time: it never sends an outcome.
+    for expected in 1..=2 {
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let mut client = sidecar.client().await;
+        let (mut sub, _) = Subscription::open(&mut client, open()).await.unwrap();
+        let d = sub.read().await.deliveries.remove(0);
+        assert_eq!(d.delivery_count, expected);
+        drop(sub);
+        sidecar.stop().await;
+    }
+    // The third time it is not delivered: it goes to the dead letter with its settle.
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, open()).await.unwrap();
+    let report = sub.flush().await;
+    assert_eq!((report.read_id, report.dead_lettered), (0, 1));
+    assert!(report.ok);
+    let dead: Vec<String> = inspect.lrange("jobs:dead", 0, -1).await.unwrap();
+    assert_eq!(dead, ["poison"]);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn forms_refuse_what_they_cannot_do() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let cases = vec![
+        (reliable("", "c", 1), "open.reliable_list.key is required"),
+        (
+            pubsub(proto::PubSubSource::default(), 1, 1),
+            "needs at least one of channels",
+        ),
+        (
+            proto::Open {
+                max_deliveries: 3,
+                ..stream_open("s", "g", "c", 1)
+            },
+            "open.max_deliveries needs open.dead_letter",
+        ),
+        (
+            proto::Open {
+                max_deliveries: 3,
+                dead_letter: Some(proto::DeadLetter {
+                    target: Some(proto::dead_letter::Target::List("dead".into())),
+                }),
+                ..stream_open("s", "g", "c", 1)
+            },
+            "a stream subscription takes open.dead_letter.stream",
+        ),
+        (
+            proto::Open {
+                max_deliveries: 3,
+                ..pubsub(
+                    proto::PubSubSource {
+                        channels: vec!["c".into()],
+                        ..Default::default()
+                    },
+                    1,
+                    1,
+                )
+            },
+            "pub/sub messages are delivered once",
+        ),
+    ];
+    for (open, expected) in cases {
+        let mut client = sidecar.client().await;
+        let mut sub = Subscription::start(&mut client, proto::subscribe_request::Kind::Open(open))
+            .await
+            .unwrap();
+        let status = sub.status().await;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().contains(expected),
+            "{:?} lacks {expected:?}",
+            status.message()
+        );
+    }
+    sidecar.stop().await;
+}
