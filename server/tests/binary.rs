@@ -19,7 +19,10 @@ impl Running {
     fn start(args: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args(args)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SIDECAR_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -53,6 +56,12 @@ impl Running {
             .status()
             .expect("kill");
         assert!(status.success());
+    }
+
+    /// SIGKILL: no drain, no flush.
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn wait(mut self) -> std::process::ExitStatus {
@@ -125,4 +134,276 @@ fn dev_starts_a_throwaway_redis_when_none_answers() {
     sidecar.signal("INT");
     sidecar.wait_for("window-sidecar stopped");
     assert!(sidecar.wait().success());
+}
+
+mod crash {
+    //! The real binary killed with SIGKILL mid-window: list entries are never lost.
+
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use fred::prelude::*;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+    use window_sidecar::proto::subscribe_request::Kind as Request;
+    use window_sidecar::proto::subscribe_response::Kind as Response;
+    use window_sidecar::proto::window_service_client::WindowServiceClient;
+    use window_sidecar::proto::{self, OutcomeKind};
+    use window_sidecar_harness::{RedisServer, free_port};
+
+    use super::Running;
+
+    fn reliable(consumer: &str, count: u32) -> proto::Open {
+        proto::Open {
+            source: Some(proto::open::Source::ReliableList(
+                proto::ReliableListSource {
+                    key: "jobs".into(),
+                    consumer: consumer.into(),
+                    dead_after: Some(prost_types::Duration {
+                        seconds: 1,
+                        nanos: 0,
+                    }),
+                },
+            )),
+            count,
+            max_in_flight: count,
+            block: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 200_000_000,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A worker: opens `open` on the sidecar at `addr` and answers reads (SADD seen, INCR
+    /// count, ack) until told to stop after `stop_after_reads` reads, leaving the last read
+    /// half settled; or until `done` returns true.
+    struct Worker {
+        tx: mpsc::Sender<proto::SubscribeRequest>,
+        stream: tonic::Streaming<proto::SubscribeResponse>,
+    }
+
+    impl Worker {
+        async fn open(addr: &str, open: proto::Open) -> Self {
+            let mut client = loop {
+                match WindowServiceClient::connect(format!("http://{addr}")).await {
+                    Ok(client) => break client,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            let (tx, rx) = mpsc::channel(16);
+            tx.send(proto::SubscribeRequest {
+                kind: Some(Request::Open(open)),
+            })
+            .await
+            .unwrap();
+            let stream = client
+                .subscribe(ReceiverStream::new(rx))
+                .await
+                .unwrap()
+                .into_inner();
+            Self { tx, stream }
+        }
+
+        /// Handles reads; settles only the first `settle` deliveries of read number `partial`
+        /// (1-based) and returns right after sending them. Returns deliveries seen.
+        async fn work(&mut self, reads: usize, partial: Option<usize>) -> Vec<String> {
+            let mut seen = Vec::new();
+            let mut n = 0;
+            while n < reads {
+                let message = tokio::time::timeout(Duration::from_secs(15), self.stream.message())
+                    .await
+                    .expect("a message in time")
+                    .unwrap()
+                    .expect("open stream");
+                let Some(Response::Read(read)) = message.kind else {
+                    continue;
+                };
+                n += 1;
+                let take = if Some(n) == partial {
+                    read.deliveries.len() / 2
+                } else {
+                    read.deliveries.len()
+                };
+                let mut batch = proto::Batch::default();
+                for d in &read.deliveries[..take] {
+                    let value = String::from_utf8_lossy(&d.payload).into_owned();
+                    batch.commands.push(proto::QueuedCommand {
+                        slot: d.slot,
+                        name: "SADD".into(),
+                        args: vec!["seen".into(), value.clone().into()],
+                    });
+                    batch.commands.push(proto::QueuedCommand {
+                        slot: d.slot,
+                        name: "INCR".into(),
+                        args: vec!["count".into()],
+                    });
+                    batch.outcomes.push(proto::Outcome {
+                        slot: d.slot,
+                        kind: OutcomeKind::Ack as i32,
+                        ..Default::default()
+                    });
+                    seen.push(value);
+                }
+                self.tx
+                    .send(proto::SubscribeRequest {
+                        kind: Some(Request::Batch(batch)),
+                    })
+                    .await
+                    .unwrap();
+            }
+            seen
+        }
+    }
+
+    async fn settled(inspect: &Client, total: i64) -> bool {
+        let seen: i64 = inspect.scard("seen").await.unwrap();
+        let left: i64 = inspect.llen("jobs").await.unwrap();
+        seen == total && left == 0
+    }
+
+    /// Answers reads until all 30 entries were seen and the list is empty (20 s at most).
+    async fn work_until_settled(worker: &mut Worker, inspect: &Client) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !settled(inspect, 30).await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not settled in 20 s"
+            );
+            // Cancelled only while waiting for a message (cancel-safe).
+            let _ = tokio::time::timeout(Duration::from_millis(500), worker.work(1, None)).await;
+        }
+    }
+
+    fn start(redis: &RedisServer, listen: &str, extra: &[&str]) -> Running {
+        let url = redis.url();
+        let mut args = vec![
+            "--redis-url",
+            &url[..],
+            "--listen",
+            listen,
+            "--reclaim-interval",
+            "200ms",
+        ];
+        args.extend_from_slice(extra);
+        let owned: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let running = Running::start(&refs);
+        running.wait_for("Redis answers: SERVING");
+        running
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reliable_list_survives_sigkill_and_restart_without_losing_an_entry() {
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        for n in 0..30 {
+            let _: i64 = inspect.lpush("jobs", format!("v{n}")).await.unwrap();
+        }
+        let listen = format!("127.0.0.1:{}", free_port());
+        let sidecar = start(&redis, &listen, &[]);
+        let mut worker = Worker::open(&listen, reliable("c1", 10)).await;
+        // One full read, then a read half settled: SIGKILL before its flush.
+        worker.work(2, Some(2)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sidecar.kill9();
+        let processing: i64 = inspect.llen("{jobs}:window:processing:c1").await.unwrap();
+        // The half-settled read, and maybe a read-ahead of the room its acks made.
+        assert!(
+            (10..=15).contains(&processing),
+            "the unflushed reads' entries wait on the processing list: {processing}"
+        );
+
+        let sidecar = start(&redis, &listen, &[]);
+        let mut worker = Worker::open(&listen, reliable("c1", 10)).await;
+        work_until_settled(&mut worker, &inspect).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let count: i64 = inspect.get("count").await.unwrap();
+        let processing: i64 = inspect.llen("{jobs}:window:processing:c1").await.unwrap();
+        println!(
+            "reliable list after SIGKILL: 30 entries, {count} side effects, {} duplicates (in-flight 10)",
+            count - 30
+        );
+        assert_eq!(processing, 0);
+        assert!(
+            (30..=40).contains(&count),
+            "duplicates are bounded by what was in flight: {count}"
+        );
+        drop(sidecar);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_replica_recovers_a_killed_ones_entries() {
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        for n in 0..30 {
+            let _: i64 = inspect.lpush("jobs", format!("v{n}")).await.unwrap();
+        }
+        let (a, b) = (
+            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{}", free_port()),
+        );
+        let replica_a = start(&redis, &a, &[]);
+        let replica_b = start(&redis, &b, &[]);
+        let mut worker_a = Worker::open(&a, reliable("pod-a", 10)).await;
+        let mut worker_b = Worker::open(&b, reliable("pod-b", 10)).await;
+        worker_a.work(1, Some(1)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        replica_a.kill9();
+        work_until_settled(&mut worker_b, &inspect).await;
+        let seen: HashSet<String> = inspect.smembers("seen").await.unwrap();
+        assert_eq!(seen.len(), 30);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stranded: i64 = inspect
+            .llen("{jobs}:window:processing:pod-a")
+            .await
+            .unwrap();
+        assert_eq!(
+            stranded, 0,
+            "the dead replica's processing list was moved back"
+        );
+        let count: i64 = inspect.get("count").await.unwrap();
+        println!(
+            "second replica: 30 entries, {count} side effects, {} duplicates",
+            count - 30
+        );
+        drop(replica_b);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_simple_list_crash_loses_no_more_than_the_in_flight_limit() {
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        for n in 0..20 {
+            let _: i64 = inspect.lpush("tasks", n.to_string()).await.unwrap();
+        }
+        let listen = format!("127.0.0.1:{}", free_port());
+        let sidecar = start(&redis, &listen, &[]);
+        let open = proto::Open {
+            source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+                key: "tasks".into(),
+            })),
+            count: 5,
+            max_in_flight: 5,
+            ..Default::default()
+        };
+        let mut worker = Worker::open(&listen, open).await;
+        let mut received = 0;
+        while received == 0 {
+            let message = worker.stream.message().await.unwrap().unwrap();
+            if let Some(Response::Read(read)) = message.kind {
+                received = read.deliveries.len();
+            }
+        }
+        sidecar.kill9();
+        let left: i64 = inspect.llen("tasks").await.unwrap();
+        println!(
+            "simple list after SIGKILL: {} of 20 lost (in-flight limit 5)",
+            20 - left
+        );
+        assert!(
+            left >= 15,
+            "lost more than the in-flight limit: {left} left"
+        );
+    }
 }

@@ -384,6 +384,12 @@ impl<'a> Subscription<'a> {
             return;
         };
         let n = entries.len() as u64;
+        debug!(
+            read_id = read.read_id,
+            deliveries = n,
+            first_slot = read.first_slot,
+            "read"
+        );
         let metrics = &self.shared.metrics;
         metrics.reads.get_or_create(&self.labels.form).inc();
         metrics
@@ -606,6 +612,13 @@ impl<'a> Subscription<'a> {
     }
 
     async fn reported(&mut self, report: FlushReport) {
+        debug!(
+            read_id = report.read_id,
+            kept = report.segments_kept,
+            settles = report.settles,
+            ok = report.result.ok(),
+            "flushed"
+        );
         self.flushing -= 1;
         self.view.counters.flushes += 1;
         if !report.result.ok() {
