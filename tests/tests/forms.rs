@@ -633,3 +633,58 @@ async fn forms_refuse_what_they_cannot_do() {
     }
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn atomic_mode_wraps_list_and_pubsub_segments() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    push(&inspect, "jobs", (0..3).map(|n| n.to_string())).await;
+    let _: () = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .unwrap();
+    let mut client = sidecar.client().await;
+    let open = proto::Open {
+        mode: proto::Mode::Atomic as i32,
+        max_in_flight: 3,
+        ..reliable("jobs", "c1", 3)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let kept = run_window(&mut sub, "list-atomic", 3, |d| {
+        if payload(d) == "1" { Drop } else { Ack }
+    })
+    .await;
+    assert_eq!(kept, 2);
+    // Two transactions, each with its own LREM; the dropped entry's LREM outside.
+    assert_eq!(command_calls(&inspect, "multi").await, 2);
+    assert_eq!(command_calls(&inspect, "exec").await, 2);
+    assert_eq!(command_calls(&inspect, "lrem").await, 3);
+    assert_eq!(inspect.get::<i64, _>("list-atomic").await.unwrap(), 2);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 0);
+    drop(sub);
+
+    let source = proto::PubSubSource {
+        channels: vec!["events".into()],
+        ..Default::default()
+    };
+    let open = proto::Open {
+        mode: proto::Mode::Atomic as i32,
+        ..pubsub(source, 1, 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let _: () = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .unwrap();
+    let _: i64 = inspect.publish("events", "e").await.unwrap();
+    let kept = run_window(&mut sub, "pubsub-atomic", 1, |_| Ack).await;
+    assert_eq!(kept, 1);
+    assert_eq!(
+        command_calls(&inspect, "multi").await,
+        1,
+        "a pub/sub segment is wrapped without a settle"
+    );
+    assert_eq!(inspect.get::<i64, _>("pubsub-atomic").await.unwrap(), 1);
+    sidecar.stop().await;
+}
