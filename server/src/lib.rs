@@ -3,8 +3,8 @@
 //! Layers, from the inside out: [`window`] is the pure state machine (what is kept, what is
 //! settled, when to flush); [`redis`] knows the forms (how to read, how to settle) and executes
 //! flushes; [`session`] runs one subscription stream; [`grpc`] is the tonic service and the only
-//! place that converts between proto and domain types; [`config`], [`telemetry`] and
-//! [`server`] wire the process together.
+//! place that converts between proto and domain types; [`config`], [`telemetry`], [`metrics`],
+//! [`http`] and [`server`] wire the process together and make it observable.
 #![forbid(unsafe_code)]
 
 pub mod config;

@@ -1,6 +1,7 @@
-//! Everything that talks to Redis: connections, the forms (how to read, how to settle),
-//! flush plans and their execution, and the durable delay set. It decides nothing about what
-//! to keep: that is the window's job.
+//! Everything that talks to Redis: connections, the forms ([`stream`], [`list`], [`pubsub`],
+//! side by side in [`form`]), the flush plan shared by all forms ([`plan`]) and its execution
+//! ([`flush`]), command key metadata for clusters ([`keys`]), and the durable delay set
+//! ([`delay`]). It decides nothing about what to keep: that is the window's job.
 //!
 //! Two roles of connection: every subscription has its own client for blocking reads (a
 //! blocking XREADGROUP holds up every command queued behind it on its connection), and one
