@@ -13,9 +13,20 @@ use thiserror::Error;
 #[derive(Clone, Parser)]
 #[command(name = "window-sidecar", version, about)]
 pub struct Config {
-    /// Address the gRPC service listens on. Loopback by default: a sidecar serves its own pod.
+    /// Where the gRPC service listens: `host:port`, or `unix:/path/to.sock` for a Unix domain
+    /// socket (the usual choice for a sidecar: only processes that can open the file connect).
+    /// Loopback by default: a sidecar serves its own pod.
     #[arg(long, env = "WINDOW_LISTEN", default_value = "127.0.0.1:50051")]
-    pub listen: SocketAddr,
+    pub listen: Listen,
+
+    /// A file holding the bearer token every call must carry (`authorization: Bearer <token>`);
+    /// the health service stays open for probes. Off when neither this nor --auth-token is set.
+    #[arg(long, env = "WINDOW_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// The bearer token itself (prefer --auth-token-file).
+    #[arg(long, env = "WINDOW_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<Secret>,
 
     /// Where a second gRPC listener serves only `grpc.health.v1`, for Kubernetes probes that
     /// must reach the pod IP while the main listener stays on loopback. Off when unset.
@@ -129,6 +140,36 @@ impl std::fmt::Debug for Config {
     }
 }
 
+/// Where the gRPC service listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    /// A Unix domain socket at this path.
+    Unix(PathBuf),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix("unix:") {
+            Some("") => Err("a Unix socket needs a path: unix:/path/to.sock".into()),
+            Some(path) => Ok(Listen::Unix(PathBuf::from(path))),
+            None => s.parse().map(Listen::Tcp).map_err(|_| {
+                format!("{s:?} is neither host:port (an IP address and a port) nor unix:/path")
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -151,6 +192,10 @@ pub enum ConfigError {
         "give the Redis password either by --redis-password or by --redis-password-file, not both"
     )]
     TwoPasswords,
+    #[error("give the bearer token either by --auth-token or by --auth-token-file, not both")]
+    TwoTokens,
+    #[error("--auth-token must not be empty")]
+    EmptyToken,
     #[error("--{flag} must be at least {min}, got {value}")]
     TooSmall {
         flag: &'static str,
@@ -194,6 +239,16 @@ impl Config {
         }
         if self.redis_password.is_some() && self.redis_password_file.is_some() {
             return Err(ConfigError::TwoPasswords);
+        }
+        if self.auth_token.is_some() && self.auth_token_file.is_some() {
+            return Err(ConfigError::TwoTokens);
+        }
+        if self
+            .auth_token
+            .as_ref()
+            .is_some_and(|t| t.expose().trim().is_empty())
+        {
+            return Err(ConfigError::EmptyToken);
         }
         let at_least = |flag, value: u64, min: u64| {
             if value < min {
@@ -305,6 +360,11 @@ mod tests {
         let config = parse(&[]);
         config.validate().unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(
+            parse(&["--listen", "unix:/run/w.sock"]).listen,
+            Listen::Unix("/run/w.sock".into())
+        );
+        assert!(Config::try_parse_from(["w", "--listen", "localhost"]).is_err());
         assert_eq!(config.redis_url, "redis://127.0.0.1:6379");
         assert_eq!(config.shutdown_grace, Duration::from_secs(10));
     }

@@ -52,7 +52,7 @@ async fn main() -> ExitCode {
         }
     }
 
-    let listener = match server::bind(config.listen).await {
+    let listener = match server::Listener::bind(&config.listen).await {
         Ok(listener) => listener,
         Err(err) => {
             error!(error = %err, "cannot start");

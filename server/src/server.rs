@@ -7,17 +7,20 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use std::path::PathBuf;
 use thiserror::Error;
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
 
-use crate::config::{Config, redact_url};
+use crate::config::{Config, Listen, Secret, redact_url};
 use crate::grpc::{self, convert::OpenLimits};
 use crate::proto::window_service_server::WindowServiceServer;
 use crate::redis::{ConnectOptions, Redis, RedisError, TlsFiles};
@@ -40,6 +43,18 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Redis(#[from] RedisError),
+    #[error("cannot listen on unix:{path}: {source}")]
+    BindUnix {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the token file {path}: {source}")]
+    TokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the token file {path} is empty")]
+    EmptyTokenFile { path: PathBuf },
     #[error("cannot read the Redis password file {path}: {source}")]
     PasswordFile {
         path: std::path::PathBuf,
@@ -86,7 +101,121 @@ pub fn connect_options(config: &Config) -> Result<ConnectOptions, ServeError> {
     })
 }
 
-/// Binds the listeners of `config`.
+/// A bound gRPC listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    /// A Unix socket and its path (removed when the server stops).
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds `listen`. A Unix socket's stale file is replaced and the new one is made
+    /// readable and writable by its owner and group only.
+    pub async fn bind(listen: &Listen) -> Result<Self, ServeError> {
+        match listen {
+            Listen::Tcp(addr) => bind(*addr).await.map(Listener::Tcp),
+            Listen::Unix(path) => {
+                let error = |source| ServeError::BindUnix {
+                    path: path.clone(),
+                    source,
+                };
+                match std::fs::remove_file(path) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(error(err));
+                    }
+                    _ => {}
+                }
+                let listener = UnixListener::bind(path).map_err(error)?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+                    .map_err(error)?;
+                Ok(Listener::Unix(listener, path.clone()))
+            }
+        }
+    }
+
+    /// The TCP address, when it is a TCP listener.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(listener) => listener.local_addr().ok(),
+            Listener::Unix(..) => None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(listener) => listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            Listener::Unix(_, path) => format!("unix:{}", path.display()),
+        }
+    }
+}
+
+/// The bearer token from the configuration (reads the token file, if any).
+fn auth_token(config: &Config) -> Result<Option<Secret>, ServeError> {
+    match &config.auth_token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ServeError::TokenFile {
+                path: path.clone(),
+                source,
+            })?;
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(ServeError::EmptyTokenFile { path: path.clone() });
+            }
+            Ok(Some(token.parse().expect("infallible")))
+        }
+        None => Ok(config.auth_token.clone()),
+    }
+}
+
+/// Checks `authorization: Bearer <token>` on every call, comparing in constant time.
+#[derive(Clone, Debug)]
+pub struct BearerAuth {
+    token: Option<Arc<Secret>>,
+}
+
+impl BearerAuth {
+    pub fn new(token: Option<Secret>) -> Self {
+        Self {
+            token: token.map(Arc::new),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.token.is_some()
+    }
+}
+
+impl tonic::service::Interceptor for BearerAuth {
+    fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        use subtle::ConstantTimeEq;
+        let Some(expected) = &self.token else {
+            return Ok(request);
+        };
+        let given = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            Some(token) if bool::from(token.as_bytes().ct_eq(expected.expose().as_bytes())) => {
+                Ok(request)
+            }
+            Some(_) => Err(tonic::Status::unauthenticated(
+                "the bearer token is not the one this sidecar was given",
+            )),
+            None => Err(tonic::Status::unauthenticated(
+                "this sidecar requires `authorization: Bearer <token>` metadata on every call",
+            )),
+        }
+    }
+}
+
+/// Binds a TCP listener.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
@@ -98,13 +227,15 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 /// `tracing` says whether spans are exported (see [`crate::telemetry::init`]).
 pub async fn run(
     config: Config,
-    listener: TcpListener,
+    listener: Listener,
     shutdown: CancellationToken,
     tracing: bool,
 ) -> Result<(), ServeError> {
     let redis = Redis::connect(&connect_options(&config)?)?;
+    let auth = BearerAuth::new(auth_token(&config)?);
     info!(
-        listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        listen = %listener.describe(),
+        bearer_auth = auth.enabled(),
         redis = %redact_url(&config.redis_url),
         "window-sidecar starting"
     );
@@ -180,13 +311,26 @@ pub async fn run(
         sessions.clone(),
         config.shutdown_grace + config.redis_timeout,
     );
-    Server::builder()
+    // Health stays open for probes; everything else needs the token when one is set.
+    let router = Server::builder()
         .add_service(health)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(WindowServiceServer::new(service))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), drained)
-        .await?;
+        .add_service(InterceptedService::new(reflection_v1, auth.clone()))
+        .add_service(InterceptedService::new(reflection_v1alpha, auth.clone()))
+        .add_service(WindowServiceServer::with_interceptor(service, auth));
+    match listener {
+        Listener::Tcp(listener) => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), drained)
+                .await?
+        }
+        Listener::Unix(listener, path) => {
+            let served = router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), drained)
+                .await;
+            let _ = std::fs::remove_file(&path);
+            served?
+        }
+    }
 
     watcher.abort();
     if let Some(server) = health_server {

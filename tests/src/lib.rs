@@ -48,10 +48,10 @@ impl Sidecar {
             window_sidecar::telemetry::init_logs(config.log_format);
         }
         config.validate().expect("valid configuration");
-        let listener = window_sidecar::server::bind(config.listen)
+        let listener = window_sidecar::server::Listener::bind(&config.listen)
             .await
             .expect("bind");
-        let addr = listener.local_addr().expect("local addr");
+        let addr = listener.tcp_addr().expect("a TCP listener");
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {

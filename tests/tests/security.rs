@@ -1,0 +1,149 @@
+//! Who may talk to the sidecar: bearer tokens on every call (health stays open for probes),
+//! and a Unix domain socket listener.
+
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Endpoint;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
+use window_sidecar::proto::{self, OutcomeKind};
+use window_sidecar_tests::*;
+
+fn publish_request() -> proto::PublishRequest {
+    proto::PublishRequest {
+        stream: "orders".into(),
+        entries: vec![proto::PublishEntry {
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+        max_len: 0,
+    }
+}
+
+#[tokio::test]
+async fn every_call_needs_the_bearer_token_but_health_stays_open() {
+    let redis = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("window-sidecar-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &["--auth-token-file", token_file.to_str().unwrap()],
+    )
+    .await;
+    let mut client = sidecar.client().await;
+
+    let status = client.publish(publish_request()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    assert!(
+        status.message().contains("authorization: Bearer"),
+        "{}",
+        status.message()
+    );
+
+    let mut wrong = tonic::Request::new(publish_request());
+    wrong
+        .metadata_mut()
+        .insert("authorization", MetadataValue::from_static("Bearer nope"));
+    let status = client.publish(wrong).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    assert!(
+        !status.message().contains("s3cret"),
+        "the token never appears in errors"
+    );
+
+    let mut right = tonic::Request::new(publish_request());
+    right.metadata_mut().insert(
+        "authorization",
+        MetadataValue::from_static("Bearer s3cret-token"),
+    );
+    assert_eq!(
+        client.publish(right).await.unwrap().into_inner().ids.len(),
+        1
+    );
+
+    // Subscriptions too.
+    let status = Subscription::open(&mut client, stream_open("orders", "g", "c", 1))
+        .await
+        .err()
+        .expect("refused without a token");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+
+    let channel = Endpoint::from_shared(format!("http://{}", sidecar.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    assert!(health.is_ok(), "probes need no token: {health:?}");
+    sidecar.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_sidecar_listens_on_a_unix_socket() {
+    let redis = RedisServer::start();
+    let path = std::env::temp_dir().join(format!("window-sidecar-{}.sock", free_port()));
+    let path_str = format!("unix:{}", path.display());
+    let config = <window_sidecar::config::Config as clap::Parser>::try_parse_from([
+        "window-sidecar",
+        "--redis-url",
+        &redis.url(),
+        "--listen",
+        &path_str,
+    ])
+    .unwrap();
+    let listener = window_sidecar::server::Listener::bind(&config.listen)
+        .await
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660, "only the owner and its group may connect");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(window_sidecar::server::run(
+        config,
+        listener,
+        shutdown.clone(),
+        false,
+    ));
+
+    let socket = path.clone();
+    let channel = Endpoint::try_from("http://sidecar.invalid")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(
+                    tokio::net::UnixStream::connect(socket).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut client = WindowServiceClient::new(channel);
+    publish(&mut client, "orders", numbered(1)).await;
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 1))
+        .await
+        .unwrap();
+    let d = sub.read().await.deliveries.remove(0);
+    sub.send(vec![], vec![outcome(d.slot, OutcomeKind::Ack)])
+        .await;
+    assert!(sub.flush().await.ok);
+    drop(sub);
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(20), server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!path.exists(), "the socket file is removed on shutdown");
+}
