@@ -688,3 +688,97 @@ async fn atomic_mode_wraps_list_and_pubsub_segments() {
     assert_eq!(inspect.get::<i64, _>("pubsub-atomic").await.unwrap(), 1);
     sidecar.stop().await;
 }
+
+#[tokio::test]
+async fn the_mixed_window_on_a_simple_list_and_on_pubsub() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let every_third = |d: &proto::Delivery| {
+        if payload(d).parse::<u32>().unwrap().is_multiple_of(3) {
+            Drop
+        } else {
+            Ack
+        }
+    };
+
+    push(&inspect, "tasks", (0..20).map(|n| n.to_string())).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, simple("tasks", 20, 20))
+        .await
+        .unwrap();
+    assert_eq!(
+        run_window(&mut sub, "simple-mixed", 20, every_third).await,
+        13
+    );
+    assert_eq!(inspect.get::<i64, _>("simple-mixed").await.unwrap(), 13);
+    assert_eq!(len(&inspect, "tasks").await, 0);
+    drop(sub);
+
+    let source = proto::PubSubSource {
+        channels: vec!["mixed".into()],
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, pubsub(source, 20, 20))
+        .await
+        .unwrap();
+    for n in 0..20 {
+        let _: i64 = inspect.publish("mixed", n.to_string()).await.unwrap();
+    }
+    assert_eq!(
+        run_window(&mut sub, "pubsub-mixed", 20, every_third).await,
+        13
+    );
+    assert_eq!(inspect.get::<i64, _>("pubsub-mixed").await.unwrap(), 13);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_resubscribes_after_redis_restarts() {
+    let mut redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let source = proto::PubSubSource {
+        channels: vec!["news".into()],
+        patterns: vec!["alerts.*".into()],
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, pubsub(source, 10, 10))
+        .await
+        .unwrap();
+    redis.restart();
+    let inspect = redis.client().await;
+    // Publish until the resubscribed connection hears it (PUBLISH returns the receivers).
+    let heard = eventually(Duration::from_secs(15), || async {
+        let news: i64 = inspect.publish("news", "after-restart").await.unwrap_or(0);
+        news > 0
+    })
+    .await;
+    assert!(heard, "the channel was resubscribed");
+    let pattern = eventually(Duration::from_secs(15), || async {
+        inspect
+            .publish::<i64, _, _>("alerts.cpu", "hot")
+            .await
+            .unwrap_or(0)
+            > 0
+    })
+    .await;
+    assert!(pattern, "the pattern was resubscribed");
+    let mut payloads = HashSet::new();
+    while !payloads.contains("hot") {
+        let read = sub.read().await;
+        for d in &read.deliveries {
+            payloads.insert(payload(d));
+        }
+        sub.send(
+            vec![],
+            read.deliveries
+                .iter()
+                .map(|d| outcome(d.slot, Ack))
+                .collect(),
+        )
+        .await;
+    }
+    assert!(payloads.contains("after-restart"));
+    sidecar.stop().await;
+}
