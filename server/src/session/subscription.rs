@@ -675,8 +675,22 @@ impl<'a> Subscription<'a> {
     /// stream.
     async fn close(mut self, ended_with: Option<SessionError>) {
         let abandoned = self.window.outstanding();
-        // A simple list's entries left without an outcome exist nowhere else: push them back
-        // (a crash still loses them, at most the in-flight limit).
+        if let Form::List(keys) = &self.form
+            && !keys.reliable
+        {
+            // A simple list's popped entries exist nowhere else. First what the read under way
+            // took (the newest; wait for it, at most BLOCK), then below the outstanding ones,
+            // so that pushed back they are read again in their order.
+            let (stop, _) = mpsc::channel(1);
+            drop(std::mem::replace(&mut self.reader_tx, stop));
+            while let Some(batch) = self.reader_rx.recv().await {
+                if let Ok(batch) = batch {
+                    list::give_back(self.shared.redis.pool(), keys, &batch.entries).await;
+                }
+            }
+        }
+        // A simple list's entries left without an outcome are pushed back (a crash still
+        // loses them, at most the in-flight limit).
         let give_back: Vec<Entry> = match &self.form {
             Form::List(keys) if !keys.reliable => self
                 .window
@@ -710,17 +724,6 @@ impl<'a> Subscription<'a> {
         // that read took stay pending on this consumer and come back (a simple list's are
         // pushed back).
         drop(self.reader_tx);
-        if let Form::List(keys) = &self.form
-            && !keys.reliable
-        {
-            // A simple list's popped entries exist nowhere else: wait for the read under way
-            // (at most BLOCK) and push back whatever it took.
-            while let Some(batch) = self.reader_rx.recv().await {
-                if let Ok(batch) = batch {
-                    list::give_back(self.shared.redis.pool(), keys, &batch.entries).await;
-                }
-            }
-        }
 
         let metrics = &self.shared.metrics;
         metrics
