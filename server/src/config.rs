@@ -24,6 +24,18 @@ pub struct Config {
     #[arg(long, env = "WINDOW_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
 
+    /// PEM certificate chain for TLS on the gRPC listener (with --tls-key). Off when unset.
+    #[arg(long, env = "WINDOW_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "WINDOW_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA whose client certificates are required (mutual TLS); needs --tls-cert.
+    #[arg(long, env = "WINDOW_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// The bearer token itself (prefer --auth-token-file).
     #[arg(long, env = "WINDOW_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<Secret>,
@@ -192,6 +204,10 @@ pub enum ConfigError {
         "give the Redis password either by --redis-password or by --redis-password-file, not both"
     )]
     TwoPasswords,
+    #[error("--tls-cert and --tls-key go together")]
+    ListenerCertWithoutKey,
+    #[error("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")]
+    ClientCaWithoutTls,
     #[error("give the bearer token either by --auth-token or by --auth-token-file, not both")]
     TwoTokens,
     #[error("--auth-token must not be empty")]
@@ -239,6 +255,12 @@ impl Config {
         }
         if self.redis_password.is_some() && self.redis_password_file.is_some() {
             return Err(ConfigError::TwoPasswords);
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::ListenerCertWithoutKey);
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return Err(ConfigError::ClientCaWithoutTls);
         }
         if self.auth_token.is_some() && self.auth_token_file.is_some() {
             return Err(ConfigError::TwoTokens);

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Server;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
@@ -45,6 +45,11 @@ pub enum ServeError {
     Redis(#[from] RedisError),
     #[error("cannot listen on unix:{path}: {source}")]
     BindUnix {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the TLS file {path}: {source}")]
+    TlsFile {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -152,6 +157,24 @@ impl Listener {
             Listener::Unix(_, path) => format!("unix:{}", path.display()),
         }
     }
+}
+
+/// TLS for the gRPC listener, from the configuration (reads the PEM files).
+fn listener_tls(config: &Config) -> Result<Option<ServerTlsConfig>, ServeError> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| ServeError::TlsFile {
+            path: path.clone(),
+            source,
+        })
+    };
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+    if let Some(ca) = &config.tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(Some(tls))
 }
 
 /// The bearer token from the configuration (reads the token file, if any).
@@ -312,7 +335,11 @@ pub async fn run(
         config.shutdown_grace + config.redis_timeout,
     );
     // Health stays open for probes; everything else needs the token when one is set.
-    let router = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = listener_tls(&config)? {
+        builder = builder.tls_config(tls)?;
+    }
+    let router = builder
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1alpha, auth.clone()))

@@ -147,3 +147,83 @@ async fn the_sidecar_listens_on_a_unix_socket() {
         .unwrap();
     assert!(!path.exists(), "the socket file is removed on shutdown");
 }
+
+#[tokio::test]
+async fn mutual_tls_on_the_grpc_listener() {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let redis = RedisServer::start();
+    let tls = TlsMaterial::generate_temp();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (cert, key, ca) = (
+        path(&tls.server_cert),
+        path(&tls.server_key),
+        path(&tls.ca_cert),
+    );
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &ca,
+        ],
+    )
+    .await;
+    let endpoint = || Endpoint::from_shared(format!("https://{}", sidecar.addr)).unwrap();
+    let ca_pem = std::fs::read(&tls.ca_cert).unwrap();
+
+    // With the client certificate: served.
+    let identity = Identity::from_pem(
+        std::fs::read(&tls.client_cert).unwrap(),
+        std::fs::read(&tls.client_key).unwrap(),
+    );
+    let channel = endpoint()
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&ca_pem))
+                .identity(identity)
+                .domain_name("localhost"),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let ids = WindowServiceClient::new(channel)
+        .publish(publish_request())
+        .await
+        .unwrap();
+    assert_eq!(ids.into_inner().ids.len(), 1);
+
+    // Without one: refused at the handshake, nothing served.
+    let refused = async {
+        let channel = endpoint()
+            .tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(&ca_pem))
+                    .domain_name("localhost"),
+            )
+            .unwrap()
+            .connect()
+            .await?;
+        WindowServiceClient::new(channel)
+            .publish(publish_request())
+            .await
+            .map_err(|status| -> Box<dyn std::error::Error> { Box::new(status) })?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    assert!(
+        refused.await.is_err(),
+        "a client without a certificate must not be served"
+    );
+
+    // Plain text against a TLS listener is refused too.
+    let plain = WindowServiceClient::connect(format!("http://{}", sidecar.addr)).await;
+    let served = match plain {
+        Ok(mut client) => client.publish(publish_request()).await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!served);
+    sidecar.stop().await;
+}
