@@ -409,6 +409,7 @@ fn flush_report(report: FlushReport) -> proto::FlushReport {
         settle_failed: result.settle_failed,
         aborted: result.aborted as u32,
         dead_lettered: report.dead_lettered as u32,
+        outcome_unknown: result.unknown,
     }
 }
 
@@ -422,7 +423,7 @@ fn rejection(err: &SlotError) -> proto::Rejection {
             CommandError::InvalidName(name) => (R::InvalidCommand, Some(name.clone())),
             CommandError::EmptyName => (R::InvalidCommand, None),
             CommandError::Unknown(name) => (R::InvalidCommand, Some(name.clone())),
-            CommandError::CrossSlot { .. } => (R::CrossSlot, None),
+            CommandError::CrossSlot { command, .. } => (R::CrossSlot, Some(command.clone())),
         },
         SlotError::TooManyCommands { .. } => (R::InvalidCommand, None),
         SlotError::InvalidOutcome { .. } => (R::InvalidOutcome, None),

@@ -2,7 +2,9 @@
 //! pipeline on a pool connection, and what its replies mean for the read's entries.
 
 use bytes::Bytes;
+use fred::clients::Pipeline;
 use fred::prelude::*;
+use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 
 /// What a planned command is for; decides what its failure means.
@@ -101,6 +103,9 @@ pub struct FlushResult {
     pub settle_failed: bool,
     /// Transactions refused while queuing (EXECABORT): none of their commands ran.
     pub aborted: usize,
+    /// A reply never came (timeout, broken connection): Redis may have applied the flush, or
+    /// may still apply it.
+    pub unknown: bool,
 }
 
 impl FlushResult {
@@ -115,6 +120,16 @@ impl FlushResult {
         for (planned, reply) in plan.iter().zip(replies) {
             let Err(err) = reply else { continue };
             let message = err.details().to_owned();
+            if matches!(
+                err.kind(),
+                ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
+            ) {
+                // No answer is not a refusal: whether it ran is unknown.
+                result.unknown = true;
+                result.failed += 1;
+                result.first_error.get_or_insert(message);
+                continue;
+            }
             let aborted = message.starts_with("EXECABORT");
             result.failed += 1;
             if result.first_error.is_none() {
@@ -133,7 +148,7 @@ impl FlushResult {
         }
         if answered < plan.len() {
             result.failed += plan.len() - answered;
-            result.settle_failed = true;
+            result.unknown = true;
             result
                 .first_error
                 .get_or_insert_with(|| "the connection closed before every reply".to_owned());
@@ -142,9 +157,38 @@ impl FlushResult {
     }
 }
 
+/// Options of writes whose failure is reported rather than retried (flushes, Publish). Fail
+/// fast: when the connection breaks or is down, the write fails now instead of being written
+/// again (or late) after a reconnect, when its entries may already have been reported failed
+/// and read again, which would apply side effects twice.
+pub static FAIL_FAST: std::sync::LazyLock<Options> = std::sync::LazyLock::new(|| Options {
+    fail_fast: true,
+    ..Default::default()
+});
+
 /// Sends the plan as one pipeline and interprets the replies.
-pub async fn execute(client: &Client, plan: &FlushPlan) -> FlushResult {
-    let pipeline = client.pipeline();
+/// A flush whose connection is not up waits for it up to `timeout` (the sidecar just started,
+/// or Redis is coming back), then fails as not sent: its entries stay pending and come back.
+pub async fn execute(
+    client: &Client,
+    plan: &FlushPlan,
+    timeout: std::time::Duration,
+) -> FlushResult {
+    if !client.is_connected()
+        && tokio::time::timeout(timeout, client.wait_for_connect())
+            .await
+            .is_err()
+    {
+        return FlushResult {
+            failed: plan.commands.len(),
+            first_error: Some(format!(
+                "not sent: no connection to Redis within {timeout:?}"
+            )),
+            settle_failed: plan.settles > 0,
+            ..Default::default()
+        };
+    }
+    let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
     for planned in &plan.commands {
         let hash = planned
             .hash_slot
@@ -212,10 +256,14 @@ mod tests {
     }
 
     #[test]
-    fn missing_replies_count_as_failed_settles() {
+    fn missing_replies_and_timeouts_leave_the_outcome_unknown() {
         let plan = [planned(Role::SideEffect), planned(Role::Settle)];
         let result = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(1))]);
-        assert!(result.settle_failed);
+        assert!(result.unknown);
+        assert!(!result.settle_failed, "nothing says the settle was refused");
         assert_eq!(result.failed, 1);
+        let timeout = Err(Error::new(ErrorKind::Timeout, "Request timed out."));
+        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(1)), timeout]);
+        assert!(result.unknown && !result.settle_failed);
     }
 }

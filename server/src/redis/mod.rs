@@ -38,8 +38,8 @@ pub enum RedisError {
     Tls { reason: String },
     #[error("Redis is unreachable: {0}")]
     Unavailable(String),
-    #[error("Redis did not answer within {0:?}")]
-    Timeout(Duration),
+    #[error("Redis did not answer in time ({0})")]
+    Timeout(String),
     #[error("Redis refused {command}: {message}")]
     Refused { command: String, message: String },
     #[error("unexpected reply to {command}: {detail}")]
@@ -53,7 +53,7 @@ impl RedisError {
     /// Classifies a fred error of `command`.
     pub fn from_fred(command: &str, err: &Error) -> Self {
         match err.kind() {
-            ErrorKind::Timeout => RedisError::Timeout(Duration::ZERO),
+            ErrorKind::Timeout => RedisError::Timeout(format!("{command}: {}", err.details())),
             ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Backpressure => {
                 RedisError::Unavailable(err.details().to_owned())
             }
@@ -70,6 +70,8 @@ impl RedisError {
 pub struct Redis {
     config: FredConfig,
     cluster: bool,
+    /// The last connection error the pool saw, to say why Redis does not answer.
+    last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     pool: Pool,
     timeout: Duration,
 }
@@ -191,20 +193,57 @@ impl Redis {
             .with_connection_config(|conn| {
                 conn.connection_timeout = timeout;
                 conn.internal_command_timeout = timeout;
-                // A flush whose connection broke is reported, never resent by fred: a resent
-                // transaction whose first copy ran would apply its side effects twice.
+                // One write per command: a flush whose connection broke is reported, never
+                // resent (a resent transaction whose first copy ran would apply its side
+                // effects twice), and a flush refused by MOVED fails whole rather than having
+                // its queued commands redirected one by one, outside their MULTI. Publish asks
+                // for more attempts itself.
                 conn.max_command_attempts = 1;
             })
             .set_policy(reconnect_policy())
             .build_pool(options.pool_size)
             .map_err(|e| RedisError::from_fred("connect", &e))?;
+        let last_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        for client in pool.clients() {
+            let last = std::sync::Arc::clone(&last_error);
+            // Connection errors (refused, TLS handshake, AUTH) are logged once per change and
+            // kept, so a timeout can say why.
+            client.on_error(move |(err, server)| {
+                let message = match server {
+                    Some(server) => format!("{server}: {}", err.details()),
+                    None => err.details().to_owned(),
+                };
+                let mut last = last.lock().expect("not poisoned");
+                if last.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(error = %message, "Redis connection error");
+                    *last = Some(message);
+                }
+                async { Ok(()) }
+            });
+        }
         pool.connect();
         Ok(Self {
+            last_error,
             cluster: matches!(config.server, ServerConfig::Clustered { .. }),
             config,
             pool,
             timeout,
         })
+    }
+
+    /// Adds the last connection error to an unavailable or timed-out error: "did not answer"
+    /// alone does not tell a wrong password from a TLS handshake failure.
+    pub fn explain(&self, err: RedisError) -> RedisError {
+        let last = self.last_error.lock().expect("not poisoned").clone();
+        match (err, last) {
+            (RedisError::Timeout(what), Some(cause)) => {
+                RedisError::Timeout(format!("{what}; last connection error: {cause}"))
+            }
+            (RedisError::Unavailable(what), Some(cause)) => {
+                RedisError::Unavailable(format!("{what}; last connection error: {cause}"))
+            }
+            (err, _) => err,
+        }
     }
 
     /// Whether Redis is a cluster (commands are routed by hash slot).
@@ -241,7 +280,10 @@ impl Redis {
             }
             Err(_) => {
                 let _ = client.quit().await;
-                Err(RedisError::Timeout(self.timeout))
+                Err(self.explain(RedisError::Timeout(format!(
+                    "no connection within {:?}",
+                    self.timeout
+                ))))
             }
         }
     }
@@ -262,7 +304,10 @@ impl Redis {
         match tokio::time::timeout(self.timeout, client.wait_for_connect()).await {
             Ok(Ok(())) => Ok(client),
             Ok(Err(err)) => Err(RedisError::Unavailable(err.details().to_owned())),
-            Err(_) => Err(RedisError::Timeout(self.timeout)),
+            Err(_) => Err(self.explain(RedisError::Timeout(format!(
+                "no connection within {:?}",
+                self.timeout
+            )))),
         }
     }
 

@@ -143,7 +143,13 @@ pub async fn publish(
     entries: Vec<Vec<(Bytes, Bytes)>>,
     max_len: Option<u64>,
 ) -> Result<Vec<Bytes>, RedisError> {
-    let pipeline = client.pipeline();
+    // Publish waits for a connection, follows MOVED and retries after a reconnect (a retried
+    // XADD may append an entry twice: publishing is at least once, as with any client).
+    let options = fred::types::config::Options {
+        max_attempts: Some(3),
+        ..Default::default()
+    };
+    let pipeline = fred::clients::Pipeline::from(client.with_options(&options));
     let key = Bytes::copy_from_slice(key.as_bytes());
     for fields in entries {
         let mut args = vec![Value::Bytes(key.clone())];

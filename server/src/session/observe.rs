@@ -19,7 +19,7 @@ use crate::redis::entry::{Entry, into_bytes};
 use crate::redis::flush::FlushResult;
 use crate::redis::form::{Form, Source};
 use crate::redis::stream::StreamKeys;
-use crate::redis::{arg, call};
+use crate::redis::{arg, call, call_at};
 use crate::telemetry::{TRACER, parse_traceparent};
 use crate::window::{FlushBatch, Outcome, ReadId};
 
@@ -240,11 +240,13 @@ async fn group_info(
     client: &Client,
     keys: &StreamKeys,
 ) -> Result<(i64, Option<i64>), crate::redis::RedisError> {
-    let Value::Array(groups) = call(
+    // Routed by the key's slot: the first argument is "GROUPS", not the key.
+    let Value::Array(groups) = call_at(
         client,
         "XINFO",
         vec![Value::from("GROUPS"), arg(&keys.key)],
         false,
+        Some(keys.slot),
     )
     .await?
     else {

@@ -108,7 +108,8 @@ impl<'a> Subscription<'a> {
         out: &'a Outbound,
     ) -> Result<Subscription<'a>, SessionError> {
         let redis = &shared.redis;
-        let key_specs = shared.key_specs().await?;
+        let explain = |err: RedisError| SessionError::Redis(redis.explain(err));
+        let key_specs = shared.key_specs().await.map_err(explain)?;
         let form = Form::new(&source, request.dead_letter.as_deref());
         check_cluster_slots(
             redis.is_cluster(),
@@ -117,7 +118,9 @@ impl<'a> Subscription<'a> {
             request.dead_letter.as_deref(),
         )?;
         if let Source::Stream(stream) = &source {
-            stream::ensure_group(redis.pool(), stream).await?;
+            stream::ensure_group(redis.pool(), stream)
+                .await
+                .map_err(explain)?;
         }
         let reader = Reader::open(
             redis,
@@ -126,7 +129,8 @@ impl<'a> Subscription<'a> {
             request.block,
             shared.settings.reclaim_interval,
         )
-        .await?;
+        .await
+        .map_err(explain)?;
         let (reader_tx, commands) = mpsc::channel::<ReaderCommand>(4);
         let (results, reader_rx) = mpsc::channel(1);
         let give_back = match &form {
@@ -310,7 +314,11 @@ impl<'a> Subscription<'a> {
         if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
             return;
         }
-        if self.reread_owed && self.window.outstanding() == 0 {
+        // A list's re-read cannot tell its values from outstanding ones: it waits for an
+        // empty window too; a stream's skips outstanding entries by id.
+        let reread_ready = self.flushing == 0
+            && (matches!(self.form, Form::Stream(_)) || self.window.outstanding() == 0);
+        if self.reread_owed && reread_ready {
             self.reread_owed = false;
             let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
         }
@@ -560,6 +568,7 @@ impl<'a> Subscription<'a> {
                     let (subscription_key, _, _) = self.source.describe();
                     let tag = hash_tag(&subscription_key).to_owned();
                     return Err(CommandError::CrossSlot {
+                        command: command.name.clone(),
                         key: String::from_utf8_lossy(key).into_owned(),
                         key_slot: redis_keyslot(key),
                         subscription_key,
@@ -629,17 +638,15 @@ impl<'a> Subscription<'a> {
                 settles = report.settles,
                 failed = report.result.failed,
                 settle_failed = report.result.settle_failed,
+                outcome_unknown = report.result.unknown,
                 error = report.result.first_error.as_deref().unwrap_or(""),
                 "flush failed"
             );
-            if report.result.settle_failed {
-                // The read's entries are still pending on this consumer: read them again (a
-                // stream's by id now; a list's once nothing is outstanding).
-                if matches!(self.form, Form::Stream(_)) {
-                    let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
-                } else {
-                    self.reread_owed = true;
-                }
+            if report.result.settle_failed || report.result.unknown {
+                // The read's entries are still pending on this consumer: read them again once
+                // no flush is under way (one still under way may settle entries the re-read
+                // would hand out again).
+                self.reread_owed = true;
             }
         }
         self.send(Event::Flushed(report)).await;
@@ -842,7 +849,7 @@ async fn flush_loop(
     }) = jobs.recv().await
     {
         let started = Instant::now();
-        report.result = flush::execute(redis.pool(), &plan).await;
+        report.result = flush::execute(redis.pool(), &plan, redis.timeout()).await;
         duration.observe(started.elapsed().as_secs_f64());
         round_trips.inc();
         let result = if report.result.ok() { "ok" } else { "failed" };

@@ -34,6 +34,7 @@ pub enum CommandError {
         "key {key:?} is in hash slot {key_slot}, but this subscription's key {subscription_key:?} is in slot {subscription_slot}: in atomic mode on a cluster every key of a segment must share the subscription's slot; put the same hash tag in both, for example \"{{{tag}}}:…\""
     )]
     CrossSlot {
+        command: String,
         key: String,
         key_slot: u16,
         subscription_key: String,
