@@ -177,6 +177,21 @@ fn listener_tls(config: &Config) -> Result<Option<ServerTlsConfig>, ServeError> 
     Ok(Some(tls))
 }
 
+/// Accepted connections with TCP_NODELAY. tonic ignores its own `tcp_nodelay` setting when
+/// given incoming connections, and without it every small message (a read, a flush report)
+/// waits on Nagle's algorithm and delayed ACKs: about 40 ms each (the benchmark measured 4.2k
+/// deliveries/s with, and 109k without, that wait).
+fn nodelay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|accepted| {
+        accepted.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    })
+}
+
 /// The bearer token from the configuration (reads the token file, if any).
 fn auth_token(config: &Config) -> Result<Option<Secret>, ServeError> {
     match &config.auth_token_file {
@@ -319,10 +334,7 @@ pub async fn run(
             Some(tokio::spawn(async move {
                 Server::builder()
                     .add_service(health)
-                    .serve_with_incoming_shutdown(
-                        TcpListenerStream::new(listener),
-                        stop.cancelled_owned(),
-                    )
+                    .serve_with_incoming_shutdown(nodelay(listener), stop.cancelled_owned())
                     .await
             }))
         }
@@ -347,7 +359,7 @@ pub async fn run(
     match listener {
         Listener::Tcp(listener) => {
             router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), drained)
+                .serve_with_incoming_shutdown(nodelay(listener), drained)
                 .await?
         }
         Listener::Unix(listener, path) => {

@@ -73,6 +73,9 @@ pub(super) struct Subscription<'a> {
     reading_since: Option<SystemTime>,
     /// Flushes handed to the flusher whose reports have not come back.
     flushing: usize,
+    /// Deliveries in those flushes. They count against the in-flight limit until flushed, so
+    /// the flush queue (and memory) stays bounded when Redis is slower than the client.
+    flushing_deliveries: usize,
     /// The client is still there to receive messages.
     client_here: bool,
     /// Consecutive failed reads, for backoff.
@@ -227,6 +230,7 @@ impl<'a> Subscription<'a> {
             helpers,
             reading_since: None,
             flushing: 0,
+            flushing_deliveries: 0,
             client_here: true,
             read_failures: 0,
             retry_read_at: None,
@@ -310,7 +314,8 @@ impl<'a> Subscription<'a> {
 
     /// Asks the reader for more when the window has room and no read is under way.
     async fn request_read(&mut self) {
-        let room = (self.request.max_in_flight as usize).saturating_sub(self.window.outstanding());
+        let room = (self.request.max_in_flight as usize)
+            .saturating_sub(self.window.outstanding() + self.flushing_deliveries);
         if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
             return;
         }
@@ -615,12 +620,17 @@ impl<'a> Subscription<'a> {
         let Some(flush_tx) = &self.flush_tx else {
             return;
         };
+        let deliveries = report.segments_kept + report.segments_dropped;
         if flush_tx.send(FlushJob { report, plan, span }).is_ok() {
             self.flushing += 1;
+            self.flushing_deliveries += deliveries;
         }
     }
 
     async fn reported(&mut self, report: FlushReport) {
+        self.flushing_deliveries = self
+            .flushing_deliveries
+            .saturating_sub(report.segments_kept + report.segments_dropped);
         debug!(
             read_id = report.read_id,
             kept = report.segments_kept,
@@ -817,7 +827,8 @@ async fn read_loop(
 }
 
 /// Runs flushes one after another, so side effects of later reads never overtake earlier ones.
-/// The queue is bounded by the in-flight limit: one job per read.
+/// The queue is bounded by the in-flight limit: deliveries waiting for their flush count
+/// against it.
 async fn flush_loop(
     redis: Redis,
     shared: Arc<Shared>,

@@ -1,0 +1,325 @@
+//! The in-process consumers: the sidecar's Rust (tonic) client and the raw fred loop.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use window_sidecar::proto::subscribe_request;
+use window_sidecar::proto::subscribe_response::Kind;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
+use window_sidecar::proto::{self, Mode, OutcomeKind};
+
+use crate::workload::{self, CONSUMER, GROUP, Payload, STREAM, now_us};
+
+/// What a consumer reports when every expected entry is acknowledged.
+#[derive(Debug, Default)]
+pub struct ClientOutcome {
+    /// When the last acknowledgement's reply arrived.
+    pub done_at: Option<Instant>,
+    pub acked: u64,
+    /// Reads that delivered entries.
+    pub reads: u64,
+    /// Round trips the consumer made itself (baselines; 0 for sidecar clients, whose round
+    /// trips are the sidecar's).
+    pub round_trips: u64,
+    /// Latency samples in microseconds, one per entry.
+    pub lat_us: Vec<u64>,
+    /// CPU seconds the consumer used, when it measured them itself (a separate process).
+    pub cpu_s: Option<f64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the sidecar
+
+pub struct SidecarClient {
+    client: WindowServiceClient<Channel>,
+    count: u32,
+    atomic: bool,
+}
+
+fn stream_open(key: &str, count: u32, atomic: bool) -> proto::SubscribeRequest {
+    proto::SubscribeRequest {
+        kind: Some(subscribe_request::Kind::Open(proto::Open {
+            source: Some(proto::open::Source::Stream(proto::StreamSource {
+                key: key.into(),
+                group: GROUP.into(),
+                consumer: CONSUMER.into(),
+                ..Default::default()
+            })),
+            count,
+            block: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            mode: if atomic { Mode::Atomic } else { Mode::Pipeline } as i32,
+            ..Default::default()
+        })),
+    }
+}
+
+pub async fn connect_sidecar(addr: SocketAddr) -> Result<WindowServiceClient<Channel>, String> {
+    WindowServiceClient::connect(format!("http://{addr}"))
+        .await
+        .map_err(|e| format!("connect to the sidecar at {addr}: {e}"))
+}
+
+impl SidecarClient {
+    pub async fn connect(addr: SocketAddr, count: u32, atomic: bool) -> Result<Self, String> {
+        Ok(Self {
+            client: connect_sidecar(addr).await?,
+            count,
+            atomic,
+        })
+    }
+
+    /// Opens the subscription and answers every read with one batch (an INCR and an ack per
+    /// delivery), reading on while flushes are in flight, until flush reports have settled
+    /// `expect` entries. With `latency`, samples run from each entry's XADD (`ts`) to the
+    /// flush report; else from the read's arrival to it.
+    pub async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
+        let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
+        tx.send(stream_open(STREAM, self.count, self.atomic))
+            .await
+            .map_err(|_| "request stream closed")?;
+        let mut inbound = self
+            .client
+            .subscribe(ReceiverStream::new(rx))
+            .await
+            .map_err(|s| format!("Subscribe: {s}"))?
+            .into_inner();
+        let incr = "INCR".to_owned();
+        let mut out = ClientOutcome::default();
+        // Per read in flight: when it arrived, and its entries' send times (latency phase).
+        let mut reads: HashMap<u64, (u64, Vec<u64>, usize)> = HashMap::new();
+        while out.acked < expect {
+            let message = inbound
+                .message()
+                .await
+                .map_err(|s| format!("subscription failed: {s}"))?
+                .ok_or("the sidecar ended the subscription early")?;
+            match message.kind {
+                Some(Kind::Read(read)) => {
+                    let arrived = now_us();
+                    let n = read.deliveries.len();
+                    out.reads += 1;
+                    let mut commands = Vec::with_capacity(n);
+                    let mut outcomes = Vec::with_capacity(n);
+                    let mut sent = Vec::with_capacity(if latency { n } else { 0 });
+                    for delivery in read.deliveries {
+                        let payload = Payload::decode(&delivery.payload)?;
+                        commands.push(proto::QueuedCommand {
+                            slot: delivery.slot,
+                            name: incr.clone(),
+                            args: vec![Bytes::from(payload.counter_key())],
+                        });
+                        outcomes.push(proto::Outcome {
+                            slot: delivery.slot,
+                            kind: OutcomeKind::Ack as i32,
+                            ..Default::default()
+                        });
+                        if latency {
+                            sent.push(payload.ts);
+                        }
+                    }
+                    reads.insert(read.read_id, (arrived, sent, n));
+                    let batch = proto::Batch { commands, outcomes };
+                    tx.send(proto::SubscribeRequest {
+                        kind: Some(subscribe_request::Kind::Batch(batch)),
+                    })
+                    .await
+                    .map_err(|_| "the request stream closed")?;
+                }
+                Some(Kind::Flush(report)) => {
+                    if !report.ok {
+                        return Err(format!(
+                            "flush of read {} failed: {}",
+                            report.read_id, report.error
+                        ));
+                    }
+                    let now = now_us();
+                    if let Some((arrived, sent, n)) = reads.remove(&report.read_id) {
+                        if latency {
+                            out.lat_us
+                                .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
+                        } else {
+                            out.lat_us
+                                .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
+                        }
+                    }
+                    out.acked += u64::from(report.settles);
+                }
+                Some(Kind::Rejections(rejections)) => {
+                    return Err(format!("the sidecar refused: {:?}", rejections.rejections));
+                }
+                _ => {}
+            }
+        }
+        out.done_at = Some(Instant::now());
+        // Half-close; the sidecar ends the stream once it has closed the subscription.
+        drop(tx);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Ok(Some(_)) = inbound.message().await {}
+        })
+        .await;
+        Ok(out)
+    }
+}
+
+/// Opens `n` subscriptions on keys `idle:<i>` over one channel and keeps them open (idle)
+/// until the returned handles are dropped.
+pub async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, String> {
+    let mut client = connect_sidecar(addr).await?;
+    let mut held = Vec::with_capacity(n);
+    for i in 0..n {
+        let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(4);
+        tx.send(stream_open(&format!("idle:{i}"), 64, false))
+            .await
+            .map_err(|_| "request stream closed")?;
+        let mut inbound = client
+            .subscribe(ReceiverStream::new(rx))
+            .await
+            .map_err(|s| format!("Subscribe {i}: {s}"))?
+            .into_inner();
+        match inbound.message().await {
+            Ok(Some(proto::SubscribeResponse {
+                kind: Some(Kind::Opened(_)),
+            })) => {}
+            other => return Err(format!("subscription {i} did not open: {other:?}")),
+        }
+        held.push((tx, inbound));
+    }
+    Ok(held)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The raw fred loop
+
+pub struct FredLoop {
+    client: Client,
+    count: u32,
+}
+
+fn bytes_of(value: Value) -> Option<Bytes> {
+    match value {
+        Value::Bytes(b) => Some(b),
+        Value::String(s) => Some(s.into_inner()),
+        _ => None,
+    }
+}
+
+/// `(id, _payload)` of each entry of an XREADGROUP reply (`nil` on a BLOCK timeout).
+fn parse_read(reply: Value) -> Result<Vec<(Bytes, Bytes)>, String> {
+    let Value::Array(streams) = reply else {
+        return Ok(Vec::new());
+    };
+    let mut entries = Vec::new();
+    for stream in streams {
+        let Value::Array(pair) = stream else { continue };
+        let Some(Value::Array(list)) = pair.into_iter().nth(1) else {
+            continue;
+        };
+        for entry in list {
+            let Value::Array(mut parts) = entry else {
+                return Err("an entry is not an array".into());
+            };
+            let fields = parts.pop();
+            let id = parts
+                .pop()
+                .and_then(bytes_of)
+                .ok_or("an entry without an id")?;
+            let Some(Value::Array(fields)) = fields else {
+                return Err("an entry without fields".into());
+            };
+            let mut payload = None;
+            let mut it = fields.into_iter();
+            while let (Some(name), Some(value)) = (it.next(), it.next()) {
+                if name.as_bytes() == Some(b"_payload".as_slice()) {
+                    payload = bytes_of(value);
+                }
+            }
+            entries.push((id, payload.ok_or("an entry without _payload")?));
+        }
+    }
+    Ok(entries)
+}
+
+impl FredLoop {
+    pub async fn connect(url: &str, count: u32) -> Result<Self, String> {
+        Ok(Self {
+            client: workload::connect(url).await?,
+            count,
+        })
+    }
+
+    /// XREADGROUP COUNT n, then one pipeline with an INCR per entry and one XACK.
+    pub async fn run(self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
+        let xreadgroup = CustomCommand::new_static("XREADGROUP", ClusterHash::FirstKey, true);
+        let read_args: Vec<Value> = vec![
+            "GROUP".into(),
+            GROUP.into(),
+            CONSUMER.into(),
+            "COUNT".into(),
+            Value::Integer(self.count.into()),
+            "BLOCK".into(),
+            Value::Integer(1000),
+            "STREAMS".into(),
+            STREAM.into(),
+            ">".into(),
+        ];
+        let mut out = ClientOutcome::default();
+        while out.acked < expect {
+            let reply: Value = self
+                .client
+                .custom(xreadgroup.clone(), read_args.clone())
+                .await
+                .map_err(|e| format!("XREADGROUP: {e}"))?;
+            out.round_trips += 1;
+            let entries = parse_read(reply)?;
+            if entries.is_empty() {
+                continue;
+            }
+            out.reads += 1;
+            let arrived = now_us();
+            let n = entries.len();
+            let pipeline = self.client.pipeline();
+            let mut xack: Vec<Value> = Vec::with_capacity(n + 2);
+            xack.push(STREAM.into());
+            xack.push(GROUP.into());
+            let mut sent = Vec::with_capacity(if latency { n } else { 0 });
+            for (id, payload) in entries {
+                let payload = Payload::decode(&payload)?;
+                let _: Result<Value, _> = pipeline.incr(payload.counter_key()).await;
+                xack.push(Value::Bytes(id));
+                if latency {
+                    sent.push(payload.ts);
+                }
+            }
+            let _: Result<Value, _> = pipeline.custom(fred::cmd!("XACK"), xack).await;
+            let replies: Vec<Value> = pipeline.all().await.map_err(|e| format!("pipeline: {e}"))?;
+            out.round_trips += 1;
+            let acked = replies.last().and_then(Value::as_u64).unwrap_or(0);
+            if acked != n as u64 {
+                return Err(format!("XACK acknowledged {acked} of {n}"));
+            }
+            let now = now_us();
+            if latency {
+                out.lat_us
+                    .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
+            } else {
+                out.lat_us
+                    .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
+            }
+            out.acked += acked;
+        }
+        out.done_at = Some(Instant::now());
+        let _ = self.client.quit().await;
+        Ok(out)
+    }
+}

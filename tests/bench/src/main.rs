@@ -1,0 +1,576 @@
+//! The benchmark of issue 9: the window sidecar side by side with what users write instead.
+//!
+//! ```sh
+//! cargo run --release -p window-sidecar-bench -- [--entries N] [--rounds R] [--contenders a,b,…] [--quick]
+//! ```
+//!
+//! Each contender consumes a stream of N entries (`_payload`: ~100 bytes of JSON with an `id`)
+//! in group `g` on a `redis-server` of its own; per entry it decodes the payload, runs
+//! `INCR count:<id mod 1000>` and acknowledges the entry. Runs are interleaved (A B C … A B C
+//! …), each is verified (XPENDING 0, the counters sum to N) and only verified runs are
+//! reported. See README.md beside this file for the contenders and the figures.
+
+mod client;
+mod procs;
+mod python;
+mod report;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use fred::prelude::*;
+use tokio::time::{Instant, MissedTickBehavior};
+use window_sidecar_harness::RedisServer;
+
+use crate::client::{ClientOutcome, FredLoop, SidecarClient};
+use crate::procs::{SidecarProcess, cpu_seconds, metric_sum, status_kb};
+
+/// Runs the benchmark and prints figures (never asserts on them).
+#[derive(Parser, Debug)]
+#[command(name = "window-sidecar-bench", version, about)]
+struct Args {
+    /// Entries per throughput run [default: 100000; with --quick 5000].
+    #[arg(long)]
+    entries: Option<u64>,
+    /// Rounds; each runs every contender once per phase, interleaved [default: 3; --quick 1].
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
+    /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
+    /// sidecar-python, redis-py-per-message, redis-py-pipelined, fred-raw.
+    #[arg(long, value_delimiter = ',')]
+    contenders: Vec<String>,
+    /// CI size: 5,000 entries, one round, a ~1 s latency phase.
+    #[arg(long)]
+    quick: bool,
+    /// Entries per second in the latency phase.
+    #[arg(long, default_value_t = 1000)]
+    latency_rate: u64,
+    /// Seconds of the latency phase [default: 5; --quick 1]; 0 skips it.
+    #[arg(long)]
+    latency_secs: Option<f64>,
+    /// Idle subscriptions for the RSS figure; 0 skips it.
+    #[arg(long, default_value_t = 100)]
+    idle_subscriptions: usize,
+    /// The sidecar binary [default: built with `cargo build --release -p window-sidecar` into
+    /// the bench's own target directory].
+    #[arg(long)]
+    sidecar_bin: Option<PathBuf>,
+    /// The Python interpreter for the Python contenders [default: tests/bench/python/.venv,
+    /// created and filled from requirements.txt when missing].
+    #[arg(long)]
+    python: Option<PathBuf>,
+}
+
+/// One consumer implementation under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contender {
+    SidecarRust { count: u32, atomic: bool },
+    SidecarPython,
+    RedisPyPerMessage,
+    RedisPyPipelined,
+    FredRaw,
+}
+
+impl Contender {
+    pub const ALL: [Contender; 8] = [
+        Contender::SidecarRust {
+            count: 64,
+            atomic: false,
+        },
+        Contender::SidecarRust {
+            count: 256,
+            atomic: false,
+        },
+        Contender::SidecarRust {
+            count: 64,
+            atomic: true,
+        },
+        Contender::SidecarRust {
+            count: 256,
+            atomic: true,
+        },
+        Contender::SidecarPython,
+        Contender::RedisPyPerMessage,
+        Contender::RedisPyPipelined,
+        Contender::FredRaw,
+    ];
+
+    pub fn name(&self) -> String {
+        match self {
+            Contender::SidecarRust { count, atomic } => format!(
+                "sidecar-rust-{}-{count}",
+                if *atomic { "atomic" } else { "pipeline" }
+            ),
+            Contender::SidecarPython => "sidecar-python".into(),
+            Contender::RedisPyPerMessage => "redis-py-per-message".into(),
+            Contender::RedisPyPipelined => "redis-py-pipelined".into(),
+            Contender::FredRaw => "fred-raw".into(),
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name.trim())
+    }
+
+    pub fn uses_sidecar(&self) -> bool {
+        matches!(
+            self,
+            Contender::SidecarRust { .. } | Contender::SidecarPython
+        )
+    }
+
+    fn python_mode(&self) -> Option<&'static str> {
+        match self {
+            Contender::SidecarPython => Some("sidecar-python"),
+            Contender::RedisPyPerMessage => Some("redis-py-per-message"),
+            Contender::RedisPyPipelined => Some("redis-py-pipelined"),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A prefilled stream of N entries, consumed flat out.
+    Throughput,
+    /// A producer XADDs at a fixed rate while the consumer runs.
+    Latency,
+}
+
+/// The figures of one verified run.
+#[derive(Debug, Default)]
+pub struct Measured {
+    pub entries: u64,
+    pub secs: f64,
+    /// Calls per Redis command during the consumer's run (without the producer's XADDs).
+    pub commands: Vec<(String, u64)>,
+    /// Reads that delivered entries, and round trips: the sidecar's own counters for sidecar
+    /// contenders, the consumer's for the baselines.
+    pub reads: u64,
+    pub round_trips: u64,
+    pub flush_round_trips: Option<u64>,
+    pub sidecar_cpu: Option<f64>,
+    pub client_cpu: Option<f64>,
+    pub redis_cpu: Option<f64>,
+    pub sidecar_hwm_kb: Option<u64>,
+    pub flush_mean_ms: Option<f64>,
+    /// Latency samples, microseconds, sorted.
+    pub lat_us: Vec<u64>,
+}
+
+impl Measured {
+    pub fn rate(&self) -> f64 {
+        self.entries as f64 / self.secs
+    }
+
+    pub fn commands_total(&self) -> u64 {
+        self.commands.iter().map(|(_, n)| n).sum()
+    }
+}
+
+pub struct Record {
+    pub round: u32,
+    pub contender: Contender,
+    pub phase: Phase,
+    pub result: Result<Measured, String>,
+}
+
+/// The sidecar's RSS with idle subscriptions open, and before they were opened (kB).
+pub struct IdleRss {
+    pub subscriptions: usize,
+    pub result: Result<(u64, u64), String>,
+}
+
+struct Ctx {
+    root: PathBuf,
+    sidecar_bin: Result<PathBuf, String>,
+    python: Result<PathBuf, String>,
+    entries: u64,
+    latency_rate: u64,
+    latency_secs: f64,
+}
+
+enum Consumer {
+    Sidecar(SidecarClient),
+    Fred(FredLoop),
+    Python(python::Worker),
+}
+
+impl Consumer {
+    async fn prepare(
+        ctx: &Ctx,
+        contender: Contender,
+        redis: &RedisServer,
+        sidecar: Option<&SidecarProcess>,
+        expect: u64,
+        latency: bool,
+    ) -> Result<Self, String> {
+        if let Some(mode) = contender.python_mode() {
+            let python = ctx.python.as_ref().map_err(Clone::clone)?;
+            let mut args = vec!["--expect".to_owned(), expect.to_string()];
+            match sidecar {
+                Some(sidecar) => args.extend(["--sidecar".to_owned(), sidecar.grpc.to_string()]),
+                None => args.extend(["--redis-url".to_owned(), redis.url()]),
+            }
+            args.extend(["--count".to_owned(), "64".to_owned()]);
+            if latency {
+                args.push("--latency".into());
+            }
+            return Ok(Consumer::Python(
+                python::Worker::start(python, &ctx.root, mode, &args).await?,
+            ));
+        }
+        Ok(match contender {
+            Contender::SidecarRust { count, atomic } => {
+                let sidecar = sidecar.ok_or("no sidecar")?;
+                Consumer::Sidecar(SidecarClient::connect(sidecar.grpc, count, atomic).await?)
+            }
+            _ => Consumer::Fred(FredLoop::connect(&redis.url(), 64).await?),
+        })
+    }
+
+    /// The consumer's process when it is not this one.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Consumer::Python(worker) => worker.pid(),
+            _ => None,
+        }
+    }
+
+    async fn run(self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
+        match self {
+            Consumer::Sidecar(client) => client.run(expect, latency).await,
+            Consumer::Fred(client) => client.run(expect, latency).await,
+            Consumer::Python(worker) => worker.run().await,
+        }
+    }
+}
+
+/// XADDs `total` entries at `rate` per second, each stamped with its send time.
+async fn produce(client: Client, rate: u64, total: u64) -> Result<(), String> {
+    // Let the consumer subscribe first: its set-up is not latency.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    for id in 0..total {
+        tick.tick().await;
+        workload::xadd_now(&client, id).await?;
+    }
+    let _ = client.quit().await;
+    Ok(())
+}
+
+async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measured, String> {
+    let latency = phase == Phase::Latency;
+    let redis = RedisServer::start();
+    let admin = workload::connect(&redis.url()).await?;
+    workload::create_group(&admin).await?;
+    let expect = if latency {
+        ((ctx.latency_rate as f64 * ctx.latency_secs).round() as u64).max(1)
+    } else {
+        ctx.entries
+    };
+    if !latency {
+        workload::fill(&admin, expect).await?;
+    }
+    let sidecar = if contender.uses_sidecar() {
+        let bin = ctx.sidecar_bin.as_ref().map_err(Clone::clone)?;
+        Some(SidecarProcess::start(bin, &redis.url()).await?)
+    } else {
+        None
+    };
+    let consumer =
+        Consumer::prepare(ctx, contender, &redis, sidecar.as_ref(), expect, latency).await?;
+    let producer = if latency {
+        Some(workload::connect(&redis.url()).await?)
+    } else {
+        None
+    };
+    let client_pid = consumer.pid();
+    let sidecar_pid = sidecar.as_ref().map(SidecarProcess::pid);
+    let redis_pid = redis.pid();
+    workload::reset_stats(&admin).await?;
+
+    let cpu = |pid: Option<u32>| pid.and_then(cpu_seconds);
+    let (sidecar_cpu0, redis_cpu0) = (cpu(sidecar_pid), cpu(redis_pid));
+    let self_cpu0 = cpu_seconds(std::process::id());
+    let started = Instant::now();
+    let producer = producer.map(|client| tokio::spawn(produce(client, ctx.latency_rate, expect)));
+    let limit = if latency {
+        Duration::from_secs_f64(60.0 + 3.0 * ctx.latency_secs)
+    } else {
+        Duration::from_secs(60) + Duration::from_millis(2 * expect)
+    };
+    let outcome = tokio::time::timeout(limit, consumer.run(expect, latency))
+        .await
+        .map_err(|_| format!("timed out after {limit:?}"))??;
+    let done_at = outcome.done_at.unwrap_or_else(Instant::now);
+    let delta = |before: Option<f64>, after: Option<f64>| Some(after? - before?);
+    let sidecar_cpu = delta(sidecar_cpu0, cpu(sidecar_pid));
+    let redis_cpu = delta(redis_cpu0, cpu(redis_pid));
+    let client_cpu = match client_pid {
+        Some(_) => outcome.cpu_s,
+        None => delta(self_cpu0, cpu_seconds(std::process::id())),
+    };
+    let mut commands = workload::command_stats(&admin).await?;
+    if latency {
+        commands.retain(|(name, _)| name != "xadd");
+    }
+    let mut measured = Measured {
+        entries: expect,
+        secs: (done_at - started).as_secs_f64(),
+        commands,
+        reads: outcome.reads,
+        round_trips: outcome.round_trips,
+        sidecar_cpu,
+        client_cpu,
+        redis_cpu,
+        ..Default::default()
+    };
+    if let Some(sidecar) = &sidecar {
+        let metrics = sidecar.scrape().await?;
+        measured.reads = metric_sum(&metrics, "window_reads_total", "") as u64;
+        measured.round_trips = metric_sum(&metrics, "window_redis_round_trips_total", "") as u64;
+        measured.flush_round_trips =
+            Some(metric_sum(&metrics, "window_redis_round_trips_total", "kind=\"flush\"") as u64);
+        let flushes = metric_sum(&metrics, "window_flush_duration_seconds_count", "");
+        if flushes > 0.0 {
+            measured.flush_mean_ms = Some(
+                1000.0 * metric_sum(&metrics, "window_flush_duration_seconds_sum", "") / flushes,
+            );
+        }
+        measured.sidecar_hwm_kb = status_kb(sidecar.pid(), "VmHWM");
+    }
+    if let Some(producer) = producer {
+        producer
+            .await
+            .map_err(|e| format!("producer task: {e}"))??;
+    }
+    if outcome.acked < expect {
+        return Err(format!("the consumer acked {} of {expect}", outcome.acked));
+    }
+    if outcome.lat_us.len() as u64 != expect {
+        return Err(format!(
+            "{} latency samples for {expect} entries",
+            outcome.lat_us.len()
+        ));
+    }
+    workload::verify(&admin, expect).await?;
+    measured.lat_us = outcome.lat_us;
+    measured.lat_us.sort_unstable();
+    let _ = admin.quit().await;
+    drop(sidecar);
+    Ok(measured)
+}
+
+async fn idle_rss(ctx: &Ctx, n: usize) -> Result<(u64, u64), String> {
+    let bin = ctx.sidecar_bin.as_ref().map_err(Clone::clone)?;
+    let redis = RedisServer::start();
+    let sidecar = SidecarProcess::start(bin, &redis.url()).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = status_kb(sidecar.pid(), "VmRSS").ok_or("no VmRSS")?;
+    let held = client::open_idle(sidecar.grpc, n).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss = status_kb(sidecar.pid(), "VmRSS").ok_or("no VmRSS")?;
+    let open = metric_sum(&sidecar.scrape().await?, "window_subscriptions_open", "") as usize;
+    drop(held);
+    drop(sidecar);
+    if open != n {
+        return Err(format!("{open} subscriptions open, want {n}"));
+    }
+    Ok((rss, before))
+}
+
+/// Builds the sidecar binary (a no-op when it is fresh) next to this binary, so a stale one is
+/// never measured; falls back to an existing binary when cargo is not there.
+fn sidecar_bin(explicit: Option<PathBuf>, root: &Path) -> Result<PathBuf, String> {
+    if let Some(bin) = explicit {
+        return Ok(bin);
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile_dir = exe.parent().ok_or("no directory of the bench binary")?;
+    let target_dir = profile_dir.parent().ok_or("no target directory")?;
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let target_dir = if release {
+        target_dir.to_owned()
+    } else {
+        root.join("target")
+    };
+    let bin = target_dir.join("release/window-sidecar");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    println!("bench: cargo build --release -p window-sidecar");
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args(["build", "--release", "-p", "window-sidecar"])
+        .args(["--bin", "window-sidecar"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .current_dir(root);
+    // Without the variables `cargo run` sets for this binary: cargo compares the variables
+    // build scripts watch (`rerun-if-env-changed`) with its own environment, so they would
+    // rebuild half the tree here, and again on the next plain `cargo build`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&name.as_ref())
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    let status = command.status();
+    match status {
+        Ok(status) if status.success() => Ok(bin),
+        _ if bin.exists() => {
+            println!(
+                "bench: the build failed; using the existing {}",
+                bin.display()
+            );
+            Ok(bin)
+        }
+        other => Err(format!("could not build the sidecar: {other:?}")),
+    }
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Throughput => "throughput",
+        Phase::Latency => "latency",
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(bench(args))
+}
+
+async fn bench(args: Args) -> ExitCode {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap_or(root);
+    let entries = args
+        .entries
+        .unwrap_or(if args.quick { 5_000 } else { 100_000 });
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let latency_secs = args
+        .latency_secs
+        .unwrap_or(if args.quick { 1.0 } else { 5.0 });
+    let contenders: Vec<Contender> = if args.contenders.is_empty() {
+        Contender::ALL.to_vec()
+    } else {
+        let mut chosen = Vec::new();
+        for name in &args.contenders {
+            match Contender::parse(name) {
+                Some(c) => chosen.push(c),
+                None => {
+                    eprintln!(
+                        "unknown contender {name:?}; known: {}",
+                        Contender::ALL.map(|c| c.name()).join(", ")
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        chosen
+    };
+    if cfg!(debug_assertions) {
+        println!("bench: note: built without --release; the in-process clients are slow");
+    }
+    let needs_sidecar =
+        contenders.iter().any(Contender::uses_sidecar) || args.idle_subscriptions > 0;
+    let sidecar_bin = if needs_sidecar {
+        sidecar_bin(args.sidecar_bin, &root)
+    } else {
+        Err("not needed".into())
+    };
+    let python = if contenders.iter().any(|c| c.python_mode().is_some()) {
+        python::prepare(&root, args.python)
+    } else {
+        Err("not needed".into())
+    };
+    if let Err(err) = &python
+        && err != "not needed"
+    {
+        println!("bench: the Python contenders cannot run: {err}");
+    }
+    let ctx = Ctx {
+        root,
+        sidecar_bin,
+        python,
+        entries,
+        latency_rate: args.latency_rate,
+        latency_secs,
+    };
+    println!(
+        "bench: {} contenders, {rounds} round(s), {entries} entries per throughput run, \
+         latency phase {latency_secs} s at {}/s, {} cores, {}",
+        contenders.len(),
+        ctx.latency_rate,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        redis_version()
+    );
+
+    let mut records = Vec::new();
+    let mut idle = Vec::new();
+    for round in 1..=rounds {
+        let mut phases = vec![Phase::Throughput];
+        if latency_secs > 0.0 {
+            phases.push(Phase::Latency);
+        }
+        for phase in phases {
+            for &contender in &contenders {
+                let wall = std::time::Instant::now();
+                let result = run_one(&ctx, contender, phase).await;
+                report::progress(round, rounds, phase, contender, &result, wall.elapsed());
+                records.push(Record {
+                    round,
+                    contender,
+                    phase,
+                    result,
+                });
+            }
+        }
+        if args.idle_subscriptions > 0 {
+            let result = idle_rss(&ctx, args.idle_subscriptions).await;
+            report::idle_progress(round, rounds, args.idle_subscriptions, &result);
+            idle.push(IdleRss {
+                subscriptions: args.idle_subscriptions,
+                result,
+            });
+        }
+    }
+    report::tables(&contenders, &records, &idle, ctx.latency_rate);
+    let failed = records.iter().filter(|r| r.result.is_err()).count()
+        + idle.iter().filter(|r| r.result.is_err()).count();
+    let passed = records.len() + idle.len() - failed;
+    println!("bench: {passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn redis_version() -> String {
+    std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| {
+            s.split_whitespace()
+                .find_map(|w| w.strip_prefix("v=").map(|v| format!("redis-server {v}")))
+        })
+        .unwrap_or_else(|| "redis-server (version unknown)".into())
+}

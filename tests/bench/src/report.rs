@@ -1,0 +1,334 @@
+//! Printing: one line per run as it finishes, then the tables of figures and the ratios the
+//! issue's targets name. Figures only: nothing here asserts on them.
+
+use crate::{Contender, IdleRss, Measured, Phase, Record};
+
+fn thousands(n: f64) -> String {
+    let n = n.round() as u64;
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Nearest-rank percentile of sorted samples, in milliseconds.
+fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let mid = v.len() / 2;
+    Some(if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    })
+}
+
+fn min_max(values: &[f64]) -> Option<(f64, f64)> {
+    let min = values.iter().copied().reduce(f64::min)?;
+    let max = values.iter().copied().reduce(f64::max)?;
+    Some((min, max))
+}
+
+fn opt(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    crate::phase_name(phase)
+}
+
+pub fn progress(
+    round: u32,
+    rounds: u32,
+    phase: Phase,
+    contender: Contender,
+    result: &Result<Measured, String>,
+    wall: std::time::Duration,
+) {
+    let head = format!(
+        "[round {round}/{rounds}] {:<10} {:<26}",
+        phase_name(phase),
+        contender.name()
+    );
+    let wall = format!(" [{:.1} s]", wall.as_secs_f64());
+    match result {
+        Ok(m) => match phase {
+            Phase::Throughput => println!(
+                "{head} {:>9} deliveries/s ({:.2} s, {:.2} commands/delivery), verified{wall}",
+                thousands(m.rate()),
+                m.secs,
+                m.commands_total() as f64 / m.entries as f64
+            ),
+            Phase::Latency => println!(
+                "{head} p50 {:.2} ms, p99 {:.2} ms over {} entries, verified{wall}",
+                percentile_ms(&m.lat_us, 50.0),
+                percentile_ms(&m.lat_us, 99.0),
+                m.entries
+            ),
+        },
+        Err(err) => println!("{head} FAILED: {err}{wall}"),
+    }
+}
+
+pub fn idle_progress(round: u32, rounds: u32, n: usize, result: &Result<(u64, u64), String>) {
+    let head = format!(
+        "[round {round}/{rounds}] {:<10} {:<26}",
+        "idle",
+        format!("{n} subscriptions")
+    );
+    match result {
+        Ok((rss, before)) => println!(
+            "{head} sidecar RSS {:.1} MB ({:.1} MB before opening them), verified",
+            *rss as f64 / 1024.0,
+            *before as f64 / 1024.0
+        ),
+        Err(err) => println!("{head} FAILED: {err}"),
+    }
+}
+
+/// Verified runs of one contender in one phase.
+fn runs(records: &[Record], contender: Contender, phase: Phase) -> Vec<&Measured> {
+    records
+        .iter()
+        .filter(|r| r.contender == contender && r.phase == phase)
+        .filter_map(|r| r.result.as_ref().ok())
+        .collect()
+}
+
+fn med_of(runs: &[&Measured], f: impl Fn(&Measured) -> Option<f64>) -> Option<f64> {
+    let values: Vec<f64> = runs.iter().filter_map(|m| f(m)).collect();
+    median(&values)
+}
+
+/// Per round, `a`'s throughput over `b`'s (both verified in that round).
+fn ratios(records: &[Record], a: Contender, b: Contender) -> Vec<f64> {
+    let rate = |c: Contender, round: u32| {
+        records
+            .iter()
+            .find(|r| r.contender == c && r.phase == Phase::Throughput && r.round == round)
+            .and_then(|r| r.result.as_ref().ok())
+            .map(Measured::rate)
+    };
+    let last = records.iter().map(|r| r.round).max().unwrap_or(0);
+    (1..=last)
+        .filter_map(|round| Some(rate(a, round)? / rate(b, round)?))
+        .collect()
+}
+
+fn ratio_text(values: &[f64]) -> String {
+    match (median(values), min_max(values)) {
+        (Some(m), Some((lo, hi))) if values.len() > 1 => {
+            format!("{m:.2}x (rounds {lo:.2}-{hi:.2})")
+        }
+        (Some(m), _) => format!("{m:.2}x"),
+        _ => "n/a".into(),
+    }
+}
+
+fn p_ms(runs: &[&Measured], p: f64) -> Option<f64> {
+    med_of(runs, |m| Some(percentile_ms(&m.lat_us, p)))
+}
+
+pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], rate: u64) {
+    let w = 26;
+    println!();
+    println!("== throughput (deliveries/s over verified rounds; other columns: median)");
+    println!(
+        "{:<w$} {:>10} {:>21} {:>10} {:>10} {:>10} {:>10}",
+        "contender", "median", "min-max", "cmds/del", "rt/read", "flush/read", "flush ms"
+    );
+    for &c in contenders {
+        let t = runs(records, c, Phase::Throughput);
+        let rates: Vec<f64> = t.iter().map(|m| m.rate()).collect();
+        let (range, med) = match (min_max(&rates), median(&rates)) {
+            (Some((lo, hi)), Some(m)) => {
+                (format!("{}-{}", thousands(lo), thousands(hi)), thousands(m))
+            }
+            _ => ("-".into(), "n/a".into()),
+        };
+        println!(
+            "{:<w$} {:>10} {:>21} {:>10} {:>10} {:>10} {:>10}",
+            c.name(),
+            med,
+            range,
+            opt(
+                med_of(&t, |m| Some(m.commands_total() as f64 / m.entries as f64)),
+                3
+            ),
+            opt(
+                med_of(&t, |m| (m.reads > 0)
+                    .then(|| m.round_trips as f64 / m.reads as f64)),
+                3
+            ),
+            opt(
+                med_of(&t, |m| Some(
+                    m.flush_round_trips? as f64 / m.reads.max(1) as f64
+                )),
+                3
+            ),
+            opt(med_of(&t, |m| m.flush_mean_ms), 3),
+        );
+    }
+
+    println!();
+    println!("== resources in the throughput runs (CPU seconds per 100,000 deliveries; median)");
+    println!(
+        "{:<w$} {:>12} {:>12} {:>12} {:>16}",
+        "contender", "sidecar CPU", "client CPU", "redis CPU", "sidecar peak RSS"
+    );
+    for &c in contenders {
+        let t = runs(records, c, Phase::Throughput);
+        let per_100k = |v: Option<f64>, m: &Measured| v.map(|s| s * 100_000.0 / m.entries as f64);
+        let hwm = t
+            .iter()
+            .filter_map(|m| m.sidecar_hwm_kb)
+            .max()
+            .map(|kb| format!("{:.1} MB", kb as f64 / 1024.0));
+        println!(
+            "{:<w$} {:>12} {:>12} {:>12} {:>16}",
+            c.name(),
+            opt(med_of(&t, |m| per_100k(m.sidecar_cpu, m)), 2),
+            opt(med_of(&t, |m| per_100k(m.client_cpu, m)), 2),
+            opt(med_of(&t, |m| per_100k(m.redis_cpu, m)), 2),
+            hwm.unwrap_or_else(|| "-".into()),
+        );
+    }
+
+    println!();
+    println!(
+        "== latency, ms (median over rounds). At {rate}/s: XADD to the reply that settled the \
+         entry. Flat out: the read reaching the consumer to that reply"
+    );
+    println!(
+        "{:<w$} {:>12} {:>12} {:>14} {:>14}",
+        "contender",
+        format!("{rate}/s p50"),
+        format!("{rate}/s p99"),
+        "flat-out p50",
+        "flat-out p99"
+    );
+    for &c in contenders {
+        let l = runs(records, c, Phase::Latency);
+        let t = runs(records, c, Phase::Throughput);
+        println!(
+            "{:<w$} {:>12} {:>12} {:>14} {:>14}",
+            c.name(),
+            opt(p_ms(&l, 50.0), 3),
+            opt(p_ms(&l, 99.0), 3),
+            opt(p_ms(&t, 50.0), 3),
+            opt(p_ms(&t, 99.0), 3),
+        );
+    }
+
+    println!();
+    println!("== Redis commands per throughput run (last verified round; INFO commandstats)");
+    for &c in contenders {
+        if let Some(m) = runs(records, c, Phase::Throughput).last() {
+            let list: Vec<String> = m
+                .commands
+                .iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect();
+            println!("{:<w$} {}", c.name(), list.join(", "));
+        }
+    }
+
+    println!();
+    println!("== the issue's targets (figures, not assertions)");
+    let pipeline64 = Contender::SidecarRust {
+        count: 64,
+        atomic: false,
+    };
+    let row = |what: &str, figure: String, target: &str| {
+        println!("{what:<58} {figure:<34} target {target}");
+    };
+    let t64 = runs(records, pipeline64, Phase::Throughput);
+    row(
+        "flush round trips per read, sidecar-rust-pipeline-64",
+        opt(
+            med_of(&t64, |m| {
+                Some(m.flush_round_trips? as f64 / m.reads.max(1) as f64)
+            }),
+            3,
+        ),
+        "exactly 1",
+    );
+    row(
+        "Redis round trips per read (all kinds), pipeline-64",
+        opt(
+            med_of(&t64, |m| {
+                (m.reads > 0).then(|| m.round_trips as f64 / m.reads as f64)
+            }),
+            3,
+        ),
+        "aim for 1",
+    );
+    row(
+        "sidecar-rust-pipeline-64 / fred-raw (deliveries/s)",
+        ratio_text(&ratios(records, pipeline64, Contender::FredRaw)),
+        ">= 0.5x",
+    );
+    row(
+        "sidecar-python / redis-py-per-message",
+        ratio_text(&ratios(
+            records,
+            Contender::SidecarPython,
+            Contender::RedisPyPerMessage,
+        )),
+        ">= 10x",
+    );
+    row(
+        "sidecar-python / redis-py-pipelined",
+        ratio_text(&ratios(
+            records,
+            Contender::SidecarPython,
+            Contender::RedisPyPipelined,
+        )),
+        ">= 1.0x",
+    );
+    for (sidecar, baseline) in [
+        (pipeline64, Contender::FredRaw),
+        (Contender::SidecarPython, Contender::RedisPyPipelined),
+    ] {
+        let s = p_ms(&runs(records, sidecar, Phase::Latency), 99.0);
+        let b = p_ms(&runs(records, baseline, Phase::Latency), 99.0);
+        let figure = match (s, b) {
+            (Some(s), Some(b)) => format!("{s:.2} ms ({:+.2} ms vs {})", s - b, baseline.name()),
+            (Some(s), None) => format!("{s:.2} ms"),
+            _ => "n/a".into(),
+        };
+        row(
+            &format!("p99 at {rate}/s, {}", sidecar.name()),
+            figure,
+            "< 2 ms added",
+        );
+    }
+    let rss: Vec<f64> = idle
+        .iter()
+        .filter_map(|r| r.result.as_ref().ok())
+        .map(|(rss, _)| *rss as f64 / 1024.0)
+        .collect();
+    let n = idle.first().map_or(100, |r| r.subscriptions);
+    row(
+        &format!("sidecar RSS with {n} idle subscriptions"),
+        median(&rss).map_or("n/a".into(), |m| format!("{m:.1} MB")),
+        "< 50 MB",
+    );
+    println!();
+}

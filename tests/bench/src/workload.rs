@@ -1,0 +1,184 @@
+//! The workload: the stream `bench` with its entries, the group `g`, the Redis-side figures
+//! (`INFO commandstats` after `CONFIG RESETSTAT`) and the verification of a run.
+
+use bytes::Bytes;
+use fred::prelude::*;
+use serde::Deserialize;
+
+pub const STREAM: &str = "bench";
+pub const GROUP: &str = "g";
+pub const CONSUMER: &str = "c1";
+/// The side effect's key space: `count:<id mod COUNTERS>`.
+pub const COUNTERS: u64 = 1000;
+
+/// What a consumer decodes from an entry's `_payload`.
+#[derive(Debug, Deserialize)]
+pub struct Payload {
+    pub id: u64,
+    /// When the producer sent the XADD (microseconds since the epoch); 0 in prefilled streams.
+    #[serde(default)]
+    pub ts: u64,
+}
+
+impl Payload {
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("payload is not the bench JSON: {e}"))
+    }
+
+    /// The key of this entry's side effect.
+    pub fn counter_key(&self) -> String {
+        format!("count:{}", self.id % COUNTERS)
+    }
+}
+
+/// About 100 bytes of JSON with an `id` (and the producer's send time `ts`).
+pub fn payload(id: u64, ts: u64) -> Bytes {
+    let mut s = format!(
+        r#"{{"id":{id},"ts":{ts},"kind":"order.created","customer":"c-{}","sku":"sku-{}","note":""#,
+        id % 7919,
+        id % 997
+    );
+    while s.len() < 98 {
+        s.push('x');
+    }
+    s.push_str("\"}");
+    Bytes::from(s)
+}
+
+/// Microseconds since the Unix epoch (the clock every process of the bench shares).
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or_default()
+}
+
+fn err(what: &str) -> impl Fn(Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+pub async fn connect(url: &str) -> Result<Client, String> {
+    let config = Config::from_url(url).map_err(err("redis url"))?;
+    let client = Builder::from_config(config)
+        .build()
+        .map_err(err("redis client"))?;
+    client.init().await.map_err(err("connect to redis"))?;
+    Ok(client)
+}
+
+fn xadd_args(id: u64, ts: u64) -> Vec<Value> {
+    vec![
+        Value::from(STREAM),
+        Value::from("*"),
+        Value::from("_payload"),
+        Value::Bytes(payload(id, ts)),
+    ]
+}
+
+/// Creates the stream and group `g` (at `0`, so it sees every entry).
+pub async fn create_group(client: &Client) -> Result<(), String> {
+    let _: Value = client
+        .custom(
+            fred::cmd!("XGROUP"),
+            vec!["CREATE", STREAM, GROUP, "0", "MKSTREAM"],
+        )
+        .await
+        .map_err(err("XGROUP CREATE"))?;
+    Ok(())
+}
+
+/// Appends `n` entries with ids `0..n`, in pipelines of 2,000.
+pub async fn fill(client: &Client, n: u64) -> Result<(), String> {
+    let mut next = 0;
+    while next < n {
+        let end = (next + 2_000).min(n);
+        let pipeline = client.pipeline();
+        for id in next..end {
+            let _: Result<Value, _> = pipeline.custom(fred::cmd!("XADD"), xadd_args(id, 0)).await;
+        }
+        for reply in pipeline.try_all::<Value>().await {
+            reply.map_err(err("XADD"))?;
+        }
+        next = end;
+    }
+    Ok(())
+}
+
+/// One XADD stamped with its send time (the latency phase's producer).
+pub async fn xadd_now(client: &Client, id: u64) -> Result<(), String> {
+    let _: Value = client
+        .custom(fred::cmd!("XADD"), xadd_args(id, now_us()))
+        .await
+        .map_err(err("XADD"))?;
+    Ok(())
+}
+
+pub async fn reset_stats(client: &Client) -> Result<(), String> {
+    let _: Value = client
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .map_err(err("CONFIG RESETSTAT"))?;
+    Ok(())
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT` (from `INFO commandstats`), without the
+/// bench's own `INFO` and `CONFIG`, sorted by calls.
+pub async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>, String> {
+    let info: String = client
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .map_err(err("INFO commandstats"))?;
+    let mut stats: Vec<(String, u64)> = info
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, fields) = rest.split_once(':')?;
+            let calls = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| name != "info" && name != "config")
+        .collect();
+    stats.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(stats)
+}
+
+/// Checks that the run is complete: nothing pending in group `g`, and the counters sum to
+/// exactly `expect` (every entry's side effect ran once).
+pub async fn verify(client: &Client, expect: u64) -> Result<(), String> {
+    let reply: Value = client
+        .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
+        .await
+        .map_err(err("XPENDING"))?;
+    let pending = match reply {
+        Value::Array(parts) => parts.first().and_then(Value::as_u64),
+        _ => None,
+    }
+    .ok_or("XPENDING summary without a count")?;
+    let keys: Vec<Value> = (0..COUNTERS)
+        .map(|i| Value::from(format!("count:{i}")))
+        .collect();
+    let reply: Value = client
+        .custom(fred::cmd!("MGET"), keys)
+        .await
+        .map_err(err("MGET"))?;
+    let Value::Array(values) = reply else {
+        return Err("MGET did not answer an array".into());
+    };
+    let sum: u64 = values.iter().filter_map(Value::as_u64).sum();
+    let xlen: Value = client
+        .custom(fred::cmd!("XLEN"), vec![STREAM])
+        .await
+        .map_err(err("XLEN"))?;
+    let xlen = xlen.as_u64().unwrap_or(0);
+    if pending != 0 || sum != expect || xlen != expect {
+        return Err(format!(
+            "not verified: XPENDING {pending} (want 0), counters sum {sum} (want {expect}), \
+             XLEN {xlen} (want {expect})"
+        ));
+    }
+    Ok(())
+}
