@@ -314,8 +314,13 @@ impl<'a> Subscription<'a> {
 
     /// Asks the reader for more when the window has room and no read is under way.
     async fn request_read(&mut self) {
+        // One read's worth of deliveries waiting for their flush is free, so the next read
+        // overlaps the flush; beyond that they count, so a slow Redis backs up in Redis.
+        let waiting = self
+            .flushing_deliveries
+            .saturating_sub(self.request.count as usize);
         let room = (self.request.max_in_flight as usize)
-            .saturating_sub(self.window.outstanding() + self.flushing_deliveries);
+            .saturating_sub(self.window.outstanding() + waiting);
         if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
             return;
         }
