@@ -356,15 +356,20 @@ pub async fn call_at(
 /// The name of a key that lives beside `key` and, on a cluster, in the same hash slot: the
 /// key's own hash tag is reused, or the whole key becomes the tag.
 pub fn companion_key(key: &str, suffix: &str) -> String {
-    let has_tag = key
-        .find('{')
-        .and_then(|open| key[open + 1..].find('}').map(|len| len > 0))
-        .unwrap_or(false);
-    if has_tag {
+    if hash_tag(key).is_some() {
         format!("{key}:{suffix}")
     } else {
         format!("{{{key}}}:{suffix}")
     }
+}
+
+/// A key's hash tag: the content of its first `{…}` when non-empty, which is all Redis hashes.
+pub fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    rest.find('}')
+        .filter(|&len| len > 0)
+        .map(|len| &rest[..len])
 }
 
 /// Bytes to a fred argument without copying.
@@ -393,6 +398,10 @@ mod tests {
             );
         }
         assert_eq!(companion_key("orders", "x"), "{orders}:x");
+        assert_eq!(hash_tag("{orders}:dead"), Some("orders"));
+        assert_eq!(hash_tag("a{b}c{d}"), Some("b"));
+        assert_eq!(hash_tag("orders"), None);
+        assert_eq!(hash_tag("{}x"), None, "an empty tag hashes the whole key");
         assert_eq!(companion_key("{o}:s", "x"), "{o}:s:x");
     }
 }

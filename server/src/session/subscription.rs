@@ -32,7 +32,7 @@ use crate::redis::keys::KeySpecs;
 use crate::redis::list::{self, ListKeys};
 use crate::redis::plan::{PlanContext, Settling, plan_dead_letters, plan_flush};
 use crate::redis::stream::{self, Mode, ReadBatch};
-use crate::redis::{Redis, RedisError};
+use crate::redis::{Redis, RedisError, hash_tag};
 use crate::telemetry::format_traceparent;
 use crate::window::{Command, CommandError, FlushBatch, Limits, ReadId, SlotError, SlotId, Window};
 use fred::util::redis_keyslot;
@@ -576,7 +576,9 @@ impl<'a> Subscription<'a> {
                 };
                 if let Some(key) = keys.iter().find(|k| redis_keyslot(k) != slot) {
                     let (subscription_key, _, _) = self.source.describe();
-                    let tag = hash_tag(&subscription_key).to_owned();
+                    let tag = hash_tag(&subscription_key)
+                        .unwrap_or(&subscription_key)
+                        .to_owned();
                     return Err(CommandError::CrossSlot {
                         command: command.name.clone(),
                         key: String::from_utf8_lossy(key).into_owned(),
@@ -594,10 +596,7 @@ impl<'a> Subscription<'a> {
     }
 
     fn flush(&mut self, batch: FlushBatch<Arc<Entry>>) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
+        let now_ms = now_ms();
         let ctx = PlanContext {
             mode: self.request.mode,
             now_ms,
@@ -778,18 +777,6 @@ impl<'a> Subscription<'a> {
     }
 }
 
-/// The part of a key Redis hashes: the content of its first non-empty `{…}`, else the key.
-fn hash_tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.find('}')
-                .filter(|&len| len > 0)
-                .map(|len| &rest[..len])
-        })
-        .unwrap_or(key)
-}
-
 /// The rejection reason label of a slot error.
 fn rejection_reason(err: &SlotError) -> &'static str {
     match err {
@@ -894,6 +881,14 @@ async fn flush_loop(
     }
 }
 
+/// Now, in Unix milliseconds (the unit of the delay set's scores).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
 /// Sleeps until the deadline, or forever when there is none.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -910,10 +905,7 @@ async fn promote(redis: Redis, form: Form, every: Duration) {
     loop {
         tick.tick().await;
         loop {
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or_default();
+            let now_ms = now_ms();
             match form.promote_due(&redis, now_ms, LIMIT).await {
                 Ok(n) if n == u64::from(LIMIT) => continue,
                 Ok(n) => {
@@ -958,8 +950,8 @@ fn check_cluster_slots(
             "on a cluster, {:?} must be in the hash slot of {key:?} ({slot}) to be written atomically with its settles, but it is in slot {}; use a key with a hash tag, such as \"{{{}}}\" for the subscription and \"{{{}}}:dead\" for its dead letter",
             String::from_utf8_lossy(name),
             redis_keyslot(name),
-            hash_tag(&key),
-            hash_tag(&key),
+            hash_tag(&key).unwrap_or(&key),
+            hash_tag(&key).unwrap_or(&key),
         ))),
         None => Ok(()),
     }
