@@ -1,87 +1,11 @@
 //! The real `window-sidecar` binary: configuration check, `--dev`, and the SIGTERM drain.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+mod common;
 
+use std::process::Command;
+
+use common::{BIN, Running};
 use window_sidecar_harness::{RedisServer, free_port};
-
-const BIN: &str = env!("CARGO_BIN_EXE_window-sidecar");
-
-/// The binary running with the given flags; its stderr lines arrive on a channel.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Running {
-    fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("SIDECAR_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the binary");
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Self { child, lines }
-    }
-
-    /// Waits for a log line containing `text`; returns it.
-    fn wait_for(&self, text: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return line,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        panic!("the sidecar never logged {text:?}");
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    /// SIGKILL: no drain, no flush.
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn wait(mut self) -> std::process::ExitStatus {
-        for _ in 0..200 {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        panic!("the sidecar did not exit within 10 s");
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[test]
 fn check_config_accepts_a_good_configuration_and_refuses_a_bad_one_with_64() {
