@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use thiserror::Error;
 
+use crate::policy::{self, CommandRules, Limits, Patterns, Policy};
+
 /// The sidecar's settings. Every flag can also be set by the environment variable named in
 /// `--help`; a flag wins over its variable.
 #[derive(Clone, Parser)]
@@ -106,6 +108,48 @@ pub struct Config {
     /// The most commands one delivery's segment may hold.
     #[arg(long, env = "WINDOW_MAX_COMMANDS_PER_SLOT", default_value_t = 1024)]
     pub max_commands_per_slot: usize,
+
+    /// Key patterns (Redis glob: `*`, `?`; braces are literal) of the keys clients may open
+    /// (streams, lists, dead letters, Publish) and touch with queued commands, comma-separated.
+    /// `*`: every key.
+    #[arg(
+        long,
+        env = "WINDOW_ALLOW_KEYS",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub allow_keys: Vec<String>,
+
+    /// Channel patterns clients may subscribe to (pub/sub), comma-separated. `*`: every channel.
+    #[arg(
+        long,
+        env = "WINDOW_ALLOW_CHANNELS",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub allow_channels: Vec<String>,
+
+    /// Which commands clients may queue, as Redis ACL rules applied left to right: `+@write`,
+    /// `-@dangerous`, `+evalsha`, `+@all`. Commands that break a window are refused whatever
+    /// these say.
+    #[arg(long, env = "WINDOW_ALLOW_COMMANDS", default_value = policy::DEFAULT_COMMAND_RULES)]
+    pub allow_commands: String,
+
+    /// The largest message a client may send (bytes; KiB and MiB suffixes allowed).
+    #[arg(long, env = "WINDOW_MAX_MESSAGE_SIZE", default_value = "4MiB", value_parser = parse_size)]
+    pub max_message_size: usize,
+
+    /// The largest argument of a queued command (bytes; KiB and MiB suffixes allowed).
+    #[arg(long, env = "WINDOW_MAX_ARG_SIZE", default_value = "1MiB", value_parser = parse_size)]
+    pub max_arg_size: usize,
+
+    /// The most subscriptions one gRPC connection may hold open at once.
+    #[arg(
+        long,
+        env = "WINDOW_MAX_SUBSCRIPTIONS_PER_CONNECTION",
+        default_value_t = 256
+    )]
+    pub max_subscriptions_per_connection: usize,
 
     /// On SIGTERM or SIGINT, how long subscriptions wait for outstanding outcomes before
     /// flushing what is owed and closing.
@@ -220,6 +264,8 @@ pub enum ConfigError {
     },
     #[error("--consumer-name must not be empty")]
     EmptyConsumerName,
+    #[error("--allow-commands: {0}")]
+    CommandRules(String),
 }
 
 impl Config {
@@ -288,6 +334,14 @@ impl Config {
             1,
         )?;
         at_least("redis-timeout", self.redis_timeout.as_millis() as u64, 1)?;
+        at_least("max-message-size", self.max_message_size as u64, 1024)?;
+        at_least("max-arg-size", self.max_arg_size as u64, 1)?;
+        at_least(
+            "max-subscriptions-per-connection",
+            self.max_subscriptions_per_connection as u64,
+            1,
+        )?;
+        self.policy()?;
         at_least(
             "promote-interval",
             self.promote_interval.as_millis() as u64,
@@ -306,6 +360,21 @@ impl Config {
             return Err(ConfigError::EmptyConsumerName);
         }
         Ok(())
+    }
+
+    /// What clients may do.
+    pub fn policy(&self) -> Result<Policy, ConfigError> {
+        Ok(Policy {
+            keys: Patterns::new(&self.allow_keys),
+            channels: Patterns::new(&self.allow_channels),
+            commands: CommandRules::parse(&self.allow_commands)
+                .map_err(ConfigError::CommandRules)?,
+            limits: Limits {
+                max_message_size: self.max_message_size,
+                max_arg_size: self.max_arg_size,
+                max_subscriptions_per_connection: self.max_subscriptions_per_connection,
+            },
+        })
     }
 
     /// The consumer name for clients that do not name one: the flag, else the pod name, else
@@ -356,6 +425,22 @@ impl std::str::FromStr for Secret {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Ok(Self(s.to_owned()))
     }
+}
+
+/// A size in bytes, with an optional KiB or MiB suffix.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (number, unit) = match (s.strip_suffix("MiB"), s.strip_suffix("KiB")) {
+        (Some(n), _) => (n, 1 << 20),
+        (_, Some(n)) => (n, 1 << 10),
+        _ => (s, 1),
+    };
+    number
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("{s:?} is not a size: bytes, or a number with KiB or MiB"))
 }
 
 /// A URL with its password (and user) replaced, for logs and errors.
@@ -419,6 +504,36 @@ mod tests {
             Err(ConfigError::TooSmall { .. })
         ));
         assert!(Config::try_parse_from(["w", "--shutdown-grace", "soon"]).is_err());
+        assert!(matches!(
+            parse(&["--allow-commands", "write"]).validate(),
+            Err(ConfigError::CommandRules(_))
+        ));
+        assert!(Config::try_parse_from(["w", "--max-arg-size", "1GB"]).is_err());
+    }
+
+    #[test]
+    fn the_policy_comes_from_its_flags() {
+        let config = parse(&[
+            "--allow-keys",
+            "{orders}*,count:*",
+            "--allow-commands",
+            "+@write -del",
+            "--max-arg-size",
+            "64KiB",
+            "--max-message-size",
+            "2MiB",
+        ]);
+        let policy = config.policy().unwrap();
+        assert!(policy.keys.allows(b"{orders}:dead"));
+        assert!(!policy.keys.allows(b"other"));
+        assert!(policy.channels.is_any());
+        assert!(!policy.commands.allows("DEL", &["@write".into()]));
+        assert_eq!(policy.limits.max_arg_size, 64 << 10);
+        assert_eq!(policy.limits.max_message_size, 2 << 20);
+        assert_eq!(
+            parse(&[]).policy().unwrap().limits,
+            Policy::default().limits
+        );
     }
 
     #[test]

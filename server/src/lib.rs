@@ -12,6 +12,7 @@ pub mod dev;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod policy;
 pub mod redis;
 pub mod server;
 pub mod session;

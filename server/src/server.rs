@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -21,7 +22,7 @@ use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
 
 use crate::config::{Config, Listen, Secret, redact_url};
-use crate::grpc::{self, convert::OpenLimits};
+use crate::grpc::{self, Numbered, convert::OpenLimits};
 use crate::proto::window_service_server::WindowServiceServer;
 use crate::redis::{ConnectOptions, Redis, RedisError, TlsFiles};
 use crate::session::{Settings, Shared};
@@ -69,6 +70,8 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// How to reach Redis, from the configuration (reads the password file, if any).
@@ -285,6 +288,7 @@ pub async fn run(
         reclaim_interval: config.reclaim_interval,
         sample_interval: SAMPLE_INTERVAL,
         tracing,
+        policy: config.policy()?,
     };
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
     let metrics_server = match config.metrics_listen {
@@ -351,21 +355,29 @@ pub async fn run(
     if let Some(tls) = listener_tls(&config)? {
         builder = builder.tls_config(tls)?;
     }
+    let window = InterceptedService::new(
+        WindowServiceServer::new(service).max_decoding_message_size(config.max_message_size),
+        auth.clone(),
+    );
     let router = builder
+        .layer(tower::util::MapResponseLayer::new(
+            grpc::too_large_is_resource_exhausted,
+        ))
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
-        .add_service(InterceptedService::new(reflection_v1alpha, auth.clone()))
-        .add_service(WindowServiceServer::with_interceptor(service, auth));
+        .add_service(InterceptedService::new(reflection_v1alpha, auth))
+        .add_service(window);
     match listener {
         Listener::Tcp(listener) => {
+            let incoming = nodelay(listener).map(|accepted| accepted.map(Numbered::new));
             router
-                .serve_with_incoming_shutdown(nodelay(listener), drained)
+                .serve_with_incoming_shutdown(incoming, drained)
                 .await?
         }
         Listener::Unix(listener, path) => {
-            let served = router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), drained)
-                .await;
+            let incoming =
+                UnixListenerStream::new(listener).map(|accepted| accepted.map(Numbered::new));
+            let served = router.serve_with_incoming_shutdown(incoming, drained).await;
             let _ = std::fs::remove_file(&path);
             served?
         }

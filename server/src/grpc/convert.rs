@@ -424,8 +424,12 @@ fn rejection(err: &SlotError) -> proto::Rejection {
             CommandError::EmptyName => (R::InvalidCommand, None),
             CommandError::Unknown(name) => (R::InvalidCommand, Some(name.clone())),
             CommandError::CrossSlot { command, .. } => (R::CrossSlot, Some(command.clone())),
+            CommandError::Policy { command, source } if source.is_limit() => {
+                (R::LimitExceeded, Some(command.clone()))
+            }
+            CommandError::Policy { command, .. } => (R::PermissionDenied, Some(command.clone())),
         },
-        SlotError::TooManyCommands { .. } => (R::InvalidCommand, None),
+        SlotError::TooManyCommands { .. } => (R::LimitExceeded, None),
         SlotError::InvalidOutcome { .. } => (R::InvalidOutcome, None),
         SlotError::IncompleteSegment(_) => (R::IncompleteSegment, None),
     };

@@ -1,7 +1,10 @@
 //! The tonic service: Subscribe spawns a session per stream, Publish appends entries. Errors
 //! become gRPC statuses here and nowhere else.
 
+mod connections;
 pub mod convert;
+
+pub use connections::{ConnectionId, Connections, Numbered};
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::policy::PolicyError;
 use crate::proto;
 use crate::proto::window_service_server::WindowService;
 use crate::redis::{self, RedisError};
@@ -36,6 +40,7 @@ pub struct Service {
     limits: OpenLimits,
     /// Sessions still running, so shutdown can wait for their final flushes.
     sessions: TaskTracker,
+    connections: Connections,
 }
 
 impl Service {
@@ -44,6 +49,7 @@ impl Service {
             shared,
             limits,
             sessions,
+            connections: Connections::default(),
         }
     }
 }
@@ -59,13 +65,30 @@ impl WindowService for Service {
         request: Request<Streaming<proto::SubscribeRequest>>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let limits = self.limits;
+        let policy = &self.shared.settings.policy;
+        let held = match ConnectionId::of(&request) {
+            Some(id) => Some(
+                self.connections
+                    .open(id, policy.limits.max_subscriptions_per_connection)
+                    .map_err(|e| policy_status(&e, e.to_string()))?,
+            ),
+            None => None,
+        };
+        let max_message_size = policy.limits.max_message_size;
         let inbound = request.into_inner().map(move |message| match message {
             Ok(message) => convert::client_message(message, limits),
+            Err(status) if is_too_large(&status) => Err(InboundError::TooLarge(format!(
+                "a message is larger than this sidecar's --max-message-size of {max_message_size} bytes ({}); send fewer commands per batch or ask the operator to raise the limit",
+                status.message()
+            ))),
             Err(status) => Err(InboundError::Transport(status.message().to_owned())),
         });
         let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
-        self.sessions
-            .spawn(session::run(self.shared.clone(), inbound, tx));
+        let shared = self.shared.clone();
+        self.sessions.spawn(async move {
+            session::run(shared, inbound, tx).await;
+            drop(held);
+        });
         let outbound = ReceiverStream::new(rx)
             .map(|item| item.map(convert::event).map_err(|e| session_status(&e)));
         Ok(Response::new(Box::pin(outbound)))
@@ -104,6 +127,14 @@ impl WindowService for Service {
             .and_then(|c| format_traceparent(&c));
         if request.stream.is_empty() {
             return Err(Status::invalid_argument("stream is required"));
+        }
+        if let Err(err) = self
+            .shared
+            .settings
+            .policy
+            .check_key(request.stream.as_bytes())
+        {
+            return Err(policy_status(&err, err.to_string()));
         }
         if request.entries.is_empty() {
             return Err(Status::invalid_argument("entries must not be empty"));
@@ -153,11 +184,58 @@ pub fn session_status(err: &SessionError) -> Status {
         }
         SessionError::ConsumerBusy { .. } => Status::already_exists(message),
         SessionError::ShuttingDown => Status::unavailable(message),
+        SessionError::Denied(err) => policy_status(err, message),
+        SessionError::TooLarge(_) => Status::resource_exhausted(message),
         SessionError::Redis(redis) => {
             let mut status = redis_status(redis);
             status = Status::new(status.code(), message);
             status
         }
+    }
+}
+
+/// tonic's own refusal of a message over the decoding limit (it says OUT_OF_RANGE).
+fn is_too_large(status: &Status) -> bool {
+    status.code() == tonic::Code::OutOfRange && status.message().contains("too large")
+}
+
+/// gRPC clients expect RESOURCE_EXHAUSTED for a request over the size limit, as other servers
+/// send; tonic answers a unary call with OUT_OF_RANGE before the handler runs. This rewrites
+/// that answer (Subscribe streams get theirs from the session).
+pub fn too_large_is_resource_exhausted<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    use tonic::codegen::http::HeaderValue;
+    let headers = response.headers_mut();
+    let decoding_limit = headers.get("grpc-status").is_some_and(|s| s == "11")
+        && headers
+            .get("grpc-message")
+            .and_then(|m| m.to_str().ok())
+            .is_some_and(|m| {
+                m.contains("decoded%20message%20length%20too%20large")
+                    || m.contains("decoded message length too large")
+            });
+    if decoding_limit {
+        headers.insert("grpc-status", HeaderValue::from_static("8"));
+        let message = headers
+            .get("grpc-message")
+            .and_then(|m| m.to_str().ok())
+            .map(|m| format!("the request is larger than this sidecar's --max-message-size: {m}"));
+        if let Some(value) =
+            message.and_then(|m| HeaderValue::from_str(&m.replace(' ', "%20")).ok())
+        {
+            headers.insert("grpc-message", value);
+        }
+    }
+    response
+}
+
+/// The status of a policy refusal: a limit is RESOURCE_EXHAUSTED, anything else a permission.
+pub fn policy_status(err: &PolicyError, message: String) -> Status {
+    if err.is_limit() {
+        Status::resource_exhausted(message)
+    } else {
+        Status::permission_denied(message)
     }
 }
 

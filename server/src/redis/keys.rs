@@ -1,7 +1,8 @@
-//! Which arguments of a command are keys, from Redis's own command metadata (`COMMAND`): the
-//! key specifications of Redis 7, with the legacy first/last/step triple as a fallback. Used to
-//! route side effects on a cluster and to check, when a command is queued, that every key of
-//! an atomic segment lives in the subscription's hash slot.
+//! What Redis says about its commands (`COMMAND`): which arguments are keys (the key
+//! specifications of Redis 7, with the legacy first/last/step triple as a fallback) and the ACL
+//! categories of each command. Used to route side effects on a cluster, to check that every key
+//! of an atomic segment lives in the subscription's hash slot, and to apply the operator's
+//! policy (key patterns, command rules) when a command is queued.
 
 use std::collections::HashMap;
 
@@ -52,11 +53,18 @@ pub enum KeyError {
     UnknownCommand(String),
 }
 
-/// The key specifications of every command a server knows.
+#[derive(Debug, Default)]
+struct Info {
+    specs: Vec<Spec>,
+    /// As Redis spells them: `@write`.
+    categories: Vec<String>,
+}
+
+/// The key specifications and categories of every command a server knows.
 #[derive(Debug, Default)]
 pub struct KeySpecs {
     /// By upper-case name, and `NAME|SUBCOMMAND` for container commands.
-    commands: HashMap<String, Vec<Spec>>,
+    commands: HashMap<String, Info>,
 }
 
 impl KeySpecs {
@@ -109,12 +117,16 @@ impl KeySpecs {
                 },
             });
         }
+        let categories = match fields.get(6) {
+            Some(Value::Array(list)) => list.iter().filter_map(Value::as_string).collect(),
+            _ => Vec::new(),
+        };
         if let Some(Value::Array(subcommands)) = fields.get(9) {
             for sub in subcommands.clone() {
                 self.add(sub, Some(&name));
             }
         }
-        self.commands.insert(name, specs);
+        self.commands.insert(name, Info { specs, categories });
     }
 
     /// Whether the server knows a command of this name.
@@ -122,17 +134,34 @@ impl KeySpecs {
         self.commands.contains_key(&name.to_ascii_uppercase())
     }
 
+    /// The entry of `name args…`: its subcommand's when it has one. Returns the full name
+    /// (`NAME|SUB` for a subcommand).
+    fn lookup(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
+        let upper = name.to_ascii_uppercase();
+        if let Some(sub) = args.first() {
+            let full = format!(
+                "{upper}|{}",
+                String::from_utf8_lossy(sub).to_ascii_uppercase()
+            );
+            if let Some(info) = self.commands.get(&full) {
+                return Ok((full, info));
+            }
+        }
+        match self.commands.get(&upper) {
+            Some(info) => Ok((upper, info)),
+            None => Err(KeyError::UnknownCommand(upper)),
+        }
+    }
+
+    /// The full name (`NAME|SUB` for a subcommand) and ACL categories of `name args…`.
+    pub fn categories(&self, name: &str, args: &[Bytes]) -> Result<(String, &[String]), KeyError> {
+        self.lookup(name, args)
+            .map(|(full, info)| (full, info.categories.as_slice()))
+    }
+
     /// The key arguments of `name args…`.
     pub fn keys<'a>(&self, name: &str, args: &'a [Bytes]) -> Result<Vec<&'a Bytes>, KeyError> {
-        let upper = name.to_ascii_uppercase();
-        let specs = args
-            .first()
-            .and_then(|sub| {
-                let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
-                self.commands.get(&format!("{upper}|{sub}"))
-            })
-            .or_else(|| self.commands.get(&upper))
-            .ok_or_else(|| KeyError::UnknownCommand(upper.clone()))?;
+        let specs = &self.lookup(name, args)?.1.specs;
         // argv[0] is the command name; args[i] is argv[i + 1].
         let argv = |i: usize| -> Option<&'a Bytes> { i.checked_sub(1).and_then(|i| args.get(i)) };
         let argc = args.len() + 1;
@@ -398,5 +427,35 @@ mod tests {
             t.keys("NOPE", &[]),
             Err(KeyError::UnknownCommand("NOPE".into()))
         );
+    }
+
+    #[test]
+    fn keeps_the_acl_categories_of_commands_and_subcommands() {
+        let mut get = match command("get", 1, 1, 1, vec![]) {
+            Value::Array(fields) => fields,
+            _ => unreachable!(),
+        };
+        get[6] = a(vec![s("@read"), s("@string")]);
+        let mut object = match command("object", 0, 0, 0, vec![]) {
+            Value::Array(fields) => fields,
+            _ => unreachable!(),
+        };
+        let mut freq = match command("object|freq", 2, 2, 1, vec![]) {
+            Value::Array(fields) => fields,
+            _ => unreachable!(),
+        };
+        freq[6] = a(vec![s("@keyspace"), s("@read")]);
+        object[9] = a(vec![Value::Array(freq)]);
+        let t = KeySpecs::parse(a(vec![Value::Array(get), Value::Array(object)]));
+        let (name, categories) = t.categories("get", &[Bytes::from_static(b"k")]).unwrap();
+        assert_eq!(
+            (name.as_str(), categories),
+            ("GET", &["@read".to_string(), "@string".into()][..])
+        );
+        let (name, categories) = t
+            .categories("OBJECT", &[Bytes::from_static(b"freq")])
+            .unwrap();
+        assert_eq!(name, "OBJECT|FREQ");
+        assert!(categories.contains(&"@keyspace".to_string()));
     }
 }

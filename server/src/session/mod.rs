@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
 use crate::metrics::Metrics;
+use crate::policy::{Policy, PolicyError};
 use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
 pub use crate::redis::form::Source;
@@ -42,6 +43,8 @@ pub struct Settings {
     pub sample_interval: Duration,
     /// Whether spans are exported (links and contexts are only worked out then).
     pub tracing: bool,
+    /// What clients may open, queue and send.
+    pub policy: Policy,
 }
 
 /// What all sessions of the process share.
@@ -60,8 +63,8 @@ pub struct Shared {
     consumers: Mutex<HashSet<(String, String, String)>>,
     /// The admin view of every open subscription, by id.
     views: Mutex<BTreeMap<String, SubscriptionView>>,
-    /// Which arguments are keys, per command: loaded from a cluster once, when a subscription
-    /// first needs to route or check side effects by slot.
+    /// Which arguments are keys and the categories of each command: loaded once, when the
+    /// first subscription opens, to apply the policy and (on a cluster) route by slot.
     key_specs: tokio::sync::OnceCell<Arc<KeySpecs>>,
 }
 
@@ -80,16 +83,13 @@ impl Shared {
         }
     }
 
-    /// The command key specifications, on a cluster (loaded on first use).
-    async fn key_specs(&self) -> Result<Option<Arc<KeySpecs>>, RedisError> {
-        if !self.redis.is_cluster() {
-            return Ok(None);
-        }
+    /// The server's command table (loaded on first use).
+    async fn key_specs(&self) -> Result<Arc<KeySpecs>, RedisError> {
         let specs = self
             .key_specs
             .get_or_try_init(|| async { KeySpecs::load(self.redis.pool()).await.map(Arc::new) })
             .await?;
-        Ok(Some(Arc::clone(specs)))
+        Ok(Arc::clone(specs))
     }
 
     /// The admin view of every open subscription.
@@ -204,6 +204,10 @@ pub enum SessionError {
     },
     #[error("cannot open the subscription: {0}")]
     Redis(#[from] RedisError),
+    #[error("cannot open the subscription: {0}")]
+    Denied(#[from] PolicyError),
+    #[error("{0}")]
+    TooLarge(String),
     #[error(
         "window-sidecar is shutting down; unsettled deliveries stay pending and will be delivered again"
     )]
@@ -219,6 +223,10 @@ pub enum InboundError {
     /// The message is malformed: the stream ends with INVALID_ARGUMENT.
     #[error("{0}")]
     Invalid(String),
+    /// The message is larger than the sidecar accepts: the stream ends with
+    /// RESOURCE_EXHAUSTED.
+    #[error("{0}")]
+    TooLarge(String),
     /// The transport failed: the client is gone.
     #[error("the client's stream failed: {0}")]
     Transport(String),
@@ -238,6 +246,7 @@ pub async fn run(
             Some(Ok(ClientMessage::Open(open))) => open,
             Some(Ok(ClientMessage::Batch(_))) => return fail(&out, SessionError::NotOpened).await,
             Some(Err(InboundError::Invalid(msg))) => return fail(&out, SessionError::InvalidRequest(msg)).await,
+            Some(Err(InboundError::TooLarge(msg))) => return fail(&out, SessionError::TooLarge(msg)).await,
             Some(Err(InboundError::Transport(_))) | None => return,
         },
         () = shared.shutdown.cancelled() => return fail(&out, SessionError::ShuttingDown).await,
@@ -246,6 +255,9 @@ pub async fn run(
     let mut source = open.source.clone();
     if let Some(consumer) = source.consumer_mut().filter(|c| c.is_empty()) {
         *consumer = shared.settings.default_consumer.clone();
+    }
+    if let Err(err) = check_policy(&shared.settings.policy, &source, &open) {
+        return fail(&out, err.into()).await;
     }
     let (key, group, consumer) = source.describe();
     let span = info_span!("subscription", id = %id, form = source.form(), key = %key, group = %group, consumer = %consumer);
@@ -277,6 +289,29 @@ pub async fn run(
     }
     .instrument(span)
     .await
+}
+
+/// The keys and channels a subscription reads and dead-letters to must be allowed. Its own
+/// companion keys (processing lists, delay set) are the sidecar's and need no pattern.
+fn check_policy(policy: &Policy, source: &Source, open: &OpenRequest) -> Result<(), PolicyError> {
+    match source {
+        Source::Stream(stream) => policy.check_key(stream.key.as_bytes())?,
+        Source::List(list) => policy.check_key(list.key.as_bytes())?,
+        Source::PubSub(pubsub) => {
+            for channel in pubsub
+                .channels
+                .iter()
+                .chain(&pubsub.patterns)
+                .chain(&pubsub.sharded_channels)
+            {
+                policy.check_channel(channel.as_bytes())?;
+            }
+        }
+    }
+    match &open.dead_letter {
+        Some(target) => policy.check_key(target.as_bytes()),
+        None => Ok(()),
+    }
 }
 
 async fn fail(out: &Outbound, err: SessionError) {

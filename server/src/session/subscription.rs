@@ -89,8 +89,9 @@ pub(super) struct Subscription<'a> {
     client_spans: HashMap<SlotId, SpanContext>,
     view: SubscriptionView,
     labels: Labels,
-    /// On a cluster: which arguments of a command are keys, to route and check side effects.
-    key_specs: Option<Arc<KeySpecs>>,
+    /// The server's command table: keys and categories, to apply the policy and, on a
+    /// cluster, route and check side effects.
+    key_specs: Arc<KeySpecs>,
     /// A settle failed on a list: read the processing list again once the window is empty
     /// (its values cannot be told from outstanding ones before that).
     reread_owed: bool,
@@ -271,6 +272,10 @@ impl<'a> Subscription<'a> {
                     }
                     Some(Err(InboundError::Invalid(msg))) => {
                         ended_with = Some(SessionError::InvalidRequest(msg));
+                        break;
+                    }
+                    Some(Err(InboundError::TooLarge(msg))) => {
+                        ended_with = Some(SessionError::TooLarge(msg));
                         break;
                     }
                     // The client half-closed: it reads no further deliveries but still
@@ -503,7 +508,7 @@ impl<'a> Subscription<'a> {
     async fn apply(&mut self, batch: ClientBatch) {
         let mut rejected = Vec::new();
         for (slot, command) in batch.commands {
-            let command = command.and_then(|c| self.route(c));
+            let command = command.and_then(|c| self.admit(c));
             if let Err(err) = self.window.queue(slot, command) {
                 rejected.push(err);
             }
@@ -557,16 +562,30 @@ impl<'a> Subscription<'a> {
         }
     }
 
-    /// On a cluster, finds where a side effect must run. In atomic mode every key must share
-    /// the subscription's slot (the transaction runs on that node, with the settle); a key
-    /// elsewhere is refused now, before anything is sent.
-    fn route(&self, mut command: Command) -> Result<Command, CommandError> {
-        let Some(specs) = &self.key_specs else {
-            return Ok(command);
+    /// Applies the operator's policy to a command and, on a cluster, finds where it must run.
+    /// In atomic mode every key must share the subscription's slot (the transaction runs on
+    /// that node, with the settle); a key elsewhere is refused now, before anything is sent.
+    fn admit(&self, mut command: Command) -> Result<Command, CommandError> {
+        let specs = &self.key_specs;
+        let policy = &self.shared.settings.policy;
+        let unknown = |_| CommandError::Unknown(command.name.clone());
+        let (full_name, categories) = specs
+            .categories(&command.name, &command.args)
+            .map_err(unknown)?;
+        let refused = |source| CommandError::Policy {
+            command: command.name.clone(),
+            source,
         };
-        let keys = specs
-            .keys(&command.name, &command.args)
-            .map_err(|_| CommandError::Unknown(command.name.clone()))?;
+        policy
+            .check_command(&full_name, categories, &command.args)
+            .map_err(refused)?;
+        let keys = specs.keys(&command.name, &command.args).map_err(unknown)?;
+        for key in &keys {
+            policy.check_key(key).map_err(refused)?;
+        }
+        if !self.shared.redis.is_cluster() {
+            return Ok(command);
+        }
         match self.request.mode {
             Mode::Atomic => {
                 let Some(slot) = self.form.slot() else {
@@ -785,9 +804,13 @@ fn rejection_reason(err: &SlotError) -> &'static str {
         SlotError::InvalidCommand { source, .. } => match source {
             crate::window::CommandError::Forbidden { .. } => "forbidden_command",
             crate::window::CommandError::CrossSlot { .. } => "cross_slot",
+            crate::window::CommandError::Policy { source, .. } if source.is_limit() => {
+                "limit_exceeded"
+            }
+            crate::window::CommandError::Policy { .. } => "permission_denied",
             _ => "invalid_command",
         },
-        SlotError::TooManyCommands { .. } => "invalid_command",
+        SlotError::TooManyCommands { .. } => "limit_exceeded",
         SlotError::InvalidOutcome { .. } => "invalid_outcome",
         SlotError::IncompleteSegment(_) => "incomplete_segment",
     }

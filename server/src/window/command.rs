@@ -1,5 +1,6 @@
 //! What a client may queue into a segment: the checks every command passes before it joins
-//! the window. Pure; the cluster-slot rule and the policy of an operator are added elsewhere.
+//! the window. Pure; the cluster-slot rule and the operator's policy (`crate::policy`) are
+//! applied by the subscription, which knows the server's command table.
 
 use bytes::Bytes;
 use thiserror::Error;
@@ -30,6 +31,13 @@ pub enum CommandError {
     Forbidden { name: String, why: &'static str },
     #[error("Redis does not know the command {0}")]
     Unknown(String),
+    /// The operator's policy refuses it (or one of its keys, or an argument's size).
+    #[error("{source}")]
+    Policy {
+        command: String,
+        #[source]
+        source: crate::policy::PolicyError,
+    },
     #[error(
         "key {key:?} is in hash slot {key_slot}, but this subscription's key {subscription_key:?} is in slot {subscription_slot}: in atomic mode on a cluster every key of a segment must share the subscription's slot; put the same hash tag in both, for example \"{{{tag}}}:…\""
     )]
