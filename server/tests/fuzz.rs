@@ -15,7 +15,7 @@ use window_sidecar::policy::{CommandRules, Patterns, Policy};
 use window_sidecar::proto::{self, subscribe_request::Kind};
 use window_sidecar::redis::keys::KeySpecs;
 use window_sidecar::session::ClientMessage;
-use window_sidecar::window::{Limits, Window};
+use window_sidecar::window::{CommandError, Limits, Window};
 use window_sidecar_harness::RedisServer;
 
 const LIMITS: OpenLimits = OpenLimits {
@@ -56,20 +56,23 @@ fn exercise(message: proto::SubscribeRequest, window: &mut Window<u32>, policy: 
         }
         Ok(ClientMessage::Batch(batch)) => {
             for (slot, command) in batch.commands {
+                // As a subscription admits a command: the table, the rules, every key.
                 let command = command.and_then(|command| {
-                    let checked =
-                        table
-                            .categories(&command.name, &command.args)
-                            .map(|(full, categories)| {
-                                policy.check_command(&full, categories, &command.args)
-                            });
-                    if let Ok(Err(refused)) = &checked {
-                        assert!(!refused.to_string().is_empty());
-                    }
-                    if let Ok(keys) = table.keys(&command.name, &command.args) {
-                        for key in keys {
-                            let _ = policy.check_key(key);
-                        }
+                    let refused = |source| CommandError::Policy {
+                        command: command.name.clone(),
+                        source,
+                    };
+                    let (full, categories) = table
+                        .categories(&command.name, &command.args)
+                        .map_err(|_| CommandError::Unknown(command.name.clone()))?;
+                    policy
+                        .check_command(&full, categories, &command.args)
+                        .map_err(refused)?;
+                    let keys = table
+                        .keys(&command.name, &command.args)
+                        .map_err(|_| CommandError::Unknown(command.name.clone()))?;
+                    for key in keys {
+                        policy.check_key(key).map_err(refused)?;
                     }
                     Ok(command)
                 });
@@ -148,7 +151,6 @@ fn open() -> impl Strategy<Value = proto::Open> {
                     consumer,
                     start_id,
                     min_idle,
-                    ..Default::default()
                 })
             }
         ),
@@ -170,7 +172,7 @@ fn open() -> impl Strategy<Value = proto::Open> {
                     channels,
                     patterns,
                     buffer,
-                    ..Default::default()
+                    sharded_channels: Vec::new(),
                 })
             }),
     ];
