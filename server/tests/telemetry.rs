@@ -80,6 +80,11 @@ struct Sidecar {
 
 impl Sidecar {
     fn start(redis: &str, listen: &str, otlp: &str) -> Self {
+        Self::start_with(redis, listen, otlp, &[], "info")
+    }
+
+    /// With extra flags and a log filter; stdout is collected with stderr.
+    fn start_with(redis: &str, listen: &str, otlp: &str, extra: &[&str], log: &str) -> Self {
         let mut child = Command::new(BIN)
             .args([
                 "--redis-url",
@@ -89,17 +94,25 @@ impl Sidecar {
                 "--log-format",
                 "json",
             ])
+            .args(extra)
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
             .env("OTEL_BSP_SCHEDULE_DELAY", "100")
             .env("OTEL_SERVICE_NAME", "window-sidecar-test")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log)
             .env("WINDOW_REDIS_TIMEOUT", "2s")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = child.stderr.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().unwrap();
+        let sink = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let stderr = child.stderr.take().unwrap();
         let sink = Arc::clone(&lines);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -130,6 +143,21 @@ impl Drop for Sidecar {
     }
 }
 
+/// An OTLP receiver on a free port; returns it and its endpoint URL.
+async fn start_receiver() -> (Receiver, String) {
+    let receiver = Receiver::default();
+    let otlp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let otlp_addr = otlp.local_addr().unwrap();
+    let collector = receiver.clone();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector))
+            .serve_with_incoming(TcpListenerStream::new(otlp))
+            .await
+    });
+    (receiver, format!("http://{otlp_addr}"))
+}
+
 async fn connect(addr: &str) -> WindowServiceClient<tonic::transport::Channel> {
     for _ in 0..100 {
         if let Ok(client) = WindowServiceClient::connect(format!("http://{addr}")).await {
@@ -144,16 +172,7 @@ async fn connect(addr: &str) -> WindowServiceClient<tonic::transport::Channel> {
 // the sidecar to exit (it exports its last spans on the way out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
-    let receiver = Receiver::default();
-    let otlp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp_addr = otlp.local_addr().unwrap();
-    let collector = receiver.clone();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collector))
-            .serve_with_incoming(TcpListenerStream::new(otlp))
-            .await
-    });
+    let (receiver, otlp) = start_receiver().await;
 
     let redis = RedisServer::start();
     let inspect = redis.client().await;
@@ -162,7 +181,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
         .await
         .unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut sidecar = Sidecar::start(&redis.url(), &listen, &format!("http://{otlp_addr}"));
+    let mut sidecar = Sidecar::start(&redis.url(), &listen, &otlp);
     let mut client = connect(&listen).await;
 
     // A producer with its own trace context publishes one order.
@@ -372,4 +391,261 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
             "no {expected:?} in {messages:?}"
         );
     }
+}
+
+const REDIS_PASSWORD: &str = "rEdis-pw-8c41e7-SECRET";
+const WRONG_PASSWORD: &str = "wr0ng-pw-55d0a2-SECRET";
+const TOKEN: &str = "t0ken-3f9b21-SECRET";
+const WRONG_TOKEN: &str = "wr0ng-t0ken-a7e6c4-SECRET";
+
+/// Everything a run made visible, searched for each secret.
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in [REDIS_PASSWORD, WRONG_PASSWORD, TOKEN, WRONG_TOKEN] {
+        // Percent-encoded or not, the secrets are plain ASCII letters, digits and dashes.
+        assert!(
+            !text.contains(secret),
+            "{what} contains the secret {secret:?}:\n{}",
+            text.lines()
+                .filter(|l| l.contains(secret))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
+
+async fn http_body(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+/// A run that used every credential, at the most verbose log level, with failures that put
+/// connection details into errors: a wrong token, a flush failure, Redis restarting, a second
+/// sidecar with a wrong password. No secret may appear in its logs, traces, metrics, admin
+/// view or the errors clients get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() {
+    let (receiver, otlp) = start_receiver().await;
+    let mut redis = RedisServer::start_with_password(REDIS_PASSWORD);
+    let dir = std::env::temp_dir().join(format!("window-sidecar-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let wrong_password_file = dir.join("wrong-password");
+    std::fs::write(&wrong_password_file, WRONG_PASSWORD).unwrap();
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let url = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}", redis.port());
+    let token_path = token_file.to_str().unwrap();
+    let mut sidecar = Sidecar::start_with(
+        &url,
+        &listen,
+        &otlp,
+        &[
+            "--auth-token-file",
+            token_path,
+            "--metrics-listen",
+            &metrics,
+        ],
+        "debug",
+    );
+    let channel = loop {
+        if let Ok(channel) = tonic::transport::Endpoint::from_shared(format!("http://{listen}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            break channel;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let bearer: MetadataValue<_> = format!("Bearer {TOKEN}").parse().unwrap();
+    let mut client =
+        WindowServiceClient::with_interceptor(channel.clone(), move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        });
+    let wrong: MetadataValue<_> = format!("Bearer {WRONG_TOKEN}").parse().unwrap();
+    let mut intruder =
+        WindowServiceClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", wrong.clone());
+            Ok(r)
+        });
+    let mut statuses = Vec::new();
+
+    let publish = || proto::PublishRequest {
+        stream: "orders".into(),
+        entries: vec![proto::PublishEntry {
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+        max_len: 0,
+    };
+    let refused = intruder.publish(publish()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    statuses.push(format!("{refused:?}"));
+    for _ in 0..3 {
+        client.publish(publish()).await.unwrap();
+    }
+    let inspect = redis.client_with_auth(None, REDIS_PASSWORD).await;
+    let _: () = inspect
+        .set("a-string", "x", None, None, false)
+        .await
+        .unwrap();
+
+    let (tx, rx) = mpsc::channel(8);
+    let open = proto::Open {
+        source: Some(proto::open::Source::Stream(proto::StreamSource {
+            key: "orders".into(),
+            group: "g".into(),
+            consumer: "c".into(),
+            ..Default::default()
+        })),
+        count: 1,
+        ..Default::default()
+    };
+    tx.send(proto::SubscribeRequest {
+        kind: Some(Request::Open(open)),
+    })
+    .await
+    .unwrap();
+    let mut stream = client
+        .subscribe(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut reports = 0;
+    while reports < 2 {
+        let message = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("a message in time")
+            .unwrap()
+            .expect("the stream is open");
+        match message.kind {
+            Some(Response::Read(read)) => {
+                let slot = read.deliveries[0].slot;
+                // The second read's side effect fails (WRONGTYPE): an error in a report.
+                let (name, key) = if reports == 0 {
+                    ("INCR", "n")
+                } else {
+                    ("LPUSH", "a-string")
+                };
+                let mut args = vec![bytes::Bytes::from(key)];
+                if name == "LPUSH" {
+                    args.push("v".into());
+                }
+                tx.send(proto::SubscribeRequest {
+                    kind: Some(Request::Batch(proto::Batch {
+                        commands: vec![proto::QueuedCommand {
+                            slot,
+                            name: name.into(),
+                            args,
+                        }],
+                        outcomes: vec![proto::Outcome {
+                            slot,
+                            kind: OutcomeKind::Ack as i32,
+                            ..Default::default()
+                        }],
+                    })),
+                })
+                .await
+                .unwrap();
+            }
+            Some(Response::Flush(report)) => {
+                statuses.push(format!("{report:?}"));
+                reports += 1;
+            }
+            _ => {}
+        }
+    }
+
+    // Redis goes away and comes back: connection errors are logged and reported.
+    redis.kill();
+    let down = client.publish(publish()).await.unwrap_err();
+    statuses.push(format!("{down:?}"));
+    redis.restart();
+    let mut published = false;
+    for _ in 0..100 {
+        if client.publish(publish()).await.is_ok() {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(published, "the sidecar did not reconnect");
+    let metrics_body = http_body(&metrics, "/metrics").await;
+    assert!(metrics_body.contains("window_"), "{metrics_body}");
+    let admin_body = http_body(&metrics, "/subscriptions").await;
+    drop(tx);
+    drop(stream);
+    sidecar.terminate();
+
+    // A second sidecar with the wrong password: its refusal must not echo what it was given.
+    let listen2 = format!("127.0.0.1:{}", free_port());
+    let mut wrong = Sidecar::start_with(
+        &format!("redis://127.0.0.1:{}", redis.port()),
+        &listen2,
+        &otlp,
+        &[
+            "--redis-password-file",
+            wrong_password_file.to_str().unwrap(),
+        ],
+        "debug",
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !wrong.lines.lock().unwrap().iter().any(|l| {
+        l.contains("WRONGPASS")
+            || l.contains("invalid username-password")
+            || l.contains("NOT_SERVING")
+            || l.contains("does not answer")
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the wrong password was never refused"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wrong.terminate();
+    // The configuration check echoes URLs in its errors: redacted.
+    let check = Command::new(BIN)
+        .args([
+            "--check-config",
+            "--redis-url",
+            &format!("http://user:{REDIS_PASSWORD}@host"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(64));
+
+    let lines = sidecar.lines.lock().unwrap().join("\n");
+    assert!(
+        lines.len() > 10_000,
+        "a debug run logs a lot: {} bytes",
+        lines.len()
+    );
+    assert_no_secret("the sidecar's output", &lines);
+    assert_no_secret(
+        "the second sidecar's output",
+        &wrong.lines.lock().unwrap().join("\n"),
+    );
+    assert_no_secret(
+        "--check-config's output",
+        &String::from_utf8_lossy(&check.stderr),
+    );
+    assert_no_secret(
+        "--check-config's output",
+        &String::from_utf8_lossy(&check.stdout),
+    );
+    assert_no_secret("/metrics", &metrics_body);
+    assert_no_secret("/subscriptions", &admin_body);
+    assert_no_secret("what clients were told", &statuses.join("\n"));
+    let spans = format!("{:?}", receiver.spans.lock().unwrap());
+    assert!(spans.contains("window.flush"), "spans were exported");
+    assert_no_secret("the exported spans", &spans);
+    let _ = std::fs::remove_dir_all(&dir);
 }
