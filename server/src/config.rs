@@ -151,6 +151,18 @@ pub struct Config {
     )]
     pub max_subscriptions_per_connection: usize,
 
+    /// Before delivering what a read claimed (stream entries, list entries moved to a
+    /// processing list), wait until this many replicas have the claim (Redis `WAIT`), so a
+    /// failover cannot hand the same entries out again. 0: do not wait. With atomic mode this
+    /// makes side effects run once per entry across a failover.
+    #[arg(long, env = "WINDOW_WAIT_REPLICAS", default_value_t = 0)]
+    pub wait_replicas: u32,
+
+    /// How long a read waits for --wait-replicas; entries are delivered after it either way
+    /// (and a warning is logged while replicas fall behind).
+    #[arg(long, env = "WINDOW_WAIT_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub wait_timeout: Duration,
+
     /// On SIGTERM or SIGINT, how long subscriptions wait for outstanding outcomes before
     /// flushing what is owed and closing.
     #[arg(long, env = "WINDOW_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]

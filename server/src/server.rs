@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::config::{Config, Listen, Secret, redact_url};
 use crate::grpc::{self, Numbered, convert::OpenLimits};
 use crate::proto::window_service_server::WindowServiceServer;
-use crate::redis::{ConnectOptions, Redis, RedisError, TlsFiles};
+use crate::redis::{ConnectOptions, Redis, RedisError, Replication, TlsFiles};
 use crate::session::{Settings, Shared};
 
 /// How often the health watcher pings Redis.
@@ -289,6 +289,10 @@ pub async fn run(
         sample_interval: SAMPLE_INTERVAL,
         tracing,
         policy: config.policy()?,
+        replication: (config.wait_replicas > 0).then_some(Replication {
+            replicas: config.wait_replicas,
+            timeout: config.wait_timeout,
+        }),
     };
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
     let metrics_server = match config.metrics_listen {

@@ -574,29 +574,18 @@ fn failover_evidence(
     out
 }
 
-/// Atomic mode across a failover, as far as it goes today: nothing is lost, side effects of an
-/// entry run more than once only for deliveries in flight when the primary died (its
-/// replication of the delivery is asynchronous, so the new primary can hand the entry out
-/// again while the first transaction also runs: exactly-once across a failover is open work,
-/// see the README), and flush reports tell the truth: a flush reported `settle_failed` did not
-/// settle, so its entries are delivered again.
-fn assert_bounded_duplicates(
-    count: i64,
-    entries: i64,
-    in_flight: i64,
-    log: &WorkerLog,
-    evidence: impl Fn() -> String,
-) {
+/// Atomic mode across a failover with `--wait-replicas 1`: nothing is lost and each entry's
+/// side effects ran exactly once (the replica had every delivery's claim before the client saw
+/// it, so the new primary never hands an entry out again while its first transaction runs),
+/// and flush reports tell the truth: a flush reported `settle_failed` did not settle, so its
+/// entries are delivered again.
+fn assert_exactly_once(count: i64, entries: i64, log: &WorkerLog, evidence: impl Fn() -> String) {
     let duplicates = count - entries;
-    eprintln!(
-        "failover: {entries} entries, {count} side effects, {duplicates} duplicates (bound {in_flight})"
-    );
-    if duplicates > 0 {
-        eprintln!("{}", evidence());
-    }
-    assert!(
-        (0..=in_flight).contains(&duplicates),
-        "{duplicates} duplicate side effects, more than was in flight ({in_flight}).\n{}\n{}",
+    eprintln!("failover: {entries} entries, {count} side effects, {duplicates} duplicates");
+    assert_eq!(
+        duplicates,
+        0,
+        "side effects ran more than once per entry.\n{}\n{}",
         log.summary(),
         evidence(),
     );
@@ -915,13 +904,17 @@ async fn cluster_cross_slot_rejection_names_the_refused_command() {
 /// ends settled, with its side effects applied exactly once, and the flush reports tell the
 /// truth (see [`assert_exactly_once`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_failover_mid_run_loses_nothing_and_bounds_duplicates() {
+async fn cluster_failover_mid_run_runs_each_entry_exactly_once_in_atomic_mode() {
     const ENTRIES: i64 = 200;
     let mut cluster = RedisCluster::start(3, 1);
     let slot = slot_of("{orders}");
     let old = cluster.primary_for_slot(slot);
     let replica = cluster.replicas_of(old)[0];
-    let sidecar = Sidecar::start(&cluster.url(), &["--redis-timeout", "2s"]).await;
+    let sidecar = Sidecar::start(
+        &cluster.url(),
+        &["--redis-timeout", "2s", "--wait-replicas", "1"],
+    )
+    .await;
     let mut client = sidecar.client().await;
     let inspect = cluster.client().await;
     let ids = publish(&mut client, "{orders}", numbered(ENTRIES as usize)).await;
@@ -979,12 +972,110 @@ async fn cluster_failover_mid_run_loses_nothing_and_bounds_duplicates() {
     assert!(log.rejections.is_empty(), "{log:#?}");
     let count = counter(&inspect, "{orders}:count").await;
     assert!(count >= ENTRIES, "side effects lost: {count}");
-    // count 10, max_in_flight 20: what the client held and what the sidecar had read ahead.
-    assert_bounded_duplicates(count, ENTRIES, 20, &log, || {
+    assert_exactly_once(count, ENTRIES, &log, || {
         failover_evidence(&[&monitor], "{orders}", &ids, old, killed_at, &log)
     });
     let _ = inspect.quit().await;
     sidecar.stop().await;
+}
+
+/// A read the replica never saw: the replica's link to its primary is cut (it cannot
+/// re-authenticate), the sidecar reads ten entries, then the primary dies and the replica takes
+/// over without the claims of that read. Returns (side effects, entries): every entry must be
+/// settled with its side effects whatever the flags.
+async fn read_the_replica_never_saw(flags: &[&str]) -> (i64, i64) {
+    const ENTRIES: i64 = 10;
+    let mut cluster = RedisCluster::start(3, 1);
+    let slot = slot_of("{orders}");
+    let old = cluster.primary_for_slot(slot);
+    let replica = cluster.replicas_of(old)[0];
+    let sidecar = Sidecar::start(&cluster.url(), flags).await;
+    let mut client = sidecar.client().await;
+    let inspect = cluster.client().await;
+    publish(&mut client, "{orders}", numbered(ENTRIES as usize)).await;
+    let replicated: i64 = inspect
+        .with_cluster_node(Server::new("127.0.0.1", old))
+        .custom(fred::cmd!("WAIT"), vec![1, 2000])
+        .await
+        .unwrap();
+    assert_eq!(replicated, 1, "the entries themselves are on the replica");
+
+    // Cut replication: the primary has no password, so a replica that sends one is refused
+    // and keeps retrying; then drop its current link.
+    resp::call(
+        replica,
+        &["CONFIG", "SET", "masterauth", "not-the-password"],
+    )
+    .unwrap();
+    resp::call(old, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+    let (mut sub, _) = Subscription::open(
+        &mut client,
+        atomic(stream_open("{orders}", "g", "c1", ENTRIES as u32)),
+    )
+    .await
+    .unwrap();
+    // The read happens on the primary now; its claims cannot reach the replica.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.kill(old);
+    let new = tokio::task::block_in_place(|| {
+        cluster.wait_for_failover(slot, old, Duration::from_secs(20))
+    });
+    assert_eq!(new, replica);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = inspect.scard::<i64, _>("{orders}:seen").await.unwrap_or(-1);
+        if seen == ENTRIES && try_pending(&inspect, "{orders}", "g").await == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: SCARD {seen}, XPENDING {:?}",
+            try_pending(&inspect, "{orders}", "g").await
+        );
+        match sub.next().await.unwrap() {
+            Some(Kind::Read(read)) => {
+                ack_read(&sub, &read, |d: &proto::Delivery| {
+                    vec![
+                        command(d.slot, "INCR", &["{orders}:count"]),
+                        command(d.slot, "SADD", &["{orders}:seen", &field(d, "n")]),
+                    ]
+                })
+                .await
+            }
+            Some(Kind::Flush(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let count = counter(&inspect, "{orders}:count").await;
+    eprintln!(
+        "read the replica never saw, flags {flags:?}: {ENTRIES} entries, {count} side effects"
+    );
+    let _ = inspect.quit().await;
+    sidecar.stop().await;
+    (count, ENTRIES)
+}
+
+/// With `--wait-replicas 1` the read is not delivered while the replica lacks its claims (WAIT
+/// blocks, then fails with the primary): the new primary delivers the entries once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_a_read_the_replica_never_saw_is_never_delivered() {
+    let (count, entries) =
+        read_the_replica_never_saw(&["--wait-replicas", "1", "--wait-timeout", "2s"]).await;
+    assert_eq!(count, entries, "side effects ran more than once per entry");
+}
+
+/// Without it, the same read reaches the client; acked after the failover, its transactions
+/// run on the new primary (whose XACK finds nothing pending) and the new primary hands the same
+/// entries out again: nothing is lost, and each entry's side effects can run twice. This is the
+/// documented limit that --wait-replicas removes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_wait_replicas_a_read_the_replica_never_saw_can_run_twice() {
+    let (count, entries) = read_the_replica_never_saw(&["--redis-timeout", "2s"]).await;
+    assert!(
+        (entries..=2 * entries).contains(&count),
+        "{count} side effects for {entries} entries"
+    );
 }
 
 /// The slot of the subscription's key moves to another primary (a completed resharding: the
@@ -1042,7 +1133,7 @@ async fn cluster_resharding_moves_the_subscription_with_its_slot() {
     assert_eq!(log.opens, 1, "the same subscription went on: {log:#?}");
     let count = counter(&inspect, "{orders}:count").await;
     // No failover here: exactly once.
-    assert_bounded_duplicates(count, 30, 0, &log, String::new);
+    assert_exactly_once(count, 30, &log, String::new);
     assert_eq!(pending(&inspect, "{orders}", "g").await, 0);
     let on_new_owner = |key: &str, command: &str| resp::call(to, &[command, key]).unwrap();
     assert_eq!(on_new_owner("{orders}", "XLEN").as_int(), Some(30));
@@ -1093,10 +1184,14 @@ async fn cluster_resharding_moves_the_subscription_with_its_slot() {
 /// ends settled with its side effects, none lost (and, in atomic mode, none applied twice; see
 /// [`assert_exactly_once`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sentinel_failover_mid_run_loses_nothing() {
+async fn sentinel_failover_mid_run_runs_each_entry_exactly_once_in_atomic_mode() {
     const ENTRIES: i64 = 100;
     let mut sentinels = Sentinels::start(3);
-    let sidecar = Sidecar::start(&sentinels.url(), &["--redis-timeout", "2s"]).await;
+    let sidecar = Sidecar::start(
+        &sentinels.url(),
+        &["--redis-timeout", "2s", "--wait-replicas", "1"],
+    )
+    .await;
     let mut client = sidecar.client().await;
     let inspect = sentinels.primary_client().await;
     let ids = publish(&mut client, "orders", numbered(ENTRIES as usize)).await;
@@ -1149,8 +1244,7 @@ async fn sentinel_failover_mid_run_loses_nothing() {
     // The flushes after the failover ran on the new primary.
     let on_new = resp::call(new, &["GET", "count"]).unwrap();
     assert_eq!(on_new.text(), count.to_string());
-    // count 5, max_in_flight 10: what the client held and what the sidecar had read ahead.
-    assert_bounded_duplicates(count, ENTRIES, 10, &log, || {
+    assert_exactly_once(count, ENTRIES, &log, || {
         failover_evidence(
             &[&monitor, &monitor_after],
             "orders",

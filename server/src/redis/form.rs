@@ -12,7 +12,7 @@ use super::list::{ListKeys, ListReader, ListSource};
 use super::plan::Settling;
 use super::pubsub::{PubSubForm, PubSubReader, PubSubSource};
 use super::stream::{ReadBatch, StreamKeys, StreamReader, StreamSource};
-use super::{Redis, RedisError};
+use super::{Redis, RedisError, Replication};
 use crate::window::Outcome;
 
 /// What a subscription reads.
@@ -175,6 +175,7 @@ impl Reader {
         form: &Form,
         block: Duration,
         reclaim_interval: Duration,
+        replication: Option<Replication>,
     ) -> Result<Self, RedisError> {
         Ok(match (source, form) {
             (Source::Stream(s), _) => Reader::Stream(StreamReader::new(
@@ -182,6 +183,7 @@ impl Reader {
                 s,
                 block,
                 reclaim_interval,
+                replication,
             )),
             (Source::List(l), Form::List(keys)) => Reader::List(ListReader::new(
                 redis.dedicated_client().await?,
@@ -189,6 +191,7 @@ impl Reader {
                 keys.clone(),
                 block,
                 reclaim_interval,
+                replication,
             )),
             (Source::PubSub(p), _) => Reader::PubSub(PubSubReader::open(redis, p, block).await?),
             (Source::List(_), _) => unreachable!("a list source has a list form"),
@@ -203,10 +206,14 @@ impl Reader {
         }
     }
 
-    /// Reads this consumer's own pending entries again (after a settle failed).
+    /// Reads this consumer's own pending entries again (after a settle or a read failed): a
+    /// stream's pending entries list, a reliable list's processing list (only asked for once
+    /// the window is empty).
     pub fn reread_pending(&mut self) {
-        if let Reader::Stream(r) = self {
-            r.reread_pending();
+        match self {
+            Reader::Stream(r) => r.reread_pending(),
+            Reader::List(r) => r.reread_own(),
+            Reader::PubSub(_) => {}
         }
     }
 

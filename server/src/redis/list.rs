@@ -21,7 +21,7 @@ use super::entry::{Entry, PAYLOAD_FIELD, into_bytes};
 use super::flush::{FlushPlan, Role};
 use super::plan::Settling;
 use super::stream::ReadBatch;
-use super::{RedisError, arg, call_at, companion_key};
+use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key};
 
 /// A list subscription's identity in Redis.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -267,6 +267,8 @@ pub struct ListReader {
     recovery_interval: Duration,
     next_recovery: Instant,
     next_heartbeat: Instant,
+    replication: Option<Replication>,
+    replication_watch: ReplicationWatch,
 }
 
 impl ListReader {
@@ -276,8 +278,11 @@ impl ListReader {
         keys: ListKeys,
         block: Duration,
         recovery_interval: Duration,
+        replication: Option<Replication>,
     ) -> Self {
         Self {
+            replication,
+            replication_watch: ReplicationWatch::default(),
             client,
             keys,
             block,
@@ -296,6 +301,13 @@ impl ListReader {
         blocking: bool,
     ) -> Result<Value, RedisError> {
         call_at(&self.client, name, args, blocking, Some(self.keys.slot)).await
+    }
+
+    /// Makes the next read deliver this consumer's processing list again.
+    pub fn reread_own(&mut self) {
+        if self.keys.reliable {
+            self.own = None;
+        }
     }
 
     /// One read of up to `count` entries. Blocks up to the BLOCK time when the list is empty.
@@ -324,6 +336,13 @@ impl ListReader {
         if batch.entries.is_empty() {
             batch.reads += 1;
             batch.entries = self.take_blocking().await?;
+        }
+        if !batch.entries.is_empty()
+            && let Some(replication) = &self.replication
+        {
+            self.replication_watch
+                .wait(&self.client, self.keys.slot, replication)
+                .await?;
         }
         Ok(batch)
     }

@@ -12,7 +12,7 @@ use super::delay;
 use super::entry::{Entry, into_bytes, parse_entries};
 use super::flush::{FlushPlan, Role};
 use super::plan::Settling;
-use super::{RedisError, arg, call_at, companion_key, str_arg};
+use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key, str_arg};
 
 pub use super::plan::Mode;
 
@@ -223,6 +223,8 @@ pub struct StreamReader {
     claim_cursor: Bytes,
     reclaim_interval: Duration,
     next_reclaim: Instant,
+    replication: Option<Replication>,
+    replication_watch: ReplicationWatch,
 }
 
 impl StreamReader {
@@ -232,8 +234,11 @@ impl StreamReader {
         source: &StreamSource,
         block: Duration,
         reclaim_interval: Duration,
+        replication: Option<Replication>,
     ) -> Self {
         Self {
+            replication,
+            replication_watch: ReplicationWatch::default(),
             client,
             keys: StreamKeys::new(source),
             min_idle: source.min_idle,
@@ -259,6 +264,7 @@ impl StreamReader {
             batch.claims += 1;
             let claimed = self.autoclaim(count).await?;
             if !claimed.is_empty() {
+                self.replicate().await?;
                 batch.claimed = claimed.len();
                 batch.count_lookups += 1;
                 batch.entries = self.with_delivery_counts(claimed).await?;
@@ -285,10 +291,25 @@ impl StreamReader {
         batch.entries = self
             .xreadgroup(count, Some(self.block), Bytes::from_static(b">"))
             .await?;
+        if !batch.entries.is_empty() {
+            self.replicate().await?;
+        }
         for entry in &mut batch.entries {
             entry.delivery_count = 1 + entry.earlier_attempts();
         }
         Ok(batch)
+    }
+
+    /// Waits until the configured replicas have this reader's claims.
+    async fn replicate(&mut self) -> Result<(), RedisError> {
+        match &self.replication {
+            Some(replication) => {
+                self.replication_watch
+                    .wait(&self.client, self.keys.slot, replication)
+                    .await
+            }
+            None => Ok(()),
+        }
     }
 
     async fn xreadgroup(

@@ -27,7 +27,7 @@ use crate::redis::flush::FlushResult;
 pub use crate::redis::form::Source;
 use crate::redis::keys::KeySpecs;
 use crate::redis::stream::Mode;
-use crate::redis::{Redis, RedisError};
+use crate::redis::{Redis, RedisError, Replication};
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
 use subscription::Subscription;
 
@@ -45,6 +45,8 @@ pub struct Settings {
     pub tracing: bool,
     /// What clients may open, queue and send.
     pub policy: Policy,
+    /// Replicas that must have a read's claim before it is delivered.
+    pub replication: Option<Replication>,
 }
 
 /// What all sessions of the process share.

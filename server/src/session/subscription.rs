@@ -132,6 +132,7 @@ impl<'a> Subscription<'a> {
             &form,
             request.block,
             shared.settings.reclaim_interval,
+            shared.settings.replication,
         )
         .await
         .map_err(explain)?;
@@ -490,6 +491,9 @@ impl<'a> Subscription<'a> {
     }
 
     async fn read_failed(&mut self, err: RedisError) {
+        // The failed read may have claimed entries it never returned (its reply, or the WAIT
+        // after it, was lost): they are pending on this consumer, so read those again.
+        self.reread_owed = true;
         self.read_failures += 1;
         let backoff = Duration::from_millis(100 << self.read_failures.min(5));
         if self.read_failures == 1 {
