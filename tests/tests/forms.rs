@@ -782,3 +782,41 @@ async fn pubsub_resubscribes_after_redis_restarts() {
     assert!(payloads.contains("after-restart"));
     sidecar.stop().await;
 }
+
+/// A reliable list's consumer that closes while its read is blocked and opens again at once:
+/// the old read may still move an entry into the processing list; the new subscription waits
+/// for it to return before it reads its processing list, so that entry is delivered.
+#[tokio::test]
+async fn a_consumer_that_reopens_at_once_gets_what_its_last_read_took() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let mut open = reliable("jobs", "c0", 1);
+    open.block = Some(prost_types::Duration {
+        seconds: 2,
+        nanos: 0,
+    });
+    let (mut first, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
+    // Let the first read block in BLMOVE, then leave and come straight back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.close();
+    let pusher = {
+        let inspect = inspect.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            push(&inspect, "jobs", ["late".to_string()]).await;
+        })
+    };
+    let (mut second, _) = Subscription::open(&mut client, open).await.unwrap();
+    pusher.await.unwrap();
+    let read = second.read().await;
+    assert_eq!(payload(&read.deliveries[0]), "late");
+    second
+        .send(vec![], vec![outcome(read.deliveries[0].slot, Ack)])
+        .await;
+    assert!(second.flush().await.ok);
+    assert_eq!(len(&inspect, "jobs").await, 0);
+    assert_eq!(len(&inspect, "{jobs}:window:processing:c0").await, 0);
+    sidecar.stop().await;
+}

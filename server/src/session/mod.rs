@@ -8,7 +8,7 @@ mod subscription;
 
 pub use observe::SubscriptionView;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,7 +62,9 @@ pub struct Shared {
     next_id: AtomicU64,
     /// (key, group, consumer) of open stream subscriptions: two readers with one consumer name
     /// would read each other's pending entries.
-    consumers: Mutex<HashSet<(String, String, String)>>,
+    /// Each with whether its subscription is closing (its client is gone, its last read is
+    /// still under way).
+    consumers: Mutex<HashMap<Claim, bool>>,
     /// The admin view of every open subscription, by id.
     views: Mutex<BTreeMap<String, SubscriptionView>>,
     /// Which arguments are keys and the categories of each command: loaded once, when the
@@ -79,7 +81,7 @@ impl Shared {
             metrics: Metrics::new(),
             ready: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
-            consumers: Mutex::new(HashSet::new()),
+            consumers: Mutex::new(HashMap::new()),
             views: Mutex::new(BTreeMap::new()),
             key_specs: tokio::sync::OnceCell::new(),
         }
@@ -266,26 +268,24 @@ pub async fn run(
     async move {
         let claim = source.claim();
         if let Some(claim) = &claim
-            && !shared
-                .consumers
-                .lock()
-                .expect("not poisoned")
-                .insert(claim.clone())
+            && let Err(busy) = take_consumer(&shared, claim).await
         {
-            let (key, group, consumer) = claim.clone();
-            return fail(
-                &out,
-                SessionError::ConsumerBusy {
-                    key,
-                    group,
-                    consumer,
-                },
-            )
-            .await;
+            return fail(&out, busy).await;
         }
-        let _release = claim.map(|claim| Release(&shared, claim));
+        let release = claim.map(|claim| Release(&shared, claim));
         match Subscription::open(&shared, id, source, open, &out).await {
-            Ok(session) => session.run(inbound).await,
+            Ok(session) => {
+                let reader = session.run(inbound).await;
+                // The client's stream ends now; the consumer name stays held until the read
+                // under way returns: a subscription that reopens with the name reads its own
+                // pending entries (a reliable list's processing list) once, when it opens, and
+                // must find that read's entries there. It waits for this.
+                drop(out);
+                if let Some(release) = &release {
+                    release.closing();
+                }
+                let _ = reader.await;
+            }
             Err(err) => fail(&out, err).await,
         }
     }
@@ -321,8 +321,59 @@ async fn fail(out: &Outbound, err: SessionError) {
     let _ = out.send(Err(err)).await;
 }
 
+/// A consumer name: (key, group or form, consumer).
+type Claim = (String, String, String);
+
+/// Takes a consumer name for a new subscription. A subscription that holds it and is closing
+/// gives it up once its last read returns (at most BLOCK): wait for that. One that is open
+/// may be about to notice its client left (a client that reconnects is quicker than the
+/// sidecar sees the old stream end): wait a moment, then refuse.
+async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), SessionError> {
+    const POLL: Duration = Duration::from_millis(20);
+    const OPEN_GRACE: Duration = Duration::from_secs(1);
+    let started = tokio::time::Instant::now();
+    let closing_bound = crate::grpc::convert::MAX_BLOCK + shared.redis.timeout();
+    loop {
+        {
+            let mut consumers = shared.consumers.lock().expect("not poisoned");
+            let waited = started.elapsed();
+            match consumers.get(claim) {
+                None => {
+                    consumers.insert(claim.clone(), false);
+                    return Ok(());
+                }
+                Some(true) if waited < closing_bound => {}
+                Some(false) if waited < OPEN_GRACE => {}
+                Some(_) => {
+                    let (key, group, consumer) = claim.clone();
+                    return Err(SessionError::ConsumerBusy {
+                        key,
+                        group,
+                        consumer,
+                    });
+                }
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Frees a consumer name when its session ends, however it ends.
-struct Release<'a>(&'a Shared, (String, String, String));
+struct Release<'a>(&'a Shared, Claim);
+
+impl Release<'_> {
+    fn closing(&self) {
+        if let Some(closing) = self
+            .0
+            .consumers
+            .lock()
+            .expect("not poisoned")
+            .get_mut(&self.1)
+        {
+            *closing = true;
+        }
+    }
+}
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {

@@ -62,7 +62,7 @@ pub(super) struct Subscription<'a> {
     reader_tx: mpsc::Sender<ReaderCommand>,
     reader_rx: mpsc::Receiver<Result<ReadBatch, RedisError>>,
     /// Ends by itself once `reader_tx` is dropped and its read under way returns.
-    _reader: JoinHandle<()>,
+    reader_task: JoinHandle<()>,
     /// Taken at close, which ends the flusher once it has sent what it was given.
     flush_tx: Option<mpsc::UnboundedSender<FlushJob>>,
     flush_rx: mpsc::UnboundedReceiver<FlushReport>,
@@ -225,7 +225,7 @@ impl<'a> Subscription<'a> {
             out,
             reader_tx,
             reader_rx,
-            _reader: reader,
+            reader_task: reader,
             flush_tx: Some(flush_tx),
             flush_rx,
             flusher,
@@ -253,7 +253,12 @@ impl<'a> Subscription<'a> {
         Ok(subscription)
     }
 
-    pub(super) async fn run(mut self, mut inbound: impl Stream<Item = Inbound> + Unpin) {
+    /// Runs until the client leaves or shutdown completes. Returns the reader, which ends once
+    /// its read under way returns: see [`super::run`].
+    pub(super) async fn run(
+        mut self,
+        mut inbound: impl Stream<Item = Inbound> + Unpin,
+    ) -> JoinHandle<()> {
         let mut ended_with: Option<SessionError> = None;
         loop {
             if self.draining_until.is_none() && self.client_here {
@@ -315,7 +320,7 @@ impl<'a> Subscription<'a> {
                 break;
             }
         }
-        self.close(ended_with).await;
+        self.close(ended_with).await
     }
 
     /// Asks the reader for more when the window has room and no read is under way.
@@ -717,7 +722,7 @@ impl<'a> Subscription<'a> {
 
     /// Abandons what is outstanding, flushes what is owed and waits for it, then ends the
     /// stream.
-    async fn close(mut self, ended_with: Option<SessionError>) {
+    async fn close(mut self, ended_with: Option<SessionError>) -> JoinHandle<()> {
         let abandoned = self.window.outstanding();
         if let Form::List(keys) = &self.form
             && !keys.reliable
@@ -768,6 +773,7 @@ impl<'a> Subscription<'a> {
         // that read took stay pending on this consumer and come back (a simple list's are
         // pushed back).
         drop(self.reader_tx);
+        drop(self.reader_rx);
 
         let metrics = &self.shared.metrics;
         metrics
@@ -797,6 +803,7 @@ impl<'a> Subscription<'a> {
         {
             let _ = self.out.send(Err(err)).await;
         }
+        self.reader_task
     }
 }
 
