@@ -67,15 +67,12 @@ mod crash {
     use std::time::Duration;
 
     use fred::prelude::*;
-    use tokio::sync::mpsc;
-    use tokio_stream::wrappers::ReceiverStream;
-    use window_sidecar::proto::subscribe_request::Kind as Request;
+    use window_sidecar::proto;
     use window_sidecar::proto::subscribe_response::Kind as Response;
-    use window_sidecar::proto::window_service_client::WindowServiceClient;
-    use window_sidecar::proto::{self, OutcomeKind};
     use window_sidecar_harness::{RedisServer, free_port};
 
     use super::Running;
+    use super::common::Worker;
 
     fn reliable(consumer: &str, count: u32) -> proto::Open {
         proto::Open {
@@ -99,87 +96,6 @@ mod crash {
         }
     }
 
-    /// A worker: opens `open` on the sidecar at `addr` and answers reads (SADD seen, INCR
-    /// count, ack) until told to stop after `stop_after_reads` reads, leaving the last read
-    /// half settled; or until `done` returns true.
-    struct Worker {
-        tx: mpsc::Sender<proto::SubscribeRequest>,
-        stream: tonic::Streaming<proto::SubscribeResponse>,
-    }
-
-    impl Worker {
-        async fn open(addr: &str, open: proto::Open) -> Self {
-            let mut client = loop {
-                match WindowServiceClient::connect(format!("http://{addr}")).await {
-                    Ok(client) => break client,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
-            };
-            let (tx, rx) = mpsc::channel(16);
-            tx.send(proto::SubscribeRequest {
-                kind: Some(Request::Open(open)),
-            })
-            .await
-            .unwrap();
-            let stream = client
-                .subscribe(ReceiverStream::new(rx))
-                .await
-                .unwrap()
-                .into_inner();
-            Self { tx, stream }
-        }
-
-        /// Handles reads; settles only the first `settle` deliveries of read number `partial`
-        /// (1-based) and returns right after sending them. Returns deliveries seen.
-        async fn work(&mut self, reads: usize, partial: Option<usize>) -> Vec<String> {
-            let mut seen = Vec::new();
-            let mut n = 0;
-            while n < reads {
-                let message = tokio::time::timeout(Duration::from_secs(15), self.stream.message())
-                    .await
-                    .expect("a message in time")
-                    .unwrap()
-                    .expect("open stream");
-                let Some(Response::Read(read)) = message.kind else {
-                    continue;
-                };
-                n += 1;
-                let take = if Some(n) == partial {
-                    read.deliveries.len() / 2
-                } else {
-                    read.deliveries.len()
-                };
-                let mut batch = proto::Batch::default();
-                for d in &read.deliveries[..take] {
-                    let value = String::from_utf8_lossy(&d.payload).into_owned();
-                    batch.commands.push(proto::QueuedCommand {
-                        slot: d.slot,
-                        name: "SADD".into(),
-                        args: vec!["seen".into(), value.clone().into()],
-                    });
-                    batch.commands.push(proto::QueuedCommand {
-                        slot: d.slot,
-                        name: "INCR".into(),
-                        args: vec!["count".into()],
-                    });
-                    batch.outcomes.push(proto::Outcome {
-                        slot: d.slot,
-                        kind: OutcomeKind::Ack as i32,
-                        ..Default::default()
-                    });
-                    seen.push(value);
-                }
-                self.tx
-                    .send(proto::SubscribeRequest {
-                        kind: Some(Request::Batch(batch)),
-                    })
-                    .await
-                    .unwrap();
-            }
-            seen
-        }
-    }
-
     async fn settled(inspect: &Client, total: i64) -> bool {
         let seen: i64 = inspect.scard("seen").await.unwrap();
         let left: i64 = inspect.llen("jobs").await.unwrap();
@@ -194,27 +110,14 @@ mod crash {
                 tokio::time::Instant::now() < deadline,
                 "not settled in 20 s"
             );
-            // Cancelled only while waiting for a message (cancel-safe).
-            let _ = tokio::time::timeout(Duration::from_millis(500), worker.work(1, None)).await;
+            worker.work_once(Duration::from_millis(500)).await;
         }
     }
 
     fn start(redis: &RedisServer, listen: &str, extra: &[&str]) -> Running {
-        let url = redis.url();
-        let mut args = vec![
-            "--redis-url",
-            &url[..],
-            "--listen",
-            listen,
-            "--reclaim-interval",
-            "200ms",
-        ];
+        let mut args = vec!["--reclaim-interval", "200ms"];
         args.extend_from_slice(extra);
-        let owned: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let refs: Vec<&str> = owned.iter().map(String::as_str).collect();
-        let running = Running::start(&refs);
-        running.wait_for("Redis answers: SERVING");
-        running
+        Running::serve(&redis.url(), listen, &args)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,7 +65,7 @@ pub(super) struct Subscription<'a> {
     reader_task: JoinHandle<()>,
     /// Taken at close, which ends the flusher once it has sent what it was given.
     flush_tx: Option<mpsc::UnboundedSender<FlushJob>>,
-    flush_rx: mpsc::UnboundedReceiver<FlushReport>,
+    flush_rx: mpsc::UnboundedReceiver<Flushed>,
     flusher: JoinHandle<()>,
     /// Background tasks that live as long as the subscription (promoter, sampler).
     helpers: Vec<JoinHandle<()>>,
@@ -76,6 +76,8 @@ pub(super) struct Subscription<'a> {
     /// Deliveries in those flushes. They count against the in-flight limit until flushed, so
     /// the flush queue (and memory) stays bounded when Redis is slower than the client.
     flushing_deliveries: usize,
+    /// Stream entry ids in flushes under way, by read.
+    flushing_ids: HashMap<ReadId, Vec<Bytes>>,
     /// The client is still there to receive messages.
     client_here: bool,
     /// Consecutive failed reads, for backoff.
@@ -233,6 +235,7 @@ impl<'a> Subscription<'a> {
             reading_since: None,
             flushing: 0,
             flushing_deliveries: 0,
+            flushing_ids: HashMap::new(),
             client_here: true,
             read_failures: 0,
             retry_read_at: None,
@@ -301,7 +304,7 @@ impl<'a> Subscription<'a> {
                     }
                 }
                 // Cancel-safe: mpsc receive.
-                Some(report) = self.flush_rx.recv() => self.reported(report).await,
+                Some(flushed) = self.flush_rx.recv() => self.flushed(flushed).await,
                 () = self.shared.shutdown.cancelled(), if self.draining_until.is_none() => {
                     let grace = self.shared.settings.shutdown_grace;
                     info!(outstanding = self.window.outstanding(), ?grace, "shutdown: waiting for outstanding outcomes");
@@ -330,15 +333,17 @@ impl<'a> Subscription<'a> {
         let waiting = self
             .flushing_deliveries
             .saturating_sub(self.request.count as usize);
-        let room = (self.request.max_in_flight as usize)
-            .saturating_sub(self.window.outstanding() + waiting);
+        // Every delivery of a read not yet flushed is in flight, settled or not: what a crash
+        // can lose on a simple list, and what the window holds in memory.
+        let room =
+            (self.request.max_in_flight as usize).saturating_sub(self.window.held() + waiting);
         if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
             return;
         }
         // A list's re-read cannot tell its values from outstanding ones: it waits for an
         // empty window too; a stream's skips outstanding entries by id.
-        let reread_ready = self.flushing == 0
-            && (matches!(self.form, Form::Stream(_)) || self.window.outstanding() == 0);
+        let reread_ready =
+            self.flushing == 0 && (matches!(self.form, Form::Stream(_)) || self.window.held() == 0);
         if self.reread_owed && reread_ready {
             self.reread_owed = false;
             let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
@@ -382,10 +387,16 @@ impl<'a> Subscription<'a> {
             .inc_by(batch.claimed as u64);
         let mut entries = batch.entries;
         if batch.redelivery && matches!(self.form, Form::Stream(_)) {
-            // A pending or claimed entry may be one this window already handed out.
-            let outstanding: HashSet<&Bytes> =
-                self.window.outstanding_entries().map(|e| &e.id).collect();
-            entries.retain(|e| !outstanding.contains(&e.id));
+            // A pending or claimed entry may be one this window already handed out: still
+            // outstanding, settled in a read not yet flushed, or in a flush under way (whose
+            // failure brings it back by a re-read).
+            let held: HashSet<&Bytes> = self
+                .window
+                .held_entries()
+                .map(|e| &e.id)
+                .chain(self.flushing_ids.values().flatten())
+                .collect();
+            entries.retain(|e| !held.contains(&e.id));
         }
         let cap = self.request.max_deliveries;
         if cap > 0 && entries.iter().any(|e| e.delivery_count > cap) {
@@ -653,13 +664,34 @@ impl<'a> Subscription<'a> {
             return;
         };
         let deliveries = report.segments_kept + report.segments_dropped;
+        let read_id = report.read_id;
         if flush_tx.send(FlushJob { report, plan, span }).is_ok() {
             self.flushing += 1;
             self.flushing_deliveries += deliveries;
+            if matches!(self.form, Form::Stream(_)) {
+                let ids = batch.settles.iter().map(|s| s.entry.id.clone());
+                self.flushing_ids.entry(read_id).or_default().extend(ids);
+            }
+        }
+    }
+
+    async fn flushed(&mut self, flushed: Flushed) {
+        match flushed {
+            Flushed::Report(report) => self.reported(report).await,
+            Flushed::Settled(read_id) => {
+                self.flushing -= 1;
+                self.flushing_ids.remove(&read_id);
+            }
         }
     }
 
     async fn reported(&mut self, report: FlushReport) {
+        // A flush with an unknown outcome stays under way until nothing of it can run any
+        // more (`Flushed::Settled`): its entries are read again only then.
+        if !report.result.unknown {
+            self.flushing -= 1;
+            self.flushing_ids.remove(&report.read_id);
+        }
         self.flushing_deliveries = self
             .flushing_deliveries
             .saturating_sub(report.segments_kept + report.segments_dropped);
@@ -670,7 +702,6 @@ impl<'a> Subscription<'a> {
             ok = report.result.ok(),
             "flushed"
         );
-        self.flushing -= 1;
         self.view.counters.flushes += 1;
         if !report.result.ok() {
             self.view.counters.failed_flushes += 1;
@@ -761,7 +792,7 @@ impl<'a> Subscription<'a> {
         self.flush_tx = None;
         while self.flushing > 0 {
             match self.flush_rx.recv().await {
-                Some(report) => self.reported(report).await,
+                Some(flushed) => self.flushed(flushed).await,
                 None => break,
             }
         }
@@ -861,7 +892,7 @@ async fn flush_loop(
     form: &'static str,
     mode: Mode,
     mut jobs: mpsc::UnboundedReceiver<FlushJob>,
-    reports: mpsc::UnboundedSender<FlushReport>,
+    reports: mpsc::UnboundedSender<Flushed>,
 ) {
     let metrics = &shared.metrics;
     let labels = FormLabels { form };
@@ -886,7 +917,8 @@ async fn flush_loop(
     }) = jobs.recv().await
     {
         let started = Instant::now();
-        report.result = flush::execute(redis.pool(), &plan, redis.timeout()).await;
+        let client = redis.pool();
+        report.result = flush::execute(client, &plan, redis.timeout()).await;
         duration.observe(started.elapsed().as_secs_f64());
         round_trips.inc();
         let result = if report.result.ok() { "ok" } else { "failed" };
@@ -909,11 +941,34 @@ async fn flush_loop(
         if let Some(span) = span {
             observe::end_flush_span(span, &report.result);
         }
-        if reports.send(report).is_err() {
+        let (unknown, read_id) = (report.result.unknown, report.read_id);
+        if reports.send(Flushed::Report(report)).is_err() {
             break;
+        }
+        if unknown {
+            // Its entries will be read again: first let what fred may still write of it go.
+            // Beside the next flushes, which go on (and fail fast while Redis is away).
+            let (client, reports) = (client.clone(), reports.clone());
+            tokio::spawn(async move {
+                flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
+                let _ = reports.send(Flushed::Settled(read_id));
+            });
         }
     }
 }
+
+/// What the flusher tells its subscription.
+enum Flushed {
+    /// A flush is done; its report goes to the client.
+    Report(FlushReport),
+    /// A flush reported with an unknown outcome can no longer run (see
+    /// [`flush::settle_unknown`]).
+    Settled(ReadId),
+}
+
+/// How long a flush with an unknown outcome waits for its connection to come back, so that
+/// nothing of it can still run after its entries are read again.
+const UNKNOWN_FLUSH_BARRIER: Duration = Duration::from_secs(60);
 
 /// Now, in Unix milliseconds (the unit of the delay set's scores).
 fn now_ms() -> u64 {

@@ -212,6 +212,20 @@ impl<E: Clone> Window<E> {
         self.reads.len()
     }
 
+    /// Deliveries of reads not yet complete, settled or not: what the window holds until
+    /// their read is flushed.
+    pub fn held(&self) -> usize {
+        self.reads.values().map(|read| read.deliveries.len()).sum()
+    }
+
+    /// Entries of every delivery the window holds, settled or not (to avoid delivering an
+    /// entry again while its first delivery is not flushed).
+    pub fn held_entries(&self) -> impl Iterator<Item = &E> {
+        self.reads
+            .values()
+            .flat_map(|read| read.deliveries.iter().map(|d| &d.entry))
+    }
+
     /// Acked segments waiting for their read's flush.
     pub fn kept_segments(&self) -> usize {
         self.reads

@@ -1,0 +1,1525 @@
+//! Soak (issue 8): the real binary, loopback only, under a steady load of 54 subscriptions of
+//! every form (42 stream consumers, 6 reliable-list and 4 simple-list consumers, a pub/sub
+//! channel and a pattern) with their producers, for `SOAK_SECS` seconds (default 150). Five of
+//! the subscriptions close and reopen every 15 s. Every ~10 s it prints the sidecar's RSS,
+//! threads and file descriptors, the Redis connection count (`CLIENT LIST`, `INFO clients`),
+//! the subscriptions open and the deliveries per second.
+//!
+//! It checks, with generous bounds and never on timing:
+//! * RSS at the end of the load is at most 1.5x (+ 8 MiB) what it was at the end of the first
+//!   minute, and the sidecar's Redis connections then are the same (± the churning
+//!   subscriptions) and never more than one per subscription plus the pool;
+//! * once every subscription closed: the admin view is empty, the open-subscription gauges are
+//!   0 and no per-subscription series is left; the sidecar is back to the Redis connections,
+//!   file descriptors and threads it had before the first subscription opened, and for 12 s
+//!   sends Redis nothing but its health `PING` (a reader, promoter or sampler task left running
+//!   would);
+//! * every produced entry was settled exactly once: acked (its side effects ran once, counted
+//!   in Redis) or dropped (its side effects never ran); retried ones came back and were acked;
+//!   nothing is pending, waiting in a list or a processing list, delayed, or left in the
+//!   delivery-count bookkeeping; no flush failed, nothing was rejected.
+//!
+//! Run it longer with `SOAK_SECS=600 cargo test -p window-sidecar --test soak -- --nocapture`.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Running, duration};
+use fred::prelude::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use window_sidecar::proto::subscribe_request::Kind as Request;
+use window_sidecar::proto::subscribe_response::Kind as Response;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
+use window_sidecar::proto::{self, OutcomeKind};
+use window_sidecar_harness::{RedisServer, free_port, pending};
+
+/// Stream keys; two consumers (`c0`, `c1`) of group `g` each.
+const STREAM_KEYS: usize = 21;
+/// Reliable lists; two consumers each.
+const RELIABLE_KEYS: usize = 3;
+/// Simple lists; one consumer each.
+const SIMPLE_KEYS: usize = 4;
+/// Subscriptions in all (the 2 are pub/sub: a channel and a pattern).
+const SUBSCRIPTIONS: usize = 2 * STREAM_KEYS + 2 * RELIABLE_KEYS + SIMPLE_KEYS + 2;
+/// Subscriptions that close and reopen every `CHURN_EVERY` (3 streams, 1 reliable list, 1
+/// simple list).
+const CHURNERS: usize = 5;
+const CHURN_EVERY: Duration = Duration::from_secs(15);
+/// Producers write `PER_TICK` entries every `TICK` per key or channel: 8/s each, about 240/s in
+/// all (plus the retried copies).
+const TICK: Duration = Duration::from_millis(250);
+const PER_TICK: usize = 2;
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// BLOCK of every subscription: a closed subscription's read under way ends within it.
+const BLOCK: Duration = Duration::from_secs(1);
+/// Stream `min_idle`: entries a closing subscription's last read took after it closed are
+/// claimed by the group after this.
+const MIN_IDLE: Duration = Duration::from_secs(10);
+const RETRY_AFTER: Duration = Duration::from_millis(300);
+/// How long any poll may wait for a state it expects (never a timing assertion: a deadline
+/// only turns a hang into a failure with the state printed).
+const DEADLINE: Duration = Duration::from_secs(120);
+/// How long the idle sidecar is watched for commands after every subscription closed: more
+/// than two of its 5 s gauge samples, its promote and reclaim intervals and health checks.
+const IDLE_LOOK: Duration = Duration::from_secs(12);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Form {
+    Stream,
+    Reliable,
+    Simple,
+    PubSub,
+}
+
+impl Form {
+    fn name(self) -> &'static str {
+        match self {
+            Form::Stream => "stream",
+            Form::Reliable => "reliable_list",
+            Form::Simple => "simple_list",
+            Form::PubSub => "pubsub",
+        }
+    }
+}
+
+/// A key (or pub/sub channel or pattern), its producer and what its consumers did.
+struct Target {
+    /// The key, channel or pattern subscribed to; also names the side-effect keys.
+    name: String,
+    form: Form,
+    /// Where producers write: the key, or the channel (for a pattern, one it matches).
+    produce_to: String,
+    /// A stream whose producer uses the sidecar's `Publish` rather than `XADD`.
+    via_publish: bool,
+    tally: Tally,
+}
+
+impl Target {
+    fn seen_key(&self) -> String {
+        format!("soak:fx:{}:seen", self.name)
+    }
+    fn acked_key(&self) -> String {
+        format!("soak:fx:{}:acked", self.name)
+    }
+    /// Incremented by the segments of dropped and retried deliveries: must never run.
+    fn never_key(&self) -> String {
+        format!("soak:fx:{}:never", self.name)
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    produced: AtomicU64,
+    delivered: AtomicU64,
+    acks: AtomicU64,
+    drops: AtomicU64,
+    retries: AtomicU64,
+    retry_afters: AtomicU64,
+    /// Pub/sub messages the sidecar reported lost (`Read.lost`).
+    lost: AtomicU64,
+    /// Deliveries received after the client half-closed (left to the sidecar to abandon).
+    abandoned: AtomicU64,
+    failed_flushes: AtomicU64,
+    rejections: AtomicU64,
+    /// A token acked twice, or both acked and dropped.
+    duplicates: AtomicU64,
+    settled: Mutex<Settled>,
+}
+
+#[derive(Default)]
+struct Settled {
+    /// Tokens that got a drop, retry or retry_after once: acked when they come again.
+    deferred: HashSet<String>,
+    acked: HashSet<String>,
+    dropped: HashSet<String>,
+}
+
+/// What all subscription tasks share.
+#[derive(Default)]
+struct Global {
+    opened: AtomicU64,
+    reopened: AtomicU64,
+    already_exists: AtomicU64,
+    /// Streams that ended or failed when the client did not ask for it.
+    unexpected: AtomicU64,
+}
+
+struct Sub {
+    label: String,
+    target: Arc<Target>,
+    open: proto::Open,
+    /// When it first closes and reopens (then every `CHURN_EVERY`).
+    churn: Option<Duration>,
+}
+
+fn open_request(source: proto::open::Source, mode: proto::Mode) -> proto::Open {
+    proto::Open {
+        source: Some(source),
+        count: 16,
+        max_in_flight: 32,
+        block: Some(duration(BLOCK)),
+        mode: mode as i32,
+        ..Default::default()
+    }
+}
+
+/// The targets and the subscriptions reading them.
+fn plan() -> (Vec<Arc<Target>>, Vec<Sub>) {
+    let mut targets = Vec::new();
+    let mut subs = Vec::new();
+    let target = |name: String, form: Form, produce_to: String, via_publish: bool| {
+        Arc::new(Target {
+            name,
+            form,
+            produce_to,
+            via_publish,
+            tally: Tally::default(),
+        })
+    };
+    for i in 0..STREAM_KEYS {
+        let key = format!("soak:stream:{i}");
+        let t = target(key.clone(), Form::Stream, key.clone(), i % 2 == 1);
+        let mode = if i % 5 == 4 {
+            proto::Mode::Atomic
+        } else {
+            proto::Mode::Pipeline
+        };
+        for c in 0..2 {
+            let source = proto::open::Source::Stream(proto::StreamSource {
+                key: key.clone(),
+                group: "g".into(),
+                consumer: format!("c{c}"),
+                start_id: "0".into(),
+                min_idle: Some(duration(MIN_IDLE)),
+            });
+            subs.push(Sub {
+                label: format!("{key}/c{c}"),
+                target: Arc::clone(&t),
+                open: open_request(source, mode),
+                churn: (c == 0 && i < 3).then(|| Duration::from_secs(5 + 3 * i as u64)),
+            });
+        }
+        targets.push(t);
+    }
+    for i in 0..RELIABLE_KEYS {
+        let key = format!("soak:reliable:{i}");
+        let t = target(key.clone(), Form::Reliable, key.clone(), false);
+        for c in 0..2 {
+            let source = proto::open::Source::ReliableList(proto::ReliableListSource {
+                key: key.clone(),
+                consumer: format!("c{c}"),
+                dead_after: None,
+            });
+            subs.push(Sub {
+                label: format!("{key}/c{c}"),
+                target: Arc::clone(&t),
+                open: open_request(source, proto::Mode::Pipeline),
+                churn: (c == 0 && i == 0).then(|| Duration::from_secs(7)),
+            });
+        }
+        targets.push(t);
+    }
+    for i in 0..SIMPLE_KEYS {
+        let key = format!("soak:simple:{i}");
+        let t = target(key.clone(), Form::Simple, key.clone(), false);
+        let source = proto::open::Source::SimpleList(proto::SimpleListSource { key: key.clone() });
+        subs.push(Sub {
+            label: key.clone(),
+            target: Arc::clone(&t),
+            open: open_request(source, proto::Mode::Pipeline),
+            churn: (i == 0).then(|| Duration::from_secs(12)),
+        });
+        targets.push(t);
+    }
+    for (name, produce_to, pattern) in [
+        ("soak:channel:0", "soak:channel:0", false),
+        ("soak:pattern:*", "soak:pattern:x", true),
+    ] {
+        let t = target(name.into(), Form::PubSub, produce_to.into(), false);
+        let (channels, patterns) = if pattern {
+            (vec![], vec![name.to_owned()])
+        } else {
+            (vec![name.to_owned()], vec![])
+        };
+        let source = proto::open::Source::Pubsub(proto::PubSubSource {
+            channels,
+            patterns,
+            ..Default::default()
+        });
+        subs.push(Sub {
+            label: name.into(),
+            target: Arc::clone(&t),
+            open: open_request(source, proto::Mode::Pipeline),
+            churn: None,
+        });
+        targets.push(t);
+    }
+    assert_eq!(subs.len(), SUBSCRIPTIONS);
+    assert_eq!(subs.iter().filter(|s| s.churn.is_some()).count(), CHURNERS);
+    (targets, subs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The application: one task per subscription.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Ack,
+    Drop,
+    Retry,
+    RetryAfter,
+}
+
+/// A delivery's first outcome, fixed by its token: 80 % ack, 8 % drop, 7 % retry, 5 %
+/// retry_after. A token that was deferred once is acked when it comes again.
+fn first_choice(token: &str) -> Choice {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in token.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    match h % 100 {
+        0..80 => Choice::Ack,
+        80..88 => Choice::Drop,
+        88..95 => Choice::Retry,
+        _ => Choice::RetryAfter,
+    }
+}
+
+type Responses = tonic::Streaming<proto::SubscribeResponse>;
+
+enum End {
+    Stop,
+    Churn,
+    Unexpected,
+}
+
+async fn connect(addr: &str) -> WindowServiceClient<tonic::transport::Channel> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match WindowServiceClient::connect(format!("http://{addr}")).await {
+            Ok(client) => return client,
+            Err(err) => {
+                assert!(Instant::now() < deadline, "cannot connect to {addr}: {err}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Opens the subscription (on a connection of its own); retries while the sidecar still holds
+/// the consumer name of the previous stream (`ALREADY_EXISTS`).
+async fn open(
+    addr: &str,
+    sub: &Sub,
+    global: &Global,
+) -> (mpsc::Sender<proto::SubscribeRequest>, Responses) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut client = connect(addr).await;
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(proto::SubscribeRequest {
+            kind: Some(Request::Open(sub.open.clone())),
+        })
+        .await
+        .expect("the request stream is open");
+        let status = match client.subscribe(ReceiverStream::new(rx)).await {
+            Ok(response) => {
+                let mut stream = response.into_inner();
+                match stream.message().await {
+                    Ok(Some(proto::SubscribeResponse {
+                        kind: Some(Response::Opened(_)),
+                    })) => return (tx, stream),
+                    Ok(other) => panic!("{}: expected `opened`, got {other:?}", sub.label),
+                    Err(status) => status,
+                }
+            }
+            Err(status) => status,
+        };
+        assert_eq!(
+            status.code(),
+            tonic::Code::AlreadyExists,
+            "{}: open failed: {status}",
+            sub.label
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{}: the consumer name stayed busy: {status}",
+            sub.label
+        );
+        global.already_exists.fetch_add(1, Relaxed);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs one subscription until told to stop: answers every read in one message, closes and
+/// reopens now and then when it churns.
+async fn subscription(
+    addr: String,
+    sub: Sub,
+    global: Arc<Global>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut first = true;
+    let mut churn_at = sub.churn.map(|d| tokio::time::Instant::now() + d);
+    loop {
+        let (tx, mut stream) = open(&addr, &sub, &global).await;
+        if first {
+            global.opened.fetch_add(1, Relaxed);
+            first = false;
+        } else {
+            global.reopened.fetch_add(1, Relaxed);
+        }
+        let end = serve(&sub, tx, &mut stream, &mut stop, churn_at).await;
+        drop(stream);
+        match end {
+            End::Stop => return,
+            End::Churn => {
+                churn_at = Some(tokio::time::Instant::now() + CHURN_EVERY);
+                // Let the closed subscription's read under way (at most BLOCK) end before the
+                // same consumer name reads again: a reliable list's entry that read moves after
+                // the reopen would wait on the processing list until this consumer reopens
+                // again or dies (a new subscription reads its processing list once, at open).
+                tokio::select! {
+                    () = tokio::time::sleep(3 * BLOCK) => {}
+                    () = stopped(&mut stop) => return,
+                }
+            }
+            End::Unexpected => {
+                global.unexpected.fetch_add(1, Relaxed);
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = stopped(&mut stop) => return,
+                }
+            }
+        }
+    }
+}
+
+async fn serve(
+    sub: &Sub,
+    tx: mpsc::Sender<proto::SubscribeRequest>,
+    stream: &mut Responses,
+    stop: &mut watch::Receiver<bool>,
+    churn_at: Option<tokio::time::Instant>,
+) -> End {
+    let churn = async {
+        match churn_at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(churn);
+    loop {
+        tokio::select! {
+            // Cancel-safe: the decoder's state lives in the stream.
+            message = stream.message() => match message {
+                Ok(Some(message)) => {
+                    let Some((batch, sent)) = handle(sub, message, true) else { continue };
+                    if tx.send(proto::SubscribeRequest { kind: Some(Request::Batch(batch)) }).await.is_err() {
+                        eprintln!("{}: the sidecar stopped reading the request stream", sub.label);
+                        return End::Unexpected;
+                    }
+                    sent.commit(&sub.target.tally);
+                }
+                Ok(None) => {
+                    eprintln!("{}: the stream ended unasked", sub.label);
+                    return End::Unexpected;
+                }
+                Err(status) => {
+                    eprintln!("{}: the stream failed: {status}", sub.label);
+                    return End::Unexpected;
+                }
+            },
+            () = stopped(stop) => {
+                return if close(sub, tx, stream).await { End::Stop } else { End::Unexpected };
+            }
+            () = &mut churn => {
+                return if close(sub, tx, stream).await { End::Churn } else { End::Unexpected };
+            }
+        }
+    }
+}
+
+/// Half-closes the request stream and reads what is left (flush reports of what was settled)
+/// until the sidecar ends the stream. Returns whether it ended cleanly.
+async fn close(
+    sub: &Sub,
+    tx: mpsc::Sender<proto::SubscribeRequest>,
+    stream: &mut Responses,
+) -> bool {
+    drop(tx);
+    let drained = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match stream.message().await {
+                Ok(Some(message)) => {
+                    handle(sub, message, false);
+                }
+                Ok(None) => return true,
+                Err(status) => {
+                    eprintln!("{}: closing, the stream failed: {status}", sub.label);
+                    return false;
+                }
+            }
+        }
+    })
+    .await;
+    drained.unwrap_or_else(|_| {
+        eprintln!("{}: the stream did not end after the half-close", sub.label);
+        false
+    })
+}
+
+/// What a batch will record once it was sent.
+#[derive(Default)]
+struct Pending {
+    acked: Vec<String>,
+    dropped: Vec<String>,
+    retries: u64,
+    retry_afters: u64,
+}
+
+impl Pending {
+    fn commit(self, tally: &Tally) {
+        tally.acks.fetch_add(self.acked.len() as u64, Relaxed);
+        tally.drops.fetch_add(self.dropped.len() as u64, Relaxed);
+        tally.retries.fetch_add(self.retries, Relaxed);
+        tally.retry_afters.fetch_add(self.retry_afters, Relaxed);
+        let mut settled = tally.settled.lock().expect("not poisoned");
+        let mut duplicates = 0;
+        for token in self.acked {
+            if settled.dropped.contains(&token) || !settled.acked.insert(token) {
+                duplicates += 1;
+            }
+        }
+        for token in self.dropped {
+            if settled.acked.contains(&token) || !settled.dropped.insert(token) {
+                duplicates += 1;
+            }
+        }
+        tally.duplicates.fetch_add(duplicates, Relaxed);
+    }
+}
+
+/// Accounts for one message; for a read (when `answer`), the batch answering all of it.
+fn handle(
+    sub: &Sub,
+    message: proto::SubscribeResponse,
+    answer: bool,
+) -> Option<(proto::Batch, Pending)> {
+    let target = &sub.target;
+    let tally = &target.tally;
+    match message.kind {
+        Some(Response::Read(read)) => {
+            tally.lost.fetch_add(read.lost, Relaxed);
+            tally
+                .delivered
+                .fetch_add(read.deliveries.len() as u64, Relaxed);
+            if !answer {
+                tally
+                    .abandoned
+                    .fetch_add(read.deliveries.len() as u64, Relaxed);
+                return None;
+            }
+            let mut batch = proto::Batch::default();
+            let mut pending = Pending::default();
+            let mut settled = tally.settled.lock().expect("not poisoned");
+            for d in &read.deliveries {
+                let token = String::from_utf8_lossy(&d.payload).into_owned();
+                assert!(
+                    token.starts_with(&target.produce_to),
+                    "{}: a delivery that is not one of ours: {d:?}",
+                    sub.label
+                );
+                let choice = if settled.deferred.contains(&token) {
+                    Choice::Ack
+                } else {
+                    let choice = first_choice(&token);
+                    if choice != Choice::Ack {
+                        settled.deferred.insert(token.clone());
+                    }
+                    choice
+                };
+                let command = |name: &str, args: Vec<String>| proto::QueuedCommand {
+                    slot: d.slot,
+                    name: name.into(),
+                    args: args.into_iter().map(Into::into).collect(),
+                };
+                let (kind, delay) = match choice {
+                    Choice::Ack => {
+                        batch
+                            .commands
+                            .push(command("SADD", vec![target.seen_key(), token.clone()]));
+                        batch
+                            .commands
+                            .push(command("INCR", vec![target.acked_key()]));
+                        pending.acked.push(token);
+                        (OutcomeKind::Ack, None)
+                    }
+                    other => {
+                        batch
+                            .commands
+                            .push(command("INCR", vec![target.never_key()]));
+                        match other {
+                            Choice::Drop => {
+                                pending.dropped.push(token);
+                                (OutcomeKind::Drop, None)
+                            }
+                            Choice::Retry => {
+                                pending.retries += 1;
+                                (OutcomeKind::Retry, None)
+                            }
+                            _ => {
+                                pending.retry_afters += 1;
+                                (OutcomeKind::RetryAfter, Some(duration(RETRY_AFTER)))
+                            }
+                        }
+                    }
+                };
+                batch.outcomes.push(proto::Outcome {
+                    slot: d.slot,
+                    kind: kind as i32,
+                    delay,
+                    ..Default::default()
+                });
+            }
+            Some((batch, pending))
+        }
+        Some(Response::Flush(report)) => {
+            if !report.ok {
+                tally.failed_flushes.fetch_add(1, Relaxed);
+                eprintln!("{}: flush failed: {report:?}", sub.label);
+            }
+            None
+        }
+        Some(Response::Rejections(rejections)) => {
+            tally
+                .rejections
+                .fetch_add(rejections.rejections.len() as u64, Relaxed);
+            eprintln!("{}: rejected: {rejections:?}", sub.label);
+            None
+        }
+        other => {
+            eprintln!("{}: unexpected message {other:?}", sub.label);
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producers: one task per key or channel.
+// ---------------------------------------------------------------------------------------------
+
+async fn producer(
+    target: Arc<Target>,
+    redis: Client,
+    addr: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut publish = if target.via_publish {
+        Some(connect(&addr).await)
+    } else {
+        None
+    };
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stopped(&mut stop) => return,
+        }
+        let tokens: Vec<String> = (0..PER_TICK)
+            .map(|_| {
+                n += 1;
+                format!("{}#{n}", target.produce_to)
+            })
+            .collect();
+        match (target.form, publish.as_mut()) {
+            (Form::Stream, Some(client)) => {
+                let ids = client
+                    .publish(proto::PublishRequest {
+                        stream: target.produce_to.clone(),
+                        entries: tokens
+                            .iter()
+                            .map(|t| proto::PublishEntry {
+                                payload: t.clone().into(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        max_len: 0,
+                    })
+                    .await
+                    .expect("Publish")
+                    .into_inner()
+                    .ids;
+                assert_eq!(ids.len(), tokens.len());
+            }
+            (Form::Stream, None) => {
+                for token in &tokens {
+                    let _: Value = redis
+                        .custom(
+                            fred::cmd!("XADD"),
+                            vec![target.produce_to.as_str(), "*", "_payload", token.as_str()],
+                        )
+                        .await
+                        .expect("XADD");
+                }
+            }
+            (Form::Reliable | Form::Simple, _) => {
+                let mut args = vec![target.produce_to.clone()];
+                args.extend(tokens.iter().cloned());
+                let _: Value = redis
+                    .custom(fred::cmd!("LPUSH"), args)
+                    .await
+                    .expect("LPUSH");
+            }
+            (Form::PubSub, _) => {
+                for token in &tokens {
+                    let heard: i64 = redis
+                        .custom(
+                            fred::cmd!("PUBLISH"),
+                            vec![target.produce_to.as_str(), token.as_str()],
+                        )
+                        .await
+                        .expect("PUBLISH");
+                    assert_eq!(heard, 1, "{token}: the sidecar's subscriber is listening");
+                }
+            }
+        }
+        target
+            .tally
+            .produced
+            .fetch_add(tokens.len() as u64, Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observation: /proc, CLIENT LIST, /metrics and /subscriptions.
+// ---------------------------------------------------------------------------------------------
+
+/// A test-side Redis client, named so that `CLIENT LIST` tells it from the sidecar's
+/// connections (which have no name).
+async fn named_client(redis: &RedisServer, name: &str) -> Client {
+    let client = redis.client().await;
+    let _: Value = client
+        .custom(fred::cmd!("CLIENT"), vec!["SETNAME", name])
+        .await
+        .expect("CLIENT SETNAME");
+    client
+}
+
+/// (all connections, the sidecar's) from `CLIENT LIST`.
+async fn client_list(inspect: &Client) -> (usize, usize) {
+    let list: String = inspect
+        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
+        .await
+        .expect("CLIENT LIST");
+    let lines: Vec<&str> = list.lines().filter(|l| !l.trim().is_empty()).collect();
+    let unnamed = lines
+        .iter()
+        .filter(|l| l.split_whitespace().any(|field| field == "name="))
+        .count();
+    (lines.len(), unnamed)
+}
+
+async fn info_field(inspect: &Client, section: fred::types::InfoKind, field: &str) -> u64 {
+    let info: String = inspect.info(Some(section)).await.expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in INFO"))
+}
+
+async fn http_get(addr: &str, path: &str) -> String {
+    let mut socket = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the metrics port");
+    socket
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("send the request");
+    let mut reply = Vec::new();
+    socket
+        .read_to_end(&mut reply)
+        .await
+        .expect("read the reply");
+    let reply = String::from_utf8(reply).expect("a text reply");
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
+    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "GET {path}: a chunked reply this test does not decode"
+    );
+    body.to_owned()
+}
+
+/// The samples of one metric family (`name` or `name{labels}`), as (labels, value).
+fn series(metrics: &str, name: &str) -> Vec<(String, f64)> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            let (metric, labels) = match key.split_once('{') {
+                Some((metric, labels)) => (metric, labels.trim_end_matches('}')),
+                None => (key, ""),
+            };
+            (metric == name).then(|| (labels.to_owned(), value.parse().unwrap_or(f64::NAN)))
+        })
+        .collect()
+}
+
+fn sum(metrics: &str, name: &str) -> f64 {
+    series(metrics, name).iter().map(|(_, v)| v).sum()
+}
+
+fn admin_view_len(json: &str) -> usize {
+    let view: serde_json::Value = serde_json::from_str(json).expect("JSON from /subscriptions");
+    view["subscriptions"]
+        .as_array()
+        .expect("a `subscriptions` array")
+        .len()
+}
+
+/// The sidecar's own figures at rest (before any subscription, after all closed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rest {
+    redis_connections: usize,
+    fds: usize,
+    threads: u64,
+}
+
+async fn at_rest(sidecar: &Running, inspect: &Client) -> Rest {
+    Rest {
+        redis_connections: client_list(inspect).await.1,
+        fds: sidecar.open_fds(),
+        threads: sidecar.thread_count(),
+    }
+}
+
+/// Waits until three looks 300 ms apart agree (the pool connects in the background).
+async fn settled_rest(sidecar: &Running, inspect: &Client) -> Rest {
+    let deadline = Instant::now() + DEADLINE;
+    let mut last = at_rest(sidecar, inspect).await;
+    let mut same = 0;
+    while same < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the idle sidecar never settled: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = at_rest(sidecar, inspect).await;
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+    }
+    last
+}
+
+struct Sample {
+    t: f64,
+    rss_kib: u64,
+    threads: u64,
+    fds: usize,
+    client_list: usize,
+    sidecar_connections: usize,
+    connected_clients: u64,
+    admin_view: usize,
+    open_gauge: f64,
+    deliveries: f64,
+    rate: f64,
+    produced: u64,
+}
+
+async fn sample(
+    started: Instant,
+    previous: Option<&Sample>,
+    sidecar: &Running,
+    inspect: &Client,
+    metrics_addr: &str,
+    targets: &[Arc<Target>],
+) -> Sample {
+    let t = started.elapsed().as_secs_f64();
+    let metrics = http_get(metrics_addr, "/metrics").await;
+    let view = http_get(metrics_addr, "/subscriptions").await;
+    let (client_list, sidecar_connections) = client_list(inspect).await;
+    let deliveries = sum(&metrics, "window_deliveries_total");
+    let rate = match previous {
+        Some(p) if t > p.t => (deliveries - p.deliveries) / (t - p.t),
+        _ => 0.0,
+    };
+    Sample {
+        t,
+        rss_kib: sidecar.rss_kib(),
+        threads: sidecar.thread_count(),
+        fds: sidecar.open_fds(),
+        client_list,
+        sidecar_connections,
+        connected_clients: info_field(inspect, fred::types::InfoKind::Clients, "connected_clients")
+            .await,
+        admin_view: admin_view_len(&view),
+        open_gauge: sum(&metrics, "window_subscriptions_open"),
+        deliveries,
+        rate,
+        produced: targets.iter().map(|t| t.tally.produced.load(Relaxed)).sum(),
+    }
+}
+
+fn print_header() {
+    println!(
+        "{:>6} {:>9} {:>7} {:>5} {:>11} {:>12} {:>13} {:>10} {:>10} {:>9}",
+        "t(s)",
+        "rss(KiB)",
+        "threads",
+        "fds",
+        "redis conns",
+        "sidecar→redis",
+        "subs view/gauge",
+        "deliveries",
+        "deliv/s",
+        "produced"
+    );
+}
+
+fn print_sample(s: &Sample) {
+    println!(
+        "{:>6.0} {:>9} {:>7} {:>5} {:>5}/{:<5} {:>12} {:>8}/{:<6} {:>10.0} {:>10.1} {:>9}",
+        s.t,
+        s.rss_kib,
+        s.threads,
+        s.fds,
+        s.client_list,
+        s.connected_clients,
+        s.sidecar_connections,
+        s.admin_view,
+        s.open_gauge,
+        s.deliveries,
+        s.rate,
+        s.produced
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis state: has everything produced been settled?
+// ---------------------------------------------------------------------------------------------
+
+/// What Redis and the clients say about one target.
+#[derive(Debug)]
+struct State {
+    produced: u64,
+    acked: usize,
+    dropped: usize,
+    lost: u64,
+    seen_in_redis: u64,
+    /// Pending in the group (streams) or left in the list (lists).
+    waiting: u64,
+}
+
+impl State {
+    fn settled(&self) -> bool {
+        self.acked as u64 + self.dropped as u64 + self.lost == self.produced
+            && self.seen_in_redis == self.acked as u64
+            && self.waiting == 0
+    }
+}
+
+async fn state(inspect: &Client, target: &Target) -> State {
+    let (acked, dropped) = {
+        let s = target.tally.settled.lock().expect("not poisoned");
+        (s.acked.len(), s.dropped.len())
+    };
+    let seen_in_redis: u64 = inspect.scard(target.seen_key()).await.expect("SCARD");
+    let waiting = match target.form {
+        Form::Stream => pending(inspect, &target.name, "g").await,
+        Form::Reliable | Form::Simple => inspect.llen(&target.name).await.expect("LLEN"),
+        Form::PubSub => 0,
+    };
+    State {
+        produced: target.tally.produced.load(Relaxed),
+        acked,
+        dropped,
+        lost: target.tally.lost.load(Relaxed),
+        seen_in_redis,
+        waiting,
+    }
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT`, without the commands this test's
+/// inspecting client sends itself (`INFO`, `CONFIG`, `CLIENT`).
+async fn commands_run(inspect: &Client) -> BTreeMap<String, u64> {
+    let info: String = inspect
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (command, rest) = l.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((command.to_owned(), calls))
+        })
+        .filter(|(command, _)| {
+            // Redis 7 names subcommands `config|resetstat`.
+            let name = command.split('|').next().unwrap_or_default();
+            !["info", "config", "client"].contains(&name)
+        })
+        .collect()
+}
+
+/// The sidecar's bookkeeping keys (`…:window:…`) that still hold something.
+async fn window_keys(inspect: &Client) -> BTreeMap<String, u64> {
+    let keys: Vec<String> = inspect
+        .custom(fred::cmd!("KEYS"), vec!["*window:*"])
+        .await
+        .expect("KEYS");
+    let mut sizes = BTreeMap::new();
+    for key in keys {
+        let kind: String = inspect
+            .custom(fred::cmd!("TYPE"), vec![key.as_str()])
+            .await
+            .expect("TYPE");
+        let size: u64 = match kind.as_str() {
+            "zset" => inspect.zcard(&key).await.expect("ZCARD"),
+            "list" => inspect.llen(&key).await.expect("LLEN"),
+            "hash" => inspect.hlen(&key).await.expect("HLEN"),
+            _ => continue, // heartbeats (strings) and the consumer sets
+        };
+        sizes.insert(format!("{key} ({kind})"), size);
+    }
+    sizes
+}
+
+// ---------------------------------------------------------------------------------------------
+// The soak.
+// ---------------------------------------------------------------------------------------------
+
+fn soak_secs() -> u64 {
+    std::env::var("SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(150)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_four_subscriptions_for_minutes_leak_nothing() {
+    let wall = Instant::now();
+    let soak = Duration::from_secs(soak_secs());
+    println!(
+        "soak: {} s of load (SOAK_SECS), {SUBSCRIPTIONS} subscriptions ({CHURNERS} reopening every {} s), {} entries/s produced, samples every {} s",
+        soak.as_secs(),
+        CHURN_EVERY.as_secs(),
+        (STREAM_KEYS + RELIABLE_KEYS + SIMPLE_KEYS + 2) * PER_TICK * 1000
+            / TICK.as_millis() as usize,
+        SAMPLE_EVERY.as_secs()
+    );
+
+    let redis = RedisServer::start();
+    let inspect = named_client(&redis, "soak-inspect").await;
+    let producers_redis = named_client(&redis, "soak-producers").await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let url = redis.url();
+    let sidecar = Running::start(&[
+        "--redis-url",
+        &url,
+        "--listen",
+        &listen,
+        "--metrics-listen",
+        &metrics_addr,
+        "--reclaim-interval",
+        "2s",
+        // Generous for a loaded 2-core machine: a flush slower than this would be reported
+        // failed, which this soak treats as a defect.
+        "--redis-timeout",
+        "15s",
+    ]);
+    sidecar.wait_for("Redis answers: SERVING");
+    let baseline = settled_rest(&sidecar, &inspect).await;
+    let baseline_rss = sidecar.rss_kib();
+    println!(
+        "before any subscription: {} sidecar connections to Redis, {} fds, {} threads, RSS {baseline_rss} KiB",
+        baseline.redis_connections, baseline.fds, baseline.threads
+    );
+
+    // Subscriptions first (pub/sub hears only what is published after it subscribed).
+    let (targets, subs) = plan();
+    let global = Arc::new(Global::default());
+    let (stop_subs, stop_rx) = watch::channel(false);
+    let mut sub_tasks: Vec<JoinHandle<()>> = subs
+        .into_iter()
+        .map(|sub| {
+            tokio::spawn(subscription(
+                listen.clone(),
+                sub,
+                Arc::clone(&global),
+                stop_rx.clone(),
+            ))
+        })
+        .collect();
+    let deadline = Instant::now() + DEADLINE;
+    while global.opened.load(Relaxed) < SUBSCRIPTIONS as u64 {
+        fail_fast(&mut sub_tasks).await;
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {SUBSCRIPTIONS} subscriptions opened",
+            global.opened.load(Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (stop_producers, producers_rx) = watch::channel(false);
+    let producer_tasks: Vec<JoinHandle<()>> = targets
+        .iter()
+        .map(|t| {
+            tokio::spawn(producer(
+                Arc::clone(t),
+                producers_redis.clone(),
+                listen.clone(),
+                producers_rx.clone(),
+            ))
+        })
+        .collect();
+
+    // The load, sampled.
+    let started = Instant::now();
+    let mut samples: Vec<Sample> = Vec::new();
+    print_header();
+    loop {
+        let s = sample(
+            started,
+            samples.last(),
+            &sidecar,
+            &inspect,
+            &metrics_addr,
+            &targets,
+        )
+        .await;
+        print_sample(&s);
+        samples.push(s);
+        let elapsed = started.elapsed();
+        if elapsed >= soak {
+            break;
+        }
+        let next = (SAMPLE_EVERY * samples.len() as u32).min(soak);
+        let wake = Instant::now() + next.saturating_sub(elapsed);
+        while Instant::now() < wake {
+            fail_fast(&mut sub_tasks).await;
+            tokio::time::sleep(
+                wake.saturating_duration_since(Instant::now())
+                    .min(Duration::from_secs(1)),
+            )
+            .await;
+        }
+    }
+    let load_secs = started.elapsed().as_secs_f64();
+
+    // Producers stop; the clients go on until everything produced is settled.
+    stop_producers.send(true).expect("producers listen");
+    for task in producer_tasks {
+        task.await.expect("a producer");
+    }
+    let quiet = Instant::now();
+    wait_until_settled(&inspect, &targets, &mut sub_tasks).await;
+    let settle_secs = quiet.elapsed().as_secs_f64();
+
+    // Every subscription closes (half-close, then the stream ends).
+    let closing = Instant::now();
+    stop_subs.send(true).expect("subscriptions listen");
+    for task in sub_tasks {
+        task.await.expect("a subscription task");
+    }
+    let close_secs = closing.elapsed().as_secs_f64();
+
+    // After: the admin view and gauges, then the sidecar's connections, fds and threads, then
+    // what it still sends to Redis.
+    let deadline = Instant::now() + DEADLINE;
+    let leftover = loop {
+        let leftover = leftovers(&metrics_addr).await;
+        if leftover.is_empty() || Instant::now() >= deadline {
+            break leftover;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let deadline = Instant::now() + DEADLINE;
+    let after = loop {
+        let now = at_rest(&sidecar, &inspect).await;
+        if now == baseline || Instant::now() >= deadline {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    // A task left running (a reader, promoter or sampler) would go on sending commands: with
+    // no subscription open, the sidecar's only command is its health PING.
+    let _: Value = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .expect("CONFIG RESETSTAT");
+    tokio::time::sleep(IDLE_LOOK).await;
+    let idle_commands = commands_run(&inspect).await;
+    let after_rss = sidecar.rss_kib();
+
+    // The figures.
+    // The end of the first minute (of the first half, for a soak shorter than 2 minutes).
+    let reference_at = 60f64.min(soak.as_secs_f64() / 2.0);
+    let reference = samples
+        .iter()
+        .find(|s| s.t + 0.5 >= reference_at)
+        .expect("a sample after the first minute");
+    let last = samples.last().expect("samples");
+    println!();
+    println!(
+        "load {load_secs:.0} s; settled {settle_secs:.1} s after the producers stopped; all closed in {close_secs:.1} s; wall {:.0} s",
+        wall.elapsed().as_secs_f64()
+    );
+    println!(
+        "RSS KiB: before {baseline_rss}, at {:.0} s (reference) {}, at {:.0} s (last) {} ({:+.1} %), after closing {after_rss}; peak {}",
+        reference.t,
+        reference.rss_kib,
+        last.t,
+        last.rss_kib,
+        (last.rss_kib as f64 / reference.rss_kib as f64 - 1.0) * 100.0,
+        samples.iter().map(|s| s.rss_kib).max().unwrap_or(0)
+    );
+    println!(
+        "sidecar connections to Redis: before {}, reference {}, last {}, max {}, after closing {}",
+        baseline.redis_connections,
+        reference.sidecar_connections,
+        last.sidecar_connections,
+        samples
+            .iter()
+            .map(|s| s.sidecar_connections)
+            .max()
+            .unwrap_or(0),
+        after.redis_connections
+    );
+    println!(
+        "fds: before {}, reference {}, last {}, after closing {}; threads: before {}, last {}, after closing {}",
+        baseline.fds,
+        reference.fds,
+        last.fds,
+        after.fds,
+        baseline.threads,
+        last.threads,
+        after.threads
+    );
+    println!(
+        "Redis commands in {} s with no subscription open (ours excluded): {idle_commands:?}",
+        IDLE_LOOK.as_secs()
+    );
+    println!(
+        "subscriptions: {} opened, {} reopened, {} ALREADY_EXISTS retries, {} unexpected ends",
+        global.opened.load(Relaxed),
+        global.reopened.load(Relaxed),
+        global.already_exists.load(Relaxed),
+        global.unexpected.load(Relaxed)
+    );
+    print_counters(&http_get(&metrics_addr, "/metrics").await);
+    print_tallies(&targets);
+    let warnings: Vec<String> = sidecar
+        .logged_lines()
+        .into_iter()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    println!("sidecar warnings and errors: {}", warnings.len());
+    for line in warnings.iter().take(20) {
+        println!("  {line}");
+    }
+
+    // Stable under load: memory and Redis connections from the first minute to the last.
+    assert!(
+        last.rss_kib <= reference.rss_kib * 3 / 2 + 8 * 1024,
+        "RSS grew from {} KiB at {:.0} s to {} KiB at {:.0} s",
+        reference.rss_kib,
+        reference.t,
+        last.rss_kib,
+        last.t
+    );
+    assert!(
+        last.sidecar_connections
+            .abs_diff(reference.sidecar_connections)
+            <= CHURNERS,
+        "the sidecar's Redis connections went from {} at {:.0} s to {} at {:.0} s",
+        reference.sidecar_connections,
+        reference.t,
+        last.sidecar_connections,
+        last.t
+    );
+    let most = baseline.redis_connections + SUBSCRIPTIONS;
+    for s in &samples {
+        assert!(
+            s.sidecar_connections <= most,
+            "{} sidecar connections to Redis at {:.0} s: more than the pool and one per subscription ({most})",
+            s.sidecar_connections,
+            s.t
+        );
+    }
+
+    // Nothing left once every subscription closed.
+    assert!(
+        leftover.is_empty(),
+        "left after every subscription closed: {leftover:#?}"
+    );
+    assert_eq!(
+        after.redis_connections, baseline.redis_connections,
+        "the sidecar's Redis connections after every subscription closed vs before the first opened"
+    );
+    assert_eq!(
+        after.fds,
+        baseline.fds,
+        "the sidecar's file descriptors after every subscription closed vs before the first opened; now: {:#?}",
+        sidecar.fd_targets()
+    );
+    assert_eq!(
+        after.threads, baseline.threads,
+        "the sidecar's threads after every subscription closed vs before the first opened"
+    );
+    assert!(
+        idle_commands.keys().all(|c| c == "ping"),
+        "commands the sidecar sent in {} s with no subscription open: {idle_commands:?}",
+        IDLE_LOOK.as_secs()
+    );
+
+    // The clients saw no failure, and every entry was settled exactly once.
+    assert_eq!(
+        global.unexpected.load(Relaxed),
+        0,
+        "streams that ended unasked (see stderr)"
+    );
+    check_every_entry(&inspect, &targets).await;
+    println!("soak passed in {:.0} s", wall.elapsed().as_secs_f64());
+    drop(sidecar);
+}
+
+/// Waits until every entry produced has been acked or dropped, its side effects are in Redis
+/// and nothing is pending or waiting in a list (clients keep answering meanwhile).
+async fn wait_until_settled(
+    inspect: &Client,
+    targets: &[Arc<Target>],
+    sub_tasks: &mut [JoinHandle<()>],
+) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        fail_fast(sub_tasks).await;
+        let mut open = Vec::new();
+        for target in targets {
+            let s = state(inspect, target).await;
+            if !s.settled() {
+                open.push((target.name.clone(), s));
+            }
+        }
+        if open.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not everything produced was settled {} s after the producers stopped: {open:#?}\nsidecar bookkeeping: {:#?}",
+            DEADLINE.as_secs(),
+            window_keys(inspect).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What the metrics and the admin view still show of subscriptions (one look).
+async fn leftovers(metrics_addr: &str) -> Vec<String> {
+    let metrics = http_get(metrics_addr, "/metrics").await;
+    let view = http_get(metrics_addr, "/subscriptions").await;
+    let mut leftover: Vec<String> = [
+        "window_outstanding_deliveries",
+        "window_group_pending_entries",
+        "window_group_lag_entries",
+        "window_delay_set_entries",
+    ]
+    .iter()
+    .flat_map(|name| {
+        series(&metrics, name)
+            .into_iter()
+            .map(move |(labels, v)| format!("{name}{{{labels}}} {v}"))
+    })
+    .collect();
+    let open = sum(&metrics, "window_subscriptions_open");
+    if open != 0.0 {
+        leftover.push(format!("window_subscriptions_open sums to {open}"));
+    }
+    let views = admin_view_len(&view);
+    if views != 0 {
+        leftover.push(format!("/subscriptions lists {views}: {view}"));
+    }
+    leftover
+}
+
+/// Every entry produced was acked (its side effects ran once) or dropped (they never ran),
+/// with no failed flush, rejection or double settle; nothing is left pending, in a list, in a
+/// processing list or delay set, or in the delivery-count bookkeeping.
+async fn check_every_entry(inspect: &Client, targets: &[Arc<Target>]) {
+    for t in targets {
+        let tally = &t.tally;
+        assert_eq!(
+            tally.failed_flushes.load(Relaxed),
+            0,
+            "{}: failed flushes",
+            t.name
+        );
+        assert_eq!(tally.rejections.load(Relaxed), 0, "{}: rejections", t.name);
+        assert_eq!(
+            tally.duplicates.load(Relaxed),
+            0,
+            "{}: settled twice",
+            t.name
+        );
+        let s = state(inspect, t).await;
+        assert!(s.settled(), "{}: {s:?}", t.name);
+        let acked_counter: Option<u64> = inspect.get(t.acked_key()).await.expect("GET");
+        assert_eq!(
+            acked_counter.unwrap_or(0),
+            tally.acks.load(Relaxed),
+            "{}: the INCR side effects vs the acks sent",
+            t.name
+        );
+        let never: Option<u64> = inspect.get(t.never_key()).await.expect("GET");
+        assert_eq!(never, None, "{}: a dropped or retried segment ran", t.name);
+        let missing: Vec<String> = {
+            let settled = tally.settled.lock().expect("not poisoned");
+            (1..=tally.produced.load(Relaxed))
+                .map(|n| format!("{}#{n}", t.produce_to))
+                .filter(|token| !settled.acked.contains(token) && !settled.dropped.contains(token))
+                .collect()
+        };
+        // Pub/sub is at most once: what the sidecar reported lost is all that may be missing.
+        let may_miss = if t.form == Form::PubSub {
+            tally.lost.load(Relaxed)
+        } else {
+            0
+        };
+        assert_eq!(
+            missing.len() as u64,
+            may_miss,
+            "{}: produced and neither acked nor dropped: {:?}",
+            t.name,
+            &missing[..missing.len().min(10)]
+        );
+        if t.form == Form::Stream {
+            assert_eq!(
+                pending(inspect, &t.name, "g").await,
+                0,
+                "{}: XPENDING",
+                t.name
+            );
+        }
+    }
+    let bookkeeping: BTreeMap<String, u64> = window_keys(inspect)
+        .await
+        .into_iter()
+        .filter(|(_, size)| *size > 0)
+        .collect();
+    assert!(
+        bookkeeping.is_empty(),
+        "delay sets, processing lists or delivery counts left: {bookkeeping:#?}"
+    );
+}
+
+fn print_counters(metrics: &str) {
+    let flushes = |result: &str| -> f64 {
+        series(metrics, "window_flushes_total")
+            .iter()
+            .filter(|(labels, _)| labels.contains(&format!("result=\"{result}\"")))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    println!(
+        "sidecar counters: {:.0} reads, {:.0} deliveries ({:.0} redeliveries, {:.0} reclaimed), {:.0} flushes ok, {:.0} failed, {:.0} rejections, {:.0} published",
+        sum(metrics, "window_reads_total"),
+        sum(metrics, "window_deliveries_total"),
+        sum(metrics, "window_redeliveries_total"),
+        sum(metrics, "window_reclaimed_entries_total"),
+        flushes("ok"),
+        flushes("failed"),
+        sum(metrics, "window_rejections_total"),
+        sum(metrics, "window_published_entries_total"),
+    );
+}
+
+/// The clients' tallies, by form.
+fn print_tallies(targets: &[Arc<Target>]) {
+    const COLUMNS: [&str; 11] = [
+        "form",
+        "produced",
+        "delivered",
+        "acked",
+        "dropped",
+        "retried",
+        "retry_after",
+        "lost",
+        "abandoned",
+        "failed",
+        "dups",
+    ];
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(COLUMNS)
+            .enumerate()
+            .map(|(i, (cell, column))| {
+                let width = if i == 0 { 14 } else { column.len().max(9) };
+                format!("{cell:>width$}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("{}", line(COLUMNS.iter().map(|c| c.to_string()).collect()));
+    let mut by_form: BTreeMap<Form, [u64; 10]> = BTreeMap::new();
+    for t in targets {
+        let tally = &t.tally;
+        let row = by_form.entry(t.form).or_default();
+        for (cell, v) in row.iter_mut().zip([
+            tally.produced.load(Relaxed),
+            tally.delivered.load(Relaxed),
+            tally.acks.load(Relaxed),
+            tally.drops.load(Relaxed),
+            tally.retries.load(Relaxed),
+            tally.retry_afters.load(Relaxed),
+            tally.lost.load(Relaxed),
+            tally.abandoned.load(Relaxed),
+            tally.failed_flushes.load(Relaxed),
+            tally.duplicates.load(Relaxed),
+        ]) {
+            *cell += v;
+        }
+    }
+    for (form, row) in by_form {
+        let mut cells = vec![form.name().to_owned()];
+        cells.extend(row.iter().map(u64::to_string));
+        println!("{}", line(cells));
+    }
+}
+
+/// Resolves once the stop flag is set (the watch guard is not held across an await).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Surfaces a subscription task's panic now rather than when the soak ends.
+async fn fail_fast(tasks: &mut [JoinHandle<()>]) {
+    for task in tasks.iter_mut() {
+        if task.is_finished() {
+            // It only returns when told to stop: it panicked.
+            task.await.expect("a subscription task");
+            panic!("a subscription task ended before it was told to stop");
+        }
+    }
+}
