@@ -151,6 +151,12 @@ pub struct Config {
     )]
     pub max_subscriptions_per_connection: usize,
 
+    /// How often an idle client connection is pinged (HTTP/2 PING); a client that does not
+    /// answer within the same time is gone (its network was cut): its subscriptions close and
+    /// their deliveries stay pending for another consumer.
+    #[arg(long, env = "WINDOW_CLIENT_KEEPALIVE", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub client_keepalive: Duration,
+
     /// Before delivering what a read claimed (stream entries, list entries moved to a
     /// processing list), wait until this many replicas have the claim (Redis `WAIT`), so a
     /// failover cannot hand the same entries out again. 0: do not wait. With atomic mode this
@@ -346,6 +352,11 @@ impl Config {
             1,
         )?;
         at_least("redis-timeout", self.redis_timeout.as_millis() as u64, 1)?;
+        at_least(
+            "client-keepalive",
+            self.client_keepalive.as_millis() as u64,
+            100,
+        )?;
         at_least("max-message-size", self.max_message_size as u64, 1024)?;
         at_least("max-arg-size", self.max_arg_size as u64, 1)?;
         at_least(

@@ -355,7 +355,9 @@ pub async fn run(
         config.shutdown_grace + config.redis_timeout,
     );
     // Health stays open for probes; everything else needs the token when one is set.
-    let mut builder = Server::builder();
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(config.client_keepalive))
+        .http2_keepalive_timeout(Some(config.client_keepalive));
     if let Some(tls) = listener_tls(&config)? {
         builder = builder.tls_config(tls)?;
     }

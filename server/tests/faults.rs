@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Next, Running, STEP, Worker, stream_open};
 use fred::prelude::*;
@@ -474,7 +474,14 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
     let sidecar = Running::serve(
         &redis.url(),
         &listen,
-        &["--reclaim-interval", "200ms", "--metrics-listen", &metrics],
+        &[
+            "--reclaim-interval",
+            "200ms",
+            "--metrics-listen",
+            &metrics,
+            "--client-keepalive",
+            "1s",
+        ],
     );
     let proxy = Proxy::start(listen.clone()).await;
     let min_idle = Some(Duration::from_secs(1));
@@ -504,26 +511,42 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
                 .is_some_and(|(_, c)| *c >= 2)
         })
         .count();
-    // Without HTTP/2 keepalives the sidecar cannot tell a silent client from a slow one: the
-    // vanished subscription is still open (and holds its consumer name).
-    let view: serde_json::Value =
-        serde_json::from_str(&http_get(&metrics, "/subscriptions").await).unwrap();
-    let still_open: Vec<String> = view["subscriptions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            format!(
-                "{} (outstanding {})",
-                s["consumer"], s["outstanding_deliveries"]
-            )
-        })
-        .collect();
+    // The keepalive PING goes unanswered: the sidecar closes the vanished subscription and
+    // frees its consumer name (only the other client's stays open).
+    let mut still_open = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let view: serde_json::Value =
+            serde_json::from_str(&http_get(&metrics, "/subscriptions").await).unwrap();
+        still_open = view["subscriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["consumer"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if !still_open.iter().any(|c| c == "c-a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     println!(
         "vanished client: {} deliveries cut off, {came_back} came back to the other client, \
          {seen} of {N} seen, {count} side effects; subscriptions still open: {still_open:?}",
         cut_off.deliveries.len()
     );
+    assert_eq!(
+        still_open,
+        vec!["c-b".to_string()],
+        "the vanished client's subscription was not closed"
+    );
+    // Its consumer name is free again.
+    let mut again = Worker::open(&listen, stream_open(KEY, "c-a", 10, 10, min_idle)).await;
+    let next = again.next(Duration::from_secs(2)).await;
+    assert!(
+        matches!(next, Next::Idle) && again.opened.is_some(),
+        "reopening as the vanished consumer: {next:?}"
+    );
+    again.close();
     assert_eq!((seen, left), (N, 0));
     assert_eq!(came_back, cut_off.deliveries.len());
     assert_eq!(
