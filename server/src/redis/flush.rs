@@ -188,42 +188,17 @@ pub async fn execute(
             ..Default::default()
         };
     }
-    let client = client.with_options(&FAIL_FAST);
-    let commands = &plan.commands;
-    // fred writes a pipeline command by command and flushes its socket after each one unless
-    // it knows of another command queued behind (a pipeline is one queue item): 65 writes for
-    // a read of 64. With the last command sent on its own right behind the pipeline, the
-    // pipeline is buffered and the last command flushes everything: one write (measured with
-    // strace in the benchmark's notes). Only where it is safe: on one connection (standalone,
-    // Sentinel; on a cluster the last command may go to another node and leave the others
-    // unflushed), and only when the last command is outside a transaction (another task's
-    // command may be written between the two, which must not land inside a MULTI).
-    let last_alone = !client.is_clustered()
-        && commands.len() > 1
-        && !matches!(commands.last().map(|c| c.role), Some(Role::Commit { .. }));
-    let (piped, alone) = if last_alone {
-        commands.split_at(commands.len() - 1)
-    } else {
-        (&commands[..], &[][..])
-    };
-    let pipeline = Pipeline::from(client.clone());
-    for planned in piped {
+    // fred writes (and flushes) a pipeline command by command: N+1 `writev` for a read of N
+    // (strace in the benchmark's notes). Sending the commands separately, or the last one
+    // apart, does not change that (fred's connection task takes each one off its queue before
+    // the next arrives); the fix belongs in fred.
+    let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
+    for planned in &plan.commands {
         let (command, args) = custom(planned);
         // Buffering a command in a pipeline only stores it; it cannot fail.
         let _: Result<Value, _> = pipeline.custom(command, args).await;
     }
-    // `join` polls the pipeline first: it reaches fred's queue before the last command.
-    let last = async {
-        match alone.first() {
-            Some(planned) => {
-                let (command, args) = custom(planned);
-                Some(client.custom::<Value, _>(command, args).await)
-            }
-            None => None,
-        }
-    };
-    let (mut replies, last) = futures::future::join(pipeline.try_all::<Value>(), last).await;
-    replies.extend(last);
+    let replies = pipeline.try_all::<Value>().await;
     FlushResult::from_replies(&plan.commands, replies)
 }
 
