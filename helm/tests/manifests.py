@@ -11,8 +11,16 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
       without a schema there fails: nothing is skipped silently.
   assert-pod RENDERED --native yes|no
       Checks the shape of every pod that carries the sidecar: where the sidecar sits, its
-      hardened securityContext, its probes, its /tmp, the downward-API consumer name and the
-      termination grace period.
+      hardened securityContext, its probes, its /tmp, the downward-API consumer name, the
+      termination grace period, that every file a flag names (--auth-token-file, --tls-*) is a
+      read-only mounted Secret key, and that the application's WINDOW_SIDECAR_ADDR reaches the
+      listener (a Unix socket: on an emptyDir both mount, with a group they share).
+  assert-sidecar RENDERED [--has FLAG=VALUE] [--lacks FLAG] [--file PATH=SECRET/KEY]
+                 [--socket PATH] [--no-port NAME]
+      Checks the sidecar container of every workload: a flag rendered with exactly that value,
+      a flag not rendered, a path in the sidecar that is Secret SECRET's key KEY (mounted
+      read-only), a Unix socket shared with the application container (an emptyDir mounted in
+      both, WINDOW_SIDECAR_ADDR=unix:PATH), a containerPort not declared.
   check-config RENDERED BIN --expect CODE [--pod-name NAME] [--external FILE]
                [--set-arg FLAG=VALUE] [--set-env NAME=VALUE]
       Runs the real binary with the sidecar container's rendered args and env plus
@@ -122,6 +130,101 @@ def flag(container, name):
     return None
 
 
+FILE_FLAGS = ("--auth-token-file", "--tls-cert", "--tls-key", "--tls-client-ca")
+
+
+def mount_for(container, path):
+    """The volume mount of a container whose directory holds path (the deepest one)."""
+    best = None
+    for m in container.get("volumeMounts") or []:
+        mount = m["mountPath"].rstrip("/")
+        if path.startswith(mount + "/") and (best is None or len(mount) > len(best["mountPath"].rstrip("/"))):
+            best = m
+    return best
+
+
+def secret_file(container, spec, path):
+    """(Secret name, key) that path in the container is, or a string saying why it is none."""
+    m = mount_for(container, path)
+    if m is None:
+        return f"{path} is on no volume mount"
+    if not m.get("readOnly"):
+        return f"{path} is on a writable mount ({m['name']})"
+    volume = {v["name"]: v for v in spec.get("volumes") or []}.get(m["name"])
+    if volume is None or "secret" not in volume:
+        return f"{path} is on volume {m['name']}, which is not a Secret"
+    rel = path[len(m["mountPath"].rstrip("/")) + 1:]
+    items = volume["secret"].get("items")
+    if items is None:
+        return volume["secret"]["secretName"], rel
+    for item in items:
+        if item["path"] == rel:
+            return volume["secret"]["secretName"], item["key"]
+    return f"{path}: Secret volume {m['name']} projects no {rel}"
+
+
+def app_containers(spec):
+    """Containers other than the sidecar that set WINDOW_SIDECAR_ADDR, with its value."""
+    for where in ("initContainers", "containers"):
+        for container in spec.get(where) or []:
+            if is_sidecar(container):
+                continue
+            for e in container.get("env") or []:
+                if e["name"] == "WINDOW_SIDECAR_ADDR" and "value" in e:
+                    yield container, e["value"]
+
+
+def effective(container, spec, field):
+    return ((container.get("securityContext") or {}).get(field)
+            or (spec.get("securityContext") or {}).get(field))
+
+
+def listener_problems(c, spec):
+    """Whether the application containers reach the sidecar's --listen."""
+    problems = []
+    listen = flag(c, "--listen") or "127.0.0.1:50051"
+    apps = list(app_containers(spec))
+    if not apps:
+        problems.append("no application container sets WINDOW_SIDECAR_ADDR")
+    ports = {p.get("name") for p in c.get("ports") or []}
+    if listen.startswith("unix:"):
+        path = listen[len("unix:"):]
+        if "grpc" in ports:
+            problems.append("listens on a Unix socket but declares the TCP containerPort grpc")
+        m = mount_for(c, path)
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        if m is None or "emptyDir" not in volumes.get(m["name"], {}):
+            problems.append(f"the socket {path} is not on an emptyDir mount")
+            return problems
+        if m.get("readOnly"):
+            problems.append(f"the socket's directory {m['mountPath']} is mounted read-only")
+        name = os.path.basename(path)
+        fs_group = (spec.get("securityContext") or {}).get("fsGroup")
+        for app, addr in apps:
+            theirs = [a for a in app.get("volumeMounts") or [] if a["name"] == m["name"]]
+            if not theirs:
+                problems.append(f"{app['name']} does not mount the socket's volume {m['name']}")
+                continue
+            want = f"unix:{theirs[0]['mountPath'].rstrip('/')}/{name}"
+            if addr != want:
+                problems.append(f"{app['name']}: WINDOW_SIDECAR_ADDR={addr}, expected {want}")
+            # The socket is mode 0660: the application needs the sidecar's user or group.
+            same_user = effective(c, spec, "runAsUser") == effective(app, spec, "runAsUser")
+            same_group = effective(c, spec, "runAsGroup") == effective(app, spec, "runAsGroup")
+            if not (fs_group or same_user or same_group):
+                problems.append(f"{app['name']} shares neither fsGroup, user nor group with "
+                                "the sidecar: it cannot open the socket (mode 0660)")
+    else:
+        host, port = listen.rsplit(":", 1)
+        host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+        for app, addr in apps:
+            if addr != f"{host}:{port}":
+                problems.append(f"{app['name']}: WINDOW_SIDECAR_ADDR={addr}, expected {host}:{port}")
+        if "grpc" not in ports:
+            problems.append("no grpc containerPort for the TCP listener")
+    return problems
+
+
 def seconds(humantime):
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
     total = 0.0
@@ -173,6 +276,15 @@ def cmd_assert_pod(args):
                 check(any(m.get("readOnly") for m in c["volumeMounts"]
                           if m["mountPath"] == "/etc/window-sidecar/redis-tls"),
                       "TLS material is not mounted read-only")
+            for name in FILE_FLAGS:
+                path = flag(c, name)
+                if path is not None:
+                    where = secret_file(c, spec, path)
+                    check(not isinstance(where, str), f"{name}: {where}")
+            check(bool(flag(c, "--tls-cert")) == bool(flag(c, "--tls-key")),
+                  "--tls-cert and --tls-key are not rendered together")
+            for problem in listener_problems(c, spec):
+                check(False, problem)
             env = {e["name"]: e for e in c.get("env") or []}
             pod_name = env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
             check(pod_name.get("fieldPath") == "metadata.name", "POD_NAME is not the pod name")
@@ -189,6 +301,57 @@ def cmd_assert_pod(args):
         print(f"  FAIL {p}")
     if not problems:
         print(f"  ok {found} sidecar container(s) shaped as expected")
+    return 1 if problems else 0
+
+
+def cmd_assert_sidecar(args):
+    problems = []
+    found = 0
+    for workload, spec in pod_specs(load_docs(args.rendered)):
+        for _, c in sidecars(spec):
+            found += 1
+            where = f"{workload} {c['name']}"
+            rendered = [str(a) for a in c.get("args") or []]
+            for want in args.has:
+                name = want.split("=", 1)[0]
+                got = [a for a in rendered if a.split("=", 1)[0] == name]
+                if got != [want]:
+                    problems.append(f"{where}: expected {want}, rendered {got or 'nothing'}")
+            for name in args.lacks:
+                got = [a for a in rendered if a.split("=", 1)[0] == name]
+                if got:
+                    problems.append(f"{where}: {name} should be left to the sidecar's default, "
+                                    f"rendered {got}")
+            for want in args.file:
+                path, ref = want.split("=", 1)
+                secret, key = ref.split("/", 1)
+                got = secret_file(c, spec, path)
+                if got != (secret, key):
+                    problems.append(f"{where}: {path} should be Secret {secret} key {key}: {got}")
+            for path in args.socket:
+                if flag(c, "--listen") != f"unix:{path}":
+                    problems.append(f"{where}: --listen is {flag(c, '--listen')}, expected unix:{path}")
+                m = mount_for(c, path)
+                apps = list(app_containers(spec))
+                if m is None or not apps:
+                    problems.append(f"{where}: the socket is on no mount, or no application container")
+                    continue
+                for app, addr in apps:
+                    mounts = {a["name"]: a["mountPath"] for a in app.get("volumeMounts") or []}
+                    if mounts.get(m["name"]) != m["mountPath"] or addr != f"unix:{path}":
+                        problems.append(f"{where}: {app['name']} mounts {mounts.get(m['name'])} "
+                                        f"and has WINDOW_SIDECAR_ADDR={addr}")
+            ports = {p.get("name") for p in c.get("ports") or []}
+            for name in args.no_port:
+                if name in ports:
+                    problems.append(f"{where}: declares containerPort {name}")
+    if not found:
+        problems.append("no window-sidecar container (one with --health-listen) in any workload")
+    for p in problems:
+        print(f"  FAIL {p}")
+    if not problems:
+        checked = len(args.has) + len(args.lacks) + len(args.file) + len(args.socket) + len(args.no_port)
+        print(f"  ok {checked} expectation(s) on {found} sidecar container(s)")
     return 1 if problems else 0
 
 
@@ -301,6 +464,14 @@ def main():
     p.add_argument("rendered")
     p.add_argument("--native", choices=["yes", "no"], required=True)
     p.set_defaults(func=cmd_assert_pod)
+    p = sub.add_parser("assert-sidecar")
+    p.add_argument("rendered")
+    p.add_argument("--has", action="append", default=[])
+    p.add_argument("--lacks", action="append", default=[])
+    p.add_argument("--file", action="append", default=[])
+    p.add_argument("--socket", action="append", default=[])
+    p.add_argument("--no-port", action="append", default=[])
+    p.set_defaults(func=cmd_assert_sidecar)
     p = sub.add_parser("check-config")
     p.add_argument("rendered")
     p.add_argument("bin")

