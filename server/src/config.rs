@@ -274,12 +274,16 @@ pub enum ConfigError {
     TwoTokens,
     #[error("--auth-token must not be empty")]
     EmptyToken,
-    #[error("--{flag} must be at least {min}, got {value}")]
+    #[error("--{flag} must be at least {min}{unit}, got {value}{unit}")]
     TooSmall {
         flag: &'static str,
         min: u64,
         value: u64,
+        /// "" for counts, " ms" for durations, " bytes" for sizes.
+        unit: &'static str,
     },
+    #[error("--{0} names no pattern; use * for every name")]
+    NoPattern(&'static str),
     #[error("--consumer-name must not be empty")]
     EmptyConsumerName,
     #[error("--allow-commands: {0}")]
@@ -336,13 +340,20 @@ impl Config {
         {
             return Err(ConfigError::EmptyToken);
         }
-        let at_least = |flag, value: u64, min: u64| {
+        let at_least_in = |flag, value: u64, min: u64, unit| {
             if value < min {
-                Err(ConfigError::TooSmall { flag, min, value })
+                Err(ConfigError::TooSmall {
+                    flag,
+                    min,
+                    value,
+                    unit,
+                })
             } else {
                 Ok(())
             }
         };
+        let at_least = |flag, value, min| at_least_in(flag, value, min, "");
+        let ms = |d: Duration| d.as_millis() as u64;
         at_least("pool-size", self.pool_size as u64, 1)?;
         at_least("max-count", self.max_count.into(), 1)?;
         at_least("max-in-flight", self.max_in_flight.into(), 1)?;
@@ -351,30 +362,31 @@ impl Config {
             self.max_commands_per_slot as u64,
             1,
         )?;
-        at_least("redis-timeout", self.redis_timeout.as_millis() as u64, 1)?;
-        at_least(
-            "client-keepalive",
-            self.client_keepalive.as_millis() as u64,
-            100,
+        at_least_in("redis-timeout", ms(self.redis_timeout), 1, " ms")?;
+        at_least_in("client-keepalive", ms(self.client_keepalive), 100, " ms")?;
+        at_least_in(
+            "max-message-size",
+            self.max_message_size as u64,
+            1024,
+            " bytes",
         )?;
-        at_least("max-message-size", self.max_message_size as u64, 1024)?;
-        at_least("max-arg-size", self.max_arg_size as u64, 1)?;
+        at_least_in("max-arg-size", self.max_arg_size as u64, 1, " bytes")?;
+        for (flag, patterns) in [
+            ("allow-keys", &self.allow_keys),
+            ("allow-channels", &self.allow_channels),
+        ] {
+            if patterns.iter().all(|p| p.trim().is_empty()) {
+                return Err(ConfigError::NoPattern(flag));
+            }
+        }
         at_least(
             "max-subscriptions-per-connection",
             self.max_subscriptions_per_connection as u64,
             1,
         )?;
         self.policy()?;
-        at_least(
-            "promote-interval",
-            self.promote_interval.as_millis() as u64,
-            1,
-        )?;
-        at_least(
-            "reclaim-interval",
-            self.reclaim_interval.as_millis() as u64,
-            1,
-        )?;
+        at_least_in("promote-interval", ms(self.promote_interval), 1, " ms")?;
+        at_least_in("reclaim-interval", ms(self.reclaim_interval), 1, " ms")?;
         if self
             .consumer_name
             .as_deref()
@@ -532,6 +544,17 @@ mod tests {
             Err(ConfigError::CommandRules(_))
         ));
         assert!(Config::try_parse_from(["w", "--max-arg-size", "1GB"]).is_err());
+        assert!(matches!(
+            parse(&["--allow-keys", ""]).validate(),
+            Err(ConfigError::NoPattern("allow-keys"))
+        ));
+        let err = parse(&["--client-keepalive", "99ms"])
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--client-keepalive must be at least 100 ms, got 99 ms"
+        );
     }
 
     #[test]
