@@ -126,6 +126,29 @@ impl CommandRules {
         })
     }
 
+    /// The rules that name a category or command Redis does not know (a typo allows or
+    /// refuses nothing), given what it knows.
+    pub fn unknown_targets(
+        &self,
+        knows_category: impl Fn(&str) -> bool,
+        knows_command: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter_map(|(allow, target)| {
+                let sign = if *allow { '+' } else { '-' };
+                match target {
+                    Target::All => None,
+                    Target::Category(c) if !knows_category(c) => Some(format!("{sign}@{c}")),
+                    Target::Command(c) if !knows_command(c) => {
+                        Some(format!("{sign}{}", c.to_ascii_lowercase()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
     /// Whether `name` (upper-case; `NAME|SUB` for a subcommand) with Redis's ACL `categories`
     /// (as Redis spells them: `@write`) may be queued.
     pub fn allows(&self, name: &str, categories: &[String]) -> bool {
@@ -327,6 +350,13 @@ mod tests {
         assert!(!rules.allows("SET", &cats(&["@write"])));
         assert!(rules.allows("HSET", &cats(&["@write"])));
         assert_eq!(rules.to_string(), "+@write -set");
+    }
+
+    #[test]
+    fn rules_naming_nothing_redis_knows_are_found() {
+        let rules = CommandRules::parse("+@write +@wirte -flushal +incr").unwrap();
+        let unknown = rules.unknown_targets(|c| c == "write", |c| c == "INCR");
+        assert_eq!(unknown, ["+@wirte", "-flushal"]);
     }
 
     #[test]

@@ -129,6 +129,17 @@ impl KeySpecs {
         self.commands.insert(name, Info { specs, categories });
     }
 
+    /// Whether some command is in this ACL category (`write`, without the `@`).
+    pub fn knows_category(&self, category: &str) -> bool {
+        self.commands.values().any(|info| {
+            info.categories.iter().any(|c| {
+                c.strip_prefix('@')
+                    .unwrap_or(c)
+                    .eq_ignore_ascii_case(category)
+            })
+        })
+    }
+
     /// Whether the server knows a command of this name.
     pub fn knows(&self, name: &str) -> bool {
         self.commands.contains_key(&name.to_ascii_uppercase())

@@ -91,7 +91,21 @@ impl Shared {
     async fn key_specs(&self) -> Result<Arc<KeySpecs>, RedisError> {
         let specs = self
             .key_specs
-            .get_or_try_init(|| async { KeySpecs::load(self.redis.pool()).await.map(Arc::new) })
+            .get_or_try_init(|| async {
+                let specs = KeySpecs::load(self.redis.pool()).await?;
+                let unknown = self
+                    .settings
+                    .policy
+                    .commands
+                    .unknown_targets(|c| specs.knows_category(c), |c| specs.knows(c));
+                if !unknown.is_empty() {
+                    tracing::warn!(
+                        rules = ?unknown,
+                        "--allow-commands names categories or commands this Redis does not know; they allow or refuse nothing"
+                    );
+                }
+                Ok::<_, RedisError>(Arc::new(specs))
+            })
             .await?;
         Ok(Arc::clone(specs))
     }
