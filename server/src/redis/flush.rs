@@ -188,10 +188,10 @@ pub async fn execute(
             ..Default::default()
         };
     }
-    // fred writes (and flushes) a pipeline command by command: N+1 `writev` for a read of N
-    // (strace in the benchmark's notes). Sending the commands separately, or the last one
-    // apart, does not change that (fred's connection task takes each one off its queue before
-    // the next arrives); the fix belongs in fred.
+    // fred flushes its socket after every custom command (`CommandKind::should_flush` lists
+    // `_Custom`), and a client's commands can only be custom: N+1 `writev` for a read of N,
+    // whether pipelined, sent one by one or on one thread (strace, in the README). The fix
+    // belongs in fred.
     let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
     for planned in &plan.commands {
         let (command, args) = custom(planned);
