@@ -659,13 +659,14 @@ enum Stall {
     DebugSleep,
 }
 
-/// Whether Redis on `port` leaves a PING unanswered for 300 ms.
+/// Whether Redis on `port` leaves a PING unanswered for 800 ms: longer than a loaded machine
+/// delays one, so a yes means the stall has begun (the flush sent next lands inside it).
 fn stalled(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
-    conn.set_read_timeout(Some(Duration::from_millis(300)))
+    conn.set_read_timeout(Some(Duration::from_millis(800)))
         .unwrap();
     let _ = conn.write_all(b"PING\r\n");
     let mut buf = [0u8; 16];
@@ -688,8 +689,10 @@ async fn stall_mid_run(stall: Stall) {
 
     let held = worker.next_read().await;
     let staller = std::thread::spawn(move || match stall {
-        Stall::ClientPause => resp::call(port, &["CLIENT", "PAUSE", "3000", "ALL"]),
-        Stall::DebugSleep => resp::call(port, &["DEBUG", "SLEEP", "3"]),
+        // Long enough that the flush sent after the stall was seen (at most 1.3 s into it)
+        // still meets it for longer than --redis-timeout.
+        Stall::ClientPause => resp::call(port, &["CLIENT", "PAUSE", "5000", "ALL"]),
+        Stall::DebugSleep => resp::call(port, &["DEBUG", "SLEEP", "5"]),
     });
     let began = tokio::task::spawn_blocking(move || {
         for _ in 0..10 {
