@@ -8,6 +8,11 @@ use tracing::{error, info, warn};
 use window_sidecar::config::{Config, redact_url};
 use window_sidecar::{dev, server, telemetry};
 
+// glibc's malloc was a fifth of the sidecar's CPU under load (perf, README "Performance"):
+// every read and flush allocates frames, entries and messages across worker threads.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// sysexits' EX_CONFIG-adjacent EX_USAGE: the configuration cannot work.
 const EXIT_CONFIG: u8 = 64;
 

@@ -1,7 +1,8 @@
 //! The sidecar's Prometheus metrics: one registry, typed families, text exposition. Names and
 //! units follow Prometheus conventions (`_total` counters, `_seconds` durations).
 //!
-//! Round trips per read is `window_redis_round_trips_total / window_reads_total`.
+//! Round trips per read is `window_redis_round_trips_total / window_reads_total`; a read-ahead
+//! (a read at the end of a flush's pipeline) is a read without a round trip of its own.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -99,6 +100,7 @@ pub struct Metrics {
     registry: Registry,
     pub subscriptions_open: Family<FormLabels, Gauge>,
     pub reads: Family<FormLabels, Counter>,
+    pub read_aheads: Family<FormLabels, Counter>,
     pub deliveries: Family<FormLabels, Counter>,
     pub redeliveries: Family<FormLabels, Counter>,
     pub reclaimed: Family<FormLabels, Counter>,
@@ -128,6 +130,7 @@ impl Metrics {
         let m = Self {
             subscriptions_open: Family::default(),
             reads: Family::default(),
+            read_aheads: Family::default(),
             deliveries: Family::default(),
             redeliveries: Family::default(),
             reclaimed: Family::default(),
@@ -155,6 +158,11 @@ impl Metrics {
             "reads",
             "Reads from Redis that delivered entries",
             m.reads.clone(),
+        );
+        r.register(
+            "read_aheads",
+            "Reads sent at the end of a flush's pipeline rather than on a round trip of their own (counted in reads too)",
+            m.read_aheads.clone(),
         );
         r.register(
             "deliveries",
@@ -238,6 +246,7 @@ impl Metrics {
         let f = FormLabels { form };
         for family in [
             &self.reads,
+            &self.read_aheads,
             &self.deliveries,
             &self.redeliveries,
             &self.reclaimed,

@@ -296,6 +296,126 @@ async fn in_atomic_mode_a_redis_restart_runs_no_acked_side_effect_twice() {
     assert_eq!(run.count, 200);
 }
 
+/// Hands each read's acks over only once the next read is there (a client slower than Redis),
+/// so each flush goes with the next read at its end; hands over what it holds when idle.
+async fn work_holding_one_read(worker: &mut Worker, held: &mut Vec<proto::Read>) {
+    match worker.next(Duration::from_millis(300)).await {
+        Next::Read(read) => {
+            held.push(read);
+            while held.len() >= 2 {
+                let read = held.remove(0);
+                worker.ack(&read.deliveries).await;
+            }
+        }
+        // Nothing more is coming: answer what is held.
+        Next::Idle => {
+            for read in std::mem::take(held) {
+                worker.ack(&read.deliveries).await;
+            }
+        }
+        other => panic!("the subscription ended: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_side_effect_once() {
+    const N: usize = 300;
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let url = redis.url();
+    let inspect = connect(&url).await;
+    produce(&inspect, 0..N, 0).await;
+    let (listen, metrics) = (listen_addr(), listen_addr());
+    let sidecar = Running::serve(
+        &url,
+        &listen,
+        &[
+            "--redis-timeout",
+            "1s",
+            "--reclaim-interval",
+            "500ms",
+            "--metrics-listen",
+            &metrics,
+        ],
+    );
+    let open = proto::Open {
+        mode: Mode::Atomic as i32,
+        ..stream_open(KEY, "c1", 10, 20, None)
+    };
+    let mut worker = Worker::open(&listen, open).await;
+    let mut held = Vec::new();
+    while worker.acked.len() < 100 {
+        work_holding_one_read(&mut worker, &mut held).await;
+    }
+    let text = http_get(&metrics, "/metrics").await;
+    let read_aheads = |text: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("window_read_aheads_total{form=\"stream\"} "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let before = read_aheads(&text);
+    assert!(before >= 5.0, "reads ride on flushes by now: {before}");
+
+    // Redis dies with two reads at the client: their flushes, and the reads riding on them,
+    // fail; entries such a read may have claimed come back through the pending entries.
+    redis.kill();
+    for read in held.drain(..) {
+        worker.ack(&read.deliveries).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    redis.restart();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (seen, count, pending) = state(&inspect).await;
+        if seen == N && pending == 0 && held.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: seen {seen} of {N}, count {count}, pending {pending}"
+        );
+        work_holding_one_read(&mut worker, &mut held).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (seen, count, left) = state(&inspect).await;
+    let twice = applied_twice(&inspect).await;
+    let failed = worker.reports.iter().filter(|r| !r.ok).count();
+    let after = read_aheads(&http_get(&metrics, "/metrics").await);
+    println!(
+        "atomic, reads riding on flushes, Redis killed and restarted: {N} entries, {seen} seen, \
+         {count} side effects, applied twice {twice:?}, {failed} failed flushes, \
+         {} duplicate deliveries, read-aheads {before} before the kill and {after} in all",
+        worker.duplicate_deliveries()
+    );
+    if !twice.is_empty() {
+        println!("reads:\n  {}", timeline(&worker));
+    }
+    assert_eq!(seen, N, "no entry is lost");
+    assert_eq!(left, 0, "every entry ends settled");
+    assert!(failed > 0, "a flush failed while Redis was down");
+    assert!(twice.is_empty(), "side effects ran twice: {twice:?}");
+    assert_eq!(count, N, "every acked side effect ran exactly once");
+
+    // Once every flush of unknown outcome can no longer run (fred reconnects each pool
+    // connection within its 2 s backoff) and the pending entries were read again, reads ride on
+    // flushes again.
+    produce(&inspect, N..2 * N, 0).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state(&inspect).await.0 < 2 * N || !held.is_empty() {
+        assert!(Instant::now() < deadline, "the second batch is not settled");
+        work_holding_one_read(&mut worker, &mut held).await;
+    }
+    let again = read_aheads(&http_get(&metrics, "/metrics").await);
+    println!("read-aheads after the second batch: {again}");
+    assert!(
+        again > after,
+        "reads ride on flushes again after the restart"
+    );
+    assert_eq!(state(&inspect).await.1, 2 * N, "each side effect once");
+    drop(sidecar);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. The sidecar SIGKILLed mid-window.
 
@@ -793,12 +913,20 @@ async fn sigterm_under_load_flushes_every_acked_entry_and_leaves_the_unacked_pen
             next
         })
     };
+    let mut last_acked = 0;
     while worker.acked.len() < 200 {
         let read = worker.next_read().await;
         worker.ack(&read.deliveries).await;
+        last_acked = read.read_id;
     }
     // A read handed out and not settled when SIGTERM comes.
     let mut held = worker.next_read().await.deliveries;
+    // The acks sent last have reached the sidecar (their read is flushed), so what it counts as
+    // outstanding is what the client holds.
+    worker
+        .report_for(last_acked, STEP)
+        .await
+        .expect("the last acked read is flushed");
     sidecar.signal("TERM");
     let draining = loop {
         match worker.next(STEP).await {

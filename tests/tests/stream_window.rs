@@ -146,6 +146,71 @@ async fn one_xack_per_read() {
 }
 
 #[tokio::test]
+async fn under_a_backlog_the_next_read_rides_on_the_flush() {
+    let redis = RedisServer::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(200)).await;
+    let inspect = redis.client().await;
+    let _: () = inspect
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .unwrap();
+
+    // COUNT 10, in flight 20 (two reads). The client answers a read only once the next one is
+    // there, as a client slower than Redis does: each flush then frees the room for the next
+    // read, which goes in the flush's pipeline rather than on a round trip of its own.
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 10))
+        .await
+        .unwrap();
+    let mut held = std::collections::VecDeque::new();
+    let (mut delivered, mut settled, mut reads) = (0, 0, 0);
+    while settled < 200 {
+        match sub.next().await.unwrap() {
+            Some(Kind::Read(read)) => {
+                reads += 1;
+                delivered += read.deliveries.len();
+                held.push_back(read);
+                while held.len() >= 2 || (delivered == 200 && !held.is_empty()) {
+                    let read = held.pop_front().unwrap();
+                    let slots = read.deliveries.iter().map(|d| d.slot);
+                    let commands = slots.clone().map(|s| command(s, "INCR", &["n"])).collect();
+                    sub.send(commands, slots.map(|s| outcome(s, Ack)).collect())
+                        .await;
+                }
+            }
+            Some(Kind::Flush(report)) => {
+                assert!(report.ok, "{report:?}");
+                settled += report.settles;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(reads, 20);
+    assert_eq!(counter(&inspect, "n").await, 200, "every side effect once");
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    assert_eq!(command_calls(&inspect, "xack").await, 20);
+
+    let (_, text) = http_get(metrics.parse().unwrap(), "/metrics").await;
+    let s = |series: &str| sample(&text, series);
+    let read_aheads = s("window_read_aheads_total{form=\"stream\"}");
+    let own_reads = s("window_redis_round_trips_total{form=\"stream\",kind=\"read\"}");
+    let flushes = s("window_redis_round_trips_total{form=\"stream\",kind=\"flush\"}");
+    // The first two reads (and the pending-history read before them) go on the subscription's
+    // own connection, and so does the BLOCK read once the backlog is gone; every other read
+    // rode on a flush.
+    assert!(read_aheads >= 18.0, "{read_aheads} read-aheads\n{text}");
+    assert!(own_reads <= 4.0, "{own_reads} reads of their own\n{text}");
+    assert_eq!(flushes, 20.0);
+    assert_eq!(s("window_reads_total{form=\"stream\"}"), 20.0);
+    let round_trips_per_read = (own_reads + flushes) / 20.0;
+    assert!(round_trips_per_read <= 1.2, "{round_trips_per_read}");
+    sub.close();
+    sidecar.stop().await;
+}
+
+#[tokio::test]
 async fn a_failed_flush_is_reported_once_and_the_stream_goes_on() {
     let redis = RedisServer::start();
     let sidecar = Sidecar::start(&redis.url(), &[]).await;

@@ -12,6 +12,7 @@ See README.md for the full API and the guarantees.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import json
 import logging
@@ -54,6 +55,18 @@ def _duration(seconds: float) -> Duration:
 
 
 def _arg(value: Arg) -> bytes:
+    # Exact types first: this runs for every argument of every queued command.
+    kind = type(value)
+    if kind is bytes:
+        return value
+    if kind is str:
+        return value.encode()
+    if kind is int:
+        return str(value).encode()
+    return _arg_other(value)
+
+
+def _arg_other(value: Arg) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, (bytearray, memoryview)):
@@ -85,13 +98,10 @@ class Delivery:
         "slot",
         "entry_id",
         "payload",
-        "headers",
-        "fields",
-        "delivery_count",
-        "trace",
         "read_id",
         "outcome",
         "rejection",
+        "_msg",
         "_sub",
         "_stream",
         "_commands",
@@ -104,16 +114,12 @@ class Delivery:
         self.slot: int = msg.slot
         self.entry_id: str = msg.entry_id
         self.payload: bytes = msg.payload
-        self.headers: Dict[str, str] = dict(msg.headers)
-        self.fields: List[Tuple[bytes, bytes]] = [(f.name, f.value) for f in msg.fields]
-        self.delivery_count: int = msg.delivery_count
-        #: The producer's W3C trace context (``.traceparent``, ``.tracestate``), or None.
-        self.trace = msg.trace if msg.HasField("trace") else None
         self.read_id = read_id
         #: "ack", "drop", "retry" or "retry_after" once settled; None while open or abandoned.
         self.outcome: Optional[str] = None
         #: The sidecar's Rejection when it refused this delivery's outcome.
         self.rejection = None
+        self._msg = msg  # the rest is read from it when asked for
         self._sub = sub
         self._stream = stream
         self._commands: List[Any] = []
@@ -122,6 +128,23 @@ class Delivery:
         self._sent = False  # its outcome was written to its stream
 
     # -- reading --------------------------------------------------------------------------
+
+    @property
+    def headers(self) -> Dict[str, str]:
+        return dict(self._msg.headers)
+
+    @property
+    def fields(self) -> List[Tuple[bytes, bytes]]:
+        return [(f.name, f.value) for f in self._msg.fields]
+
+    @property
+    def delivery_count(self) -> int:
+        return self._msg.delivery_count
+
+    @property
+    def trace(self):
+        """The producer's W3C trace context (``.traceparent``, ``.tracestate``), or None."""
+        return self._msg.trace if self._msg.HasField("trace") else None
 
     def json(self) -> Any:
         """The payload parsed as JSON."""
@@ -314,7 +337,12 @@ class Subscription:
         self._backoff = backoff
         self._rejected_retry_delay = rejected_retry_delay
         self._close_timeout = close_timeout
-        self._queue: asyncio.Queue = asyncio.Queue()
+        # Deliveries to hand out, and the iterator's waiter when there are none. A deque and a
+        # future rather than an asyncio.Queue: this is paid per delivery.
+        self._ready: collections.deque = collections.deque()
+        self._waiter: Optional[asyncio.Future] = None
+        # A read's batch was queued for the writer: let it run before the next delivery.
+        self._yield_to_writer = False
         self._task: Optional[asyncio.Task] = None
         self._stream: Optional[_Stream] = None
         self._gen = 0
@@ -341,10 +369,21 @@ class Subscription:
 
     async def __anext__(self) -> Delivery:
         self._leave_current()
+        if self._yield_to_writer:
+            # Without this the next read, already here, would be handled before the writer
+            # task sends this one's batch, and the sidecar's flush would wait for both.
+            self._yield_to_writer = False
+            await asyncio.sleep(0)
         while True:
-            item = await self._queue.get()
+            while not self._ready:
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+            item = self._ready.popleft()
             if item is _END:
-                self._queue.put_nowait(_END)
+                self._ready.appendleft(_END)
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
@@ -353,6 +392,12 @@ class Subscription:
                 # comes back on the next stream of this consumer name.
                 continue
             return self._hand_out(item)
+
+    def _hand_out_all(self, items: Iterable[Any]) -> None:
+        self._ready.extend(items)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def __aenter__(self) -> "Subscription":
         return self.start()
@@ -365,6 +410,10 @@ class Subscription:
         d._handed = True
         d._stream.handed_unsettled += 1
         d._stream.drained.clear()
+        self._current = d
+        if not tracing.AVAILABLE:
+            return d
+        trace = d.trace
         d._span = tracing.start_delivery_span(
             stream=self.stream_key,
             group=self.group,
@@ -372,13 +421,12 @@ class Subscription:
             entry_id=d.entry_id,
             slot=d.slot,
             delivery_count=d.delivery_count,
-            traceparent=d.trace.traceparent if d.trace is not None else "",
-            tracestate=d.trace.tracestate if d.trace is not None else "",
+            traceparent=trace.traceparent if trace is not None else "",
+            tracestate=trace.tracestate if trace is not None else "",
         )
         if d._span is not None:
             # Current while the loop body handles it: spans the application starts are children.
             d._span.attach()
-        self._current = d
         return d
 
     def _leave_current(self) -> None:
@@ -402,7 +450,7 @@ class Subscription:
             return
         self._closing = True
         self._stop_event.set()
-        self._queue.put_nowait(_END)
+        self._hand_out_all((_END,))
         st = self._stream
         if st is not None and st.alive:
             self._spawn(self._half_close(st))
@@ -494,6 +542,7 @@ class Subscription:
             return
         st.outbox.put_nowait((rd.commands, rd.outcomes))
         rd.commands, rd.outcomes = [], []
+        self._yield_to_writer = True
 
     async def _writer(self, st: _Stream) -> None:
         try:
@@ -589,7 +638,7 @@ class Subscription:
             self._lose_stream()
             raise
         finally:
-            self._queue.put_nowait(_END)
+            self._hand_out_all((_END,))
 
     async def _session(self) -> None:
         self._gen += 1
@@ -660,8 +709,7 @@ class Subscription:
         self.stats.deliveries += len(deliveries)
         if self._closing:
             return  # not handed out: abandoned on close, delivered again later
-        for d in deliveries:
-            self._queue.put_nowait(d)
+        self._hand_out_all(deliveries)
 
     async def _flushed(self, st: _Stream, report: Any) -> None:
         rd = st.reads.pop(report.read_id, None)

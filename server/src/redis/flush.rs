@@ -22,6 +22,8 @@ pub enum Role {
     Begin,
     /// EXEC; `settles` when the transaction carries a settle.
     Commit { settles: bool },
+    /// The next read, sent after everything else (see [`FlushPlan::read_ahead`]).
+    ReadAhead,
 }
 
 /// One command of a flush.
@@ -55,6 +57,9 @@ pub struct FlushPlan {
     pub settles: usize,
     /// Entries the plan moves to the dead letter.
     pub dead_lettered: usize,
+    /// A read sent after the flush's commands, in the same pipeline: the subscription's next
+    /// read without a round trip of its own. Not part of the flush: its reply is returned apart.
+    pub read_ahead: Option<Planned>,
 }
 
 impl FlushPlan {
@@ -166,6 +171,9 @@ pub static FAIL_FAST: std::sync::LazyLock<Options> = std::sync::LazyLock::new(||
     ..Default::default()
 });
 
+/// The reply of a plan's read-ahead: `None` when the plan had none.
+pub type ReadAheadReply = Option<Result<Value, Error>>;
+
 /// Sends the plan as one pipeline and interprets the replies.
 /// A flush whose connection is not up waits for it up to `timeout` (the sidecar just started,
 /// or Redis is coming back), then fails as not sent: its entries stay pending and come back.
@@ -173,33 +181,49 @@ pub async fn execute(
     client: &Client,
     plan: &FlushPlan,
     timeout: std::time::Duration,
-) -> FlushResult {
+) -> (FlushResult, ReadAheadReply) {
     if !client.is_connected()
         && tokio::time::timeout(timeout, client.wait_for_connect())
             .await
             .is_err()
     {
-        return FlushResult {
+        let not_sent = format!("not sent: no connection to Redis within {timeout:?}");
+        let result = FlushResult {
             failed: plan.commands.len(),
-            first_error: Some(format!(
-                "not sent: no connection to Redis within {timeout:?}"
-            )),
+            first_error: Some(not_sent.clone()),
             settle_failed: plan.settles > 0,
             ..Default::default()
         };
+        let read = plan
+            .read_ahead
+            .as_ref()
+            .map(|_| Err(Error::new(ErrorKind::Unknown, not_sent)));
+        return (result, read);
     }
     // fred flushes its socket after every custom command (`CommandKind::should_flush` lists
     // `_Custom`), and a client's commands can only be custom: N+1 `writev` for a read of N,
     // whether pipelined, sent one by one or on one thread (strace, in the README). The fix
     // belongs in fred.
     let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
-    for planned in &plan.commands {
+    for planned in plan.commands.iter().chain(&plan.read_ahead) {
         let (command, args) = custom(planned);
         // Buffering a command in a pipeline only stores it; it cannot fail.
         let _: Result<Value, _> = pipeline.custom(command, args).await;
     }
-    let replies = pipeline.try_all::<Value>().await;
-    FlushResult::from_replies(&plan.commands, replies)
+    let mut replies = pipeline.try_all::<Value>().await;
+    let read = plan.read_ahead.as_ref().map(|_| {
+        let answered = replies.len() > plan.commands.len();
+        answered
+            .then(|| replies.pop())
+            .flatten()
+            .unwrap_or_else(|| {
+                Err(Error::new(
+                    ErrorKind::IO,
+                    "the connection closed before every reply",
+                ))
+            })
+    });
+    (FlushResult::from_replies(&plan.commands, replies), read)
 }
 
 /// After a flush whose replies never came: waits (up to `bound`) until nothing of it can still

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::delay;
 use super::entry::{Entry, into_bytes, parse_entries};
-use super::flush::{FlushPlan, Role};
+use super::flush::{FlushPlan, Planned, Role};
 use super::plan::Settling;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key, str_arg};
 
@@ -211,6 +211,66 @@ pub struct ReadBatch {
     pub reads: u32,
     pub claims: u32,
     pub count_lookups: u32,
+    /// A stream reader's next XAUTOCLAIM: reads that ride on flushes (see [`read_ahead`]) stop
+    /// then, so the reader gets to reclaim.
+    pub next_reclaim: Option<Instant>,
+}
+
+/// The entries of an XREADGROUP reply; ids of deleted entries (pending history only) go to
+/// `deleted`.
+fn parse_read(reply: Value, deleted: &mut Vec<Bytes>) -> Result<Vec<Entry>, RedisError> {
+    let Value::Array(streams) = reply else {
+        return Ok(Vec::new()); // nil: BLOCK timed out, or nothing new
+    };
+    let mut entries = Vec::new();
+    for stream in streams {
+        let Value::Array(pair) = stream else { continue };
+        if let Some(list) = pair.into_iter().nth(1) {
+            entries.extend(parse_entries("XREADGROUP", list, deleted)?);
+        }
+    }
+    Ok(entries)
+}
+
+/// New entries are on their first delivery, unless they are retry copies.
+fn first_deliveries(entries: &mut [Entry]) {
+    for entry in entries {
+        entry.delivery_count = 1 + entry.earlier_attempts();
+    }
+}
+
+/// A read of new entries to send at the end of a flush's pipeline, so that under a backlog a
+/// read costs no round trip of its own. Without BLOCK: it never holds the pool connection.
+pub fn read_ahead(keys: &StreamKeys, count: u32) -> Planned {
+    Planned {
+        hash_slot: Some(keys.slot),
+        ..Planned::new(
+            "XREADGROUP",
+            vec![
+                Bytes::from_static(b"GROUP"),
+                keys.group.clone(),
+                keys.consumer.clone(),
+                Bytes::from_static(b"COUNT"),
+                Bytes::from(count.to_string()),
+                Bytes::from_static(b"STREAMS"),
+                keys.key.clone(),
+                Bytes::from_static(b">"),
+            ],
+            Role::ReadAhead,
+        )
+    }
+}
+
+/// The reply of a [`read_ahead`] as a read.
+pub fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
+    // `>` delivers entries that exist: deleted ones show only in pending history.
+    let mut deleted = Vec::new();
+    let mut entries = parse_read(reply, &mut deleted)?;
+    first_deliveries(&mut entries);
+    Ok(ReadBatch {
+        entries,
+        ..Default::default()
+    })
 }
 
 /// Reads one stream subscription on its dedicated connection.
@@ -258,6 +318,12 @@ impl StreamReader {
 
     /// One read of up to `count` entries. Blocks up to the BLOCK time when nothing is there.
     pub async fn read(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
+        let mut batch = self.read_inner(count).await?;
+        batch.next_reclaim = Some(self.next_reclaim);
+        Ok(batch)
+    }
+
+    async fn read_inner(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
         let mut batch = ReadBatch::default();
         if Instant::now() >= self.next_reclaim {
             self.next_reclaim = Instant::now() + self.reclaim_interval;
@@ -294,9 +360,7 @@ impl StreamReader {
         if !batch.entries.is_empty() {
             self.replicate().await?;
         }
-        for entry in &mut batch.entries {
-            entry.delivery_count = 1 + entry.earlier_attempts();
-        }
+        first_deliveries(&mut batch.entries);
         Ok(batch)
     }
 
@@ -332,17 +396,8 @@ impl StreamReader {
         args.extend([str_arg("STREAMS"), arg(&self.keys.key), Value::Bytes(id)]);
         let slot = Some(self.keys.slot);
         let reply = call_at(&self.client, "XREADGROUP", args, block.is_some(), slot).await?;
-        let Value::Array(streams) = reply else {
-            return Ok(Vec::new()); // nil: BLOCK timed out
-        };
         let mut deleted = Vec::new();
-        let mut entries = Vec::new();
-        for stream in streams {
-            let Value::Array(pair) = stream else { continue };
-            if let Some(list) = pair.into_iter().nth(1) {
-                entries.extend(parse_entries("XREADGROUP", list, &mut deleted)?);
-            }
-        }
+        let entries = parse_read(reply, &mut deleted)?;
         self.ack_deleted(deleted).await?;
         Ok(entries)
     }
@@ -494,6 +549,51 @@ mod tests {
         w.settle(s, Outcome::Ack, None).unwrap();
         w.settle(s + 1, Outcome::Drop, None).unwrap();
         w.settle(s + 2, Outcome::Ack, None).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_read_ahead_reads_new_entries_without_block_on_the_stream_slot() {
+        let keys = keys();
+        let read = read_ahead(&keys, 64);
+        assert_eq!(read.role, Role::ReadAhead);
+        assert_eq!(read.hash_slot, Some(keys.slot));
+        let plan = FlushPlan {
+            commands: vec![read],
+            ..Default::default()
+        };
+        assert_eq!(
+            plan.render(),
+            ["XREADGROUP GROUP g c COUNT 64 STREAMS orders >"]
+        );
+    }
+
+    #[test]
+    fn a_read_ahead_reply_is_a_read_of_first_deliveries() {
+        let b = |s: &str| Value::Bytes(Bytes::copy_from_slice(s.as_bytes()));
+        let entry = |id: &str, fields: Vec<Value>| Value::Array(vec![b(id), Value::Array(fields)]);
+        let reply = Value::Array(vec![Value::Array(vec![
+            b("orders"),
+            Value::Array(vec![
+                entry("1-0", vec![b("_payload"), b("{}")]),
+                // A retry copy carries its earlier attempts.
+                entry(
+                    "2-0",
+                    vec![b("_payload"), b("{}"), b("h:x-window-attempts"), b("2")],
+                ),
+            ]),
+        ])]);
+        let batch = read_ahead_batch(reply).unwrap();
+        let ids: Vec<_> = batch.entries.iter().map(|e| e.id.clone()).collect();
+        assert_eq!(
+            ids,
+            [Bytes::from_static(b"1-0"), Bytes::from_static(b"2-0")]
+        );
+        let counts: Vec<_> = batch.entries.iter().map(|e| e.delivery_count).collect();
+        assert_eq!(counts, [1, 3]);
+        assert!(!batch.redelivery);
+        assert_eq!(batch.reads, 0, "it made no round trip of its own");
+        // Nothing new: nil.
+        assert!(read_ahead_batch(Value::Null).unwrap().entries.is_empty());
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The task that owns one subscription's window. It `select!`s over the client's messages, the
 //! reads, the flush reports and shutdown. Reads run on a reader task with the subscription's
 //! dedicated connection; flushes run in order on a flusher task over the pool, so the client
-//! never waits for a flush before getting the next read.
+//! never waits for a flush before getting the next read. While a stream has a backlog, the
+//! next read rides at the end of a flush's pipeline instead (a read-ahead): one round trip per
+//! read in all.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use crate::metrics::{
     SubscriptionLabels,
 };
 use crate::redis::entry::Entry;
-use crate::redis::flush::{self, FlushPlan, FlushResult};
+use crate::redis::flush::{self, FlushPlan, FlushResult, Planned};
 use crate::redis::form::{Form, Reader, Source};
 use crate::redis::keys::KeySpecs;
 use crate::redis::list::{self, ListKeys};
@@ -71,6 +73,14 @@ pub(super) struct Subscription<'a> {
     helpers: Vec<JoinHandle<()>>,
     /// When the read under way was asked for; `None` when no read is under way.
     reading_since: Option<SystemTime>,
+    /// The COUNT of the read under way (or of the last one).
+    read_count: u32,
+    /// The last read of new stream entries came back full: more are waiting, so the next read
+    /// may ride on a flush.
+    backlog: bool,
+    /// When the stream reader reclaims idle entries next: read-aheads stop then, so the
+    /// reader gets to run.
+    next_reclaim: Option<Instant>,
     /// Flushes handed to the flusher whose reports have not come back.
     flushing: usize,
     /// Deliveries in those flushes. They count against the in-flight limit until flushed, so
@@ -78,6 +88,16 @@ pub(super) struct Subscription<'a> {
     flushing_deliveries: usize,
     /// Stream entry ids in flushes under way, by read.
     flushing_ids: HashMap<ReadId, Vec<Bytes>>,
+    /// Flushes reported with an unknown outcome that may still run (see
+    /// [`flush::settle_unknown`]).
+    unknown_flushes: usize,
+    /// Reads asked of the reader, and answers received from it: the reader answers in order.
+    reader_asked: u64,
+    reader_answered: u64,
+    /// Entries of flushes that ended while reader request `n` (and those before it) was under
+    /// way, by `n`: pending or claimed entries that request returns may have been read before
+    /// the flush's XACK ran, and must not be handed out again.
+    settled_during_reads: Vec<(u64, Vec<Bytes>)>,
     /// The client is still there to receive messages.
     client_here: bool,
     /// Consecutive failed reads, for backoff.
@@ -233,9 +253,16 @@ impl<'a> Subscription<'a> {
             flusher,
             helpers,
             reading_since: None,
+            read_count: 0,
+            backlog: false,
+            next_reclaim: None,
             flushing: 0,
             flushing_deliveries: 0,
             flushing_ids: HashMap::new(),
+            unknown_flushes: 0,
+            reader_asked: 0,
+            reader_answered: 0,
+            settled_during_reads: Vec::new(),
             client_here: true,
             read_failures: 0,
             retry_read_at: None,
@@ -298,10 +325,13 @@ impl<'a> Subscription<'a> {
                 // Cancel-safe: mpsc receive.
                 Some(batch) = self.reader_rx.recv() => {
                     let started = self.reading_since.take();
+                    self.reader_answered += 1;
                     // While draining, entries read now stay pending and come back later.
                     if self.draining_until.is_none() {
                         self.deliver(batch, started.unwrap_or_else(SystemTime::now)).await;
                     }
+                    let answered = self.reader_answered;
+                    self.settled_during_reads.retain(|(asked, _)| *asked > answered);
                 }
                 // Cancel-safe: mpsc receive.
                 Some(flushed) = self.flush_rx.recv() => self.flushed(flushed).await,
@@ -326,8 +356,8 @@ impl<'a> Subscription<'a> {
         self.close(ended_with).await
     }
 
-    /// Asks the reader for more when the window has room and no read is under way.
-    async fn request_read(&mut self) {
+    /// How many more deliveries the window may take.
+    fn room(&self) -> usize {
         // One read's worth of deliveries waiting for their flush is free, so the next read
         // overlaps the flush; beyond that they count, so a slow Redis backs up in Redis.
         let waiting = self
@@ -335,16 +365,25 @@ impl<'a> Subscription<'a> {
             .saturating_sub(self.request.count as usize);
         // Every delivery of a read not yet flushed is in flight, settled or not: what a crash
         // can lose on a simple list, and what the window holds in memory.
-        let room =
-            (self.request.max_in_flight as usize).saturating_sub(self.window.held() + waiting);
+        (self.request.max_in_flight as usize).saturating_sub(self.window.held() + waiting)
+    }
+
+    /// Asks the reader for more when the window has room and no read is under way.
+    async fn request_read(&mut self) {
+        let room = self.room();
         if self.reading_since.is_some() || room == 0 || self.retry_read_at.is_some() {
             return;
         }
-        // A list's re-read cannot tell its values from outstanding ones: it waits for an
-        // empty window too; a stream's skips outstanding entries by id.
-        let reread_ready =
-            self.flushing == 0 && (matches!(self.form, Form::Stream(_)) || self.window.held() == 0);
+        // A stream's re-read skips entries the window holds or flushes by id; it waits only
+        // until no flush of unknown outcome can still run (its transactions would otherwise
+        // race the entries' second delivery). A list's re-read cannot tell its values from
+        // outstanding ones: it waits for an empty window and no flush under way.
+        let reread_ready = match self.form {
+            Form::Stream(_) => self.unknown_flushes == 0,
+            _ => self.flushing == 0 && self.window.held() == 0,
+        };
         if self.reread_owed && reread_ready {
+            debug!("reading this consumer's pending entries again");
             self.reread_owed = false;
             let _ = self.reader_tx.send(ReaderCommand::RereadPending).await;
         }
@@ -356,6 +395,63 @@ impl<'a> Subscription<'a> {
             .is_ok()
         {
             self.reading_since = Some(SystemTime::now());
+            self.read_count = count;
+            self.reader_asked += 1;
+        }
+    }
+
+    /// The read to send at the end of a flush about to go, when the next read would be asked
+    /// for at once anyway (a stream with a backlog and room in the window) and the reader has
+    /// no work of its own (re-reading pending entries, reclaiming, waiting for replicas).
+    /// Call with the flush's deliveries already counted as flushing.
+    fn read_ahead(&mut self) -> Option<Planned> {
+        let Form::Stream(keys) = &self.form else {
+            return None;
+        };
+        let reader_has_work = self.reread_owed
+            || self.shared.settings.replication.is_some()
+            || self.next_reclaim.is_none_or(|at| Instant::now() >= at);
+        let room = self.room();
+        if !self.backlog
+            || reader_has_work
+            || room == 0
+            || self.reading_since.is_some()
+            || self.retry_read_at.is_some()
+            || self.draining_until.is_some()
+            || !self.client_here
+        {
+            return None;
+        }
+        let count = room.min(self.request.count as usize) as u32;
+        self.reading_since = Some(SystemTime::now());
+        self.read_count = count;
+        Some(stream::read_ahead(keys, count))
+    }
+
+    /// A read-ahead came back with its flush's report.
+    async fn read_ahead_returned(&mut self, read: ReadAhead) {
+        let started = self.reading_since.take();
+        match read {
+            ReadAhead::Read(batch) => {
+                self.shared
+                    .metrics
+                    .read_aheads
+                    .get_or_create(&self.labels.form)
+                    .inc();
+                // While draining or closing, entries read now stay pending on this consumer
+                // and come back later, as those of the reader's read under way do.
+                if self.draining_until.is_none() && self.flush_tx.is_some() {
+                    self.deliver(Ok(batch), started.unwrap_or_else(SystemTime::now))
+                        .await;
+                }
+            }
+            ReadAhead::Failed { error, unknown } => {
+                debug!(%error, unknown, "a read-ahead failed; the reader reads next");
+                self.backlog = false;
+                // Redis may have delivered entries to this consumer that no reply told of:
+                // only its pending entries list has them now.
+                self.reread_owed |= unknown;
+            }
         }
     }
 
@@ -367,6 +463,10 @@ impl<'a> Subscription<'a> {
             }
             Err(err) => return self.read_failed(err).await,
         };
+        self.backlog = !batch.redelivery && batch.entries.len() >= self.read_count as usize;
+        if batch.next_reclaim.is_some() {
+            self.next_reclaim = batch.next_reclaim;
+        }
         let form = self.form_name;
         let metrics = &self.shared.metrics;
         for (kind, n) in [
@@ -395,6 +495,7 @@ impl<'a> Subscription<'a> {
                 .held_entries()
                 .map(|e| &e.id)
                 .chain(self.flushing_ids.values().flatten())
+                .chain(self.settled_during_reads.iter().flat_map(|(_, ids)| ids))
                 .collect();
             entries.retain(|e| !held.contains(&e.id));
         }
@@ -641,7 +742,7 @@ impl<'a> Subscription<'a> {
             now_ms,
             max_deliveries: self.request.max_deliveries,
         };
-        let plan = plan_flush(&self.form, &batch, &ctx);
+        let mut plan = plan_flush(&self.form, &batch, &ctx);
         let span = self.shared.settings.tracing.then(|| {
             let client = batch
                 .settles
@@ -660,37 +761,68 @@ impl<'a> Subscription<'a> {
             dead_lettered: plan.dead_lettered,
             result: FlushResult::default(),
         };
-        let Some(flush_tx) = &self.flush_tx else {
+        if self.flush_tx.is_none() {
             return;
-        };
+        }
         let deliveries = report.segments_kept + report.segments_dropped;
         let read_id = report.read_id;
-        if flush_tx.send(FlushJob { report, plan, span }).is_ok() {
+        self.flushing_deliveries += deliveries;
+        plan.read_ahead = self.read_ahead();
+        let read_ahead = plan.read_ahead.is_some();
+        let job = FlushJob { report, plan, span };
+        if self
+            .flush_tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(job).is_ok())
+        {
             self.flushing += 1;
-            self.flushing_deliveries += deliveries;
             if matches!(self.form, Form::Stream(_)) {
                 let ids = batch.settles.iter().map(|s| s.entry.id.clone());
                 self.flushing_ids.entry(read_id).or_default().extend(ids);
+            }
+        } else {
+            // The flusher is gone (closing): neither the flush nor its read-ahead runs.
+            self.flushing_deliveries -= deliveries;
+            if read_ahead {
+                self.reading_since = None;
             }
         }
     }
 
     async fn flushed(&mut self, flushed: Flushed) {
         match flushed {
-            Flushed::Report(report) => self.reported(report).await,
-            Flushed::Settled(read_id) => {
-                self.flushing -= 1;
-                self.flushing_ids.remove(&read_id);
+            Flushed::Report(report, read_ahead) => {
+                self.reported(report).await;
+                if let Some(read) = read_ahead {
+                    self.read_ahead_returned(read).await;
+                }
             }
+            Flushed::Settled(read_id) => {
+                debug!(read_id, "the flush of unknown outcome can no longer run");
+                self.unknown_flushes -= 1;
+                self.flush_ended(read_id);
+            }
+        }
+    }
+
+    fn flush_ended(&mut self, read_id: ReadId) {
+        self.flushing -= 1;
+        if let Some(ids) = self.flushing_ids.remove(&read_id)
+            && self.reader_answered < self.reader_asked
+        {
+            // The reader's read under way may have run before this flush's XACK; those after
+            // it cannot return these entries.
+            self.settled_during_reads.push((self.reader_asked, ids));
         }
     }
 
     async fn reported(&mut self, report: FlushReport) {
         // A flush with an unknown outcome stays under way until nothing of it can run any
         // more (`Flushed::Settled`): its entries are read again only then.
-        if !report.result.unknown {
-            self.flushing -= 1;
-            self.flushing_ids.remove(&report.read_id);
+        if report.result.unknown {
+            self.unknown_flushes += 1;
+        } else {
+            self.flush_ended(report.read_id);
         }
         self.flushing_deliveries = self
             .flushing_deliveries
@@ -716,9 +848,7 @@ impl<'a> Subscription<'a> {
                 "flush failed"
             );
             if report.result.settle_failed || report.result.unknown {
-                // The read's entries are still pending on this consumer: read them again once
-                // no flush is under way (one still under way may settle entries the re-read
-                // would hand out again).
+                // The read's entries are still pending on this consumer: read them again.
                 self.reread_owed = true;
             }
         }
@@ -755,6 +885,8 @@ impl<'a> Subscription<'a> {
     /// stream.
     async fn close(mut self, ended_with: Option<SessionError>) -> JoinHandle<()> {
         let abandoned = self.window.outstanding();
+        // The flushes below carry no read-ahead.
+        self.backlog = false;
         if let Form::List(keys) = &self.form
             && !keys.reliable
         {
@@ -918,7 +1050,9 @@ async fn flush_loop(
     {
         let started = Instant::now();
         let client = redis.pool();
-        report.result = flush::execute(client, &plan, redis.timeout()).await;
+        let (result, read_ahead) = flush::execute(client, &plan, redis.timeout()).await;
+        report.result = result;
+        let read_ahead = read_ahead.map(ReadAhead::from_reply);
         duration.observe(started.elapsed().as_secs_f64());
         round_trips.inc();
         let result = if report.result.ok() { "ok" } else { "failed" };
@@ -942,7 +1076,7 @@ async fn flush_loop(
             observe::end_flush_span(span, &report.result);
         }
         let (unknown, read_id) = (report.result.unknown, report.read_id);
-        if reports.send(Flushed::Report(report)).is_err() {
+        if reports.send(Flushed::Report(report, read_ahead)).is_err() {
             break;
         }
         if unknown {
@@ -959,11 +1093,43 @@ async fn flush_loop(
 
 /// What the flusher tells its subscription.
 enum Flushed {
-    /// A flush is done; its report goes to the client.
-    Report(FlushReport),
+    /// A flush is done; its report goes to the client. With what its read-ahead read.
+    Report(FlushReport, Option<ReadAhead>),
     /// A flush reported with an unknown outcome can no longer run (see
     /// [`flush::settle_unknown`]).
     Settled(ReadId),
+}
+
+/// What a read that rode at the end of a flush read.
+enum ReadAhead {
+    Read(ReadBatch),
+    /// `unknown`: no reply came, so Redis may have delivered entries to this consumer.
+    Failed {
+        error: RedisError,
+        unknown: bool,
+    },
+}
+
+impl ReadAhead {
+    fn from_reply(reply: Result<fred::prelude::Value, fred::error::Error>) -> Self {
+        use fred::error::ErrorKind;
+        match reply {
+            Ok(reply) => match stream::read_ahead_batch(reply) {
+                Ok(batch) => ReadAhead::Read(batch),
+                Err(error) => ReadAhead::Failed {
+                    error,
+                    unknown: false,
+                },
+            },
+            Err(err) => ReadAhead::Failed {
+                unknown: matches!(
+                    err.kind(),
+                    ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
+                ),
+                error: RedisError::from_fred("XREADGROUP", &err),
+            },
+        }
+    }
 }
 
 /// How long a flush with an unknown outcome waits for its connection to come back, so that
