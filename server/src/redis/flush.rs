@@ -125,10 +125,7 @@ impl FlushResult {
         for (planned, reply) in plan.iter().zip(replies) {
             let Err(err) = reply else { continue };
             let message = err.details().to_owned();
-            if matches!(
-                err.kind(),
-                ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
-            ) {
+            if unanswered(&err) {
                 // No answer is not a refusal: whether it ran is unknown.
                 result.unknown = true;
                 result.failed += 1;
@@ -160,6 +157,15 @@ impl FlushResult {
         }
         result
     }
+}
+
+/// The error says no reply came (a timeout, a broken connection), not that Redis refused:
+/// the command may have run, or may still run.
+pub fn unanswered(err: &Error) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
+    )
 }
 
 /// Options of writes whose failure is reported rather than retried (flushes, Publish). Fail

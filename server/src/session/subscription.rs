@@ -1112,7 +1112,6 @@ enum ReadAhead {
 
 impl ReadAhead {
     fn from_reply(reply: Result<fred::prelude::Value, fred::error::Error>) -> Self {
-        use fred::error::ErrorKind;
         match reply {
             Ok(reply) => match stream::read_ahead_batch(reply) {
                 Ok(batch) => ReadAhead::Read(batch),
@@ -1122,10 +1121,7 @@ impl ReadAhead {
                 },
             },
             Err(err) => ReadAhead::Failed {
-                unknown: matches!(
-                    err.kind(),
-                    ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
-                ),
+                unknown: flush::unanswered(&err),
                 error: RedisError::from_fred("XREADGROUP", &err),
             },
         }
