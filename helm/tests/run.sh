@@ -247,7 +247,7 @@ fi
 # and socket behind the security values (values files policy, unix-socket and tls-listener).
 NEW_FLAGS=(--allow-keys --allow-channels --allow-commands --max-message-size --max-arg-size
   --max-subscriptions-per-connection --wait-replicas --wait-timeout --client-keepalive
-  --auth-token-file --tls-cert --tls-key --tls-client-ca)
+  --auth-token-file --tls-cert --tls-key --tls-client-ca --worker-threads)
 lacks_new_flags() {
   local f
   for f in "${NEW_FLAGS[@]}"; do printf -- '--lacks=%s\n' "$f"; done
@@ -258,14 +258,14 @@ if [[ -s $WORK/defaults.yaml ]]; then
     tool assert-sidecar "$WORK/defaults.yaml" --has=--listen=127.0.0.1:50051 "${lacks[@]}"
 fi
 if [[ -s $WORK/policy.yaml ]]; then
-  check_show "policy: --allow-*, --max-*-size, --max-subscriptions-per-connection, --wait-*, --client-keepalive rendered" \
+  check_show "policy: --allow-*, --max-*-size, --max-subscriptions-per-connection, --wait-*, --client-keepalive, --worker-threads rendered" \
     tool assert-sidecar "$WORK/policy.yaml" \
     '--has=--allow-keys=orders:*,{orders}:*,dead-letter:orders' \
     '--has=--allow-channels=orders.events.*' \
     '--has=--allow-commands=+@read +@write +publish -del -@dangerous -@blocking -@admin -@scripting' \
     --has=--max-message-size=16MiB --has=--max-arg-size=262144 \
     --has=--max-subscriptions-per-connection=16 --has=--wait-replicas=1 \
-    --has=--wait-timeout=250ms --has=--client-keepalive=10s \
+    --has=--wait-timeout=250ms --has=--client-keepalive=10s --has=--worker-threads=2 \
     --lacks=--auth-token-file --lacks=--tls-cert
   check_show "policy: --check-config refuses --max-message-size=512 (exit 64)" \
     tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--max-message-size=512

@@ -97,6 +97,13 @@ pub struct Config {
     #[arg(long, env = "WINDOW_POOL_SIZE", default_value_t = 4)]
     pub pool_size: usize,
 
+    /// Threads that run subscriptions and I/O. 1 (the default): one thread, as a sidecar
+    /// shares its pod's CPU with the application and Redis, and a message that crosses no
+    /// thread is cheaper (README "Performance"); more for many busy subscriptions; 0: one per
+    /// CPU the process may use.
+    #[arg(long, env = "WINDOW_WORKER_THREADS", default_value_t = 1)]
+    pub worker_threads: usize,
+
     /// The largest COUNT a subscription may ask for.
     #[arg(long, env = "WINDOW_MAX_COUNT", default_value_t = 4096)]
     pub max_count: u32,
@@ -210,6 +217,7 @@ impl std::fmt::Debug for Config {
             .field("redis_password", &self.redis_password)
             .field("redis_tls_ca", &self.redis_tls_ca)
             .field("pool_size", &self.pool_size)
+            .field("worker_threads", &self.worker_threads)
             .finish_non_exhaustive()
     }
 }

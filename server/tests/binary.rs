@@ -60,6 +60,55 @@ fn dev_starts_a_throwaway_redis_when_none_answers() {
     assert!(sidecar.wait().success());
 }
 
+// Multi-threaded: `Running::wait_for` blocks, and the client's connection must still close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_threads_picks_the_runtime_and_each_runs_the_window() {
+    use fred::prelude::*;
+    use std::time::Duration;
+
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let mut threads = Vec::new();
+    for (n, workers) in ["1", "2"].into_iter().enumerate() {
+        let key = format!("threads-{workers}");
+        for i in 0..100 {
+            let _: String = inspect
+                .xadd(&key, false, None, "*", vec![("n", i)])
+                .await
+                .unwrap();
+        }
+        let listen = format!("127.0.0.1:{}", free_port());
+        let sidecar = Running::serve(&redis.url(), &listen, &["--worker-threads", workers]);
+        let mut worker =
+            common::Worker::open(&listen, common::stream_open(&key, "c1", 10, 20, None)).await;
+        let acked = worker.work(10, None).await;
+        assert_eq!(acked.len(), 100);
+        while worker.reports.iter().map(|r| r.settles).sum::<u32>() < 100 {
+            assert!(
+                !matches!(
+                    worker.next(Duration::from_secs(5)).await,
+                    common::Next::Ended(_)
+                ),
+                "the stream ended before every flush report"
+            );
+        }
+        let count: i64 = inspect.get("count").await.unwrap();
+        assert_eq!(count, 100 * (n as i64 + 1), "every side effect once");
+        let pending: Vec<Value> = inspect.xpending(&key, "g", ()).await.unwrap();
+        assert_eq!(pending.first(), Some(&Value::Integer(0)), "{pending:?}");
+        threads.push(sidecar.thread_count());
+        drop(worker);
+        sidecar.signal("TERM");
+        sidecar.wait_for("window-sidecar stopped");
+    }
+    // One worker thread is the thread that started the runtime; two are threads of their own.
+    assert_eq!(
+        threads[1],
+        threads[0] + 2,
+        "threads of --worker-threads 1 and 2: {threads:?}"
+    );
+}
+
 mod crash {
     //! The real binary killed with SIGKILL mid-window: list entries are never lost.
 

@@ -218,8 +218,13 @@ fn batch() -> impl Strategy<Value = proto::Batch> {
     (
         proptest::collection::vec(command, 0..12),
         proptest::collection::vec(outcome, 0..10),
+        proptest::collection::vec(0u64..12, 0..6),
     )
-        .prop_map(|(commands, outcomes)| proto::Batch { commands, outcomes })
+        .prop_map(|(commands, outcomes, acks)| proto::Batch {
+            commands,
+            outcomes,
+            acks,
+        })
 }
 
 fn request() -> impl Strategy<Value = proto::SubscribeRequest> {
@@ -284,6 +289,7 @@ fn outcomes_reach_the_window() {
                 kind: proto::OutcomeKind::Ack as i32,
                 ..Default::default()
             }],
+            acks: vec![],
         })),
     };
     exercise(message, &mut window, &policy());

@@ -258,6 +258,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
                         }),
                         ..Default::default()
                     }],
+                    acks: vec![],
                 };
                 tx.send(proto::SubscribeRequest {
                     kind: Some(Request::Batch(batch)),
@@ -551,6 +552,7 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
                             kind: OutcomeKind::Ack as i32,
                             ..Default::default()
                         }],
+                        acks: vec![],
                     })),
                 })
                 .await

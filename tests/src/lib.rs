@@ -301,6 +301,7 @@ impl Subscription {
         self.send_kind(proto::subscribe_request::Kind::Batch(proto::Batch {
             commands,
             outcomes,
+            acks: vec![],
         }))
         .await;
     }

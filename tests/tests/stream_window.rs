@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fred::prelude::*;
+use window_sidecar::proto;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar_tests::*;
@@ -147,6 +148,27 @@ async fn one_xack_per_read() {
 
 #[tokio::test]
 async fn under_a_backlog_the_next_read_rides_on_the_flush() {
+    let reports = under_a_backlog(false).await;
+    assert_eq!(reports.in_reads, 0, "reports come alone unless asked for");
+}
+
+#[tokio::test]
+async fn with_reports_in_reads_a_flush_report_comes_in_the_read_that_rode_on_it() {
+    let reports = under_a_backlog(true).await;
+    // Every read that rode on a flush carries that flush's report: one message per read.
+    assert!(reports.in_reads >= 18, "{reports:?}");
+    assert_eq!(reports.in_reads + reports.alone, 20, "{reports:?}");
+}
+
+#[derive(Debug)]
+struct Reports {
+    in_reads: usize,
+    alone: usize,
+}
+
+/// 200 entries, COUNT 10, a client that answers a read only once the next one is there;
+/// checks that every read but the first few rode on a flush and nothing was lost or doubled.
+async fn under_a_backlog(reports_in_reads: bool) -> Reports {
     let redis = RedisServer::start();
     let metrics = format!("127.0.0.1:{}", free_port());
     let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
@@ -157,16 +179,25 @@ async fn under_a_backlog_the_next_read_rides_on_the_flush() {
     // COUNT 10, in flight 20 (two reads). The client answers a read only once the next one is
     // there, as a client slower than Redis does: each flush then frees the room for the next
     // read, which goes in the flush's pipeline rather than on a round trip of its own.
-    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 10))
-        .await
-        .unwrap();
+    let open = proto::Open {
+        reports_in_reads,
+        ..stream_open("orders", "g", "c1", 10)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
     let mut held = std::collections::VecDeque::new();
     let (mut delivered, mut settled, mut reads) = (0, 0, 0);
+    let mut reported = Vec::new();
+    let mut reports = Reports {
+        in_reads: 0,
+        alone: 0,
+    };
     while settled < 200 {
-        match sub.next().await.unwrap() {
-            Some(Kind::Read(read)) => {
+        let report = match sub.next().await.unwrap() {
+            Some(Kind::Read(mut read)) => {
                 reads += 1;
                 delivered += read.deliveries.len();
+                let report = read.flushed.take();
+                reports.in_reads += usize::from(report.is_some());
                 held.push_back(read);
                 while held.len() >= 2 || (delivered == 200 && !held.is_empty()) {
                     let read = held.pop_front().unwrap();
@@ -175,15 +206,26 @@ async fn under_a_backlog_the_next_read_rides_on_the_flush() {
                     sub.send(commands, slots.map(|s| outcome(s, Ack)).collect())
                         .await;
                 }
+                report
             }
             Some(Kind::Flush(report)) => {
-                assert!(report.ok, "{report:?}");
-                settled += report.settles;
+                reports.alone += 1;
+                Some(report)
             }
             other => panic!("unexpected {other:?}"),
+        };
+        if let Some(report) = report {
+            assert!(report.ok, "{report:?}");
+            settled += report.settles;
+            reported.push(report.read_id);
         }
     }
     assert_eq!(reads, 20);
+    assert_eq!(
+        reported,
+        (1..=20).collect::<Vec<u64>>(),
+        "each read reported once, in order"
+    );
     assert_eq!(counter(&inspect, "n").await, 200, "every side effect once");
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
     assert_eq!(command_calls(&inspect, "xack").await, 20);
@@ -198,10 +240,95 @@ async fn under_a_backlog_the_next_read_rides_on_the_flush() {
     // rode on a flush.
     assert!(read_aheads >= 18.0, "{read_aheads} read-aheads\n{text}");
     assert!(own_reads <= 4.0, "{own_reads} reads of their own\n{text}");
-    assert_eq!(flushes, 20.0);
+    // The last two reads are answered together: their flushes may share a round trip.
+    assert!(
+        (19.0..=20.0).contains(&flushes),
+        "{flushes} flush round trips\n{text}"
+    );
+    assert_eq!(
+        s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
+        20.0
+    );
     assert_eq!(s("window_reads_total{form=\"stream\"}"), 20.0);
     let round_trips_per_read = (own_reads + flushes) / 20.0;
     assert!(round_trips_per_read <= 1.2, "{round_trips_per_read}");
+    sub.close();
+    sidecar.stop().await;
+    reports
+}
+
+#[tokio::test]
+async fn flushes_that_queue_behind_a_slow_one_go_together_in_the_next_round_trip() {
+    let redis = RedisServer::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(20)).await;
+    let inspect = redis.client().await;
+
+    let open = proto::Open {
+        max_in_flight: 20,
+        ..stream_open("orders", "g", "c1", 5)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let mut reads = Vec::new();
+    while reads.len() < 4 {
+        reads.push(sub.read().await);
+    }
+    // Redis holds every write for a while: the first flush waits in Redis, the next three
+    // queue behind it in the sidecar.
+    let _: Value = inspect
+        .custom(fred::cmd!("CLIENT"), vec!["PAUSE", "700", "WRITE"])
+        .await
+        .unwrap();
+    for (i, read) in reads.iter().enumerate() {
+        // Side effects in entry order; acks in the packed field.
+        let commands = read
+            .deliveries
+            .iter()
+            .map(|d| command(d.slot, "RPUSH", &["log", &field(d, "n")]))
+            .collect();
+        let acks = read.deliveries.iter().map(|d| d.slot).collect();
+        sub.send_kind(proto::subscribe_request::Kind::Batch(proto::Batch {
+            commands,
+            acks,
+            ..Default::default()
+        }))
+        .await;
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+    let mut reported = Vec::new();
+    while reported.len() < 4 {
+        let report = sub.flush().await;
+        assert!(report.ok, "{report:?}");
+        assert_eq!((report.commands, report.settles), (5, 5), "{report:?}");
+        reported.push(report.read_id);
+    }
+    let read_ids: Vec<u64> = reads.iter().map(|r| r.read_id).collect();
+    assert_eq!(reported, read_ids, "a report per read, in order");
+    let log: Vec<String> = inspect.lrange("log", 0, -1).await.unwrap();
+    let expected: Vec<String> = (0..20).map(|n| n.to_string()).collect();
+    assert_eq!(log, expected, "side effects in the order of their reads");
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    assert_eq!(
+        command_calls(&inspect, "xack").await,
+        4,
+        "one XACK per read"
+    );
+
+    let (_, text) = http_get(metrics.parse().unwrap(), "/metrics").await;
+    let s = |series: &str| sample(&text, series);
+    assert_eq!(
+        s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
+        4.0
+    );
+    assert_eq!(
+        s("window_redis_round_trips_total{form=\"stream\",kind=\"flush\"}"),
+        2.0,
+        "the three queued flushes shared one round trip\n{text}"
+    );
     sub.close();
     sidecar.stop().await;
 }

@@ -258,6 +258,8 @@ class Stats:
     deliveries: int = 0
     batches: int = 0
     flushes: int = 0
+    #: Flush reports that came in the read that rode on their flush (one message for both).
+    reports_in_reads: int = 0
     failed_flushes: int = 0
     rejections: int = 0
     outcomes: Dict[str, int] = field(default_factory=dict)
@@ -279,6 +281,7 @@ class _Read:
         self.timer: Optional[asyncio.TimerHandle] = None
 
 
+_ACK = pb.OUTCOME_KIND_ACK
 _HALF_CLOSE = object()
 _END = object()
 
@@ -569,13 +572,20 @@ class Subscription:
                 add_command = batch.commands.add
                 for slot, name, args in commands:
                     add_command(slot=slot, name=name, args=args)
-                add_outcome = batch.outcomes.add
-                for slot, kind, extra in outcomes:
-                    if extra:
-                        add_outcome(slot=slot, kind=kind, **extra)
-                    else:
-                        add_outcome(slot=slot, kind=kind)
-                    d = st.slots.get(slot)
+                acks = [slot for slot, kind, extra in outcomes if kind == _ACK and not extra]
+                if len(acks) == len(outcomes):
+                    # All plain acks (the usual batch): one packed field, filled in one call.
+                    batch.acks.extend(acks)
+                else:
+                    add_outcome = batch.outcomes.add
+                    for slot, kind, extra in outcomes:
+                        if extra:
+                            add_outcome(slot=slot, kind=kind, **extra)
+                        else:
+                            add_outcome(slot=slot, kind=kind)
+                slots = st.slots
+                for slot, _, _ in outcomes:
+                    d = slots.get(slot)
                     if d is not None:
                         d._sent = True
                 await st.call.write(request)
@@ -665,7 +675,12 @@ class Subscription:
                 if kind == "opened":
                     self._opened(st, msg.opened)
                 elif kind == "read":
-                    self._read(st, msg.read)
+                    read = msg.read
+                    if read.HasField("flushed"):
+                        # The flush this read rode on (Open.reports_in_reads): an earlier read's.
+                        self.stats.reports_in_reads += 1
+                        await self._flushed(st, read.flushed)
+                    self._read(st, read)
                 elif kind == "flush":
                     await self._flushed(st, msg.flush)
                 elif kind == "rejections":
@@ -905,7 +920,9 @@ class WindowClient:
         src = pb.StreamSource(key=stream, group=group, consumer=consumer, start_id=start_id)
         if min_idle is not None:
             src.min_idle.CopyFrom(_duration(min_idle))
-        msg = pb.Open(stream=src, count=count, max_in_flight=max_in_flight)
+        msg = pb.Open(
+            stream=src, count=count, max_in_flight=max_in_flight, reports_in_reads=True
+        )
         if block is not None:
             msg.block.CopyFrom(_duration(block))
         if atomic:

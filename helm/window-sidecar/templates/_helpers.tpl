@@ -264,6 +264,9 @@ so extraArgs can override any of them (clap refuses a flag given twice).
 {{- if ne ($p.maxSubscriptionsPerConnection | int64) 256 }}
 {{- $flags = append $flags (list "--max-subscriptions-per-connection" ($p.maxSubscriptionsPerConnection | int64 | toString)) }}
 {{- end }}
+{{- if ne ($s.workerThreads | int64) 1 }}
+{{- $flags = append $flags (list "--worker-threads" ($s.workerThreads | int64 | toString)) }}
+{{- end }}
 {{- if gt ($s.waitReplicas | int64) 0 }}
 {{- $flags = append $flags (list "--wait-replicas" ($s.waitReplicas | int64 | toString)) }}
 {{- end }}

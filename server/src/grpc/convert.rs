@@ -158,6 +158,7 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
         max_in_flight,
         max_deliveries: open.max_deliveries,
         dead_letter,
+        reports_in_reads: open.reports_in_reads,
     })
 }
 
@@ -252,7 +253,20 @@ fn client_batch(batch: proto::Batch) -> ClientBatch {
         .into_iter()
         .map(|c| (c.slot, Command::new(&c.name, c.args)))
         .collect();
-    let outcomes = batch.outcomes.into_iter().map(outcome).collect();
+    let acks = batch.acks.into_iter().map(|slot| {
+        Ok(SettleRequest {
+            slot,
+            outcome: Outcome::Ack,
+            reason: None,
+            trace: None,
+        })
+    });
+    let outcomes = batch
+        .outcomes
+        .into_iter()
+        .map(outcome)
+        .chain(acks)
+        .collect();
     ClientBatch { commands, outcomes }
 }
 
@@ -305,9 +319,11 @@ pub fn event(event: Event) -> proto::SubscribeResponse {
             entries,
             lost,
             read_trace,
+            flushed,
         } => Kind::Read(proto::Read {
             read_id,
             lost,
+            flushed: flushed.map(flush_report),
             deliveries: entries
                 .iter()
                 .zip(first_slot..)
@@ -628,6 +644,28 @@ mod tests {
                 reason: Some("later".into()),
                 trace: None,
             }
+        );
+    }
+
+    #[test]
+    fn packed_acks_are_acks_after_the_outcomes() {
+        let batch = client_batch(proto::Batch {
+            outcomes: vec![proto::Outcome {
+                slot: 1,
+                kind: proto::OutcomeKind::Drop as i32,
+                ..Default::default()
+            }],
+            acks: vec![3, 2],
+            ..Default::default()
+        });
+        let settled: Vec<(u64, Outcome)> = batch
+            .outcomes
+            .into_iter()
+            .map(|o| o.map(|s| (s.slot, s.outcome)).unwrap())
+            .collect();
+        assert_eq!(
+            settled,
+            [(1, Outcome::Drop), (3, Outcome::Ack), (2, Outcome::Ack)]
         );
     }
 

@@ -180,56 +180,76 @@ pub static FAIL_FAST: std::sync::LazyLock<Options> = std::sync::LazyLock::new(||
 /// The reply of a plan's read-ahead: `None` when the plan had none.
 pub type ReadAheadReply = Option<Result<Value, Error>>;
 
-/// Sends the plan as one pipeline and interprets the replies.
-/// A flush whose connection is not up waits for it up to `timeout` (the sidecar just started,
-/// or Redis is coming back), then fails as not sent: its entries stay pending and come back.
+/// Sends the plans as one pipeline, in order (each plan's commands, then its read-ahead), and
+/// interprets each plan's replies apart: one round trip for flushes that queued behind one
+/// another. A flush whose connection is not up waits for it up to `timeout` (the sidecar just
+/// started, or Redis is coming back), then fails as not sent: its entries stay pending and
+/// come back.
 pub async fn execute(
     client: &Client,
-    plan: &FlushPlan,
+    plans: &[&FlushPlan],
     timeout: std::time::Duration,
-) -> (FlushResult, ReadAheadReply) {
+) -> Vec<(FlushResult, ReadAheadReply)> {
     if !client.is_connected()
         && tokio::time::timeout(timeout, client.wait_for_connect())
             .await
             .is_err()
     {
         let not_sent = format!("not sent: no connection to Redis within {timeout:?}");
-        let result = FlushResult {
-            failed: plan.commands.len(),
-            first_error: Some(not_sent.clone()),
-            settle_failed: plan.settles > 0,
-            ..Default::default()
-        };
-        let read = plan
-            .read_ahead
-            .as_ref()
-            .map(|_| Err(Error::new(ErrorKind::Unknown, not_sent)));
-        return (result, read);
+        return plans
+            .iter()
+            .map(|plan| {
+                let result = FlushResult {
+                    failed: plan.commands.len(),
+                    first_error: Some(not_sent.clone()),
+                    settle_failed: plan.settles > 0,
+                    ..Default::default()
+                };
+                let read = plan
+                    .read_ahead
+                    .as_ref()
+                    .map(|_| Err(Error::new(ErrorKind::Unknown, not_sent.clone())));
+                (result, read)
+            })
+            .collect();
     }
     // fred flushes its socket after every custom command (`CommandKind::should_flush` lists
     // `_Custom`), and a client's commands can only be custom: N+1 `writev` for a read of N,
     // whether pipelined, sent one by one or on one thread (strace, in the README). The fix
     // belongs in fred.
     let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
-    for planned in plan.commands.iter().chain(&plan.read_ahead) {
-        let (command, args) = custom(planned);
-        // Buffering a command in a pipeline only stores it; it cannot fail.
-        let _: Result<Value, _> = pipeline.custom(command, args).await;
+    for plan in plans {
+        for planned in plan.commands.iter().chain(&plan.read_ahead) {
+            let (command, args) = custom(planned);
+            // Buffering a command in a pipeline only stores it; it cannot fail.
+            let _: Result<Value, _> = pipeline.custom(command, args).await;
+        }
     }
-    let mut replies = pipeline.try_all::<Value>().await;
-    let read = plan.read_ahead.as_ref().map(|_| {
-        let answered = replies.len() > plan.commands.len();
-        answered
-            .then(|| replies.pop())
-            .flatten()
-            .unwrap_or_else(|| {
-                Err(Error::new(
-                    ErrorKind::IO,
-                    "the connection closed before every reply",
-                ))
-            })
-    });
-    (FlushResult::from_replies(&plan.commands, replies), read)
+    split_replies(plans, pipeline.try_all::<Value>().await)
+}
+
+/// Each plan's replies, in the order the plans were sent.
+fn split_replies(
+    plans: &[&FlushPlan],
+    replies: Vec<Result<Value, Error>>,
+) -> Vec<(FlushResult, ReadAheadReply)> {
+    let mut replies = replies.into_iter();
+    plans
+        .iter()
+        .map(|plan| {
+            let mine: Vec<_> = replies.by_ref().take(plan.commands.len()).collect();
+            let read = plan.read_ahead.as_ref().map(|_| {
+                // Fewer replies than commands: the connection closed before the rest.
+                replies.next().unwrap_or_else(|| {
+                    Err(Error::new(
+                        ErrorKind::IO,
+                        "the connection closed before every reply",
+                    ))
+                })
+            });
+            (FlushResult::from_replies(&plan.commands, mine), read)
+        })
+        .collect()
 }
 
 /// After a flush whose replies never came: waits (up to `bound`) until nothing of it can still
@@ -317,6 +337,35 @@ mod tests {
         let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), err("WRONGTYPE")]);
         assert!(!result.settle_failed);
         assert_eq!(result.aborted, 0);
+    }
+
+    #[test]
+    fn plans_sent_together_get_their_own_replies_and_a_short_reply_list_fails_the_rest() {
+        let first = FlushPlan {
+            commands: vec![planned(Role::SideEffect), planned(Role::Settle)],
+            read_ahead: Some(planned(Role::ReadAhead)),
+            ..Default::default()
+        };
+        let second = FlushPlan {
+            commands: vec![planned(Role::SideEffect), planned(Role::Settle)],
+            ..Default::default()
+        };
+        let one = || Ok(Value::Integer(1));
+        let replies = vec![err("WRONGTYPE"), one(), Ok(Value::Null), one(), one()];
+        let results = split_replies(&[&first, &second], replies);
+        assert_eq!(results.len(), 2);
+        let (result, read) = &results[0];
+        assert_eq!((result.failed, result.settle_failed), (1, false));
+        assert_eq!(read.as_ref().unwrap().as_ref().unwrap(), &Value::Null);
+        assert!(results[1].0.ok() && results[1].1.is_none());
+
+        // The connection closed after the first plan's settle: its read-ahead and the second
+        // plan have no reply, so whether they ran is unknown.
+        let results = split_replies(&[&first, &second], vec![one(), one()]);
+        assert!(results[0].0.ok());
+        let read_error = results[0].1.as_ref().unwrap().as_ref().unwrap_err();
+        assert!(unanswered(read_error));
+        assert!(results[1].0.unknown && results[1].0.failed == 2);
     }
 
     #[test]

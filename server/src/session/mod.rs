@@ -133,6 +133,8 @@ pub struct OpenRequest {
     pub max_deliveries: u32,
     /// The dead-letter key (a stream for streams, a list for lists).
     pub dead_letter: Option<String>,
+    /// A flush report whose flush carried the next read goes out in that read's message.
+    pub reports_in_reads: bool,
 }
 
 /// A client message, converted and checked by the gRPC layer.
@@ -172,6 +174,8 @@ pub enum Event {
         lost: u64,
         /// The read span's `traceparent`, for deliveries whose producer sent no context.
         read_trace: Option<String>,
+        /// The report of the flush this read rode on (`reports_in_reads`).
+        flushed: Option<FlushReport>,
     },
     Flushed(FlushReport),
     Rejected(Vec<SlotError>),

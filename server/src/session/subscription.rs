@@ -98,6 +98,9 @@ pub(super) struct Subscription<'a> {
     /// way, by `n`: pending or claimed entries that request returns may have been read before
     /// the flush's XACK ran, and must not be handed out again.
     settled_during_reads: Vec<(u64, Vec<Bytes>)>,
+    /// With `reports_in_reads`: the report of a flush whose read-ahead is being delivered,
+    /// to go out in that read's message (or alone, when the read delivers nothing).
+    riding_report: Option<FlushReport>,
     /// The client is still there to receive messages.
     client_here: bool,
     /// Consecutive failed reads, for backoff.
@@ -263,6 +266,7 @@ impl<'a> Subscription<'a> {
             reader_asked: 0,
             reader_answered: 0,
             settled_during_reads: Vec::new(),
+            riding_report: None,
             client_here: true,
             read_failures: 0,
             retry_read_at: None,
@@ -519,6 +523,7 @@ impl<'a> Subscription<'a> {
                     entries,
                     lost,
                     read_trace: None,
+                    flushed: None,
                 })
                 .await;
             }
@@ -560,12 +565,14 @@ impl<'a> Subscription<'a> {
         } else {
             None
         };
+        let flushed = self.riding_report.take();
         self.send(Event::Read {
             read_id: read.read_id,
             first_slot: read.first_slot,
             entries,
             lost,
             read_trace,
+            flushed,
         })
         .await;
     }
@@ -792,9 +799,14 @@ impl<'a> Subscription<'a> {
     async fn flushed(&mut self, flushed: Flushed) {
         match flushed {
             Flushed::Report(report, read_ahead) => {
-                self.reported(report).await;
+                let rides =
+                    self.request.reports_in_reads && matches!(read_ahead, Some(ReadAhead::Read(_)));
+                self.reported(report, rides).await;
                 if let Some(read) = read_ahead {
                     self.read_ahead_returned(read).await;
+                }
+                if let Some(report) = self.riding_report.take() {
+                    self.send(Event::Flushed(report)).await;
                 }
             }
             Flushed::Settled(read_id) => {
@@ -816,7 +828,9 @@ impl<'a> Subscription<'a> {
         }
     }
 
-    async fn reported(&mut self, report: FlushReport) {
+    /// A flush's report: bookkeeping, then to the client, or kept to ride on the read that
+    /// came back with it.
+    async fn reported(&mut self, report: FlushReport, rides: bool) {
         // A flush with an unknown outcome stays under way until nothing of it can run any
         // more (`Flushed::Settled`): its entries are read again only then.
         if report.result.unknown {
@@ -852,7 +866,11 @@ impl<'a> Subscription<'a> {
                 self.reread_owed = true;
             }
         }
-        self.send(Event::Flushed(report)).await;
+        if rides {
+            self.riding_report = Some(report);
+        } else {
+            self.send(Event::Flushed(report)).await;
+        }
     }
 
     async fn send(&mut self, event: Event) {
@@ -1016,8 +1034,10 @@ async fn read_loop(
 }
 
 /// Runs flushes one after another, so side effects of later reads never overtake earlier ones.
-/// The queue is bounded by the in-flight limit: deliveries waiting for their flush count
-/// against it.
+/// Flushes that queued while one was under way go together, in order, in the next pipeline:
+/// one round trip for all of them, so a flusher that falls behind catches up rather than
+/// queueing further. The queue is bounded by the in-flight limit: deliveries waiting for their
+/// flush count against it.
 async fn flush_loop(
     redis: Redis,
     shared: Arc<Shared>,
@@ -1042,50 +1062,58 @@ async fn flush_loop(
             kind: "flush",
         })
         .clone();
-    while let Some(FlushJob {
-        mut report,
-        plan,
-        span,
-    }) = jobs.recv().await
-    {
+    let mut group = Vec::new();
+    while jobs.recv_many(&mut group, MAX_FLUSHES_PER_ROUND_TRIP).await > 0 {
         let started = Instant::now();
         let client = redis.pool();
-        let (result, read_ahead) = flush::execute(client, &plan, redis.timeout()).await;
-        report.result = result;
-        let read_ahead = read_ahead.map(ReadAhead::from_reply);
-        duration.observe(started.elapsed().as_secs_f64());
+        let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
+        let results = flush::execute(client, &plans, redis.timeout()).await;
+        let elapsed = started.elapsed().as_secs_f64();
         round_trips.inc();
-        let result = if report.result.ok() { "ok" } else { "failed" };
-        metrics
-            .flushes
-            .get_or_create(&FlushLabels {
-                form,
-                mode: mode.as_str(),
-                result,
-            })
-            .inc();
-        metrics
-            .flush_commands
-            .get_or_create(&labels)
-            .observe(report.commands as f64);
-        metrics
-            .flush_settles
-            .get_or_create(&labels)
-            .observe(report.settles as f64);
-        if let Some(span) = span {
-            observe::end_flush_span(span, &report.result);
+        let mut unknown = Vec::new();
+        for (job, (result, read_ahead)) in group.drain(..).zip(results) {
+            let FlushJob {
+                mut report, span, ..
+            } = job;
+            report.result = result;
+            duration.observe(elapsed);
+            let outcome = if report.result.ok() { "ok" } else { "failed" };
+            metrics
+                .flushes
+                .get_or_create(&FlushLabels {
+                    form,
+                    mode: mode.as_str(),
+                    result: outcome,
+                })
+                .inc();
+            metrics
+                .flush_commands
+                .get_or_create(&labels)
+                .observe(report.commands as f64);
+            metrics
+                .flush_settles
+                .get_or_create(&labels)
+                .observe(report.settles as f64);
+            if let Some(span) = span {
+                observe::end_flush_span(span, &report.result);
+            }
+            if report.result.unknown {
+                unknown.push(report.read_id);
+            }
+            let read_ahead = read_ahead.map(ReadAhead::from_reply);
+            if reports.send(Flushed::Report(report, read_ahead)).is_err() {
+                return;
+            }
         }
-        let (unknown, read_id) = (report.result.unknown, report.read_id);
-        if reports.send(Flushed::Report(report, read_ahead)).is_err() {
-            break;
-        }
-        if unknown {
-            // Its entries will be read again: first let what fred may still write of it go.
-            // Beside the next flushes, which go on (and fail fast while Redis is away).
+        if !unknown.is_empty() {
+            // Their entries will be read again: first let what fred may still write of them
+            // go. Beside the next flushes, which go on (and fail fast while Redis is away).
             let (client, reports) = (client.clone(), reports.clone());
             tokio::spawn(async move {
                 flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
-                let _ = reports.send(Flushed::Settled(read_id));
+                for read_id in unknown {
+                    let _ = reports.send(Flushed::Settled(read_id));
+                }
             });
         }
     }
@@ -1131,6 +1159,9 @@ impl ReadAhead {
 /// How long a flush with an unknown outcome waits for its connection to come back, so that
 /// nothing of it can still run after its entries are read again.
 const UNKNOWN_FLUSH_BARRIER: Duration = Duration::from_secs(60);
+
+/// The most queued flushes one pipeline carries (each at most a read's worth of segments).
+const MAX_FLUSHES_PER_ROUND_TRIP: usize = 16;
 
 /// Now, in Unix milliseconds (the unit of the delay set's scores).
 fn now_ms() -> u64 {

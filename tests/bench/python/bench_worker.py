@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One Python contender of the window-sidecar benchmark (driven by `window-sidecar-bench`).
 
-    bench_worker.py MODE --expect N [--redis-url URL | --sidecar HOST:PORT] [--latency]
+    bench_worker.py MODE --expect N [--redis-url URL | --sidecar HOST:PORT [--max-in-flight M]]
+                    [--latency]
 
 MODE is one of:
 
@@ -154,7 +155,7 @@ async def sidecar_python(args: argparse.Namespace) -> dict:
     async with WindowClient(channel=channel) as client:
         sub = client.subscribe(
             args.stream, args.group, consumer=args.consumer, count=args.count,
-            block=1.0, on_flush=on_flush,
+            max_in_flight=args.max_in_flight, block=1.0, on_flush=on_flush,
         )
         if not args.latency:
             # Stamp each read when it reaches the helper (flat-out latency starts there).
@@ -189,6 +190,7 @@ def main() -> int:
     ap.add_argument("--group", default="g")
     ap.add_argument("--consumer", default="c1")
     ap.add_argument("--count", type=int, default=64)
+    ap.add_argument("--max-in-flight", type=int, default=0, help="sidecar-python: 0 is twice --count")
     ap.add_argument("--expect", type=int, required=True)
     ap.add_argument("--latency", action="store_true")
     args = ap.parse_args()

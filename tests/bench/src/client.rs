@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 use window_sidecar::proto::subscribe_request;
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
-use window_sidecar::proto::{self, Mode, OutcomeKind};
+use window_sidecar::proto::{self, Mode};
 
 use crate::workload::{self, CONSUMER, GROUP, Payload, STREAM, now_us};
 
@@ -41,10 +41,11 @@ pub struct ClientOutcome {
 pub struct SidecarClient {
     client: WindowServiceClient<Channel>,
     count: u32,
+    max_in_flight: u32,
     atomic: bool,
 }
 
-fn stream_open(key: &str, count: u32, atomic: bool) -> proto::SubscribeRequest {
+fn stream_open(key: &str, count: u32, max_in_flight: u32, atomic: bool) -> proto::SubscribeRequest {
     proto::SubscribeRequest {
         kind: Some(subscribe_request::Kind::Open(proto::Open {
             source: Some(proto::open::Source::Stream(proto::StreamSource {
@@ -59,6 +60,8 @@ fn stream_open(key: &str, count: u32, atomic: bool) -> proto::SubscribeRequest {
                 nanos: 0,
             }),
             mode: if atomic { Mode::Atomic } else { Mode::Pipeline } as i32,
+            max_in_flight,
+            reports_in_reads: true,
             ..Default::default()
         })),
     }
@@ -71,10 +74,16 @@ pub async fn connect_sidecar(addr: SocketAddr) -> Result<WindowServiceClient<Cha
 }
 
 impl SidecarClient {
-    pub async fn connect(addr: SocketAddr, count: u32, atomic: bool) -> Result<Self, String> {
+    pub async fn connect(
+        addr: SocketAddr,
+        count: u32,
+        max_in_flight: u32,
+        atomic: bool,
+    ) -> Result<Self, String> {
         Ok(Self {
             client: connect_sidecar(addr).await?,
             count,
+            max_in_flight,
             atomic,
         })
     }
@@ -85,9 +94,14 @@ impl SidecarClient {
     /// flush report; else from the read's arrival to it.
     pub async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
-        tx.send(stream_open(STREAM, self.count, self.atomic))
-            .await
-            .map_err(|_| "request stream closed")?;
+        tx.send(stream_open(
+            STREAM,
+            self.count,
+            self.max_in_flight,
+            self.atomic,
+        ))
+        .await
+        .map_err(|_| "request stream closed")?;
         let mut inbound = self
             .client
             .subscribe(ReceiverStream::new(rx))
@@ -96,8 +110,7 @@ impl SidecarClient {
             .into_inner();
         let incr = "INCR".to_owned();
         let mut out = ClientOutcome::default();
-        // Per read in flight: when it arrived, and its entries' send times (latency phase).
-        let mut reads: HashMap<u64, (u64, Vec<u64>, usize)> = HashMap::new();
+        let mut reads = InFlight::new();
         while out.acked < expect {
             let message = inbound
                 .message()
@@ -105,12 +118,15 @@ impl SidecarClient {
                 .map_err(|s| format!("subscription failed: {s}"))?
                 .ok_or("the sidecar ended the subscription early")?;
             match message.kind {
-                Some(Kind::Read(read)) => {
+                Some(Kind::Read(mut read)) => {
+                    if let Some(report) = read.flushed.take() {
+                        flushed(&mut out, &mut reads, &report, latency)?;
+                    }
                     let arrived = now_us();
                     let n = read.deliveries.len();
                     out.reads += 1;
                     let mut commands = Vec::with_capacity(n);
-                    let mut outcomes = Vec::with_capacity(n);
+                    let mut acks = Vec::with_capacity(n);
                     let mut sent = Vec::with_capacity(if latency { n } else { 0 });
                     for delivery in read.deliveries {
                         let payload = Payload::decode(&delivery.payload)?;
@@ -119,42 +135,24 @@ impl SidecarClient {
                             name: incr.clone(),
                             args: vec![Bytes::from(payload.counter_key())],
                         });
-                        outcomes.push(proto::Outcome {
-                            slot: delivery.slot,
-                            kind: OutcomeKind::Ack as i32,
-                            ..Default::default()
-                        });
+                        acks.push(delivery.slot);
                         if latency {
                             sent.push(payload.ts);
                         }
                     }
                     reads.insert(read.read_id, (arrived, sent, n));
-                    let batch = proto::Batch { commands, outcomes };
+                    let batch = proto::Batch {
+                        commands,
+                        acks,
+                        ..Default::default()
+                    };
                     tx.send(proto::SubscribeRequest {
                         kind: Some(subscribe_request::Kind::Batch(batch)),
                     })
                     .await
                     .map_err(|_| "the request stream closed")?;
                 }
-                Some(Kind::Flush(report)) => {
-                    if !report.ok {
-                        return Err(format!(
-                            "flush of read {} failed: {}",
-                            report.read_id, report.error
-                        ));
-                    }
-                    let now = now_us();
-                    if let Some((arrived, sent, n)) = reads.remove(&report.read_id) {
-                        if latency {
-                            out.lat_us
-                                .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
-                        } else {
-                            out.lat_us
-                                .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
-                        }
-                    }
-                    out.acked += u64::from(report.settles);
-                }
+                Some(Kind::Flush(report)) => flushed(&mut out, &mut reads, &report, latency)?,
                 Some(Kind::Rejections(rejections)) => {
                     return Err(format!("the sidecar refused: {:?}", rejections.rejections));
                 }
@@ -172,6 +170,36 @@ impl SidecarClient {
     }
 }
 
+/// Per read in flight: when it arrived, and its entries' send times (latency phase).
+type InFlight = HashMap<u64, (u64, Vec<u64>, usize)>;
+
+/// A flush report, alone or in the read that rode on its flush.
+fn flushed(
+    out: &mut ClientOutcome,
+    reads: &mut InFlight,
+    report: &proto::FlushReport,
+    latency: bool,
+) -> Result<(), String> {
+    if !report.ok {
+        return Err(format!(
+            "flush of read {} failed: {}",
+            report.read_id, report.error
+        ));
+    }
+    let now = now_us();
+    if let Some((arrived, sent, n)) = reads.remove(&report.read_id) {
+        if latency {
+            out.lat_us
+                .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
+        } else {
+            out.lat_us
+                .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
+        }
+    }
+    out.acked += u64::from(report.settles);
+    Ok(())
+}
+
 /// Opens `n` subscriptions on keys `idle:<i>` over one channel and keeps them open (idle)
 /// until the returned handles are dropped.
 pub async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, String> {
@@ -179,7 +207,7 @@ pub async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, St
     let mut held = Vec::with_capacity(n);
     for i in 0..n {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(4);
-        tx.send(stream_open(&format!("idle:{i}"), 64, false))
+        tx.send(stream_open(&format!("idle:{i}"), 64, 0, false))
             .await
             .map_err(|_| "request stream closed")?;
         let mut inbound = client

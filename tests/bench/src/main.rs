@@ -63,6 +63,10 @@ struct Args {
     /// created and filled from requirements.txt when missing].
     #[arg(long)]
     python: Option<PathBuf>,
+    /// The window of every sidecar contender, in reads: `max_in_flight` = this × COUNT, so
+    /// the client has reads to work on while earlier ones flush.
+    #[arg(long, default_value_t = 4)]
+    window_reads: u32,
 }
 
 /// One consumer implementation under test.
@@ -192,6 +196,7 @@ struct Ctx {
     entries: u64,
     latency_rate: u64,
     latency_secs: f64,
+    window_reads: u32,
 }
 
 enum Consumer {
@@ -217,6 +222,10 @@ impl Consumer {
                 None => args.extend(["--redis-url".to_owned(), redis.url()]),
             }
             args.extend(["--count".to_owned(), "64".to_owned()]);
+            if sidecar.is_some() {
+                let max_in_flight = ctx.window_reads * 64;
+                args.extend(["--max-in-flight".to_owned(), max_in_flight.to_string()]);
+            }
             if latency {
                 args.push("--latency".into());
             }
@@ -227,7 +236,10 @@ impl Consumer {
         Ok(match contender {
             Contender::SidecarRust { count, atomic } => {
                 let sidecar = sidecar.ok_or("no sidecar")?;
-                Consumer::Sidecar(SidecarClient::connect(sidecar.grpc, count, atomic).await?)
+                let max_in_flight = ctx.window_reads * count;
+                Consumer::Sidecar(
+                    SidecarClient::connect(sidecar.grpc, count, max_in_flight, atomic).await?,
+                )
             }
             _ => Consumer::Fred(FredLoop::connect(&redis.url(), 64).await?),
         })
@@ -511,6 +523,7 @@ async fn bench(args: Args) -> ExitCode {
         entries,
         latency_rate: args.latency_rate,
         latency_secs,
+        window_reads: args.window_reads,
     };
     println!(
         "bench: {} contenders, {rounds} round(s), {entries} entries per throughput run, \

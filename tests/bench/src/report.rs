@@ -267,7 +267,7 @@ pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], ra
             }),
             3,
         ),
-        "exactly 1",
+        "at most 1 (exactly 1 unless flushes queue)",
     );
     // A read rides on a flush (a read-ahead) when the window is full as the flush goes: with
     // a client slower than Redis (Python). The Rust client is faster; its next read is under
