@@ -199,6 +199,11 @@ impl Redis {
                 // its queued commands redirected one by one, outside their MULTI. Publish asks
                 // for more attempts itself.
                 conn.max_command_attempts = 1;
+                // Nagle on: fred writes each command of a flush with a write of its own, and
+                // Nagle lets the kernel send those that follow the first in one segment rather
+                // than waking Redis once per command (TCP_NODELAY measured 74k against 94k
+                // deliveries/s, latency at 1,000/s unchanged).
+                conn.tcp.nodelay = Some(false);
             })
             .set_policy(reconnect_policy())
             .build_pool(options.pool_size)
