@@ -35,6 +35,20 @@ pub struct ClientOutcome {
     pub cpu_s: Option<f64>,
 }
 
+impl ClientOutcome {
+    /// Latency samples of `n` entries settled `now`: from each entry's XADD (`sent`, the
+    /// latency phase), else from the arrival of their read.
+    fn sample(&mut self, now: u64, arrived: u64, sent: &[u64], n: usize, latency: bool) {
+        if latency {
+            self.lat_us
+                .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
+        } else {
+            self.lat_us
+                .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through the sidecar
 
@@ -186,15 +200,8 @@ fn flushed(
             report.read_id, report.error
         ));
     }
-    let now = now_us();
     if let Some((arrived, sent, n)) = reads.remove(&report.read_id) {
-        if latency {
-            out.lat_us
-                .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
-        } else {
-            out.lat_us
-                .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
-        }
+        out.sample(now_us(), arrived, &sent, n, latency);
     }
     out.acked += u64::from(report.settles);
     Ok(())
@@ -336,14 +343,7 @@ impl FredLoop {
             if acked != n as u64 {
                 return Err(format!("XACK acknowledged {acked} of {n}"));
             }
-            let now = now_us();
-            if latency {
-                out.lat_us
-                    .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
-            } else {
-                out.lat_us
-                    .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));
-            }
+            out.sample(now_us(), arrived, &sent, n, latency);
             out.acked += acked;
         }
         out.done_at = Some(Instant::now());
