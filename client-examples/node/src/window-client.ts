@@ -432,7 +432,8 @@ export class Subscription implements AsyncIterable<Delivery> {
       const d = st.slots.get(o.slot);
       if (d) d.sent = true;
     }
-    st.call.write({ batch: { commands, outcomes } });
+    // Outcomes carry their kind each; the packed `acks` field is for clients that batch acks.
+    st.call.write({ batch: { commands, outcomes, acks: [] } });
     this.stats.batches += 1;
   }
 
@@ -506,6 +507,8 @@ export class Subscription implements AsyncIterable<Delivery> {
         block: o.blockMs !== undefined ? duration(o.blockMs) : undefined,
         mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
         maxInFlight: o.maxInFlight ?? 0,
+        // Reports come in messages of their own (this helper does not read `Read.flushed`).
+        reportsInReads: false,
       },
     });
     if (this.closing) void this.halfClose(st);
