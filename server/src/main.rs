@@ -17,7 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
-    let config = match Config::try_parse() {
+    let mut config = match Config::try_parse() {
         Ok(config) => config,
         Err(err) if !err.use_stderr() => err.exit(), // --help, --version
         Err(err) => {
@@ -33,6 +33,9 @@ fn main() -> ExitCode {
         println!("window-sidecar: configuration is valid");
         return ExitCode::SUCCESS;
     }
+    if config.worker_threads == 0 {
+        config.worker_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    }
     let runtime = match runtime(config.worker_threads) {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -47,11 +50,7 @@ fn main() -> ExitCode {
 /// the sidecar shares the CPU with the application and Redis, and a message between the
 /// client's stream, the subscription, its flusher and fred that crosses no thread needs no
 /// wake-up of another (measured: 15% less sidecar CPU per delivery than two workers).
-fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let workers = match worker_threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = if workers == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

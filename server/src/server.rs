@@ -278,6 +278,7 @@ pub async fn run(
         listen = %listener.describe(),
         bearer_auth = auth.enabled(),
         redis = %redact_url(&config.redis_url),
+        worker_threads = config.worker_threads,
         "window-sidecar starting"
     );
     let settings = Settings {
