@@ -1,5 +1,6 @@
 //! Flush plans and their execution: the exact command sequence of one flush, sent as one
-//! pipeline on a pool connection, and what its replies mean for the read's entries.
+//! pipeline on a pool connection (together with the flushes queued behind it, each keeping
+//! its own replies), and what its replies mean for the read's entries.
 
 use bytes::Bytes;
 use fred::clients::Pipeline;

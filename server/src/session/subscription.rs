@@ -1,7 +1,8 @@
 //! The task that owns one subscription's window. It `select!`s over the client's messages, the
 //! reads, the flush reports and shutdown. Reads run on a reader task with the subscription's
-//! dedicated connection; flushes run in order on a flusher task over the pool, so the client
-//! never waits for a flush before getting the next read. While a stream has a backlog, the
+//! dedicated connection; flushes run in order on a flusher task over the pool (those that
+//! queued go together in one round trip), so the client never waits for a flush before
+//! getting the next read. While a stream has a backlog, the
 //! next read rides at the end of a flush's pipeline instead (a read-ahead): one round trip per
 //! read in all.
 
