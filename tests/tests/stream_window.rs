@@ -7,6 +7,7 @@ use fred::prelude::*;
 use window_sidecar::proto;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
 use window_sidecar::proto::subscribe_response::Kind;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar_tests::*;
 
 async fn counter(client: &Client, key: &str) -> i64 {
@@ -160,6 +161,38 @@ async fn with_reports_in_reads_a_flush_report_comes_in_the_read_that_rode_on_it(
     assert_eq!(reports.in_reads + reports.alone, 20, "{reports:?}");
 }
 
+/// A sidecar with `/metrics` and `n` entries on stream `orders`.
+struct Measured {
+    /// Kept running for as long as the test holds this.
+    _redis: RedisServer,
+    sidecar: Sidecar,
+    client: WindowServiceClient<tonic::transport::Channel>,
+    inspect: Client,
+    metrics: String,
+}
+
+impl Measured {
+    async fn start(n: usize) -> Self {
+        let redis = RedisServer::start();
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+        let mut client = sidecar.client().await;
+        publish(&mut client, "orders", numbered(n)).await;
+        let inspect = redis.client().await;
+        Self {
+            _redis: redis,
+            sidecar,
+            client,
+            inspect,
+            metrics,
+        }
+    }
+}
+
+async fn scrape(metrics: &str) -> String {
+    http_get(metrics.parse().unwrap(), "/metrics").await.1
+}
+
 #[derive(Debug)]
 struct Reports {
     in_reads: usize,
@@ -169,12 +202,7 @@ struct Reports {
 /// 200 entries, COUNT 10, a client that answers a read only once the next one is there;
 /// checks that every read but the first few rode on a flush and nothing was lost or doubled.
 async fn under_a_backlog(reports_in_reads: bool) -> Reports {
-    let redis = RedisServer::start();
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
-    let mut client = sidecar.client().await;
-    publish(&mut client, "orders", numbered(200)).await;
-    let inspect = redis.client().await;
+    let mut m = Measured::start(200).await;
 
     // COUNT 10, in flight 20 (two reads). The client answers a read only once the next one is
     // there, as a client slower than Redis does: each flush then frees the room for the next
@@ -183,7 +211,7 @@ async fn under_a_backlog(reports_in_reads: bool) -> Reports {
         reports_in_reads,
         ..stream_open("orders", "g", "c1", 10)
     };
-    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let (mut sub, _) = Subscription::open(&mut m.client, open).await.unwrap();
     let mut held = std::collections::VecDeque::new();
     let (mut delivered, mut settled, mut reads) = (0, 0, 0);
     let mut reported = Vec::new();
@@ -226,11 +254,15 @@ async fn under_a_backlog(reports_in_reads: bool) -> Reports {
         (1..=20).collect::<Vec<u64>>(),
         "each read reported once, in order"
     );
-    assert_eq!(counter(&inspect, "n").await, 200, "every side effect once");
-    assert_eq!(pending(&inspect, "orders", "g").await, 0);
-    assert_eq!(command_calls(&inspect, "xack").await, 20);
+    assert_eq!(
+        counter(&m.inspect, "n").await,
+        200,
+        "every side effect once"
+    );
+    assert_eq!(pending(&m.inspect, "orders", "g").await, 0);
+    assert_eq!(command_calls(&m.inspect, "xack").await, 20);
 
-    let (_, text) = http_get(metrics.parse().unwrap(), "/metrics").await;
+    let text = scrape(&m.metrics).await;
     let s = |series: &str| sample(&text, series);
     let read_aheads = s("window_read_aheads_total{form=\"stream\"}");
     let own_reads = s("window_redis_round_trips_total{form=\"stream\",kind=\"read\"}");
@@ -253,31 +285,27 @@ async fn under_a_backlog(reports_in_reads: bool) -> Reports {
     let round_trips_per_read = (own_reads + flushes) / 20.0;
     assert!(round_trips_per_read <= 1.2, "{round_trips_per_read}");
     sub.close();
-    sidecar.stop().await;
+    m.sidecar.stop().await;
     reports
 }
 
 #[tokio::test]
 async fn flushes_that_queue_behind_a_slow_one_go_together_in_the_next_round_trip() {
-    let redis = RedisServer::start();
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
-    let mut client = sidecar.client().await;
-    publish(&mut client, "orders", numbered(20)).await;
-    let inspect = redis.client().await;
+    let mut m = Measured::start(20).await;
 
     let open = proto::Open {
         max_in_flight: 20,
         ..stream_open("orders", "g", "c1", 5)
     };
-    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let (mut sub, _) = Subscription::open(&mut m.client, open).await.unwrap();
     let mut reads = Vec::new();
     while reads.len() < 4 {
         reads.push(sub.read().await);
     }
     // Redis holds every write for a while: the first flush waits in Redis, the next three
     // queue behind it in the sidecar.
-    let _: Value = inspect
+    let _: Value = m
+        .inspect
         .custom(fred::cmd!("CLIENT"), vec!["PAUSE", "700", "WRITE"])
         .await
         .unwrap();
@@ -308,17 +336,17 @@ async fn flushes_that_queue_behind_a_slow_one_go_together_in_the_next_round_trip
     }
     let read_ids: Vec<u64> = reads.iter().map(|r| r.read_id).collect();
     assert_eq!(reported, read_ids, "a report per read, in order");
-    let log: Vec<String> = inspect.lrange("log", 0, -1).await.unwrap();
+    let log: Vec<String> = m.inspect.lrange("log", 0, -1).await.unwrap();
     let expected: Vec<String> = (0..20).map(|n| n.to_string()).collect();
     assert_eq!(log, expected, "side effects in the order of their reads");
-    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    assert_eq!(pending(&m.inspect, "orders", "g").await, 0);
     assert_eq!(
-        command_calls(&inspect, "xack").await,
+        command_calls(&m.inspect, "xack").await,
         4,
         "one XACK per read"
     );
 
-    let (_, text) = http_get(metrics.parse().unwrap(), "/metrics").await;
+    let text = scrape(&m.metrics).await;
     let s = |series: &str| sample(&text, series);
     assert_eq!(
         s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
@@ -330,7 +358,7 @@ async fn flushes_that_queue_behind_a_slow_one_go_together_in_the_next_round_trip
         "the three queued flushes shared one round trip\n{text}"
     );
     sub.close();
-    sidecar.stop().await;
+    m.sidecar.stop().await;
 }
 
 #[tokio::test]
