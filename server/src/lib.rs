@@ -1,14 +1,17 @@
 //! window-sidecar: a gRPC sidecar that holds the window of a pipelined Redis subscription.
 //!
 //! Layers, from the inside out: [`window`] is the pure state machine (what is kept, what is
-//! settled, when to flush); [`redis`] knows the forms (how to read, how to settle) and executes
-//! flushes; [`session`] runs one subscription stream; [`grpc`] is the tonic service and the only
+//! settled, when to flush); [`engine`] the pure state machine around it (when to read, what to
+//! hand out, leases, recovery, dead letters, draining); [`redis`] knows the forms (how to read,
+//! how to settle) and executes flushes; [`session`] runs one subscription stream by executing
+//! its engine's actions; [`grpc`] is the tonic service and the only
 //! place that converts between proto and domain types; [`config`], [`telemetry`], [`metrics`],
 //! [`http`] and [`server`] wire the process together and make it observable.
 #![forbid(unsafe_code)]
 
 pub mod config;
 pub mod dev;
+pub mod engine;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -1,0 +1,41 @@
+//! A subscription's end: draining at shutdown, closing (what is outstanding is abandoned,
+//! what is owed is flushed, a simple list's entries go back), the end of the client's stream
+//! and the wait for the last read.
+
+use super::{Action, Engine, Item, Kind, Phase, Reading, Stop};
+
+impl<E: Item> Engine<E> {
+    /// Starts closing, once.
+    pub(super) fn close(&mut self, stop: Option<Stop>) {
+        if !matches!(self.phase, Phase::Open | Phase::Draining { .. }) {
+            return;
+        }
+        if self.config.kind.waits_for_read_at_close()
+            && matches!(self.reading, Some(Reading::Reader { .. }))
+        {
+            self.phase = Phase::ClosingAfterRead { stop };
+            return;
+        }
+        self.close_now(stop);
+    }
+
+    /// Abandons what is outstanding and flushes what is owed.
+    pub(super) fn close_now(&mut self, stop: Option<Stop>) {
+        self.phase = Phase::Closing { stop };
+        if self.config.kind == Kind::SimpleList {
+            // A simple list's entries left without an outcome exist nowhere else: back they
+            // go, counted (the client had them).
+            let outstanding: Vec<E> = self.window.outstanding_entries().cloned().collect();
+            self.give_back(outstanding, true);
+        }
+        for batch in self.window.abandon_all() {
+            self.flush_batch(batch, None);
+        }
+    }
+
+    pub(super) fn give_back(&mut self, entries: Vec<E>, seen: bool) {
+        if !entries.is_empty() {
+            self.actions.push(Action::GiveBack { entries, seen });
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! What a read hands out: entries past the delivery cap go to the dead letter instead of the
+//! client, and entries of a re-read this window already holds go back uncounted (handing them
+//! out again would put one entry in two places at once).
+
+use std::collections::HashSet;
+
+use super::FlushId;
+use super::{Action, Engine, Item, Read};
+
+/// Whether an entry delivered `delivery_count` times has used up its deliveries: a retry of it
+/// becomes a dead letter. `max_deliveries` 0 is no cap.
+pub fn exhausted(delivery_count: u32, max_deliveries: u32) -> bool {
+    max_deliveries > 0 && delivery_count >= max_deliveries
+}
+
+/// Splits a read into entries delivered more often than allowed without an outcome (a client
+/// that crashes on them: straight to the dead letter, not to the client again) and the rest.
+pub(super) fn past_cap<E: Item>(entries: Vec<E>, max_deliveries: u32) -> (Vec<E>, Vec<E>) {
+    if max_deliveries == 0 {
+        return (Vec::new(), entries);
+    }
+    entries
+        .into_iter()
+        .partition(|e| e.delivery_count() > max_deliveries)
+}
+
+/// The ids this window holds (outstanding or settled and not yet flushed), flushes, or settled
+/// while a read was under way.
+pub(super) fn held_ids<'a, E: Item + 'a>(
+    held: impl Iterator<Item = &'a E>,
+    flushing: impl Iterator<Item = &'a Vec<E::Id>>,
+    settled: impl Iterator<Item = &'a Vec<E::Id>>,
+) -> HashSet<E::Id> {
+    held.map(Item::id)
+        .chain(flushing.flatten().cloned())
+        .chain(settled.flatten().cloned())
+        .collect()
+}
+
+/// Splits a re-read into the entries held already and the fresh ones.
+pub(super) fn split_held<E: Item>(entries: Vec<E>, held: &HashSet<E::Id>) -> (Vec<E>, Vec<E>) {
+    entries.into_iter().partition(|e| held.contains(&e.id()))
+}
+
+impl<E: Item> Engine<E> {
+    /// Hands a read's entries to the client, less those it must not get. Returns the report
+    /// if it did not ride.
+    pub(super) fn deliver(&mut self, read: Read<E>, report: Option<FlushId>) -> Option<FlushId> {
+        let Read {
+            entries,
+            redelivery,
+            lost,
+        } = read;
+        self.backlog = !redelivery && entries.len() >= self.last_count as usize;
+        let mut entries = entries;
+        if redelivery && self.config.kind.rereads_by_id() {
+            let held = held_ids(
+                self.window.held_entries(),
+                self.flushes.values().map(|f| &f.ids),
+                self.settled_during_reads.iter().map(|(_, ids)| ids),
+            );
+            let (again, fresh) = split_held(entries, &held);
+            entries = fresh;
+            self.give_back(again, false);
+        }
+        let (dead, alive) = past_cap(entries, self.config.max_deliveries);
+        if !dead.is_empty() {
+            self.dead_letter(dead);
+        }
+        match self.window.open_read(alive.clone()) {
+            Some(opened) => {
+                self.actions.push(Action::Deliver {
+                    read: opened,
+                    entries: alive,
+                    redelivery,
+                    lost,
+                    report,
+                });
+                None
+            }
+            None => {
+                if lost > 0 {
+                    self.actions.push(Action::Lost(lost));
+                }
+                report
+            }
+        }
+    }
+}

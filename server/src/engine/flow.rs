@@ -1,0 +1,162 @@
+//! Flow control: how much room the window has, when the reader reads and how many, when a
+//! read rides on a flush instead, when this consumer's own entries are read again, and the
+//! flushes under way that all of it depends on.
+
+use std::time::{Duration, Instant};
+
+use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, Reading};
+use crate::window::FlushBatch;
+
+/// The wait before the next read after `failures` failed ones in a row.
+pub(super) fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100 << failures.min(5))
+}
+
+impl<E: Item> Engine<E> {
+    /// How many more deliveries the window may take.
+    pub(super) fn room(&self) -> usize {
+        // One read's worth of deliveries waiting for their flush is free, so the next read
+        // overlaps the flush; beyond that they count, so a slow Redis backs up in Redis.
+        let waiting = self
+            .flushing_deliveries
+            .saturating_sub(self.config.count as usize);
+        // Every delivery of a read not yet flushed is in flight, settled or not: what a crash
+        // can lose on a simple list, and what the window holds in memory.
+        (self.config.max_in_flight as usize).saturating_sub(self.window.held() + waiting)
+    }
+
+    /// Whether a read may start now at all.
+    fn may_read(&self) -> bool {
+        self.phase == Phase::Open
+            && self.client_here
+            && self.reading.is_none()
+            && self.retry_read_at.is_none()
+    }
+
+    /// A re-read of this consumer's own entries can go now. A stream's re-read skips entries
+    /// the window holds or flushes by id; it waits only until no flush of unknown outcome can
+    /// still run (its transactions would race the entries' second delivery). A list's re-read
+    /// cannot tell its values from outstanding ones: it waits for an empty window and no flush
+    /// under way.
+    fn reread_ready(&self) -> bool {
+        match self.config.kind {
+            Kind::Stream => !self.flushes.values().any(|f| f.unknown),
+            _ => self.flushes.is_empty() && self.window.held() == 0,
+        }
+    }
+
+    /// Asks the reader for more when the window has room and no read is under way.
+    pub(super) fn maybe_read(&mut self, now: Instant) {
+        let room = self.room();
+        if !self.may_read() || room == 0 {
+            return;
+        }
+        let reread = self.reread_owed && self.reread_ready();
+        if reread {
+            self.reread_owed = false;
+        }
+        let (recover, block) = match &mut self.recovery {
+            Some(recovery) => recovery.for_read(now, self.config.block),
+            None => (false, self.config.block),
+        };
+        let count = room.min(self.config.count as usize) as u32;
+        self.reading = Some(Reading::Reader { count });
+        self.last_count = count;
+        self.reader_asked += 1;
+        self.actions.push(Action::Read {
+            count,
+            block,
+            reread,
+            recover,
+        });
+    }
+
+    /// The read to send at the end of the flush about to go, when the next read would be
+    /// asked for at once anyway (a stream with a backlog and room in the window) and the reader
+    /// has no work of its own (re-reading its entries, recovering, waiting for replicas).
+    /// Call with the flush's deliveries already counted as flushing.
+    pub(super) fn read_ahead(&mut self, now: Instant, flush: FlushId) -> Option<u32> {
+        let recovery_due = self.recovery.as_ref().is_some_and(|r| r.due(now));
+        let room = self.room();
+        if !self.config.kind.reads_ahead()
+            || !self.config.read_ahead
+            || !self.backlog
+            || self.reread_owed
+            || recovery_due
+            || room == 0
+            || !self.may_read()
+        {
+            return None;
+        }
+        let count = room.min(self.config.count as usize) as u32;
+        self.reading = Some(Reading::Ahead { flush, count });
+        self.last_count = count;
+        Some(count)
+    }
+
+    /// A read's batch is complete: flush it, with a read-ahead when one is due.
+    pub(super) fn flush(&mut self, now: Instant, batch: FlushBatch<E>) {
+        let deliveries = batch.deliveries;
+        let flush = self.next_flush;
+        // Counted before deciding the read-ahead: its room must include this flush.
+        self.flushing_deliveries += deliveries;
+        let read_ahead = self.read_ahead(now, flush);
+        self.flushing_deliveries -= deliveries;
+        self.flush_batch(batch, read_ahead);
+    }
+
+    pub(super) fn flush_batch(&mut self, batch: FlushBatch<E>, read_ahead: Option<u32>) {
+        let flush = self.next_flush;
+        self.next_flush += 1;
+        let ids = if self.config.kind.rereads_by_id() {
+            batch.settles.iter().map(|s| s.entry.id()).collect()
+        } else {
+            Vec::new()
+        };
+        self.track_flush(flush, batch.deliveries, ids);
+        self.actions.push(Action::Flush {
+            flush,
+            batch,
+            read_ahead,
+        });
+    }
+
+    pub(super) fn track_flush(&mut self, flush: FlushId, deliveries: usize, ids: Vec<E::Id>) {
+        self.flushing_deliveries += deliveries;
+        self.flushes.insert(
+            flush,
+            Flushing {
+                deliveries,
+                ids,
+                unknown: false,
+                reported: false,
+            },
+        );
+    }
+
+    pub(super) fn flush_ended(&mut self, flush: FlushId) {
+        let Some(flushing) = self.flushes.remove(&flush) else {
+            return;
+        };
+        debug_assert!(flushing.reported);
+        if !flushing.ids.is_empty() && matches!(self.reading, Some(Reading::Reader { .. })) {
+            // The reader's read under way may have run before this flush's settle; those
+            // asked after it cannot return these entries.
+            self.settled_during_reads
+                .push((self.reader_asked, flushing.ids));
+        }
+    }
+
+    pub(super) fn dead_letter(&mut self, entries: Vec<E>) {
+        let flush = self.next_flush;
+        self.next_flush += 1;
+        let ids = if self.config.kind.rereads_by_id() {
+            entries.iter().map(Item::id).collect()
+        } else {
+            Vec::new()
+        };
+        // Undelivered: they take no room in the window.
+        self.track_flush(flush, 0, ids);
+        self.actions.push(Action::DeadLetter { flush, entries });
+    }
+}

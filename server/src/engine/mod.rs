@@ -1,0 +1,607 @@
+//! The subscription engine, as a pure state machine beside the window.
+//!
+//! It owns everything a subscription decides around its [`Window`]: when to read and how many
+//! (room, read-ahead, backoff after failures, re-reads after failed or unknown flushes), which
+//! entries of a read may be handed out (never one outstanding or being flushed), delivery caps
+//! and dead letters, consumer leases and recovery timing, draining and closing. Events go in —
+//! a read came back, a client batch, a flush result, a lease renewal, a timer, the client left,
+//! shutdown — and [`Action`]s come out for the I/O task to execute in order. It never talks to
+//! Redis, the network or a clock (every handler takes `now`), so every rule is tested here
+//! without I/O. Like the window it is generic over the entry: see [`Item`].
+//!
+//! What it owns, by part: [`flow`] (room, reads, read-ahead, re-reads), [`counts`] (delivery
+//! caps, dead letters, which redelivered entries are already held), [`liveness`] (the consumer
+//! lease, recovery timing). The handlers that tie them together are here.
+
+mod closing;
+mod counts;
+mod flow;
+mod liveness;
+
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use crate::window::{
+    Command, CommandError, FlushBatch, Limits, OpenedRead, Outcome, SlotError, SlotId, Window,
+};
+
+pub use counts::exhausted;
+use liveness::{Lease, Recovery};
+
+/// What the engine needs of an entry.
+pub trait Item: Clone {
+    /// What identifies an entry in Redis across reads (a stream entry id).
+    type Id: Clone + Eq + Hash + std::fmt::Debug;
+    fn id(&self) -> Self::Id;
+    /// Deliveries of this entry including the one that returned it, as Redis counts them.
+    fn delivery_count(&self) -> u32;
+}
+
+/// The subscription's form, as far as its decisions differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Stream,
+    ReliableList,
+    SimpleList,
+    PubSub,
+}
+
+impl Kind {
+    /// A re-read returns entries by id that this window may hold (a stream's pending entries).
+    fn rereads_by_id(self) -> bool {
+        self == Kind::Stream
+    }
+
+    /// Dead consumers' entries are recovered by live ones (claims, processing lists).
+    fn recovers(self) -> bool {
+        matches!(self, Kind::Stream | Kind::ReliableList)
+    }
+
+    /// A read of new entries can ride at the end of a flush's pipeline (XREADGROUP `>`).
+    fn reads_ahead(self) -> bool {
+        self == Kind::Stream
+    }
+
+    /// Popped entries exist nowhere else: at close, the read under way is waited for and its
+    /// entries go back first, so that pushed back the list keeps its order.
+    fn waits_for_read_at_close(self) -> bool {
+        self == Kind::SimpleList
+    }
+}
+
+/// A subscription's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub kind: Kind,
+    /// The most entries one read asks for.
+    pub count: u32,
+    pub max_in_flight: u32,
+    /// Deliveries after which an entry goes to the dead letter; 0: no cap.
+    pub max_deliveries: u32,
+    /// How long a read waits for entries.
+    pub block: Duration,
+    /// How often idle or dead consumers' entries are recovered.
+    pub recovery_interval: Duration,
+    /// How often the consumer lease is renewed; `None` for forms without one.
+    pub lease_renewal: Option<Duration>,
+    /// Reads may ride on flushes (off while reads must wait for replicas).
+    pub read_ahead: bool,
+    /// A flush report whose flush carried the next read goes out inside that read.
+    pub reports_in_reads: bool,
+    pub shutdown_grace: Duration,
+    pub limits: Limits,
+}
+
+/// Identifies one flush handed out by [`Action::Flush`] or [`Action::DeadLetter`].
+pub type FlushId = u64;
+
+/// What a read returned.
+#[derive(Clone, Debug)]
+pub struct Read<E> {
+    pub entries: Vec<E>,
+    /// The entries may already be held by this window (pending, claimed or own entries).
+    pub redelivery: bool,
+    /// Pub/sub: messages dropped for a slow client since the previous read.
+    pub lost: u64,
+}
+
+impl<E> Read<E> {
+    pub fn new(entries: Vec<E>) -> Self {
+        Self {
+            entries,
+            redelivery: false,
+            lost: 0,
+        }
+    }
+}
+
+/// Why a read failed, as far as the engine cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// Try again later. `unknown`: no reply came, so Redis may have handed entries to this
+    /// consumer that only its own pending entries still name.
+    Retry { unknown: bool },
+    /// The subscription cannot go on.
+    Fatal(Stop),
+}
+
+/// How a flush ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushStatus {
+    Ok,
+    /// Some commands failed. `settle_failed`: the read's entries are still pending.
+    Failed {
+        settle_failed: bool,
+    },
+    /// No reply came: it may still run, until [`Engine::flush_settled`] says it cannot.
+    Unknown,
+}
+
+/// Why the engine ended a subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Shutdown: its grace period ran out, or nothing was outstanding.
+    Shutdown,
+    /// The stream's consumer group was deleted under the subscription.
+    GroupDeleted,
+    /// The key holds another type than the form reads.
+    WrongType,
+    /// Another holder took the consumer name after this subscription's lease expired.
+    LeaseLost,
+}
+
+/// An outcome for a slot, as the client sent it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettleRequest {
+    pub slot: SlotId,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+}
+
+/// What the I/O task must do, in order.
+#[derive(Debug, PartialEq)]
+pub enum Action<E> {
+    /// Read up to `count` entries on the reader, blocking at most `block`. `reread`: go
+    /// through this consumer's own pending entries first; `recover`: first recover entries of
+    /// idle or dead consumers.
+    Read {
+        count: u32,
+        block: Duration,
+        reread: bool,
+        recover: bool,
+    },
+    /// Send a read to the client. `report`: the flush report that rides inside it.
+    Deliver {
+        read: OpenedRead,
+        entries: Vec<E>,
+        redelivery: bool,
+        lost: u64,
+        report: Option<FlushId>,
+    },
+    /// Nothing to deliver, but the client must learn that pub/sub messages were lost.
+    Lost(u64),
+    /// Flush a read's batch. `read_ahead`: append a read of that many new entries.
+    Flush {
+        flush: FlushId,
+        batch: FlushBatch<E>,
+        read_ahead: Option<u32>,
+    },
+    /// Move entries past the delivery cap to the dead letter with their settle, unread.
+    DeadLetter { flush: FlushId, entries: Vec<E> },
+    /// Send a flush's report to the client.
+    Report(FlushId),
+    /// Give entries back to Redis as if this subscription had not taken them. `seen`: the
+    /// client got them (their delivery counts), else nobody did (uncount that read).
+    GiveBack { entries: Vec<E>, seen: bool },
+    /// Renew the consumer lease; answer with [`Engine::lease_renewed`].
+    RenewLease,
+    /// Tell the client shutdown began.
+    Draining { grace: Duration, outstanding: usize },
+    /// End the client's stream: with the reason, or as the session decided (`None`).
+    EndStream(Option<Stop>),
+    /// Nothing is left to do: release the consumer and stop.
+    Done,
+}
+
+/// What renewing the lease found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseRenewal {
+    Held,
+    /// Another holder has it.
+    Lost,
+    /// Redis did not answer: try again soon.
+    Failed,
+}
+
+/// A flush handed out and not yet over.
+#[derive(Debug)]
+struct Flushing<I> {
+    /// Deliveries it settles: they count against the in-flight limit until it is reported.
+    deliveries: usize,
+    /// Ids it settles (streams), which a re-read must not hand out again.
+    ids: Vec<I>,
+    /// Reported with an unknown outcome: still able to run.
+    unknown: bool,
+    reported: bool,
+}
+
+/// Where a subscription is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// Shutdown began: no more reads; outcomes count until `until`.
+    Draining {
+        until: Instant,
+    },
+    /// Waiting for the read under way before giving back (simple lists).
+    ClosingAfterRead {
+        stop: Option<Stop>,
+    },
+    /// Flushing what is owed.
+    Closing {
+        stop: Option<Stop>,
+    },
+    /// The client's stream ended; the last read is still under way.
+    Ended,
+    Done,
+}
+
+/// A read under way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    Reader {
+        count: u32,
+    },
+    /// Riding at the end of this flush.
+    Ahead {
+        flush: FlushId,
+        count: u32,
+    },
+}
+
+/// The engine of one subscription.
+#[derive(Debug)]
+pub struct Engine<E: Item> {
+    config: Config,
+    window: Window<E>,
+    phase: Phase,
+    client_here: bool,
+    reading: Option<Reading>,
+    /// The last read of new entries came back full: more are waiting.
+    backlog: bool,
+    /// The COUNT of the read under way, or of the last one.
+    last_count: u32,
+    /// Reads asked of the reader and answers received: it answers in order.
+    reader_asked: u64,
+    reader_answered: u64,
+    /// Ids of flushes that ended while reader request `n` (and those before) was under way:
+    /// that request may have read them before their settle ran.
+    settled_during_reads: Vec<(u64, Vec<E::Id>)>,
+    flushes: BTreeMap<FlushId, Flushing<E::Id>>,
+    next_flush: FlushId,
+    /// Deliveries in flushes not yet reported.
+    flushing_deliveries: usize,
+    /// This consumer's own entries must be read again (a settle or a read failed).
+    reread_owed: bool,
+    read_failures: u32,
+    retry_read_at: Option<Instant>,
+    lease: Option<Lease>,
+    recovery: Option<Recovery>,
+    actions: Vec<Action<E>>,
+}
+
+impl<E: Item> Engine<E> {
+    /// A subscription that just opened (its lease taken, if it has one).
+    pub fn new(config: Config, now: Instant) -> Self {
+        let lease = config.lease_renewal.map(|every| Lease::new(every, now));
+        let recovery = config
+            .kind
+            .recovers()
+            .then(|| Recovery::new(config.kind, config.recovery_interval, now));
+        let mut engine = Self {
+            window: Window::new(config.limits),
+            config,
+            phase: Phase::Open,
+            client_here: true,
+            reading: None,
+            backlog: false,
+            last_count: 0,
+            reader_asked: 0,
+            reader_answered: 0,
+            settled_during_reads: Vec::new(),
+            flushes: BTreeMap::new(),
+            next_flush: 1,
+            flushing_deliveries: 0,
+            reread_owed: false,
+            read_failures: 0,
+            retry_read_at: None,
+            lease,
+            recovery,
+            actions: Vec::new(),
+        };
+        engine.advance(now);
+        engine
+    }
+
+    /// The actions decided since the last call, in the order to execute them.
+    pub fn take_actions(&mut self) -> Vec<Action<E>> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// The entry of a slot still waiting for its outcome.
+    pub fn outstanding_entry(&self, slot: SlotId) -> Option<&E> {
+        self.window.outstanding_entry(slot)
+    }
+
+    /// When [`Engine::tick`] has something to do next, if ever.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let draining = match self.phase {
+            Phase::Draining { until } => Some(until),
+            _ => None,
+        };
+        [
+            self.retry_read_at,
+            draining,
+            self.lease.as_ref().and_then(Lease::due),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// A snapshot for the admin view.
+    pub fn view(&self) -> View {
+        View {
+            reading: self.reading.is_some(),
+            open_reads: self.window.open_reads(),
+            outstanding: self.window.outstanding(),
+            kept_segments: self.window.kept_segments(),
+            flushes: self.flushes.len(),
+            draining: !matches!(self.phase, Phase::Open),
+        }
+    }
+
+    /// Whether the engine has stopped.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// The reader answered.
+    pub fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
+        if matches!(self.reading, Some(Reading::Reader { .. })) {
+            self.reading = None;
+        }
+        self.reader_answered += 1;
+        let answered = self.reader_answered;
+        match result {
+            Ok(read) if self.phase == Phase::Open && self.client_here => {
+                self.read_failures = 0;
+                self.deliver(read, None);
+            }
+            // Nobody will see what a read returns once the subscription stops reading: give
+            // it back uncounted, so its next delivery is its first.
+            Ok(read) => self.give_back(read.entries, false),
+            Err(ReadError::Fatal(stop)) => self.close(Some(stop)),
+            Err(ReadError::Retry { .. }) => {
+                // A failed read may have claimed entries it never returned: they are pending
+                // on this consumer, so read those again.
+                self.reread_owed = true;
+                self.read_failures += 1;
+                self.retry_read_at = Some(now + flow::backoff(self.read_failures));
+            }
+        }
+        self.settled_during_reads
+            .retain(|(asked, _)| *asked > answered);
+        if let Phase::ClosingAfterRead { stop } = self.phase {
+            self.close_now(stop);
+        }
+        self.advance(now);
+    }
+
+    /// The client's commands (admitted or refused by the session) and outcomes. Returns the
+    /// rejections, and for each outcome whether the window took it.
+    pub fn apply(
+        &mut self,
+        now: Instant,
+        commands: Vec<(SlotId, Result<Command, CommandError>)>,
+        outcomes: Vec<Result<SettleRequest, SlotError>>,
+        refuses: impl Fn(&E, &Outcome) -> Option<&'static str>,
+    ) -> Applied {
+        let mut applied = Applied::default();
+        for (slot, command) in commands {
+            if let Err(err) = self.window.queue(slot, command) {
+                applied.rejected.push(err);
+            }
+        }
+        for outcome in outcomes {
+            let result = outcome.and_then(|settle| {
+                if let Some(entry) = self.window.outstanding_entry(settle.slot)
+                    && let Some(why) = refuses(entry, &settle.outcome)
+                {
+                    return Err(SlotError::InvalidOutcome {
+                        slot: settle.slot,
+                        reason: why.to_owned(),
+                    });
+                }
+                let batch = self
+                    .window
+                    .settle(settle.slot, settle.outcome, settle.reason)?;
+                applied.settled.push((settle.slot, settle.outcome));
+                Ok(batch)
+            });
+            match result {
+                Ok(Some(batch)) => self.flush(now, batch),
+                Ok(None) => {}
+                Err(err) => applied.rejected.push(err),
+            }
+        }
+        self.advance(now);
+        applied
+    }
+
+    /// A flush was reported, with what its read-ahead read.
+    pub fn flushed(
+        &mut self,
+        now: Instant,
+        flush: FlushId,
+        status: FlushStatus,
+        read_ahead: Option<Result<Read<E>, ReadError>>,
+    ) {
+        let Some(flushing) = self.flushes.get_mut(&flush) else {
+            return;
+        };
+        flushing.reported = true;
+        self.flushing_deliveries -= flushing.deliveries;
+        match status {
+            FlushStatus::Ok => self.flush_ended(flush),
+            FlushStatus::Failed { settle_failed } => {
+                // The read's entries are still pending on this consumer: read them again.
+                self.reread_owed |= settle_failed;
+                self.flush_ended(flush);
+            }
+            // It stays under way until nothing of it can still run: its entries are read
+            // again only then.
+            FlushStatus::Unknown => {
+                flushing.unknown = true;
+                self.reread_owed = true;
+            }
+        }
+        let rides = self.config.reports_in_reads && matches!(read_ahead, Some(Ok(_)));
+        let mut report = Some(flush);
+        if !rides {
+            self.actions.push(Action::Report(flush));
+            report = None;
+        }
+        if let Some(result) = read_ahead {
+            if matches!(self.reading, Some(Reading::Ahead { flush: f, .. }) if f == flush) {
+                self.reading = None;
+            }
+            match result {
+                Ok(read) if self.phase == Phase::Open && self.client_here => {
+                    report = self.deliver(read, report);
+                }
+                Ok(read) => self.give_back(read.entries, false),
+                Err(ReadError::Retry { unknown }) => {
+                    // The reader reads next; Redis may have delivered entries no reply named.
+                    self.backlog = false;
+                    self.reread_owed |= unknown;
+                }
+                Err(ReadError::Fatal(stop)) => self.close(Some(stop)),
+            }
+        }
+        if let Some(flush) = report {
+            self.actions.push(Action::Report(flush));
+        }
+        self.advance(now);
+    }
+
+    /// A flush reported with an unknown outcome can no longer run.
+    pub fn flush_settled(&mut self, now: Instant, flush: FlushId) {
+        if self.flushes.get(&flush).is_some_and(|f| f.unknown) {
+            self.flush_ended(flush);
+        }
+        self.advance(now);
+    }
+
+    /// Timers: a read's backoff, the drain deadline, the lease.
+    pub fn tick(&mut self, now: Instant) {
+        if self.retry_read_at.is_some_and(|at| at <= now) {
+            self.retry_read_at = None;
+        }
+        if let Phase::Draining { until } = self.phase
+            && until <= now
+        {
+            self.close(Some(Stop::Shutdown));
+        }
+        self.advance(now);
+    }
+
+    /// What renewing the lease found.
+    pub fn lease_renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
+        if let Some(lease) = &mut self.lease {
+            lease.renewed(now, renewal);
+        }
+        if renewal == LeaseRenewal::Lost {
+            self.close(Some(Stop::LeaseLost));
+        }
+        self.advance(now);
+    }
+
+    /// Shutdown began.
+    pub fn shutdown(&mut self, now: Instant) {
+        if self.phase == Phase::Open {
+            let grace = self.config.shutdown_grace;
+            self.phase = Phase::Draining { until: now + grace };
+            let outstanding = self.window.outstanding();
+            if outstanding > 0 && self.client_here {
+                self.actions.push(Action::Draining { grace, outstanding });
+            }
+        }
+        self.advance(now);
+    }
+
+    /// The client half-closed its stream, or sent something that ends it: it gets the reports
+    /// of what it settled, then the end.
+    pub fn client_closed(&mut self, now: Instant) {
+        self.close(None);
+        self.advance(now);
+    }
+
+    /// The client is gone: nothing more can be sent to it.
+    pub fn client_gone(&mut self, now: Instant) {
+        self.client_here = false;
+        self.close(None);
+        self.advance(now);
+    }
+
+    /// After every event: what follows from the new state.
+    fn advance(&mut self, now: Instant) {
+        if let Phase::Draining { .. } = self.phase
+            && self.window.outstanding() == 0
+        {
+            self.close(Some(Stop::Shutdown));
+        }
+        if let Phase::Closing { stop } = self.phase
+            && self.flushes.is_empty()
+        {
+            self.phase = Phase::Ended;
+            self.actions.push(Action::EndStream(stop));
+        }
+        if self.phase == Phase::Ended && !matches!(self.reading, Some(Reading::Reader { .. })) {
+            self.phase = Phase::Done;
+            self.actions.push(Action::Done);
+        }
+        if self.phase == Phase::Done {
+            return;
+        }
+        if let Some(lease) = &mut self.lease
+            && lease.renew_now(now)
+        {
+            self.actions.push(Action::RenewLease);
+        }
+        self.maybe_read(now);
+    }
+}
+
+/// What [`Engine::apply`] did with a client batch.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The outcomes the window took, in order.
+    pub settled: Vec<(SlotId, Outcome)>,
+    pub rejected: Vec<SlotError>,
+}
+
+/// What the admin view shows of an engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    pub reading: bool,
+    pub open_reads: usize,
+    pub outstanding: usize,
+    pub kept_segments: usize,
+    pub flushes: usize,
+    pub draining: bool,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The engine against a model of Redis, the reader, the flusher and a client ([`model`]),
+//! driven by random interleavings of every event for every form, with the invariants checked
+//! after each step and at the end; and the rules each defect of the old subscription task
+//! broke, one test each.
+
+mod model;
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+use model::{COUNT, E, RENEW, World, config};
+
+fn kinds() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Stream),
+        Just(Kind::ReliableList),
+        Just(Kind::SimpleList),
+        Just(Kind::PubSub),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_interleaving_keeps_the_invariants(
+        kind in kinds(),
+        entries in 1u64..20,
+        steps in prop::collection::vec((any::<u8>(), any::<u8>()), 0..300),
+    ) {
+        let mut world = World::new(kind, entries);
+        for (choice, pick) in steps {
+            if world.done {
+                break;
+            }
+            world.step(choice, pick);
+        }
+        world.finish();
+        world.check_end();
+    }
+}
+
+fn settle(slot: SlotId, outcome: Outcome) -> Result<SettleRequest, SlotError> {
+    Ok(SettleRequest {
+        slot,
+        outcome,
+        reason: None,
+    })
+}
+
+fn entry(id: u64, count: u32) -> E {
+    E { id, count }
+}
+
+#[test]
+fn a_full_window_still_renews_its_lease() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::ReliableList), start);
+    assert!(matches!(engine.take_actions()[..], [Action::Read { .. }]));
+    let held: Vec<E> = (1..=5).map(|id| entry(id, 1)).collect();
+    engine.read_returned(start, Ok(Read::new(held)));
+    assert!(matches!(
+        engine.take_actions()[..],
+        [Action::Deliver { .. }]
+    ));
+    assert_eq!(engine.next_deadline(), Some(start + RENEW));
+    let later = start + RENEW;
+    engine.tick(later);
+    assert_eq!(engine.take_actions(), vec![Action::RenewLease]);
+    engine.lease_renewed(later, LeaseRenewal::Held);
+    assert_eq!(engine.next_deadline(), Some(later + RENEW));
+}
+
+#[test]
+fn a_read_blocks_no_longer_than_the_next_recovery() {
+    let start = Instant::now();
+    let config = Config {
+        lease_renewal: None,
+        ..config(Kind::ReliableList)
+    };
+    let mut engine: Engine<E> = Engine::new(config, start);
+    // A reliable list recovers on its first read, then every interval.
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::Read {
+            count: COUNT,
+            block: Duration::from_secs(1),
+            reread: false,
+            recover: true,
+        }]
+    );
+    let later = start + Duration::from_millis(400);
+    engine.read_returned(later, Ok(Read::new(Vec::new())));
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::Read {
+            count: COUNT,
+            block: Duration::from_millis(600),
+            reread: false,
+            recover: false,
+        }]
+    );
+}
+
+#[test]
+fn a_claimed_entry_past_the_cap_goes_to_the_dead_letter_unread() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    let read = Read {
+        entries: vec![entry(1, 1), entry(3, 7)],
+        redelivery: true,
+        lost: 0,
+    };
+    engine.read_returned(start, Ok(read));
+    let actions = engine.take_actions();
+    assert!(
+        matches!(&actions[0], Action::DeadLetter { entries, .. } if entries == &vec![entry(3, 7)])
+    );
+    assert!(
+        matches!(&actions[1], Action::Deliver { entries, .. } if entries == &vec![entry(1, 1)])
+    );
+}
+
+#[test]
+fn what_the_last_read_takes_after_the_client_left_goes_back_uncounted() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.client_closed(start);
+    assert_eq!(engine.take_actions(), vec![Action::EndStream(None)]);
+    engine.read_returned(start, Ok(Read::new(vec![entry(9, 1)])));
+    assert_eq!(
+        engine.take_actions(),
+        vec![
+            Action::GiveBack {
+                entries: vec![entry(9, 1)],
+                seen: false
+            },
+            Action::Done
+        ]
+    );
+}
+
+#[test]
+fn a_simple_list_gives_back_the_read_under_way_before_what_the_client_held() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::SimpleList), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.take_actions();
+    engine.client_closed(start);
+    assert_eq!(engine.take_actions(), vec![]);
+    engine.read_returned(start, Ok(Read::new(vec![entry(2, 1)])));
+    let actions = engine.take_actions();
+    assert_eq!(
+        actions[..2],
+        [
+            Action::GiveBack {
+                entries: vec![entry(2, 1)],
+                seen: false
+            },
+            Action::GiveBack {
+                entries: vec![entry(1, 1)],
+                seen: true
+            },
+        ]
+    );
+    assert_eq!(actions[2..], [Action::EndStream(None), Action::Done]);
+}
+
+#[test]
+fn a_deleted_group_ends_the_subscription_after_its_flushes() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.take_actions();
+    let applied = engine.apply(start, vec![], vec![settle(1, Outcome::Ack)], |_, _| None);
+    assert!(applied.rejected.is_empty());
+    let flush = match &engine.take_actions()[..] {
+        [Action::Flush { flush, .. }] => *flush,
+        other => panic!("{other:?}"),
+    };
+    engine.read_returned(start, Err(ReadError::Fatal(Stop::GroupDeleted)));
+    assert_eq!(engine.take_actions(), vec![]);
+    engine.flushed(start, flush, FlushStatus::Ok, None);
+    assert_eq!(
+        engine.take_actions(),
+        vec![
+            Action::Report(flush),
+            Action::EndStream(Some(Stop::GroupDeleted)),
+            Action::Done
+        ]
+    );
+}
+
+#[test]
+fn a_lost_lease_ends_the_subscription() {
+    let start = Instant::now();
+    let mut engine: Engine<E> = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.tick(start + RENEW);
+    assert_eq!(engine.take_actions(), vec![Action::RenewLease]);
+    engine.lease_renewed(start + RENEW, LeaseRenewal::Lost);
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::EndStream(Some(Stop::LeaseLost))]
+    );
+}
+
+#[test]
+fn flushes_leave_in_the_order_reads_complete() {
+    let start = Instant::now();
+    let mut engine = Engine::new(
+        Config {
+            count: 1,
+            ..config(Kind::Stream)
+        },
+        start,
+    );
+    engine.take_actions();
+    for id in 1..=3 {
+        engine.read_returned(start, Ok(Read::new(vec![entry(id, 1)])));
+        engine.take_actions();
+    }
+    let mut order = Vec::new();
+    for slot in [3, 1, 2] {
+        engine.apply(start, vec![], vec![settle(slot, Outcome::Ack)], |_, _| None);
+        for action in engine.take_actions() {
+            if let Action::Flush { batch, .. } = action {
+                order.push(batch.read_id);
+            }
+        }
+    }
+    assert_eq!(order, [3, 1, 2]);
+}

@@ -1,0 +1,657 @@
+//! A model of Redis, the reader, the flusher and a client around one engine: it executes the
+//! engine's actions the way the real tasks would (with reads and flushes that run in Redis
+//! apart from their replies, replies lost, flushes that run late), and checks every action
+//! against the invariants as it goes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::super::*;
+use crate::window::{Command, ReadId};
+
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct E {
+    pub(super) id: u64,
+    pub(super) count: u32,
+}
+
+impl Item for E {
+    type Id = u64;
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn delivery_count(&self) -> u32 {
+        self.count
+    }
+}
+
+pub(super) const COUNT: u32 = 3;
+pub(super) const MAX_IN_FLIGHT: u32 = 5;
+pub(super) const CAP: u32 = 3;
+pub(super) const RENEW: Duration = Duration::from_millis(300);
+
+pub(super) fn config(kind: Kind) -> Config {
+    Config {
+        kind,
+        count: COUNT,
+        max_in_flight: MAX_IN_FLIGHT,
+        max_deliveries: CAP,
+        block: Duration::from_secs(5),
+        recovery_interval: Duration::from_secs(1),
+        lease_renewal: matches!(kind, Kind::Stream | Kind::ReliableList).then_some(RENEW),
+        read_ahead: true,
+        reports_in_reads: true,
+        shutdown_grace: Duration::from_secs(2),
+        limits: Limits {
+            max_commands_per_slot: 4,
+        },
+    }
+}
+
+/// A flush handed to the model flusher, and what running it in Redis answered.
+pub(super) struct FlushOp {
+    id: FlushId,
+    /// Each settled entry, its outcome and whether its segment is kept.
+    settles: Vec<(E, Outcome, bool)>,
+    dead_letter: bool,
+    read_ahead: Option<u32>,
+    ran: Option<Ran>,
+}
+
+/// A flush whose reply was lost: its settles and whether it dead-letters.
+type Stale = (FlushId, Vec<(E, Outcome, bool)>, bool);
+/// What running a flush answered, and its read-ahead.
+type Ran = (FlushStatus, Option<Result<Read<E>, ReadError>>);
+
+/// Redis, the reader, the flusher and the client around one engine.
+pub(super) struct World {
+    kind: Kind,
+    engine: Engine<E>,
+    now: Instant,
+    /// Entries not yet taken (a stream's `>`, a list's values), oldest first.
+    backlog: VecDeque<u64>,
+    /// Taken and not settled: a stream's pending entries, a reliable list's processing list.
+    pending: BTreeSet<u64>,
+    /// Deliveries Redis has recorded per entry (a stream's PEL counter, a list's counts hash,
+    /// with the earlier attempts a retried copy carries).
+    counts: HashMap<u64, u32>,
+    /// Reads re-deliver this consumer's own entries first (a fresh reader does).
+    own_first: bool,
+    reader: Option<(u32, bool)>,
+    reader_answer: Option<Result<Read<E>, ReadError>>,
+    flusher: VecDeque<FlushOp>,
+    /// Flushes whose reply was lost, which may still run.
+    stale: Vec<Stale>,
+    /// Stale flushes that can no longer run, to be said so once reported.
+    settle_after_report: Vec<FlushId>,
+    lease_asked: bool,
+    last_renewal: Instant,
+    /// Side effects that ran, per entry.
+    effects: HashMap<u64, u32>,
+    settled: BTreeSet<u64>,
+    dead: BTreeSet<u64>,
+    next_id: u64,
+    originals: u64,
+    /// The client: what it holds by slot, deliveries it got per entry.
+    holding: BTreeMap<SlotId, E>,
+    seen: HashMap<u64, u32>,
+    /// Entries whose deliveries Redis counted without the client getting them (a read whose
+    /// reply was lost): their counts may run ahead of what the client saw.
+    lost_replies: HashSet<u64>,
+    /// Simple-list entries whose flush failed: lost, as that form allows.
+    may_lose: HashSet<u64>,
+    /// Entries in flushes that have not ended.
+    flushing: HashMap<FlushId, Vec<u64>>,
+    /// Reads flushed, in order.
+    flushed_reads: Vec<ReadId>,
+    /// The client closed its stream: it settles nothing more.
+    client_done: bool,
+    ended: bool,
+    pub(super) done: bool,
+}
+
+impl World {
+    pub(super) fn new(kind: Kind, entries: u64) -> Self {
+        let now = Instant::now();
+        let mut world = Self {
+            kind,
+            engine: Engine::new(config(kind), now),
+            now,
+            backlog: (1..=entries).collect(),
+            pending: BTreeSet::new(),
+            counts: HashMap::new(),
+            own_first: true,
+            reader: None,
+            reader_answer: None,
+            flusher: VecDeque::new(),
+            stale: Vec::new(),
+            settle_after_report: Vec::new(),
+            lease_asked: false,
+            last_renewal: now,
+            effects: HashMap::new(),
+            settled: BTreeSet::new(),
+            dead: BTreeSet::new(),
+            next_id: entries + 1,
+            originals: entries,
+            holding: BTreeMap::new(),
+            seen: HashMap::new(),
+            lost_replies: HashSet::new(),
+            may_lose: HashSet::new(),
+            flushing: HashMap::new(),
+            flushed_reads: Vec::new(),
+            client_done: false,
+            ended: false,
+            done: false,
+        };
+        world.collect();
+        world
+    }
+
+    pub(super) fn keeps_pending(&self) -> bool {
+        matches!(self.kind, Kind::Stream | Kind::ReliableList)
+    }
+
+    /// Executes the engine's actions against the model, checking each.
+    pub(super) fn collect(&mut self) {
+        for action in self.engine.take_actions() {
+            assert!(!self.done, "an action after Done: {action:?}");
+            match action {
+                Action::Read { count, reread, .. } => {
+                    assert!(
+                        self.reader.is_none() && self.reader_answer.is_none(),
+                        "one read at a time"
+                    );
+                    assert!((1..=COUNT).contains(&count));
+                    self.reader = Some((count, reread));
+                }
+                Action::Deliver { read, entries, .. } => {
+                    assert!(!self.ended, "a delivery after the stream ended");
+                    let flushing: HashSet<u64> =
+                        self.flushing.values().flatten().copied().collect();
+                    for (i, e) in entries.iter().enumerate() {
+                        assert!(
+                            !self.holding.values().any(|h| h.id == e.id),
+                            "entry {} handed out while outstanding",
+                            e.id
+                        );
+                        assert!(
+                            !flushing.contains(&e.id),
+                            "entry {} handed out while being flushed",
+                            e.id
+                        );
+                        assert!(e.count <= CAP, "entry {} delivered past the cap", e.id);
+                        let seen = self.seen.entry(e.id).or_default();
+                        *seen += 1;
+                        assert!(
+                            e.count >= *seen,
+                            "entry {} counts {} deliveries, the client got {}",
+                            e.id,
+                            e.count,
+                            seen
+                        );
+                        if !self.lost_replies.contains(&e.id) {
+                            assert_eq!(
+                                e.count, *seen,
+                                "entry {} counts a delivery the client did not get",
+                                e.id
+                            );
+                        }
+                        self.holding.insert(read.first_slot + i as u64, e.clone());
+                    }
+                    assert!(
+                        self.holding.len() <= MAX_IN_FLIGHT as usize,
+                        "more than max_in_flight out"
+                    );
+                }
+                Action::Lost(_) => {}
+                Action::Flush {
+                    flush,
+                    batch,
+                    read_ahead,
+                } => {
+                    assert!(
+                        !self.flushed_reads.contains(&batch.read_id),
+                        "read {} flushed twice",
+                        batch.read_id
+                    );
+                    self.flushed_reads.push(batch.read_id);
+                    let settles = batch
+                        .settles
+                        .iter()
+                        .map(|s| {
+                            let kept = batch.kept.iter().any(|k| k.slot == s.slot);
+                            (s.entry.clone(), s.outcome, kept)
+                        })
+                        .collect::<Vec<_>>();
+                    self.flushing
+                        .insert(flush, settles.iter().map(|(e, ..)| e.id).collect());
+                    self.flusher.push_back(FlushOp {
+                        id: flush,
+                        settles,
+                        dead_letter: false,
+                        read_ahead,
+                        ran: None,
+                    });
+                }
+                Action::DeadLetter { flush, entries } => {
+                    for e in &entries {
+                        assert!(e.count > CAP);
+                    }
+                    let settles: Vec<_> = entries
+                        .into_iter()
+                        .map(|e| (e, Outcome::Drop, false))
+                        .collect();
+                    self.flushing
+                        .insert(flush, settles.iter().map(|(e, ..)| e.id).collect());
+                    self.flusher.push_back(FlushOp {
+                        id: flush,
+                        settles,
+                        dead_letter: true,
+                        read_ahead: None,
+                        ran: None,
+                    });
+                }
+                Action::Report(_) => {}
+                Action::GiveBack { entries, seen } => self.give_back(entries, seen),
+                Action::RenewLease => {
+                    assert!(!self.lease_asked, "two renewals at once");
+                    self.lease_asked = true;
+                }
+                Action::Draining { .. } => {}
+                Action::EndStream(_) => {
+                    assert!(!self.ended);
+                    assert!(
+                        self.flushing.is_empty(),
+                        "the stream ended before its flushes"
+                    );
+                    self.ended = true;
+                    self.holding.clear();
+                }
+                Action::Done => {
+                    assert!(self.ended);
+                    assert!(
+                        self.reader.is_none() && self.reader_answer.is_none(),
+                        "done with a read under way"
+                    );
+                    self.done = true;
+                }
+            }
+        }
+    }
+}
+
+impl World {
+    pub(super) fn give_back(&mut self, entries: Vec<E>, seen: bool) {
+        match self.kind {
+            Kind::Stream => {
+                assert!(!seen, "a stream's seen entries stay pending");
+                for e in entries {
+                    // XCLAIM without FORCE: only entries still pending.
+                    if self.pending.contains(&e.id) {
+                        *self.counts.get_mut(&e.id).expect("counted") -= 1;
+                    }
+                }
+            }
+            Kind::ReliableList => {
+                assert!(
+                    !seen,
+                    "a reliable list's seen entries stay in its processing list"
+                );
+                for e in entries.iter().rev() {
+                    if self.pending.remove(&e.id) {
+                        self.backlog.push_front(e.id);
+                    }
+                }
+            }
+            Kind::SimpleList => {
+                for e in entries.iter().rev() {
+                    if seen {
+                        *self.counts.entry(e.id).or_default() += 1;
+                    }
+                    self.backlog.push_front(e.id);
+                }
+            }
+            Kind::PubSub => {}
+        }
+    }
+
+    /// Takes up to `count` new entries, as a read of `>` or a list's move or pop does.
+    pub(super) fn take_new(&mut self, count: u32) -> Vec<E> {
+        let mut entries = Vec::new();
+        while entries.len() < count as usize {
+            let Some(id) = self.backlog.pop_front() else {
+                break;
+            };
+            let earlier = self.counts.entry(id).or_default();
+            let count = *earlier + 1;
+            if self.kind == Kind::Stream {
+                *earlier = count;
+            }
+            if self.keeps_pending() {
+                self.pending.insert(id);
+            }
+            entries.push(E { id, count });
+        }
+        entries
+    }
+
+    /// Runs the read under way in Redis; `lose_reply`: Redis did it but no reply came.
+    pub(super) fn run_read(&mut self, lose_reply: bool) {
+        let Some((count, reread)) = self.reader.take() else {
+            return;
+        };
+        if reread {
+            self.own_first = true;
+        }
+        let mut read = Read::new(Vec::new());
+        if self.own_first && self.keeps_pending() {
+            let own: Vec<u64> = self.pending.iter().copied().take(count as usize).collect();
+            if own.is_empty() || self.kind == Kind::ReliableList {
+                self.own_first = false;
+            }
+            if !own.is_empty() {
+                read.redelivery = true;
+                for id in own {
+                    // A stream's counter counts this delivery; a reliable list records the
+                    // one that moved the entry to its processing list.
+                    let c = self.counts.entry(id).or_default();
+                    *c += 1;
+                    let count = if self.kind == Kind::Stream {
+                        *c
+                    } else {
+                        *c + 1
+                    };
+                    read.entries.push(E { id, count });
+                }
+            }
+        }
+        if read.entries.is_empty() {
+            read.entries = self.take_new(count);
+        }
+        let answer = if lose_reply && self.keeps_pending() {
+            for e in &read.entries {
+                self.lost_replies.insert(e.id);
+            }
+            Err(ReadError::Retry { unknown: true })
+        } else if lose_reply {
+            // A list or pub/sub read that failed took nothing.
+            for e in read.entries.iter().rev() {
+                self.backlog.push_front(e.id);
+                if let Some(c) = self
+                    .counts
+                    .get_mut(&e.id)
+                    .filter(|_| self.kind == Kind::Stream)
+                {
+                    *c -= 1;
+                }
+            }
+            Err(ReadError::Retry { unknown: false })
+        } else {
+            Ok(read)
+        };
+        self.reader_answer = Some(answer);
+    }
+
+    /// Runs the next flush in Redis: `ok`, not sent, or sent with the reply lost (then it may
+    /// still run until [`Engine::flush_settled`]).
+    pub(super) fn run_flush(&mut self, how: u8) {
+        let Some(op) = self.flusher.iter_mut().find(|op| op.ran.is_none()) else {
+            return;
+        };
+        let status = match how % 4 {
+            0 | 1 => FlushStatus::Ok,
+            2 => FlushStatus::Failed {
+                settle_failed: true,
+            },
+            _ => FlushStatus::Unknown,
+        };
+        let (id, settles, dead_letter, read_ahead) =
+            (op.id, op.settles.clone(), op.dead_letter, op.read_ahead);
+        match status {
+            FlushStatus::Ok => self.apply_flush(&settles, dead_letter),
+            FlushStatus::Unknown => self.stale.push((id, settles, dead_letter)),
+            FlushStatus::Failed { .. } => {
+                if self.kind == Kind::SimpleList {
+                    // A popped entry exists only in the flush that settles it: at most once.
+                    self.may_lose.extend(settles.iter().map(|(e, ..)| e.id));
+                }
+            }
+        }
+        let read = read_ahead.map(|count| match status {
+            FlushStatus::Ok => Ok(Read::new(self.take_new(count))),
+            FlushStatus::Failed { .. } => Err(ReadError::Retry { unknown: false }),
+            FlushStatus::Unknown => Err(ReadError::Retry { unknown: true }),
+        });
+        let op = self
+            .flusher
+            .iter_mut()
+            .find(|op| op.id == id)
+            .expect("found above");
+        op.ran = Some((status, read));
+    }
+
+    /// What a flush does in Redis. Side effects and copies are written whether or not the
+    /// entry is still pending (neither a pipeline nor MULTI asks); the settle finds it or not.
+    pub(super) fn apply_flush(&mut self, settles: &[(E, Outcome, bool)], dead_letter: bool) {
+        for (e, outcome, kept) in settles {
+            if *kept {
+                *self.effects.entry(e.id).or_default() += 1;
+            }
+            if self.keeps_pending() && !self.pending.remove(&e.id) {
+                continue;
+            }
+            self.settled.insert(e.id);
+            let retry = matches!(outcome, Outcome::Retry | Outcome::RetryAfter(_));
+            if dead_letter || (retry && exhausted(e.count, CAP)) {
+                self.dead.insert(e.id);
+            } else if retry {
+                // A copy that carries the deliveries so far.
+                let copy = self.next_id;
+                self.next_id += 1;
+                self.counts.insert(copy, e.count);
+                self.seen
+                    .insert(copy, self.seen.get(&e.id).copied().unwrap_or(0));
+                if self.lost_replies.contains(&e.id) {
+                    self.lost_replies.insert(copy);
+                }
+                self.backlog.push_back(copy);
+            }
+        }
+    }
+
+    /// A flush whose reply was lost runs late, or never; then it can no longer run.
+    pub(super) fn settle_stale(&mut self, runs: bool) {
+        let Some((flush, settles, dead_letter)) = self.stale.pop() else {
+            return;
+        };
+        if runs {
+            self.apply_flush(&settles, dead_letter);
+        } else if self.kind == Kind::SimpleList {
+            self.may_lose.extend(settles.iter().map(|(e, ..)| e.id));
+        }
+        if !self.flusher.iter().any(|op| op.id == flush) {
+            self.flushing.remove(&flush);
+            self.engine.flush_settled(self.now, flush);
+            self.collect();
+        } else {
+            // Reported later: settled right after its report.
+            self.settle_after_report.push(flush);
+        }
+    }
+
+    pub(super) fn answer_flush(&mut self) {
+        let Some(op) = self.flusher.front() else {
+            return;
+        };
+        if op.ran.is_none() {
+            return;
+        }
+        let op = self.flusher.pop_front().expect("front");
+        let (status, read) = op.ran.expect("ran");
+        if status != FlushStatus::Unknown {
+            self.flushing.remove(&op.id);
+        }
+        self.engine.flushed(self.now, op.id, status, read);
+        self.collect();
+        if let Some(i) = self.settle_after_report.iter().position(|f| *f == op.id) {
+            self.settle_after_report.remove(i);
+            self.flushing.remove(&op.id);
+            self.engine.flush_settled(self.now, op.id);
+            self.collect();
+        }
+    }
+
+    pub(super) fn step(&mut self, choice: u8, pick: u8) {
+        match choice % 12 {
+            0 => self.run_read(false),
+            1 => self.run_read(pick.is_multiple_of(8)),
+            2 => {
+                if let Some(answer) = self.reader_answer.take() {
+                    self.engine.read_returned(self.now, answer);
+                    self.collect();
+                }
+            }
+            3 => self.run_flush(pick),
+            4 => self.answer_flush(),
+            5 => self.settle_stale(pick.is_multiple_of(2)),
+            6 | 7 => self.client_settles(pick),
+            8 => {
+                self.now += Duration::from_millis(u64::from(pick) * 10);
+                self.engine.tick(self.now);
+                self.collect();
+                self.check_lease();
+            }
+            9 if self.lease_asked => {
+                self.lease_asked = false;
+                self.last_renewal = self.now;
+                self.engine.lease_renewed(self.now, LeaseRenewal::Held);
+                self.collect();
+            }
+            10 if pick.is_multiple_of(16) => {
+                self.engine.shutdown(self.now);
+                self.collect();
+            }
+            11 if pick.is_multiple_of(16) => {
+                self.client_done = true;
+                if pick.is_multiple_of(32) {
+                    self.engine.client_gone(self.now);
+                } else {
+                    self.engine.client_closed(self.now);
+                }
+                self.collect();
+            }
+            _ => {}
+        }
+    }
+
+    /// The client settles one or more held slots, with a command for each.
+    pub(super) fn client_settles(&mut self, pick: u8) {
+        if self.holding.is_empty() || self.ended || self.client_done {
+            return;
+        }
+        let n = 1 + (pick as usize % self.holding.len());
+        let slots: Vec<SlotId> = self.holding.keys().copied().take(n).collect();
+        let commands = slots
+            .iter()
+            .map(|&slot| {
+                (
+                    slot,
+                    Command::new("INCR", vec![bytes::Bytes::from_static(b"k")]),
+                )
+            })
+            .collect();
+        let outcomes = slots
+            .iter()
+            .enumerate()
+            .map(|(i, &slot)| {
+                let outcome = match (pick as usize + i) % 5 {
+                    0 | 1 => Outcome::Ack,
+                    2 => Outcome::Drop,
+                    3 => Outcome::Retry,
+                    _ => Outcome::RetryAfter(Duration::from_millis(10)),
+                };
+                Ok(SettleRequest {
+                    slot,
+                    outcome,
+                    reason: None,
+                })
+            })
+            .collect();
+        for slot in &slots {
+            self.holding.remove(slot);
+        }
+        let open =
+            self.engine.phase == Phase::Open || matches!(self.engine.phase, Phase::Draining { .. });
+        let applied = self.engine.apply(self.now, commands, outcomes, |_, _| None);
+        // Once closing, the window has abandoned what the client still held.
+        assert!(
+            applied.rejected.is_empty() || !open,
+            "{:?}",
+            applied.rejected
+        );
+        self.collect();
+    }
+
+    /// A live subscription renews its lease on time, whatever else it does.
+    pub(super) fn check_lease(&self) {
+        if config(self.kind).lease_renewal.is_some() && !self.done && !self.lease_asked {
+            assert!(
+                self.now < self.last_renewal + RENEW,
+                "the lease was not renewed for {:?}",
+                self.now - self.last_renewal
+            );
+        }
+    }
+
+    /// Lets everything under way finish, the client gone, until the engine is done.
+    pub(super) fn finish(&mut self) {
+        self.engine.client_closed(self.now);
+        self.collect();
+        for _ in 0..10_000 {
+            if self.done {
+                return;
+            }
+            self.run_read(false);
+            if let Some(answer) = self.reader_answer.take() {
+                self.engine.read_returned(self.now, answer);
+                self.collect();
+            }
+            self.run_flush(0);
+            self.answer_flush();
+            self.settle_stale(false);
+            if self.lease_asked {
+                self.lease_asked = false;
+                self.engine.lease_renewed(self.now, LeaseRenewal::Held);
+                self.collect();
+            }
+            self.now += Duration::from_millis(100);
+            self.engine.tick(self.now);
+            self.collect();
+        }
+        panic!("the engine never finished");
+    }
+
+    /// Every entry ended settled with its side effects, or is still in Redis to be delivered
+    /// again; no side effect ran twice, and none of an entry that was not acked.
+    pub(super) fn check_end(&self) {
+        for (id, n) in &self.effects {
+            assert_eq!(*n, 1, "the side effects of entry {id} ran {n} times");
+            assert!(self.settled.contains(id));
+        }
+        if self.kind == Kind::PubSub {
+            return;
+        }
+        for id in (1..self.next_id).filter(|id| !self.may_lose.contains(id)) {
+            let waiting = self.backlog.contains(&id) || self.pending.contains(&id);
+            assert!(
+                self.settled.contains(&id) ^ waiting,
+                "entry {id} is lost (settled: {}, waiting: {waiting}); backlog {:?}, pending {:?}, settled {:?}",
+                self.settled.contains(&id),
+                self.backlog,
+                self.pending,
+                self.settled,
+            );
+        }
+        assert!(self.originals > 0);
+    }
+}
