@@ -193,6 +193,11 @@ pub struct Config {
     #[arg(long, env = "WINDOW_RECLAIM_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub reclaim_interval: Duration,
 
+    /// How long a stream consumer's lease lives unrenewed: a subscription renews it while it is
+    /// open; a sidecar that died frees its consumer names after this.
+    #[arg(long, env = "WINDOW_CONSUMER_LEASE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub consumer_lease: Duration,
+
     /// Log format.
     #[arg(long, env = "WINDOW_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
@@ -395,6 +400,7 @@ impl Config {
         self.policy()?;
         at_least_in("promote-interval", ms(self.promote_interval), 1, " ms")?;
         at_least_in("reclaim-interval", ms(self.reclaim_interval), 1, " ms")?;
+        at_least_in("consumer-lease", ms(self.consumer_lease), 300, " ms")?;
         if self
             .consumer_name
             .as_deref()
@@ -426,14 +432,7 @@ impl Config {
         self.consumer_name
             .clone()
             .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
-            .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
-            .or_else(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .ok()
-                    .map(|s| s.trim().to_owned())
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| "window-sidecar".to_owned())
+            .unwrap_or_else(host_name)
     }
 }
 
@@ -494,6 +493,20 @@ pub fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// This machine's host name (a pod's name on Kubernetes).
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "window-sidecar".to_owned())
 }
 
 #[cfg(test)]

@@ -282,11 +282,16 @@ pub async fn run(
         "window-sidecar starting"
     );
     let settings = Settings {
+        // Stable across restarts of this sidecar (same host, same listener), unique among
+        // sidecars running at once: a restarted sidecar takes its consumer leases back at
+        // once, another one waits for them.
+        instance: format!("{}@{}", crate::config::host_name(), listener.describe()),
         default_consumer: config.default_consumer(),
         max_commands_per_slot: config.max_commands_per_slot,
         shutdown_grace: config.shutdown_grace,
         promote_interval: config.promote_interval,
         reclaim_interval: config.reclaim_interval,
+        consumer_lease: config.consumer_lease,
         sample_interval: SAMPLE_INTERVAL,
         tracing,
         policy: config.policy()?,

@@ -183,6 +183,11 @@ pub fn session_status(err: &SessionError) -> Status {
             Status::invalid_argument(message)
         }
         SessionError::ConsumerBusy { .. } => Status::already_exists(message),
+        SessionError::Layout(_) => Status::invalid_argument(message),
+        SessionError::GroupDeleted { .. } | SessionError::WrongType { .. } => {
+            Status::failed_precondition(message)
+        }
+        SessionError::LeaseLost { .. } => Status::aborted(message),
         SessionError::ShuttingDown => Status::unavailable(message),
         SessionError::Denied(err) => policy_status(err, message),
         SessionError::TooLarge(_) => Status::resource_exhausted(message),

@@ -46,6 +46,18 @@ pub enum Body<'a> {
     Fields,
 }
 
+/// A stream entry is known by its id across reads; list values and messages have none (the
+/// engine asks only of streams).
+impl crate::engine::Item for std::sync::Arc<Entry> {
+    type Id = Bytes;
+    fn id(&self) -> Bytes {
+        self.id.clone()
+    }
+    fn delivery_count(&self) -> u32 {
+        self.delivery_count
+    }
+}
+
 impl Entry {
     /// The value of header `name` (without `h:`), if the entry has it.
     pub fn header(&self, name: &str) -> Option<&Bytes> {

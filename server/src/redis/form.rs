@@ -1,18 +1,23 @@
 //! The forms side by side: what a subscription reads ([`Form`]), how it settles and requeues
-//! (through [`Settling`]), where its delayed entries go back to, and its reader.
+//! (through [`Settling`]), where its delayed entries go back to, how it gives entries back,
+//! its consumer lease, and its reader.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use fred::prelude::Client;
+
 use super::delay::{self, Target};
 use super::entry::Entry;
 use super::flush::FlushPlan;
-use super::list::{ListKeys, ListReader, ListSource};
+use super::lease::{ConsumerLease, LeaseHolder};
+use super::list::{self, ListKeys, ListReader, ListSource};
 use super::plan::Settling;
 use super::pubsub::{PubSubForm, PubSubReader, PubSubSource};
-use super::stream::{ReadBatch, StreamKeys, StreamReader, StreamSource};
-use super::{Redis, RedisError, Replication};
+use super::stream::{self, ReadBatch, StreamKeys, StreamReader, StreamSource};
+use super::{Redis, RedisError, Replication, companion_key};
+use crate::engine::{Kind, ReadError, Stop};
 use crate::window::Outcome;
 
 /// What a subscription reads.
@@ -126,6 +131,70 @@ impl Form {
         delay::promote_due(redis.pool(), delayed, target_key, target, now_ms, limit).await
     }
 
+    /// The engine's view of this form.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Form::Stream(_) => Kind::Stream,
+            Form::List(keys) if keys.reliable => Kind::ReliableList,
+            Form::List(_) => Kind::SimpleList,
+            Form::PubSub(_) => Kind::PubSub,
+        }
+    }
+
+    /// Refuses to open on a key this form cannot read, before anything is written beside it.
+    pub async fn check_key(&self, client: &Client) -> Result<(), RedisError> {
+        match self {
+            Form::List(keys) => list::check_type(client, keys).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The lease on this subscription's consumer name, for forms that have one: a stream's
+    /// lives `stream_ttl`; a reliable list's is its heartbeat and lives `dead_after`.
+    pub fn lease(
+        &self,
+        source: &Source,
+        holder: LeaseHolder,
+        stream_ttl: Duration,
+    ) -> Option<ConsumerLease> {
+        match (self, source) {
+            (Form::Stream(_), Source::Stream(s)) => Some(ConsumerLease {
+                key: Bytes::from(companion_key(
+                    &s.key,
+                    &format!("window:lease:{}:{}", s.group, s.consumer),
+                )),
+                members: None,
+                holder: holder.clone(),
+                ttl: stream_ttl,
+                keep_when_freed: false,
+            }),
+            (Form::List(keys), Source::List(l)) if keys.reliable => Some(ConsumerLease {
+                key: keys.heartbeat.clone(),
+                members: Some((keys.consumers.clone(), keys.consumer.clone())),
+                holder,
+                ttl: l.dead_after,
+                keep_when_freed: true,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Gives entries back as if this subscription had not taken them (see
+    /// [`crate::engine::Action::GiveBack`]).
+    pub async fn give_back(
+        &self,
+        client: &Client,
+        entries: &[&Entry],
+        seen: bool,
+    ) -> Result<(), RedisError> {
+        match self {
+            // A stream's seen entries stay pending on this consumer, counted as they are.
+            Form::Stream(keys) if !seen => stream::uncount(client, keys, entries).await,
+            Form::List(keys) => list::give_back(client, keys, entries, seen).await,
+            _ => Ok(()),
+        }
+    }
+
     /// The delay set and the key its depth is reported under.
     pub fn delayed(&self) -> &Bytes {
         match self {
@@ -173,43 +242,46 @@ impl Reader {
         redis: &Redis,
         source: &Source,
         form: &Form,
-        block: Duration,
-        reclaim_interval: Duration,
         replication: Option<Replication>,
     ) -> Result<Self, RedisError> {
         Ok(match (source, form) {
             (Source::Stream(s), _) => Reader::Stream(StreamReader::new(
                 redis.dedicated_client().await?,
                 s,
-                block,
-                reclaim_interval,
                 replication,
             )),
-            (Source::List(l), Form::List(keys)) => Reader::List(ListReader::new(
+            (Source::List(_), Form::List(keys)) => Reader::List(ListReader::new(
                 redis.dedicated_client().await?,
-                l,
                 keys.clone(),
-                block,
-                reclaim_interval,
                 replication,
             )),
-            (Source::PubSub(p), _) => Reader::PubSub(PubSubReader::open(redis, p, block).await?),
+            (Source::PubSub(p), _) => Reader::PubSub(PubSubReader::open(redis, p).await?),
             (Source::List(_), _) => unreachable!("a list source has a list form"),
         })
     }
 
-    pub async fn read(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
+    /// One read as the engine asked for it (see [`crate::engine::Action::Read`]).
+    pub async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+        reread: bool,
+        recover: bool,
+    ) -> Result<ReadBatch, RedisError> {
+        if reread {
+            self.reread_pending();
+        }
         match self {
-            Reader::Stream(r) => r.read(count).await,
-            Reader::List(r) => r.read(count).await,
-            Reader::PubSub(r) => r.read(count).await,
+            Reader::Stream(r) => r.read(count, block, recover).await,
+            Reader::List(r) => r.read(count, block, recover).await,
+            Reader::PubSub(r) => r.read(count, block).await,
         }
     }
 
     /// Reads this consumer's own pending entries again (after a settle or a read failed): a
     /// stream's pending entries list, a reliable list's processing list (only asked for once
     /// the window is empty).
-    pub fn reread_pending(&mut self) {
+    fn reread_pending(&mut self) {
         match self {
             Reader::Stream(r) => r.reread_pending(),
             Reader::List(r) => r.reread_own(),
@@ -223,5 +295,22 @@ impl Reader {
             Reader::List(r) => r.close().await,
             Reader::PubSub(r) => r.close().await,
         }
+    }
+}
+
+/// What a failed read means for the subscription: a key that no longer holds what the form
+/// reads, or a consumer group deleted under it, ends it (retrying cannot help, and recreating
+/// the group at its start would hand out settled history again; a group lost in a failover is
+/// the stream reader's to recreate: see [`StreamReader::read`]); anything else is tried again.
+pub fn read_error(err: &RedisError) -> ReadError {
+    match err {
+        RedisError::Refused { message, .. } if message.starts_with("NOGROUP") => {
+            ReadError::Fatal(Stop::GroupDeleted)
+        }
+        RedisError::Refused { message, .. } if message.starts_with("WRONGTYPE") => {
+            ReadError::Fatal(Stop::WrongType)
+        }
+        // A failed read may have claimed entries it never returned.
+        _ => ReadError::Retry { unknown: true },
     }
 }

@@ -7,14 +7,17 @@
 //! blocking XREADGROUP holds up every command queued behind it on its connection), and one
 //! shared pool carries flushes, Publish and the delay promoter.
 
+pub mod admit;
 pub mod delay;
 pub mod entry;
 pub mod flush;
 pub mod form;
 pub mod keys;
+pub mod lease;
 pub mod list;
 pub mod plan;
 pub mod pubsub;
+pub mod sample;
 pub mod stream;
 
 use std::time::Duration;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::entry::Entry;
 use super::flush::{FlushPlan, Role};
+use crate::engine::exhausted;
 use crate::window::{FlushBatch, Outcome};
 
 /// How kept segments are sent.
@@ -76,7 +77,7 @@ fn requeue<'a>(
     reason: Option<&'a str>,
     ctx: &PlanContext,
 ) -> Requeue<'a> {
-    let capped = ctx.max_deliveries > 0 && entry.delivery_count >= ctx.max_deliveries;
+    let capped = exhausted(entry.delivery_count, ctx.max_deliveries);
     match outcome {
         Outcome::Ack | Outcome::Drop => Requeue::None,
         Outcome::Retry | Outcome::RetryAfter(_) if capped => Requeue::DeadLetter(reason),
@@ -185,6 +186,7 @@ pub fn plan_dead_letters(form: &impl Settling, entries: &[&Entry], reason: &str)
         form.dead_letter(entry, Some(reason), &mut plan);
     }
     form.settle(entries, &mut plan);
+    form.finished(entries, &mut plan);
     plan.push(
         "EXEC",
         vec![],

@@ -140,16 +140,11 @@ pub struct PubSubReader {
     buffer: Arc<Mutex<Buffer>>,
     arrived: Arc<Notify>,
     tasks: Vec<JoinHandle<()>>,
-    block: Duration,
 }
 
 impl PubSubReader {
     /// Subscribes and starts buffering.
-    pub async fn open(
-        redis: &Redis,
-        source: &PubSubSource,
-        block: Duration,
-    ) -> Result<Self, RedisError> {
+    pub async fn open(redis: &Redis, source: &PubSubSource) -> Result<Self, RedisError> {
         let client = redis.subscriber_client().await?;
         let buffer = Arc::new(Mutex::new(Buffer {
             capacity: source.buffer.max(1),
@@ -216,13 +211,12 @@ impl PubSubReader {
             buffer,
             arrived,
             tasks: vec![manager, forwarder],
-            block,
         })
     }
 
-    /// The messages that have arrived, up to `count`; waits up to BLOCK for the first.
-    pub async fn read(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
-        let deadline = tokio::time::Instant::now() + self.block;
+    /// The messages that have arrived, up to `count`; waits up to `block` for the first.
+    pub async fn read(&mut self, count: u32, block: Duration) -> Result<ReadBatch, RedisError> {
+        let deadline = tokio::time::Instant::now() + block;
         loop {
             {
                 let mut buffer = self.buffer.lock().expect("not poisoned");

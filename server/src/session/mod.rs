@@ -1,10 +1,12 @@
 //! Subscriptions: the domain messages between the gRPC layer and a subscription, what all
 //! subscriptions share, and [`run`], which takes one Subscribe stream from its `open` to its end.
-//! The task that owns a window is in [`subscription`]; what operators see of it (admin view,
-//! spans, sampled gauges) is in [`observe`].
+//! The task that runs a subscription's engine is in [`subscription`], the tasks that read and
+//! flush beside it in [`workers`]; what operators see of it (admin view, spans, sampled
+//! gauges) is in [`observe`].
 
 mod observe;
 mod subscription;
+mod workers;
 
 pub use observe::SubscriptionView;
 
@@ -22,10 +24,12 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::metrics::Metrics;
 use crate::policy::{Policy, PolicyError};
+use crate::redis::admit::SlotMismatch;
 use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
 pub use crate::redis::form::Source;
 use crate::redis::keys::KeySpecs;
+use crate::redis::lease::ConsumerLease;
 use crate::redis::stream::Mode;
 use crate::redis::{Redis, RedisError, Replication};
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
@@ -34,11 +38,16 @@ use subscription::Subscription;
 /// Settings every session shares, from the configuration.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// This sidecar among those sharing a Redis, the same after it restarts: the holder of its
+    /// consumer leases.
+    pub instance: String,
     pub default_consumer: String,
     pub max_commands_per_slot: usize,
     pub shutdown_grace: Duration,
     pub promote_interval: Duration,
     pub reclaim_interval: Duration,
+    /// How long a stream consumer's lease lives unrenewed (a holder that died frees it then).
+    pub consumer_lease: Duration,
     /// How often group pending, lag and delay-set depth are sampled for metrics.
     pub sample_interval: Duration,
     /// Whether spans are exported (links and contexts are only worked out then).
@@ -217,13 +226,25 @@ pub enum SessionError {
     #[error("the subscription is already open: send `open` only once per stream")]
     SecondOpen,
     #[error(
-        "consumer {consumer:?} is already reading {key:?} in group {group:?} on this sidecar; give each subscription its own consumer name (or wait for the other stream to close)"
+        "consumer {consumer:?} is already reading {key:?} in group {group:?}, on this sidecar or another sharing its Redis; give each subscription its own consumer name, or wait for the other stream to close (a holder that died frees the name when its lease expires)"
     )]
     ConsumerBusy {
         key: String,
         group: String,
         consumer: String,
     },
+    #[error("cannot open the subscription: {0}")]
+    Layout(#[from] SlotMismatch),
+    #[error(
+        "the consumer group {group:?} of {key:?} was deleted while this subscription read it; create it again where consumers should resume (XGROUP CREATE {key} {group} <id>), or reopen to create it at the open's start_id"
+    )]
+    GroupDeleted { key: String, group: String },
+    #[error("{key:?} no longer holds what a {form} subscription reads (WRONGTYPE)")]
+    WrongType { key: String, form: &'static str },
+    #[error(
+        "the lease on consumer {consumer:?} of {key:?} expired unrenewed and another subscription took the name; reopen to get a fresh consumer state"
+    )]
+    LeaseLost { key: String, consumer: String },
     #[error("cannot open the subscription: {0}")]
     Redis(#[from] RedisError),
     #[error("cannot open the subscription: {0}")]
@@ -284,25 +305,18 @@ pub async fn run(
     let (key, group, consumer) = source.describe();
     let span = info_span!("subscription", id = %id, form = source.form(), key = %key, group = %group, consumer = %consumer);
     async move {
-        let claim = source.claim();
-        if let Some(claim) = &claim
-            && let Err(busy) = take_consumer(&shared, claim).await
-        {
-            return fail(&out, busy).await;
-        }
-        let release = claim.map(|claim| Release(&shared, claim));
-        match Subscription::open(&shared, id, source, open, &out).await {
-            Ok(session) => {
-                let reader = session.run(inbound).await;
-                // The client's stream ends now; the consumer name stays held until the read
-                // under way returns: a subscription that reopens with the name reads its own
-                // pending entries (a reliable list's processing list) once, when it opens, and
-                // must find that read's entries there. It waits for this.
+        let release = match source.claim() {
+            Some(claim) => match take_consumer(&shared, &claim).await {
+                Ok(()) => Some(Release(Arc::clone(&shared), claim)),
+                Err(busy) => return fail(&out, busy).await,
+            },
+            None => None,
+        };
+        match Subscription::open(&shared, id, source, open, &out, release).await {
+            Ok(subscription) => {
+                // The subscription holds its own sender: the client's stream ends when it says.
                 drop(out);
-                if let Some(release) = &release {
-                    release.closing();
-                }
-                let _ = reader.await;
+                subscription.run(inbound).await;
             }
             Err(err) => fail(&out, err).await,
         }
@@ -350,7 +364,7 @@ async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), SessionErro
     const POLL: Duration = Duration::from_millis(20);
     const OPEN_GRACE: Duration = Duration::from_secs(1);
     let started = tokio::time::Instant::now();
-    let closing_bound = crate::grpc::convert::MAX_BLOCK + shared.redis.timeout();
+    let closing_bound = MAX_BLOCK + shared.redis.timeout();
     loop {
         {
             let mut consumers = shared.consumers.lock().expect("not poisoned");
@@ -376,11 +390,45 @@ async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), SessionErro
     }
 }
 
-/// Frees a consumer name when its session ends, however it ends.
-struct Release<'a>(&'a Shared, Claim);
+/// Takes the lease on a consumer name in Redis. Another holder that is closing (a client that
+/// reconnected to another sidecar before the old stream ended) may free it in a moment: wait
+/// a little, then refuse.
+pub(super) async fn take_lease(
+    shared: &Shared,
+    lease: &ConsumerLease,
+    source: &Source,
+) -> Result<(), SessionError> {
+    const POLL: Duration = Duration::from_millis(50);
+    const GRACE: Duration = Duration::from_secs(1);
+    let started = tokio::time::Instant::now();
+    loop {
+        let held = lease
+            .take(shared.redis.pool())
+            .await
+            .map_err(|err| SessionError::Redis(shared.redis.explain(err)))?;
+        if held {
+            return Ok(());
+        }
+        if started.elapsed() >= GRACE {
+            let (key, group, consumer) = source.describe();
+            return Err(SessionError::ConsumerBusy {
+                key,
+                group,
+                consumer,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
 
-impl Release<'_> {
-    fn closing(&self) {
+/// The longest a read may block.
+pub const MAX_BLOCK: Duration = Duration::from_secs(60);
+
+/// Frees a consumer name on this sidecar when its session ends, however it ends.
+pub(super) struct Release(Arc<Shared>, Claim);
+
+impl Release {
+    pub(super) fn closing(&self) {
         if let Some(closing) = self
             .0
             .consumers
@@ -393,7 +441,7 @@ impl Release<'_> {
     }
 }
 
-impl Drop for Release<'_> {
+impl Drop for Release {
     fn drop(&mut self) {
         self.0
             .consumers

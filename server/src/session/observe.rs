@@ -6,20 +6,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fred::prelude::*;
 use opentelemetry::global::{self, BoxedSpan};
 use opentelemetry::trace::{Link, Span, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use serde::Serialize;
-use tracing::debug;
 
 use super::Shared;
 use crate::metrics::{GroupLabels, KeyLabels};
-use crate::redis::entry::{Entry, into_bytes};
+use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
 use crate::redis::form::{Form, Source};
-use crate::redis::stream::StreamKeys;
-use crate::redis::{arg, call, call_at};
 use crate::telemetry::{TRACER, parse_traceparent};
 use crate::window::{FlushBatch, Outcome, ReadId};
 
@@ -189,36 +185,21 @@ pub async fn sample(shared: Arc<Shared>, source: Source, form: Form, every: Dura
     let delayed = KeyLabels { key };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let metrics = &shared.metrics;
     loop {
         tick.tick().await;
-        let client = shared.redis.pool();
-        if let Form::Stream(keys) = &form {
-            match group_info(client, keys).await {
-                Ok((pending, lag)) => {
-                    shared
-                        .metrics
-                        .group_pending
-                        .get_or_create(&group_labels)
-                        .set(pending);
-                    if let Some(lag) = lag {
-                        shared
-                            .metrics
-                            .group_lag
-                            .get_or_create(&group_labels)
-                            .set(lag);
-                    }
-                }
-                Err(err) => debug!(error = %err, "sampling XINFO GROUPS failed"),
+        let sample = crate::redis::sample::sample(shared.redis.pool(), &form).await;
+        if let Some((pending, lag)) = sample.group {
+            metrics
+                .group_pending
+                .get_or_create(&group_labels)
+                .set(pending);
+            if let Some(lag) = lag {
+                metrics.group_lag.get_or_create(&group_labels).set(lag);
             }
         }
-        if let Ok(Value::Integer(depth)) =
-            call(client, "ZCARD", vec![arg(form.delayed())], false).await
-        {
-            shared
-                .metrics
-                .delay_set_entries
-                .get_or_create(&delayed)
-                .set(depth);
+        if let Some(depth) = sample.delayed {
+            metrics.delay_set_entries.get_or_create(&delayed).set(depth);
         }
     }
 }
@@ -233,50 +214,4 @@ pub fn forget(shared: &Shared, source: &Source, _form: &Form) {
     shared.metrics.group_pending.remove(&group_labels);
     shared.metrics.group_lag.remove(&group_labels);
     shared.metrics.delay_set_entries.remove(&KeyLabels { key });
-}
-
-/// The group's `pending` and `lag` from XINFO GROUPS (lag is nil when Redis cannot tell).
-async fn group_info(
-    client: &Client,
-    keys: &StreamKeys,
-) -> Result<(i64, Option<i64>), crate::redis::RedisError> {
-    // Routed by the key's slot: the first argument is "GROUPS", not the key.
-    let Value::Array(groups) = call_at(
-        client,
-        "XINFO",
-        vec![Value::from("GROUPS"), arg(&keys.key)],
-        false,
-        Some(keys.slot),
-    )
-    .await?
-    else {
-        return Ok((0, None));
-    };
-    for group in groups {
-        let fields: Vec<Value> = match group {
-            Value::Array(fields) => fields,
-            Value::Map(map) => map
-                .inner()
-                .into_iter()
-                .flat_map(|(k, v)| [Value::from(k), v])
-                .collect(),
-            _ => continue,
-        };
-        let mut name = None;
-        let mut pending = 0;
-        let mut lag = None;
-        for pair in fields.chunks(2) {
-            let [field, value] = pair else { continue };
-            match field.as_str().as_deref() {
-                Some("name") => name = into_bytes(value.clone()),
-                Some("pending") => pending = value.as_i64().unwrap_or(0),
-                Some("lag") => lag = value.as_i64(),
-                _ => {}
-            }
-        }
-        if name.as_ref() == Some(&keys.group) {
-            return Ok((pending, lag));
-        }
-    }
-    Ok((0, None))
 }

@@ -2,11 +2,12 @@
 //! first, then new ones, with periodic reclaim of idle entries), the flush plan of a read
 //! (kept segments, durable retry copies, one XACK), and the promoter of the delay set.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
-use tokio::time::Instant;
+use fred::types::scripts::Script;
 
 use super::delay;
 use super::entry::{Entry, into_bytes, parse_entries};
@@ -59,22 +60,31 @@ impl StreamKeys {
     }
 }
 
-/// Creates the consumer group (and the stream) unless it exists.
-pub async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), RedisError> {
-    let start = if source.start_id.is_empty() {
+/// Where a newly created group starts.
+fn group_start(source: &StreamSource) -> &str {
+    if source.start_id.is_empty() {
         "0"
     } else {
         &source.start_id
-    };
+    }
+}
+
+/// Creates the consumer group (and the stream) unless it exists.
+pub async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), RedisError> {
+    let keys = StreamKeys::new(source);
+    create_group(client, &keys, group_start(source).as_bytes()).await
+}
+
+/// `XGROUP CREATE … <start> MKSTREAM`; a group that exists already is fine.
+async fn create_group(client: &Client, keys: &StreamKeys, start: &[u8]) -> Result<(), RedisError> {
     let args = vec![
         str_arg("CREATE"),
-        str_arg(&source.key),
-        str_arg(&source.group),
-        str_arg(start),
+        arg(&keys.key),
+        arg(&keys.group),
+        Value::Bytes(Bytes::copy_from_slice(start)),
         str_arg("MKSTREAM"),
     ];
-    let slot = Some(fred::util::redis_keyslot(source.key.as_bytes()));
-    match call_at(client, "XGROUP", args, false, slot).await {
+    match call_at(client, "XGROUP", args, false, Some(keys.slot)).await {
         Ok(_) => Ok(()),
         Err(RedisError::Refused { message, .. }) if message.starts_with("BUSYGROUP") => Ok(()),
         Err(err) => Err(err),
@@ -188,6 +198,21 @@ pub async fn publish(
         .collect()
 }
 
+/// The group's delivery count of each id in ARGV[2..] (0 when it is not pending), for the
+/// stream KEYS[1] and group ARGV[1].
+static PENDING_COUNTS: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local counts = {}
+for i = 2, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  counts[#counts + 1] = row and row[4] or 0
+end
+return counts
+"#,
+    )
+});
+
 /// Where the next read comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Cursor {
@@ -211,9 +236,6 @@ pub struct ReadBatch {
     pub reads: u32,
     pub claims: u32,
     pub count_lookups: u32,
-    /// A stream reader's next XAUTOCLAIM: reads that ride on flushes (see [`read_ahead`]) stop
-    /// then, so the reader gets to reclaim.
-    pub next_reclaim: Option<Instant>,
 }
 
 /// The entries of an XREADGROUP reply; ids of deleted entries (pending history only) go to
@@ -273,40 +295,88 @@ pub fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
     })
 }
 
+/// The reply of a [`read_ahead`] as a read; `Err` with whether Redis may have delivered
+/// entries no reply named (no reply came).
+pub fn read_ahead_reply(
+    reply: Result<Value, fred::error::Error>,
+) -> Result<ReadBatch, (RedisError, bool)> {
+    match reply {
+        Ok(reply) => read_ahead_batch(reply).map_err(|err| (err, false)),
+        Err(err) => Err((
+            RedisError::from_fred("XREADGROUP", &err),
+            super::flush::unanswered(&err),
+        )),
+    }
+}
+
+/// Takes back the delivery a read made of entries nobody got: each stays pending on this
+/// consumer with its count one lower (`XCLAIM … RETRYCOUNT n JUSTID`), so its next delivery
+/// counts as if that read had not happened. An entry settled meanwhile is left alone (XCLAIM
+/// without FORCE claims only pending entries).
+pub async fn uncount(
+    client: &Client,
+    keys: &StreamKeys,
+    entries: &[&Entry],
+) -> Result<(), RedisError> {
+    let mut by_count: std::collections::BTreeMap<u32, Vec<Value>> = Default::default();
+    for entry in entries {
+        let pel = entry
+            .delivery_count
+            .saturating_sub(entry.earlier_attempts());
+        by_count
+            .entry(pel.saturating_sub(1))
+            .or_default()
+            .push(Value::Bytes(entry.id.clone()));
+    }
+    for (retry_count, ids) in by_count {
+        let mut args = vec![
+            arg(&keys.key),
+            arg(&keys.group),
+            arg(&keys.consumer),
+            Value::Integer(0),
+        ];
+        args.extend(ids);
+        args.extend([
+            str_arg("RETRYCOUNT"),
+            Value::Integer(retry_count.into()),
+            str_arg("JUSTID"),
+        ]);
+        call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
+    }
+    Ok(())
+}
+
 /// Reads one stream subscription on its dedicated connection.
 pub struct StreamReader {
     client: Client,
     keys: StreamKeys,
+    /// Where a group lost in a failover is created again: the open's start id.
+    start: Bytes,
+    /// A read failed since the last that succeeded (the connection or its node went away).
+    interrupted: bool,
+    /// The dedicated connection's reconnections (fred retries a read on the new connection).
+    reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
     min_idle: Duration,
-    block: Duration,
     cursor: Cursor,
     claim_cursor: Bytes,
-    reclaim_interval: Duration,
-    next_reclaim: Instant,
     replication: Option<Replication>,
     replication_watch: ReplicationWatch,
 }
 
 impl StreamReader {
     /// A reader that first delivers the consumer's own pending entries.
-    pub fn new(
-        client: Client,
-        source: &StreamSource,
-        block: Duration,
-        reclaim_interval: Duration,
-        replication: Option<Replication>,
-    ) -> Self {
+    pub fn new(client: Client, source: &StreamSource, replication: Option<Replication>) -> Self {
         Self {
             replication,
             replication_watch: ReplicationWatch::default(),
+            reconnects: client.reconnect_rx(),
             client,
             keys: StreamKeys::new(source),
+            start: Bytes::copy_from_slice(group_start(source).as_bytes()),
+            interrupted: false,
             min_idle: source.min_idle,
-            block,
             cursor: Cursor::Pending(Bytes::from_static(b"0")),
             claim_cursor: Bytes::from_static(b"0-0"),
-            reclaim_interval,
-            next_reclaim: Instant::now() + reclaim_interval,
         }
     }
 
@@ -316,17 +386,63 @@ impl StreamReader {
         self.cursor = Cursor::Pending(Bytes::from_static(b"0"));
     }
 
-    /// One read of up to `count` entries. Blocks up to the BLOCK time when nothing is there.
-    pub async fn read(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
-        let mut batch = self.read_inner(count).await?;
-        batch.next_reclaim = Some(self.next_reclaim);
-        Ok(batch)
+    /// One read of up to `count` entries: claimed idle entries first when `reclaim`, then this
+    /// consumer's own pending entries, then new ones, blocking up to `block` when none are
+    /// there.
+    pub async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+        reclaim: bool,
+    ) -> Result<ReadBatch, RedisError> {
+        let read = match self.read_once(count, block, reclaim).await {
+            Err(RedisError::Refused { message, .. })
+                if message.starts_with("NOGROUP") && (self.reconnected() || self.interrupted) =>
+            {
+                // Missing after this reader lost its node: created so shortly before a
+                // failover that the new primary never got it, with the history since. Created
+                // again at the start id, that history is delivered again (at least once); on a
+                // node that never went away, the group was deleted, and the read fails.
+                tracing::warn!(
+                    start = %String::from_utf8_lossy(&self.start),
+                    "the consumer group was lost with the node that had it; creating it again"
+                );
+                create_group(&self.client, &self.keys, &self.start).await?;
+                self.reread_pending();
+                self.read_once(count, block, reclaim).await
+            }
+            read => read,
+        };
+        self.interrupted = matches!(
+            read,
+            Err(RedisError::Unavailable(_) | RedisError::Timeout(_))
+        );
+        if read.is_ok() {
+            self.reconnected();
+        }
+        read
     }
 
-    async fn read_inner(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
+    /// Whether the connection was made again since this was last asked.
+    fn reconnected(&mut self) -> bool {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut any = false;
+        loop {
+            match self.reconnects.try_recv() {
+                Ok(_) | Err(TryRecvError::Lagged(_)) => any = true,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return any,
+            }
+        }
+    }
+
+    async fn read_once(
+        &mut self,
+        count: u32,
+        block: Duration,
+        reclaim: bool,
+    ) -> Result<ReadBatch, RedisError> {
         let mut batch = ReadBatch::default();
-        if Instant::now() >= self.next_reclaim {
-            self.next_reclaim = Instant::now() + self.reclaim_interval;
+        if reclaim {
             batch.claims += 1;
             let claimed = self.autoclaim(count).await?;
             if !claimed.is_empty() {
@@ -355,7 +471,7 @@ impl StreamReader {
         }
         batch.reads += 1;
         batch.entries = self
-            .xreadgroup(count, Some(self.block), Bytes::from_static(b">"))
+            .xreadgroup(count, Some(block), Bytes::from_static(b">"))
             .await?;
         if !batch.entries.is_empty() {
             self.replicate().await?;
@@ -441,38 +557,32 @@ impl StreamReader {
         Ok(entries)
     }
 
-    /// Fills in the delivery counts of redelivered entries from the pending entries list.
+    /// Fills in the delivery counts of redelivered entries from the group's pending entries
+    /// list, each looked up by its own id (one script, one round trip): a range look-up would
+    /// also return this consumer's other pending entries between them and miss some.
     async fn with_delivery_counts(
         &self,
         mut entries: Vec<Entry>,
     ) -> Result<Vec<Entry>, RedisError> {
-        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        if entries.is_empty() {
             return Ok(entries);
-        };
-        let args = vec![
-            arg(&self.keys.key),
-            arg(&self.keys.group),
-            arg(&first.id),
-            arg(&last.id),
-            Value::Integer(entries.len() as i64),
-            arg(&self.keys.consumer),
-        ];
-        let reply = call_at(&self.client, "XPENDING", args, false, Some(self.keys.slot)).await?;
-        let Value::Array(rows) = reply else {
-            return Ok(entries);
-        };
-        let mut counts = std::collections::HashMap::with_capacity(rows.len());
-        for row in rows {
-            let Value::Array(row) = row else { continue };
-            let mut row = row.into_iter();
-            let id = row.next().and_then(into_bytes);
-            let count = row.nth(2).and_then(|v| v.as_i64());
-            if let (Some(id), Some(count)) = (id, count) {
-                counts.insert(id, count as u32);
-            }
         }
-        for entry in &mut entries {
-            let pel = counts.get(&entry.id).copied().unwrap_or(1);
+        let keys = vec![Key::from(self.keys.key.clone())];
+        let mut args = vec![Value::Bytes(self.keys.group.clone())];
+        args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
+        let reply: Value = PENDING_COUNTS
+            .evalsha_with_reload(&self.client, keys, args)
+            .await
+            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        let Value::Array(counts) = reply else {
+            return Err(RedisError::Protocol {
+                command: "XPENDING",
+                detail: "the counts are not an array".into(),
+            });
+        };
+        for (entry, count) in entries.iter_mut().zip(counts) {
+            // Gone from the pending list (settled meanwhile): this delivery is its only one.
+            let pel = count.as_u64().filter(|&n| n > 0).unwrap_or(1) as u32;
             entry.delivery_count = pel + entry.earlier_attempts();
         }
         Ok(entries)
@@ -497,194 +607,4 @@ impl StreamReader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::redis::plan::{PlanContext, plan_flush};
-    use crate::window::{Command, FlushBatch, Limits, Outcome, Window};
-
-    fn plan(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -> FlushPlan {
-        let ctx = PlanContext {
-            mode,
-            now_ms,
-            max_deliveries: 3,
-        };
-        plan_flush(keys, batch, &ctx)
-    }
-
-    fn keys() -> StreamKeys {
-        StreamKeys::new(&StreamSource {
-            key: "orders".into(),
-            group: "g".into(),
-            consumer: "c".into(),
-            start_id: "0".into(),
-            min_idle: Duration::from_secs(60),
-        })
-    }
-
-    fn entry(id: &str) -> Entry {
-        Entry {
-            id: Bytes::copy_from_slice(id.as_bytes()),
-            fields: vec![(Bytes::from_static(b"f"), Bytes::from_static(b"v"))],
-            delivery_count: 1,
-            channel: None,
-        }
-    }
-
-    fn incr(key: &str) -> Result<Command, crate::window::CommandError> {
-        Command::new("INCR", vec![Bytes::copy_from_slice(key.as_bytes())])
-    }
-
-    /// The seed's diagram: 1-0 and 3-0 acked, 2-0 dropped.
-    fn diagram() -> FlushBatch<Entry> {
-        let mut w = Window::new(Limits {
-            max_commands_per_slot: 8,
-        });
-        let read = w
-            .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
-            .unwrap();
-        let s = read.first_slot;
-        for i in 0..3 {
-            w.queue(s + i, incr(&format!("k{}", i + 1))).unwrap();
-        }
-        w.settle(s, Outcome::Ack, None).unwrap();
-        w.settle(s + 1, Outcome::Drop, None).unwrap();
-        w.settle(s + 2, Outcome::Ack, None).unwrap().unwrap()
-    }
-
-    #[test]
-    fn a_read_ahead_reads_new_entries_without_block_on_the_stream_slot() {
-        let keys = keys();
-        let read = read_ahead(&keys, 64);
-        assert_eq!(read.role, Role::ReadAhead);
-        assert_eq!(read.hash_slot, Some(keys.slot));
-        let plan = FlushPlan {
-            commands: vec![read],
-            ..Default::default()
-        };
-        assert_eq!(
-            plan.render(),
-            ["XREADGROUP GROUP g c COUNT 64 STREAMS orders >"]
-        );
-    }
-
-    #[test]
-    fn a_read_ahead_reply_is_a_read_of_first_deliveries() {
-        let b = |s: &str| Value::Bytes(Bytes::copy_from_slice(s.as_bytes()));
-        let entry = |id: &str, fields: Vec<Value>| Value::Array(vec![b(id), Value::Array(fields)]);
-        let reply = Value::Array(vec![Value::Array(vec![
-            b("orders"),
-            Value::Array(vec![
-                entry("1-0", vec![b("_payload"), b("{}")]),
-                // A retry copy carries its earlier attempts.
-                entry(
-                    "2-0",
-                    vec![b("_payload"), b("{}"), b("h:x-window-attempts"), b("2")],
-                ),
-            ]),
-        ])]);
-        let batch = read_ahead_batch(reply).unwrap();
-        let ids: Vec<_> = batch.entries.iter().map(|e| e.id.clone()).collect();
-        assert_eq!(
-            ids,
-            [Bytes::from_static(b"1-0"), Bytes::from_static(b"2-0")]
-        );
-        let counts: Vec<_> = batch.entries.iter().map(|e| e.delivery_count).collect();
-        assert_eq!(counts, [1, 3]);
-        assert!(!batch.redelivery);
-        assert_eq!(batch.reads, 0, "it made no round trip of its own");
-        // Nothing new: nil.
-        assert!(read_ahead_batch(Value::Null).unwrap().entries.is_empty());
-    }
-
-    #[test]
-    fn pipeline_mode_is_the_kept_segments_then_one_xack() {
-        let plan = plan(&keys(), &diagram(), Mode::Pipeline, 0);
-        assert_eq!(
-            plan.render(),
-            vec!["INCR k1", "INCR k3", "XACK orders g 1-0 2-0 3-0"]
-        );
-        assert_eq!(plan.side_effects, 2);
-        assert_eq!(plan.settles, 3);
-    }
-
-    #[test]
-    fn atomic_mode_wraps_each_kept_segment_with_its_own_settle() {
-        let plan = plan(&keys(), &diagram(), Mode::Atomic, 0);
-        assert_eq!(
-            plan.render(),
-            vec![
-                "MULTI",
-                "INCR k1",
-                "XACK orders g 1-0",
-                "EXEC",
-                "MULTI",
-                "INCR k3",
-                "XACK orders g 3-0",
-                "EXEC",
-                "XACK orders g 2-0",
-            ]
-        );
-    }
-
-    #[test]
-    fn retries_are_written_in_the_same_transaction_as_the_xack() {
-        let mut w = Window::new(Limits {
-            max_commands_per_slot: 8,
-        });
-        let read = w
-            .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
-            .unwrap();
-        let s = read.first_slot;
-        w.queue(s, incr("k1")).unwrap();
-        w.settle(s, Outcome::Ack, None).unwrap();
-        w.settle(s + 1, Outcome::Retry, Some("busy".into()))
-            .unwrap();
-        let batch = w
-            .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
-            .unwrap()
-            .unwrap();
-        let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
-        let rendered = plan.render();
-        assert_eq!(rendered[0], "INCR k1");
-        assert_eq!(rendered[1], "MULTI");
-        assert_eq!(
-            rendered[2],
-            "XADD orders * f v h:x-window-attempts 1 h:x-window-original-id 2-0 h:x-window-reason busy"
-        );
-        assert!(rendered[3].starts_with("ZADD {orders}:window:delayed 1250 3-0\n1:f1:v"));
-        assert_eq!(rendered[4], "XACK orders g 1-0 2-0 3-0");
-        assert_eq!(rendered[5], "EXEC");
-        assert_eq!(plan.commands.len(), 6);
-    }
-
-    #[test]
-    fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
-        let mut keys = keys();
-        keys.dead_letter = Some(Bytes::from_static(b"orders:dead"));
-        let mut w = Window::new(Limits {
-            max_commands_per_slot: 8,
-        });
-        let tired = Entry {
-            delivery_count: 3,
-            ..entry("1-0")
-        };
-        let read = w.open_read(vec![tired, entry("2-0")]).unwrap();
-        w.settle(read.first_slot, Outcome::Retry, Some("boom".into()))
-            .unwrap();
-        let batch = w
-            .settle(read.first_slot + 1, Outcome::Retry, None)
-            .unwrap()
-            .unwrap();
-        let plan = plan(&keys, &batch, Mode::Pipeline, 0);
-        assert_eq!(plan.dead_lettered, 1);
-        let rendered = plan.render();
-        assert_eq!(rendered[0], "MULTI");
-        assert_eq!(
-            rendered[1],
-            "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-window-reason boom"
-        );
-        assert!(rendered[2].starts_with("XADD orders * f v h:x-window-attempts 1"));
-        assert_eq!(rendered[3], "XACK orders g 1-0 2-0");
-        assert_eq!(rendered[4], "EXEC");
-    }
-}
+mod tests;

@@ -14,7 +14,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use tokio::time::Instant;
 
 use super::delay;
 use super::entry::{Entry, PAYLOAD_FIELD, into_bytes};
@@ -29,7 +28,7 @@ pub struct ListSource {
     pub key: String,
     /// Reliable lists only: the consumer whose processing list this is.
     pub consumer: String,
-    /// Reliable lists only: a consumer whose heartbeat is older than this is dead.
+    /// Reliable lists only: a consumer whose heartbeat (its lease) is older than this is dead.
     pub dead_after: Duration,
     /// Whether entries move to a processing list (at least once) or are popped (at most once).
     pub reliable: bool,
@@ -241,17 +240,93 @@ return moved
     )
 });
 
-/// Pushes entries popped from a simple list back to its consumer end, in their order, when
-/// nobody can take them any more (the subscription closed while they were read).
-pub async fn give_back(client: &Client, keys: &ListKeys, entries: &[Entry]) {
-    if entries.is_empty() {
-        return;
+/// Moves values of a reliable list that a read took but nobody got from the processing list
+/// KEYS[1] back to the consumer end of the list KEYS[2], newest first, so the oldest is read
+/// first again; their counts are untouched (taking them counted nothing).
+static UNTAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+for i = 1, #ARGV do
+  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[i])
+  end
+end
+return #ARGV
+"#,
+    )
+});
+
+/// Gives entries back to the list as if they had not been taken. A simple list's popped
+/// entries go back to its consumer end in their order, counted when the client had them
+/// (`seen`: abandoned, not settled). A reliable list's entries that nobody got leave the
+/// processing list the same way; seen ones stay there, pending on this consumer.
+pub async fn give_back(
+    client: &Client,
+    keys: &ListKeys,
+    entries: &[&Entry],
+    seen: bool,
+) -> Result<(), RedisError> {
+    if entries.is_empty() || (keys.reliable && seen) {
+        return Ok(());
     }
-    let mut args = vec![arg(&keys.key)];
-    // The first entry read was the rightmost: push it back last so it is rightmost again.
-    args.extend(entries.iter().rev().map(|e| arg(value(e))));
-    if let Err(err) = call_at(client, "RPUSH", args, false, Some(keys.slot)).await {
-        tracing::warn!(error = %err, lost = entries.len(), "could not push popped entries back to the simple list");
+    // The first entry read was the rightmost: pushed back last, it is rightmost again.
+    let newest_first = entries.iter().rev().map(|e| arg(value(e)));
+    if keys.reliable {
+        let _: Value = UNTAKE
+            .evalsha_with_reload(
+                client,
+                vec![
+                    Key::from(keys.processing.clone()),
+                    Key::from(keys.key.clone()),
+                ],
+                newest_first.collect::<Vec<_>>(),
+            )
+            .await
+            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        return Ok(());
+    }
+    let pipeline = client.pipeline();
+    let mut push = vec![arg(&keys.key)];
+    push.extend(newest_first);
+    let rpush = fred::types::CustomCommand::new_static(
+        "RPUSH",
+        fred::types::ClusterHash::Custom(keys.slot),
+        false,
+    );
+    let hincrby = fred::types::CustomCommand::new_static(
+        "HINCRBY",
+        fred::types::ClusterHash::Custom(keys.slot),
+        false,
+    );
+    if seen {
+        // The delivery each had is recorded now, so a client that keeps crashing on an entry
+        // sees its count rise and the cap catches it.
+        for entry in entries {
+            let args = vec![arg(&keys.counts), arg(value(entry)), Value::Integer(1)];
+            let _: Result<Value, _> = pipeline.custom(hincrby.clone(), args).await;
+        }
+    }
+    let _: Result<Value, _> = pipeline.custom(rpush, push).await;
+    pipeline
+        .all::<Value>()
+        .await
+        .map(|_| ())
+        .map_err(|e| RedisError::from_fred("RPUSH", &e))
+}
+
+/// Refuses to read a key that holds something other than a list (or nothing yet).
+pub async fn check_type(client: &Client, keys: &ListKeys) -> Result<(), RedisError> {
+    let reply = call_at(client, "TYPE", vec![arg(&keys.key)], false, Some(keys.slot)).await?;
+    match into_bytes(reply).as_deref() {
+        Some(b"list") | Some(b"none") => Ok(()),
+        other => Err(RedisError::Refused {
+            command: "a list read".into(),
+            message: format!(
+                "WRONGTYPE {:?} holds a {}, not a list",
+                String::from_utf8_lossy(&keys.key),
+                String::from_utf8_lossy(other.unwrap_or(b"?"))
+            ),
+        }),
     }
 }
 
@@ -259,38 +334,21 @@ pub async fn give_back(client: &Client, keys: &ListKeys, entries: &[Entry]) {
 pub struct ListReader {
     client: Client,
     keys: ListKeys,
-    block: Duration,
-    dead_after: Duration,
     /// Entries of this consumer's processing list left by its previous run, oldest first,
     /// delivered before anything new.
     own: Option<VecDeque<Entry>>,
-    recovery_interval: Duration,
-    next_recovery: Instant,
-    next_heartbeat: Instant,
     replication: Option<Replication>,
     replication_watch: ReplicationWatch,
 }
 
 impl ListReader {
-    pub fn new(
-        client: Client,
-        source: &ListSource,
-        keys: ListKeys,
-        block: Duration,
-        recovery_interval: Duration,
-        replication: Option<Replication>,
-    ) -> Self {
+    pub fn new(client: Client, keys: ListKeys, replication: Option<Replication>) -> Self {
         Self {
             replication,
             replication_watch: ReplicationWatch::default(),
             client,
             keys,
-            block,
-            dead_after: source.dead_after,
             own: None,
-            recovery_interval,
-            next_recovery: Instant::now(),
-            next_heartbeat: Instant::now(),
         }
     }
 
@@ -310,11 +368,17 @@ impl ListReader {
         }
     }
 
-    /// One read of up to `count` entries. Blocks up to the BLOCK time when the list is empty.
-    pub async fn read(&mut self, count: u32) -> Result<ReadBatch, RedisError> {
+    /// One read of up to `count` entries: a reliable list's own processing list first, then
+    /// (when `recover`) dead consumers' entries are moved back, then new entries, blocking up
+    /// to `block` when the list is empty.
+    pub async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+        recover: bool,
+    ) -> Result<ReadBatch, RedisError> {
         let mut batch = ReadBatch::default();
         if self.keys.reliable {
-            self.heartbeat().await?;
             if self.own.is_none() {
                 batch.reads += 1;
                 self.own = Some(self.own_entries().await?);
@@ -325,8 +389,7 @@ impl ListReader {
                 batch.redelivery = true;
                 return Ok(batch);
             }
-            if Instant::now() >= self.next_recovery {
-                self.next_recovery = Instant::now() + self.recovery_interval;
+            if recover {
                 batch.claims += 1;
                 batch.claimed = self.recover_dead().await?;
             }
@@ -335,7 +398,7 @@ impl ListReader {
         batch.entries = self.take(count).await?;
         if batch.entries.is_empty() {
             batch.reads += 1;
-            batch.entries = self.take_blocking().await?;
+            batch.entries = self.take_blocking(block).await?;
         }
         if !batch.entries.is_empty()
             && let Some(replication) = &self.replication
@@ -345,32 +408,6 @@ impl ListReader {
                 .await?;
         }
         Ok(batch)
-    }
-
-    async fn heartbeat(&mut self) -> Result<(), RedisError> {
-        if Instant::now() < self.next_heartbeat {
-            return Ok(());
-        }
-        self.next_heartbeat = Instant::now() + self.dead_after / 3;
-        let ttl = Value::Integer(self.dead_after.as_millis().max(1) as i64);
-        self.call(
-            "SET",
-            vec![
-                arg(&self.keys.heartbeat),
-                Value::from("1"),
-                Value::from("PX"),
-                ttl,
-            ],
-            false,
-        )
-        .await?;
-        self.call(
-            "SADD",
-            vec![arg(&self.keys.consumers), arg(&self.keys.consumer)],
-            false,
-        )
-        .await?;
-        Ok(())
     }
 
     async fn own_entries(&self) -> Result<VecDeque<Entry>, RedisError> {
@@ -451,8 +488,8 @@ impl ListReader {
     }
 
     /// One blocking move or pop, when the list is empty.
-    async fn take_blocking(&self) -> Result<Vec<Entry>, RedisError> {
-        let timeout = Value::Double(self.block.as_secs_f64().max(0.001));
+    async fn take_blocking(&self, block: Duration) -> Result<Vec<Entry>, RedisError> {
+        let timeout = Value::Double(block.as_secs_f64().max(0.001));
         let value = if self.keys.reliable {
             let args = vec![
                 arg(&self.keys.key),
@@ -539,101 +576,4 @@ impl ListReader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::redis::plan::{Mode, PlanContext, plan_flush};
-    use crate::window::{Command, Limits, Outcome, Window};
-
-    fn keys(reliable: bool) -> ListKeys {
-        ListKeys::new(&ListSource {
-            key: "jobs".into(),
-            consumer: "c1".into(),
-            dead_after: Duration::from_secs(30),
-            reliable,
-        })
-    }
-
-    fn plan(keys: &ListKeys, outcomes: &[Outcome], mode: Mode) -> Vec<String> {
-        let mut w = Window::new(Limits {
-            max_commands_per_slot: 8,
-        });
-        let entries = (0..outcomes.len())
-            .map(|i| entry(Bytes::from(format!("v{i}")), 1))
-            .collect();
-        let read = w.open_read(entries).unwrap();
-        let mut batch = None;
-        for (i, outcome) in outcomes.iter().enumerate() {
-            let slot = read.first_slot + i as u64;
-            w.queue(
-                slot,
-                Command::new("INCR", vec![Bytes::from(format!("k{i}"))]),
-            )
-            .unwrap();
-            batch = w.settle(slot, *outcome, None).unwrap();
-        }
-        let ctx = PlanContext {
-            mode,
-            now_ms: 0,
-            max_deliveries: 0,
-        };
-        plan_flush(keys, &batch.unwrap(), &ctx).render()
-    }
-
-    #[test]
-    fn a_reliable_list_settles_with_one_lrem_per_entry_after_the_kept_segments() {
-        let rendered = plan(
-            &keys(true),
-            &[Outcome::Ack, Outcome::Drop, Outcome::Ack],
-            Mode::Pipeline,
-        );
-        assert_eq!(
-            rendered,
-            vec![
-                "INCR k0",
-                "INCR k2",
-                "LREM {jobs}:window:processing:c1 1 v0",
-                "LREM {jobs}:window:processing:c1 1 v1",
-                "LREM {jobs}:window:processing:c1 1 v2",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_retry_pushes_the_value_back_before_its_lrem_in_one_transaction() {
-        let rendered = plan(&keys(true), &[Outcome::Retry], Mode::Pipeline);
-        assert_eq!(
-            rendered,
-            vec![
-                "MULTI",
-                "LPUSH jobs v0",
-                "HSET {jobs}:window:deliveries v0 1",
-                "LREM {jobs}:window:processing:c1 1 v0",
-                "EXEC",
-            ]
-        );
-    }
-
-    #[test]
-    fn atomic_mode_wraps_each_segment_with_its_lrem_and_a_simple_list_settles_nothing() {
-        let rendered = plan(&keys(true), &[Outcome::Ack], Mode::Atomic);
-        assert_eq!(
-            rendered,
-            vec![
-                "MULTI",
-                "INCR k0",
-                "LREM {jobs}:window:processing:c1 1 v0",
-                "EXEC"
-            ]
-        );
-        let rendered = plan(&keys(false), &[Outcome::Ack, Outcome::Drop], Mode::Atomic);
-        assert_eq!(rendered, vec!["MULTI", "INCR k0", "EXEC"]);
-    }
-
-    #[test]
-    fn companion_keys_share_the_list_slot() {
-        let keys = keys(true);
-        for key in keys.companions() {
-            assert_eq!(fred::util::redis_keyslot(key), keys.slot, "{key:?}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,210 @@
+use super::*;
+
+const LIMITS: OpenLimits = OpenLimits {
+    max_count: 100,
+    max_in_flight: 1000,
+};
+
+fn open(count: u32) -> proto::Open {
+    proto::Open {
+        source: Some(proto::open::Source::Stream(proto::StreamSource {
+            key: "orders".into(),
+            group: "g".into(),
+            ..Default::default()
+        })),
+        count,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn fills_in_defaults() {
+    let request = open_request(open(10), LIMITS).unwrap();
+    assert_eq!(request.block, DEFAULT_BLOCK);
+    assert_eq!(request.mode, Mode::Pipeline);
+    assert_eq!(request.max_in_flight, 20);
+    let Source::Stream(source) = request.source else {
+        panic!("a stream source")
+    };
+    assert_eq!(source.start_id, "0");
+    assert_eq!(source.min_idle, DEFAULT_MIN_IDLE);
+}
+
+#[test]
+fn refuses_bad_opens_with_actionable_messages() {
+    let cases: Vec<(proto::Open, &str)> = vec![
+        (open(0), "open.count must be between 1 and 100"),
+        (open(101), "open.count must be between 1 and 100"),
+        (
+            proto::Open { mode: 7, ..open(1) },
+            "open.mode 7 is not a known mode",
+        ),
+        (
+            proto::Open {
+                max_in_flight: 5000,
+                ..open(1)
+            },
+            "open.max_in_flight must be at most 1000",
+        ),
+        (
+            proto::Open {
+                source: None,
+                ..open(1)
+            },
+            "open.source is required",
+        ),
+        (
+            proto::Open {
+                block: Some(prost_types::Duration {
+                    seconds: 61,
+                    nanos: 0,
+                }),
+                ..open(1)
+            },
+            "open.block must be at most",
+        ),
+    ];
+    for (open, expected) in cases {
+        let err = open_request(open, LIMITS).unwrap_err();
+        assert!(err.contains(expected), "{err:?} lacks {expected:?}");
+    }
+    let empty_key = proto::Open {
+        source: Some(proto::open::Source::Stream(proto::StreamSource {
+            group: "g".into(),
+            ..Default::default()
+        })),
+        count: 1,
+        ..Default::default()
+    };
+    assert!(
+        open_request(empty_key, LIMITS)
+            .unwrap_err()
+            .contains("key is required")
+    );
+}
+
+#[test]
+fn outcomes_need_a_kind_and_retry_after_a_delay() {
+    let bad = outcome(proto::Outcome {
+        slot: 3,
+        kind: proto::OutcomeKind::RetryAfter as i32,
+        ..Default::default()
+    });
+    assert!(matches!(
+        bad,
+        Err(SlotError::InvalidOutcome { slot: 3, .. })
+    ));
+    assert!(
+        outcome(proto::Outcome {
+            slot: 3,
+            ..Default::default()
+        })
+        .is_err()
+    );
+    assert!(
+        outcome(proto::Outcome {
+            slot: 3,
+            kind: 42,
+            ..Default::default()
+        })
+        .is_err()
+    );
+    let ok = outcome(proto::Outcome {
+        slot: 3,
+        kind: proto::OutcomeKind::RetryAfter as i32,
+        delay: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        reason: "later".into(),
+        trace: None,
+    })
+    .unwrap();
+    assert_eq!(
+        ok,
+        SettleRequest {
+            slot: 3,
+            outcome: Outcome::RetryAfter(Duration::from_secs(1)),
+            reason: Some("later".into()),
+            trace: None,
+        }
+    );
+}
+
+#[test]
+fn packed_acks_are_acks_after_the_outcomes() {
+    let batch = client_batch(proto::Batch {
+        outcomes: vec![proto::Outcome {
+            slot: 1,
+            kind: proto::OutcomeKind::Drop as i32,
+            ..Default::default()
+        }],
+        acks: vec![3, 2],
+        ..Default::default()
+    });
+    let settled: Vec<(u64, Outcome)> = batch
+        .outcomes
+        .into_iter()
+        .map(|o| o.map(|s| (s.slot, s.outcome)).unwrap())
+        .collect();
+    assert_eq!(
+        settled,
+        [(1, Outcome::Drop), (3, Outcome::Ack), (2, Outcome::Ack)]
+    );
+}
+
+#[test]
+fn deliveries_split_the_payload_layout() {
+    let entry = Arc::new(Entry {
+        id: Bytes::from_static(b"1-0"),
+        fields: vec![
+            (Bytes::from_static(b"_payload"), Bytes::from_static(b"{}")),
+            (
+                Bytes::from_static(b"h:traceparent"),
+                Bytes::from_static(b"00-abc"),
+            ),
+        ],
+        delivery_count: 1,
+        channel: None,
+    });
+    let d = delivery(7, &entry, None);
+    assert_eq!(d.slot, 7);
+    assert_eq!(d.payload.as_ref(), b"{}");
+    assert!(d.fields.is_empty());
+    assert_eq!(d.trace.unwrap().traceparent, "00-abc");
+}
+
+#[test]
+fn publish_writes_the_layout() {
+    let fields = publish_fields(
+        proto::PublishEntry {
+            payload: Bytes::from_static(b"p"),
+            headers: [("k".to_string(), "v".to_string())].into(),
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(fields[0].0.as_ref(), b"_payload");
+    assert_eq!(
+        fields[1],
+        (Bytes::from_static(b"h:k"), Bytes::from_static(b"v"))
+    );
+    assert!(publish_fields(proto::PublishEntry::default(), None).is_err());
+    // Without a context of its own, an entry gets the publish span's.
+    let raw = proto::PublishEntry {
+        fields: vec![proto::Field {
+            name: Bytes::from_static(b"a"),
+            value: Bytes::from_static(b"1"),
+        }],
+        ..Default::default()
+    };
+    let fields = publish_fields(raw, Some("00-ab-cd-01")).unwrap();
+    assert_eq!(
+        fields[1],
+        (
+            Bytes::from_static(b"h:traceparent"),
+            Bytes::from_static(b"00-ab-cd-01")
+        )
+    );
+}

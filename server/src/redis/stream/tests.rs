@@ -1,0 +1,189 @@
+use super::*;
+use crate::redis::plan::{PlanContext, plan_flush};
+use crate::window::{Command, FlushBatch, Limits, Outcome, Window};
+
+fn plan(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -> FlushPlan {
+    let ctx = PlanContext {
+        mode,
+        now_ms,
+        max_deliveries: 3,
+    };
+    plan_flush(keys, batch, &ctx)
+}
+
+fn keys() -> StreamKeys {
+    StreamKeys::new(&StreamSource {
+        key: "orders".into(),
+        group: "g".into(),
+        consumer: "c".into(),
+        start_id: "0".into(),
+        min_idle: Duration::from_secs(60),
+    })
+}
+
+fn entry(id: &str) -> Entry {
+    Entry {
+        id: Bytes::copy_from_slice(id.as_bytes()),
+        fields: vec![(Bytes::from_static(b"f"), Bytes::from_static(b"v"))],
+        delivery_count: 1,
+        channel: None,
+    }
+}
+
+fn incr(key: &str) -> Result<Command, crate::window::CommandError> {
+    Command::new("INCR", vec![Bytes::copy_from_slice(key.as_bytes())])
+}
+
+/// The seed's diagram: 1-0 and 3-0 acked, 2-0 dropped.
+fn diagram() -> FlushBatch<Entry> {
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w
+        .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
+        .unwrap();
+    let s = read.first_slot;
+    for i in 0..3 {
+        w.queue(s + i, incr(&format!("k{}", i + 1))).unwrap();
+    }
+    w.settle(s, Outcome::Ack, None).unwrap();
+    w.settle(s + 1, Outcome::Drop, None).unwrap();
+    w.settle(s + 2, Outcome::Ack, None).unwrap().unwrap()
+}
+
+#[test]
+fn a_read_ahead_reads_new_entries_without_block_on_the_stream_slot() {
+    let keys = keys();
+    let read = read_ahead(&keys, 64);
+    assert_eq!(read.role, Role::ReadAhead);
+    assert_eq!(read.hash_slot, Some(keys.slot));
+    let plan = FlushPlan {
+        commands: vec![read],
+        ..Default::default()
+    };
+    assert_eq!(
+        plan.render(),
+        ["XREADGROUP GROUP g c COUNT 64 STREAMS orders >"]
+    );
+}
+
+#[test]
+fn a_read_ahead_reply_is_a_read_of_first_deliveries() {
+    let b = |s: &str| Value::Bytes(Bytes::copy_from_slice(s.as_bytes()));
+    let entry = |id: &str, fields: Vec<Value>| Value::Array(vec![b(id), Value::Array(fields)]);
+    let reply = Value::Array(vec![Value::Array(vec![
+        b("orders"),
+        Value::Array(vec![
+            entry("1-0", vec![b("_payload"), b("{}")]),
+            // A retry copy carries its earlier attempts.
+            entry(
+                "2-0",
+                vec![b("_payload"), b("{}"), b("h:x-window-attempts"), b("2")],
+            ),
+        ]),
+    ])]);
+    let batch = read_ahead_batch(reply).unwrap();
+    let ids: Vec<_> = batch.entries.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [Bytes::from_static(b"1-0"), Bytes::from_static(b"2-0")]
+    );
+    let counts: Vec<_> = batch.entries.iter().map(|e| e.delivery_count).collect();
+    assert_eq!(counts, [1, 3]);
+    assert!(!batch.redelivery);
+    assert_eq!(batch.reads, 0, "it made no round trip of its own");
+    // Nothing new: nil.
+    assert!(read_ahead_batch(Value::Null).unwrap().entries.is_empty());
+}
+
+#[test]
+fn pipeline_mode_is_the_kept_segments_then_one_xack() {
+    let plan = plan(&keys(), &diagram(), Mode::Pipeline, 0);
+    assert_eq!(
+        plan.render(),
+        vec!["INCR k1", "INCR k3", "XACK orders g 1-0 2-0 3-0"]
+    );
+    assert_eq!(plan.side_effects, 2);
+    assert_eq!(plan.settles, 3);
+}
+
+#[test]
+fn atomic_mode_wraps_each_kept_segment_with_its_own_settle() {
+    let plan = plan(&keys(), &diagram(), Mode::Atomic, 0);
+    assert_eq!(
+        plan.render(),
+        vec![
+            "MULTI",
+            "INCR k1",
+            "XACK orders g 1-0",
+            "EXEC",
+            "MULTI",
+            "INCR k3",
+            "XACK orders g 3-0",
+            "EXEC",
+            "XACK orders g 2-0",
+        ]
+    );
+}
+
+#[test]
+fn retries_are_written_in_the_same_transaction_as_the_xack() {
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w
+        .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
+        .unwrap();
+    let s = read.first_slot;
+    w.queue(s, incr("k1")).unwrap();
+    w.settle(s, Outcome::Ack, None).unwrap();
+    w.settle(s + 1, Outcome::Retry, Some("busy".into()))
+        .unwrap();
+    let batch = w
+        .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
+        .unwrap()
+        .unwrap();
+    let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
+    let rendered = plan.render();
+    assert_eq!(rendered[0], "INCR k1");
+    assert_eq!(rendered[1], "MULTI");
+    assert_eq!(
+        rendered[2],
+        "XADD orders * f v h:x-window-attempts 1 h:x-window-original-id 2-0 h:x-window-reason busy"
+    );
+    assert!(rendered[3].starts_with("ZADD {orders}:window:delayed 1250 3-0\n1:f1:v"));
+    assert_eq!(rendered[4], "XACK orders g 1-0 2-0 3-0");
+    assert_eq!(rendered[5], "EXEC");
+    assert_eq!(plan.commands.len(), 6);
+}
+
+#[test]
+fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
+    let mut keys = keys();
+    keys.dead_letter = Some(Bytes::from_static(b"orders:dead"));
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let tired = Entry {
+        delivery_count: 3,
+        ..entry("1-0")
+    };
+    let read = w.open_read(vec![tired, entry("2-0")]).unwrap();
+    w.settle(read.first_slot, Outcome::Retry, Some("boom".into()))
+        .unwrap();
+    let batch = w
+        .settle(read.first_slot + 1, Outcome::Retry, None)
+        .unwrap()
+        .unwrap();
+    let plan = plan(&keys, &batch, Mode::Pipeline, 0);
+    assert_eq!(plan.dead_lettered, 1);
+    let rendered = plan.render();
+    assert_eq!(rendered[0], "MULTI");
+    assert_eq!(
+        rendered[1],
+        "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-window-reason boom"
+    );
+    assert!(rendered[2].starts_with("XADD orders * f v h:x-window-attempts 1"));
+    assert_eq!(rendered[3], "XACK orders g 1-0 2-0");
+    assert_eq!(rendered[4], "EXEC");
+}

@@ -1,0 +1,201 @@
+//! What passes between a subscription and its client: reads (with their metrics and spans)
+//! and the client's batches (admitted, then applied by the engine).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::{Item, Subscription, observe};
+use crate::engine::{self, Read, ReadError};
+use crate::metrics::{OutcomeLabels, ReasonLabels, RoundTripLabels};
+use crate::redis::RedisError;
+use crate::redis::admit::Admission;
+use crate::redis::form::read_error;
+use crate::redis::stream::ReadBatch;
+use crate::session::{ClientBatch, Event, FlushReport};
+use crate::telemetry::format_traceparent;
+use crate::window::SlotError;
+
+impl Subscription {
+    /// A reader answer, with its metrics, as the engine sees it.
+    pub(super) fn read_result(
+        &mut self,
+        batch: Result<ReadBatch, RedisError>,
+    ) -> Result<Read<Item>, ReadError> {
+        match batch {
+            Ok(batch) => Ok(self.count_read(batch)),
+            Err(err) => {
+                warn!(error = %err, "read failed");
+                Err(read_error(&err))
+            }
+        }
+    }
+
+    pub(super) fn count_read(&mut self, batch: ReadBatch) -> Read<Item> {
+        let form = self.form_labels.form;
+        let metrics = &self.shared.metrics;
+        for (kind, n) in [
+            ("read", batch.reads),
+            ("claim", batch.claims),
+            ("pending_counts", batch.count_lookups),
+        ] {
+            if n > 0 {
+                metrics
+                    .round_trips
+                    .get_or_create(&RoundTripLabels { form, kind })
+                    .inc_by(n.into());
+            }
+        }
+        metrics
+            .reclaimed
+            .get_or_create(&self.form_labels)
+            .inc_by(batch.claimed as u64);
+        Read {
+            entries: batch.entries.into_iter().map(Arc::new).collect(),
+            redelivery: batch.redelivery,
+            lost: batch.lost,
+        }
+    }
+
+    pub(super) async fn deliver(
+        &mut self,
+        read: crate::window::OpenedRead,
+        entries: Vec<Item>,
+        redelivery: bool,
+        lost: u64,
+        flushed: Option<FlushReport>,
+    ) {
+        let n = entries.len() as u64;
+        debug!(
+            read_id = read.read_id,
+            deliveries = n,
+            first_slot = read.first_slot,
+            "read"
+        );
+        let metrics = &self.shared.metrics;
+        metrics.reads.get_or_create(&self.form_labels).inc();
+        metrics
+            .deliveries
+            .get_or_create(&self.form_labels)
+            .inc_by(n);
+        self.view.counters.reads += 1;
+        self.view.counters.deliveries += n;
+        if redelivery {
+            metrics
+                .redeliveries
+                .get_or_create(&self.form_labels)
+                .inc_by(n);
+            self.view.counters.redeliveries += n;
+        }
+        let started = self.reading_since.take().unwrap_or_else(SystemTime::now);
+        let read_trace = if self.shared.settings.tracing {
+            let context =
+                observe::read_span(&self.view, read.read_id, &entries, redelivery, started);
+            let traceparent = format_traceparent(&context);
+            self.read_spans.insert(read.read_id, context);
+            traceparent
+        } else {
+            None
+        };
+        self.send(Event::Read {
+            read_id: read.read_id,
+            first_slot: read.first_slot,
+            entries,
+            lost,
+            read_trace,
+            flushed,
+        })
+        .await;
+    }
+
+    pub(super) async fn apply(&mut self, batch: ClientBatch) {
+        let admission = Admission {
+            key_specs: &self.key_specs,
+            policy: &self.shared.settings.policy,
+            cluster: self.shared.redis.is_cluster(),
+            mode: self.request.mode,
+            form: &self.form,
+            source: &self.source,
+        };
+        let commands = batch
+            .commands
+            .into_iter()
+            .map(|(slot, command)| (slot, command.and_then(|c| admission.admit(c))))
+            .collect();
+        let mut traces = HashMap::new();
+        let outcomes = batch
+            .outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.map(|settle| {
+                    if let Some(trace) = settle.trace {
+                        traces.insert(settle.slot, trace);
+                    }
+                    engine::SettleRequest {
+                        slot: settle.slot,
+                        outcome: settle.outcome,
+                        reason: settle.reason,
+                    }
+                })
+            })
+            .collect();
+        let form = &self.form;
+        let applied = self.engine.apply(
+            Instant::now().into_std(),
+            commands,
+            outcomes,
+            |entry, outcome| form.refuses(entry, outcome),
+        );
+        let metrics = &self.shared.metrics;
+        for (slot, outcome) in applied.settled {
+            let kind = outcome.as_str();
+            metrics
+                .outcomes
+                .get_or_create(&OutcomeLabels {
+                    form: self.form_labels.form,
+                    outcome: kind,
+                })
+                .inc();
+            *self.view.counters.outcomes.entry(kind).or_default() += 1;
+            if let Some(trace) = traces
+                .remove(&slot)
+                .filter(|_| self.shared.settings.tracing)
+            {
+                self.client_spans.insert(slot, trace);
+            }
+        }
+        if !applied.rejected.is_empty() {
+            for err in &applied.rejected {
+                let reason = rejection_reason(err);
+                metrics
+                    .rejections
+                    .get_or_create(&ReasonLabels { reason })
+                    .inc();
+            }
+            self.view.counters.rejections += applied.rejected.len() as u64;
+            self.send(Event::Rejected(applied.rejected)).await;
+        }
+    }
+}
+
+/// The rejection reason label of a slot error.
+fn rejection_reason(err: &SlotError) -> &'static str {
+    use crate::window::CommandError;
+    match err {
+        SlotError::UnknownSlot(_) => "unknown_slot",
+        SlotError::AlreadySettled(_) => "already_settled",
+        SlotError::InvalidCommand { source, .. } => match source {
+            CommandError::Forbidden { .. } => "forbidden_command",
+            CommandError::CrossSlot { .. } => "cross_slot",
+            CommandError::Policy { source, .. } if source.is_limit() => "limit_exceeded",
+            CommandError::Policy { .. } => "permission_denied",
+            _ => "invalid_command",
+        },
+        SlotError::TooManyCommands { .. } => "limit_exceeded",
+        SlotError::InvalidOutcome { .. } => "invalid_outcome",
+        SlotError::IncompleteSegment(_) => "incomplete_segment",
+    }
+}

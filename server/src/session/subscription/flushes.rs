@@ -1,0 +1,164 @@
+//! A subscription's flushes: the engine's batches turned into plans with their spans and
+//! reports, handed to the flusher, and the flusher's answers handed back to the engine.
+
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::{Item, Subscription, observe};
+use crate::engine::{FlushId, FlushStatus, Read, ReadError};
+use crate::redis::entry::Entry;
+use crate::redis::flush::FlushResult;
+use crate::redis::form::{Form, read_error};
+use crate::redis::plan::{PlanContext, plan_dead_letters, plan_flush};
+use crate::redis::stream;
+use crate::session::FlushReport;
+use crate::session::workers::{self, FlushJob, Flushed, ReadAhead};
+
+impl Subscription {
+    pub(super) fn flush(
+        &mut self,
+        flush: FlushId,
+        batch: crate::window::FlushBatch<Item>,
+        read_ahead: Option<u32>,
+    ) {
+        let ctx = PlanContext {
+            mode: self.request.mode,
+            now_ms: workers::now_ms(),
+            max_deliveries: self.request.max_deliveries,
+        };
+        let mut plan = plan_flush(&self.form, &batch, &ctx);
+        if let (Some(count), Form::Stream(keys)) = (read_ahead, &self.form) {
+            plan.read_ahead = Some(stream::read_ahead(keys, count));
+            self.reading_since = Some(SystemTime::now());
+        }
+        let span = self.shared.settings.tracing.then(|| {
+            let client = batch
+                .settles
+                .iter()
+                .filter_map(|s| self.client_spans.remove(&s.slot))
+                .collect();
+            let read = self.read_spans.remove(&batch.read_id);
+            observe::flush_span(&self.view, &batch, read, client, plan.side_effects)
+        });
+        let report = FlushReport {
+            read_id: batch.read_id,
+            segments_kept: batch.kept.len(),
+            segments_dropped: batch.dropped_segments(),
+            commands: plan.side_effects,
+            settles: plan.settles,
+            dead_lettered: plan.dead_lettered,
+            result: FlushResult::default(),
+        };
+        self.submit(FlushJob {
+            flush,
+            report,
+            plan,
+            span,
+        });
+    }
+
+    /// Moves entries past the delivery cap to the dead letter with their settle, reported as a
+    /// flush of read 0.
+    pub(super) fn dead_letter(&mut self, flush: FlushId, entries: Vec<Item>) {
+        let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
+        let reason = "delivered more often than max_deliveries without an outcome";
+        let plan = plan_dead_letters(&self.form, &refs, reason);
+        warn!(
+            entries = refs.len(),
+            "entries past max_deliveries go to the dead letter"
+        );
+        let report = FlushReport {
+            read_id: 0,
+            segments_kept: 0,
+            segments_dropped: 0,
+            commands: 0,
+            settles: plan.settles,
+            dead_lettered: plan.dead_lettered,
+            result: FlushResult::default(),
+        };
+        self.submit(FlushJob {
+            flush,
+            report,
+            plan,
+            span: None,
+        });
+    }
+
+    pub(super) fn submit(&mut self, job: FlushJob) {
+        self.reports.insert(job.flush, job.report.clone());
+        // The flusher lives as long as this task holds its sender.
+        let _ = self.flush_tx.send(job);
+    }
+
+    pub(super) fn flushed(&mut self, flushed: Flushed) {
+        let now = Instant::now().into_std();
+        match flushed {
+            Flushed::Report(flush, report, read_ahead) => {
+                let status = self.record(&report);
+                self.reports.insert(flush, report);
+                let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
+                self.engine.flushed(now, flush, status, read_ahead);
+            }
+            Flushed::Settled(flush) => {
+                debug!(flush, "the flush of unknown outcome can no longer run");
+                self.engine.flush_settled(now, flush);
+            }
+        }
+    }
+
+    /// A flush report's counters and log line; its status for the engine.
+    pub(super) fn record(&mut self, report: &FlushReport) -> FlushStatus {
+        let result = &report.result;
+        debug!(
+            read_id = report.read_id,
+            kept = report.segments_kept,
+            settles = report.settles,
+            ok = result.ok(),
+            "flushed"
+        );
+        self.view.counters.flushes += 1;
+        if result.ok() {
+            return FlushStatus::Ok;
+        }
+        self.view.counters.failed_flushes += 1;
+        warn!(
+            read_id = report.read_id,
+            commands = report.commands,
+            settles = report.settles,
+            failed = result.failed,
+            settle_failed = result.settle_failed,
+            outcome_unknown = result.unknown,
+            error = result.first_error.as_deref().unwrap_or(""),
+            "flush failed"
+        );
+        if result.unknown {
+            FlushStatus::Unknown
+        } else {
+            FlushStatus::Failed {
+                settle_failed: result.settle_failed,
+            }
+        }
+    }
+
+    pub(super) fn read_ahead_result(&mut self, read: ReadAhead) -> Result<Read<Item>, ReadError> {
+        match read {
+            Ok(batch) => {
+                self.shared
+                    .metrics
+                    .read_aheads
+                    .get_or_create(&self.form_labels)
+                    .inc();
+                Ok(self.count_read(batch))
+            }
+            Err((error, unknown)) => {
+                debug!(%error, unknown, "a read-ahead failed; the reader reads next");
+                match read_error(&error) {
+                    fatal @ ReadError::Fatal(_) => Err(fatal),
+                    ReadError::Retry { .. } => Err(ReadError::Retry { unknown }),
+                }
+            }
+        }
+    }
+}

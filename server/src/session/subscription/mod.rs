@@ -1,0 +1,347 @@
+//! The task that runs one subscription: it `select!`s over the client's messages, the reader's
+//! answers, the flusher's reports, lease renewals, shutdown and the engine's next deadline,
+//! hands each to the [`Engine`], and executes the actions it answers with. It decides nothing
+//! itself: what to read, deliver, flush, give back and when to end is the engine's. Opening is
+//! in [`open`], the client's side in [`client`], flushes in [`flushes`].
+
+mod client;
+mod flushes;
+mod open;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures::{Stream, StreamExt};
+use opentelemetry::trace::SpanContext;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::observe::{self, SubscriptionView};
+use super::workers::{FlushJob, Flushed, ReadRequest};
+use super::{
+    ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Outbound, Release,
+    SessionError, Shared,
+};
+use crate::engine::{Action, Engine, FlushId, LeaseRenewal, Stop};
+use crate::metrics::{FormLabels, SubscriptionLabels};
+use crate::redis::RedisError;
+use crate::redis::entry::Entry;
+use crate::redis::form::{Form, Source};
+use crate::redis::keys::KeySpecs;
+use crate::redis::lease::ConsumerLease;
+use crate::redis::stream::ReadBatch;
+use crate::window::{ReadId, SlotId};
+
+type Item = Arc<Entry>;
+
+/// One open subscription.
+pub(super) struct Subscription {
+    shared: Arc<Shared>,
+    request: OpenRequest,
+    source: Source,
+    form: Form,
+    engine: Engine<Item>,
+    /// Taken when the engine ends the client's stream.
+    out: Option<Outbound>,
+    /// Ended with by the session itself (a malformed message, a second open).
+    ended_with: Option<SessionError>,
+    reader_tx: mpsc::Sender<ReadRequest>,
+    reader_rx: mpsc::Receiver<Result<ReadBatch, RedisError>>,
+    flush_tx: mpsc::UnboundedSender<FlushJob>,
+    flush_rx: mpsc::UnboundedReceiver<Flushed>,
+    lease: Option<ConsumerLease>,
+    lease_tx: mpsc::UnboundedSender<LeaseRenewal>,
+    lease_rx: mpsc::UnboundedReceiver<LeaseRenewal>,
+    /// The local hold on the consumer name.
+    release: Option<Release>,
+    /// Background tasks that live as long as the subscription (promoter, sampler).
+    helpers: Vec<JoinHandle<()>>,
+    /// Reports of flushes under way, by flush.
+    reports: HashMap<FlushId, FlushReport>,
+    /// When the read under way was asked for, for its span.
+    reading_since: Option<SystemTime>,
+    /// Spans of reads not yet flushed, and the client's contexts of settled slots, while
+    /// tracing is on.
+    read_spans: HashMap<ReadId, SpanContext>,
+    client_spans: HashMap<SlotId, SpanContext>,
+    view: SubscriptionView,
+    form_labels: FormLabels,
+    labels: SubscriptionLabels,
+    key_specs: Arc<KeySpecs>,
+}
+
+impl Subscription {
+    /// Runs until the engine is done: the client's stream has ended and the last read
+    /// returned.
+    pub(super) async fn run(mut self, mut inbound: impl Stream<Item = Inbound> + Unpin) {
+        let mut inbound_open = true;
+        let now = || Instant::now().into_std();
+        self.execute().await;
+        while !self.engine.is_done() {
+            if self.out.is_some() {
+                self.publish_view();
+            }
+            let deadline = self.engine.next_deadline().map(Instant::from_std);
+            tokio::select! {
+                // Cancel-safe: a message is either returned or left in the stream.
+                message = inbound.next(), if inbound_open => {
+                    let ended = match message {
+                        Some(Ok(ClientMessage::Batch(batch))) => {
+                            self.apply(batch).await;
+                            None
+                        }
+                        Some(Ok(ClientMessage::Open(_))) => Some(SessionError::SecondOpen),
+                        Some(Err(InboundError::Invalid(msg))) => Some(SessionError::InvalidRequest(msg)),
+                        Some(Err(InboundError::TooLarge(msg))) => Some(SessionError::TooLarge(msg)),
+                        // The client half-closed: it reads no further deliveries but still
+                        // gets the reports of what it settled.
+                        None => {
+                            inbound_open = false;
+                            self.engine.client_closed(now());
+                            None
+                        }
+                        Some(Err(InboundError::Transport(_))) => {
+                            inbound_open = false;
+                            self.engine.client_gone(now());
+                            None
+                        }
+                    };
+                    if let Some(err) = ended {
+                        inbound_open = false;
+                        self.ended_with.get_or_insert(err);
+                        self.engine.client_closed(now());
+                    }
+                }
+                // Cancel-safe: mpsc receive.
+                Some(batch) = self.reader_rx.recv() => {
+                    let read = self.read_result(batch);
+                    self.engine.read_returned(now(), read);
+                }
+                // Cancel-safe: mpsc receive.
+                Some(flushed) = self.flush_rx.recv() => self.flushed(flushed),
+                // Cancel-safe: mpsc receive.
+                Some(renewal) = self.lease_rx.recv() => self.engine.lease_renewed(now(), renewal),
+                () = self.shared.shutdown.cancelled(), if !self.view.draining => {
+                    info!(outstanding = self.engine.view().outstanding, grace = ?self.shared.settings.shutdown_grace, "shutdown: waiting for outstanding outcomes");
+                    self.view.draining = true;
+                    self.engine.shutdown(now());
+                }
+                () = sleep_until(deadline) => self.engine.tick(now()),
+            }
+            self.execute().await;
+        }
+        self.closed().await;
+    }
+
+    /// Executes what the engine decided, in order.
+    async fn execute(&mut self) {
+        loop {
+            let actions = self.engine.take_actions();
+            if actions.is_empty() {
+                return;
+            }
+            for action in actions {
+                self.act(action).await;
+            }
+        }
+    }
+
+    async fn act(&mut self, action: Action<Item>) {
+        match action {
+            Action::Read {
+                count,
+                block,
+                reread,
+                recover,
+            } => {
+                if reread {
+                    debug!("reading this consumer's own entries again");
+                }
+                self.reading_since = Some(SystemTime::now());
+                let request = ReadRequest {
+                    count,
+                    block,
+                    reread,
+                    recover,
+                };
+                if self.reader_tx.send(request).await.is_err() {
+                    warn!("the reader stopped");
+                }
+            }
+            Action::Deliver {
+                read,
+                entries,
+                redelivery,
+                lost,
+                report,
+            } => {
+                let flushed = report.and_then(|f| self.reports.remove(&f));
+                self.deliver(read, entries, redelivery, lost, flushed).await;
+            }
+            Action::Lost(lost) => {
+                let event = Event::Read {
+                    read_id: 0,
+                    first_slot: 0,
+                    entries: Vec::new(),
+                    lost,
+                    read_trace: None,
+                    flushed: None,
+                };
+                self.send(event).await;
+            }
+            Action::Flush {
+                flush,
+                batch,
+                read_ahead,
+            } => self.flush(flush, batch, read_ahead),
+            Action::DeadLetter { flush, entries } => self.dead_letter(flush, entries),
+            Action::Report(flush) => {
+                if let Some(report) = self.reports.remove(&flush) {
+                    self.send(Event::Flushed(report)).await;
+                }
+            }
+            Action::GiveBack { entries, seen } => {
+                let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
+                if let Err(err) = self
+                    .form
+                    .give_back(self.shared.redis.pool(), &refs, seen)
+                    .await
+                {
+                    warn!(error = %err, entries = refs.len(), seen, "could not give entries back; they count one delivery more");
+                }
+            }
+            Action::RenewLease => {
+                if let Some(lease) = self.lease.clone() {
+                    let (client, answer) =
+                        (self.shared.redis.pool().clone(), self.lease_tx.clone());
+                    tokio::spawn(async move {
+                        let renewal = match lease.take(&client).await {
+                            Ok(true) => LeaseRenewal::Held,
+                            Ok(false) => LeaseRenewal::Lost,
+                            Err(err) => {
+                                debug!(error = %err, "renewing the consumer lease failed; trying again");
+                                LeaseRenewal::Failed
+                            }
+                        };
+                        let _ = answer.send(renewal);
+                    });
+                }
+            }
+            Action::Draining { grace, outstanding } => {
+                self.send(Event::Draining { grace, outstanding }).await;
+            }
+            Action::EndStream(stop) => self.end_stream(stop).await,
+            Action::Done => {}
+        }
+    }
+
+    async fn send(&mut self, event: Event) {
+        let Some(out) = &self.out else { return };
+        if out.send(Ok(event)).await.is_err() {
+            // The response stream was dropped: the client is gone.
+            self.engine.client_gone(Instant::now().into_std());
+        }
+    }
+
+    /// Ends the client's stream; the consumer name stays held until the engine is done (its
+    /// last read returned), so that a reopen finds what that read took.
+    async fn end_stream(&mut self, stop: Option<Stop>) {
+        let err = match stop {
+            Some(stop) => Some(self.stopped(stop)),
+            None => self.ended_with.take(),
+        };
+        if let (Some(err), Some(out)) = (err, self.out.take()) {
+            let _ = out.send(Err(err)).await;
+        }
+        self.out = None;
+        if let Some(release) = &self.release {
+            release.closing();
+        }
+        self.forget();
+    }
+
+    fn stopped(&self, stop: Stop) -> SessionError {
+        let (key, group, consumer) = self.source.describe();
+        match stop {
+            Stop::Shutdown => SessionError::ShuttingDown,
+            Stop::GroupDeleted => SessionError::GroupDeleted { key, group },
+            Stop::WrongType => SessionError::WrongType {
+                key,
+                form: self.form_labels.form,
+            },
+            Stop::LeaseLost => SessionError::LeaseLost { key, consumer },
+        }
+    }
+
+    /// Refreshes the admin view and the outstanding gauge.
+    fn publish_view(&mut self) {
+        let view = self.engine.view();
+        self.view.reads_in_flight = u32::from(view.reading);
+        self.view.open_reads = view.open_reads;
+        self.view.outstanding_deliveries = view.outstanding;
+        self.view.kept_segments = view.kept_segments;
+        self.view.flushes_in_flight = view.flushes;
+        self.view.draining |= view.draining;
+        self.shared
+            .metrics
+            .outstanding
+            .get_or_create(&self.labels)
+            .set(view.outstanding as i64);
+        self.shared
+            .views
+            .lock()
+            .expect("not poisoned")
+            .insert(self.view.id.clone(), self.view.clone());
+    }
+
+    /// The engine is done (the last read returned): free the lease, then the name.
+    async fn closed(self) {
+        if let Some(lease) = &self.lease
+            && let Err(err) = lease.free(self.shared.redis.pool()).await
+        {
+            debug!(error = %err, "freeing the consumer lease failed; it expires by itself");
+        }
+        // Dropping the reader's sender stops it (its read under way has returned) and closes
+        // its connection; dropping `release` frees the name on this sidecar.
+    }
+
+    /// The client's stream ended: the subscription is closed for operators too (its gauges,
+    /// series, admin view and helpers go), though its name is held until its last read returns.
+    fn forget(&mut self) {
+        for helper in &self.helpers {
+            helper.abort();
+        }
+        let metrics = &self.shared.metrics;
+        metrics
+            .subscriptions_open
+            .get_or_create(&self.form_labels)
+            .dec();
+        metrics.outstanding.remove(&self.labels);
+        observe::forget(&self.shared, &self.source, &self.form);
+        self.shared
+            .views
+            .lock()
+            .expect("not poisoned")
+            .remove(&self.view.id);
+        let c = &self.view.counters;
+        info!(
+            reads = c.reads,
+            deliveries = c.deliveries,
+            flushes = c.flushes,
+            failed_flushes = c.failed_flushes,
+            outcomes = ?c.outcomes,
+            "subscription closed"
+        );
+    }
+}
+
+/// Sleeps until the deadline, or forever when there is none.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,208 @@
+//! Opening a subscription: the key and cluster-slot checks, the consumer lease, the reader,
+//! flusher and helper tasks, and the engine with its configuration.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{Instrument, info};
+
+use super::Subscription;
+use crate::engine::{Config, Engine};
+use crate::metrics::{FormLabels, SubscriptionLabels};
+use crate::redis::RedisError;
+use crate::redis::admit::check_cluster_slots;
+use crate::redis::form::{Form, Reader, Source};
+use crate::redis::keys::KeySpecs;
+use crate::redis::lease::{ConsumerLease, LeaseHolder};
+use crate::redis::stream;
+use crate::session::observe::{self, SubscriptionView};
+use crate::session::workers;
+use crate::session::{Event, OpenRequest, Opened, Outbound, Release, SessionError, Shared};
+use crate::window::Limits;
+
+impl Subscription {
+    /// Opens a subscription whose consumer name `release` holds on this sidecar: checks the
+    /// key, takes the name's lease in Redis, opens the reader and tells the client.
+    pub(in crate::session) async fn open(
+        shared: &Arc<Shared>,
+        id: String,
+        source: Source,
+        request: OpenRequest,
+        out: &Outbound,
+        release: Option<Release>,
+    ) -> Result<Subscription, SessionError> {
+        let redis = &shared.redis;
+        let explain = |err: RedisError| SessionError::Redis(redis.explain(err));
+        let key_specs = shared.key_specs().await.map_err(explain)?;
+        let form = Form::new(&source, request.dead_letter.as_deref());
+        check_cluster_slots(
+            redis.is_cluster(),
+            &source,
+            &form,
+            request.dead_letter.as_deref(),
+        )?;
+        form.check_key(redis.pool()).await.map_err(explain)?;
+        let holder = LeaseHolder::new(&shared.settings.instance, &id);
+        let lease = form.lease(&source, holder, shared.settings.consumer_lease);
+        if let Some(lease) = &lease {
+            crate::session::take_lease(shared, lease, &source).await?;
+        }
+        let opened = Self::start(
+            shared,
+            id,
+            source,
+            request,
+            form,
+            out,
+            key_specs,
+            lease.clone(),
+        );
+        match opened.await {
+            Ok(mut subscription) => {
+                subscription.release = release;
+                Ok(subscription)
+            }
+            Err(err) => {
+                if let Some(lease) = &lease {
+                    let _ = lease.free(redis.pool()).await;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start(
+        shared: &Arc<Shared>,
+        id: String,
+        source: Source,
+        request: OpenRequest,
+        form: Form,
+        out: &Outbound,
+        key_specs: Arc<KeySpecs>,
+        lease: Option<ConsumerLease>,
+    ) -> Result<Subscription, SessionError> {
+        let redis = &shared.redis;
+        let settings = &shared.settings;
+        let explain = |err: RedisError| SessionError::Redis(redis.explain(err));
+        if let Source::Stream(stream) = &source {
+            stream::ensure_group(redis.pool(), stream)
+                .await
+                .map_err(explain)?;
+        }
+        let reader = Reader::open(redis, &source, &form, settings.replication)
+            .await
+            .map_err(explain)?;
+        let (reader_tx, requests) = mpsc::channel(1);
+        let (results, reader_rx) = mpsc::channel(1);
+        tokio::spawn(workers::read_loop(reader, requests, results).in_current_span());
+        let form_name = source.form();
+        let (flush_tx, jobs) = mpsc::unbounded_channel();
+        let (reports, flush_rx) = mpsc::unbounded_channel();
+        tokio::spawn(
+            workers::flush_loop(
+                redis.clone(),
+                Arc::clone(shared),
+                form_name,
+                request.mode,
+                jobs,
+                reports,
+            )
+            .in_current_span(),
+        );
+        let every = settings.promote_interval;
+        let helpers = vec![
+            tokio::spawn(workers::promote(redis.clone(), form.clone(), every).in_current_span()),
+            tokio::spawn(
+                observe::sample(
+                    Arc::clone(shared),
+                    source.clone(),
+                    form.clone(),
+                    settings.sample_interval,
+                )
+                .in_current_span(),
+            ),
+        ];
+        let (key, group, consumer) = source.describe();
+        let view = SubscriptionView {
+            id: id.clone(),
+            form: form_name,
+            key: key.clone(),
+            group: group.clone(),
+            consumer: consumer.clone(),
+            mode: request.mode.as_str(),
+            count: request.count,
+            max_in_flight: request.max_in_flight,
+            opened_at: observe::now_unix(),
+            ..Default::default()
+        };
+        let form_labels = FormLabels { form: form_name };
+        shared.metrics.touch(form_name, request.mode.as_str());
+        shared
+            .metrics
+            .subscriptions_open
+            .get_or_create(&form_labels)
+            .inc();
+        info!(
+            count = request.count,
+            mode = request.mode.as_str(),
+            max_in_flight = request.max_in_flight,
+            "subscription opened"
+        );
+        let config = Config {
+            kind: form.kind(),
+            count: request.count,
+            max_in_flight: request.max_in_flight,
+            max_deliveries: request.max_deliveries,
+            block: request.block,
+            recovery_interval: settings.reclaim_interval,
+            lease_renewal: lease.as_ref().map(|l| l.ttl / 3),
+            read_ahead: settings.replication.is_none(),
+            reports_in_reads: request.reports_in_reads,
+            shutdown_grace: settings.shutdown_grace,
+            limits: Limits {
+                max_commands_per_slot: settings.max_commands_per_slot,
+            },
+        };
+        let (lease_tx, lease_rx) = mpsc::unbounded_channel();
+        let opened = Opened {
+            subscription_id: id,
+            source: source.clone(),
+            request: request.clone(),
+        };
+        let mut subscription = Subscription {
+            shared: Arc::clone(shared),
+            engine: Engine::new(config, Instant::now().into_std()),
+            out: Some(out.clone()),
+            ended_with: None,
+            reader_tx,
+            reader_rx,
+            flush_tx,
+            flush_rx,
+            lease,
+            lease_tx,
+            lease_rx,
+            release: None,
+            helpers,
+            reports: HashMap::new(),
+            reading_since: None,
+            read_spans: HashMap::new(),
+            client_spans: HashMap::new(),
+            view,
+            form_labels,
+            labels: SubscriptionLabels {
+                key,
+                group,
+                consumer,
+            },
+            key_specs,
+            request,
+            source,
+            form,
+        };
+        subscription.send(Event::Opened(Box::new(opened))).await;
+        Ok(subscription)
+    }
+}

@@ -1,0 +1,196 @@
+//! The tasks that do a subscription's I/O beside it: the reader (blocking reads on the
+//! subscription's own connection), the flusher (flushes in order over the pool, those that
+//! queued going together in one round trip) and the promoter of due retry_after entries.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::global::BoxedSpan;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::observe;
+use super::{FlushReport, Shared};
+use crate::engine::FlushId;
+use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RoundTripLabels};
+use crate::redis::flush::{self, FlushPlan};
+use crate::redis::form::{Form, Reader};
+use crate::redis::stream::{self, Mode, ReadBatch};
+use crate::redis::{Redis, RedisError};
+
+/// A read the engine asked for.
+pub(super) struct ReadRequest {
+    pub count: u32,
+    pub block: Duration,
+    pub reread: bool,
+    pub recover: bool,
+}
+
+/// Serves read requests on the subscription's dedicated connection, in order, until the
+/// subscription drops its sender; then closes the connection.
+pub(super) async fn read_loop(
+    mut reader: Reader,
+    mut requests: mpsc::Receiver<ReadRequest>,
+    results: mpsc::Sender<Result<ReadBatch, RedisError>>,
+) {
+    while let Some(r) = requests.recv().await {
+        let batch = reader.read(r.count, r.block, r.reread, r.recover).await;
+        if results.send(batch).await.is_err() {
+            break;
+        }
+    }
+    reader.close().await;
+}
+
+/// A flush handed to the flusher.
+pub(super) struct FlushJob {
+    pub flush: FlushId,
+    pub report: FlushReport,
+    pub plan: FlushPlan,
+    pub span: Option<BoxedSpan>,
+}
+
+/// What a read that rode at the end of a flush read; `Err` with whether no reply came.
+pub(super) type ReadAhead = Result<ReadBatch, (RedisError, bool)>;
+
+/// What the flusher tells its subscription.
+pub(super) enum Flushed {
+    /// A flush is done, with its report and what its read-ahead read.
+    Report(FlushId, FlushReport, Option<ReadAhead>),
+    /// A flush reported with an unknown outcome can no longer run (see
+    /// [`flush::settle_unknown`]).
+    Settled(FlushId),
+}
+
+/// How long a flush with an unknown outcome waits for its connection to come back, so that
+/// nothing of it can still run after its entries are read again.
+const UNKNOWN_FLUSH_BARRIER: Duration = Duration::from_secs(60);
+
+/// The most queued flushes one pipeline carries (each at most a read's worth of segments).
+const MAX_FLUSHES_PER_ROUND_TRIP: usize = 16;
+
+/// Runs flushes one after another, in the order they were handed over (the order reads
+/// completed). Flushes that queued while one was under way go together, in order, in the next
+/// pipeline: one round trip for all of them, so a flusher that falls behind catches up rather
+/// than queueing further. The queue is bounded by the in-flight limit: deliveries waiting for
+/// their flush count against it.
+pub(super) async fn flush_loop(
+    redis: Redis,
+    shared: Arc<Shared>,
+    form: &'static str,
+    mode: Mode,
+    mut jobs: mpsc::UnboundedReceiver<FlushJob>,
+    reports: mpsc::UnboundedSender<Flushed>,
+) {
+    let metrics = &shared.metrics;
+    let labels = FormLabels { form };
+    let duration = metrics
+        .flush_duration
+        .get_or_create(&ModeLabels {
+            form,
+            mode: mode.as_str(),
+        })
+        .clone();
+    let round_trips = metrics
+        .round_trips
+        .get_or_create(&RoundTripLabels {
+            form,
+            kind: "flush",
+        })
+        .clone();
+    let mut group = Vec::new();
+    while jobs.recv_many(&mut group, MAX_FLUSHES_PER_ROUND_TRIP).await > 0 {
+        let started = Instant::now();
+        let client = redis.pool();
+        let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
+        let results = flush::execute(client, &plans, redis.timeout()).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        round_trips.inc();
+        let mut unknown = Vec::new();
+        for (job, (result, read_ahead)) in group.drain(..).zip(results) {
+            let FlushJob {
+                flush,
+                mut report,
+                span,
+                ..
+            } = job;
+            report.result = result;
+            duration.observe(elapsed);
+            let outcome = if report.result.ok() { "ok" } else { "failed" };
+            metrics
+                .flushes
+                .get_or_create(&FlushLabels {
+                    form,
+                    mode: mode.as_str(),
+                    result: outcome,
+                })
+                .inc();
+            metrics
+                .flush_commands
+                .get_or_create(&labels)
+                .observe(report.commands as f64);
+            metrics
+                .flush_settles
+                .get_or_create(&labels)
+                .observe(report.settles as f64);
+            if let Some(span) = span {
+                observe::end_flush_span(span, &report.result);
+            }
+            if report.result.unknown {
+                unknown.push(flush);
+            }
+            let read_ahead = read_ahead.map(stream::read_ahead_reply);
+            if reports
+                .send(Flushed::Report(flush, report, read_ahead))
+                .is_err()
+            {
+                return;
+            }
+        }
+        if !unknown.is_empty() {
+            // Their entries will be read again: first let what fred may still write of them
+            // go. Beside the next flushes, which go on (and fail fast while Redis is away).
+            let (client, reports) = (client.clone(), reports.clone());
+            tokio::spawn(async move {
+                flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
+                for flush in unknown {
+                    let _ = reports.send(Flushed::Settled(flush));
+                }
+            });
+        }
+    }
+}
+
+/// Now, in Unix milliseconds (the unit of the delay set's scores).
+pub(super) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// Moves due retry_after entries back, for as long as the subscription runs.
+pub(super) async fn promote(redis: Redis, form: Form, every: Duration) {
+    const LIMIT: u32 = 256;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        loop {
+            match form.promote_due(&redis, now_ms(), LIMIT).await {
+                Ok(n) if n == u64::from(LIMIT) => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        debug!(promoted = n, "retry_after entries are due again");
+                    }
+                    break;
+                }
+                Err(err) => {
+                    debug!(error = %err, "promoting delayed entries failed; will try again");
+                    break;
+                }
+            }
+        }
+    }
+}
