@@ -8,7 +8,9 @@
 //! in group `g` on a `redis-server` of its own; per entry it decodes the payload, runs
 //! `INCR count:<id mod 1000>` and acknowledges the entry. Runs are interleaved (A B C … A B C
 //! …), each is verified (XPENDING 0, the counters sum to N) and only verified runs are
-//! reported. See README.md beside this file for the contenders and the figures.
+//! reported. With `--baseline-bin` every sidecar contender also runs against a second sidecar
+//! binary (`<name>@baseline`, right after it in every round), and the report gives the ratios
+//! of the two. See README.md beside this file for the contenders and the figures.
 
 mod client;
 mod procs;
@@ -40,7 +42,8 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-python, redis-py-per-message, redis-py-pipelined, fred-raw.
+    /// sidecar-python, redis-py-per-message, redis-py-pipelined, fred-raw; the sidecar ones
+    /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
     contenders: Vec<String>,
     /// CI size: 5,000 entries, one round, a ~1 s latency phase.
@@ -59,6 +62,10 @@ struct Args {
     /// the bench's own target directory].
     #[arg(long)]
     sidecar_bin: Option<PathBuf>,
+    /// A second sidecar binary to compare with (the previous commit's, say): every sidecar
+    /// contender also runs against it as `<name>@baseline`, right after it in every round.
+    #[arg(long)]
+    baseline_bin: Option<PathBuf>,
     /// The Python interpreter for the Python contenders [default: tests/bench/python/.venv,
     /// created and filled from requirements.txt when missing].
     #[arg(long)]
@@ -69,11 +76,21 @@ struct Args {
     window_reads: u32,
 }
 
-/// One consumer implementation under test.
+/// The suffix of a sidecar contender run against `--baseline-bin`.
+const BASELINE: &str = "@baseline";
+
+/// One consumer implementation under test. `baseline`: a sidecar contender run against the
+/// `--baseline-bin` binary rather than the one measured, the twin it is compared with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contender {
-    SidecarRust { count: u32, atomic: bool },
-    SidecarPython,
+    SidecarRust {
+        count: u32,
+        atomic: bool,
+        baseline: bool,
+    },
+    SidecarPython {
+        baseline: bool,
+    },
     RedisPyPerMessage,
     RedisPyPipelined,
     FredRaw,
@@ -84,52 +101,94 @@ impl Contender {
         Contender::SidecarRust {
             count: 64,
             atomic: false,
+            baseline: false,
         },
         Contender::SidecarRust {
             count: 256,
             atomic: false,
+            baseline: false,
         },
         Contender::SidecarRust {
             count: 64,
             atomic: true,
+            baseline: false,
         },
         Contender::SidecarRust {
             count: 256,
             atomic: true,
+            baseline: false,
         },
-        Contender::SidecarPython,
+        Contender::SidecarPython { baseline: false },
         Contender::RedisPyPerMessage,
         Contender::RedisPyPipelined,
         Contender::FredRaw,
     ];
 
     pub fn name(&self) -> String {
-        match self {
-            Contender::SidecarRust { count, atomic } => format!(
+        let name = match self {
+            Contender::SidecarRust { count, atomic, .. } => format!(
                 "sidecar-rust-{}-{count}",
                 if *atomic { "atomic" } else { "pipeline" }
             ),
-            Contender::SidecarPython => "sidecar-python".into(),
+            Contender::SidecarPython { .. } => "sidecar-python".into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
             Contender::RedisPyPipelined => "redis-py-pipelined".into(),
             Contender::FredRaw => "fred-raw".into(),
+        };
+        if self.on_baseline() {
+            name + BASELINE
+        } else {
+            name
         }
     }
 
     fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.name() == name.trim())
+        let name = name.trim();
+        match name.strip_suffix(BASELINE) {
+            Some(twin) => Self::parse(twin)?.baseline_twin(),
+            None => Self::ALL.into_iter().find(|c| c.name() == name),
+        }
     }
 
     pub fn uses_sidecar(&self) -> bool {
         matches!(
             self,
-            Contender::SidecarRust { .. } | Contender::SidecarPython
+            Contender::SidecarRust { .. } | Contender::SidecarPython { .. }
         )
+    }
+
+    /// Whether this runs against the `--baseline-bin` binary.
+    pub fn on_baseline(&self) -> bool {
+        matches!(
+            self,
+            Contender::SidecarRust { baseline: true, .. }
+                | Contender::SidecarPython { baseline: true }
+        )
+    }
+
+    /// The same contender against the `--baseline-bin` binary; none for the contenders
+    /// without a sidecar and for the twins themselves.
+    pub fn baseline_twin(&self) -> Option<Self> {
+        match *self {
+            Contender::SidecarRust {
+                count,
+                atomic,
+                baseline: false,
+            } => Some(Contender::SidecarRust {
+                count,
+                atomic,
+                baseline: true,
+            }),
+            Contender::SidecarPython { baseline: false } => {
+                Some(Contender::SidecarPython { baseline: true })
+            }
+            _ => None,
+        }
     }
 
     fn python_mode(&self) -> Option<&'static str> {
         match self {
-            Contender::SidecarPython => Some("sidecar-python"),
+            Contender::SidecarPython { .. } => Some("sidecar-python"),
             Contender::RedisPyPerMessage => Some("redis-py-per-message"),
             Contender::RedisPyPipelined => Some("redis-py-pipelined"),
             _ => None,
@@ -186,17 +245,34 @@ pub struct Record {
 /// The sidecar's RSS with idle subscriptions open, and before they were opened (kB).
 pub struct IdleRss {
     pub subscriptions: usize,
+    /// Measured on the `--baseline-bin` binary.
+    pub baseline: bool,
     pub result: Result<(u64, u64), String>,
 }
 
 struct Ctx {
     root: PathBuf,
     sidecar_bin: Result<PathBuf, String>,
+    baseline_bin: Option<PathBuf>,
     python: Result<PathBuf, String>,
     entries: u64,
     latency_rate: u64,
     latency_secs: f64,
     window_reads: u32,
+}
+
+impl Ctx {
+    /// The sidecar binary to run: the measured one, or with `baseline` the one it is
+    /// compared with.
+    fn sidecar_bin(&self, baseline: bool) -> Result<&Path, String> {
+        if baseline {
+            self.baseline_bin
+                .as_deref()
+                .ok_or("no --baseline-bin".into())
+        } else {
+            self.sidecar_bin.as_deref().map_err(Clone::clone)
+        }
+    }
 }
 
 enum Consumer {
@@ -234,7 +310,7 @@ impl Consumer {
             ));
         }
         Ok(match contender {
-            Contender::SidecarRust { count, atomic } => {
+            Contender::SidecarRust { count, atomic, .. } => {
                 let sidecar = sidecar.ok_or("no sidecar")?;
                 let max_in_flight = ctx.window_reads * count;
                 Consumer::Sidecar(
@@ -290,7 +366,7 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
         workload::fill(&admin, expect).await?;
     }
     let sidecar = if contender.uses_sidecar() {
-        let bin = ctx.sidecar_bin.as_ref().map_err(Clone::clone)?;
+        let bin = ctx.sidecar_bin(contender.on_baseline())?;
         Some(SidecarProcess::start(bin, &redis.url()).await?)
     } else {
         None
@@ -379,8 +455,8 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     Ok(measured)
 }
 
-async fn idle_rss(ctx: &Ctx, n: usize) -> Result<(u64, u64), String> {
-    let bin = ctx.sidecar_bin.as_ref().map_err(Clone::clone)?;
+async fn idle_rss(ctx: &Ctx, n: usize, baseline: bool) -> Result<(u64, u64), String> {
+    let bin = ctx.sidecar_bin(baseline)?;
     let redis = RedisServer::start();
     let sidecar = SidecarProcess::start(bin, &redis.url()).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -478,7 +554,7 @@ async fn bench(args: Args) -> ExitCode {
     let latency_secs = args
         .latency_secs
         .unwrap_or(if args.quick { 1.0 } else { 5.0 });
-    let contenders: Vec<Contender> = if args.contenders.is_empty() {
+    let mut contenders: Vec<Contender> = if args.contenders.is_empty() {
         Contender::ALL.to_vec()
     } else {
         let mut chosen = Vec::new();
@@ -487,7 +563,8 @@ async fn bench(args: Args) -> ExitCode {
                 Some(c) => chosen.push(c),
                 None => {
                     eprintln!(
-                        "unknown contender {name:?}; known: {}",
+                        "unknown contender {name:?}; known: {} (the sidecar ones also as \
+                         <name>{BASELINE})",
                         Contender::ALL.map(|c| c.name()).join(", ")
                     );
                     return ExitCode::from(2);
@@ -496,11 +573,42 @@ async fn bench(args: Args) -> ExitCode {
         }
         chosen
     };
+    match &args.baseline_bin {
+        None => {
+            if let Some(c) = contenders.iter().find(|c| c.on_baseline()) {
+                eprintln!("{} needs --baseline-bin", c.name());
+                return ExitCode::from(2);
+            }
+        }
+        // Checked here rather than failing every run of the twins one by one.
+        Some(bin) if !bin.is_file() => {
+            eprintln!("--baseline-bin {}: no such file", bin.display());
+            return ExitCode::from(2);
+        }
+        Some(_) => {
+            // Each twin right after the contender it is compared with, so that the two run
+            // back to back in every round and share whatever the machine is doing then. A
+            // twin named in --contenders keeps its place.
+            let mut paired = Vec::new();
+            for &c in &contenders {
+                paired.push(c);
+                if let Some(twin) = c.baseline_twin()
+                    && !contenders.contains(&twin)
+                    && !paired.contains(&twin)
+                {
+                    paired.push(twin);
+                }
+            }
+            contenders = paired;
+        }
+    }
     if cfg!(debug_assertions) {
         println!("bench: note: built without --release; the in-process clients are slow");
     }
-    let needs_sidecar =
-        contenders.iter().any(Contender::uses_sidecar) || args.idle_subscriptions > 0;
+    let needs_sidecar = contenders
+        .iter()
+        .any(|c| c.uses_sidecar() && !c.on_baseline())
+        || args.idle_subscriptions > 0;
     let sidecar_bin = if needs_sidecar {
         sidecar_bin(args.sidecar_bin, &root)
     } else {
@@ -516,9 +624,20 @@ async fn bench(args: Args) -> ExitCode {
     {
         println!("bench: the Python contenders cannot run: {err}");
     }
+    if let Some(baseline) = &args.baseline_bin {
+        let measured = match &sidecar_bin {
+            Ok(bin) => bin.display().to_string(),
+            Err(err) => err.clone(),
+        };
+        println!(
+            "bench: sidecar binary {measured}, baseline binary {} (the {BASELINE} contenders)",
+            baseline.display()
+        );
+    }
     let ctx = Ctx {
         root,
         sidecar_bin,
+        baseline_bin: args.baseline_bin,
         python,
         entries,
         latency_rate: args.latency_rate,
@@ -534,6 +653,7 @@ async fn bench(args: Args) -> ExitCode {
         redis_version()
     );
 
+    let width = report::name_width(&contenders);
     let mut records = Vec::new();
     let mut idle = Vec::new();
     for round in 1..=rounds {
@@ -541,11 +661,26 @@ async fn bench(args: Args) -> ExitCode {
         if latency_secs > 0.0 {
             phases.push(Phase::Latency);
         }
+        // Which of two runs back to back goes first tilts the comparison (the first measured
+        // was faster in most pairs tried): the twins swap places every other round.
+        let order = if round % 2 == 0 {
+            swap_twins(&contenders)
+        } else {
+            contenders.clone()
+        };
         for phase in phases {
-            for &contender in &contenders {
+            for &contender in &order {
                 let wall = std::time::Instant::now();
                 let result = run_one(&ctx, contender, phase).await;
-                report::progress(round, rounds, phase, contender, &result, wall.elapsed());
+                report::progress(
+                    round,
+                    rounds,
+                    phase,
+                    contender,
+                    &result,
+                    wall.elapsed(),
+                    width,
+                );
                 records.push(Record {
                     round,
                     contender,
@@ -554,11 +689,19 @@ async fn bench(args: Args) -> ExitCode {
                 });
             }
         }
-        if args.idle_subscriptions > 0 {
-            let result = idle_rss(&ctx, args.idle_subscriptions).await;
-            report::idle_progress(round, rounds, args.idle_subscriptions, &result);
+        let n = args.idle_subscriptions;
+        // The baseline binary's check right after the measured one's, like the twins'.
+        let binaries: &[bool] = match (n, &ctx.baseline_bin) {
+            (0, _) => &[],
+            (_, None) => &[false],
+            (_, Some(_)) => &[false, true],
+        };
+        for &baseline in binaries {
+            let result = idle_rss(&ctx, n, baseline).await;
+            report::idle_progress(round, rounds, n, baseline, &result, width);
             idle.push(IdleRss {
-                subscriptions: args.idle_subscriptions,
+                subscriptions: n,
+                baseline,
                 result,
             });
         }
@@ -586,4 +729,19 @@ fn redis_version() -> String {
                 .find_map(|w| w.strip_prefix("v=").map(|v| format!("redis-server {v}")))
         })
         .unwrap_or_else(|| "redis-server (version unknown)".into())
+}
+
+/// The contenders with every twin run before the contender it follows.
+fn swap_twins(contenders: &[Contender]) -> Vec<Contender> {
+    let mut order = contenders.to_vec();
+    let mut i = 0;
+    while i + 1 < order.len() {
+        if order[i].baseline_twin() == Some(order[i + 1]) {
+            order.swap(i, i + 1);
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    order
 }

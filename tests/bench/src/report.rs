@@ -1,5 +1,6 @@
-//! Printing: one line per run as it finishes, then the tables of figures and the ratios the
-//! issue's targets name. Figures only: nothing here asserts on them.
+//! Printing: one line per run as it finishes, then the tables of figures, the ratios the
+//! issue's targets name and, with `--baseline-bin`, the ratios of each sidecar contender to
+//! its `@baseline` twin. Figures only: nothing here asserts on them.
 
 use crate::{Contender, IdleRss, Measured, Phase, Record};
 
@@ -53,6 +54,15 @@ fn phase_name(phase: Phase) -> &'static str {
     crate::phase_name(phase)
 }
 
+/// The width of the contender column: the longest name (the `@baseline` twins are longer than
+/// the usual 26).
+pub fn name_width(contenders: &[Contender]) -> usize {
+    contenders
+        .iter()
+        .map(|c| c.name().len())
+        .fold(26, usize::max)
+}
+
 pub fn progress(
     round: u32,
     rounds: u32,
@@ -60,9 +70,10 @@ pub fn progress(
     contender: Contender,
     result: &Result<Measured, String>,
     wall: std::time::Duration,
+    w: usize,
 ) {
     let head = format!(
-        "[round {round}/{rounds}] {:<10} {:<26}",
+        "[round {round}/{rounds}] {:<10} {:<w$}",
         phase_name(phase),
         contender.name()
     );
@@ -86,11 +97,21 @@ pub fn progress(
     }
 }
 
-pub fn idle_progress(round: u32, rounds: u32, n: usize, result: &Result<(u64, u64), String>) {
+pub fn idle_progress(
+    round: u32,
+    rounds: u32,
+    n: usize,
+    baseline: bool,
+    result: &Result<(u64, u64), String>,
+    w: usize,
+) {
     let head = format!(
-        "[round {round}/{rounds}] {:<10} {:<26}",
+        "[round {round}/{rounds}] {:<10} {:<w$}",
         "idle",
-        format!("{n} subscriptions")
+        format!(
+            "{n} subscriptions{}",
+            if baseline { crate::BASELINE } else { "" }
+        )
     );
     match result {
         Ok((rss, before)) => println!(
@@ -118,17 +139,33 @@ fn med_of(runs: &[&Measured], f: impl Fn(&Measured) -> Option<f64>) -> Option<f6
 
 /// Per round, `a`'s throughput over `b`'s (both verified in that round).
 fn ratios(records: &[Record], a: Contender, b: Contender) -> Vec<f64> {
-    let rate = |c: Contender, round: u32| {
+    figure_ratios(records, a, b, |m| Some(m.rate()))
+}
+
+/// Per round, a figure of `a`'s throughput run over the same of `b`'s (both verified in that
+/// round, the figure finite on both sides: a CPU time of zero ticks has no ratio).
+fn figure_ratios(
+    records: &[Record],
+    a: Contender,
+    b: Contender,
+    figure: impl Fn(&Measured) -> Option<f64>,
+) -> Vec<f64> {
+    let value = |c: Contender, round: u32| {
         records
             .iter()
             .find(|r| r.contender == c && r.phase == Phase::Throughput && r.round == round)
             .and_then(|r| r.result.as_ref().ok())
-            .map(Measured::rate)
+            .and_then(&figure)
     };
     let last = records.iter().map(|r| r.round).max().unwrap_or(0);
     (1..=last)
-        .filter_map(|round| Some(rate(a, round)? / rate(b, round)?))
+        .filter_map(|round| Some(value(a, round)? / value(b, round)?))
+        .filter(|ratio| ratio.is_finite())
         .collect()
+}
+
+fn sidecar_cpu_per_100k(m: &Measured) -> Option<f64> {
+    Some(m.sidecar_cpu? * 100_000.0 / m.entries as f64)
 }
 
 fn ratio_text(values: &[f64]) -> String {
@@ -146,7 +183,7 @@ fn p_ms(runs: &[&Measured], p: f64) -> Option<f64> {
 }
 
 pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], rate: u64) {
-    let w = 26;
+    let w = name_width(contenders);
     println!();
     println!("== throughput (deliveries/s over verified rounds; other columns: median)");
     println!(
@@ -254,7 +291,9 @@ pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], ra
     let pipeline64 = Contender::SidecarRust {
         count: 64,
         atomic: false,
+        baseline: false,
     };
+    let sidecar_python = Contender::SidecarPython { baseline: false };
     let row = |what: &str, figure: String, target: &str| {
         println!("{what:<58} {figure:<34} target {target}");
     };
@@ -272,7 +311,7 @@ pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], ra
     // A read rides on a flush (a read-ahead) when the window is full as the flush goes: with
     // a client slower than Redis (Python). The Rust client is faster; its next read is under
     // way on the reader's connection before the flush.
-    for contender in [pipeline64, Contender::SidecarPython] {
+    for contender in [pipeline64, sidecar_python] {
         row(
             &format!(
                 "Redis round trips per read (all kinds), {}",
@@ -296,7 +335,7 @@ pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], ra
         "sidecar-python / redis-py-per-message",
         ratio_text(&ratios(
             records,
-            Contender::SidecarPython,
+            sidecar_python,
             Contender::RedisPyPerMessage,
         )),
         ">= 10x",
@@ -305,14 +344,14 @@ pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], ra
         "sidecar-python / redis-py-pipelined",
         ratio_text(&ratios(
             records,
-            Contender::SidecarPython,
+            sidecar_python,
             Contender::RedisPyPipelined,
         )),
         ">= 1.0x",
     );
     for (sidecar, baseline) in [
         (pipeline64, Contender::FredRaw),
-        (Contender::SidecarPython, Contender::RedisPyPipelined),
+        (sidecar_python, Contender::RedisPyPipelined),
     ] {
         let s = p_ms(&runs(records, sidecar, Phase::Latency), 99.0);
         let b = p_ms(&runs(records, baseline, Phase::Latency), 99.0);
@@ -327,16 +366,64 @@ pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], ra
             "< 2 ms added",
         );
     }
-    let rss: Vec<f64> = idle
-        .iter()
-        .filter_map(|r| r.result.as_ref().ok())
-        .map(|(rss, _)| *rss as f64 / 1024.0)
-        .collect();
     let n = idle.first().map_or(100, |r| r.subscriptions);
     row(
         &format!("sidecar RSS with {n} idle subscriptions"),
-        median(&rss).map_or("n/a".into(), |m| format!("{m:.1} MB")),
+        idle_rss_mb(idle, false).map_or("n/a".into(), |m| format!("{m:.1} MB")),
         "< 50 MB",
     );
+    println!();
+    against_baseline(contenders, records, idle, w);
+}
+
+/// The median RSS with the idle subscriptions open, MB, of one binary.
+fn idle_rss_mb(idle: &[IdleRss], baseline: bool) -> Option<f64> {
+    let rss: Vec<f64> = idle
+        .iter()
+        .filter(|r| r.baseline == baseline)
+        .filter_map(|r| r.result.as_ref().ok())
+        .map(|(rss, _)| *rss as f64 / 1024.0)
+        .collect();
+    median(&rss)
+}
+
+/// Each sidecar contender over its `@baseline` twin. The ratios are taken per round, where
+/// the two ran back to back, so what the machine was doing then weighs on both; the figures
+/// of the tables above are medians over rounds and keep the noise between rounds. The idle
+/// RSS is steadier: its ratio is that of the two medians.
+fn against_baseline(contenders: &[Contender], records: &[Record], idle: &[IdleRss], w: usize) {
+    let pairs: Vec<(Contender, Contender)> = contenders
+        .iter()
+        .filter_map(|&c| Some((c, c.baseline_twin().filter(|t| contenders.contains(t))?)))
+        .collect();
+    let idle_twins = idle.iter().any(|r| r.baseline);
+    if pairs.is_empty() && !idle_twins {
+        return;
+    }
+    println!(
+        "== new / baseline binary (per round, both runs verified; median with the rounds' range)"
+    );
+    println!(
+        "{:<w$} {:<32} sidecar CPU per 100k",
+        "contender", "deliveries/s"
+    );
+    for (new, baseline) in pairs {
+        println!(
+            "{:<w$} {:<32} {}",
+            new.name(),
+            ratio_text(&ratios(records, new, baseline)),
+            ratio_text(&figure_ratios(records, new, baseline, sidecar_cpu_per_100k)),
+        );
+    }
+    if idle_twins {
+        let n = idle.first().map_or(100, |r| r.subscriptions);
+        let figure = match (idle_rss_mb(idle, false), idle_rss_mb(idle, true)) {
+            (Some(new), Some(baseline)) => {
+                format!("{new:.1} MB / {baseline:.1} MB = {:.2}x", new / baseline)
+            }
+            _ => "n/a".into(),
+        };
+        println!("sidecar RSS with {n} idle subscriptions (median): {figure}");
+    }
     println!();
 }
