@@ -1176,6 +1176,176 @@ async fn cluster_resharding_moves_the_subscription_with_its_slot() {
     );
 }
 
+/// Whether the sidecar's health says SERVING now.
+async fn serving(addr: SocketAddr) -> bool {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let Ok(channel) = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+    else {
+        return false;
+    };
+    let request = HealthCheckRequest {
+        service: "window_sidecar.v1.WindowService".into(),
+    };
+    match HealthClient::new(channel).check(request).await {
+        Ok(response) => response.into_inner().status == 1,
+        Err(_) => false,
+    }
+}
+
+/// A slot migration held for seconds in the middle of a run (`MIGRATING`/`IMPORTING`, the
+/// slot's keys moved a few at a time while entries keep coming, then the slot assigned): the
+/// subscription on the migrating slot keeps flowing through `-ASK` and `TRYAGAIN` without
+/// ending, another subscription on another node never stops, health stays SERVING, and every
+/// entry ends settled with its side effects: in atomic mode with `--wait-replicas`, each
+/// exactly once. Returns the side effects on the migrating stream.
+async fn flowing_through_a_migration(atomic_mode: bool) -> i64 {
+    const ENTRIES: usize = 200;
+    let cluster = RedisCluster::start(3, 1);
+    let flags: &[&str] = if atomic_mode {
+        &["--wait-replicas", "1"]
+    } else {
+        &[]
+    };
+    let sidecar = Sidecar::start(&cluster.url(), flags).await;
+    let client = sidecar.client().await;
+    let inspect = cluster.client().await;
+    let slot = slot_of("{orders}");
+    let from = cluster.primary_for_slot(slot);
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    // A stream on the third primary, which the migration does not touch.
+    let other = (0..)
+        .map(|i| format!("{{other{i}}}"))
+        .find(|k| ![from, to].contains(&cluster.primary_for_slot(slot_of(k))))
+        .unwrap();
+    let open = |key: &str| {
+        let open = stream_open(key, "g", "c1", 10);
+        if atomic_mode { atomic(open) } else { open }
+    };
+    let worker = Worker::spawn(
+        client.clone(),
+        open("{orders}"),
+        "{orders}:count",
+        "{orders}:seen",
+        Duration::from_millis(2),
+    );
+    let (other_count, other_seen) = (format!("{other}:count"), format!("{other}:seen"));
+    let other_worker = Worker::spawn(
+        client.clone(),
+        open(&other),
+        &other_count,
+        &other_seen,
+        Duration::from_millis(2),
+    );
+    let producer = {
+        let (inspect, other) = (inspect.clone(), other.clone());
+        tokio::spawn(async move {
+            for n in 0..ENTRIES {
+                for key in ["{orders}", other.as_str()] {
+                    let fields = vec![("n", n.to_string())];
+                    let _: String = inspect.xadd(key, false, None, "*", fields).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+        })
+    };
+    let seen = |key: String| {
+        let inspect = inspect.clone();
+        async move { inspect.scard::<i64, _>(key).await.unwrap_or(0) }
+    };
+    let started = eventually(STEP, || async { seen("{orders}:seen".into()).await >= 20 }).await;
+    assert!(started, "the run started");
+
+    let migration = tokio::task::block_in_place(|| cluster.begin_slot_migration(slot, to));
+    let (orders_before, other_before) = (
+        seen("{orders}:seen".into()).await,
+        seen(other_seen.clone()).await,
+    );
+    let mut moved = 0;
+    let mut health = Vec::new();
+    for _ in 0..4 {
+        // A key or two at a time: the stream, its side-effect keys and the sidecar's own keys
+        // are split between the nodes for a second each time.
+        moved += tokio::task::block_in_place(|| cluster.move_slot_keys(&migration, 2));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        health.push(serving(sidecar.addr).await);
+    }
+    let (orders_during, other_during) = (
+        seen("{orders}:seen".into()).await,
+        seen(other_seen.clone()).await,
+    );
+    tokio::task::block_in_place(|| cluster.finish_slot_migration(migration));
+    assert_eq!(cluster.primary_for_slot(slot), to);
+    producer.await.unwrap();
+    eprintln!(
+        "migration ({} mode): {moved} keys moved over 4 s; settled during it: {} on the \
+         migrating slot, {} on the other node; health {health:?}",
+        if atomic_mode { "atomic" } else { "pipeline" },
+        orders_during - orders_before,
+        other_during - other_before,
+    );
+
+    let entries = ENTRIES as i64;
+    let log = settle_all(
+        &inspect,
+        worker,
+        ("{orders}", "g", "{orders}:seen"),
+        entries,
+        Duration::from_secs(30),
+    )
+    .await;
+    let other_log = settle_all(
+        &inspect,
+        other_worker,
+        (&other, "g", &other_seen),
+        entries,
+        Duration::from_secs(30),
+    )
+    .await;
+    eprintln!("migrating slot: {}", log.summary());
+    assert!(moved > 0, "the migration moved keys while the run went on");
+    assert!(
+        other_during > other_before,
+        "the subscription on another node stopped during the migration"
+    );
+    assert!(
+        orders_during > orders_before,
+        "the subscription on the migrating slot stopped during the migration: {}",
+        log.summary()
+    );
+    assert!(
+        health.iter().all(|&s| s),
+        "health during the migration: {health:?}"
+    );
+    assert_eq!(log.opens, 1, "the subscription never ended: {log:#?}");
+    assert_eq!(other_log.opens, 1);
+    assert!(log.rejections.is_empty(), "{log:#?}");
+    let count = counter(&inspect, "{orders}:count").await;
+    assert!(count >= entries, "side effects lost: {count} for {entries}");
+    if atomic_mode {
+        assert_exactly_once(count, entries, &log, String::new);
+    }
+    let on_new_owner = resp::call(to, &["SCARD", "{orders}:seen"]).unwrap();
+    assert_eq!(on_new_owner.as_int(), Some(entries));
+    let _ = inspect.quit().await;
+    sidecar.stop().await;
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_keeps_flowing_while_its_slot_migrates_in_pipeline_mode() {
+    let count = flowing_through_a_migration(false).await;
+    eprintln!("pipeline mode: {count} side effects for 200 entries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_keeps_flowing_while_its_slot_migrates_in_atomic_mode_exactly_once() {
+    flowing_through_a_migration(true).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sentinel
 // ---------------------------------------------------------------------------------------------

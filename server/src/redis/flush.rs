@@ -8,6 +8,8 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 
+use super::redirect;
+
 /// What a planned command is for; decides what its failure means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -185,9 +187,11 @@ pub type ReadAheadReply = Option<Result<Value, Error>>;
 /// interprets each plan's replies apart: one round trip for flushes that queued behind one
 /// another. A flush whose connection is not up waits for it up to `timeout` (the sidecar just
 /// started, or Redis is coming back), then fails as not sent: its entries stay pending and
-/// come back.
+/// come back. `client` follows no cluster redirection; what a slot migration refused runs
+/// again on `follower`, which does (see [`redirect`]).
 pub async fn execute(
     client: &Client,
+    follower: &Client,
     plans: &[&FlushPlan],
     timeout: std::time::Duration,
 ) -> Vec<(FlushResult, ReadAheadReply)> {
@@ -218,6 +222,7 @@ pub async fn execute(
     // `_Custom`), and a client's commands can only be custom: N+1 `writev` for a read of N,
     // whether pipelined, sent one by one or on one thread (strace, in the README). The fix
     // belongs in fred.
+    let deadline = tokio::time::Instant::now() + timeout;
     let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
     for plan in plans {
         for planned in plan.commands.iter().chain(&plan.read_ahead) {
@@ -226,14 +231,23 @@ pub async fn execute(
             let _: Result<Value, _> = pipeline.custom(command, args).await;
         }
     }
-    split_replies(plans, pipeline.try_all::<Value>().await)
+    let mut results = Vec::with_capacity(plans.len());
+    for (plan, (mut mine, read)) in plans
+        .iter()
+        .zip(split_replies(plans, pipeline.try_all().await))
+    {
+        // What a slot migration refused runs again where its keys live now.
+        redirect::follow(client, follower, plan, &mut mine, deadline).await;
+        results.push((FlushResult::from_replies(&plan.commands, mine), read));
+    }
+    results
 }
 
-/// Each plan's replies, in the order the plans were sent.
+/// Each plan's replies, in the order the plans were sent, and its read-ahead's.
 fn split_replies(
     plans: &[&FlushPlan],
     replies: Vec<Result<Value, Error>>,
-) -> Vec<(FlushResult, ReadAheadReply)> {
+) -> Vec<(Vec<Result<Value, Error>>, ReadAheadReply)> {
     let mut replies = replies.into_iter();
     plans
         .iter()
@@ -248,7 +262,7 @@ fn split_replies(
                     ))
                 })
             });
-            (FlushResult::from_replies(&plan.commands, mine), read)
+            (mine, read)
         })
         .collect()
 }
@@ -278,7 +292,7 @@ pub async fn settle_unknown(client: &Client, bound: std::time::Duration) {
     }
 }
 
-fn custom(planned: &Planned) -> (CustomCommand, Vec<Value>) {
+pub(super) fn custom(planned: &Planned) -> (CustomCommand, Vec<Value>) {
     let hash = planned
         .hash_slot
         .map_or(ClusterHash::FirstKey, ClusterHash::Custom);
@@ -353,7 +367,16 @@ mod tests {
         };
         let one = || Ok(Value::Integer(1));
         let replies = vec![err("WRONGTYPE"), one(), Ok(Value::Null), one(), one()];
-        let results = split_replies(&[&first, &second], replies);
+        let plans = [&first, &second];
+        let results = |replies| -> Vec<(FlushResult, ReadAheadReply)> {
+            split_replies(&plans, replies)
+                .into_iter()
+                .zip(plans)
+                .map(|((mine, read), plan)| (FlushResult::from_replies(&plan.commands, mine), read))
+                .collect()
+        };
+        let results_of = results;
+        let results = results_of(replies);
         assert_eq!(results.len(), 2);
         let (result, read) = &results[0];
         assert_eq!((result.failed, result.settle_failed), (1, false));
@@ -362,7 +385,7 @@ mod tests {
 
         // The connection closed after the first plan's settle: its read-ahead and the second
         // plan have no reply, so whether they ran is unknown.
-        let results = split_replies(&[&first, &second], vec![one(), one()]);
+        let results = results_of(vec![one(), one()]);
         assert!(results[0].0.ok());
         let read_error = results[0].1.as_ref().unwrap().as_ref().unwrap_err();
         assert!(unanswered(read_error));

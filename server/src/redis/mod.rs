@@ -17,6 +17,7 @@ pub mod lease;
 pub mod list;
 pub mod plan;
 pub mod pubsub;
+pub mod redirect;
 pub mod sample;
 pub mod stream;
 
@@ -73,9 +74,14 @@ impl RedisError {
 pub struct Redis {
     config: FredConfig,
     cluster: bool,
+    /// Set by [`Redis::quit`]: a pool client that stops now is not brought back.
+    closing: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The last connection error the pool saw, to say why Redis does not answer.
     last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Publish and the sidecar's own commands (promoter, sampler, leases, give-backs).
     pool: Pool,
+    /// Flushes only: they follow no cluster redirection (see [`redirect`]).
+    flush_pool: Pool,
     timeout: Duration,
 }
 
@@ -191,50 +197,25 @@ impl Redis {
     pub fn connect(options: &ConnectOptions) -> Result<Self, RedisError> {
         let config = options.fred_config()?;
         let timeout = options.timeout;
-        let pool = Builder::from_config(config.clone())
-            .with_performance_config(|perf| perf.default_command_timeout = timeout)
-            .with_connection_config(|conn| {
-                conn.connection_timeout = timeout;
-                conn.internal_command_timeout = timeout;
-                // One write per command: a flush whose connection broke is reported, never
-                // resent (a resent transaction whose first copy ran would apply its side
-                // effects twice), and a flush refused by MOVED fails whole rather than having
-                // its queued commands redirected one by one, outside their MULTI. Publish asks
-                // for more attempts itself.
-                conn.max_command_attempts = 1;
-                // Nagle on: fred writes each command of a flush with a write of its own, and
-                // Nagle lets the kernel send those that follow the first in one segment rather
-                // than waking Redis once per command (TCP_NODELAY measured 74k against 94k
-                // deliveries/s, latency at 1,000/s unchanged).
-                conn.tcp.nodelay = Some(false);
-            })
-            .set_policy(reconnect_policy())
-            .build_pool(options.pool_size)
-            .map_err(|e| RedisError::from_fred("connect", &e))?;
         let last_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
-        for client in pool.clients() {
-            let last = std::sync::Arc::clone(&last_error);
-            // Connection errors (refused, TLS handshake, AUTH) are logged once per change and
-            // kept, so a timeout can say why.
-            client.on_error(move |(err, server)| {
-                let message = match server {
-                    Some(server) => format!("{server}: {}", err.details()),
-                    None => err.details().to_owned(),
-                };
-                let mut last = last.lock().expect("not poisoned");
-                if last.as_deref() != Some(message.as_str()) {
-                    tracing::warn!(error = %message, "Redis connection error");
-                    *last = Some(message);
-                }
-                async { Ok(()) }
-            });
-        }
-        pool.connect();
+        let closing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let start = |redirections| {
+            let pool = build_pool(&config, timeout, options.pool_size, redirections)?;
+            for client in pool.clients() {
+                log_errors(client, &last_error);
+                tokio::spawn(supervise(client.clone(), std::sync::Arc::clone(&closing)));
+            }
+            Ok::<_, RedisError>(pool)
+        };
+        let pool = start(true)?;
+        let flush_pool = start(false)?;
         Ok(Self {
+            closing,
             last_error,
             cluster: matches!(config.server, ServerConfig::Clustered { .. }),
             config,
             pool,
+            flush_pool,
             timeout,
         })
     }
@@ -262,6 +243,12 @@ impl Redis {
     /// The next pool connection.
     pub fn pool(&self) -> &Client {
         self.pool.next_connected()
+    }
+
+    /// The next connection for flushes, which follows no cluster redirection: a flush's
+    /// redirections are followed by [`redirect::follow`], on [`Redis::pool`].
+    pub fn flush_client(&self) -> &Client {
+        self.flush_pool.next_connected()
     }
 
     /// The timeout of non-blocking commands.
@@ -341,7 +328,85 @@ impl Redis {
 
     /// Closes every pool connection.
     pub async fn quit(&self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.pool.quit().await;
+        let _ = self.flush_pool.quit().await;
+    }
+
+    /// Every pool client (for tests that stop one on purpose).
+    pub fn pool_clients(&self) -> impl Iterator<Item = &Client> {
+        self.pool.clients().iter().chain(self.flush_pool.clients())
+    }
+}
+
+/// A pool of `size` clients. `redirections`: whether its commands follow `-MOVED` and `-ASK`
+/// (flushes do not: fred follows them command by command, out of a MULTI).
+fn build_pool(
+    config: &FredConfig,
+    timeout: Duration,
+    size: usize,
+    redirections: bool,
+) -> Result<Pool, RedisError> {
+    Builder::from_config(config.clone())
+        .with_performance_config(|perf| perf.default_command_timeout = timeout)
+        .with_connection_config(|conn| {
+            conn.connection_timeout = timeout;
+            conn.internal_command_timeout = timeout;
+            // One write per command: a flush whose connection broke is reported, never resent
+            // (a resent transaction whose first copy ran would apply its side effects twice).
+            // Publish asks for more attempts itself.
+            conn.max_command_attempts = 1;
+            if !redirections {
+                conn.max_redirections = 0;
+            }
+            // Nagle on: fred writes each command of a flush with a write of its own, and Nagle
+            // lets the kernel send those that follow the first in one segment rather than
+            // waking Redis once per command (TCP_NODELAY measured 74k against 94k deliveries/s,
+            // latency at 1,000/s unchanged).
+            conn.tcp.nodelay = Some(false);
+        })
+        .set_policy(reconnect_policy())
+        .build_pool(size)
+        .map_err(|e| RedisError::from_fred("connect", &e))
+}
+
+/// Logs a client's connection errors (refused, TLS handshake, AUTH) once per change and keeps
+/// the last, so a timeout can say why.
+fn log_errors(client: &Client, last_error: &std::sync::Arc<std::sync::Mutex<Option<String>>>) {
+    let last = std::sync::Arc::clone(last_error);
+    client.on_error(move |(err, server)| {
+        let message = match server {
+            Some(server) => format!("{server}: {}", err.details()),
+            None => err.details().to_owned(),
+        };
+        let mut last = last.lock().expect("not poisoned");
+        if last.as_deref() != Some(message.as_str()) {
+            tracing::warn!(error = %message, "Redis connection error");
+            *last = Some(message);
+        }
+        async { Ok(()) }
+    });
+}
+
+/// Keeps one pool client running. fred's client stops for good when its routing task ends
+/// (an error it does not recover from inside the task, or a quit): every command sent to it
+/// then waits out its timeout, and nothing but a restart brought the sidecar back. Started
+/// again, the client reconnects with its policy.
+async fn supervise(client: Client, closing: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    const RESTART_AFTER: Duration = Duration::from_millis(200);
+    loop {
+        let ended = client.connect().await;
+        if closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let why = match ended {
+            Ok(Ok(())) => "it was stopped".to_owned(),
+            Ok(Err(err)) => err.details().to_owned(),
+            Err(err) => err.to_string(),
+        };
+        tracing::warn!(client = %client.id(), reason = %why, "a Redis pool client stopped; starting it again");
+        tokio::time::sleep(RESTART_AFTER).await;
     }
 }
 

@@ -102,9 +102,9 @@ pub(super) async fn flush_loop(
     let mut group = Vec::new();
     while jobs.recv_many(&mut group, MAX_FLUSHES_PER_ROUND_TRIP).await > 0 {
         let started = Instant::now();
-        let client = redis.pool();
+        let client = redis.flush_client();
         let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
-        let results = flush::execute(client, &plans, redis.timeout()).await;
+        let results = flush::execute(client, redis.pool(), &plans, redis.timeout()).await;
         let elapsed = started.elapsed().as_secs_f64();
         round_trips.inc();
         let mut unknown = Vec::new();

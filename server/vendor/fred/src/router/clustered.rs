@@ -319,7 +319,11 @@ pub fn process_response_frame(
   #[cfg(feature = "partial-tracing")]
   let _ = command.traces.network.take();
 
-  if frame.is_redirection() {
+  // window-sidecar patch (see server/vendor/README.md): a command with no redirections left
+  // gets the redirection itself as its reply, in its place: in a pipeline the other commands
+  // keep theirs (a "Too many redirections." error ended the whole pipeline's reply), and the
+  // caller learns where the key went.
+  if frame.is_redirection() && command.redirections_remaining > 0 {
     redirect_command(inner, &conn.server, command, frame);
     return Ok(());
   }

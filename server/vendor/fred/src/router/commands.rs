@@ -247,7 +247,14 @@ async fn process_pipeline(
   Ok(())
 }
 
-/// Send `ASKING` to the provided server, then retry the provided command.
+/// Send `ASKING` to the provided server, then retry the provided command there.
+///
+/// window-sidecar patch (see server/vendor/README.md): `ASKING` is pipelined on the target's
+/// connection like any other command, its reply skipped in order, with the command written
+/// right after it to the same connection (it used to be routed by its slot, back to the node
+/// that sent `-ASK`). A redirection is not a failed write, so it gives the command its write
+/// attempt back; and a failure here is the command's, not the router's (it used to end the
+/// routing task, stopping the client for good).
 async fn process_ask(
   inner: &RefCount<ClientInner>,
   router: &mut Router,
@@ -262,20 +269,13 @@ async fn process_ask(
     command.respond_to_caller(Err(e));
     return Ok(());
   }
-  let attempts_remaining = command.attempts_remaining;
-  let asking_result = Box::pin(utils::send_asking_with_policy(
-    inner,
-    router,
-    &server,
-    slot,
-    attempts_remaining,
-  ))
-  .await;
-  if let Err(e) = asking_result {
-    command.respond_to_caller(Err(e.clone()));
-    return Err(e);
-  }
+  command.attempts_remaining += 1;
+  command.cluster_node = Some(server.clone());
 
+  let mut asking = Command::new_asking(slot);
+  asking.cluster_node = Some(server);
+  asking.can_pipeline = true;
+  write_command_t!(inner, router, asking)?;
   if let Err(error) = write_command_t!(inner, router, command) {
     _debug!(inner, "Error sending command after ASKING: {:?}", error);
     Err(error)
@@ -305,6 +305,8 @@ async fn process_moved(
     command.respond_to_caller(Err(e));
     return Ok(());
   }
+  // window-sidecar patch: a redirection is not a failed write (the command did not run).
+  command.attempts_remaining += 1;
 
   if let Err(error) = write_command_t!(inner, router, command) {
     _debug!(inner, "Error sending command after MOVED: {:?}", error);

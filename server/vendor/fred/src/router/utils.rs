@@ -437,61 +437,6 @@ pub async fn add_replica_with_policy(
   Ok(())
 }
 
-/// Send `ASKING` to the provided server, reconnecting as needed.
-pub async fn send_asking_with_policy(
-  inner: &RefCount<ClientInner>,
-  router: &mut Router,
-  server: &Server,
-  slot: u16,
-  mut attempts_remaining: u32,
-) -> Result<(), Error> {
-  macro_rules! next_sleep {
-    ($err:expr) => {{
-      let delay = match next_reconnection_delay(inner) {
-        Ok(delay) => delay,
-        Err(_) => {
-          return Err(
-            $err.unwrap_or_else(|| Error::new(ErrorKind::Routing, "Unable to route command or reconnect.")),
-          );
-        },
-      };
-      let _ = read_and_sleep(inner, router, delay).await;
-      continue;
-    }};
-  }
-
-  loop {
-    let mut command = Command::new_asking(slot);
-    command.cluster_node = Some(server.clone());
-    command.hasher = ClusterHash::Custom(slot);
-
-    if attempts_remaining == 0 {
-      return Err(Error::new(ErrorKind::Routing, "Max attempts reached."));
-    }
-    attempts_remaining -= 1;
-
-    let conn = match router.route(&command) {
-      Some(conn) => conn,
-      None => next_sleep!(None),
-    };
-    let frame = protocol_utils::encode_frame(inner, &command)?;
-    if let Err(err) = conn.write(frame, true, false).await {
-      next_sleep!(Some(err));
-    }
-    if let Err(err) = conn.flush().await {
-      next_sleep!(Some(err));
-    }
-    if let Err(err) = conn.read_skip_pubsub(inner).await {
-      next_sleep!(Some(err));
-    } else {
-      break;
-    }
-  }
-
-  inner.reset_reconnection_attempts();
-  Ok(())
-}
-
 #[cfg(feature = "replicas")]
 async fn sync_cluster_replicas(inner: &RefCount<ClientInner>, router: &mut Router, reset: bool) -> Result<(), Error> {
   if reset {
