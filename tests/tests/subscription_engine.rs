@@ -660,3 +660,43 @@ async fn a_reliable_list_consumer_name_is_a_lease_across_sidecars() {
     let open = reliable("jobs", "same", 1, Duration::from_secs(30));
     a_consumer_name_is_a_lease_across_sidecars(open).await;
 }
+
+/// Flushes leave in the order reads complete, whatever their ids: reads completed 3, 1, 2
+/// flush 3, 1, 2 (and their side effects land in that order).
+#[tokio::test]
+async fn flushes_leave_in_the_order_their_reads_completed() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(3)).await;
+    let open = proto::Open {
+        max_in_flight: 3,
+        ..stream_open("orders", "g", "c", 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let mut reads = Vec::new();
+    while reads.len() < 3 {
+        reads.push(sub.read().await);
+    }
+    for i in [2, 0, 1] {
+        let d = &reads[i].deliveries[0];
+        let n = field(d, "n");
+        sub.send(
+            vec![command(d.slot, "RPUSH", &["log", &n])],
+            vec![outcome(d.slot, Ack)],
+        )
+        .await;
+    }
+    let mut flushed = Vec::new();
+    while flushed.len() < 3 {
+        let report = sub.flush().await;
+        assert!(report.ok, "{report:?}");
+        flushed.push(report.read_id);
+    }
+    let ids: Vec<u64> = [2, 0, 1].iter().map(|&i| reads[i].read_id).collect();
+    assert_eq!(flushed, ids, "flush reports in completion order");
+    let log: Vec<String> = inspect.lrange("log", 0, -1).await.unwrap();
+    assert_eq!(log, ["2", "0", "1"], "side effects in completion order");
+    sidecar.stop().await;
+}
