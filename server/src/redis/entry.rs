@@ -20,6 +20,18 @@ pub const REASON_HEADER: &str = "x-window-reason";
 pub const SUBSCRIPTION_HEADER: &str = "x-window-subscription";
 /// Header on dead letters: how many times the entry was delivered.
 pub const DELIVERIES_HEADER: &str = "x-window-deliveries";
+/// ruststream-fred's count, on its retried copies (deliveries before the copy) and dead letters
+/// (all deliveries). Read and written beside the sidecar's own, so that a cap holds whichever
+/// side retried an entry last.
+pub const RUSTSTREAM_RETRY_HEADER: &str = "x-ruststream-retry-count";
+
+/// The headers the sidecar writes afresh on copies and dead letters.
+const OURS: [&str; 4] = [
+    ATTEMPTS_HEADER,
+    ORIGINAL_ID_HEADER,
+    REASON_HEADER,
+    RUSTSTREAM_RETRY_HEADER,
+];
 
 /// One entry as read: a stream entry, a list value (as its payload) or a pub/sub message.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,19 +71,30 @@ impl crate::engine::Item for std::sync::Arc<Entry> {
 }
 
 impl Entry {
-    /// The value of header `name` (without `h:`), if the entry has it.
+    /// The value of header `name` (without `h:`, in any case), if the entry has it.
     pub fn header(&self, name: &str) -> Option<&Bytes> {
         self.fields.iter().find_map(|(field, value)| {
             let rest = field.strip_prefix(HEADER_PREFIX)?;
-            (rest == name.as_bytes()).then_some(value)
+            rest.eq_ignore_ascii_case(name.as_bytes()).then_some(value)
         })
     }
 
-    /// Deliveries of earlier copies, from the attempts header.
+    /// Deliveries of earlier copies: the sidecar's attempts header or ruststream-fred's retry
+    /// count, whichever says more (each side raises its own and carries the other's).
     pub fn earlier_attempts(&self) -> u32 {
-        self.header(ATTEMPTS_HEADER)
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-            .unwrap_or(0)
+        let count = |name| {
+            self.header(name)
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+                .unwrap_or(0)
+        };
+        count(ATTEMPTS_HEADER).max(count(RUSTSTREAM_RETRY_HEADER))
+    }
+
+    /// Whether a field is one of the headers the sidecar writes afresh.
+    fn is_ours(field: &Bytes) -> bool {
+        field
+            .strip_prefix(HEADER_PREFIX)
+            .is_some_and(|name| OURS.iter().any(|h| name.eq_ignore_ascii_case(h.as_bytes())))
     }
 
     /// Splits payload and headers when the entry is in that layout.
@@ -96,13 +119,6 @@ impl Entry {
     /// The fields of a copy written for a retry: the entry's own fields without the sidecar's
     /// headers, then fresh ones.
     pub fn retry_fields(&self, reason: Option<&str>) -> Vec<(Bytes, Bytes)> {
-        let ours = |field: &Bytes| {
-            field.strip_prefix(HEADER_PREFIX).is_some_and(|name| {
-                [ATTEMPTS_HEADER, ORIGINAL_ID_HEADER, REASON_HEADER]
-                    .iter()
-                    .any(|h| name == h.as_bytes())
-            })
-        };
         let original = self
             .header(ORIGINAL_ID_HEADER)
             .cloned()
@@ -110,14 +126,13 @@ impl Entry {
         let mut fields: Vec<_> = self
             .fields
             .iter()
-            .filter(|(f, _)| !ours(f))
+            .filter(|(f, _)| !Self::is_ours(f))
             .cloned()
             .collect();
         let header = |name: &str| Bytes::from(format!("h:{name}"));
-        fields.push((
-            header(ATTEMPTS_HEADER),
-            Bytes::from(self.delivery_count.to_string()),
-        ));
+        let deliveries = Bytes::from(self.delivery_count.to_string());
+        fields.push((header(ATTEMPTS_HEADER), deliveries.clone()));
+        fields.push((header(RUSTSTREAM_RETRY_HEADER), deliveries));
         fields.push((header(ORIGINAL_ID_HEADER), original));
         if let Some(reason) = reason.filter(|r| !r.is_empty()) {
             fields.push((header(REASON_HEADER), Bytes::from(reason.to_owned())));
@@ -133,13 +148,6 @@ impl Entry {
         subscription: &str,
         reason: Option<&str>,
     ) -> Vec<(Bytes, Bytes)> {
-        let ours = |field: &Bytes| {
-            field.strip_prefix(HEADER_PREFIX).is_some_and(|name| {
-                [ATTEMPTS_HEADER, ORIGINAL_ID_HEADER, REASON_HEADER]
-                    .iter()
-                    .any(|h| name == h.as_bytes())
-            })
-        };
         let original = self
             .header(ORIGINAL_ID_HEADER)
             .cloned()
@@ -148,18 +156,18 @@ impl Entry {
         let mut fields: Vec<_> = self
             .fields
             .iter()
-            .filter(|(f, _)| !ours(f))
+            .filter(|(f, _)| !Self::is_ours(f))
             .cloned()
             .collect();
+        let deliveries = Bytes::from(self.delivery_count.to_string());
         fields.push((header(ORIGINAL_ID_HEADER), original));
         fields.push((
             header(SUBSCRIPTION_HEADER),
             Bytes::from(subscription.to_owned()),
         ));
-        fields.push((
-            header(DELIVERIES_HEADER),
-            Bytes::from(self.delivery_count.to_string()),
-        ));
+        fields.push((header(DELIVERIES_HEADER), deliveries.clone()));
+        // ruststream-fred's dead letters say all deliveries in its count.
+        fields.push((header(RUSTSTREAM_RETRY_HEADER), deliveries));
         if let Some(reason) = reason.filter(|r| !r.is_empty()) {
             fields.push((header(REASON_HEADER), Bytes::from(reason.to_owned())));
         }
@@ -287,6 +295,52 @@ mod tests {
         );
         assert!(again.contains(&(b("h:x-window-original-id"), b("1-0"))));
         assert!(again.contains(&(b("h:x-window-attempts"), b("3"))));
+        assert!(again.contains(&(b("h:x-ruststream-retry-count"), b("3"))));
+    }
+
+    #[test]
+    fn ruststream_fred_retry_counts_are_read_and_raised() {
+        // A copy ruststream-fred retried twice: its count says two deliveries before it.
+        let theirs = entry(&[("_payload", "p"), ("h:x-ruststream-retry-count", "2")]);
+        assert_eq!(theirs.earlier_attempts(), 2);
+        // Whichever side counted more wins (each carries the other's header along).
+        let both = entry(&[
+            ("_payload", "p"),
+            ("h:x-window-attempts", "1"),
+            ("h:X-Ruststream-Retry-Count", "4"),
+        ]);
+        assert_eq!(both.earlier_attempts(), 4);
+        // Our copy of its third delivery says 3 in both counts, once each.
+        let copy = Entry {
+            delivery_count: 3,
+            ..theirs
+        }
+        .retry_fields(None);
+        let counts: Vec<_> = copy
+            .iter()
+            .filter(|(f, _)| f.ends_with(b"retry-count") || f.ends_with(b"attempts"))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                &(b("h:x-window-attempts"), b("3")),
+                &(b("h:x-ruststream-retry-count"), b("3"))
+            ]
+        );
+        // A dead letter says all deliveries in ruststream-fred's count too.
+        let dead = Entry {
+            delivery_count: 5,
+            ..entry(&[("_payload", "p"), ("h:x-ruststream-retry-count", "4")])
+        }
+        .dead_letter_fields("orders/g", Some("boom"));
+        assert!(dead.contains(&(b("h:x-ruststream-retry-count"), b("5"))));
+        assert!(dead.contains(&(b("h:x-window-deliveries"), b("5"))));
+        assert_eq!(
+            dead.iter()
+                .filter(|(f, _)| f.as_ref() == b"h:x-ruststream-retry-count")
+                .count(),
+            1
+        );
     }
 
     #[test]

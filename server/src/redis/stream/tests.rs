@@ -149,7 +149,7 @@ fn retries_are_written_in_the_same_transaction_as_the_xack() {
     assert_eq!(rendered[1], "MULTI");
     assert_eq!(
         rendered[2],
-        "XADD orders * f v h:x-window-attempts 1 h:x-window-original-id 2-0 h:x-window-reason busy"
+        "XADD orders * f v h:x-window-attempts 1 h:x-ruststream-retry-count 1 h:x-window-original-id 2-0 h:x-window-reason busy"
     );
     assert!(rendered[3].starts_with("ZADD {orders}:window:delayed 1250 3-0\n1:f1:v"));
     assert_eq!(rendered[4], "XACK orders g 1-0 2-0 3-0");
@@ -181,7 +181,7 @@ fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
     assert_eq!(rendered[0], "MULTI");
     assert_eq!(
         rendered[1],
-        "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-window-reason boom"
+        "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-ruststream-retry-count 3 h:x-window-reason boom"
     );
     assert!(rendered[2].starts_with("XADD orders * f v h:x-window-attempts 1"));
     assert_eq!(rendered[3], "XACK orders g 1-0 2-0");
