@@ -279,6 +279,8 @@ pub async fn run(
         bearer_auth = auth.enabled(),
         redis = %redact_url(&config.redis_url),
         worker_threads = config.worker_threads,
+        // What the runtime in effect runs, not what was asked for.
+        runtime_workers = tokio::runtime::Handle::current().metrics().num_workers(),
         "window-sidecar starting"
     );
     let settings = Settings {

@@ -91,6 +91,11 @@ async fn worker_threads_picks_the_runtime_and_each_runs_the_window() {
             started.contains(&format!("worker_threads={workers}")),
             "{started}"
         );
+        // The runtime's own count of its workers: one for the current-thread runtime.
+        assert!(
+            started.contains(&format!("runtime_workers={workers}")),
+            "{started}"
+        );
         sidecar.wait_for("Redis answers: SERVING");
         let mut worker =
             common::Worker::open(&listen, common::stream_open(&key, "c1", 10, 20, None)).await;
@@ -114,12 +119,10 @@ async fn worker_threads_picks_the_runtime_and_each_runs_the_window() {
         sidecar.signal("TERM");
         sidecar.wait_for("window-sidecar stopped");
     }
-    // One worker thread is the thread that started the runtime; two are threads of their own
-    // (beside which tokio's blocking pool may hold a thread or two, in either case).
-    assert!(
-        threads[1] > threads[0],
-        "threads of --worker-threads 1 and 2: {threads:?}"
-    );
+    // The process's thread count says little about the workers: tokio's blocking pool grows and
+    // shrinks beside them (7 threads with one worker and 5 with two were seen on a loaded
+    // machine), so the runtime's own count above is what is asserted.
+    eprintln!("threads of --worker-threads 1 and 2: {threads:?}");
 }
 
 mod crash {
