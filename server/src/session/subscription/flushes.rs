@@ -9,12 +9,13 @@ use tracing::{debug, warn};
 use super::{Item, Subscription, observe};
 use crate::engine::{FlushId, FlushStatus, Read, ReadError};
 use crate::redis::entry::Entry;
-use crate::redis::flush::FlushResult;
+use crate::redis::flush::{FlushPlan, FlushResult};
 use crate::redis::form::{Form, read_error};
 use crate::redis::plan::{PlanContext, plan_dead_letters, plan_flush};
 use crate::redis::stream;
 use crate::session::FlushReport;
 use crate::session::workers::{self, FlushJob, Flushed, ReadAhead};
+use crate::window::ReadId;
 
 impl Subscription {
     pub(super) fn flush(
@@ -42,15 +43,12 @@ impl Subscription {
             let read = self.read_spans.remove(&batch.read_id);
             observe::flush_span(&self.view, &batch, read, client, plan.side_effects)
         });
-        let report = FlushReport {
-            read_id: batch.read_id,
-            segments_kept: batch.kept.len(),
-            segments_dropped: batch.dropped_segments(),
-            commands: plan.side_effects,
-            settles: plan.settles,
-            dead_lettered: plan.dead_lettered,
-            result: FlushResult::default(),
-        };
+        let report = report(
+            batch.read_id,
+            batch.kept.len(),
+            batch.dropped_segments(),
+            &plan,
+        );
         self.submit(FlushJob {
             flush,
             report,
@@ -69,15 +67,7 @@ impl Subscription {
             entries = refs.len(),
             "entries past max_deliveries go to the dead letter"
         );
-        let report = FlushReport {
-            read_id: 0,
-            segments_kept: 0,
-            segments_dropped: 0,
-            commands: 0,
-            settles: plan.settles,
-            dead_lettered: plan.dead_lettered,
-            result: FlushResult::default(),
-        };
+        let report = report(0, 0, 0, &plan);
         self.submit(FlushJob {
             flush,
             report,
@@ -160,5 +150,18 @@ impl Subscription {
                 }
             }
         }
+    }
+}
+
+/// The report of a flush about to go, before its result is known.
+fn report(read_id: ReadId, kept: usize, dropped: usize, plan: &FlushPlan) -> FlushReport {
+    FlushReport {
+        read_id,
+        segments_kept: kept,
+        segments_dropped: dropped,
+        commands: plan.side_effects,
+        settles: plan.settles,
+        dead_lettered: plan.dead_lettered,
+        result: FlushResult::default(),
     }
 }
