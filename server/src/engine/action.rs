@@ -1,0 +1,51 @@
+//! The actions the engine asks of the I/O task.
+
+use std::time::Duration;
+
+use super::{FlushId, Stop};
+use crate::window::{FlushBatch, OpenedRead};
+
+/// What the I/O task must do, in order.
+#[derive(Debug, PartialEq)]
+pub enum Action<E> {
+    /// Read up to `count` entries on the reader, blocking at most `block`. `reread`: go
+    /// through this consumer's own pending entries first; `recover`: first recover entries of
+    /// idle or dead consumers.
+    Read {
+        count: u32,
+        block: Duration,
+        reread: bool,
+        recover: bool,
+    },
+    /// Send a read to the client. `report`: the flush report that rides inside it.
+    Deliver {
+        read: OpenedRead,
+        entries: Vec<E>,
+        redelivery: bool,
+        lost: u64,
+        report: Option<FlushId>,
+    },
+    /// Nothing to deliver, but the client must learn that pub/sub messages were lost.
+    Lost(u64),
+    /// Flush a read's batch. `read_ahead`: append a read of that many new entries.
+    Flush {
+        flush: FlushId,
+        batch: FlushBatch<E>,
+        read_ahead: Option<u32>,
+    },
+    /// Move entries past the delivery cap to the dead letter with their settle, unread.
+    DeadLetter { flush: FlushId, entries: Vec<E> },
+    /// Send a flush's report to the client.
+    Report(FlushId),
+    /// Give entries back to Redis as if this subscription had not taken them. `seen`: the
+    /// client got them (their delivery counts), else nobody did (uncount that read).
+    GiveBack { entries: Vec<E>, seen: bool },
+    /// Renew the consumer lease; answer with [`Engine::lease_renewed`].
+    RenewLease,
+    /// Tell the client shutdown began.
+    Draining { grace: Duration, outstanding: usize },
+    /// End the client's stream: with the reason, or as the session decided (`None`).
+    EndStream(Option<Stop>),
+    /// Nothing is left to do: release the consumer and stop.
+    Done,
+}

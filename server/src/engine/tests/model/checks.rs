@@ -1,0 +1,71 @@
+//! The invariants checked between steps and at the end, and the run to the end.
+
+use std::time::Duration;
+
+use super::super::super::*;
+use super::{RENEW, World, config};
+
+impl World {
+    /// A live subscription renews its lease on time, whatever else it does.
+    pub(in crate::engine::tests) fn check_lease(&self) {
+        if config(self.kind).lease_renewal.is_some() && !self.done && !self.lease_asked {
+            assert!(
+                self.now < self.last_renewal + RENEW,
+                "the lease was not renewed for {:?}",
+                self.now - self.last_renewal
+            );
+        }
+    }
+
+    /// Lets everything under way finish, the client gone, until the engine is done.
+    pub(in crate::engine::tests) fn finish(&mut self) {
+        self.engine.client_closed(self.now);
+        self.collect();
+        for _ in 0..10_000 {
+            if self.done {
+                return;
+            }
+            self.run_read(false);
+            if let Some(answer) = self.reader_answer.take() {
+                self.engine.read_returned(self.now, answer);
+                self.collect();
+            }
+            self.run_flush(0);
+            self.answer_flush();
+            self.settle_stale(false);
+            if self.lease_asked {
+                self.lease_asked = false;
+                self.engine.lease_renewed(self.now, LeaseRenewal::Held);
+                self.collect();
+            }
+            self.now += Duration::from_millis(100);
+            self.engine.tick(self.now);
+            self.collect();
+        }
+        panic!("the engine never finished");
+    }
+
+    /// Every entry ended settled with its side effects, or is still in Redis to be delivered
+    /// again; no side effect ran twice, and none of an entry that was not acked.
+    pub(in crate::engine::tests) fn check_end(&self) {
+        for (id, n) in &self.effects {
+            assert_eq!(*n, 1, "the side effects of entry {id} ran {n} times");
+            assert!(self.settled.contains(id));
+        }
+        if self.kind == Kind::PubSub {
+            return;
+        }
+        for id in (1..self.next_id).filter(|id| !self.may_lose.contains(id)) {
+            let waiting = self.backlog.contains(&id) || self.pending.contains(&id);
+            assert!(
+                self.settled.contains(&id) ^ waiting,
+                "entry {id} is lost (settled: {}, waiting: {waiting}); backlog {:?}, pending {:?}, settled {:?}",
+                self.settled.contains(&id),
+                self.backlog,
+                self.pending,
+                self.settled,
+            );
+        }
+        assert!(self.originals > 0);
+    }
+}
