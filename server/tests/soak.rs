@@ -1,4 +1,4 @@
-//! Soak (issue 8): the real binary, loopback only, under a steady load of 54 subscriptions of
+//! Soak: the real binary, loopback only, under a steady load of 54 subscriptions of
 //! every form (42 stream consumers, 6 reliable-list and 4 simple-list consumers, a pub/sub
 //! channel and a pattern) with their producers, for `SOAK_SECS` seconds (default 150). Five of
 //! the subscriptions close and reopen every 15 s. Every ~10 s it prints the sidecar's RSS,

@@ -1,4 +1,4 @@
-//! The benchmark of issue 9: the window sidecar side by side with what users write instead.
+//! The benchmark: the window sidecar side by side with what users write instead.
 //!
 //! ```sh
 //! cargo run --release -p window-sidecar-bench -- [--entries N] [--rounds R] [--contenders a,b,…] [--quick]
