@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .publish(proto::PublishRequest {
             stream: "walkthrough:orders".into(),
             entries,
-            max_len: 0,
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -654,7 +654,7 @@ async fn producer(
                                 ..Default::default()
                             })
                             .collect(),
-                        max_len: 0,
+                        ..Default::default()
                     })
                     .await
                     .expect("Publish")

@@ -191,7 +191,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
             payload: "{}".into(),
             ..Default::default()
         }],
-        max_len: 0,
+        ..Default::default()
     });
     publish
         .metadata_mut()
@@ -485,7 +485,7 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
             payload: "{}".into(),
             ..Default::default()
         }],
-        max_len: 0,
+        ..Default::default()
     };
     let refused = intruder.publish(publish()).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated);

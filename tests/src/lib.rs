@@ -345,7 +345,7 @@ pub async fn publish(
         .publish(proto::PublishRequest {
             stream: stream.into(),
             entries,
-            max_len: 0,
+            ..Default::default()
         })
         .await
         .expect("publish")

@@ -344,15 +344,35 @@ async fn publish_refuses_malformed_requests() {
             proto::PublishRequest {
                 stream: String::new(),
                 entries: vec![proto::PublishEntry::default()],
-                max_len: 0,
+                ..Default::default()
             },
-            "stream is required",
+            "set exactly one of stream, list, channel and sharded_channel",
+        ),
+        (
+            proto::PublishRequest {
+                stream: "s".into(),
+                channel: "c".into(),
+                entries: vec![proto::PublishEntry::default()],
+                ..Default::default()
+            },
+            "set exactly one of stream, list, channel and sharded_channel",
+        ),
+        (
+            proto::PublishRequest {
+                list: "l".into(),
+                entries: vec![proto::PublishEntry {
+                    fields: vec![proto::Field::default()],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            "entries[0]: a list value or a message is a `payload` with `headers`",
         ),
         (
             proto::PublishRequest {
                 stream: "s".into(),
                 entries: vec![],
-                max_len: 0,
+                ..Default::default()
             },
             "entries must not be empty",
         ),
@@ -360,7 +380,7 @@ async fn publish_refuses_malformed_requests() {
             proto::PublishRequest {
                 stream: "s".into(),
                 entries: vec![proto::PublishEntry::default()],
-                max_len: 0,
+                ..Default::default()
             },
             "entries[0]: a publish entry needs `fields` or a `payload`",
         ),
@@ -383,7 +403,7 @@ async fn publish_refuses_malformed_requests() {
                 payload: "p".into(),
                 ..Default::default()
             }],
-            max_len: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -413,7 +433,7 @@ async fn publish_writes_the_payload_layout_and_delivers_it_split() {
                 }),
                 ..Default::default()
             }],
-            max_len: 0,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -570,8 +570,22 @@ async fn an_entry_delivered_past_the_cap_without_outcomes_is_dead_lettered_unrea
     let report = sub.flush().await;
     assert_eq!((report.read_id, report.dead_lettered), (0, 1));
     assert!(report.ok);
-    let dead: Vec<String> = inspect.lrange("jobs:dead", 0, -1).await.unwrap();
-    assert_eq!(dead, ["poison"]);
+    // A frame of the value with where it came from, how often and why.
+    let dead: Vec<bytes::Bytes> = inspect.lrange("jobs:dead", 0, -1).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let letter = window_sidecar::redis::frame::decode(&dead[0]).expect("a frame");
+    let text = |s: &str| bytes::Bytes::copy_from_slice(s.as_bytes());
+    assert_eq!(letter[0], (text("_payload"), text("poison")));
+    assert!(letter.contains(&(text("h:x-window-subscription"), text("jobs"))));
+    assert!(letter.contains(&(text("h:x-window-deliveries"), text("3"))));
+    assert!(letter.contains(&(text("h:x-ruststream-retry-count"), text("3"))));
+    assert!(
+        letter
+            .iter()
+            .any(|(f, v)| f.as_ref() == b"h:x-window-reason"
+                && v.starts_with(b"delivered more often than max_deliveries")),
+        "{letter:?}"
+    );
     assert_eq!(len(&inspect, "{jobs}:window:processing:c1").await, 0);
     sidecar.stop().await;
 }

@@ -1,11 +1,18 @@
 //! Sharing keys with ruststream-fred services: the retry counts each side writes on its copies
-//! count against the other side's cap.
+//! count against the other side's cap, list values and messages travel in ruststream-fred's
+//! frame, and a real ruststream-fred service and sidecar clients consume the same keys.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
 
-use fred::prelude::*;
-use window_sidecar::proto::OutcomeKind::Retry;
+use bytes::Bytes;
+use fred::prelude::{Client, ListInterface, PubsubInterface, StreamsInterface, Value};
+use ruststream::runtime::RETRY_COUNT_HEADER;
+use ruststream_fred::prelude::*;
+use window_sidecar::proto::OutcomeKind::{Ack, Retry};
 use window_sidecar::proto::{self, subscribe_response::Kind};
+use window_sidecar::redis::frame;
 use window_sidecar_tests::*;
 
 /// The fields of every entry of a stream, in order.
@@ -78,5 +85,394 @@ async fn retry_counts_hold_across_ruststream_fred_and_the_sidecar() {
         }
     };
     assert_eq!(again.deliveries[0].delivery_count, 2);
+    sidecar.stop().await;
+}
+
+/// What a ruststream-fred handler or a sidecar client saw of one delivery.
+#[derive(Clone, Debug)]
+struct Seen {
+    form: &'static str,
+    n: u32,
+    side: &'static str,
+    attempt: u32,
+    tenant: Option<String>,
+}
+
+/// Every delivery both sides saw in the shared-keys test.
+static SEEN: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
+
+#[derive(Debug, serde::Deserialize)]
+struct Job {
+    n: u32,
+}
+
+fn seen_by_ruststream(
+    form: &'static str,
+    job: &Job,
+    headers: &ruststream::HeaderMap,
+) -> HandlerOutcome {
+    let earlier: u32 = headers
+        .get_str(RETRY_COUNT_HEADER)
+        .map_or(0, |c| c.parse().expect("a count"));
+    SEEN.lock().unwrap().push(Seen {
+        form,
+        n: job.n,
+        side: "ruststream-fred",
+        attempt: earlier + 1,
+        tenant: headers.get_str("tenant").map(str::to_owned),
+    });
+    HandlerOutcome::retry()
+}
+
+#[subscriber(RedisStream::new("shared:orders").group("g").consumer("rs").start_id(StreamStart::Beginning).block(Duration::from_millis(200)))]
+async fn ruststream_order(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    seen_by_ruststream("stream", job, ctx.headers())
+}
+
+#[subscriber(RedisList::new("shared:jobs").reliable().block(Duration::from_millis(200)))]
+async fn ruststream_job(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    seen_by_ruststream("list", job, ctx.headers())
+}
+
+/// A sidecar client that retries everything it gets, recording each delivery.
+async fn retry_everything(mut sub: Subscription, form: &'static str) {
+    while let Ok(Some(kind)) = sub.next().await {
+        let Kind::Read(read) = kind else { continue };
+        let mut outcomes = Vec::new();
+        for d in &read.deliveries {
+            let job: serde_json::Value = serde_json::from_slice(&d.payload).expect("JSON");
+            SEEN.lock().unwrap().push(Seen {
+                form,
+                n: job["n"].as_u64().expect("n") as u32,
+                side: "sidecar",
+                attempt: d.delivery_count,
+                tenant: d.headers.get("tenant").cloned(),
+            });
+            outcomes.push(outcome(d.slot, Retry));
+        }
+        sub.send(vec![], outcomes).await;
+    }
+}
+
+/// ruststream-fred services and sidecar clients consume the same stream through one group and
+/// the same reliable list, and retry everything. Whichever side gets a copy, each entry is
+/// delivered exactly three times (attempts 1, 2 and 3, each once), its headers intact, and its
+/// third failure goes to the shared dead letter once, saying 3 in ruststream-fred's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their_caps_hold() {
+    const N: u32 = 20;
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let jobs = |n: std::ops::Range<u32>| -> Vec<proto::PublishEntry> {
+        n.map(|n| proto::PublishEntry {
+            payload: format!("{{\"n\":{n}}}").into(),
+            headers: [("tenant".to_owned(), "acme".to_owned())].into(),
+            ..Default::default()
+        })
+        .collect()
+    };
+    let app = RustStream::new(AppInfo::new("interop", "0.1.0"))
+        .with_broker(RedisBroker::standalone(redis.url()), |b| {
+            b.include(ruststream_order)
+                .max_attempts(nonzero!(3u32))
+                .dead_letter("shared:orders:dead");
+            b.include(ruststream_job)
+                .max_attempts(nonzero!(3u32))
+                .dead_letter("shared:jobs:dead");
+        })
+        .start()
+        .await
+        .expect("the ruststream-fred service starts");
+    let capped = |open: proto::Open, dead_letter| proto::Open {
+        max_deliveries: 3,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(dead_letter),
+        }),
+        ..open
+    };
+    let stream = capped(
+        stream_open("shared:orders", "g", "sc", 4),
+        proto::dead_letter::Target::Stream("shared:orders:dead".into()),
+    );
+    let list = capped(
+        proto::Open {
+            source: Some(proto::open::Source::ReliableList(
+                proto::ReliableListSource {
+                    key: "shared:jobs".into(),
+                    consumer: "sc".into(),
+                    ..Default::default()
+                },
+            )),
+            ..stream_open("-", "-", "-", 4)
+        },
+        proto::dead_letter::Target::List("shared:jobs:dead".into()),
+    );
+    let (stream_sub, _) = Subscription::open(&mut client, stream).await.unwrap();
+    let (list_sub, _) = Subscription::open(&mut client, list).await.unwrap();
+    let workers = [
+        tokio::spawn(retry_everything(stream_sub, "stream")),
+        tokio::spawn(retry_everything(list_sub, "list")),
+    ];
+
+    // Both sides are reading before the first entry arrives, so neither takes them all.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client
+        .publish(proto::PublishRequest {
+            stream: "shared:orders".into(),
+            entries: jobs(0..N),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Into the list through the sidecar, framed because they carry headers.
+    client
+        .publish(proto::PublishRequest {
+            list: "shared:jobs".into(),
+            entries: jobs(0..N),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let streamed: u64 = inspect.xlen("shared:orders:dead").await.unwrap();
+        let listed: u64 = inspect.llen("shared:jobs:dead").await.unwrap();
+        if streamed == u64::from(N) && listed == u64::from(N) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "dead letters: {streamed} on the stream, {listed} on the list, of {N} each; seen: {:?}",
+            SEEN.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Anything still on its way would show up as a fourth delivery or a second dead letter.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    app.shutdown().await.expect("the service stops");
+    for worker in workers {
+        worker.abort();
+    }
+
+    let seen = SEEN.lock().unwrap().clone();
+    for form in ["stream", "list"] {
+        let mut crossed = 0;
+        for n in 0..N {
+            let mut of_n: Vec<&Seen> = seen.iter().filter(|s| s.form == form && s.n == n).collect();
+            of_n.sort_by_key(|s| s.attempt);
+            let attempts: Vec<u32> = of_n.iter().map(|s| s.attempt).collect();
+            assert_eq!(attempts, [1, 2, 3], "{form} entry {n}: {of_n:?}");
+            assert!(
+                of_n.iter().all(|s| s.tenant.as_deref() == Some("acme")),
+                "{form} entry {n} lost its header: {of_n:?}"
+            );
+            if of_n.windows(2).any(|w| w[0].side != w[1].side) {
+                crossed += 1;
+            }
+        }
+        assert!(
+            crossed > 0,
+            "no {form} entry went from one side to the other: {seen:?}"
+        );
+        eprintln!("{form}: {crossed} of {N} entries changed sides between attempts");
+    }
+
+    // The dead letters: one per entry, whichever side wrote it, with the count and header.
+    let mut dead: Vec<(u32, HashMap<String, String>)> = entries(&inspect, "shared:orders:dead")
+        .await
+        .into_iter()
+        .map(|fields| {
+            let job: serde_json::Value = serde_json::from_str(&fields["_payload"]).unwrap();
+            (job["n"].as_u64().unwrap() as u32, fields)
+        })
+        .collect();
+    let values: Vec<Bytes> = inspect.lrange("shared:jobs:dead", 0, -1).await.unwrap();
+    let mut listed: Vec<(u32, HashMap<String, String>)> = values
+        .iter()
+        .map(|value| {
+            let fields: HashMap<String, String> = frame::decode(value)
+                .expect("a framed dead letter")
+                .into_iter()
+                .map(|(f, v)| {
+                    (
+                        String::from_utf8_lossy(&f).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                })
+                .collect();
+            let job: serde_json::Value = serde_json::from_str(&fields["_payload"]).unwrap();
+            (job["n"].as_u64().unwrap() as u32, fields)
+        })
+        .collect();
+    for (form, letters) in [("stream", &mut dead), ("list", &mut listed)] {
+        letters.sort_by_key(|(n, _)| *n);
+        let ns: Vec<u32> = letters.iter().map(|(n, _)| *n).collect();
+        assert_eq!(ns, (0..N).collect::<Vec<_>>(), "{form} dead letters");
+        for (n, fields) in letters.iter() {
+            assert_eq!(
+                fields["h:x-ruststream-retry-count"], "3",
+                "{form} {n}: {fields:?}"
+            );
+            assert_eq!(fields["h:tenant"], "acme", "{form} {n}: {fields:?}");
+        }
+    }
+
+    // Nothing is left pending or on a processing list.
+    let pending: Value = inspect.xpending("shared:orders", "g", ()).await.unwrap();
+    assert_eq!(
+        pending.into_array()[0].as_u64(),
+        Some(0),
+        "pending entries left"
+    );
+    let left: u64 = inspect.llen("shared:jobs").await.unwrap();
+    let theirs: u64 = inspect.llen("shared:jobs.processing").await.unwrap();
+    let ours: u64 = inspect
+        .llen("{shared:jobs}:window:processing:sc")
+        .await
+        .unwrap();
+    assert_eq!((left, theirs, ours), (0, 0, 0), "list, processing lists");
+    sidecar.stop().await;
+}
+
+fn pubsub_open(channel: &str, framing: proto::Framing) -> proto::Open {
+    proto::Open {
+        source: Some(proto::open::Source::Pubsub(proto::PubSubSource {
+            channels: vec![channel.into()],
+            ..Default::default()
+        })),
+        framing: framing as i32,
+        ..stream_open("-", "-", "-", 4)
+    }
+}
+
+/// The first two deliveries of a subscription, acked.
+async fn two_deliveries(sub: &mut Subscription) -> Vec<proto::Delivery> {
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let read = sub.read().await;
+        let acks = read.deliveries.iter().map(|d| outcome(d.slot, Ack));
+        sub.send(vec![], acks.collect()).await;
+        got.extend(read.deliveries);
+    }
+    got
+}
+
+/// A message published with headers is a frame on the channel: a subscription that reads
+/// frames gets payload and headers, one that reads raw gets the frame's bytes, and a message
+/// another client published bare arrives as it is in both.
+#[tokio::test]
+async fn messages_in_the_frame_arrive_as_payload_and_headers_unless_read_raw() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let (mut framed, _) = Subscription::open(
+        &mut client,
+        pubsub_open("news", proto::Framing::Unspecified),
+    )
+    .await
+    .unwrap();
+    let (mut raw, _) = Subscription::open(&mut client, pubsub_open("news", proto::Framing::Raw))
+        .await
+        .unwrap();
+    let published = client
+        .publish(proto::PublishRequest {
+            channel: "news".into(),
+            entries: vec![proto::PublishEntry {
+                payload: "hello".into(),
+                headers: [("lang".to_owned(), "en".to_owned())].into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(published.receivers, [2]);
+    let _: i64 = inspect
+        .publish("news", Bytes::from_static(b"\0\0\0\0bare"))
+        .await
+        .unwrap();
+
+    let framed = two_deliveries(&mut framed).await;
+    assert_eq!(framed[0].payload.as_ref(), b"hello");
+    assert_eq!(framed[0].headers["lang"], "en");
+    let mut wire = vec![0, 0, 0, 1, 0, 0, 0, 4];
+    wire.extend_from_slice(b"lang");
+    wire.extend_from_slice(&[0, 0, 0, 2]);
+    wire.extend_from_slice(b"en");
+    wire.extend_from_slice(b"hello");
+    let raw = two_deliveries(&mut raw).await;
+    assert_eq!(raw[0].payload.as_ref(), wire.as_slice());
+    assert!(raw[0].headers.is_empty());
+    // Four zero bytes are an empty frame to a reader of frames, and data to a raw reader.
+    assert_eq!(framed[1].payload.as_ref(), b"bare");
+    assert_eq!(raw[1].payload.as_ref(), b"\0\0\0\0bare");
+    sidecar.stop().await;
+}
+
+/// A list publish writes a bare payload as it is and frames one with headers; a raw list
+/// subscription takes both as they are, and its dead letters stay the values they were.
+#[tokio::test]
+async fn a_raw_list_keeps_values_as_they_are_and_framed_publishes_need_headers() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let entry = |payload: &str, headers: &[(&str, &str)]| proto::PublishEntry {
+        payload: Bytes::copy_from_slice(payload.as_bytes()),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    client
+        .publish(proto::PublishRequest {
+            list: "raw:jobs".into(),
+            entries: vec![entry("plain", &[]), entry("headed", &[("k", "v")])],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let values: Vec<Bytes> = inspect.lrange("raw:jobs", 0, -1).await.unwrap();
+    assert_eq!(values[1].as_ref(), b"plain");
+    assert!(frame::decode(&values[0]).is_some(), "{values:?}");
+    let refused = client
+        .publish(proto::PublishRequest {
+            list: "raw:jobs".into(),
+            entries: vec![entry("headed", &[("k", "v")])],
+            framing: proto::Framing::Raw as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("FRAMING_RAW"), "{refused:?}");
+
+    let open = proto::Open {
+        source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+            key: "raw:jobs".into(),
+        })),
+        framing: proto::Framing::Raw as i32,
+        max_deliveries: 1,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::List("raw:dead".into())),
+        }),
+        ..stream_open("-", "-", "-", 4)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let read = sub.read().await;
+    let payloads: Vec<&[u8]> = read.deliveries.iter().map(|d| d.payload.as_ref()).collect();
+    assert_eq!(payloads, [b"plain".as_slice(), values[0].as_ref()]);
+    let retries = read.deliveries.iter().map(|d| outcome(d.slot, Retry));
+    sub.send(vec![], retries.collect()).await;
+    assert_eq!(sub.flush().await.dead_lettered, 2);
+    let mut dead: Vec<Bytes> = inspect.lrange("raw:dead", 0, -1).await.unwrap();
+    dead.reverse();
+    assert_eq!(dead, [Bytes::from_static(b"plain"), values[0].clone()]);
     sidecar.stop().await;
 }

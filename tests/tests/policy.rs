@@ -74,7 +74,7 @@ async fn opens_and_publishes_outside_the_allowed_keys_are_permission_denied() {
                 payload: "{}".into(),
                 ..Default::default()
             }],
-            max_len: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -94,7 +94,7 @@ async fn opens_and_publishes_outside_the_allowed_keys_are_permission_denied() {
                 payload: vec![b'x'; 70 * 1024].into(),
                 ..Default::default()
             }],
-            max_len: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();

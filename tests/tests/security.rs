@@ -19,7 +19,7 @@ fn publish_request() -> proto::PublishRequest {
             payload: "{}".into(),
             ..Default::default()
         }],
-        max_len: 0,
+        ..Default::default()
     }
 }
 

@@ -83,7 +83,7 @@ async fn try_publish(
                 }],
                 ..Default::default()
             }],
-            max_len: 0,
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner().ids)

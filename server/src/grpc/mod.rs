@@ -1,4 +1,4 @@
-//! The tonic service: Subscribe spawns a session per stream, Publish appends entries. Errors
+//! The tonic service: Subscribe spawns a session per stream, Publish writes entries. Errors
 //! become gRPC statuses here and nowhere else.
 
 mod connections;
@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::policy::PolicyError;
 use crate::proto;
 use crate::proto::window_service_server::WindowService;
+use crate::redis::publish::Target;
 use crate::redis::{self, RedisError};
 use crate::session::{self, InboundError, SessionError, Shared};
 use crate::telemetry::{TRACER, format_traceparent, parse_traceparent};
@@ -104,36 +105,17 @@ impl WindowService for Service {
             .and_then(|v| v.to_str().ok())
             .and_then(|tp| parse_traceparent(tp, None));
         let request = request.into_inner();
-        let span = self.shared.settings.tracing.then(|| {
-            let tracer = global::tracer(TRACER);
-            let parent = caller
-                .clone()
-                .map(|c| Context::new().with_remote_span_context(c))
-                .unwrap_or_default();
-            tracer
-                .span_builder("window.publish")
-                .with_kind(SpanKind::Producer)
-                .with_attributes([
-                    KeyValue::new("window.subscription", request.stream.clone()),
-                    KeyValue::new("window.entries", request.entries.len() as i64),
-                ])
-                .start_with_context(&tracer, &parent)
-        });
-        // Entries carry the publish span's context, or the caller's when spans are off.
-        let trace = span
-            .as_ref()
-            .map(|s| s.span_context().clone())
-            .or(caller)
-            .and_then(|c| format_traceparent(&c));
-        if request.stream.is_empty() {
-            return Err(Status::invalid_argument("stream is required"));
-        }
-        if let Err(err) = self
-            .shared
-            .settings
-            .policy
-            .check_key(request.stream.as_bytes())
-        {
+        let (target, framing) =
+            convert::publish_target(&request).map_err(Status::invalid_argument)?;
+        let checked = match &target {
+            Target::Stream { key, .. } | Target::List(key) => {
+                self.shared.settings.policy.check_key(key)
+            }
+            Target::Channel(name) | Target::ShardedChannel(name) => {
+                self.shared.settings.policy.check_channel(name)
+            }
+        };
+        if let Err(err) = checked {
             return Err(policy_status(&err, err.to_string()));
         }
         if request.entries.is_empty() {
@@ -145,32 +127,54 @@ impl WindowService for Service {
                 request.entries.len()
             )));
         }
+        let span = self.shared.settings.tracing.then(|| {
+            let tracer = global::tracer(TRACER);
+            let parent = caller
+                .clone()
+                .map(|c| Context::new().with_remote_span_context(c))
+                .unwrap_or_default();
+            tracer
+                .span_builder("window.publish")
+                .with_kind(SpanKind::Producer)
+                .with_attributes([
+                    KeyValue::new("window.subscription", target.describe()),
+                    KeyValue::new("window.entries", request.entries.len() as i64),
+                ])
+                .start_with_context(&tracer, &parent)
+        });
+        // Entries carry the publish span's context, or the caller's when spans are off.
+        let trace = span
+            .as_ref()
+            .map(|s| s.span_context().clone())
+            .or(caller)
+            .and_then(|c| format_traceparent(&c));
         let entries = request
             .entries
             .into_iter()
             .enumerate()
             .map(|(i, entry)| {
-                convert::publish_fields(entry, trace.as_deref())
+                convert::publish_fields(entry, &target, framing, trace.as_deref())
                     .map_err(|e| Status::invalid_argument(format!("entries[{i}]: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let max_len = (request.max_len > 0).then_some(request.max_len);
         let published = entries.len() as u64;
         let pool = self.shared.redis.pool();
-        let result = redis::stream::publish(pool, &request.stream, entries, max_len).await;
+        let result = redis::publish::publish(pool, &target, entries, framing).await;
         if let Some(mut span) = span {
             if let Err(err) = &result {
                 span.set_status(opentelemetry::trace::Status::error(err.to_string()));
             }
             span.end();
         }
-        let ids = result.map_err(|e| redis_status(&e))?;
+        let result = result.map_err(|e| redis_status(&e))?;
         self.shared.metrics.published.inc_by(published);
         Ok(Response::new(proto::PublishResponse {
-            ids: ids
+            ids: result
+                .ids
                 .into_iter()
                 .map(|id| String::from_utf8_lossy(&id).into_owned())
                 .collect(),
+            receivers: result.receivers,
         }))
     }
 }

@@ -1,10 +1,11 @@
-//! A stream entry as read from Redis, its payload-and-headers layout, and the headers the
-//! sidecar itself writes on retried copies.
+//! An entry as read from Redis (a stream entry, a list value, a message), its payload-and-headers
+//! layout, and the headers the sidecar itself writes on retried copies and dead letters.
 
 use bytes::Bytes;
 use fred::prelude::Value;
 
 use super::RedisError;
+use super::frame::{self, Framing};
 
 /// The field that holds the payload in the payload-and-headers layout.
 pub const PAYLOAD_FIELD: &[u8] = b"_payload";
@@ -44,6 +45,9 @@ pub struct Entry {
     pub delivery_count: u32,
     /// Pub/sub: the channel the message arrived on.
     pub channel: Option<Bytes>,
+    /// A list value or message whose fields were decoded from a frame, as stored: settling a
+    /// list value and its delivery count need it verbatim. Empty otherwise.
+    pub stored: Bytes,
 }
 
 /// An entry's body as the client sees it.
@@ -71,6 +75,45 @@ impl crate::engine::Item for std::sync::Arc<Entry> {
 }
 
 impl Entry {
+    /// A list value or message as an entry: its payload and headers when it is a frame and
+    /// the subscription reads frames, else the value as its payload.
+    pub fn of_value(value: Bytes, framing: Framing) -> Entry {
+        let decoded = match framing {
+            Framing::Frames => frame::decode(&value),
+            Framing::Raw => None,
+        };
+        match decoded {
+            Some(fields) => Entry {
+                fields,
+                stored: value,
+                delivery_count: 1,
+                ..Default::default()
+            },
+            None => Entry {
+                fields: vec![(Bytes::from_static(PAYLOAD_FIELD), value)],
+                delivery_count: 1,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// A list value or message as stored (a list entry is its payload unless it was framed).
+    pub fn value(&self) -> &Bytes {
+        if self.stored.is_empty() {
+            &self.fields[0].1
+        } else {
+            &self.stored
+        }
+    }
+
+    /// The id of the entry first written by the producer, which copies carry along; list
+    /// values and messages have none.
+    fn original_id(&self) -> Option<Bytes> {
+        self.header(ORIGINAL_ID_HEADER)
+            .cloned()
+            .or_else(|| (!self.id.is_empty()).then(|| self.id.clone()))
+    }
+
     /// The value of header `name` (without `h:`, in any case), if the entry has it.
     pub fn header(&self, name: &str) -> Option<&Bytes> {
         self.fields.iter().find_map(|(field, value)| {
@@ -119,10 +162,6 @@ impl Entry {
     /// The fields of a copy written for a retry: the entry's own fields without the sidecar's
     /// headers, then fresh ones.
     pub fn retry_fields(&self, reason: Option<&str>) -> Vec<(Bytes, Bytes)> {
-        let original = self
-            .header(ORIGINAL_ID_HEADER)
-            .cloned()
-            .unwrap_or_else(|| self.id.clone());
         let mut fields: Vec<_> = self
             .fields
             .iter()
@@ -133,7 +172,9 @@ impl Entry {
         let deliveries = Bytes::from(self.delivery_count.to_string());
         fields.push((header(ATTEMPTS_HEADER), deliveries.clone()));
         fields.push((header(RUSTSTREAM_RETRY_HEADER), deliveries));
-        fields.push((header(ORIGINAL_ID_HEADER), original));
+        if let Some(original) = self.original_id() {
+            fields.push((header(ORIGINAL_ID_HEADER), original));
+        }
         if let Some(reason) = reason.filter(|r| !r.is_empty()) {
             fields.push((header(REASON_HEADER), Bytes::from(reason.to_owned())));
         }
@@ -148,10 +189,6 @@ impl Entry {
         subscription: &str,
         reason: Option<&str>,
     ) -> Vec<(Bytes, Bytes)> {
-        let original = self
-            .header(ORIGINAL_ID_HEADER)
-            .cloned()
-            .unwrap_or_else(|| self.id.clone());
         let header = |name: &str| Bytes::from(format!("h:{name}"));
         let mut fields: Vec<_> = self
             .fields
@@ -160,7 +197,9 @@ impl Entry {
             .cloned()
             .collect();
         let deliveries = Bytes::from(self.delivery_count.to_string());
-        fields.push((header(ORIGINAL_ID_HEADER), original));
+        if let Some(original) = self.original_id() {
+            fields.push((header(ORIGINAL_ID_HEADER), original));
+        }
         fields.push((
             header(SUBSCRIPTION_HEADER),
             Bytes::from(subscription.to_owned()),
@@ -220,7 +259,7 @@ pub fn parse_entries(
             id,
             fields,
             delivery_count: 1,
-            channel: None,
+            ..Default::default()
         });
     }
     Ok(entries)
@@ -250,7 +289,7 @@ mod tests {
             id: b("1-0"),
             fields: fields.iter().map(|(f, v)| (b(f), b(v))).collect(),
             delivery_count: 2,
-            channel: None,
+            ..Default::default()
         }
     }
 
@@ -275,7 +314,7 @@ mod tests {
             id: b("9-0"),
             fields: first.retry_fields(Some("flaky")),
             delivery_count: 1,
-            channel: None,
+            ..Default::default()
         };
         assert_eq!(copy.earlier_attempts(), 2);
         assert_eq!(copy.header(ORIGINAL_ID_HEADER), Some(&b("1-0")));

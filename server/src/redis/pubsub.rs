@@ -15,8 +15,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::delay;
-use super::entry::{Entry, PAYLOAD_FIELD, into_bytes};
+use super::entry::{Entry, into_bytes};
 use super::flush::{FlushPlan, Role};
+use super::frame::Framing;
 use super::plan::Settling;
 use super::stream::ReadBatch;
 use super::{Redis, RedisError};
@@ -33,6 +34,8 @@ pub struct PubSubSource {
     pub sharded_channels: Vec<String>,
     /// The most messages buffered for a slow client.
     pub buffer: usize,
+    /// Whether messages in ruststream-fred's frame are delivered as payload and headers.
+    pub framing: Framing,
 }
 
 impl PubSubSource {
@@ -74,10 +77,6 @@ impl PubSubForm {
     }
 }
 
-fn message(entry: &Entry) -> &Bytes {
-    &entry.fields[0].1
-}
-
 impl Settling for PubSubForm {
     fn slot(&self) -> Option<u16> {
         None
@@ -100,7 +99,7 @@ impl Settling for PubSubForm {
         };
         plan.push(
             name,
-            vec![channel.clone(), message(entry).clone()],
+            vec![channel.clone(), entry.value().clone()],
             Role::Requeue,
             slot,
         );
@@ -112,7 +111,7 @@ impl Settling for PubSubForm {
         };
         let member = delay::encode(
             &delay::unique_token(),
-            [channel.clone(), message(entry).clone()],
+            [channel.clone(), entry.value().clone()],
         );
         let args = vec![
             self.delayed.clone(),
@@ -154,6 +153,7 @@ impl PubSubReader {
         // Resubscribes to every channel and pattern after a reconnect.
         let manager = client.manage_subscriptions();
         let mut messages = client.message_rx();
+        let framing = source.framing;
         let sink = Arc::clone(&buffer);
         let notify = Arc::clone(&arrived);
         let forwarder = tokio::spawn(async move {
@@ -165,10 +165,8 @@ impl PubSubReader {
                             continue;
                         };
                         let entry = Entry {
-                            id: Bytes::new(),
-                            fields: vec![(Bytes::from_static(PAYLOAD_FIELD), value)],
-                            delivery_count: 1,
                             channel: Some(message.channel.into_inner()),
+                            ..Entry::of_value(value, framing)
                         };
                         let mut buffer = sink.lock().expect("not poisoned");
                         if buffer.messages.len() >= buffer.capacity {

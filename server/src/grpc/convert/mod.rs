@@ -10,7 +10,9 @@ use bytes::Bytes;
 
 use crate::proto;
 use crate::redis::entry::{Body, Entry};
+use crate::redis::frame::Framing;
 use crate::redis::list::ListSource;
+use crate::redis::publish::Target;
 use crate::redis::pubsub::PubSubSource;
 use crate::redis::stream::{Mode, StreamSource};
 use crate::session::{
@@ -59,7 +61,14 @@ pub fn client_message(
 }
 
 fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, String> {
+    let framing = framing(open.framing, "open.framing")?;
     let source = match open.source {
+        Some(proto::open::Source::Stream(_)) if open.framing != 0 => {
+            return Err(
+                "open.framing is for lists and pub/sub; a stream entry keeps its headers as fields"
+                    .into(),
+            );
+        }
         Some(proto::open::Source::Stream(stream)) => Source::Stream(stream_source(stream)?),
         Some(proto::open::Source::ReliableList(list)) => Source::List(ListSource {
             key: required(list.key, "open.reliable_list.key")?,
@@ -72,14 +81,18 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
                 },
             },
             reliable: true,
+            framing,
         }),
         Some(proto::open::Source::SimpleList(list)) => Source::List(ListSource {
             key: required(list.key, "open.simple_list.key")?,
             consumer: String::new(),
             dead_after: DEFAULT_DEAD_AFTER,
             reliable: false,
+            framing,
         }),
-        Some(proto::open::Source::Pubsub(pubsub)) => Source::PubSub(pubsub_source(pubsub)?),
+        Some(proto::open::Source::Pubsub(pubsub)) => {
+            Source::PubSub(pubsub_source(pubsub, framing)?)
+        }
         None => {
             return Err(
                 "open.source is required: set open.stream, open.reliable_list, open.simple_list or open.pubsub"
@@ -170,7 +183,7 @@ fn required(value: String, field: &str) -> Result<String, String> {
     }
 }
 
-fn pubsub_source(pubsub: proto::PubSubSource) -> Result<PubSubSource, String> {
+fn pubsub_source(pubsub: proto::PubSubSource, framing: Framing) -> Result<PubSubSource, String> {
     if pubsub.channels.is_empty()
         && pubsub.patterns.is_empty()
         && pubsub.sharded_channels.is_empty()
@@ -201,7 +214,18 @@ fn pubsub_source(pubsub: proto::PubSubSource) -> Result<PubSubSource, String> {
         patterns: pubsub.patterns,
         sharded_channels: pubsub.sharded_channels,
         buffer,
+        framing,
     })
+}
+
+fn framing(value: i32, field: &str) -> Result<Framing, String> {
+    match proto::Framing::try_from(value) {
+        Ok(proto::Framing::Unspecified | proto::Framing::Frames) => Ok(Framing::Frames),
+        Ok(proto::Framing::Raw) => Ok(Framing::Raw),
+        Err(_) => Err(format!(
+            "{field} {value} is not a known framing (FRAMING_FRAMES = 1, FRAMING_RAW = 2)"
+        )),
+    }
 }
 
 fn stream_source(stream: proto::StreamSource) -> Result<StreamSource, String> {
@@ -457,10 +481,48 @@ fn rejection(err: &SlotError) -> proto::Rejection {
     }
 }
 
+/// Where a Publish writes, and how its entries become values there.
+pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framing), String> {
+    let name = |s: &String| Bytes::copy_from_slice(s.as_bytes());
+    let mut targets = [
+        (!request.stream.is_empty()).then(|| Target::Stream {
+            key: name(&request.stream),
+            max_len: (request.max_len > 0).then_some(request.max_len),
+        }),
+        (!request.list.is_empty()).then(|| Target::List(name(&request.list))),
+        (!request.channel.is_empty()).then(|| Target::Channel(name(&request.channel))),
+        (!request.sharded_channel.is_empty())
+            .then(|| Target::ShardedChannel(name(&request.sharded_channel))),
+    ]
+    .into_iter()
+    .flatten();
+    let (Some(target), None) = (targets.next(), targets.next()) else {
+        return Err(
+            "set exactly one of stream, list, channel and sharded_channel: where the entries go"
+                .into(),
+        );
+    };
+    let framing = framing(request.framing, "framing")?;
+    if let Target::Stream { .. } = target {
+        if request.framing != 0 {
+            return Err(
+                "framing is for lists and channels; a stream entry keeps its headers as fields"
+                    .into(),
+            );
+        }
+    } else if request.max_len > 0 {
+        return Err("max_len trims a stream; it does not apply to lists and channels".into());
+    }
+    Ok((target, framing))
+}
+
 /// A Publish entry as the fields to write. `trace` is the context written when the entry
-/// brings none of its own (the publish span's, or the caller's).
+/// brings none of its own (the publish span's, or the caller's); a bare payload for a list or a
+/// channel stays bare, so consumers that know no frame read it as it is.
 pub fn publish_fields(
     mut entry: proto::PublishEntry,
+    target: &Target,
+    framing: Framing,
     trace: Option<&str>,
 ) -> Result<Vec<(Bytes, Bytes)>, String> {
     let has_layout =
@@ -468,13 +530,25 @@ pub fn publish_fields(
     if !entry.fields.is_empty() && has_layout {
         return Err("a publish entry has either `fields` or `payload`/`headers`, not both".into());
     }
-    if entry.trace.is_none() && !entry.headers.contains_key("traceparent") {
+    let value_target = !matches!(target, Target::Stream { .. });
+    if value_target && !entry.fields.is_empty() {
+        return Err(
+            "a list value or a message is a `payload` with `headers`; `fields` are for streams"
+                .into(),
+        );
+    }
+    let has_headers = !entry.headers.is_empty() || entry.trace.is_some();
+    if value_target && framing == Framing::Raw && has_headers {
+        return Err("FRAMING_RAW writes the payload alone: drop the headers and trace, or frame them (FRAMING_FRAMES)".into());
+    }
+    let carries_trace = !value_target || (framing == Framing::Frames && has_headers);
+    if carries_trace && entry.trace.is_none() && !entry.headers.contains_key("traceparent") {
         entry.trace = trace.map(|traceparent| proto::TraceContext {
             traceparent: traceparent.to_owned(),
             tracestate: String::new(),
         });
     }
-    if !has_layout {
+    if !has_layout && !value_target {
         if entry.fields.is_empty() {
             return Err("a publish entry needs `fields` or a `payload`".into());
         }

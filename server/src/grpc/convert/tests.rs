@@ -165,7 +165,7 @@ fn deliveries_split_the_payload_layout() {
             ),
         ],
         delivery_count: 1,
-        channel: None,
+        ..Default::default()
     });
     let d = delivery(7, &entry, None);
     assert_eq!(d.slot, 7);
@@ -182,6 +182,8 @@ fn publish_writes_the_layout() {
             headers: [("k".to_string(), "v".to_string())].into(),
             ..Default::default()
         },
+        &stream(),
+        Framing::Frames,
         None,
     )
     .unwrap();
@@ -190,7 +192,15 @@ fn publish_writes_the_layout() {
         fields[1],
         (Bytes::from_static(b"h:k"), Bytes::from_static(b"v"))
     );
-    assert!(publish_fields(proto::PublishEntry::default(), None).is_err());
+    assert!(
+        publish_fields(
+            proto::PublishEntry::default(),
+            &stream(),
+            Framing::Frames,
+            None
+        )
+        .is_err()
+    );
     // Without a context of its own, an entry gets the publish span's.
     let raw = proto::PublishEntry {
         fields: vec![proto::Field {
@@ -199,12 +209,92 @@ fn publish_writes_the_layout() {
         }],
         ..Default::default()
     };
-    let fields = publish_fields(raw, Some("00-ab-cd-01")).unwrap();
+    let fields = publish_fields(raw, &stream(), Framing::Frames, Some("00-ab-cd-01")).unwrap();
     assert_eq!(
         fields[1],
         (
             Bytes::from_static(b"h:traceparent"),
             Bytes::from_static(b"00-ab-cd-01")
         )
+    );
+}
+
+fn stream() -> Target {
+    Target::Stream {
+        key: Bytes::from_static(b"orders"),
+        max_len: None,
+    }
+}
+
+/// A list value or a message is a payload: bare when it has no headers (no trace is added),
+/// framed with the trace when it has some, and never both raw and headed.
+#[test]
+fn publish_to_a_list_or_a_channel_frames_only_what_has_headers() {
+    let list = Target::List(Bytes::from_static(b"jobs"));
+    let trace = Some("00-ab-cd-01");
+    let bare = proto::PublishEntry {
+        payload: Bytes::from_static(b"p"),
+        ..Default::default()
+    };
+    let fields = publish_fields(bare.clone(), &list, Framing::Frames, trace).unwrap();
+    assert_eq!(
+        fields,
+        [(Bytes::from_static(b"_payload"), Bytes::from_static(b"p"))]
+    );
+    let headed = proto::PublishEntry {
+        headers: [("k".to_string(), "v".to_string())].into(),
+        ..bare.clone()
+    };
+    let fields = publish_fields(headed.clone(), &list, Framing::Frames, trace).unwrap();
+    assert_eq!(fields.len(), 3, "{fields:?}");
+    assert!(fields.contains(&(
+        Bytes::from_static(b"h:traceparent"),
+        Bytes::from_static(b"00-ab-cd-01")
+    )));
+    let err = publish_fields(headed, &list, Framing::Raw, trace).unwrap_err();
+    assert!(err.contains("FRAMING_RAW"), "{err}");
+    let with_fields = proto::PublishEntry {
+        fields: vec![proto::Field::default()],
+        ..Default::default()
+    };
+    let err = publish_fields(with_fields, &list, Framing::Frames, trace).unwrap_err();
+    assert!(err.contains("`fields` are for streams"), "{err}");
+}
+
+#[test]
+fn publish_names_exactly_one_target() {
+    let request = |f: fn(&mut proto::PublishRequest)| {
+        let mut request = proto::PublishRequest::default();
+        f(&mut request);
+        publish_target(&request)
+    };
+    assert!(request(|_| {}).unwrap_err().contains("exactly one"));
+    assert!(
+        request(|r| {
+            r.stream = "s".into();
+            r.list = "l".into();
+        })
+        .unwrap_err()
+        .contains("exactly one")
+    );
+    assert_eq!(
+        request(|r| r.channel = "c".into()).unwrap(),
+        (Target::Channel(Bytes::from_static(b"c")), Framing::Frames)
+    );
+    assert!(
+        request(|r| {
+            r.stream = "s".into();
+            r.framing = proto::Framing::Raw as i32;
+        })
+        .unwrap_err()
+        .contains("framing is for lists")
+    );
+    assert!(
+        request(|r| {
+            r.list = "l".into();
+            r.max_len = 5;
+        })
+        .unwrap_err()
+        .contains("max_len")
     );
 }

@@ -5,7 +5,11 @@
 //!
 //! Delivery counts of list values live in a hash beside the list (`{key}:window:deliveries`,
 //! value -> earlier deliveries), written only when an entry is retried or recovered and removed
-//! when it is settled for good; identical values share a count.
+//! when it is settled for good; identical values share a count. A value in ruststream-fred's
+//! frame carries its earlier copies' count in its headers instead, as a stream entry does: its
+//! retried copies are new frames with the count raised (the hash forgets the old value), its
+//! delivery count is the headers' count plus the hash's, and every dead letter is a frame that
+//! says where it came from, how often it was delivered and why.
 
 use std::collections::VecDeque;
 use std::sync::LazyLock;
@@ -16,8 +20,9 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::delay;
-use super::entry::{Entry, PAYLOAD_FIELD, into_bytes};
+use super::entry::{Entry, into_bytes};
 use super::flush::{FlushPlan, Role};
+use super::frame::{self, Framing};
 use super::plan::Settling;
 use super::stream::ReadBatch;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key};
@@ -32,6 +37,8 @@ pub struct ListSource {
     pub dead_after: Duration,
     /// Whether entries move to a processing list (at least once) or are popped (at most once).
     pub reliable: bool,
+    /// Whether values in ruststream-fred's frame are delivered as payload and headers.
+    pub framing: Framing,
 }
 
 /// The Redis names a list subscription uses; all share the list's hash slot.
@@ -51,6 +58,7 @@ pub struct ListKeys {
     pub delayed: Bytes,
     pub slot: u16,
     pub dead_letter: Option<Bytes>,
+    pub framing: Framing,
 }
 
 impl ListKeys {
@@ -68,6 +76,7 @@ impl ListKeys {
             delayed: Bytes::from(companion_key(&source.key, "window:delayed")),
             slot: fred::util::redis_keyslot(source.key.as_bytes()),
             dead_letter: None,
+            framing: source.framing,
             processing_prefix,
             heartbeat_prefix,
         }
@@ -110,29 +119,44 @@ impl ListKeys {
         }
     }
 
-    fn remember_count(&self, entry: &Entry, plan: &mut FlushPlan) {
-        let args = vec![
-            self.counts.clone(),
-            value(entry).clone(),
-            Bytes::from(entry.delivery_count.to_string()),
-        ];
-        plan.push("HSET", args, Role::Bookkeeping, Some(self.slot));
+    /// The value a retry puts back: a framed value becomes a new frame that carries the count,
+    /// a raw value goes back as it is.
+    fn copy(&self, entry: &Entry, reason: Option<&str>) -> Bytes {
+        if entry.stored.is_empty() {
+            value(entry).clone()
+        } else {
+            frame::encode(&entry.retry_fields(reason))
+        }
+    }
+
+    /// The count's bookkeeping after a retry: the hash remembers a raw value's count, and
+    /// forgets a framed one's (its copy carries it).
+    fn recount(&self, entry: &Entry, plan: &mut FlushPlan) {
+        let mut args = vec![self.counts.clone(), value(entry).clone()];
+        if entry.stored.is_empty() {
+            args.push(Bytes::from(entry.delivery_count.to_string()));
+            plan.push("HSET", args, Role::Bookkeeping, Some(self.slot));
+        } else {
+            plan.push("HDEL", args, Role::Bookkeeping, Some(self.slot));
+        }
+    }
+
+    /// The subscription a dead letter names.
+    fn subscription(&self) -> String {
+        String::from_utf8_lossy(&self.key).into_owned()
     }
 }
 
-/// The list value an entry carries.
+/// The list value an entry carries, as stored.
 pub fn value(entry: &Entry) -> &Bytes {
-    &entry.fields[0].1
+    entry.value()
 }
 
-/// A list value as an entry: its payload is the value.
-fn entry(value: Bytes, delivery_count: u32) -> Entry {
-    Entry {
-        id: Bytes::new(),
-        fields: vec![(Bytes::from_static(PAYLOAD_FIELD), value)],
-        delivery_count,
-        channel: None,
-    }
+/// A list value as an entry, with the deliveries the hash counted before this one.
+fn entry(value: Bytes, earlier: u32, framing: Framing) -> Entry {
+    let mut entry = Entry::of_value(value, framing);
+    entry.delivery_count = earlier + entry.earlier_attempts() + 1;
+    entry
 }
 
 impl Settling for ListKeys {
@@ -164,32 +188,41 @@ impl Settling for ListKeys {
     }
 
     /// The value pushed back where producers push, before its LREM.
-    fn retry(&self, entry: &Entry, _reason: Option<&str>, plan: &mut FlushPlan) {
+    fn retry(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
         plan.push(
             "LPUSH",
-            vec![self.key.clone(), value(entry).clone()],
+            vec![self.key.clone(), self.copy(entry, reason)],
             Role::Requeue,
             Some(self.slot),
         );
-        self.remember_count(entry, plan);
+        self.recount(entry, plan);
     }
 
-    fn retry_after(&self, entry: &Entry, _reason: Option<&str>, due_ms: u64, plan: &mut FlushPlan) {
-        let member = delay::encode(&delay::unique_token(), [value(entry).clone()]);
+    fn retry_after(&self, entry: &Entry, reason: Option<&str>, due_ms: u64, plan: &mut FlushPlan) {
+        let member = delay::encode(&delay::unique_token(), [self.copy(entry, reason)]);
         let args = vec![
             self.delayed.clone(),
             Bytes::from(due_ms.to_string()),
             member,
         ];
         plan.push("ZADD", args, Role::Requeue, Some(self.slot));
-        self.remember_count(entry, plan);
+        self.recount(entry, plan);
     }
 
-    fn dead_letter(&self, entry: &Entry, _reason: Option<&str>, plan: &mut FlushPlan) {
+    /// A frame of the entry's payload and headers with where it came from, its deliveries and
+    /// the reason, which ruststream-fred and the sidecar both read; the value as it was when
+    /// the subscription reads values raw.
+    fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
         if let Some(target) = &self.dead_letter {
+            let letter = match self.framing {
+                Framing::Frames => {
+                    frame::encode(&entry.dead_letter_fields(&self.subscription(), reason))
+                }
+                Framing::Raw => value(entry).clone(),
+            };
             plan.push(
                 "LPUSH",
-                vec![target.clone(), value(entry).clone()],
+                vec![target.clone(), letter],
                 Role::Requeue,
                 Some(self.slot),
             );
@@ -438,7 +471,7 @@ impl ListReader {
                 .await?
                 .as_u64()
                 .unwrap_or(1) as u32;
-            entries.push_back(entry(value, earlier + 1));
+            entries.push_back(entry(value, earlier, self.keys.framing));
         }
         Ok(entries)
     }
@@ -481,7 +514,7 @@ impl ListReader {
         while let (Some(v), Some(c)) = (flat.next(), flat.next()) {
             let earlier = c.as_u64().unwrap_or(0) as u32;
             if let Some(v) = into_bytes(v) {
-                entries.push(entry(v, earlier + 1));
+                entries.push(entry(v, earlier, self.keys.framing));
             }
         }
         Ok(entries)
@@ -512,10 +545,8 @@ impl ListReader {
             return Ok(Vec::new());
         };
         let earlier = self.counts(std::slice::from_ref(&value)).await?;
-        Ok(vec![entry(
-            value,
-            earlier.first().copied().unwrap_or(0) + 1,
-        )])
+        let earlier = earlier.first().copied().unwrap_or(0);
+        Ok(vec![entry(value, earlier, self.keys.framing)])
     }
 
     /// Moves the processing lists of dead consumers back to the list. Returns how many

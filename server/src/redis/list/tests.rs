@@ -8,16 +8,27 @@ fn keys(reliable: bool) -> ListKeys {
         consumer: "c1".into(),
         dead_after: Duration::from_secs(30),
         reliable,
+        framing: Framing::Frames,
     })
 }
 
 fn plan(keys: &ListKeys, outcomes: &[Outcome], mode: Mode) -> Vec<String> {
+    let entries = (0..outcomes.len())
+        .map(|i| entry(Bytes::from(format!("v{i}")), 0, keys.framing))
+        .collect();
+    plan_of(keys, entries, outcomes, mode, 0).render()
+}
+
+fn plan_of(
+    keys: &ListKeys,
+    entries: Vec<Entry>,
+    outcomes: &[Outcome],
+    mode: Mode,
+    max_deliveries: u32,
+) -> FlushPlan {
     let mut w = Window::new(Limits {
         max_commands_per_slot: 8,
     });
-    let entries = (0..outcomes.len())
-        .map(|i| entry(Bytes::from(format!("v{i}")), 1))
-        .collect();
     let read = w.open_read(entries).unwrap();
     let mut batch = None;
     for (i, outcome) in outcomes.iter().enumerate() {
@@ -32,9 +43,111 @@ fn plan(keys: &ListKeys, outcomes: &[Outcome], mode: Mode) -> Vec<String> {
     let ctx = PlanContext {
         mode,
         now_ms: 0,
-        max_deliveries: 0,
+        max_deliveries,
     };
-    plan_flush(keys, &batch.unwrap(), &ctx).render()
+    plan_flush(keys, &batch.unwrap(), &ctx)
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+/// A value ruststream-fred framed, with its retry count.
+fn framed(payload: &str, retry_count: &str) -> Bytes {
+    frame::encode(&[
+        (b("_payload"), b(payload)),
+        (b("h:content-type"), b("text/plain")),
+        (b("h:x-ruststream-retry-count"), b(retry_count)),
+    ])
+}
+
+/// The fields of the value a command pushes, decoded.
+fn pushed(plan: &FlushPlan, name: &str) -> Vec<(Bytes, Bytes)> {
+    let command = plan
+        .commands
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no {name} in {:?}", plan.render()));
+    frame::decode(&command.args[1]).expect("a frame")
+}
+
+#[test]
+fn a_framed_value_is_delivered_as_payload_and_headers_counting_its_earlier_copies() {
+    let stored = framed("p", "2");
+    // The hash counted one delivery of this very value (a recovery, say).
+    let e = entry(stored.clone(), 1, Framing::Frames);
+    assert_eq!(e.delivery_count, 4);
+    assert_eq!(value(&e), &stored);
+    assert_eq!(e.header("content-type"), Some(&b("text/plain")));
+    // Read raw, the same value is one opaque payload.
+    let raw = entry(stored.clone(), 1, Framing::Raw);
+    assert_eq!(raw.delivery_count, 2);
+    assert_eq!(raw.fields, [(b("_payload"), stored)]);
+}
+
+#[test]
+fn a_retried_framed_value_goes_back_as_a_frame_with_its_count_raised() {
+    let keys = keys(true);
+    let stored = framed("p", "2");
+    let e = entry(stored.clone(), 0, Framing::Frames);
+    let plan = plan_of(&keys, vec![e], &[Outcome::Retry], Mode::Pipeline, 5);
+    let copy = pushed(&plan, "LPUSH");
+    assert!(copy.contains(&(b("_payload"), b("p"))));
+    assert!(copy.contains(&(b("h:content-type"), b("text/plain"))));
+    assert!(copy.contains(&(b("h:x-ruststream-retry-count"), b("3"))));
+    assert!(copy.contains(&(b("h:x-window-attempts"), b("3"))));
+    let rendered = plan.render();
+    // The old value's count is forgotten (the copy carries it), and the old value leaves.
+    assert!(rendered.contains(&format!(
+        "HDEL {{jobs}}:window:deliveries {}",
+        String::from_utf8_lossy(&stored)
+    )));
+    assert!(rendered.contains(&format!(
+        "LREM {{jobs}}:window:processing:c1 1 {}",
+        String::from_utf8_lossy(&stored)
+    )));
+    assert!(
+        !rendered.iter().any(|c| c.starts_with("HSET")),
+        "{rendered:?}"
+    );
+}
+
+#[test]
+fn a_dead_letter_is_a_frame_that_says_where_from_how_often_and_why() {
+    let mut keys = keys(true);
+    keys.dead_letter = Some(b("jobs:dead"));
+    // A raw value at the cap.
+    let e = entry(b("v0"), 2, Framing::Frames);
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w.open_read(vec![e]).unwrap();
+    let batch = w
+        .settle(read.first_slot, Outcome::Retry, Some("boom".into()))
+        .unwrap()
+        .unwrap();
+    let ctx = PlanContext {
+        mode: Mode::Pipeline,
+        now_ms: 0,
+        max_deliveries: 3,
+    };
+    let plan = plan_flush(&keys, &batch, &ctx);
+    assert_eq!(plan.dead_lettered, 1);
+    let letter = pushed(&plan, "LPUSH");
+    assert_eq!(
+        letter,
+        [
+            (b("_payload"), b("v0")),
+            (b("h:x-window-subscription"), b("jobs")),
+            (b("h:x-window-deliveries"), b("3")),
+            (b("h:x-ruststream-retry-count"), b("3")),
+            (b("h:x-window-reason"), b("boom")),
+        ]
+    );
+    // Read raw, the dead letter is the value as it was.
+    keys.framing = Framing::Raw;
+    let plan = plan_flush(&keys, &batch, &ctx);
+    assert!(plan.render().contains(&"LPUSH jobs:dead v0".to_owned()));
 }
 
 #[test]

@@ -16,9 +16,6 @@ use super::plan::Settling;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key, str_arg};
 
 pub use super::plan::Mode;
-pub use publish::publish;
-
-mod publish;
 
 /// A stream subscription's identity in Redis.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,7 +26,7 @@ fn entry(id: &str) -> Entry {
         id: Bytes::copy_from_slice(id.as_bytes()),
         fields: vec![(Bytes::from_static(b"f"), Bytes::from_static(b"v"))],
         delivery_count: 1,
-        channel: None,
+        ..Default::default()
     }
 }
 
