@@ -115,6 +115,8 @@ pub struct Metrics {
     pub delay_set_entries: Family<KeyLabels, Gauge>,
     pub group_pending: Family<GroupLabels, Gauge>,
     pub group_lag: Family<GroupLabels, Gauge>,
+    pub list_entries: Family<KeyLabels, Gauge>,
+    pub list_processing: Family<KeyLabels, Gauge>,
     pub published: Counter,
 }
 
@@ -144,6 +146,8 @@ impl Metrics {
             outstanding: Family::default(),
             delay_set_entries: Family::default(),
             group_pending: Family::default(),
+            list_entries: Family::default(),
+            list_processing: Family::default(),
             group_lag: Family::default(),
             published: Counter::default(),
             registry: Registry::default(),
@@ -226,6 +230,16 @@ impl Metrics {
             "group_lag_entries",
             "Entries not yet read by a consumer group (XINFO GROUPS lag)",
             m.group_lag.clone(),
+        );
+        r.register(
+            "list_entries",
+            "Entries waiting in a list (LLEN)",
+            m.list_entries.clone(),
+        );
+        r.register(
+            "list_processing_entries",
+            "Entries of a reliable list held on its consumers' processing lists",
+            m.list_processing.clone(),
         );
         r.register(
             "published_entries",

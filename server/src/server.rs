@@ -21,16 +21,17 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
 
-use crate::config::{Config, Listen, Secret, redact_url};
+use crate::config::{Config, Listen, Secret, Watch, redact_url};
 use crate::grpc::{self, Numbered, convert::OpenLimits};
 use crate::proto::window_service_server::WindowServiceServer;
+use crate::redis::form::{Form, Source};
+use crate::redis::list::ListSource;
+use crate::redis::stream::StreamSource;
 use crate::redis::{ConnectOptions, Redis, RedisError, Replication, TlsFiles};
 use crate::session::{Settings, Shared};
 
 /// How often the health watcher pings Redis.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
-/// How often group pending, lag and delay-set depth are sampled.
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 /// The service name whose health is readiness.
 pub const SERVICE: &str = "window_sidecar.v1.WindowService";
 
@@ -294,7 +295,6 @@ pub async fn run(
         promote_interval: config.promote_interval,
         reclaim_interval: config.reclaim_interval,
         consumer_lease: config.consumer_lease,
-        sample_interval: SAMPLE_INTERVAL,
         tracing,
         policy: config.policy()?,
         replication: (config.wait_replicas > 0).then_some(Replication {
@@ -303,6 +303,14 @@ pub async fn run(
         }),
     };
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
+    for watch in &config.watch {
+        let source = watched_source(watch);
+        shared.backlog.watch(&source, &Form::new(&source, None));
+    }
+    tokio::spawn(crate::session::backlog::run(
+        Arc::clone(&shared),
+        config.sample_interval,
+    ));
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
             let listener = bind(addr).await?;
@@ -462,5 +470,26 @@ async fn watch_health(shared: Arc<Shared>, reporter: HealthReporter) {
             reporter.set_service_status(SERVICE, status).await;
             last = Some(up);
         }
+    }
+}
+
+/// A watched group or list as the source its gauges are sampled from; the fields a reader
+/// would need and sampling does not take their defaults.
+fn watched_source(watch: &Watch) -> Source {
+    match watch {
+        Watch::Stream { key, group } => Source::Stream(StreamSource {
+            key: key.clone(),
+            group: group.clone(),
+            consumer: String::new(),
+            start_id: "0".into(),
+            min_idle: grpc::convert::DEFAULT_MIN_IDLE,
+        }),
+        Watch::List { key } => Source::List(ListSource {
+            key: key.clone(),
+            consumer: String::new(),
+            dead_after: grpc::convert::DEFAULT_DEAD_AFTER,
+            reliable: true,
+            framing: Default::default(),
+        }),
     }
 }

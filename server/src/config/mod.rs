@@ -193,6 +193,18 @@ pub struct Config {
     #[arg(long, env = "WINDOW_RECLAIM_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub reclaim_interval: Duration,
 
+    /// Stream groups and lists whose backlog gauges are sampled from startup, before (and
+    /// whether or not) a subscription opens on them: `stream:<key>:<group>` (the group after
+    /// the last colon) or `list:<key>`. Repeatable; comma-separated in the variable. Everything
+    /// a subscription opened on is sampled from then on anyway.
+    #[arg(long = "watch", env = "WINDOW_WATCH", value_delimiter = ',', value_parser = parse_watch)]
+    pub watch: Vec<Watch>,
+
+    /// How often the backlog gauges (group pending and lag, list lengths, delay sets) are
+    /// sampled.
+    #[arg(long, env = "WINDOW_SAMPLE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub sample_interval: Duration,
+
     /// How long a stream consumer's lease lives unrenewed: a subscription renews it while it is
     /// open; a sidecar that died frees its consumer names after this.
     #[arg(long, env = "WINDOW_CONSUMER_LEASE", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -400,6 +412,7 @@ impl Config {
         self.policy()?;
         at_least_in("promote-interval", ms(self.promote_interval), 1, " ms")?;
         at_least_in("reclaim-interval", ms(self.reclaim_interval), 1, " ms")?;
+        at_least_in("sample-interval", ms(self.sample_interval), 10, " ms")?;
         at_least_in("consumer-lease", ms(self.consumer_lease), 300, " ms")?;
         if self
             .consumer_name
@@ -433,6 +446,32 @@ impl Config {
             .clone()
             .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
             .unwrap_or_else(host_name)
+    }
+}
+
+/// A stream group or a list whose backlog is sampled whether or not it is subscribed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watch {
+    Stream { key: String, group: String },
+    List { key: String },
+}
+
+fn parse_watch(spec: &str) -> Result<Watch, String> {
+    let usage = || {
+        format!("{spec:?} names no stream group or list: write stream:<key>:<group> or list:<key>")
+    };
+    match spec.split_once(':') {
+        Some(("stream", rest)) => match rest.rsplit_once(':') {
+            Some((key, group)) if !key.is_empty() && !group.is_empty() => Ok(Watch::Stream {
+                key: key.to_owned(),
+                group: group.to_owned(),
+            }),
+            _ => Err(usage()),
+        },
+        Some(("list", key)) if !key.is_empty() => Ok(Watch::List {
+            key: key.to_owned(),
+        }),
+        _ => Err(usage()),
     }
 }
 

@@ -101,3 +101,36 @@ fn redacts_credentials() {
         assert!(!err.to_string().contains("hunter2"));
     }
 }
+
+#[test]
+fn watched_groups_and_lists_are_named_by_form_and_key() {
+    let config = parse(&[
+        "--watch",
+        "stream:orders:eu:billing",
+        "--watch",
+        "list:jobs",
+    ]);
+    assert_eq!(
+        config.watch,
+        [
+            Watch::Stream {
+                key: "orders:eu".into(),
+                group: "billing".into()
+            },
+            Watch::List { key: "jobs".into() }
+        ]
+    );
+    for bad in [
+        "orders",
+        "stream:orders",
+        "stream::g",
+        "list:",
+        "queue:jobs",
+    ] {
+        let err = Config::try_parse_from(["window-sidecar", "--watch", bad]).unwrap_err();
+        assert!(
+            err.to_string().contains("stream:<key>:<group>"),
+            "{bad}: {err}"
+        );
+    }
+}

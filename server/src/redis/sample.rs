@@ -1,29 +1,47 @@
-//! What the sidecar samples of a subscription's keys for its gauges: a stream group's pending
-//! count and lag (XINFO GROUPS) and the delay set's depth (ZCARD).
+//! What the sidecar samples of a subscription's keys for its backlog gauges: a stream group's
+//! pending count and lag (XINFO GROUPS), a list's length and what its consumers hold on their
+//! processing lists (LLEN), and the delay set's depth (ZCARD).
 
 use fred::prelude::*;
 
 use super::entry::into_bytes;
 use super::form::Form;
+use super::list;
 use super::stream::StreamKeys;
 use super::{RedisError, arg, call, call_at};
 
 /// One sample; `None` where Redis did not say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
-    /// Streams: the group's pending entries and lag (lag is nil when Redis cannot tell).
-    pub group: Option<(i64, Option<i64>)>,
+    /// Streams: the group, if it exists.
+    pub group: Option<Group>,
+    /// Lists: entries waiting in the list, and entries on consumers' processing lists.
+    pub list: Option<(i64, i64)>,
     pub delayed: Option<i64>,
+}
+
+/// What XINFO GROUPS says of one group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// The stream has no such group (or no longer).
+    Missing,
+    /// Its pending entries and its lag (nil when Redis cannot tell).
+    Found { pending: i64, lag: Option<i64> },
 }
 
 /// Samples a subscription's keys; what fails is left out (and logged at debug).
 pub async fn sample(client: &Client, form: &Form) -> Sample {
     let mut sample = Sample::default();
-    if let Form::Stream(keys) = form {
-        match group_info(client, keys).await {
-            Ok(info) => sample.group = Some(info),
+    match form {
+        Form::Stream(keys) => match group_info(client, keys).await {
+            Ok(group) => sample.group = Some(group),
             Err(err) => tracing::debug!(error = %err, "sampling XINFO GROUPS failed"),
-        }
+        },
+        Form::List(keys) => match list::depth(client, keys).await {
+            Ok(depth) => sample.list = Some(depth),
+            Err(err) => tracing::debug!(error = %err, "sampling a list's length failed"),
+        },
+        Form::PubSub(_) => {}
     }
     if let Ok(Value::Integer(depth)) = call(client, "ZCARD", vec![arg(form.delayed())], false).await
     {
@@ -33,7 +51,7 @@ pub async fn sample(client: &Client, form: &Form) -> Sample {
 }
 
 /// The group's `pending` and `lag` from XINFO GROUPS.
-async fn group_info(client: &Client, keys: &StreamKeys) -> Result<(i64, Option<i64>), RedisError> {
+async fn group_info(client: &Client, keys: &StreamKeys) -> Result<Group, RedisError> {
     // Routed by the key's slot: the first argument is "GROUPS", not the key.
     let Value::Array(groups) = call_at(
         client,
@@ -44,7 +62,7 @@ async fn group_info(client: &Client, keys: &StreamKeys) -> Result<(i64, Option<i
     )
     .await?
     else {
-        return Ok((0, None));
+        return Ok(Group::Missing);
     };
     for group in groups {
         let fields: Vec<Value> = match group {
@@ -69,8 +87,8 @@ async fn group_info(client: &Client, keys: &StreamKeys) -> Result<(i64, Option<i
             }
         }
         if name.as_ref() == Some(&keys.group) {
-            return Ok((pending, lag));
+            return Ok(Group::Found { pending, lag });
         }
     }
-    Ok((0, None))
+    Ok(Group::Missing)
 }

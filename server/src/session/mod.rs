@@ -1,9 +1,10 @@
 //! Subscriptions: the domain messages between the gRPC layer and a subscription, what all
 //! subscriptions share, and [`run`], which takes one Subscribe stream from its `open` to its end.
 //! The task that runs a subscription's engine is in [`subscription`], the tasks that read and
-//! flush beside it in [`workers`]; what operators see of it (admin view, spans, sampled
-//! gauges) is in [`observe`].
+//! flush beside it in [`workers`]; what operators see of it (admin view, spans) is in
+//! [`observe`], the backlog gauges of every key it served in [`backlog`].
 
+pub mod backlog;
 mod observe;
 mod subscription;
 mod workers;
@@ -48,8 +49,6 @@ pub struct Settings {
     pub reclaim_interval: Duration,
     /// How long a stream consumer's lease lives unrenewed (a holder that died frees it then).
     pub consumer_lease: Duration,
-    /// How often group pending, lag and delay-set depth are sampled for metrics.
-    pub sample_interval: Duration,
     /// Whether spans are exported (links and contexts are only worked out then).
     pub tracing: bool,
     /// What clients may open, queue and send.
@@ -66,6 +65,8 @@ pub struct Shared {
     /// Cancelled on SIGTERM/SIGINT: sessions stop reading and drain.
     pub shutdown: CancellationToken,
     pub metrics: Metrics,
+    /// Every stream group and list whose backlog gauges are sampled.
+    pub backlog: backlog::Backlog,
     /// Redis answers and the sidecar is not draining (readiness).
     pub ready: AtomicBool,
     next_id: AtomicU64,
@@ -88,6 +89,7 @@ impl Shared {
             settings,
             shutdown,
             metrics: Metrics::new(),
+            backlog: backlog::Backlog::default(),
             ready: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             consumers: Mutex::new(HashMap::new()),

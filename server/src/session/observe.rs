@@ -4,18 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::global::{self, BoxedSpan};
 use opentelemetry::trace::{Link, Span, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use serde::Serialize;
 
-use super::Shared;
-use crate::metrics::{GroupLabels, KeyLabels};
 use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
-use crate::redis::form::{Form, Source};
 use crate::telemetry::{TRACER, parse_traceparent};
 use crate::window::{FlushBatch, Outcome, ReadId};
 
@@ -172,46 +169,4 @@ pub fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
         span.set_status(Status::error(error.clone()));
     }
     span.end();
-}
-
-/// Samples the group's pending count and lag (streams) and the delay set's depth into gauges,
-/// for as long as the subscription runs.
-pub async fn sample(shared: Arc<Shared>, source: Source, form: Form, every: Duration) {
-    let (key, group, _) = source.describe();
-    let group_labels = GroupLabels {
-        key: key.clone(),
-        group,
-    };
-    let delayed = KeyLabels { key };
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let metrics = &shared.metrics;
-    loop {
-        tick.tick().await;
-        let sample = crate::redis::sample::sample(shared.redis.pool(), &form).await;
-        if let Some((pending, lag)) = sample.group {
-            metrics
-                .group_pending
-                .get_or_create(&group_labels)
-                .set(pending);
-            if let Some(lag) = lag {
-                metrics.group_lag.get_or_create(&group_labels).set(lag);
-            }
-        }
-        if let Some(depth) = sample.delayed {
-            metrics.delay_set_entries.get_or_create(&delayed).set(depth);
-        }
-    }
-}
-
-/// Removes a closed subscription's sampled series.
-pub fn forget(shared: &Shared, source: &Source, _form: &Form) {
-    let (key, group, _) = source.describe();
-    let group_labels = GroupLabels {
-        key: key.clone(),
-        group,
-    };
-    shared.metrics.group_pending.remove(&group_labels);
-    shared.metrics.group_lag.remove(&group_labels);
-    shared.metrics.delay_set_entries.remove(&KeyLabels { key });
 }

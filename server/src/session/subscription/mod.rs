@@ -320,7 +320,6 @@ impl Subscription {
             .get_or_create(&self.form_labels)
             .dec();
         metrics.outstanding.remove(&self.labels);
-        observe::forget(&self.shared, &self.source, &self.form);
         self.shared
             .views
             .lock()

@@ -113,18 +113,10 @@ impl Subscription {
             .in_current_span(),
         );
         let every = settings.promote_interval;
-        let helpers = vec![
-            tokio::spawn(workers::promote(redis.clone(), form.clone(), every).in_current_span()),
-            tokio::spawn(
-                observe::sample(
-                    Arc::clone(shared),
-                    source.clone(),
-                    form.clone(),
-                    settings.sample_interval,
-                )
-                .in_current_span(),
-            ),
-        ];
+        let helpers = vec![tokio::spawn(
+            workers::promote(redis.clone(), form.clone(), every).in_current_span(),
+        )];
+        shared.backlog.watch(&source, &form);
         let (key, group, consumer) = source.describe();
         let view = SubscriptionView {
             id: id.clone(),

@@ -1,0 +1,103 @@
+//! The backlog gauges: every stream group and list this sidecar has served, and those its
+//! configuration names, sampled on one timer whether or not a subscription is open on them now.
+//! A backlog alert must be able to fire exactly when every consumer is down, so a series stays
+//! when its last subscription closes; a group that no longer exists loses its series.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::metrics::{GroupLabels, KeyLabels, Metrics};
+use crate::redis::form::{Form, Source};
+use crate::redis::sample::{self, Group, Sample};
+
+use super::Shared;
+
+/// The most keys watched at once: a sidecar whose clients open ever new keys must not grow its
+/// sampling without bound (each costs a round trip per interval).
+const MAX_WATCHED: usize = 10_000;
+
+/// What is sampled, by (form, key, group).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    watched: Mutex<BTreeMap<(&'static str, String, String), Form>>,
+}
+
+impl Backlog {
+    /// Samples `source` from now on. Pub/sub has no backlog in Redis.
+    pub fn watch(&self, source: &Source, form: &Form) {
+        if matches!(source, Source::PubSub(_)) {
+            return;
+        }
+        let (key, group, _) = source.describe();
+        let kind = if matches!(source, Source::Stream(_)) {
+            "stream"
+        } else {
+            "list"
+        };
+        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        if watched.len() >= MAX_WATCHED
+            && !watched.contains_key(&(kind, key.clone(), group.clone()))
+        {
+            tracing::warn!(
+                key,
+                "{MAX_WATCHED} keys are watched already: no backlog gauges for this one"
+            );
+            return;
+        }
+        watched
+            .entry((kind, key, group))
+            .or_insert_with(|| form.clone());
+    }
+
+    fn snapshot(&self) -> Vec<((&'static str, String, String), Form)> {
+        let watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        watched
+            .iter()
+            .map(|(k, f)| (k.clone(), f.clone()))
+            .collect()
+    }
+}
+
+/// Samples everything watched every `every`, until the process ends.
+pub async fn run(shared: Arc<Shared>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for ((_, key, group), form) in shared.backlog.snapshot() {
+            let sample = sample::sample(shared.redis.pool(), &form).await;
+            record(&shared.metrics, key, group, sample);
+        }
+    }
+}
+
+fn record(metrics: &Metrics, key: String, group: String, sample: Sample) {
+    let group = GroupLabels {
+        key: key.clone(),
+        group,
+    };
+    match sample.group {
+        Some(Group::Found { pending, lag }) => {
+            metrics.group_pending.get_or_create(&group).set(pending);
+            if let Some(lag) = lag {
+                metrics.group_lag.get_or_create(&group).set(lag);
+            } else {
+                metrics.group_lag.remove(&group);
+            }
+        }
+        Some(Group::Missing) => {
+            metrics.group_pending.remove(&group);
+            metrics.group_lag.remove(&group);
+        }
+        None => {}
+    }
+    let key = KeyLabels { key };
+    if let Some((waiting, held)) = sample.list {
+        metrics.list_entries.get_or_create(&key).set(waiting);
+        metrics.list_processing.get_or_create(&key).set(held);
+    }
+    if let Some(depth) = sample.delayed {
+        metrics.delay_set_entries.get_or_create(&key).set(depth);
+    }
+}
