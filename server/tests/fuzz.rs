@@ -219,11 +219,13 @@ fn batch() -> impl Strategy<Value = proto::Batch> {
         proptest::collection::vec(command, 0..12),
         proptest::collection::vec(outcome, 0..10),
         proptest::collection::vec(0u64..12, 0..6),
+        proptest::collection::vec(any::<u64>(), 0..4),
     )
-        .prop_map(|(commands, outcomes, acks)| proto::Batch {
+        .prop_map(|(commands, outcomes, acks, extend)| proto::Batch {
             commands,
             outcomes,
             acks,
+            extend,
         })
 }
 
@@ -279,6 +281,7 @@ fn outcomes_reach_the_window() {
     let mut window = fresh_window();
     let message = proto::SubscribeRequest {
         kind: Some(Kind::Batch(proto::Batch {
+            extend: Vec::new(),
             commands: vec![proto::QueuedCommand {
                 slot: 1,
                 name: "incr".into(),

@@ -259,6 +259,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
                         ..Default::default()
                     }],
                     acks: vec![],
+                    ..Default::default()
                 };
                 tx.send(proto::SubscribeRequest {
                     kind: Some(Request::Batch(batch)),
@@ -553,6 +554,7 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
                             ..Default::default()
                         }],
                         acks: vec![],
+                        ..Default::default()
                     })),
                 })
                 .await

@@ -302,6 +302,7 @@ impl Subscription {
             commands,
             outcomes,
             acks: vec![],
+            ..Default::default()
         }))
         .await;
     }

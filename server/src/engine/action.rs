@@ -42,6 +42,9 @@ pub enum Action<E> {
     GiveBack { entries: Vec<E>, seen: bool },
     /// Renew the consumer lease; answer with [`Engine::lease_renewed`].
     RenewLease,
+    /// Make these outstanding stream entries idle again, still this consumer's, their
+    /// delivery counts untouched (the client is still working on them).
+    Extend(Vec<E>),
     /// Tell the client shutdown began.
     Draining { grace: Duration, outstanding: usize },
     /// End the client's stream: with the reason, or as the session decided (`None`).

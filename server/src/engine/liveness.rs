@@ -41,6 +41,11 @@ impl Lease {
         true
     }
 
+    /// Renews at once (unless a renewal is under way): the client asked for more time.
+    pub(super) fn hurry(&mut self, now: Instant) {
+        self.next = self.next.min(now);
+    }
+
     pub(super) fn renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
         self.renewing = false;
         self.next = match renewal {

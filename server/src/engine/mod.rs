@@ -19,7 +19,7 @@ mod counts;
 mod flow;
 mod liveness;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -63,11 +63,30 @@ impl Kind {
         self == Kind::Stream
     }
 
+    /// What keeps an entry from being taken by another consumer while its handler works past
+    /// `min_idle` / `dead_after`: the entry's own idle time (a stream's pending entry), or the
+    /// consumer's lease (a reliable list recovers whole processing lists). Nothing else can take
+    /// a popped or published entry.
+    fn extends_by(self) -> Option<Extension> {
+        match self {
+            Kind::Stream => Some(Extension::Entries),
+            Kind::ReliableList => Some(Extension::Lease),
+            Kind::SimpleList | Kind::PubSub => None,
+        }
+    }
+
     /// Popped entries exist nowhere else: at close, the read under way is waited for and its
     /// entries go back first, so that pushed back the list keeps its order.
     fn waits_for_read_at_close(self) -> bool {
         self == Kind::SimpleList
     }
+}
+
+/// How a form keeps a delivery from other consumers while its handler works on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extension {
+    Entries,
+    Lease,
 }
 
 /// A subscription's settings.
@@ -91,6 +110,9 @@ pub struct Config {
     pub reports_in_reads: bool,
     pub shutdown_grace: Duration,
     pub limits: Limits,
+    /// The least time between two extensions of one delivery (or of the lease): more often
+    /// is taken and does nothing.
+    pub extend_every: Duration,
 }
 
 /// Identifies one flush handed out by [`Action::Flush`] or [`Action::DeadLetter`].
@@ -243,6 +265,9 @@ pub struct Engine<E: Item> {
     retry_read_at: Option<Instant>,
     lease: Option<Lease>,
     recovery: Option<Recovery>,
+    /// When each delivery still outstanding was last extended.
+    extended: HashMap<SlotId, Instant>,
+    lease_extended: Option<Instant>,
     actions: Vec<Action<E>>,
 }
 
@@ -273,6 +298,8 @@ impl<E: Item> Engine<E> {
             retry_read_at: None,
             lease,
             recovery,
+            extended: HashMap::new(),
+            lease_extended: None,
             actions: Vec::new(),
         };
         engine.advance(now);
@@ -393,6 +420,54 @@ impl<E: Item> Engine<E> {
         }
         self.advance(now);
         applied
+    }
+
+    /// The client is still working on these deliveries: keep other consumers from taking them
+    /// (a stream's entries idle again, a reliable list's lease renewed), at most once per
+    /// `extend_every` for each, and never settling anything. Returns the slots refused.
+    pub fn extend(&mut self, now: Instant, slots: &[SlotId]) -> Vec<SlotError> {
+        let mut rejected = Vec::new();
+        let mut due = Vec::new();
+        for &slot in slots {
+            let entry = match self.window.open_entry(slot) {
+                Ok(entry) => entry,
+                Err(err) => {
+                    rejected.push(err);
+                    continue;
+                }
+            };
+            let recent = self
+                .extended
+                .get(&slot)
+                .is_some_and(|at| now.saturating_duration_since(*at) < self.config.extend_every);
+            if !recent && !due.iter().any(|(s, _)| *s == slot) {
+                due.push((slot, entry.clone()));
+            }
+        }
+        let window = &self.window;
+        self.extended
+            .retain(|slot, _| window.outstanding_entry(*slot).is_some());
+        match self.config.kind.extends_by() {
+            Some(Extension::Entries) if !due.is_empty() => {
+                for (slot, _) in &due {
+                    self.extended.insert(*slot, now);
+                }
+                let entries = due.into_iter().map(|(_, entry)| entry).collect();
+                self.actions.push(Action::Extend(entries));
+            }
+            Some(Extension::Lease) if !due.is_empty() => {
+                let recent = self
+                    .lease_extended
+                    .is_some_and(|at| now.saturating_duration_since(at) < self.config.extend_every);
+                if !recent && let Some(lease) = self.lease.as_mut() {
+                    self.lease_extended = Some(now);
+                    lease.hurry(now);
+                }
+            }
+            _ => {}
+        }
+        self.advance(now);
+        rejected
     }
 
     /// A flush was reported, with what its read-ahead read.

@@ -195,6 +195,15 @@ impl Form {
         }
     }
 
+    /// Keeps outstanding stream entries from other consumers (see
+    /// [`crate::engine::Action::Extend`]); other forms extend through their lease.
+    pub async fn extend(&self, client: &Client, entries: &[&Entry]) -> Result<(), RedisError> {
+        match self {
+            Form::Stream(keys) => stream::extend(client, keys, entries).await,
+            _ => Ok(()),
+        }
+    }
+
     /// The delay set and the key its depth is reported under.
     pub fn delayed(&self) -> &Bytes {
         match self {

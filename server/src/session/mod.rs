@@ -161,6 +161,8 @@ pub enum ClientMessage {
 pub struct ClientBatch {
     pub commands: Vec<(SlotId, Result<Command, CommandError>)>,
     pub outcomes: Vec<Result<SettleRequest, SlotError>>,
+    /// Slots still being worked on.
+    pub extend: Vec<SlotId>,
 }
 
 /// An outcome for a slot, with the client's reason and trace context.

@@ -244,6 +244,16 @@ impl<E: Clone> Window<E> {
         })
     }
 
+    /// The entry of a slot still waiting for its outcome, or why there is none.
+    pub fn open_entry(&self, slot: SlotId) -> Result<&E, SlotError> {
+        let (first_slot, index) = self.locate(slot)?;
+        let delivery = &self.reads[&first_slot].deliveries[index];
+        match delivery.state {
+            State::Open { .. } => Ok(&delivery.entry),
+            _ => Err(SlotError::AlreadySettled(slot)),
+        }
+    }
+
     /// The entry of a slot still waiting for its outcome.
     pub fn outstanding_entry(&self, slot: SlotId) -> Option<&E> {
         let (first_slot, index) = self.locate(slot).ok()?;

@@ -235,3 +235,55 @@ fn flushes_leave_in_the_order_reads_complete() {
     }
     assert_eq!(order, [3, 1, 2]);
 }
+
+/// A delivery the client is still working on: a stream's entries are extended at most once per
+/// `extend_every` each, a reliable list renews its lease at once, forms nothing can take from
+/// do nothing, and slots that are not outstanding are refused.
+#[test]
+fn extending_deliveries_keeps_them_from_others_at_a_bounded_rate() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.take_actions();
+    assert!(engine.extend(start, &[1, 2, 1]).is_empty());
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::Extend(vec![entry(1, 1), entry(2, 1)])]
+    );
+    // Again within extend_every: taken, nothing more reaches Redis.
+    let soon = start + model::EXTEND_EVERY / 2;
+    assert!(engine.extend(soon, &[1]).is_empty());
+    assert!(
+        !engine
+            .take_actions()
+            .iter()
+            .any(|a| matches!(a, Action::Extend(_)))
+    );
+    let later = start + model::EXTEND_EVERY;
+    engine.apply(later, vec![], vec![settle(2, Outcome::Ack)], |_, _| None);
+    engine.take_actions();
+    // A settled slot, and one never handed out, are refused.
+    assert_eq!(
+        engine.extend(later, &[1, 2, 9]),
+        vec![SlotError::AlreadySettled(2), SlotError::UnknownSlot(9)]
+    );
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::Extend(vec![entry(1, 1)])]
+    );
+
+    let mut list = Engine::new(config(Kind::ReliableList), start);
+    list.take_actions();
+    list.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    list.take_actions();
+    assert!(list.extend(start + RENEW / 3, &[1]).is_empty());
+    assert_eq!(list.take_actions(), vec![Action::RenewLease]);
+
+    let mut simple = Engine::new(config(Kind::SimpleList), start);
+    simple.take_actions();
+    simple.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    simple.take_actions();
+    assert!(simple.extend(start, &[1]).is_empty());
+    assert_eq!(simple.take_actions(), vec![]);
+}

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use super::super::*;
 
 mod checks;
-use crate::window::{Command, ReadId};
+mod client;
+use crate::window::ReadId;
 
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct E {
@@ -31,6 +32,7 @@ pub(super) const COUNT: u32 = 3;
 pub(super) const MAX_IN_FLIGHT: u32 = 5;
 pub(super) const CAP: u32 = 3;
 pub(super) const RENEW: Duration = Duration::from_millis(300);
+pub(super) const EXTEND_EVERY: Duration = Duration::from_millis(200);
 
 pub(super) fn config(kind: Kind) -> Config {
     Config {
@@ -47,6 +49,7 @@ pub(super) fn config(kind: Kind) -> Config {
         limits: Limits {
             max_commands_per_slot: 4,
         },
+        extend_every: EXTEND_EVERY,
     }
 }
 
@@ -106,6 +109,8 @@ pub(super) struct World {
     flushing: HashMap<FlushId, Vec<u64>>,
     /// Reads flushed, in order.
     flushed_reads: Vec<ReadId>,
+    /// When each entry was last extended in Redis.
+    extended: HashMap<u64, Instant>,
     /// The client closed its stream: it settles nothing more.
     client_done: bool,
     ended: bool,
@@ -141,6 +146,7 @@ impl World {
             may_lose: HashSet::new(),
             flushing: HashMap::new(),
             flushed_reads: Vec::new(),
+            extended: HashMap::new(),
             client_done: false,
             ended: false,
             done: false,
@@ -259,6 +265,7 @@ impl World {
                     assert!(!self.lease_asked, "two renewals at once");
                     self.lease_asked = true;
                 }
+                Action::Extend(entries) => self.extended_in_redis(entries),
                 Action::Draining { .. } => {}
                 Action::EndStream(_) => {
                     assert!(!self.ended);
@@ -504,7 +511,7 @@ impl World {
     }
 
     pub(super) fn step(&mut self, choice: u8, pick: u8) {
-        match choice % 12 {
+        match choice % 13 {
             0 => self.run_read(false),
             1 => self.run_read(pick.is_multiple_of(8)),
             2 => {
@@ -533,6 +540,7 @@ impl World {
                 self.engine.shutdown(self.now);
                 self.collect();
             }
+            12 => self.client_extends(pick),
             11 if pick.is_multiple_of(16) => {
                 self.client_done = true;
                 if pick.is_multiple_of(32) {
@@ -544,53 +552,5 @@ impl World {
             }
             _ => {}
         }
-    }
-
-    /// The client settles one or more held slots, with a command for each.
-    pub(super) fn client_settles(&mut self, pick: u8) {
-        if self.holding.is_empty() || self.ended || self.client_done {
-            return;
-        }
-        let n = 1 + (pick as usize % self.holding.len());
-        let slots: Vec<SlotId> = self.holding.keys().copied().take(n).collect();
-        let commands = slots
-            .iter()
-            .map(|&slot| {
-                (
-                    slot,
-                    Command::new("INCR", vec![bytes::Bytes::from_static(b"k")]),
-                )
-            })
-            .collect();
-        let outcomes = slots
-            .iter()
-            .enumerate()
-            .map(|(i, &slot)| {
-                let outcome = match (pick as usize + i) % 5 {
-                    0 | 1 => Outcome::Ack,
-                    2 => Outcome::Drop,
-                    3 => Outcome::Retry,
-                    _ => Outcome::RetryAfter(Duration::from_millis(10)),
-                };
-                Ok(SettleRequest {
-                    slot,
-                    outcome,
-                    reason: None,
-                })
-            })
-            .collect();
-        for slot in &slots {
-            self.holding.remove(slot);
-        }
-        let open =
-            self.engine.phase == Phase::Open || matches!(self.engine.phase, Phase::Draining { .. });
-        let applied = self.engine.apply(self.now, commands, outcomes, |_, _| None);
-        // Once closing, the window has abandoned what the client still held.
-        assert!(
-            applied.rejected.is_empty() || !open,
-            "{:?}",
-            applied.rejected
-        );
-        self.collect();
     }
 }

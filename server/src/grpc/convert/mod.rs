@@ -291,7 +291,11 @@ fn client_batch(batch: proto::Batch) -> ClientBatch {
         .map(outcome)
         .chain(acks)
         .collect();
-    ClientBatch { commands, outcomes }
+    ClientBatch {
+        commands,
+        outcomes,
+        extend: batch.extend,
+    }
 }
 
 fn outcome(o: proto::Outcome) -> Result<SettleRequest, SlotError> {

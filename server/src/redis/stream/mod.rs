@@ -294,6 +294,25 @@ pub async fn uncount(
     Ok(())
 }
 
+/// Makes pending entries of this consumer idle again, without a delivery counted (`JUSTID`):
+/// another consumer's `XAUTOCLAIM` waits a whole `min_idle` from now. One `XCLAIM`.
+pub async fn extend(
+    client: &Client,
+    keys: &StreamKeys,
+    entries: &[&Entry],
+) -> Result<(), RedisError> {
+    let mut args = vec![
+        arg(&keys.key),
+        arg(&keys.group),
+        arg(&keys.consumer),
+        Value::Integer(0),
+    ];
+    args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
+    args.push(str_arg("JUSTID"));
+    call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
+    Ok(())
+}
+
 /// Reads one stream subscription on its dedicated connection.
 pub struct StreamReader {
     client: Client,

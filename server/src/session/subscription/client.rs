@@ -143,12 +143,14 @@ impl Subscription {
             })
             .collect();
         let form = &self.form;
-        let applied = self.engine.apply(
-            Instant::now().into_std(),
-            commands,
-            outcomes,
-            |entry, outcome| form.refuses(entry, outcome),
-        );
+        let now = Instant::now().into_std();
+        let extend_refused = self.engine.extend(now, &batch.extend);
+        let mut applied = self
+            .engine
+            .apply(now, commands, outcomes, |entry, outcome| {
+                form.refuses(entry, outcome)
+            });
+        applied.rejected.splice(0..0, extend_refused);
         let metrics = &self.shared.metrics;
         for (slot, outcome) in applied.settled {
             let kind = outcome.as_str();

@@ -17,7 +17,7 @@ use opentelemetry::trace::SpanContext;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use super::observe::{self, SubscriptionView};
 use super::workers::{FlushJob, Flushed, ReadRequest};
@@ -212,6 +212,18 @@ impl Subscription {
                 {
                     warn!(error = %err, entries = refs.len(), seen, "could not give entries back; they count one delivery more");
                 }
+            }
+            Action::Extend(entries) => {
+                let (form, client) = (self.form.clone(), self.shared.redis.pool().clone());
+                tokio::spawn(
+                    async move {
+                        let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
+                        if let Err(err) = form.extend(&client, &refs).await {
+                            debug!(error = %err, entries = refs.len(), "extending deliveries failed; the client may extend again");
+                        }
+                    }
+                    .in_current_span(),
+                );
             }
             Action::RenewLease => {
                 if let Some(lease) = self.lease.clone() {

@@ -22,6 +22,12 @@ use crate::session::workers;
 use crate::session::{Event, OpenRequest, Opened, Outbound, Release, SessionError, Shared};
 use crate::window::Limits;
 
+/// The least time between two extensions of one delivery (at most, a quarter of the time
+/// after which another consumer may take it): a client asking more often costs nothing more in
+/// Redis. Short, because the consumers of one group may each set their own `min_idle`: the
+/// one that reclaims soonest decides.
+const EXTEND_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 impl Subscription {
     /// Opens a subscription whose consumer name `release` holds on this sidecar: checks the
     /// key, takes the name's lease in Redis, opens the reader and tells the client.
@@ -156,6 +162,11 @@ impl Subscription {
             shutdown_grace: settings.shutdown_grace,
             limits: Limits {
                 max_commands_per_slot: settings.max_commands_per_slot,
+            },
+            extend_every: match &source {
+                Source::Stream(stream) => EXTEND_EVERY.min(stream.min_idle / 4),
+                Source::List(list) => EXTEND_EVERY.min(list.dead_after / 4),
+                Source::PubSub(_) => EXTEND_EVERY,
             },
         };
         let (lease_tx, lease_rx) = mpsc::unbounded_channel();
