@@ -4,13 +4,17 @@
 There is no container engine on the build machines, so the Dockerfile is not built here. What
 can drift without one is checked instead:
 
-  - the builder compiles the pinned toolchain (rust-toolchain.toml) with
-    `cargo build --release -p window-sidecar --locked`, the runtime is distroless and non-root;
+  - every base image is pinned by digest (`FROM image:tag@sha256:...`; `scratch` and earlier
+    stages need none);
+  - the builder compiles the pinned toolchain (rust-toolchain.toml: the image tag and
+    RUSTUP_TOOLCHAIN) with `cargo build --release -p window-sidecar --locked`, the runtime is
+    distroless and non-root;
+  - the binary the runtime gets is stripped: its debug sections go to a separate file
+    (`objcopy --only-keep-debug`), the copied binary is the one `objcopy --strip-debug
+    --add-gnu-debuglink` wrote, and a stage exports the debug file;
   - the runtime user, exposed ports and entrypoint match what the chart assumes (values.yaml);
   - .dockerignore keeps every file the workspace build reads (each workspace member and each
-    path dependency), so a new crate cannot silently break `docker build`.
-
-Usage: image_check.py REPO_ROOT
+    path dependency), so a new crate cannot silently break `docker build`;
 """
 
 import fnmatch
@@ -60,6 +64,24 @@ def dockerignore_keeps(patterns, path):
     return kept
 
 
+PINNED = re.compile(r"^[^\s@]+:[^\s@]+@sha256:[0-9a-f]{64}$")
+
+
+def unpinned_bases(steps):
+    """The FROM images not pinned by digest; scratch and earlier stages need no pin."""
+    stages, out = set(), []
+    for word, args in steps:
+        if word != "FROM":
+            continue
+        parts = [p for p in args.split() if not p.startswith("--")]
+        image = parts[0]
+        if image != "scratch" and image.lower() not in stages and not PINNED.match(image):
+            out.append(image)
+        if len(parts) >= 3 and parts[1].upper() == "AS":
+            stages.add(parts[2].lower())
+    return out
+
+
 def main():
     root = sys.argv[1]
     problems = []
@@ -69,7 +91,9 @@ def main():
             problems.append(what)
 
     steps = instructions(os.path.join(root, "Dockerfile"))
-    froms = [args for word, args in steps if word == "FROM"]
+    froms = [args.split()[0] for word, args in steps if word == "FROM"]
+    for image in unpinned_bases(steps):
+        check(False, f"Dockerfile: base image {image} is not pinned by digest (image:tag@sha256:...)")
     args = dict(
         a.split("=", 1) for word, a in steps if word == "ARG" and "=" in a
     )
@@ -77,15 +101,36 @@ def main():
     builder = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), froms[0]).split()[0]
     with open(os.path.join(root, "rust-toolchain.toml"), "rb") as f:
         channel = tomllib.load(f)["toolchain"]["channel"]
-    check(builder.startswith(f"rust:{channel}-bookworm") or builder.startswith(
-        f"rust:{channel.rsplit('.', 1)[0]}-bookworm"),
+    check(builder.startswith(f"rust:{channel}-bookworm@") or builder.startswith(
+        f"rust:{channel.rsplit('.', 1)[0]}-bookworm@"),
         f"builder {builder!r} does not use the pinned toolchain {channel} on bookworm")
+    envs = " ".join(a for word, a in steps if word == "ENV")
+    check(f"RUSTUP_TOOLCHAIN={channel}" in envs.split(),
+          f"the builder's RUSTUP_TOOLCHAIN is not the pinned toolchain {channel}")
     runs = " ".join(a for word, a in steps if word == "RUN")
     check("cargo build --release -p window-sidecar --locked" in runs,
           "the builder does not run cargo build --release -p window-sidecar --locked")
-    check(froms[-1] == "gcr.io/distroless/cc-debian12:nonroot",
-          f"runtime image is {froms[-1]!r}, expected gcr.io/distroless/cc-debian12:nonroot")
+    check(froms[-1].startswith("gcr.io/distroless/cc-debian12:nonroot@sha256:"),
+          f"runtime image is {froms[-1]!r}, expected gcr.io/distroless/cc-debian12:nonroot@sha256:...")
     final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM"):]
+
+    # The stripped binary: debug sections kept apart, the stripped one copied into the runtime.
+    keep = re.search(r"objcopy\s+--only-keep-debug\s+(\S+)\s+(\S+)", runs)
+    strip = re.search(r"objcopy\s+--strip-debug\s+--add-gnu-debuglink=(\S+)\s+(\S+)\s+(\S+)", runs)
+    check(keep is not None, "the builder does not keep the debug sections apart (objcopy --only-keep-debug)")
+    check(strip is not None, "the builder does not strip the binary "
+          "(objcopy --strip-debug --add-gnu-debuglink=DEBUG IN OUT)")
+    copies = [a.split() for w, a in final if w == "COPY"]
+    binary = [c for c in copies if c[-1] == "/usr/local/bin/window-sidecar"]
+    if keep and strip:
+        check(keep.group(1) == strip.group(2) and keep.group(2) == strip.group(1),
+              f"objcopy strips {strip.group(2)} linked to {strip.group(1)}, but keeps the debug "
+              f"sections of {keep.group(1)} in {keep.group(2)}")
+        check(binary and binary[0][-2] == strip.group(3),
+              f"the runtime copies {binary[0][-2] if binary else 'nothing'} to "
+              f"/usr/local/bin/window-sidecar, not the stripped {strip.group(3)}")
+        debug_stage = [a for w, a in steps if w == "COPY" and keep.group(2) in a.split()]
+        check(bool(debug_stage), f"no stage exports the debug file {keep.group(2)}")
     users = [a for w, a in final if w == "USER"]
     exposed = {p.split("/")[0] for w, a in final if w == "EXPOSE" for p in a.split()}
     entry = [a for w, a in final if w == "ENTRYPOINT"]
@@ -130,6 +175,7 @@ def main():
         print(f"  FAIL {p}")
     if not problems:
         print(f"  ok builder {builder}, runtime {froms[-1]}, user {users[-1]}, ports {' '.join(sorted(exposed))}; "
+              f"the binary stripped ({' '.join(strip.group(0).split())}); "
               f".dockerignore keeps the {len(members)} workspace members and their sources")
     return 1 if problems else 0
 
