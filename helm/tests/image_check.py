@@ -5,7 +5,7 @@ There is no container engine on the build machines, so the Dockerfile is not bui
 can drift without one is checked instead:
 
   - every base image is pinned by digest (`FROM image:tag@sha256:...`; `scratch` and earlier
-    stages need none);
+    stages need none), in the sidecar's Dockerfile and in the Python example worker's;
   - the builder compiles the pinned toolchain (rust-toolchain.toml: the image tag and
     RUSTUP_TOOLCHAIN) with `cargo build --release -p window-sidecar --locked`, the runtime is
     distroless and non-root;
@@ -15,6 +15,11 @@ can drift without one is checked instead:
   - the runtime user, exposed ports and entrypoint match what the chart assumes (values.yaml);
   - .dockerignore keeps every file the workspace build reads (each workspace member and each
     path dependency), so a new crate cannot silently break `docker build`;
+  - the example worker's image (client-examples/python/Dockerfile) runs as the chart's worker
+    user, its working directory holds the script the chart's worker command runs, and its
+    Dockerfile.dockerignore keeps every file it copies.
+
+Usage: image_check.py REPO_ROOT
 """
 
 import fnmatch
@@ -171,13 +176,56 @@ def main():
     for path in ("target/debug/window-sidecar", ".git/HEAD", "helm/window-sidecar/Chart.yaml"):
         check(not dockerignore_keeps(patterns, path), f".dockerignore sends {path} to the build context")
 
+    worker = worker_image_problems(root, values)
+    problems += worker
+
     for p in problems:
         print(f"  FAIL {p}")
     if not problems:
         print(f"  ok builder {builder}, runtime {froms[-1]}, user {users[-1]}, ports {' '.join(sorted(exposed))}; "
               f"the binary stripped ({' '.join(strip.group(0).split())}); "
               f".dockerignore keeps the {len(members)} workspace members and their sources")
+        print("  ok example worker: client-examples/python/Dockerfile pinned, runs as the chart's "
+              "worker user from the directory of its command; Dockerfile.dockerignore keeps what it copies")
     return 1 if problems else 0
+
+
+def worker_image_problems(root, values):
+    """The Python example worker's image against the chart's example.worker values."""
+    problems = []
+    here = os.path.join(root, "client-examples/python")
+    steps = instructions(os.path.join(here, "Dockerfile"))
+    for image in unpinned_bases(steps):
+        problems.append(f"client-examples/python/Dockerfile: base image {image} is not pinned by digest")
+    final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM"):]
+    worker = values["example"]["worker"]
+    uid = worker["securityContext"]["runAsUser"]
+    users = [a for w, a in final if w == "USER"]
+    if not users or users[-1].split(":")[0] != str(uid):
+        problems.append(f"worker image USER {users} is not the chart's example.worker runAsUser {uid}")
+    workdirs = [a for w, a in final if w == "WORKDIR"]
+    script = next((a for a in worker["command"][1:] if a.endswith(".py")), None)
+    # The image keeps the repository's layout under /app: WORKDIR /app/X is the repository's X.
+    if not workdirs or not workdirs[-1].startswith("/app/"):
+        problems.append(f"worker image WORKDIR {workdirs} is not under /app (the repository's layout)")
+    elif script is None or not os.path.isfile(os.path.join(root, workdirs[-1][len("/app/"):], script)):
+        problems.append(f"the chart's worker command {worker['command']} runs {script}, which is not "
+                        f"in the image's WORKDIR {workdirs[-1]}")
+    with open(os.path.join(here, "Dockerfile.dockerignore"), encoding="utf-8") as f:
+        patterns = [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
+    needed = ["client-examples/orders.json", "client-examples/python/requirements.txt",
+              "client-examples/python/generate.sh"]
+    needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(here, "*.py"))]
+    needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(here, "window_client/*.py"))]
+    needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "proto/**/*.proto"), recursive=True)]
+    for path in sorted(set(needed)):
+        if not dockerignore_keeps(patterns, path):
+            problems.append(f"client-examples/python/Dockerfile.dockerignore leaves out {path}, which the image needs")
+    for path in ("client-examples/python/.venv/bin/python", "client-examples/python/generated/x.py",
+                 "target/debug/window-sidecar", "server/Cargo.toml"):
+        if dockerignore_keeps(patterns, path):
+            problems.append(f"client-examples/python/Dockerfile.dockerignore sends {path} to the build context")
+    return problems
 
 
 if __name__ == "__main__":

