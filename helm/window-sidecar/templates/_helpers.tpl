@@ -1,9 +1,14 @@
 {{/*
-Named templates of the window-sidecar chart.
+Named templates of the window-sidecar chart: everything the sidecar container, its volumes and
+its Redis Secret need. This file is copied verbatim into the library chart
+helm/window-sidecar-lib (templates/_helpers.tpl), so the chart's example and a chart built on
+the library render the same container; helm/tests/run.sh fails when the two copies differ. What
+only the example needs is in _example.tpl.
 
 The public ones, for other charts to include into their own pod specs, take this chart's
 root context: `.` inside this chart, `(index .Subcharts "window-sidecar")` from a parent
-chart that lists window-sidecar as a dependency (Helm 3.14 or later):
+chart that lists window-sidecar as a dependency, `(index .Subcharts "window-sidecar-lib")`
+from a chart that lists the library (Helm 3.14 or later):
 
   window-sidecar.container                      the sidecar container (one list item)
   window-sidecar.volumes                        the volumes it mounts (list items)
@@ -14,6 +19,8 @@ chart that lists window-sidecar as a dependency (Helm 3.14 or later):
   window-sidecar.native                         "true" when it belongs in initContainers
   window-sidecar.grpcAddress                    host:port for the application (127.0.0.1:50051),
                                                 or unix:PATH with sidecar.unixSocket.enabled
+  window-sidecar.redisSecret                    the Secret with the Redis connection (a whole
+                                                manifest; empty with redis.existingSecret)
 
 Everything else here is internal.
 */}}
@@ -63,15 +70,6 @@ app.kubernetes.io/part-of: window-sidecar
 {{- define "window-sidecar.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "window-sidecar.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end }}
-
-{{/* The example pods' ServiceAccount. */}}
-{{- define "window-sidecar.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create }}
-{{- default (include "window-sidecar.fullname" .) .Values.serviceAccount.name }}
-{{- else }}
-{{- default "default" .Values.serviceAccount.name }}
-{{- end }}
 {{- end }}
 
 {{/* An image reference from {repository, tag, digest}; $.appVersion is the default tag. */}}
@@ -551,5 +549,42 @@ What the application container mounts to reach the sidecar, as items of its volu
 {{- if .Values.sidecar.unixSocket.enabled -}}
 - name: window-sidecar-socket
   mountPath: {{ include "window-sidecar.socketDir" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret with the Redis connection, a whole manifest; nothing when redis.existingSecret names
+one of your own.
+*/}}
+{{- define "window-sidecar.redisSecret" -}}
+{{- include "window-sidecar.validate" . }}
+{{- if include "window-sidecar.createsRedisSecret" . }}
+{{- $r := .Values.redis }}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ include "window-sidecar.redisSecretName" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "window-sidecar.labels" . | nindent 4 }}
+    app.kubernetes.io/component: redis-connection
+type: Opaque
+data:
+  {{ $r.secretKeys.url }}: {{ $r.url | b64enc | quote }}
+  {{- if $r.auth.enabled }}
+  {{- with $r.auth.username }}
+  {{ $r.secretKeys.username }}: {{ . | b64enc | quote }}
+  {{- end }}
+  {{ $r.secretKeys.password }}: {{ $r.auth.password | b64enc | quote }}
+  {{- end }}
+  {{- if and $r.tls.enabled (not $r.tls.existingSecret) }}
+  {{- if $r.tls.mountCA }}
+  ca.crt: {{ $r.tls.ca | b64enc | quote }}
+  {{- end }}
+  {{- if $r.tls.mountClientCertificate }}
+  tls.crt: {{ $r.tls.cert | b64enc | quote }}
+  tls.key: {{ $r.tls.key | b64enc | quote }}
+  {{- end }}
+  {{- end }}
 {{- end }}
 {{- end }}
