@@ -1,8 +1,7 @@
-//! What operators see of a subscription: its admin view, its spans (one per read, one per
-//! flush, linked to the producers' and the client's contexts), and the gauges sampled from
-//! Redis (group pending and lag, delay-set depth).
+//! What operators see of a subscription: its admin view and its spans (one per read, one per
+//! flush, linked to the producers' and the client's contexts).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -80,8 +79,19 @@ pub fn subscription_attributes(view: &SubscriptionView) -> Vec<KeyValue> {
     ]
 }
 
+/// One link per span context, in the order of first appearance: the entries of one Publish
+/// share its context, and a link repeated per entry says nothing more.
+fn distinct_links(contexts: impl IntoIterator<Item = SpanContext>) -> Vec<Link> {
+    let mut seen = HashSet::new();
+    contexts
+        .into_iter()
+        .filter(|c| seen.insert((c.trace_id(), c.span_id())))
+        .map(Link::with_context)
+        .collect()
+}
+
 /// Records the span of one read: a new trace (so a trace exists even when producers sent no
-/// context) linked to each producer's context. Returns its context.
+/// context) linked once to each producer's context. Returns its context.
 pub fn read_span(
     view: &SubscriptionView,
     read_id: ReadId,
@@ -90,11 +100,7 @@ pub fn read_span(
     started: SystemTime,
 ) -> SpanContext {
     let tracer = global::tracer(TRACER);
-    let links: Vec<Link> = entries
-        .iter()
-        .filter_map(|e| producer_context(e))
-        .map(Link::with_context)
-        .collect();
+    let links = distinct_links(entries.iter().filter_map(|e| producer_context(e)));
     let mut attributes = subscription_attributes(view);
     attributes.extend([
         KeyValue::new("window.read_id", read_id as i64),
@@ -113,8 +119,8 @@ pub fn read_span(
     context
 }
 
-/// Starts the span of one flush: a child of its read's span, linked to every producer's
-/// context and to the client's own context for each settled delivery.
+/// Starts the span of one flush: a child of its read's span, linked once to each producer's
+/// context and to each of the client's own contexts of its settled deliveries.
 pub fn flush_span(
     view: &SubscriptionView,
     batch: &FlushBatch<Arc<Entry>>,
@@ -123,13 +129,11 @@ pub fn flush_span(
     commands: usize,
 ) -> BoxedSpan {
     let tracer = global::tracer(TRACER);
-    let mut links: Vec<Link> = batch
+    let producers = batch
         .settles
         .iter()
-        .filter_map(|s| producer_context(&s.entry))
-        .map(Link::with_context)
-        .collect();
-    links.extend(client.into_iter().map(Link::with_context));
+        .filter_map(|s| producer_context(&s.entry));
+    let links = distinct_links(producers.chain(client));
     let count = |f: fn(&Outcome) -> bool| batch.count_outcome(f) as i64;
     let mut attributes = subscription_attributes(view);
     attributes.extend([
@@ -169,4 +173,41 @@ pub fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
         span.set_status(Status::error(error.clone()));
     }
     span.end();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(traceparent: &str) -> SpanContext {
+        parse_traceparent(traceparent, None).unwrap()
+    }
+
+    #[test]
+    fn a_context_is_linked_once_in_the_order_it_first_appears() {
+        let a = context("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let b = context("00-4bf92f3577b34da6a3ce929d0e0e4736-b9c7c989f97918e1-01");
+        let c = context("00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01");
+        // The same ids with other flags are the same span.
+        let a_unsampled = context("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+        let links = distinct_links([
+            a.clone(),
+            a.clone(),
+            b.clone(),
+            a_unsampled,
+            c.clone(),
+            b.clone(),
+            a.clone(),
+        ]);
+        let ids: Vec<_> = links
+            .iter()
+            .map(|l| (l.span_context.trace_id(), l.span_context.span_id()))
+            .collect();
+        let expected: Vec<_> = [a, b, c]
+            .iter()
+            .map(|c| (c.trace_id(), c.span_id()))
+            .collect();
+        assert_eq!(ids, expected);
+        assert!(distinct_links([]).is_empty());
+    }
 }
