@@ -1,7 +1,8 @@
 //! Logs and traces, set up in one place. Logs: `tracing` with `RUST_LOG` filtering, plain or
 //! JSON lines on stderr. Traces: OpenTelemetry spans exported over OTLP/gRPC, configured by the
 //! standard `OTEL_*` variables and off unless an OTLP endpoint is set. Also the W3C
-//! `traceparent` conversions the session and Publish need.
+//! `traceparent` conversions the session and Publish need, and the trace ids a log line
+//! written about a span carries.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -99,6 +100,26 @@ fn init_traces() -> Option<SdkTracerProvider> {
     Some(provider)
 }
 
+/// The ids a log line about a span carries (`trace_id`, `span_id`, lowercase hex as in
+/// `traceparent`), so that logs and traces can be joined; nothing when there is no span.
+#[derive(Debug, Default)]
+pub struct LogIds {
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+}
+
+impl LogIds {
+    pub fn of(context: Option<&SpanContext>) -> Self {
+        match context.filter(|c| c.is_valid()) {
+            Some(c) => Self {
+                trace_id: Some(c.trace_id().to_string()),
+                span_id: Some(c.span_id().to_string()),
+            },
+            None => Self::default(),
+        }
+    }
+}
+
 /// The span context a W3C `traceparent` (and `tracestate`) describes, if valid.
 pub fn parse_traceparent(traceparent: &str, tracestate: Option<&str>) -> Option<SpanContext> {
     let mut carrier = HashMap::with_capacity(2);
@@ -126,6 +147,19 @@ pub fn format_traceparent(context: &SpanContext) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_ids_are_those_of_a_valid_span_only() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let ids = LogIds::of(parse_traceparent(tp, None).as_ref());
+        assert_eq!(
+            ids.trace_id.as_deref(),
+            Some("0af7651916cd43dd8448eb211c80319c")
+        );
+        assert_eq!(ids.span_id.as_deref(), Some("b7ad6b7169203331"));
+        let none = LogIds::of(None);
+        assert!(none.trace_id.is_none() && none.span_id.is_none());
+    }
 
     #[test]
     fn traceparents_round_trip() {

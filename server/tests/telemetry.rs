@@ -1,5 +1,5 @@
 //! Traces and logs of the real binary: spans exported over OTLP/gRPC to an in-process receiver,
-//! and JSON log lines.
+//! and JSON log lines carrying the ids of the spans they are about.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -141,6 +141,30 @@ impl Drop for Sidecar {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The JSON log lines of a run.
+fn json_lines(sidecar: &Sidecar) -> Vec<serde_json::Value> {
+    sidecar
+        .lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect()
+}
+
+/// The `trace_id` and `span_id` of the log line with this message (exactly one).
+fn logged_ids(lines: &[serde_json::Value], message: &str) -> (String, String) {
+    let found: Vec<_> = lines.iter().filter(|l| l["message"] == message).collect();
+    assert_eq!(found.len(), 1, "{message:?} in {lines:#?}");
+    let id = |key: &str| {
+        found[0][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key} on {}", found[0]))
+            .to_owned()
+    };
+    (id("trace_id"), id("span_id"))
 }
 
 /// An OTLP receiver on a free port; returns it and its endpoint URL.
@@ -372,6 +396,12 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
     let status = flush2.status.as_ref().unwrap();
     assert_eq!(status.code, StatusCode::Error as i32);
     assert!(status.message.contains("WRONGTYPE"), "{}", status.message);
+
+    // The failed flush's log line names its span.
+    assert_eq!(
+        logged_ids(&json_lines(&sidecar), "flush failed"),
+        (hex(&flush2.trace_id), hex(&flush2.span_id))
+    );
 
     // Every log line is JSON; the subscription's open, failed flush and close are there.
     let lines = sidecar.lines.lock().unwrap().clone();

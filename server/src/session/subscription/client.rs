@@ -16,7 +16,7 @@ use crate::redis::admit::Admission;
 use crate::redis::form::read_error;
 use crate::redis::stream::ReadBatch;
 use crate::session::{ClientBatch, Event, FlushReport};
-use crate::telemetry::format_traceparent;
+use crate::telemetry::{LogIds, format_traceparent};
 use crate::window::SlotError;
 
 impl Subscription {
@@ -69,12 +69,6 @@ impl Subscription {
         flushed: Option<FlushReport>,
     ) {
         let n = entries.len() as u64;
-        debug!(
-            read_id = read.read_id,
-            deliveries = n,
-            first_slot = read.first_slot,
-            "read"
-        );
         let metrics = &self.shared.metrics;
         metrics.reads.get_or_create(&self.form_labels).inc();
         metrics
@@ -91,15 +85,24 @@ impl Subscription {
             self.view.counters.redeliveries += n;
         }
         let started = self.reading_since.take().unwrap_or_else(SystemTime::now);
-        let read_trace = if self.shared.settings.tracing {
-            let context =
-                observe::read_span(&self.view, read.read_id, &entries, redelivery, started);
+        let read_span =
+            self.shared.settings.tracing.then(|| {
+                observe::read_span(&self.view, read.read_id, &entries, redelivery, started)
+            });
+        let ids = LogIds::of(read_span.as_ref());
+        debug!(
+            trace_id = ids.trace_id.as_deref(),
+            span_id = ids.span_id.as_deref(),
+            read_id = read.read_id,
+            deliveries = n,
+            first_slot = read.first_slot,
+            "read"
+        );
+        let read_trace = read_span.and_then(|context| {
             let traceparent = format_traceparent(&context);
             self.read_spans.insert(read.read_id, context);
             traceparent
-        } else {
-            None
-        };
+        });
         self.send(Event::Read {
             read_id: read.read_id,
             first_slot: read.first_slot,

@@ -3,6 +3,7 @@
 
 use std::time::SystemTime;
 
+use opentelemetry::trace::{Span, SpanContext};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -15,6 +16,7 @@ use crate::redis::plan::{PlanContext, plan_dead_letters, plan_flush};
 use crate::redis::stream;
 use crate::session::FlushReport;
 use crate::session::workers::{self, FlushJob, Flushed, ReadAhead};
+use crate::telemetry::LogIds;
 use crate::window::ReadId;
 
 impl Subscription {
@@ -41,7 +43,9 @@ impl Subscription {
                 .filter_map(|s| self.client_spans.remove(&s.slot))
                 .collect();
             let read = self.read_spans.remove(&batch.read_id);
-            observe::flush_span(&self.view, &batch, read, client, plan.side_effects)
+            let span = observe::flush_span(&self.view, &batch, read, client, plan.side_effects);
+            self.flush_spans.insert(flush, span.span_context().clone());
+            span
         });
         let report = report(
             batch.read_id,
@@ -86,7 +90,8 @@ impl Subscription {
         let now = Instant::now().into_std();
         match flushed {
             Flushed::Report(flush, report, read_ahead) => {
-                let status = self.record(&report);
+                let span = self.flush_spans.remove(&flush);
+                let status = self.record(&report, span.as_ref());
                 self.reports.insert(flush, report);
                 let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
                 self.engine.flushed(now, flush, status, read_ahead);
@@ -98,10 +103,19 @@ impl Subscription {
         }
     }
 
-    /// A flush report's counters and log line; its status for the engine.
-    pub(super) fn record(&mut self, report: &FlushReport) -> FlushStatus {
+    /// A flush report's counters and log line (with the ids of the flush's span, if it has
+    /// one); its status for the engine.
+    pub(super) fn record(
+        &mut self,
+        report: &FlushReport,
+        span: Option<&SpanContext>,
+    ) -> FlushStatus {
         let result = &report.result;
+        let ids = LogIds::of(span);
+        let (trace_id, span_id) = (ids.trace_id.as_deref(), ids.span_id.as_deref());
         debug!(
+            trace_id,
+            span_id,
             read_id = report.read_id,
             kept = report.segments_kept,
             settles = report.settles,
@@ -114,6 +128,8 @@ impl Subscription {
         }
         self.view.counters.failed_flushes += 1;
         warn!(
+            trace_id,
+            span_id,
             read_id = report.read_id,
             commands = report.commands,
             settles = report.settles,

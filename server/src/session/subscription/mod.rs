@@ -67,6 +67,8 @@ pub(super) struct Subscription {
     /// tracing is on.
     read_spans: HashMap<ReadId, SpanContext>,
     client_spans: HashMap<SlotId, SpanContext>,
+    /// Spans of flushes under way, for the log lines about them.
+    flush_spans: HashMap<FlushId, SpanContext>,
     view: SubscriptionView,
     form_labels: FormLabels,
     labels: SubscriptionLabels,

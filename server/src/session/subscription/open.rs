@@ -193,6 +193,7 @@ impl Subscription {
             reading_since: None,
             read_spans: HashMap::new(),
             client_spans: HashMap::new(),
+            flush_spans: HashMap::new(),
             view,
             form_labels,
             labels: SubscriptionLabels {
