@@ -6,7 +6,8 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use window_sidecar::config::{Config, redact_url};
-use window_sidecar::{dev, server, telemetry};
+use window_sidecar::telemetry::{self, TraceExport};
+use window_sidecar::{dev, server};
 
 // glibc's malloc was a fifth of the sidecar's CPU under load (perf, README "Performance"):
 // every read and flush allocates frames, entries and messages across worker threads.
@@ -29,6 +30,15 @@ fn main() -> ExitCode {
         eprintln!("window-sidecar: invalid configuration: {err}");
         return ExitCode::from(EXIT_CONFIG);
     }
+    // The OTEL_* variables are configuration too: one the sidecar cannot honour would lose
+    // every span while the sidecar looked healthy.
+    let traces = match TraceExport::from_env() {
+        Ok(traces) => traces,
+        Err(err) => {
+            eprintln!("window-sidecar: invalid configuration: {err}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     if config.check_config {
         println!("window-sidecar: configuration is valid");
         return ExitCode::SUCCESS;
@@ -43,7 +53,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, traces))
 }
 
 /// One thread by default, as linkerd2-proxy runs with one core unless given more: in a pod
@@ -61,8 +71,8 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
-async fn serve(config: Config) -> ExitCode {
-    let telemetry = telemetry::init(config.log_format);
+async fn serve(config: Config, traces: Option<TraceExport>) -> ExitCode {
+    let telemetry = telemetry::init(config.log_format, traces);
     let code = run(config, telemetry.tracing_enabled()).await;
     // The exporter's flush blocks until its batch is sent, over tasks of this runtime: from
     // a blocking thread, so that (with one thread) this one goes on running them.

@@ -1,22 +1,127 @@
 //! Logs and traces, set up in one place. Logs: `tracing` with `RUST_LOG` filtering, plain or
-//! JSON lines on stderr. Traces: OpenTelemetry spans exported over OTLP/gRPC, configured by the
-//! standard `OTEL_*` variables and off unless an OTLP endpoint is set. Also the W3C
-//! `traceparent` conversions the session and Publish need, and the trace ids a log line
-//! written about a span carries.
+//! JSON lines on stderr. Traces: OpenTelemetry spans exported over OTLP, gRPC or HTTP/protobuf,
+//! configured by the standard `OTEL_*` variables and off unless an OTLP endpoint is set. Also
+//! the W3C `traceparent` conversions the session and Publish need, and the trace ids a log
+//! line written about a span carries.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::time::Duration;
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
+use opentelemetry_http::hyper::HyperClient;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use thiserror::Error;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
 /// The instrumentation scope of every span the sidecar makes.
 pub const TRACER: &str = "window-sidecar";
+
+/// The OTLP variables that choose how spans leave, signal-specific first: the exporter spec
+/// lets `OTEL_EXPORTER_OTLP_TRACES_*` override `OTEL_EXPORTER_OTLP_*`.
+const TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+const TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+
+/// The spec's default export timeout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How spans are sent to the OTLP endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/gRPC, the default: the sidecar's protocol before it spoke HTTP, which the spec
+    /// allows an SDK to keep as its default for compatibility.
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies, `POST …/v1/traces`.
+    HttpProtobuf,
+}
+
+/// Where and how spans are exported, worked out once at start from the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceExport {
+    pub protocol: Protocol,
+    /// A request's deadline, retries included (`OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`, ms).
+    pub timeout: Duration,
+}
+
+/// An OTLP setting the sidecar cannot honour: it refuses to start rather than lose its spans.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TelemetryError {
+    #[error("{variable}={value:?} is not an OTLP protocol; use grpc or http/protobuf")]
+    UnknownProtocol {
+        variable: &'static str,
+        value: String,
+    },
+    #[error("{variable}=http/json is not supported; use grpc or http/protobuf")]
+    JsonProtocol { variable: &'static str },
+    #[error(
+        "{variable} is an https endpoint, and OTLP/HTTP is exported without TLS; use an http:// endpoint (a collector on the node or in the cluster)"
+    )]
+    HttpsEndpoint { variable: &'static str },
+}
+
+impl TraceExport {
+    /// The export the process environment asks for; `None` when traces are off.
+    pub fn from_env() -> Result<Option<Self>, TelemetryError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The export the variables `var` returns ask for: off unless an endpoint is set, or when
+    /// `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. An empty variable is unset, as
+    /// the spec says.
+    pub fn from_lookup(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, TelemetryError> {
+        let var = |name: &str| {
+            var(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        let endpoint = [TRACES_ENDPOINT, ENDPOINT]
+            .into_iter()
+            .find_map(|name| Some((name, var(name)?)));
+        let Some((endpoint_var, endpoint)) = endpoint.filter(|_| !disabled) else {
+            return Ok(None);
+        };
+        let protocol = match [TRACES_PROTOCOL, PROTOCOL]
+            .into_iter()
+            .find_map(|name| Some((name, var(name)?)))
+        {
+            None => Protocol::Grpc,
+            Some((variable, value)) => match value.to_ascii_lowercase().as_str() {
+                "grpc" => Protocol::Grpc,
+                "http/protobuf" => Protocol::HttpProtobuf,
+                "http/json" => return Err(TelemetryError::JsonProtocol { variable }),
+                _ => return Err(TelemetryError::UnknownProtocol { variable, value }),
+            },
+        };
+        let https = endpoint
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+        if protocol == Protocol::HttpProtobuf && https {
+            return Err(TelemetryError::HttpsEndpoint {
+                variable: endpoint_var,
+            });
+        }
+        // Like the exporter itself, a timeout that is not a number of milliseconds is ignored.
+        let timeout = [TRACES_TIMEOUT, TIMEOUT]
+            .into_iter()
+            .find_map(|name| var(name)?.parse().ok())
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        Ok(Some(Self { protocol, timeout }))
+    }
+}
 
 /// Keeps the trace exporter alive; dropping it flushes the spans still buffered.
 #[derive(Debug, Default)]
@@ -39,12 +144,12 @@ impl Drop for Telemetry {
     }
 }
 
-/// Installs the log subscriber (`RUST_LOG` wins over `info`) and, when an OTLP endpoint is
-/// configured, the global tracer provider.
-pub fn init(format: LogFormat) -> Telemetry {
+/// Installs the log subscriber (`RUST_LOG` wins over `info`) and, when traces are exported,
+/// the global tracer provider. Called on the runtime the exporter's requests run on.
+pub fn init(format: LogFormat, traces: Option<TraceExport>) -> Telemetry {
     init_logs(format);
     Telemetry {
-        provider: init_traces(),
+        provider: traces.and_then(init_traces),
     }
 }
 
@@ -66,20 +171,44 @@ fn env_set(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.trim().is_empty())
 }
 
-fn init_traces() -> Option<SdkTracerProvider> {
-    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
-        || std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.eq_ignore_ascii_case("none"));
-    let endpoint =
-        env_set("OTEL_EXPORTER_OTLP_ENDPOINT") || env_set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-    if disabled || !endpoint {
-        return None;
+/// The OTLP/HTTP client: hyper, each request run on the sidecar's runtime. The batch processor
+/// exports from a thread of its own, without a runtime, where hyper's connections and timers
+/// cannot run (they would panic and stop that thread, and every span after it would be lost).
+#[derive(Debug)]
+struct RuntimeHttpClient {
+    client: HyperClient,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for RuntimeHttpClient {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(async move { client.send_bytes(request).await })
+            .await?
     }
-    // The exporter reads OTEL_EXPORTER_OTLP_*; the resource reads OTEL_SERVICE_NAME and
+}
+
+fn init_traces(export: TraceExport) -> Option<SdkTracerProvider> {
+    // The exporter reads the other OTEL_EXPORTER_OTLP_* variables (endpoint, headers,
+    // compression) itself; for http/protobuf it appends /v1/traces to the generic endpoint and
+    // takes the signal-specific one as it is. The resource reads OTEL_SERVICE_NAME and
     // OTEL_RESOURCE_ATTRIBUTES; the batch processor reads OTEL_BSP_*.
-    let exporter = match opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .build()
-    {
+    let builder = opentelemetry_otlp::SpanExporter::builder();
+    let exporter = match export.protocol {
+        Protocol::Grpc => builder.with_tonic().build(),
+        Protocol::HttpProtobuf => builder
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_timeout(export.timeout)
+            .with_http_client(RuntimeHttpClient {
+                client: HyperClient::with_default_connector(export.timeout, None),
+                runtime: tokio::runtime::Handle::current(),
+            })
+            .build(),
+    };
+    let exporter = match exporter {
         Ok(exporter) => exporter,
         Err(err) => {
             tracing::error!(error = %err, "OTLP trace exporter could not be built; traces are off");
@@ -96,7 +225,11 @@ fn init_traces() -> Option<SdkTracerProvider> {
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    tracing::info!("exporting traces over OTLP");
+    let protocol = match export.protocol {
+        Protocol::Grpc => "grpc",
+        Protocol::HttpProtobuf => "http/protobuf",
+    };
+    tracing::info!(protocol, "exporting traces over OTLP");
     Some(provider)
 }
 
@@ -147,6 +280,104 @@ pub fn format_traceparent(context: &SpanContext) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn export(vars: &[(&str, &str)]) -> Result<Option<TraceExport>, TelemetryError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        TraceExport::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    fn protocol(vars: &[(&str, &str)]) -> Protocol {
+        export(vars).unwrap().unwrap().protocol
+    }
+
+    const AT: (&str, &str) = (ENDPOINT, "http://collector:4318");
+
+    #[test]
+    fn traces_are_off_without_an_endpoint_or_when_disabled() {
+        assert_eq!(export(&[]), Ok(None));
+        assert_eq!(export(&[(ENDPOINT, " ")]), Ok(None));
+        assert_eq!(export(&[AT, ("OTEL_SDK_DISABLED", "true")]), Ok(None));
+        assert_eq!(export(&[AT, ("OTEL_TRACES_EXPORTER", "none")]), Ok(None));
+        // Without an endpoint the protocol is not looked at.
+        assert_eq!(export(&[(PROTOCOL, "carrier-pigeon")]), Ok(None));
+        assert!(
+            export(&[(TRACES_ENDPOINT, "http://collector:4318/v1/traces")])
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn the_protocol_is_grpc_unless_a_variable_says_otherwise() {
+        assert_eq!(protocol(&[AT]), Protocol::Grpc);
+        assert_eq!(protocol(&[AT, (PROTOCOL, "")]), Protocol::Grpc);
+        assert_eq!(protocol(&[AT, (PROTOCOL, "grpc")]), Protocol::Grpc);
+        assert_eq!(
+            protocol(&[AT, (PROTOCOL, "http/protobuf")]),
+            Protocol::HttpProtobuf
+        );
+        assert_eq!(
+            protocol(&[AT, (PROTOCOL, " HTTP/Protobuf ")]),
+            Protocol::HttpProtobuf
+        );
+    }
+
+    #[test]
+    fn the_traces_protocol_wins_over_the_generic_one() {
+        let both = [AT, (PROTOCOL, "grpc"), (TRACES_PROTOCOL, "http/protobuf")];
+        assert_eq!(protocol(&both), Protocol::HttpProtobuf);
+        let both = [AT, (PROTOCOL, "http/protobuf"), (TRACES_PROTOCOL, "grpc")];
+        assert_eq!(protocol(&both), Protocol::Grpc);
+    }
+
+    #[test]
+    fn an_unknown_or_unsupported_protocol_is_refused_with_its_variable() {
+        let err = export(&[AT, (TRACES_PROTOCOL, "http/xml")]).unwrap_err();
+        assert_eq!(
+            err,
+            TelemetryError::UnknownProtocol {
+                variable: TRACES_PROTOCOL,
+                value: "http/xml".into()
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=\"http/xml\"")
+        );
+        assert_eq!(
+            export(&[AT, (PROTOCOL, "http/json")]),
+            Err(TelemetryError::JsonProtocol { variable: PROTOCOL })
+        );
+    }
+
+    #[test]
+    fn an_https_endpoint_is_refused_for_http_only() {
+        let https = (ENDPOINT, "HTTPS://collector:4318");
+        assert_eq!(
+            export(&[https, (PROTOCOL, "http/protobuf")]),
+            Err(TelemetryError::HttpsEndpoint { variable: ENDPOINT })
+        );
+        // gRPC keeps its own handling of an https endpoint.
+        assert_eq!(protocol(&[https]), Protocol::Grpc);
+    }
+
+    #[test]
+    fn the_traces_timeout_wins_and_a_malformed_one_is_ignored() {
+        let timeout = |vars: &[(&str, &str)]| export(vars).unwrap().unwrap().timeout;
+        assert_eq!(timeout(&[AT]), DEFAULT_TIMEOUT);
+        assert_eq!(
+            timeout(&[AT, (TIMEOUT, "2500")]),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            timeout(&[AT, (TIMEOUT, "2500"), (TRACES_TIMEOUT, "700")]),
+            Duration::from_millis(700)
+        );
+        assert_eq!(timeout(&[AT, (TIMEOUT, "soon")]), DEFAULT_TIMEOUT);
+    }
 
     #[test]
     fn log_ids_are_those_of_a_valid_span_only() {

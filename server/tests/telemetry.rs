@@ -1,5 +1,6 @@
-//! Traces and logs of the real binary: spans exported over OTLP/gRPC to an in-process receiver,
-//! and JSON log lines carrying the ids of the spans they are about.
+//! Traces and logs of the real binary: spans exported over OTLP/gRPC and OTLP/HTTP to
+//! in-process receivers, the variables that choose between them, and JSON log lines carrying
+//! the ids of the spans they are about.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -30,10 +31,64 @@ const BIN: &str = env!("CARGO_BIN_EXE_window-sidecar");
 const PRODUCER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const CLIENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-b9c7c989f97918e1-01";
 
-/// An OTLP trace receiver that keeps every span it is sent.
+/// An OTLP trace receiver that keeps every span it is sent, and for OTLP/HTTP the path and
+/// content type of each request.
 #[derive(Clone, Default)]
 struct Receiver {
     spans: Arc<Mutex<Vec<Span>>>,
+    http_requests: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Receiver {
+    fn keep(&self, request: ExportTraceServiceRequest) {
+        let mut spans = self.spans.lock().unwrap();
+        for resource in request.resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+    }
+
+    /// OTLP/HTTP with protobuf bodies: `POST` of an `ExportTraceServiceRequest` at any path
+    /// (the test says which path the sidecar must use).
+    async fn http_export(
+        &self,
+        method: axum::http::Method,
+        uri: axum::http::Uri,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+    ) -> (
+        axum::http::StatusCode,
+        [(&'static str, &'static str); 1],
+        Vec<u8>,
+    ) {
+        use prost::Message;
+        let content_type = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.http_requests
+            .lock()
+            .unwrap()
+            .push((uri.path().to_owned(), content_type));
+        let protobuf = [("content-type", "application/x-protobuf")];
+        if method != axum::http::Method::POST {
+            return (axum::http::StatusCode::METHOD_NOT_ALLOWED, protobuf, vec![]);
+        }
+        match ExportTraceServiceRequest::decode(body) {
+            Ok(request) => self.keep(request),
+            Err(_) => return (axum::http::StatusCode::BAD_REQUEST, protobuf, vec![]),
+        }
+        let response = ExportTraceServiceResponse {
+            partial_success: None,
+        };
+        (
+            axum::http::StatusCode::OK,
+            protobuf,
+            response.encode_to_vec(),
+        )
+    }
 }
 
 #[tonic::async_trait]
@@ -42,12 +97,7 @@ impl TraceService for Receiver {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock().unwrap();
-        for resource in request.into_inner().resource_spans {
-            for scope in resource.scope_spans {
-                spans.extend(scope.spans);
-            }
-        }
+        self.keep(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -72,6 +122,14 @@ fn int(span: &Span, key: &str) -> i64 {
     }
 }
 
+/// The OTLP variables a test sets itself: none may come from the environment it runs in.
+const OTLP_VARIABLES: [&str; 4] = [
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+];
+
 /// The sidecar binary with OTLP export to `otlp` and JSON logs; stderr lines are collected.
 struct Sidecar {
     child: Child,
@@ -85,7 +143,23 @@ impl Sidecar {
 
     /// With extra flags and a log filter; stdout is collected with stderr.
     fn start_with(redis: &str, listen: &str, otlp: &str, extra: &[&str], log: &str) -> Self {
-        let mut child = Command::new(BIN)
+        let otlp = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)];
+        Self::start_env(redis, listen, &otlp, extra, log)
+    }
+
+    /// With the OTLP variables `otlp` (and no others).
+    fn start_env(
+        redis: &str,
+        listen: &str,
+        otlp: &[(&str, &str)],
+        extra: &[&str],
+        log: &str,
+    ) -> Self {
+        let mut command = Command::new(BIN);
+        for name in OTLP_VARIABLES {
+            command.env_remove(name);
+        }
+        let mut child = command
             .args([
                 "--redis-url",
                 redis,
@@ -95,7 +169,7 @@ impl Sidecar {
                 "json",
             ])
             .args(extra)
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+            .envs(otlp.iter().copied())
             .env("OTEL_BSP_SCHEDULE_DELAY", "100")
             .env("OTEL_SERVICE_NAME", "window-sidecar-test")
             .env("RUST_LOG", log)
@@ -143,6 +217,20 @@ impl Drop for Sidecar {
     }
 }
 
+/// An OTLP/HTTP receiver on a free port; returns it and its endpoint URL.
+async fn start_http_receiver() -> (Receiver, String) {
+    let receiver = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let collector = receiver.clone();
+    let app = axum::Router::new().fallback(move |method, uri, headers, body| {
+        let collector = collector.clone();
+        async move { collector.http_export(method, uri, headers, body).await }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (receiver, format!("http://{addr}"))
+}
+
 /// The JSON log lines of a run.
 fn json_lines(sidecar: &Sidecar) -> Vec<serde_json::Value> {
     sidecar
@@ -167,7 +255,7 @@ fn logged_ids(lines: &[serde_json::Value], message: &str) -> (String, String) {
     (id("trace_id"), id("span_id"))
 }
 
-/// An OTLP receiver on a free port; returns it and its endpoint URL.
+/// An OTLP/gRPC receiver on a free port; returns it and its endpoint URL.
 async fn start_receiver() -> (Receiver, String) {
     let receiver = Receiver::default();
     let otlp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -396,6 +484,10 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
     let status = flush2.status.as_ref().unwrap();
     assert_eq!(status.code, StatusCode::Error as i32);
     assert!(status.message.contains("WRONGTYPE"), "{}", status.message);
+    assert!(
+        receiver.http_requests.lock().unwrap().is_empty(),
+        "gRPC unless a variable says otherwise"
+    );
 
     // The failed flush's log line names its span.
     assert_eq!(
@@ -682,4 +774,273 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
     assert!(spans.contains("window.flush"), "spans were exported");
     assert_no_secret("the exported spans", &spans);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Publishes `entries` entries in one call with the producer's context.
+async fn publish_traced(
+    client: &mut WindowServiceClient<tonic::transport::Channel>,
+    entries: usize,
+) {
+    let mut publish = tonic::Request::new(proto::PublishRequest {
+        stream: "orders".into(),
+        entries: vec![
+            proto::PublishEntry {
+                payload: "{}".into(),
+                ..Default::default()
+            };
+            entries
+        ],
+        ..Default::default()
+    });
+    publish
+        .metadata_mut()
+        .insert("traceparent", MetadataValue::from_static(PRODUCER));
+    client.publish(publish).await.unwrap();
+}
+
+/// Over OTLP/HTTP when the protocol variable says http/protobuf, at the generic endpoint with
+/// `/v1/traces` appended. Four entries of one Publish, acked with one client context: the
+/// read and flush spans link each context once. The debug lines about the read and the flush
+/// carry their spans' ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_context_once() {
+    let (receiver, otlp) = start_http_receiver().await;
+    let redis = RedisServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = Sidecar::start_env(
+        &redis.url(),
+        &listen,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ],
+        &[],
+        "info,window_sidecar=debug",
+    );
+    let mut client = connect(&listen).await;
+    publish_traced(&mut client, 4).await;
+
+    let (tx, rx) = mpsc::channel(8);
+    let open = proto::Open {
+        source: Some(proto::open::Source::Stream(proto::StreamSource {
+            key: "orders".into(),
+            group: "g".into(),
+            consumer: "c".into(),
+            ..Default::default()
+        })),
+        count: 4,
+        ..Default::default()
+    };
+    tx.send(proto::SubscribeRequest {
+        kind: Some(Request::Open(open)),
+    })
+    .await
+    .unwrap();
+    let mut stream = client
+        .subscribe(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let report = loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("a message in time")
+            .unwrap()
+            .expect("the stream is open");
+        match message.kind {
+            Some(Response::Read(read)) => {
+                assert_eq!(read.deliveries.len(), 4, "one read of the four entries");
+                let slots = read.deliveries.iter().map(|d| d.slot);
+                let batch = proto::Batch {
+                    commands: slots
+                        .clone()
+                        .map(|slot| proto::QueuedCommand {
+                            slot,
+                            name: "INCR".into(),
+                            args: vec!["counter".into()],
+                        })
+                        .collect(),
+                    outcomes: slots
+                        .map(|slot| proto::Outcome {
+                            slot,
+                            kind: OutcomeKind::Ack as i32,
+                            trace: Some(proto::TraceContext {
+                                traceparent: CLIENT.into(),
+                                tracestate: String::new(),
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    acks: vec![],
+                };
+                tx.send(proto::SubscribeRequest {
+                    kind: Some(Request::Batch(batch)),
+                })
+                .await
+                .unwrap();
+            }
+            Some(Response::Flush(report)) => break report,
+            _ => {}
+        }
+    };
+    assert!(report.ok);
+    drop(tx);
+    drop(stream);
+    sidecar.terminate();
+
+    let requests = receiver.http_requests.lock().unwrap().clone();
+    assert!(!requests.is_empty(), "spans were exported over HTTP");
+    for (path, content_type) in &requests {
+        assert_eq!(path, "/v1/traces");
+        assert_eq!(content_type, "application/x-protobuf");
+    }
+    let spans = receiver.spans.lock().unwrap().clone();
+    let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
+    let producer = (PRODUCER[3..35].to_owned(), PRODUCER[36..52].to_owned());
+    let client_context = (CLIENT[3..35].to_owned(), CLIENT[36..52].to_owned());
+    let publish = named("window.publish");
+    assert_eq!(publish.len(), 1, "{spans:#?}");
+    assert_eq!(hex(&publish[0].trace_id), producer.0);
+    let publish_span = (producer.0.clone(), hex(&publish[0].span_id));
+    let links = |span: &Span| -> Vec<(String, String)> {
+        span.links
+            .iter()
+            .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+            .collect()
+    };
+
+    let read = named("window.read");
+    assert_eq!(read.len(), 1, "{spans:#?}");
+    assert_eq!(int(read[0], "window.deliveries"), 4);
+    assert_eq!(links(read[0]), vec![publish_span.clone()]);
+    let flush = named("window.flush");
+    assert_eq!(flush.len(), 1, "{spans:#?}");
+    let flush = flush[0];
+    assert_eq!(flush.parent_span_id, read[0].span_id);
+    assert_eq!(links(flush), vec![publish_span, client_context]);
+    for (key, value) in [
+        ("window.read_id", 1),
+        ("window.deliveries", 4),
+        ("window.segments.kept", 4),
+        ("window.commands", 4),
+        ("window.settles", 4),
+        ("window.outcomes.ack", 4),
+        ("window.failed", 0),
+    ] {
+        assert_eq!(int(flush, key), value, "{key}");
+    }
+    assert!(
+        matches!(attr(flush, "window.subscription"), Some(AnyValue::StringValue(s)) if s == "orders")
+    );
+
+    let lines = json_lines(&sidecar);
+    assert_eq!(
+        logged_ids(&lines, "read"),
+        (hex(&read[0].trace_id), hex(&read[0].span_id))
+    );
+    assert_eq!(
+        logged_ids(&lines, "flushed"),
+        (hex(&flush.trace_id), hex(&flush.span_id))
+    );
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "exporting traces over OTLP")
+        .expect("the export is logged");
+    assert_eq!(started["protocol"], "http/protobuf");
+}
+
+/// The traces variables win over the generic ones, and a signal-specific endpoint is used as
+/// it is: `…_TRACES_PROTOCOL=http/protobuf` over `…_PROTOCOL=grpc` posts to the traces
+/// endpoint's own path, and `…_TRACES_PROTOCOL=grpc` over `…_PROTOCOL=http/protobuf` exports
+/// over gRPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_traces_protocol_and_endpoint_win_over_the_generic_ones() {
+    let (http, http_otlp) = start_http_receiver().await;
+    let (grpc, grpc_otlp) = start_receiver().await;
+    let redis = RedisServer::start();
+    let traces_endpoint = format!("{http_otlp}/collector/traces");
+    let runs: [&[(&str, &str)]; 2] = [
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc_otlp),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &traces_endpoint),
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http_otlp),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &grpc_otlp),
+        ],
+    ];
+    for (run, otlp) in runs.iter().enumerate() {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut sidecar = Sidecar::start_env(&redis.url(), &listen, otlp, &[], "info");
+        let mut client = connect(&listen).await;
+        publish_traced(&mut client, 1).await;
+        sidecar.terminate();
+        let (to, other) = if run == 0 {
+            (&http, &grpc)
+        } else {
+            (&grpc, &http)
+        };
+        let published = |r: &Receiver| {
+            r.spans
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|s| s.name == "window.publish")
+                .count()
+        };
+        assert_eq!(published(to), 1, "run {run}");
+        assert_eq!(published(other), 0, "run {run}");
+        to.spans.lock().unwrap().clear();
+    }
+    let paths: Vec<String> = http
+        .http_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(path, _)| path.clone())
+        .collect();
+    assert!(!paths.is_empty());
+    assert!(paths.iter().all(|p| p == "/collector/traces"), "{paths:?}");
+}
+
+/// A protocol the sidecar cannot speak is a configuration error (exit 64) naming the variable,
+/// for `--check-config` and at start alike, before anything is connected.
+#[test]
+fn an_unknown_otlp_protocol_is_a_configuration_error() {
+    for (variable, value, expected) in [
+        (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "http/xml",
+            "OTEL_EXPORTER_OTLP_PROTOCOL=\"http/xml\" is not an OTLP protocol",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "http/json",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json is not supported",
+        ),
+    ] {
+        for check in [true, false] {
+            let mut command = Command::new(BIN);
+            for name in OTLP_VARIABLES {
+                command.env_remove(name);
+            }
+            if check {
+                command.arg("--check-config");
+            }
+            let output = command
+                .args(["--redis-url", "redis://127.0.0.1:1"])
+                .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+                .env(variable, value)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(64), "{stderr}");
+            assert!(stderr.contains(expected), "{stderr}");
+        }
+    }
 }
