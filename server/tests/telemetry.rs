@@ -871,7 +871,7 @@ async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_c
                             ..Default::default()
                         })
                         .collect(),
-                    acks: vec![],
+                    ..Default::default()
                 };
                 tx.send(proto::SubscribeRequest {
                     kind: Some(Request::Batch(batch)),
