@@ -13,6 +13,7 @@ import { credentials, Metadata, status as Status, type ServiceError, type Client
 import {
   WindowServiceClient,
   OutcomeKind,
+  Framing,
   Mode,
   RejectionReason,
   rejectionReasonToJSON,
@@ -509,6 +510,7 @@ export class Subscription implements AsyncIterable<Delivery> {
         maxInFlight: o.maxInFlight ?? 0,
         // Reports come in messages of their own (this helper does not read `Read.flushed`).
         reportsInReads: false,
+        framing: Framing.FRAMING_UNSPECIFIED,
       },
     });
     if (this.closing) void this.halfClose(st);
@@ -655,7 +657,15 @@ export class WindowClient {
     });
     return new Promise((resolve, reject) => {
       this.stub.publish(
-        { stream, entries: msgs, maxLen: opts.maxLen ?? 0 },
+        {
+          stream,
+          entries: msgs,
+          maxLen: opts.maxLen ?? 0,
+          list: "",
+          channel: "",
+          shardedChannel: "",
+          framing: Framing.FRAMING_UNSPECIFIED,
+        },
         new Metadata({ waitForReady: true }),
         { deadline: Date.now() + (opts.timeoutMs ?? 30_000) },
         (err, res) => (err ? reject(err) : resolve(res!.ids)),
