@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of the Go example: installs what is missing (Debian packages), generates and
 # builds, starts a redis-server on a free port and the sidecar, runs the producer then the
-# worker until done, and checks the Redis end state of ../orders.json with redis-cli.
+# worker until done, and checks the Redis end state of ../orders.json with redis-cli; then does
+# it again through a second sidecar on a Unix socket (--listen unix:PATH), after a health Check,
+# with grpc-go's usual target unix:///PATH and no other dial option.
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -130,29 +132,72 @@ grep -E '^summary:' "$work/worker.log" || true
 check "producer exit status" "$producer_rc" 0
 check "worker exit status" "$worker_rc" 0
 
-summary=$(grep -E '^summary:' "$work/worker.log" || true)
-for what in acked dropped retried; do
-  got=$(sed -nE "s/.* $what=([0-9]+).*/\1/p; s/^summary: $what=([0-9]+).*/\1/p" <<<"$summary" | head -n1)
-  check "worker summary $what" "$got" "$(jq -r ".expected.$what" "$orders_json")"
-done
+# check_summary PREFIX LOG: the worker's summary line against ../orders.json.
+check_summary() {
+  local summary got what
+  summary=$(grep -E '^summary:' "$2" || true)
+  for what in acked dropped retried; do
+    got=$(sed -nE "s/.* $what=([0-9]+).*/\1/p; s/^summary: $what=([0-9]+).*/\1/p" <<<"$summary" | head -n1)
+    check "${1}worker summary $what" "$got" "$(jq -r ".expected.$what" "$orders_json")"
+  done
+}
+# check_end_state PREFIX STREAM: the Redis end state of ../orders.json consumed from STREAM.
+check_end_state() {
+  local prefix=$1 stream=$2 hash picks expected_picks group sku want
+  hash=$(jq -r '.expected.sku_totals_hash' "$orders_json")
+  while read -r sku want; do
+    check "${prefix}HGET $hash $sku" "$(rcli HGET "$hash" "$sku")" "$want"
+  done < <(jq -r '.expected.sku_totals | to_entries[] | "\(.key) \(.value)"' "$orders_json")
+  check "${prefix}HLEN $hash (no other SKUs)" "$(rcli HLEN "$hash")" "$(jq '.expected.sku_totals | length' "$orders_json")"
 
-hash=$(jq -r '.expected.sku_totals_hash' "$orders_json")
-while read -r sku want; do
-  check "HGET $hash $sku" "$(rcli HGET "$hash" "$sku")" "$want"
-done < <(jq -r '.expected.sku_totals | to_entries[] | "\(.key) \(.value)"' "$orders_json")
-check "HLEN $hash (no other SKUs)" "$(rcli HLEN "$hash")" "$(jq '.expected.sku_totals | length' "$orders_json")"
+  picks=$(jq -r '.expected.picks_list' "$orders_json")
+  check "${prefix}LLEN $picks" "$(rcli LLEN "$picks")" "$(jq '.expected.picks' "$orders_json")"
+  expected_picks=$(jq -r '.orders[] | select((.lines | length) > 0 and all(.lines[]; .qty > 0))
+    | .id as $id | .lines[] | "\($id):\(.sku):\(.qty)"' "$orders_json" | sort | paste -sd' ')
+  check "${prefix}picks are exactly those of the valid orders" \
+    "$(rcli LRANGE "$picks" 0 -1 | sort | paste -sd' ')" "$expected_picks"
 
-picks=$(jq -r '.expected.picks_list' "$orders_json")
-check "LLEN $picks" "$(rcli LLEN "$picks")" "$(jq '.expected.picks' "$orders_json")"
-expected_picks=$(jq -r '.orders[] | select((.lines | length) > 0 and all(.lines[]; .qty > 0))
-  | .id as $id | .lines[] | "\($id):\(.sku):\(.qty)"' "$orders_json" | sort | paste -sd' ')
-check "picks are exactly those of the valid orders" \
-  "$(rcli LRANGE "$picks" 0 -1 | sort | paste -sd' ')" "$expected_picks"
+  group=$(jq -r '.group' "$orders_json")
+  check "${prefix}XPENDING $stream $group" "$(rcli XPENDING "$stream" "$group" | head -n1)" 0
+  check "${prefix}ZCARD {$stream}:window:delayed" "$(rcli ZCARD "{$stream}:window:delayed")" 0
+}
+check_summary "" "$work/worker.log"
+check_end_state "" "$(jq -r '.stream' "$orders_json")"
 
-stream=$(jq -r '.stream' "$orders_json")
-group=$(jq -r '.group' "$orders_json")
-check "XPENDING $stream $group" "$(rcli XPENDING "$stream" "$group" | head -n1)" 0
-check "ZCARD {$stream}:window:delayed" "$(rcli ZCARD "{$stream}:window:delayed")" 0
+# --- the Unix socket ----------------------------------------------------------------------
+# The recommended sidecar setup: a second sidecar on --listen unix:PATH, reached with grpc-go's
+# usual target unix:///PATH and no other dial option (no grpc.WithAuthority).
+sock="$work/sidecar.sock"
+uds="unix://$sock"
+echo "== a second sidecar on unix:$sock"
+"$bin" --listen "unix:$sock" --redis-url "redis://127.0.0.1:$redis_port" \
+  --promote-interval 100ms --shutdown-grace 2s >"$work/sidecar-uds.log" 2>&1 &
+pids+=($!)
+wait_for "window-sidecar on unix:$sock" test -S "$sock"
+rcli FLUSHDB >/dev/null
+uds_stream=uds-orders
+set +e
+timeout 30 ./bin/healthcheck -addr "$uds" >"$work/uds-health.log" 2>&1
+timeout 60 ./bin/producer -addr "$uds" -orders "$orders_json" -stream "$uds_stream" >"$work/uds-producer.log" 2>&1
+producer_rc=$?
+timeout 120 ./bin/worker -addr "$uds" -orders "$orders_json" -stream "$uds_stream" -consumer uds-1 \
+  -idle-timeout 20s >"$work/uds-worker.log" 2>&1
+worker_rc=$?
+set -e
+cat "$work/uds-health.log" "$work/uds-producer.log"
+grep -E '^summary:' "$work/uds-worker.log" || true
+check "unix socket: health Check" "$(grep -o 'health window_sidecar.v1.WindowService: .*' "$work/uds-health.log")" \
+  "health window_sidecar.v1.WindowService: SERVING"
+check "unix socket: producer exit status" "$producer_rc" 0
+check "unix socket: Publish" "$(grep -Eo "^published [0-9]+ orders to \"$uds_stream\"" "$work/uds-producer.log")" \
+  "published $(jq '.orders | length' "$orders_json") orders to \"$uds_stream\""
+check "unix socket: worker exit status" "$worker_rc" 0
+check_summary "unix socket: " "$work/uds-worker.log"
+# Every entry was delivered: the orders and a copy per retry, the last of them the group's last.
+check "unix socket: the group read all the stream's entries" \
+  "$(rcli XLEN "$uds_stream") $(rcli XINFO GROUPS "$uds_stream" | awk 'prev == "last-delivered-id" {print} {prev = $0}')" \
+  "$(jq '(.orders | length) + .expected.retried' "$orders_json") $(rcli XREVRANGE "$uds_stream" + - COUNT 1 | head -n1)"
+check_end_state "unix socket: " "$uds_stream"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

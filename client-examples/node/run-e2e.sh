@@ -10,7 +10,10 @@
 # 3. scenario "plain": producer, then worker until done; asserts the Redis end state of
 #    ../orders.json;
 # 4. scenario "restart": a slow worker (WORKER_DELAY_MS) whose sidecar is SIGTERMed and
-#    restarted on the same port mid-run; the worker must reconnect and nothing may be lost.
+#    restarted on the same port mid-run; the worker must reconnect and nothing may be lost;
+# 5. scenario "unix socket": a second sidecar on --listen unix:PATH, reached with grpc-js's usual
+#    target "unix:PATH" and no channel option: a health Check (grpc-health-check), then the
+#    producer and the worker on a fresh stream; asserts the same end state.
 # Prints "N passed, 0 failed" last and exits non-zero on any failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,7 +57,8 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 need_install=no
 for f in node_modules/.bin/buf node_modules/.bin/tsc node_modules/.bin/protoc-gen-ts_proto \
-  node_modules/@grpc/grpc-js/package.json node_modules/@bufbuild/protobuf/package.json; do
+  node_modules/@grpc/grpc-js/package.json node_modules/@bufbuild/protobuf/package.json \
+  node_modules/grpc-health-check/package.json; do
   [[ -e "$here/$f" ]] || need_install=yes
 done
 if [[ $need_install == yes ]]; then
@@ -129,8 +133,8 @@ group="$(awk '$1=="group"{print $2}' "$work/expected.txt")"
 totals_key="sku-totals"
 picks_key=picks
 
-check_end_state() { # LABEL
-  local label="$1" sku want
+check_end_state() { # LABEL [STREAM]
+  local label="$1" stream="${2:-$stream}" sku want
   while read -r _ sku want; do
     check "$label: HGET $totals_key $sku" "$(rcli hget "$totals_key" "$sku")" "$want"
   done < <(grep '^total ' "$work/expected.txt")
@@ -206,6 +210,45 @@ check "restart: the worker resubscribed to the new sidecar" \
   "$(grep -c "resubscribed as consumer 'worker-1'" "$work/restart-worker.log" | awk '{print ($1 > 0)}')" 1
 check_end_state restart
 [[ $rc -eq 0 ]] || tail -40 "$work/restart-worker.log"
+
+# ---- 5. scenario "unix socket" --------------------------------------------------------------
+# The recommended sidecar setup. Each client names the socket in grpc-js's own syntax,
+# "unix:PATH", and sets no channel option (no grpc.default_authority).
+sock="$work/sidecar.sock"
+uds="unix:$sock"
+log "scenario unix socket: a second sidecar on unix:$sock"
+"$sidecar_bin" --listen "unix:$sock" --redis-url "redis://127.0.0.1:$redis_port" \
+  --promote-interval 100ms --shutdown-grace 2s >"$work/sidecar-uds.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do
+  [[ -S $sock ]] && break
+  sleep 0.05
+done
+(cd "$here" && timeout 30 node dist/health-check.js --sidecar "$uds") >"$work/uds-health.log" 2>&1 || true
+cat "$work/uds-health.log"
+check "unix socket: health Check" "$(grep -o 'health window_sidecar.v1.WindowService: .*' "$work/uds-health.log")" \
+  "health window_sidecar.v1.WindowService: SERVING"
+rcli flushdb >/dev/null
+uds_stream=uds-orders
+(cd "$here" && node dist/producer.js --sidecar "$uds" --stream "$uds_stream") \
+  >"$work/uds-producer.log" 2>&1 || { cat "$work/uds-producer.log"; fail "unix socket: producer"; }
+cat "$work/uds-producer.log"
+check "unix socket: Publish" "$(grep -Eo "^published [0-9]+ orders to '$uds_stream'" "$work/uds-producer.log")" \
+  "published $((acked + dropped)) orders to '$uds_stream'"
+rc=0
+(cd "$here" && timeout 90 node dist/worker.js --sidecar "$uds" --stream "$uds_stream" --consumer uds-1 \
+  --idle-exit 20) >"$work/uds-worker.log" 2>&1 || rc=$?
+grep -E '^uds-1:|^not settled' "$work/uds-worker.log" || true
+check "unix socket: worker exit code" "$rc" 0
+check "unix socket: worker summary" \
+  "$(grep -Eo '^uds-1: acked [0-9]+, dropped [0-9]+, retried [0-9]+' "$work/uds-worker.log")" \
+  "uds-1: acked $acked, dropped $dropped, retried $retried"
+# Every entry was delivered: the orders and a copy per retry, the last of them the group's last.
+check "unix socket: the group read all the stream's entries" \
+  "$(rcli xlen "$uds_stream") $(rcli xinfo groups "$uds_stream" | awk 'prev == "last-delivered-id" {print} {prev = $0}')" \
+  "$((acked + dropped + retried)) $(rcli xrevrange "$uds_stream" + - count 1 | head -1)"
+check_end_state "unix socket" "$uds_stream"
+[[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
 
 echo
 echo "$passed passed, $failed failed"

@@ -15,6 +15,9 @@
 #    ALREADY_EXISTS, backs off and subscribes once the first one has closed;
 # 6. scenario "backlog": 3000 entries consumed with COUNT 16: every entry settled once, and
 #    the flush reports come in the reads that rode on their flushes (Open.reports_in_reads).
+# 7. scenario "unix socket": a second sidecar on --listen unix:PATH, reached with grpcio's usual
+#    target "unix:PATH" and no channel option: a health Check (grpcio-health-checking), then
+#    the producer and the worker on a fresh stream; asserts the same end state.
 # Prints "N passed, 0 failed" last and exits non-zero on any failure.
 set -euo pipefail
 
@@ -58,7 +61,7 @@ if [[ ! -x "$py" ]]; then
   log "creating $here/.venv"
   python3 -m venv "$here/.venv"
 fi
-if ! "$py" -c 'import grpc, grpc_tools, google.protobuf, opentelemetry.sdk.trace' 2>/dev/null; then
+if ! "$py" -c 'import grpc, grpc_health.v1, grpc_tools, google.protobuf, opentelemetry.sdk.trace' 2>/dev/null; then
   log "installing the Python packages"
   "$py" -m pip install --quiet --disable-pip-version-check \
     -r "$here/requirements.txt" -r "$here/requirements-otel.txt"
@@ -136,8 +139,8 @@ group="$(awk '$1=="group"{print $2}' "$work/expected.txt")"
 totals_key="sku-totals"
 picks_key=picks
 
-check_end_state() { # LABEL
-  local label="$1" sku want
+check_end_state() { # LABEL [STREAM]
+  local label="$1" stream="${2:-$stream}" sku want
   while read -r _ sku want; do
     check "$label: HGET $totals_key $sku" "$(rcli hget "$totals_key" "$sku")" "$want"
   done < <(grep '^total ' "$work/expected.txt")
@@ -307,6 +310,62 @@ check "backlog: reports came in the reads that rode on their flushes" \
   "$([[ -n "${in_reads:-}" && "$in_reads" -ge 1 ]] && echo yes)" yes
 check "backlog: INCR ran once per entry" "$(rcli get backlog:n)" 3000
 check "backlog: XPENDING backlog g" "$(rcli xpending backlog g | head -1)" 0
+
+# ---- 7. scenario "unix socket" --------------------------------------------------------------
+# The recommended sidecar setup. Each client names the socket in grpcio's own syntax,
+# "unix:PATH", and sets no channel option (no grpc.default_authority).
+sock="$work/sidecar.sock"
+uds="unix:$sock"
+log "scenario unix socket: a second sidecar on unix:$sock"
+"$sidecar_bin" --listen "unix:$sock" --redis-url "redis://127.0.0.1:$redis_port" \
+  --promote-interval 100ms --shutdown-grace 2s >"$work/sidecar-uds.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do
+  [[ -S $sock ]] && break
+  sleep 0.05
+done
+(cd "$here" && timeout 30 "$py" - "$uds") >"$work/uds-health.log" 2>&1 <<'PY' || true
+import sys, time
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+SERVICE = "window_sidecar.v1.WindowService"
+Status = health_pb2.HealthCheckResponse
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    health = health_pb2_grpc.HealthStub(channel)
+    # The service is NOT_SERVING until the sidecar's first Redis ping: ask again for a while.
+    deadline = time.monotonic() + 10
+    while True:
+        status = health.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5).status
+        if status == Status.SERVING or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    print(f"health {SERVICE}: {Status.ServingStatus.Name(status)}")
+PY
+cat "$work/uds-health.log"
+check "unix socket: health Check" "$(grep -o 'health window_sidecar.v1.WindowService: .*' "$work/uds-health.log")" \
+  "health window_sidecar.v1.WindowService: SERVING"
+rcli flushdb >/dev/null
+uds_stream=uds-orders
+(cd "$here" && "$py" producer.py --sidecar "$uds" --stream "$uds_stream") \
+  >"$work/uds-producer.log" 2>&1 || { cat "$work/uds-producer.log"; fail "unix socket: producer"; }
+cat "$work/uds-producer.log"
+check "unix socket: Publish" "$(grep -Eo "^published [0-9]+ orders to '$uds_stream'" "$work/uds-producer.log")" \
+  "published $((acked + dropped)) orders to '$uds_stream'"
+rc=0
+(cd "$here" && timeout 90 "$py" worker.py --sidecar "$uds" --stream "$uds_stream" --consumer uds-1 \
+  --idle-exit 20) >"$work/uds-worker.log" 2>&1 || rc=$?
+grep -E '^uds-1:|^not settled' "$work/uds-worker.log" || true
+check "unix socket: worker exit code" "$rc" 0
+check "unix socket: worker summary" \
+  "$(grep -Eo '^uds-1: acked [0-9]+, dropped [0-9]+, retried [0-9]+' "$work/uds-worker.log")" \
+  "uds-1: acked $acked, dropped $dropped, retried $retried"
+# Every entry was delivered: the orders and a copy per retry, the last of them the group's last.
+check "unix socket: the group read all the stream's entries" \
+  "$(rcli xlen "$uds_stream") $(rcli xinfo groups "$uds_stream" | awk 'prev == "last-delivered-id" {print} {prev = $0}')" \
+  "$((acked + dropped + retried)) $(rcli xrevrange "$uds_stream" + - count 1 | head -1)"
+check_end_state "unix socket" "$uds_stream"
+[[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
 
 echo
 echo "$passed passed, $failed failed"

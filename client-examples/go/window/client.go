@@ -30,8 +30,9 @@ type Client struct {
 	owned bool
 }
 
-// Dial connects to the sidecar at addr (host:port). Without options it dials in plaintext, as a
-// sidecar listens on the pod's loopback interface.
+// Dial connects to the sidecar at addr, a grpc-go target: host:port, or unix:///path/to.sock for
+// a sidecar on a Unix socket. Without options it dials in plaintext, as a sidecar listens on the
+// pod's loopback interface or a socket in a volume it shares with the application.
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithInsecure()}
