@@ -434,7 +434,7 @@ export class Subscription implements AsyncIterable<Delivery> {
       if (d) d.sent = true;
     }
     // Outcomes carry their kind each; the packed `acks` field is for clients that batch acks.
-    st.call.write({ batch: { commands, outcomes, acks: [] } });
+    st.call.write({ batch: { commands, outcomes, acks: [], extend: [] } });
     this.stats.batches += 1;
   }
 
