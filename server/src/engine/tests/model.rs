@@ -204,6 +204,8 @@ impl World {
                                 e.id
                             );
                         }
+                        // A new delivery may be extended at once.
+                        self.extended.remove(&e.id);
                         self.holding.insert(read.first_slot + i as u64, e.clone());
                     }
                     assert!(

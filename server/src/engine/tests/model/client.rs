@@ -76,7 +76,7 @@ impl World {
     }
 
     /// An extension reaches Redis only for entries the client holds, at most once per
-    /// `extend_every` each, and only where something could take them.
+    /// `extend_every` for each delivery, and only where something could take them.
     pub(super) fn extended_in_redis(&mut self, entries: Vec<E>) {
         assert_eq!(
             self.kind,
