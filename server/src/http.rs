@@ -44,14 +44,19 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
 
 async fn ready(State(shared): State<Arc<Shared>>) -> Response {
     if shared.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: Redis does not answer, or the sidecar is draining\n",
-        )
-            .into_response()
+        return (StatusCode::OK, "ready\n").into_response();
     }
+    let reason = shared
+        .unready
+        .lock()
+        .expect("not poisoned")
+        .clone()
+        .unwrap_or_else(|| "Redis has not answered yet".to_owned());
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("not ready: {reason}\n"),
+    )
+        .into_response()
 }
 
 async fn subscriptions(State(shared): State<Arc<Shared>>) -> Response {

@@ -19,7 +19,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{Config, Listen, Secret, Watch, redact_url};
 use crate::grpc::{self, Numbered, convert::OpenLimits};
@@ -440,36 +440,49 @@ async fn drain(shutdown: CancellationToken, sessions: TaskTracker, bound: Durati
 }
 
 /// Reports the WindowService SERVING while Redis answers, NOT_SERVING while it does not and
-/// once shutdown begins (then the overall status too).
+/// once shutdown begins (then the overall status too). Says why in the log (a refused login
+/// apart from an outage) and in `/readyz`; a health check carries no reason.
 async fn watch_health(shared: Arc<Shared>, reporter: HealthReporter) {
     let mut tick = tokio::time::interval(HEALTH_INTERVAL);
-    let mut last = None;
+    let mut last: Option<Result<(), &str>> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = shared.shutdown.cancelled() => {
                 shared.ready.store(false, Ordering::Relaxed);
+                *shared.unready.lock().expect("not poisoned") = Some("the sidecar is draining".to_owned());
                 reporter.set_service_status(SERVICE, ServingStatus::NotServing).await;
                 reporter.set_service_status("", ServingStatus::NotServing).await;
                 return;
             }
         }
-        let up = shared.redis.ping().await;
-        if last != Some(up) {
-            if up {
-                info!("Redis answers: SERVING");
-            } else {
-                warn!("Redis does not answer: NOT_SERVING");
-            }
-            shared.ready.store(up, Ordering::Relaxed);
-            let status = if up {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
-            };
-            reporter.set_service_status(SERVICE, status).await;
-            last = Some(up);
+        let answer = shared.redis.answers().await;
+        // Logged when it changes between serving, a refused login and an outage; the detail
+        // of an outage changes from one check to the next and is not a change of state.
+        let now = answer.as_ref().map(|_| ()).map_err(|err| match err {
+            RedisError::Auth { .. } => "auth",
+            _ => "down",
+        });
+        *shared.unready.lock().expect("not poisoned") =
+            answer.as_ref().err().map(|err| err.to_string());
+        shared.ready.store(answer.is_ok(), Ordering::Relaxed);
+        if last.as_ref() == Some(&now) {
+            continue;
         }
+        match &answer {
+            Ok(()) => info!("Redis answers: SERVING"),
+            Err(err @ RedisError::Auth { .. }) => {
+                error!(reason = %err, "Redis refuses the sidecar's credentials: NOT_SERVING")
+            }
+            Err(err) => warn!(reason = %err, "Redis does not answer: NOT_SERVING"),
+        }
+        let status = if answer.is_ok() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        reporter.set_service_status(SERVICE, status).await;
+        last = Some(now);
     }
 }
 

@@ -48,6 +48,45 @@ fn sigterm_drains_and_exits_cleanly() {
 }
 
 #[test]
+fn a_wrong_redis_password_is_logged_at_start_as_an_authentication_failure_without_the_password() {
+    const WRONG: &str = "n0t-the-pa55word-7f3e";
+    let redis = RedisServer::start_with_password("the-right-one");
+    let dir = std::env::temp_dir().join(format!("window-sidecar-wrongpass-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let password_file = dir.join("password");
+    std::fs::write(&password_file, format!("{WRONG}\n")).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let sidecar = Running::start(&[
+        "--redis-url",
+        &redis.url(),
+        "--redis-username",
+        "sidecar",
+        "--redis-password-file",
+        password_file.to_str().unwrap(),
+        "--redis-timeout",
+        "1s",
+        "--listen",
+        &listen,
+    ]);
+    let line = sidecar.wait_for("authentication to Redis failed");
+    assert!(line.contains("WRONGPASS"), "{line}");
+    assert!(line.contains("user=sidecar"), "{line}");
+    assert!(!line.contains(WRONG), "the password leaked: {line}");
+    let line = sidecar.wait_for("NOT_SERVING");
+    assert!(
+        line.contains("refuses the sidecar's credentials") && line.contains("WRONGPASS"),
+        "{line}"
+    );
+    assert!(!line.contains(WRONG), "the password leaked: {line}");
+    sidecar.signal("TERM");
+    sidecar.wait_for("window-sidecar stopped");
+    let rest = sidecar.logged_lines().join("\n");
+    assert!(!rest.contains(WRONG), "the password leaked: {rest}");
+    assert!(sidecar.wait().success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn dev_starts_a_throwaway_redis_when_none_answers() {
     let unreachable = format!("redis://127.0.0.1:{}", free_port());
     let listen = format!("127.0.0.1:{}", free_port());

@@ -1,6 +1,8 @@
 //! Who may talk to the sidecar: bearer tokens on every call (health stays open for probes),
-//! and a Unix domain socket listener.
+//! a Unix domain socket listener and mutual TLS; and what clients are told when Redis refuses
+//! the sidecar's own credentials.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -264,4 +266,147 @@ async fn mutual_tls_on_the_grpc_listener() {
     };
     assert!(!served);
     sidecar.stop().await;
+}
+
+/// A sidecar whose Redis credentials are wrong tells clients, probes and `/readyz` that the
+/// login was refused, naming the user and never the password. Returns the sidecar and its
+/// metrics address.
+async fn assert_refused_login(
+    url: &str,
+    flags: &[&str],
+    user: &str,
+    password: &str,
+) -> (Sidecar, SocketAddr) {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut all = vec!["--redis-timeout", "1s", "--metrics-listen", &metrics];
+    all.extend_from_slice(flags);
+    let sidecar = Sidecar::start(url, &all).await;
+    let metrics: SocketAddr = metrics.parse().unwrap();
+    let mut client = sidecar.client().await;
+    let told = |what: &str, status: &tonic::Status| {
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unavailable,
+            "{what}: {status:?}"
+        );
+        let message = status.message();
+        assert!(
+            message.contains("authentication to Redis failed")
+                && message.contains("WRONGPASS")
+                && message.contains(&format!("user {user:?}")),
+            "{what}: {message}"
+        );
+        assert!(!message.contains(password), "{what} leaked the password");
+        assert!(
+            !message.contains("did not answer in time"),
+            "{what}: a refused login is not a timeout: {message}"
+        );
+    };
+
+    let status = Subscription::open(&mut client, stream_open("orders", "g", "c", 1))
+        .await
+        .err()
+        .expect("a subscription cannot open");
+    told("Subscribe", &status);
+    let status = client.publish(publish_request()).await.unwrap_err();
+    told("Publish", &status);
+
+    let channel = Endpoint::from_shared(format!("http://{}", sidecar.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let readiness = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: window_sidecar::server::SERVICE.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        readiness,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
+    // The health watcher says why at its next check.
+    let deadline = tokio::time::Instant::now() + STEP;
+    let body = loop {
+        let (status, body) = http_get(metrics, "/readyz").await;
+        if status == 503 && body.contains("WRONGPASS") {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(body.contains(&format!("user {user:?}")), "{body}");
+    assert!(!body.contains(password), "/readyz leaked the password");
+    (sidecar, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_redis_password_is_reported_as_an_authentication_failure() {
+    const RIGHT: &str = "r1ght-admin-pw";
+    const WRONG: &str = "wr0ng-pw-in-the-url";
+    let redis = RedisServer::start_with_password(RIGHT);
+    let admin = redis.client_with_auth(None, RIGHT).await;
+    acl_user(&admin, "sidecar", "r1ght-sidecar-pw", "~* &* +@all").await;
+
+    // requirepass: the default user, the password in the URL.
+    let (sidecar, _) =
+        assert_refused_login(&redis.url_with_auth(None, WRONG), &[], "default", WRONG).await;
+    sidecar.stop().await;
+
+    // An ACL user, the password in a file (as a mounted Secret).
+    let dir = std::env::temp_dir().join(format!("window-sidecar-wrongpass-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("password");
+    const WRONG_IN_FILE: &str = "wr0ng-pw-in-a-file";
+    std::fs::write(&file, format!("{WRONG_IN_FILE}\n")).unwrap();
+    let (sidecar, metrics) = assert_refused_login(
+        &redis.url(),
+        &[
+            "--redis-username",
+            "sidecar",
+            "--redis-password-file",
+            file.to_str().unwrap(),
+        ],
+        "sidecar",
+        WRONG_IN_FILE,
+    )
+    .await;
+
+    // The operator gives the user that password in Redis: the same sidecar serves again.
+    acl_user(&admin, "sidecar", WRONG_IN_FILE, "~* &* +@all").await;
+    assert!(
+        eventually(STEP, || async {
+            http_get(metrics, "/readyz").await.0 == 200
+        })
+        .await,
+        "ready once the ACL accepts the password"
+    );
+    let mut client = sidecar.client().await;
+    assert_eq!(
+        client
+            .publish(publish_request())
+            .await
+            .unwrap()
+            .into_inner()
+            .ids
+            .len(),
+        1
+    );
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 1))
+        .await
+        .expect("opens once the login is accepted");
+    let d = sub.read().await.deliveries.remove(0);
+    sub.send(vec![], vec![outcome(d.slot, OutcomeKind::Ack)])
+        .await;
+    assert!(sub.flush().await.ok);
+    drop(sub);
+    sidecar.stop().await;
+    let _ = fred::interfaces::ClientLike::quit(&admin).await;
+    let _ = std::fs::remove_dir_all(dir);
 }

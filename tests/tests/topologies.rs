@@ -1545,7 +1545,8 @@ async fn acl_user_without_access_to_a_side_effect_key() {
     assert!(!status.message().contains(ACL_PASSWORD), "{status:?}");
     in_url.stop().await;
 
-    // A wrong password: the subscription fails in bounded time, without echoing the password.
+    // A wrong password: the subscription fails in bounded time with the refused login, without
+    // echoing the password.
     let wrong = "Wr0ng-pa55word";
     let denied = Sidecar::start(
         &redis.url(),
@@ -1565,8 +1566,11 @@ async fn acl_user_without_access_to_a_side_effect_key() {
         .err()
         .expect("refused");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("WRONGPASS") && status.message().contains("user \"sidecar\""),
+        "says the login was refused, and for whom: {status:?}"
+    );
     assert!(!status.message().contains(wrong), "{status:?}");
-    eprintln!("with a wrong password: {status:?}");
     denied.stop().await;
     let _ = admin.quit().await;
 }

@@ -166,7 +166,7 @@ impl WindowService for Service {
             }
             span.end();
         }
-        let result = result.map_err(|e| redis_status(&e))?;
+        let result = result.map_err(|e| redis_status(&self.shared.redis.explain(e)))?;
         self.shared.metrics.published.inc_by(published);
         Ok(Response::new(proto::PublishResponse {
             ids: result
@@ -253,6 +253,11 @@ pub fn redis_status(err: &RedisError) -> Status {
     let message = err.to_string();
     match err {
         RedisError::Unavailable(_) | RedisError::Timeout(_) => Status::unavailable(message),
+        // Not FAILED_PRECONDITION: nothing in the request is wrong and the client cannot fix
+        // it. The sidecar is unusable until the operator fixes its credentials or the ACL, and
+        // then serves again without a restart (its connections retry): a client that backs off
+        // and retries, as on any UNAVAILABLE, resumes by itself.
+        RedisError::Auth { .. } => Status::unavailable(message),
         // WRONGTYPE (the key is not a stream), NOPERM (ACL) and the like: the deployment must
         // change, retrying will not help.
         RedisError::Refused { .. } => Status::failed_precondition(message),

@@ -46,6 +46,13 @@ pub enum RedisError {
     Unavailable(String),
     #[error("Redis did not answer in time ({0})")]
     Timeout(String),
+    /// Redis refused the sidecar's credentials (`WRONGPASS`, `NOAUTH`). `user` is the ACL user
+    /// the sidecar logs in as, once known; the reply is Redis's, which never holds the password.
+    #[error(
+        "authentication to Redis failed{}: {reply}; the sidecar's --redis-username and --redis-password-file (or the URL's user and password) do not match the Redis ACL. It keeps trying and serves once they do",
+        for_user(user.as_deref())
+    )]
+    Auth { user: Option<String>, reply: String },
     #[error("Redis refused {command}: {message}")]
     Refused { command: String, message: String },
     #[error("unexpected reply to {command}: {detail}")]
@@ -55,10 +62,19 @@ pub enum RedisError {
     },
 }
 
+fn for_user(user: Option<&str>) -> String {
+    user.map(|user| format!(" for user {user:?}"))
+        .unwrap_or_default()
+}
+
 impl RedisError {
     /// Classifies a fred error of `command`.
     pub fn from_fred(command: &str, err: &Error) -> Self {
         match err.kind() {
+            ErrorKind::Auth => RedisError::Auth {
+                user: None,
+                reply: err.details().to_owned(),
+            },
             ErrorKind::Timeout => RedisError::Timeout(format!("{command}: {}", err.details())),
             ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Backpressure => {
                 RedisError::Unavailable(err.details().to_owned())
@@ -78,8 +94,12 @@ pub struct Redis {
     cluster: bool,
     /// Set by [`Redis::quit`]: a pool client that stops now is not brought back.
     closing: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// The last connection error the pool saw, to say why Redis does not answer.
-    last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// The last connection error the pool saw, to say why Redis does not answer; cleared
+    /// when a connection is made.
+    last_error: LastError,
+    /// The ACL user the sidecar logs in as (`default` when none is given), named when Redis
+    /// refuses the credentials.
+    user: String,
     /// Publish and the sidecar's own commands (promoter, sampler, leases, give-backs).
     pool: Pool,
     /// Flushes only: they follow no cluster redirection (see [`redirect`]).
@@ -96,6 +116,17 @@ impl std::fmt::Debug for Redis {
             .finish_non_exhaustive()
     }
 }
+
+/// Why the pool's connections last failed.
+#[derive(Clone, Debug)]
+enum ConnectionFailure {
+    /// Redis refused the credentials: its reply.
+    Auth(String),
+    /// Anything else (refused, reset, a TLS handshake): where, and fred's reason.
+    Other(String),
+}
+
+type LastError = std::sync::Arc<std::sync::Mutex<Option<ConnectionFailure>>>;
 
 fn reconnect_policy() -> ReconnectPolicy {
     // Unlimited attempts, 100 ms doubling to 2 s: a sidecar outlives Redis restarts.
@@ -199,12 +230,16 @@ impl Redis {
     pub fn connect(options: &ConnectOptions) -> Result<Self, RedisError> {
         let config = options.fred_config()?;
         let timeout = options.timeout;
-        let last_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let last_error = LastError::default();
+        let user = config
+            .username
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let closing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let start = |redirections| {
             let pool = build_pool(&config, timeout, options.pool_size, redirections)?;
             for client in pool.clients() {
-                log_errors(client, &last_error);
+                log_errors(client, &last_error, &user);
                 tokio::spawn(supervise(client.clone(), std::sync::Arc::clone(&closing)));
             }
             Ok::<_, RedisError>(pool)
@@ -214,6 +249,7 @@ impl Redis {
         Ok(Self {
             closing,
             last_error,
+            user,
             cluster: matches!(config.server, ServerConfig::Clustered { .. }),
             config,
             pool,
@@ -222,18 +258,40 @@ impl Redis {
         })
     }
 
-    /// Adds the last connection error to an unavailable or timed-out error: "did not answer"
-    /// alone does not tell a wrong password from a TLS handshake failure.
+    /// Says why Redis did not answer: a command waiting for a connection times out whatever
+    /// kept the connection from being made, and "did not answer" alone does not tell a wrong
+    /// password from a TLS handshake failure. A refused login becomes [`RedisError::Auth`]
+    /// (with the user), anything else is added to the error.
     pub fn explain(&self, err: RedisError) -> RedisError {
         let last = self.last_error.lock().expect("not poisoned").clone();
         match (err, last) {
-            (RedisError::Timeout(what), Some(cause)) => {
+            (
+                RedisError::Timeout(_) | RedisError::Unavailable(_),
+                Some(ConnectionFailure::Auth(reply)),
+            )
+            | (RedisError::Auth { reply, .. }, _) => self.auth_failed(reply),
+            (RedisError::Timeout(what), Some(ConnectionFailure::Other(cause))) => {
                 RedisError::Timeout(format!("{what}; last connection error: {cause}"))
             }
-            (RedisError::Unavailable(what), Some(cause)) => {
+            (RedisError::Unavailable(what), Some(ConnectionFailure::Other(cause))) => {
                 RedisError::Unavailable(format!("{what}; last connection error: {cause}"))
             }
             (err, _) => err,
+        }
+    }
+
+    fn auth_failed(&self, reply: String) -> RedisError {
+        RedisError::Auth {
+            user: Some(self.user.clone()),
+            reply,
+        }
+    }
+
+    /// A dedicated connection's first attempt failed.
+    fn connection_failed(&self, err: &Error) -> RedisError {
+        match err.kind() {
+            ErrorKind::Auth => self.auth_failed(err.details().to_owned()),
+            _ => RedisError::Unavailable(err.details().to_owned()),
         }
     }
 
@@ -285,7 +343,7 @@ impl Redis {
             Ok(Ok(())) => Ok(client),
             Ok(Err(err)) => {
                 let _ = client.quit().await;
-                Err(RedisError::Unavailable(err.details().to_owned()))
+                Err(self.connection_failed(&err))
             }
             Err(_) => {
                 let _ = client.quit().await;
@@ -312,7 +370,7 @@ impl Redis {
         client.connect();
         match tokio::time::timeout(self.timeout, client.wait_for_connect()).await {
             Ok(Ok(())) => Ok(client),
-            Ok(Err(err)) => Err(RedisError::Unavailable(err.details().to_owned())),
+            Ok(Err(err)) => Err(self.connection_failed(&err)),
             Err(_) => Err(self.explain(RedisError::Timeout(format!(
                 "no connection within {:?}",
                 self.timeout
@@ -322,10 +380,19 @@ impl Redis {
 
     /// Whether Redis answers a PING now.
     pub async fn ping(&self) -> bool {
-        self.pool()
-            .ping::<String>(None)
-            .await
-            .is_ok_and(|reply| reply == "PONG")
+        self.answers().await.is_ok()
+    }
+
+    /// Whether Redis answers a PING now, and why not (see [`Redis::explain`]).
+    pub async fn answers(&self) -> Result<(), RedisError> {
+        match self.pool().ping::<String>(None).await {
+            Ok(reply) if reply == "PONG" => Ok(()),
+            Ok(reply) => Err(RedisError::Protocol {
+                command: "PING",
+                detail: format!("{reply:?}"),
+            }),
+            Err(err) => Err(self.explain(RedisError::from_fred("PING", &err))),
+        }
     }
 
     /// Closes every pool connection.
@@ -374,19 +441,40 @@ fn build_pool(
 }
 
 /// Logs a client's connection errors (refused, TLS handshake, AUTH) once per change and keeps
-/// the last, so a timeout can say why.
-fn log_errors(client: &Client, last_error: &std::sync::Arc<std::sync::Mutex<Option<String>>>) {
+/// the last, so a timeout can say why; a connection made clears it.
+fn log_errors(client: &Client, last_error: &LastError, user: &str) {
     let last = std::sync::Arc::clone(last_error);
+    let user = user.to_owned();
     client.on_error(move |(err, server)| {
-        let message = match server {
-            Some(server) => format!("{server}: {}", err.details()),
-            None => err.details().to_owned(),
+        let failure = match (err.kind(), server) {
+            (ErrorKind::Auth, _) => ConnectionFailure::Auth(err.details().to_owned()),
+            (_, Some(server)) => ConnectionFailure::Other(format!("{server}: {}", err.details())),
+            (_, None) => ConnectionFailure::Other(err.details().to_owned()),
         };
         let mut last = last.lock().expect("not poisoned");
-        if last.as_deref() != Some(message.as_str()) {
-            tracing::warn!(error = %message, "Redis connection error");
-            *last = Some(message);
+        let changed = match (&*last, &failure) {
+            (Some(ConnectionFailure::Auth(a)), ConnectionFailure::Auth(b))
+            | (Some(ConnectionFailure::Other(a)), ConnectionFailure::Other(b)) => a != b,
+            _ => true,
+        };
+        if changed {
+            match &failure {
+                ConnectionFailure::Auth(reply) => tracing::error!(
+                    user = %user,
+                    reply = %reply,
+                    "authentication to Redis failed: check --redis-username and --redis-password-file (or the URL's user and password) against the Redis ACL; retrying"
+                ),
+                ConnectionFailure::Other(message) => {
+                    tracing::warn!(error = %message, "Redis connection error")
+                }
+            }
+            *last = Some(failure);
         }
+        async { Ok(()) }
+    });
+    let last = std::sync::Arc::clone(last_error);
+    client.on_reconnect(move |_| {
+        *last.lock().expect("not poisoned") = None;
         async { Ok(()) }
     });
 }

@@ -69,6 +69,8 @@ pub struct Shared {
     pub backlog: backlog::Backlog,
     /// Redis answers and the sidecar is not draining (readiness).
     pub ready: AtomicBool,
+    /// Why the sidecar is not ready, when it is not: said by `/readyz`.
+    pub unready: Mutex<Option<String>>,
     next_id: AtomicU64,
     /// (key, group, consumer) of open stream subscriptions: two readers with one consumer name
     /// would read each other's pending entries.
@@ -91,6 +93,7 @@ impl Shared {
             metrics: Metrics::new(),
             backlog: backlog::Backlog::default(),
             ready: AtomicBool::new(false),
+            unready: Mutex::new(None),
             next_id: AtomicU64::new(1),
             consumers: Mutex::new(HashMap::new()),
             views: Mutex::new(BTreeMap::new()),
