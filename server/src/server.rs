@@ -314,10 +314,15 @@ pub async fn run(
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
             let listener = bind(addr).await?;
-            info!(%addr, "serving /metrics, /livez, /readyz and /subscriptions");
+            info!(
+                %addr,
+                admin_view = ?config.admin_view,
+                "serving /metrics, /livez, /readyz and /subscriptions"
+            );
             Some(tokio::spawn(crate::http::serve(
                 listener,
                 Arc::clone(&shared),
+                config.admin_view,
                 shutdown.clone(),
             )))
         }

@@ -1,8 +1,8 @@
 //! Who may talk to the sidecar: bearer tokens on every call (health stays open for probes),
-//! a Unix domain socket listener and mutual TLS; and what clients are told when Redis refuses
-//! the sidecar's own credentials.
+//! a Unix domain socket listener, mutual TLS and who may read the admin view; and what clients
+//! are told when Redis refuses the sidecar's own credentials.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -409,4 +409,84 @@ async fn a_wrong_redis_password_is_reported_as_an_authentication_failure() {
     sidecar.stop().await;
     let _ = fred::interfaces::ClientLike::quit(&admin).await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts a sidecar with its metrics port on `metrics` and waits until the port accepts
+/// connections (the sidecar binds it once it runs).
+async fn with_metrics_port(redis: &RedisServer, metrics: SocketAddr, flags: &[&str]) -> Sidecar {
+    let listen = metrics.to_string();
+    let mut all = vec!["--metrics-listen", listen.as_str()];
+    all.extend_from_slice(flags);
+    let sidecar = Sidecar::start(&redis.url(), &all).await;
+    let local = SocketAddr::from(([127, 0, 0, 1], metrics.port()));
+    assert!(
+        eventually(STEP, || async {
+            tokio::net::TcpStream::connect(local).await.is_ok()
+        })
+        .await,
+        "the metrics port never opened"
+    );
+    sidecar
+}
+
+/// This machine's first IPv4 address that is not loopback (`ip -4 addr`), to reach a listener
+/// on 0.0.0.0 as a peer from the network does.
+fn non_loopback_ipv4() -> Ipv4Addr {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("`ip` (iproute2) lists the addresses");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|word| word.split('/').next()?.parse::<Ipv4Addr>().ok())
+        .find(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .expect(
+            "this test needs a non-loopback IPv4 address on the machine; add one with `ip link add dummy0 type dummy && ip addr add 192.0.2.10/32 dev dummy0 && ip link set dummy0 up`",
+        )
+}
+
+#[tokio::test]
+async fn the_admin_view_answers_only_loopback_peers_unless_opened() {
+    let redis = RedisServer::start();
+    let ip = non_loopback_ipv4();
+    let everywhere = |port| SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+
+    let port = free_port();
+    let sidecar = with_metrics_port(&redis, everywhere(port), &[]).await;
+    let network = SocketAddr::from((ip, port));
+    let (status, body) = http_get(network, "/subscriptions").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("--admin-view open"), "{body}");
+    assert!(body.contains(&ip.to_string()), "names the peer: {body}");
+    let (status, body) = http_get(SocketAddr::from(([127, 0, 0, 1], port)), "/subscriptions").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"subscriptions\""), "{body}");
+    // The rest of the port stays open to the network: Prometheus and probes reach it there.
+    for path in ["/metrics", "/livez"] {
+        let (status, body) = http_get(network, path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    assert!(
+        eventually(STEP, || async {
+            http_get(network, "/readyz").await.0 == 200
+        })
+        .await,
+        "/readyz from the network"
+    );
+    sidecar.stop().await;
+
+    let port = free_port();
+    let sidecar = with_metrics_port(&redis, everywhere(port), &["--admin-view", "open"]).await;
+    let (status, body) = http_get(SocketAddr::from((ip, port)), "/subscriptions").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"subscriptions\""), "{body}");
+    sidecar.stop().await;
+
+    let port = free_port();
+    let local = SocketAddr::from(([127, 0, 0, 1], port));
+    let sidecar = with_metrics_port(&redis, local, &["--admin-view", "off"]).await;
+    let (status, body) = http_get(local, "/subscriptions").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--admin-view off"), "{body}");
+    sidecar.stop().await;
 }

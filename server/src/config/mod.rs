@@ -47,10 +47,18 @@ pub struct Config {
     #[arg(long, env = "WINDOW_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
 
-    /// Where Prometheus metrics (`/metrics`) and HTTP probes (`/livez`, `/readyz`) are served.
-    /// Off when unset.
+    /// Where Prometheus metrics (`/metrics`), HTTP probes (`/livez`, `/readyz`) and the admin
+    /// view (`/subscriptions`, see --admin-view) are served. Off when unset.
     #[arg(long, env = "WINDOW_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+
+    /// Who may read the admin view, `/subscriptions` on --metrics-listen (every open
+    /// subscription's key, group and consumer, unauthenticated): `loopback` answers only peers
+    /// on this host or pod (`kubectl port-forward` included) and refuses others with 403, as
+    /// the metrics port usually binds every address behind a Service; `open` answers anyone
+    /// who reaches the port; `off` answers nobody (404).
+    #[arg(long, env = "WINDOW_ADMIN_VIEW", value_enum, default_value_t = AdminView::Loopback)]
+    pub admin_view: AdminView,
 
     /// The Redis deployment, as a URL: `redis://` (standalone), `redis-cluster://host:port?node=…`
     /// (a cluster: any nodes), `redis-sentinel://sentinel:port?sentinelServiceName=…&node=…`
@@ -229,6 +237,8 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("listen", &self.listen)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("admin_view", &self.admin_view)
             .field("redis_url", &redact_url(&self.redis_url))
             .field("redis_username", &self.redis_username)
             .field("redis_password", &self.redis_password)
@@ -267,6 +277,17 @@ impl std::fmt::Display for Listen {
             Listen::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
+}
+
+/// Who may read the admin view (`/subscriptions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AdminView {
+    /// Peers on a loopback address only.
+    Loopback,
+    /// Anyone who reaches the metrics port.
+    Open,
+    /// Nobody.
+    Off,
 }
 
 /// How log lines are written.

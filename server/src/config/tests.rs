@@ -16,6 +16,14 @@ fn defaults_are_valid() {
     assert!(Config::try_parse_from(["w", "--listen", "localhost"]).is_err());
     assert_eq!(config.redis_url, "redis://127.0.0.1:6379");
     assert_eq!(config.shutdown_grace, Duration::from_secs(10));
+    assert_eq!(config.admin_view, AdminView::Loopback);
+}
+
+#[test]
+fn the_admin_view_is_loopback_unless_a_flag_opens_or_closes_it() {
+    assert_eq!(parse(&["--admin-view", "open"]).admin_view, AdminView::Open);
+    assert_eq!(parse(&["--admin-view", "off"]).admin_view, AdminView::Off);
+    assert!(Config::try_parse_from(["w", "--admin-view", "everyone"]).is_err());
 }
 
 #[test]
