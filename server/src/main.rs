@@ -9,8 +9,9 @@ use window_sidecar::config::{Config, redact_url};
 use window_sidecar::telemetry::{self, TraceExport};
 use window_sidecar::{dev, server};
 
-// glibc's malloc was a fifth of the sidecar's CPU under load (perf, README "Performance"):
-// every read and flush allocates frames, entries and messages across worker threads.
+// glibc's malloc was a fifth of the sidecar's CPU under load (perf, Performance in
+// docs/development.md): every read and flush allocates frames, entries and messages across
+// worker threads.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -107,8 +107,8 @@ pub struct Config {
 
     /// Threads that run subscriptions and I/O. 1 (the default): one thread, as a sidecar
     /// shares its pod's CPU with the application and Redis, and a message that crosses no
-    /// thread is cheaper (README "Performance"); more for many busy subscriptions; 0: one per
-    /// CPU the process may use.
+    /// thread is cheaper (Performance in docs/development.md); more for many busy
+    /// subscriptions; 0: one per CPU the process may use.
     #[arg(long, env = "WINDOW_WORKER_THREADS", default_value_t = 1)]
     pub worker_threads: usize,
 
