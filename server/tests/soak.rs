@@ -1361,7 +1361,7 @@ async fn leftovers(metrics_addr: &str) -> Vec<String> {
         .flat_map(|name| {
             let all = series(&metrics, name);
             // One series per key served at most: they do not grow with subscriptions opened.
-            let too_many = (all.len() > SUBSCRIPTIONS as usize)
+            let too_many = (all.len() > SUBSCRIPTIONS)
                 .then(|| format!("{} series of {name} for {SUBSCRIPTIONS} keys", all.len()));
             all.into_iter()
                 .filter(|(_, v)| *v != 0.0)
