@@ -21,10 +21,12 @@ const MAX_WATCHED: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Backlog {
     watched: Mutex<BTreeMap<(&'static str, String, String), Form>>,
+    /// A subscription that opens has its key sampled at once, not at the next tick.
+    added: tokio::sync::Notify,
 }
 
 impl Backlog {
-    /// Samples `source` from now on. Pub/sub has no backlog in Redis.
+    /// Samples `source` now and from then on. Pub/sub has no backlog in Redis.
     pub fn watch(&self, source: &Source, form: &Form) {
         if matches!(source, Source::PubSub(_)) {
             return;
@@ -59,12 +61,22 @@ impl Backlog {
     }
 }
 
+/// Samples one watched key now (a subscription just opened on it).
+pub async fn sample_now(shared: Arc<Shared>, source: Source, form: Form) {
+    let (key, group, _) = source.describe();
+    let sample = sample::sample(shared.redis.pool(), &form).await;
+    record(&shared.metrics, key, group, sample);
+}
+
 /// Samples everything watched every `every`, until the process ends.
 pub async fn run(shared: Arc<Shared>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shared.backlog.added.notified() => {}
+        }
         for ((_, key, group), form) in shared.backlog.snapshot() {
             let sample = sample::sample(shared.redis.pool(), &form).await;
             record(&shared.metrics, key, group, sample);

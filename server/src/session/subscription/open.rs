@@ -123,6 +123,10 @@ impl Subscription {
             workers::promote(redis.clone(), form.clone(), every).in_current_span(),
         )];
         shared.backlog.watch(&source, &form);
+        tokio::spawn(
+            crate::session::backlog::sample_now(Arc::clone(shared), source.clone(), form.clone())
+                .in_current_span(),
+        );
         let (key, group, consumer) = source.describe();
         let view = SubscriptionView {
             id: id.clone(),
