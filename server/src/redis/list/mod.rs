@@ -347,44 +347,6 @@ pub async fn give_back(
         .map_err(|e| RedisError::from_fred("RPUSH", &e))
 }
 
-/// The list's length and the entries its consumers hold on their processing lists (reliable
-/// lists; 0 for a simple list), for the backlog gauges.
-pub async fn depth(client: &Client, keys: &ListKeys) -> Result<(i64, i64), RedisError> {
-    let at = |name, args| call_at(client, name, args, false, Some(keys.slot));
-    let waiting = at("LLEN", vec![arg(&keys.key)])
-        .await?
-        .as_i64()
-        .unwrap_or(0);
-    let Value::Array(consumers) = at("SMEMBERS", vec![arg(&keys.consumers)]).await? else {
-        return Ok((waiting, 0));
-    };
-    let mut held = 0;
-    for consumer in consumers.into_iter().filter_map(into_bytes) {
-        let processing = keys.processing_of(&consumer);
-        held += at("LLEN", vec![arg(&processing)])
-            .await?
-            .as_i64()
-            .unwrap_or(0);
-    }
-    Ok((waiting, held))
-}
-
-/// Refuses to read a key that holds something other than a list (or nothing yet).
-pub async fn check_type(client: &Client, keys: &ListKeys) -> Result<(), RedisError> {
-    let reply = call_at(client, "TYPE", vec![arg(&keys.key)], false, Some(keys.slot)).await?;
-    match into_bytes(reply).as_deref() {
-        Some(b"list") | Some(b"none") => Ok(()),
-        other => Err(RedisError::Refused {
-            command: "a list read".into(),
-            message: format!(
-                "WRONGTYPE {:?} holds a {}, not a list",
-                String::from_utf8_lossy(&keys.key),
-                String::from_utf8_lossy(other.unwrap_or(b"?"))
-            ),
-        }),
-    }
-}
-
 /// Reads one list subscription on its dedicated connection.
 pub struct ListReader {
     client: Client,
@@ -627,6 +589,9 @@ impl ListReader {
         let _ = self.client.quit().await;
     }
 }
+
+mod inspect;
+pub use inspect::{check_type, depth};
 
 #[cfg(test)]
 mod tests;
