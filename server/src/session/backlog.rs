@@ -21,8 +21,6 @@ const MAX_WATCHED: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Backlog {
     watched: Mutex<BTreeMap<(&'static str, String, String), Form>>,
-    /// A subscription that opens has its key sampled at once, not at the next tick.
-    added: tokio::sync::Notify,
 }
 
 impl Backlog {
@@ -61,7 +59,8 @@ impl Backlog {
     }
 }
 
-/// Samples one watched key now (a subscription just opened on it).
+/// Samples one watched key now: a subscription that opens shows its backlog at once, not at the
+/// next tick.
 pub async fn sample_now(shared: Arc<Shared>, source: Source, form: Form) {
     let (key, group, _) = source.describe();
     let sample = sample::sample(shared.redis.pool(), &form).await;
@@ -73,10 +72,7 @@ pub async fn run(shared: Arc<Shared>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = shared.backlog.added.notified() => {}
-        }
+        tick.tick().await;
         for ((_, key, group), form) in shared.backlog.snapshot() {
             let sample = sample::sample(shared.redis.pool(), &form).await;
             record(&shared.metrics, key, group, sample);
