@@ -828,14 +828,23 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
 
 /// What an operator sees on a cluster: the consumer group's pending count
 /// (`window_group_pending_entries`) is sampled from the stream's node, and no command of the
-/// sidecar needs a redirection.
+/// sidecar needs a redirection; it goes on being sampled after the last subscription closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_group_metrics_are_sampled_on_the_streams_node() {
     let cluster = RedisCluster::start(3, 0);
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let sidecar = Sidecar::start(&cluster.url(), &["--metrics-listen", &metrics.to_string()]).await;
+    let sidecar = Sidecar::start(
+        &cluster.url(),
+        &[
+            "--metrics-listen",
+            &metrics.to_string(),
+            "--sample-interval",
+            "200ms",
+        ],
+    )
+    .await;
     let mut client = sidecar.client().await;
-    publish(&mut client, "{orders}", numbered(3)).await;
+    let ids = publish(&mut client, "{orders}", numbered(3)).await;
     for port in cluster.primaries() {
         resp::call(port, &["CONFIG", "RESETSTAT"]).unwrap();
     }
@@ -848,8 +857,8 @@ async fn cluster_group_metrics_are_sampled_on_the_streams_node() {
     gone.close();
     assert!(matches!(gone.next().await, Ok(None)));
 
-    // A subscription samples its group (XINFO GROUPS) when it opens, then every 5 s.
-    let (_sub, _) = Subscription::open(&mut client, stream_open("{orders}", "g", "c1", 3))
+    // A subscription samples its group (XINFO GROUPS) when it opens, then every interval.
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("{orders}", "g", "c1", 3))
         .await
         .unwrap();
     let series = "window_group_pending_entries{key=\"{orders}\",group=\"g\"}";
@@ -868,6 +877,20 @@ async fn cluster_group_metrics_are_sampled_on_the_streams_node() {
         slot_of("GROUPS"),
         slot_of("{orders}"),
         sample(&text, series),
+    );
+
+    // With no subscription open, the shared sampler still follows the group on its node.
+    sub.close();
+    let node = cluster.primary_for_slot(slot_of("{orders}"));
+    resp::call(node, &["XACK", "{orders}", "g", &ids[0]]).unwrap();
+    let followed = eventually(Duration::from_secs(3), || async {
+        sample(&http_get(metrics, "/metrics").await.1, series) == 2.0
+    })
+    .await;
+    assert!(
+        followed,
+        "after an XACK with no subscription open, {series} = {} (want 2)",
+        sample(&http_get(metrics, "/metrics").await.1, series)
     );
     sidecar.stop().await;
 }
