@@ -17,7 +17,8 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
       listener (a Unix socket: on an emptyDir both mount, with a group they share).
   assert-sidecar RENDERED [--has FLAG=VALUE] [--lacks FLAG] [--file PATH=SECRET/KEY]
                  [--socket PATH] [--no-port NAME]
-      Checks the sidecar container of every workload: a flag rendered with exactly that value,
+      Checks the sidecar container of every workload: a flag rendered with exactly that value
+      (a flag named by several --has: rendered exactly those times, in order),
       a flag not rendered, a path in the sidecar that is Secret SECRET's key KEY (mounted
       read-only), a Unix socket shared with the application container (an emptyDir mounted in
       both, WINDOW_SIDECAR_ADDR=unix:PATH), a containerPort not declared.
@@ -323,11 +324,15 @@ def cmd_assert_sidecar(args):
             found += 1
             where = f"{workload} {c['name']}"
             rendered = [str(a) for a in c.get("args") or []]
+            # A repeatable flag (--watch) named by several --has must be rendered as exactly
+            # those, in that order.
+            wanted = {}
             for want in args.has:
-                name = want.split("=", 1)[0]
+                wanted.setdefault(want.split("=", 1)[0], []).append(want)
+            for name, wants in wanted.items():
                 got = [a for a in rendered if a.split("=", 1)[0] == name]
-                if got != [want]:
-                    problems.append(f"{where}: expected {want}, rendered {got or 'nothing'}")
+                if got != wants:
+                    problems.append(f"{where}: expected {' '.join(wants)}, rendered {got or 'nothing'}")
             for name in args.lacks:
                 got = [a for a in rendered if a.split("=", 1)[0] == name]
                 if got:

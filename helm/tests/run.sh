@@ -258,7 +258,8 @@ fi
 # and socket behind the security values (values files policy, unix-socket and tls-listener).
 NEW_FLAGS=(--allow-keys --allow-channels --allow-commands --max-message-size --max-arg-size
   --max-subscriptions-per-connection --wait-replicas --wait-timeout --client-keepalive
-  --auth-token-file --tls-cert --tls-key --tls-client-ca --worker-threads)
+  --auth-token-file --tls-cert --tls-key --tls-client-ca --worker-threads --admin-view --watch
+  --sample-interval)
 lacks_new_flags() {
   local f
   for f in "${NEW_FLAGS[@]}"; do printf -- '--lacks=%s\n' "$f"; done
@@ -278,10 +279,16 @@ if [[ -s $WORK/policy.yaml ]]; then
     --has=--max-subscriptions-per-connection=16 --has=--wait-replicas=1 \
     --has=--wait-timeout=250ms --has=--client-keepalive=10s --has=--worker-threads=2 \
     --lacks=--auth-token-file --lacks=--tls-cert
+  check_show "policy: --admin-view, one --watch per watched key, --sample-interval rendered" \
+    tool assert-sidecar "$WORK/policy.yaml" --has=--admin-view=open \
+    '--has=--watch=stream:{orders}:order-service' '--has=--watch=list:{jobs}' \
+    --has=--sample-interval=2s
   check_show "policy: --check-config refuses --max-message-size=512 (exit 64)" \
     tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--max-message-size=512
   check_show "policy: --check-config refuses --client-keepalive=50ms (exit 64)" \
     tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--client-keepalive=50ms
+  check_show "policy: --check-config refuses --watch=stream:nogroup (exit 64)" \
+    tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--watch=stream:nogroup
 fi
 if [[ -s $WORK/unix-socket.yaml ]]; then
   check_show "unix-socket: --listen=unix:, socket emptyDir shared with the worker, token Secret mounted" \
@@ -416,6 +423,10 @@ refuses "refuses: an http:// Redis URL (values.schema.json)" "redis[./]url.*patt
   helm template "$RELEASE" "$CHART" --set redis.url=http://redis:6379
 refuses "refuses: a duration without a unit (sidecar.redisTimeout=5)" "redisTimeout.*pattern" \
   helm template "$RELEASE" "$CHART" --set-string sidecar.redisTimeout=5
+refuses "refuses: an admin view other than loopback, open or off" "adminView.*(enum|must be one of|value must be)" \
+  helm template "$RELEASE" "$CHART" --set sidecar.adminView=public
+refuses "refuses: a watched key that is neither stream:<key>:<group> nor list:<key>" "watch.*pattern" \
+  helm template "$RELEASE" "$CHART" --set 'sidecar.backlog.watch[0]=orders'
 refuses "refuses: TLS with a redis:// URL" "needs a rediss:// URL" \
   helm template "$RELEASE" "$CHART" --set redis.tls.enabled=true --set redis.tls.ca=x
 refuses "refuses: TLS without a CA in the chart-created Secret" "redis.tls.ca is required" \

@@ -291,6 +291,15 @@ so extraArgs can override any of them (clap refuses a flag given twice).
 {{- $flags = append $flags (list "--promote-interval" $s.promoteInterval) }}
 {{- $flags = append $flags (list "--reclaim-interval" $s.reclaimInterval) }}
 {{- $flags = append $flags (list "--log-format" $s.logFormat) }}
+{{- if ne $s.adminView "loopback" }}
+{{- $flags = append $flags (list "--admin-view" $s.adminView) }}
+{{- end }}
+{{- range $s.backlog.watch }}
+{{- $flags = append $flags (list "--watch" .) }}
+{{- end }}
+{{- if ne $s.backlog.sampleInterval "5s" }}
+{{- $flags = append $flags (list "--sample-interval" $s.backlog.sampleInterval) }}
+{{- end }}
 {{- $args := list }}
 {{- range $flags }}
 {{- if not (has (index . 0) $overridden) }}
