@@ -269,13 +269,14 @@ async fn mutual_tls_on_the_grpc_listener() {
 }
 
 /// A sidecar whose Redis credentials are wrong tells clients, probes and `/readyz` that the
-/// login was refused, naming the user and never the password. Returns the sidecar and its
-/// metrics address.
+/// login was refused with Redis' `reply` (WRONGPASS, NOAUTH), naming the user and never the
+/// password. Returns the sidecar and its metrics address.
 async fn assert_refused_login(
     url: &str,
     flags: &[&str],
     user: &str,
     password: &str,
+    reply: &str,
 ) -> (Sidecar, SocketAddr) {
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut all = vec!["--redis-timeout", "1s", "--metrics-listen", &metrics];
@@ -292,7 +293,7 @@ async fn assert_refused_login(
         let message = status.message();
         assert!(
             message.contains("authentication to Redis failed")
-                && message.contains("WRONGPASS")
+                && message.contains(reply)
                 && message.contains(&format!("user {user:?}")),
             "{what}: {message}"
         );
@@ -332,7 +333,7 @@ async fn assert_refused_login(
     let deadline = tokio::time::Instant::now() + STEP;
     let body = loop {
         let (status, body) = http_get(metrics, "/readyz").await;
-        if status == 503 && body.contains("WRONGPASS") {
+        if status == 503 && body.contains(reply) {
             break body;
         }
         assert!(
@@ -355,8 +356,18 @@ async fn a_wrong_redis_password_is_reported_as_an_authentication_failure() {
     acl_user(&admin, "sidecar", "r1ght-sidecar-pw", "~* &* +@all").await;
 
     // requirepass: the default user, the password in the URL.
-    let (sidecar, _) =
-        assert_refused_login(&redis.url_with_auth(None, WRONG), &[], "default", WRONG).await;
+    let (sidecar, _) = assert_refused_login(
+        &redis.url_with_auth(None, WRONG),
+        &[],
+        "default",
+        WRONG,
+        "WRONGPASS",
+    )
+    .await;
+    sidecar.stop().await;
+
+    // No password at all: Redis answers NOAUTH, which is the same failure.
+    let (sidecar, _) = assert_refused_login(&redis.url(), &[], "default", RIGHT, "NOAUTH").await;
     sidecar.stop().await;
 
     // An ACL user, the password in a file (as a mounted Secret).
@@ -375,6 +386,7 @@ async fn a_wrong_redis_password_is_reported_as_an_authentication_failure() {
         ],
         "sidecar",
         WRONG_IN_FILE,
+        "WRONGPASS",
     )
     .await;
 
