@@ -74,17 +74,6 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
-/// Every rejection reason label.
-pub const REJECTION_REASONS: [&str; 7] = [
-    "cross_slot",
-    "unknown_slot",
-    "already_settled",
-    "invalid_command",
-    "forbidden_command",
-    "invalid_outcome",
-    "incomplete_segment",
-];
-
 fn size_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
 }
@@ -247,9 +236,11 @@ impl Metrics {
             m.published.clone(),
         );
         // Series that exist from the start read as 0 rather than missing in queries and alerts.
-        for reason in REJECTION_REASONS {
+        for reason in crate::window::Reason::ALL {
             m.rejections
-                .get_or_create(&ReasonLabels { reason })
+                .get_or_create(&ReasonLabels {
+                    reason: reason.label(),
+                })
                 .inc_by(0);
         }
         Self { registry, ..m }
@@ -318,5 +309,24 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn every_rejection_reason_is_a_series_from_the_start() {
+        let text = Metrics::new().encode();
+        for label in [
+            "unknown_slot",
+            "already_settled",
+            "invalid_command",
+            "forbidden_command",
+            "invalid_outcome",
+            "incomplete_segment",
+            "cross_slot",
+            "permission_denied",
+            "limit_exceeded",
+        ] {
+            let series = format!("window_rejections_total{{reason=\"{label}\"}} 0");
+            assert!(text.contains(&series), "{series} missing from\n{text}");
+        }
     }
 }

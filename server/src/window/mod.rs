@@ -7,6 +7,7 @@
 //! `E` is whatever the form needs to settle an entry (a stream id, a list value).
 
 mod command;
+mod reason;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 pub use command::{Command, CommandError};
+pub use reason::Reason;
 
 /// A delivery's slot id. Unique within a subscription and never reused; 0 is never a slot.
 pub type SlotId = u64;

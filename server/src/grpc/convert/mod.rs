@@ -20,7 +20,7 @@ use crate::session::{
     SettleRequest, Source,
 };
 use crate::telemetry::parse_traceparent;
-use crate::window::{Command, CommandError, Outcome, SlotError};
+use crate::window::{Command, Outcome, Reason, SlotError};
 
 /// Limits an `open` is checked against.
 #[derive(Clone, Copy, Debug)]
@@ -458,30 +458,27 @@ fn flush_report(report: FlushReport) -> proto::FlushReport {
 }
 
 fn rejection(err: &SlotError) -> proto::Rejection {
-    use proto::RejectionReason as R;
-    let (reason, command) = match err {
-        SlotError::UnknownSlot(_) => (R::UnknownSlot, None),
-        SlotError::AlreadySettled(_) => (R::AlreadySettled, None),
-        SlotError::InvalidCommand { source, .. } => match source {
-            CommandError::Forbidden { name, .. } => (R::ForbiddenCommand, Some(name.clone())),
-            CommandError::InvalidName(name) => (R::InvalidCommand, Some(name.clone())),
-            CommandError::EmptyName => (R::InvalidCommand, None),
-            CommandError::Unknown(name) => (R::InvalidCommand, Some(name.clone())),
-            CommandError::CrossSlot { command, .. } => (R::CrossSlot, Some(command.clone())),
-            CommandError::Policy { command, source } if source.is_limit() => {
-                (R::LimitExceeded, Some(command.clone()))
-            }
-            CommandError::Policy { command, .. } => (R::PermissionDenied, Some(command.clone())),
-        },
-        SlotError::TooManyCommands { .. } => (R::LimitExceeded, None),
-        SlotError::InvalidOutcome { .. } => (R::InvalidOutcome, None),
-        SlotError::IncompleteSegment(_) => (R::IncompleteSegment, None),
-    };
     proto::Rejection {
         slot: err.slot(),
-        reason: reason as i32,
+        reason: wire_reason(err.reason()) as i32,
         message: err.to_string(),
-        command: command.unwrap_or_default(),
+        command: err.command().unwrap_or_default().to_owned(),
+    }
+}
+
+/// The wire's name of each reason, one to one.
+fn wire_reason(reason: Reason) -> proto::RejectionReason {
+    use proto::RejectionReason as R;
+    match reason {
+        Reason::UnknownSlot => R::UnknownSlot,
+        Reason::AlreadySettled => R::AlreadySettled,
+        Reason::InvalidCommand => R::InvalidCommand,
+        Reason::ForbiddenCommand => R::ForbiddenCommand,
+        Reason::InvalidOutcome => R::InvalidOutcome,
+        Reason::IncompleteSegment => R::IncompleteSegment,
+        Reason::CrossSlot => R::CrossSlot,
+        Reason::PermissionDenied => R::PermissionDenied,
+        Reason::LimitExceeded => R::LimitExceeded,
     }
 }
 

@@ -17,7 +17,6 @@ use crate::redis::form::read_error;
 use crate::redis::stream::ReadBatch;
 use crate::session::{ClientBatch, Event, FlushReport};
 use crate::telemetry::{LogIds, format_traceparent};
-use crate::window::SlotError;
 
 impl Subscription {
     /// A reader answer, with its metrics, as the engine sees it.
@@ -174,7 +173,7 @@ impl Subscription {
         }
         if !applied.rejected.is_empty() {
             for err in &applied.rejected {
-                let reason = rejection_reason(err);
+                let reason = err.reason().label();
                 metrics
                     .rejections
                     .get_or_create(&ReasonLabels { reason })
@@ -183,24 +182,5 @@ impl Subscription {
             self.view.counters.rejections += applied.rejected.len() as u64;
             self.send(Event::Rejected(applied.rejected)).await;
         }
-    }
-}
-
-/// The rejection reason label of a slot error.
-fn rejection_reason(err: &SlotError) -> &'static str {
-    use crate::window::CommandError;
-    match err {
-        SlotError::UnknownSlot(_) => "unknown_slot",
-        SlotError::AlreadySettled(_) => "already_settled",
-        SlotError::InvalidCommand { source, .. } => match source {
-            CommandError::Forbidden { .. } => "forbidden_command",
-            CommandError::CrossSlot { .. } => "cross_slot",
-            CommandError::Policy { source, .. } if source.is_limit() => "limit_exceeded",
-            CommandError::Policy { .. } => "permission_denied",
-            _ => "invalid_command",
-        },
-        SlotError::TooManyCommands { .. } => "limit_exceeded",
-        SlotError::InvalidOutcome { .. } => "invalid_outcome",
-        SlotError::IncompleteSegment(_) => "incomplete_segment",
     }
 }
