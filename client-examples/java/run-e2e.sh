@@ -21,6 +21,8 @@ need_cmd javac default-jdk-headless
 need_cmd jar default-jdk-headless
 need_cmd protoc protobuf-compiler
 command -v protoc-gen-grpc-java >/dev/null 2>&1 || need_cmd grpc_java_plugin protobuf-compiler-grpc-java-plugin
+# The proto imports google/protobuf/duration.proto, which protoc only recommends.
+[[ -f /usr/include/google/protobuf/duration.proto ]] || missing+=(libprotobuf-dev)
 need_file() { [[ -f /usr/share/java/$1.jar ]] || missing+=("$2"); }
 for jar in grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub; do
   need_file "$jar" libgrpc-java
