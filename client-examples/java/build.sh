@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 jars=/usr/share/java
 
-# jar -> Debian package. Runtime: grpc-java over Netty, protobuf, guava, perfmark, gson.
+# jar -> Debian package. Runtime: grpc-java over Netty (its epoll transport for Unix sockets),
+# protobuf, guava, perfmark, gson.
 declare -A runtime=(
   [grpc-api]=libgrpc-java [grpc-context]=libgrpc-java [grpc-core]=libgrpc-java
   [grpc-netty]=libgrpc-java [grpc-protobuf]=libgrpc-java [grpc-protobuf-lite]=libgrpc-java
@@ -21,6 +22,7 @@ declare -A runtime=(
   [netty-common]=libnetty-java [netty-handler]=libnetty-java
   [netty-handler-proxy]=libnetty-java [netty-resolver]=libnetty-java
   [netty-transport]=libnetty-java [netty-transport-native-unix-common]=libnetty-java
+  [netty-transport-native-epoll]=libnetty-java
 )
 # Compile only: @javax.annotation.Generated on the generated stubs, errorprone on guava.
 declare -A compile_only=([geronimo-annotation-1.3-spec]=libgeronimo-annotation-1.3-spec-java
@@ -60,7 +62,7 @@ if ((${#test_missing[@]} == 0)); then
   javac -d build/test-classes -cp "build/classes:$run_cp:$test_cp" $(find src/test/java -name '*.java')
   if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     java -cp "build/test-classes:build/classes:$run_cp:$test_cp" org.junit.runner.JUnitCore \
-      dev.windowsidecar.client.SubscriptionTest
+      dev.windowsidecar.client.SubscriptionTest dev.windowsidecar.client.WindowClientTest
   fi
 fi
 

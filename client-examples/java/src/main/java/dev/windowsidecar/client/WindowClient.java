@@ -6,6 +6,12 @@ import dev.windowsidecar.v1.PublishRequest;
 import dev.windowsidecar.v1.WindowServiceGrpc;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.netty.NettyChannelBuilder;
+import io.netty.channel.EventLoopGroup;
+import io.netty.channel.epoll.Epoll;
+import io.netty.channel.epoll.EpollDomainSocketChannel;
+import io.netty.channel.epoll.EpollEventLoopGroup;
+import io.netty.channel.unix.DomainSocketAddress;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -21,28 +27,94 @@ import java.util.concurrent.TimeUnit;
  *   sub.awaitTermination();
  * }
  * }</pre>
+ *
+ * <p>{@code connect("unix:/run/window-sidecar/grpc.sock")} reaches a sidecar on its Unix socket
+ * ({@code --listen unix:PATH}) through Netty's epoll transport, whose native library must be on
+ * {@code java.library.path} (see {@code native-epoll.sh}).
  */
 public final class WindowClient implements AutoCloseable {
   private final ManagedChannel channel;
   private final boolean owned;
+  /** The event loop of a Unix socket channel, shut down after it; else null. */
+  private final EventLoopGroup group;
   final WindowServiceGrpc.WindowServiceStub async;
   private final WindowServiceGrpc.WindowServiceBlockingStub blocking;
 
-  private WindowClient(ManagedChannel channel, boolean owned) {
+  private WindowClient(ManagedChannel channel, boolean owned, EventLoopGroup group) {
     this.channel = channel;
     this.owned = owned;
+    this.group = group;
     this.async = WindowServiceGrpc.newStub(channel);
     this.blocking = WindowServiceGrpc.newBlockingStub(channel);
   }
 
-  /** Connects in plaintext to {@code host:port} (a sidecar listens on the pod's loopback). */
+  /**
+   * Connects in plaintext to {@code host:port} (a sidecar listens on the pod's loopback), or to
+   * the Unix socket of {@code unix:PATH} / {@code unix:///PATH}, the target syntax of newer
+   * grpc-java (1.41 has no {@code unix:} name resolver).
+   */
   public static WindowClient connect(String target) {
-    return new WindowClient(ManagedChannelBuilder.forTarget(target).usePlaintext().build(), true);
+    String path = unixSocketPath(target);
+    if (path == null) {
+      ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+      return new WindowClient(channel, true, null);
+    }
+    return connectUnix(path);
   }
 
   /** Uses a channel the caller owns ({@link #close} leaves it open). */
   public static WindowClient of(ManagedChannel channel) {
-    return new WindowClient(channel, false);
+    return new WindowClient(channel, false, null);
+  }
+
+  /**
+   * The socket path of a {@code unix:PATH} or {@code unix:///PATH} target (grpc's naming: no
+   * authority after {@code unix://}), null for any other target.
+   */
+  static String unixSocketPath(String target) {
+    if (!target.startsWith("unix:")) {
+      return null;
+    }
+    String path = target.substring("unix:".length());
+    if (path.startsWith("//")) {
+      if (!path.startsWith("///")) {
+        throw new IllegalArgumentException(
+            "a unix target has no authority: unix:PATH or unix:///PATH, not " + target);
+      }
+      path = path.substring(2);
+    }
+    if (path.isEmpty()) {
+      throw new IllegalArgumentException("a unix target names a socket path: " + target);
+    }
+    return path;
+  }
+
+  /**
+   * A channel over Netty's epoll transport to a Unix socket, with no other option: the sidecar
+   * takes the socket path grpc-java sends as {@code :authority}.
+   */
+  private static WindowClient connectUnix(String path) {
+    if (!Epoll.isAvailable()) {
+      throw new IllegalStateException(
+          "unix:" + path + " needs Netty's native epoll library"
+              + " (libnetty_transport_native_epoll_<arch>.so on -Djava.library.path, built by"
+              + " native-epoll.sh, or io.netty:netty-transport-native-epoll with a linux"
+              + " classifier)",
+          Epoll.unavailabilityCause());
+    }
+    EventLoopGroup group = new EpollEventLoopGroup(1);
+    try {
+      ManagedChannel channel =
+          NettyChannelBuilder.forAddress(new DomainSocketAddress(path))
+              .eventLoopGroup(group)
+              .channelType(EpollDomainSocketChannel.class)
+              .usePlaintext()
+              .build();
+      return new WindowClient(channel, true, group);
+    } catch (RuntimeException e) {
+      group.shutdownGracefully(0, 0, TimeUnit.SECONDS);
+      throw e;
+    }
   }
 
   /** The generated asynchronous stub, for anything this helper does not cover. */
@@ -93,6 +165,11 @@ public final class WindowClient implements AutoCloseable {
     } catch (InterruptedException e) {
       channel.shutdownNow();
       Thread.currentThread().interrupt();
+    } finally {
+      if (group != null) {
+        // The channel does not own an event loop it was given.
+        group.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+      }
     }
   }
 }

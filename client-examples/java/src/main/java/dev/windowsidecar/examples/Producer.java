@@ -11,8 +11,9 @@ import java.util.Map;
  * Publishes the order set of orders.json to the {@code orders} stream through the sidecar's
  * Publish RPC: one entry per order, payload = the order JSON, all in one call.
  *
- * <p>Flags: {@code --addr host:port} (env WINDOW_SIDECAR_ADDR, default 127.0.0.1:50051), {@code
- * --orders path} (default ../orders.json), {@code --stream key} (default: the file's).
+ * <p>Flags: {@code --addr host:port} or {@code unix:PATH} (env WINDOW_SIDECAR_ADDR, default
+ * 127.0.0.1:50051), {@code --orders path} (default ../orders.json), {@code --stream key}
+ * (default: the file's).
  */
 public final class Producer {
   private Producer() {}

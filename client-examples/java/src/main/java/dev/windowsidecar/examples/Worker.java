@@ -25,11 +25,11 @@ import java.util.concurrent.TimeUnit;
  * <p>It exits when every order is settled for good (acked + dropped == number of orders, counted
  * from the sidecar's flush reports), or after {@code --idle-timeout} without a delivery.
  *
- * <p>Flags: {@code --addr} (env WINDOW_SIDECAR_ADDR, default 127.0.0.1:50051), {@code --consumer}
- * (env WINDOW_CONSUMER, default worker-1), {@code --stream orders}, {@code --group
- * order-service}, {@code --count 16}, {@code --orders ../orders.json}, {@code --expect N} (0: as
- * many as in --orders; -1: until idle), {@code --retry-delay 200ms}, {@code --idle-timeout 30s},
- * {@code --work-time 0ms} (simulated handling time per order).
+ * <p>Flags: {@code --addr} (host:port or unix:PATH; env WINDOW_SIDECAR_ADDR, default
+ * 127.0.0.1:50051), {@code --consumer} (env WINDOW_CONSUMER, default worker-1), {@code --stream
+ * orders}, {@code --group order-service}, {@code --count 16}, {@code --orders ../orders.json},
+ * {@code --expect N} (0: as many as in --orders; -1: until idle), {@code --retry-delay 200ms},
+ * {@code --idle-timeout 30s}, {@code --work-time 0ms} (simulated handling time per order).
  */
 public final class Worker {
   private Worker() {}
