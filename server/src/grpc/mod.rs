@@ -105,8 +105,8 @@ impl WindowService for Service {
             .and_then(|v| v.to_str().ok())
             .and_then(|tp| parse_traceparent(tp, None));
         let request = request.into_inner();
-        let (target, framing) =
-            convert::publish_target(&request).map_err(Status::invalid_argument)?;
+        let (target, framing) = convert::publish_target(&request)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let checked = match &target {
             Target::Stream { key, .. } | Target::List(key) => {
                 self.shared.settings.policy.check_key(key)

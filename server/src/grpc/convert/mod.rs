@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use thiserror::Error;
 
 use crate::proto;
 use crate::redis::entry::{Body, Entry};
@@ -21,6 +22,31 @@ use crate::session::{
 };
 use crate::telemetry::parse_traceparent;
 use crate::window::{Command, Outcome, Reason, SlotError};
+
+/// Why a client's message cannot be taken: each names the field and what would be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConvertError {
+    #[error("{0} is required")]
+    Required(&'static str),
+    #[error("{0} must not be negative")]
+    Negative(&'static str),
+    #[error("{field} {value} is not a known {kind} ({known})")]
+    UnknownValue {
+        field: &'static str,
+        value: i32,
+        kind: &'static str,
+        known: &'static str,
+    },
+    #[error("{field} must be {allowed}, got {got}")]
+    OutOfRange {
+        field: &'static str,
+        allowed: String,
+        got: String,
+    },
+    /// Fields that do not go together, or one that does not apply where it is set.
+    #[error("{0}")]
+    Combination(&'static str),
+}
 
 /// Limits an `open` is checked against.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +76,7 @@ pub fn client_message(
     match message.kind {
         Some(proto::subscribe_request::Kind::Open(open)) => open_request(open, limits)
             .map(ClientMessage::Open)
-            .map_err(InboundError::Invalid),
+            .map_err(|err| InboundError::Invalid(err.to_string())),
         Some(proto::subscribe_request::Kind::Batch(batch)) => {
             Ok(ClientMessage::Batch(client_batch(batch)))
         }
@@ -60,14 +86,13 @@ pub fn client_message(
     }
 }
 
-fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, String> {
+fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, ConvertError> {
     let framing = framing(open.framing, "open.framing")?;
     let source = match open.source {
         Some(proto::open::Source::Stream(_)) if open.framing != 0 => {
-            return Err(
-                "open.framing is for lists and pub/sub; a stream entry keeps its headers as fields"
-                    .into(),
-            );
+            return Err(ConvertError::Combination(
+                "open.framing is for lists and pub/sub; a stream entry keeps its headers as fields",
+            ));
         }
         Some(proto::open::Source::Stream(stream)) => Source::Stream(stream_source(stream)?),
         Some(proto::open::Source::ReliableList(list)) => Source::List(ListSource {
@@ -94,26 +119,31 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
             Source::PubSub(pubsub_source(pubsub, framing)?)
         }
         None => {
-            return Err(
-                "open.source is required: set open.stream, open.reliable_list, open.simple_list or open.pubsub"
-                    .into(),
-            );
+            return Err(ConvertError::Combination(
+                "open.source is required: set open.stream, open.reliable_list, open.simple_list or open.pubsub",
+            ));
         }
     };
     if open.count == 0 || open.count > limits.max_count {
-        return Err(format!(
-            "open.count must be between 1 and {} (the sidecar's --max-count), got {}",
-            limits.max_count, open.count
-        ));
+        return Err(ConvertError::OutOfRange {
+            field: "open.count",
+            allowed: format!(
+                "between 1 and {} (the sidecar's --max-count)",
+                limits.max_count
+            ),
+            got: open.count.to_string(),
+        });
     }
     let block = match open.block {
         None => DEFAULT_BLOCK,
         Some(d) => match duration(d, "open.block")? {
             d if d.is_zero() => DEFAULT_BLOCK,
             d if d > MAX_BLOCK => {
-                return Err(format!(
-                    "open.block must be at most {MAX_BLOCK:?}, got {d:?}"
-                ));
+                return Err(ConvertError::OutOfRange {
+                    field: "open.block",
+                    allowed: format!("at most {MAX_BLOCK:?}"),
+                    got: format!("{d:?}"),
+                });
             }
             d => d,
         },
@@ -122,10 +152,12 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
         Ok(proto::Mode::Unspecified | proto::Mode::Pipeline) => Mode::Pipeline,
         Ok(proto::Mode::Atomic) => Mode::Atomic,
         Err(_) => {
-            return Err(format!(
-                "open.mode {} is not a known mode (MODE_PIPELINE = 1, MODE_ATOMIC = 2)",
-                open.mode
-            ));
+            return Err(ConvertError::UnknownValue {
+                field: "open.mode",
+                value: open.mode,
+                kind: "mode",
+                known: "MODE_PIPELINE = 1, MODE_ATOMIC = 2",
+            });
         }
     };
     let max_in_flight = match open.max_in_flight {
@@ -134,10 +166,14 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
             .saturating_mul(2)
             .min(limits.max_in_flight.max(open.count)),
         n if n > limits.max_in_flight => {
-            return Err(format!(
-                "open.max_in_flight must be at most {} (the sidecar's --max-in-flight), got {n}",
-                limits.max_in_flight
-            ));
+            return Err(ConvertError::OutOfRange {
+                field: "open.max_in_flight",
+                allowed: format!(
+                    "at most {} (the sidecar's --max-in-flight)",
+                    limits.max_in_flight
+                ),
+                got: n.to_string(),
+            });
         }
         n => n.max(open.count),
     };
@@ -145,23 +181,35 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
         None => None,
         Some(proto::dead_letter::Target::Stream(key)) => match &source {
             Source::Stream(_) => Some(required(key, "open.dead_letter.stream")?),
-            _ => return Err("open.dead_letter.stream is for stream subscriptions; a list subscription takes open.dead_letter.list".into()),
+            _ => {
+                return Err(ConvertError::Combination(
+                    "open.dead_letter.stream is for stream subscriptions; a list subscription takes open.dead_letter.list",
+                ));
+            }
         },
         Some(proto::dead_letter::Target::List(key)) => match &source {
             Source::List(_) => Some(required(key, "open.dead_letter.list")?),
-            _ => return Err("open.dead_letter.list is for list subscriptions; a stream subscription takes open.dead_letter.stream".into()),
+            _ => {
+                return Err(ConvertError::Combination(
+                    "open.dead_letter.list is for list subscriptions; a stream subscription takes open.dead_letter.stream",
+                ));
+            }
         },
     };
     if matches!(source, Source::PubSub(_)) && (open.max_deliveries > 0 || dead_letter.is_some()) {
-        return Err("pub/sub messages are delivered once: open.max_deliveries and open.dead_letter do not apply".into());
+        return Err(ConvertError::Combination(
+            "pub/sub messages are delivered once: open.max_deliveries and open.dead_letter do not apply",
+        ));
     }
     if open.max_deliveries > 0 && dead_letter.is_none() {
-        return Err(
-            "open.max_deliveries needs open.dead_letter: where entries past the cap go".into(),
-        );
+        return Err(ConvertError::Combination(
+            "open.max_deliveries needs open.dead_letter: where entries past the cap go",
+        ));
     }
     if open.max_deliveries == 0 && dead_letter.is_some() {
-        return Err("open.dead_letter needs open.max_deliveries: after how many deliveries entries go there".into());
+        return Err(ConvertError::Combination(
+            "open.dead_letter needs open.max_deliveries: after how many deliveries entries go there",
+        ));
     }
     Ok(OpenRequest {
         source,
@@ -175,22 +223,25 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, St
     })
 }
 
-fn required(value: String, field: &str) -> Result<String, String> {
+fn required(value: String, field: &'static str) -> Result<String, ConvertError> {
     if value.is_empty() {
-        Err(format!("{field} is required"))
+        Err(ConvertError::Required(field))
     } else {
         Ok(value)
     }
 }
 
-fn pubsub_source(pubsub: proto::PubSubSource, framing: Framing) -> Result<PubSubSource, String> {
+fn pubsub_source(
+    pubsub: proto::PubSubSource,
+    framing: Framing,
+) -> Result<PubSubSource, ConvertError> {
     if pubsub.channels.is_empty()
         && pubsub.patterns.is_empty()
         && pubsub.sharded_channels.is_empty()
     {
-        return Err(
-            "open.pubsub needs at least one of channels, patterns or sharded_channels".into(),
-        );
+        return Err(ConvertError::Combination(
+            "open.pubsub needs at least one of channels, patterns or sharded_channels",
+        ));
     }
     let all = pubsub
         .channels
@@ -198,14 +249,18 @@ fn pubsub_source(pubsub: proto::PubSubSource, framing: Framing) -> Result<PubSub
         .chain(&pubsub.patterns)
         .chain(&pubsub.sharded_channels);
     if all.clone().any(|c| c.is_empty()) {
-        return Err("open.pubsub: channel and pattern names must not be empty".into());
+        return Err(ConvertError::Combination(
+            "open.pubsub: channel and pattern names must not be empty",
+        ));
     }
     let buffer = match pubsub.buffer {
         0 => DEFAULT_PUBSUB_BUFFER,
         n if n as usize > MAX_PUBSUB_BUFFER => {
-            return Err(format!(
-                "open.pubsub.buffer must be at most {MAX_PUBSUB_BUFFER}, got {n}"
-            ));
+            return Err(ConvertError::OutOfRange {
+                field: "open.pubsub.buffer",
+                allowed: format!("at most {MAX_PUBSUB_BUFFER}"),
+                got: n.to_string(),
+            });
         }
         n => n as usize,
     };
@@ -218,31 +273,36 @@ fn pubsub_source(pubsub: proto::PubSubSource, framing: Framing) -> Result<PubSub
     })
 }
 
-fn framing(value: i32, field: &str) -> Result<Framing, String> {
+fn framing(value: i32, field: &'static str) -> Result<Framing, ConvertError> {
     match proto::Framing::try_from(value) {
         Ok(proto::Framing::Unspecified | proto::Framing::Frames) => Ok(Framing::Frames),
         Ok(proto::Framing::Raw) => Ok(Framing::Raw),
-        Err(_) => Err(format!(
-            "{field} {value} is not a known framing (FRAMING_FRAMES = 1, FRAMING_RAW = 2)"
-        )),
+        Err(_) => Err(ConvertError::UnknownValue {
+            field,
+            value,
+            kind: "framing",
+            known: "FRAMING_FRAMES = 1, FRAMING_RAW = 2",
+        }),
     }
 }
 
-fn stream_source(stream: proto::StreamSource) -> Result<StreamSource, String> {
+fn stream_source(stream: proto::StreamSource) -> Result<StreamSource, ConvertError> {
     if stream.key.is_empty() {
-        return Err("open.stream.key is required".into());
+        return Err(ConvertError::Required("open.stream.key"));
     }
     if stream.group.is_empty() {
-        return Err("open.stream.group is required".into());
+        return Err(ConvertError::Required("open.stream.group"));
     }
     let start_id = match stream.start_id.as_str() {
         "" => "0".to_owned(),
         "0" | "$" => stream.start_id,
         id if is_stream_id(id) => stream.start_id,
         other => {
-            return Err(format!(
-                "open.stream.start_id must be \"0\", \"$\" or an entry id like \"1700000000000-0\", got {other:?}"
-            ));
+            return Err(ConvertError::OutOfRange {
+                field: "open.stream.start_id",
+                allowed: r#""0", "$" or an entry id like "1700000000000-0""#.to_owned(),
+                got: format!("{other:?}"),
+            });
         }
     };
     let min_idle = match stream.min_idle {
@@ -267,8 +327,8 @@ fn is_stream_id(id: &str) -> bool {
     parts.next().is_some_and(digits) && parts.next().is_none_or(digits)
 }
 
-fn duration(d: prost_types::Duration, field: &str) -> Result<Duration, String> {
-    Duration::try_from(d).map_err(|_| format!("{field} must not be negative"))
+fn duration(d: prost_types::Duration, field: &'static str) -> Result<Duration, ConvertError> {
+    Duration::try_from(d).map_err(|_| ConvertError::Negative(field))
 }
 
 fn client_batch(batch: proto::Batch) -> ClientBatch {
@@ -483,7 +543,7 @@ fn wire_reason(reason: Reason) -> proto::RejectionReason {
 }
 
 /// Where a Publish writes, and how its entries become values there.
-pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framing), String> {
+pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framing), ConvertError> {
     let name = |s: &String| Bytes::copy_from_slice(s.as_bytes());
     let mut targets = [
         (!request.stream.is_empty()).then(|| Target::Stream {
@@ -498,21 +558,21 @@ pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framin
     .into_iter()
     .flatten();
     let (Some(target), None) = (targets.next(), targets.next()) else {
-        return Err(
-            "set exactly one of stream, list, channel and sharded_channel: where the entries go"
-                .into(),
-        );
+        return Err(ConvertError::Combination(
+            "set exactly one of stream, list, channel and sharded_channel: where the entries go",
+        ));
     };
     let framing = framing(request.framing, "framing")?;
     if let Target::Stream { .. } = target {
         if request.framing != 0 {
-            return Err(
-                "framing is for lists and channels; a stream entry keeps its headers as fields"
-                    .into(),
-            );
+            return Err(ConvertError::Combination(
+                "framing is for lists and channels; a stream entry keeps its headers as fields",
+            ));
         }
     } else if request.max_len > 0 {
-        return Err("max_len trims a stream; it does not apply to lists and channels".into());
+        return Err(ConvertError::Combination(
+            "max_len trims a stream; it does not apply to lists and channels",
+        ));
     }
     Ok((target, framing))
 }
@@ -525,22 +585,25 @@ pub fn publish_fields(
     target: &Target,
     framing: Framing,
     trace: Option<&str>,
-) -> Result<Vec<(Bytes, Bytes)>, String> {
+) -> Result<Vec<(Bytes, Bytes)>, ConvertError> {
     let has_layout =
         !entry.payload.is_empty() || !entry.headers.is_empty() || entry.trace.is_some();
     if !entry.fields.is_empty() && has_layout {
-        return Err("a publish entry has either `fields` or `payload`/`headers`, not both".into());
+        return Err(ConvertError::Combination(
+            "a publish entry has either `fields` or `payload`/`headers`, not both",
+        ));
     }
     let value_target = !matches!(target, Target::Stream { .. });
     if value_target && !entry.fields.is_empty() {
-        return Err(
-            "a list value or a message is a `payload` with `headers`; `fields` are for streams"
-                .into(),
-        );
+        return Err(ConvertError::Combination(
+            "a list value or a message is a `payload` with `headers`; `fields` are for streams",
+        ));
     }
     let has_headers = !entry.headers.is_empty() || entry.trace.is_some();
     if value_target && framing == Framing::Raw && has_headers {
-        return Err("FRAMING_RAW writes the payload alone: drop the headers and trace, or frame them (FRAMING_FRAMES)".into());
+        return Err(ConvertError::Combination(
+            "FRAMING_RAW writes the payload alone: drop the headers and trace, or frame them (FRAMING_FRAMES)",
+        ));
     }
     let carries_trace = !value_target || (framing == Framing::Frames && has_headers);
     if carries_trace && entry.trace.is_none() && !entry.headers.contains_key("traceparent") {
@@ -551,7 +614,9 @@ pub fn publish_fields(
     }
     if !has_layout && !value_target {
         if entry.fields.is_empty() {
-            return Err("a publish entry needs `fields` or a `payload`".into());
+            return Err(ConvertError::Combination(
+                "a publish entry needs `fields` or a `payload`",
+            ));
         }
         let mut fields: Vec<_> = entry
             .fields
@@ -580,7 +645,7 @@ pub fn publish_fields(
     }
     for (name, value) in headers {
         if name.is_empty() {
-            return Err("a header name must not be empty".into());
+            return Err(ConvertError::Combination("a header name must not be empty"));
         }
         fields.push((Bytes::from(format!("h:{name}")), Bytes::from(value)));
     }

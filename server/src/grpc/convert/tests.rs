@@ -66,7 +66,10 @@ fn refuses_bad_opens_with_actionable_messages() {
     ];
     for (open, expected) in cases {
         let err = open_request(open, LIMITS).unwrap_err();
-        assert!(err.contains(expected), "{err:?} lacks {expected:?}");
+        assert!(
+            err.to_string().contains(expected),
+            "{err:?} lacks {expected:?}"
+        );
     }
     let empty_key = proto::Open {
         source: Some(proto::open::Source::Stream(proto::StreamSource {
@@ -79,6 +82,7 @@ fn refuses_bad_opens_with_actionable_messages() {
     assert!(
         open_request(empty_key, LIMITS)
             .unwrap_err()
+            .to_string()
             .contains("key is required")
     );
 }
@@ -252,13 +256,16 @@ fn publish_to_a_list_or_a_channel_frames_only_what_has_headers() {
         Bytes::from_static(b"00-ab-cd-01")
     )));
     let err = publish_fields(headed, &list, Framing::Raw, trace).unwrap_err();
-    assert!(err.contains("FRAMING_RAW"), "{err}");
+    assert!(err.to_string().contains("FRAMING_RAW"), "{err}");
     let with_fields = proto::PublishEntry {
         fields: vec![proto::Field::default()],
         ..Default::default()
     };
     let err = publish_fields(with_fields, &list, Framing::Frames, trace).unwrap_err();
-    assert!(err.contains("`fields` are for streams"), "{err}");
+    assert!(
+        err.to_string().contains("`fields` are for streams"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -268,13 +275,19 @@ fn publish_names_exactly_one_target() {
         f(&mut request);
         publish_target(&request)
     };
-    assert!(request(|_| {}).unwrap_err().contains("exactly one"));
+    assert!(
+        request(|_| {})
+            .unwrap_err()
+            .to_string()
+            .contains("exactly one")
+    );
     assert!(
         request(|r| {
             r.stream = "s".into();
             r.list = "l".into();
         })
         .unwrap_err()
+        .to_string()
         .contains("exactly one")
     );
     assert_eq!(
@@ -287,6 +300,7 @@ fn publish_names_exactly_one_target() {
             r.framing = proto::Framing::Raw as i32;
         })
         .unwrap_err()
+        .to_string()
         .contains("framing is for lists")
     );
     assert!(
@@ -295,6 +309,7 @@ fn publish_names_exactly_one_target() {
             r.max_len = 5;
         })
         .unwrap_err()
+        .to_string()
         .contains("max_len")
     );
 }
