@@ -50,23 +50,6 @@ pub enum ServeError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot read the TLS file {path}: {source}")]
-    TlsFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot read the token file {path}: {source}")]
-    TokenFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the token file {path} is empty")]
-    EmptyTokenFile { path: PathBuf },
-    #[error("cannot read the Redis password file {path}: {source}")]
-    PasswordFile {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
     #[error("reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server: {0}")]
@@ -77,21 +60,7 @@ pub enum ServeError {
 
 /// How to reach Redis, from the configuration (reads the password file, if any).
 pub fn connect_options(config: &Config) -> Result<ConnectOptions, ServeError> {
-    let password = match &config.redis_password_file {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|source| ServeError::PasswordFile {
-                    path: path.clone(),
-                    source,
-                })?;
-            Some(
-                text.trim_end_matches(['\r', '\n'])
-                    .parse()
-                    .expect("infallible"),
-            )
-        }
-        None => config.redis_password.clone(),
-    };
+    let password = config.redis_password()?;
     let tls =
         (config.redis_tls_ca.is_some() || config.redis_tls_cert.is_some()).then(|| TlsFiles {
             ca: config.redis_tls_ca.clone(),
@@ -165,18 +134,12 @@ impl Listener {
 
 /// TLS for the gRPC listener, from the configuration (reads the PEM files).
 fn listener_tls(config: &Config) -> Result<Option<ServerTlsConfig>, ServeError> {
-    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+    let Some(pem) = config.listener_pem()? else {
         return Ok(None);
     };
-    let read = |path: &PathBuf| {
-        std::fs::read(path).map_err(|source| ServeError::TlsFile {
-            path: path.clone(),
-            source,
-        })
-    };
-    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
-    if let Some(ca) = &config.tls_client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(pem.cert, pem.key));
+    if let Some(ca) = pem.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(ca));
     }
     Ok(Some(tls))
 }
@@ -194,24 +157,6 @@ fn nodelay(
             let _ = stream.set_nodelay(true);
         })
     })
-}
-
-/// The bearer token from the configuration (reads the token file, if any).
-fn auth_token(config: &Config) -> Result<Option<Secret>, ServeError> {
-    match &config.auth_token_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| ServeError::TokenFile {
-                path: path.clone(),
-                source,
-            })?;
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(ServeError::EmptyTokenFile { path: path.clone() });
-            }
-            Ok(Some(token.parse().expect("infallible")))
-        }
-        None => Ok(config.auth_token.clone()),
-    }
 }
 
 /// Checks `authorization: Bearer <token>` on every call, comparing in constant time.
@@ -274,7 +219,7 @@ pub async fn run(
     tracing: bool,
 ) -> Result<(), ServeError> {
     let redis = Redis::connect(&connect_options(&config)?)?;
-    let auth = BearerAuth::new(auth_token(&config)?);
+    let auth = BearerAuth::new(config.auth_token()?);
     info!(
         listen = %listener.describe(),
         bearer_auth = auth.enabled(),

@@ -320,6 +320,14 @@ pub enum ConfigError {
     TwoTokens,
     #[error("--auth-token must not be empty")]
     EmptyToken,
+    #[error("cannot read the {what} {path}: {source}")]
+    SecretFile {
+        what: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the token file {path} is empty")]
+    EmptyTokenFile { path: std::path::PathBuf },
     #[error("--{flag} must be at least {min}{unit}, got {value}{unit}")]
     TooSmall {
         flag: &'static str,
@@ -511,6 +519,10 @@ pub const REDIS_SCHEMES: [&str; 6] = [
 pub struct Secret(String);
 
 impl Secret {
+    pub fn new(secret: &str) -> Self {
+        Self(secret.to_owned())
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -568,6 +580,10 @@ pub fn host_name() -> String {
         })
         .unwrap_or_else(|| "window-sidecar".to_owned())
 }
+
+mod secrets;
+
+pub use secrets::ListenerPem;
 
 #[cfg(test)]
 mod tests;
