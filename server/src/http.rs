@@ -65,7 +65,6 @@ async fn ready(State(endpoint): State<Endpoint>) -> Response {
     let reason = shared
         .unready
         .lock()
-        .expect("not poisoned")
         .clone()
         .unwrap_or_else(|| "Redis has not answered yet".to_owned());
     (

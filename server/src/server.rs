@@ -400,7 +400,7 @@ async fn watch_health(shared: Arc<Shared>, reporter: HealthReporter) {
             _ = tick.tick() => {}
             () = shared.shutdown.cancelled() => {
                 shared.ready.store(false, Ordering::Relaxed);
-                *shared.unready.lock().expect("not poisoned") = Some("the sidecar is draining".to_owned());
+                *shared.unready.lock() = Some("the sidecar is draining".to_owned());
                 reporter.set_service_status(SERVICE, ServingStatus::NotServing).await;
                 reporter.set_service_status("", ServingStatus::NotServing).await;
                 return;
@@ -413,8 +413,7 @@ async fn watch_health(shared: Arc<Shared>, reporter: HealthReporter) {
             RedisError::Auth { .. } => "auth",
             _ => "down",
         });
-        *shared.unready.lock().expect("not poisoned") =
-            answer.as_ref().err().map(|err| err.to_string());
+        *shared.unready.lock() = answer.as_ref().err().map(|err| err.to_string());
         shared.ready.store(answer.is_ok(), Ordering::Relaxed);
         if last.as_ref() == Some(&now) {
             continue;

@@ -3,7 +3,7 @@
 //! the sidecar starts (rotating one means restarting it), and never by `--check-config`, which
 //! checks a configuration on a machine that need not hold its Secrets.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{Config, ConfigError, Secret};
 
@@ -33,10 +33,10 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, ConfigError> {
     })
 }
 
-fn read_text(what: &'static str, path: &PathBuf) -> Result<String, ConfigError> {
+fn read_text(what: &'static str, path: &Path) -> Result<String, ConfigError> {
     String::from_utf8(read(what, path)?).map_err(|_| ConfigError::SecretFile {
         what,
-        path: path.clone(),
+        path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"),
     })
 }

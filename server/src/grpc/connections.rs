@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -104,7 +106,7 @@ impl Connections {
     /// Counts a new subscription on `id`, unless it already holds `max`. The count drops when
     /// the returned guard does.
     pub fn open(&self, id: ConnectionId, max: usize) -> Result<Held, PolicyError> {
-        let mut open = self.open.lock().expect("not poisoned");
+        let mut open = self.open.lock();
         let count = open.entry(id).or_insert(0);
         if *count >= max {
             return Err(PolicyError::TooManySubscriptions { max });
@@ -118,7 +120,7 @@ impl Connections {
 
     /// Whether no connection holds a subscription.
     pub fn is_empty(&self) -> bool {
-        self.open.lock().expect("not poisoned").is_empty()
+        self.open.lock().is_empty()
     }
 }
 
@@ -131,7 +133,7 @@ pub struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let mut open = self.connections.open.lock().expect("not poisoned");
+        let mut open = self.connections.open.lock();
         if let Some(count) = open.get_mut(&self.id) {
             *count -= 1;
             if *count == 0 {

@@ -129,7 +129,7 @@ enum ConnectionFailure {
     Other(String),
 }
 
-type LastError = std::sync::Arc<std::sync::Mutex<Option<ConnectionFailure>>>;
+type LastError = std::sync::Arc<parking_lot::Mutex<Option<ConnectionFailure>>>;
 
 fn reconnect_policy() -> ReconnectPolicy {
     // Unlimited attempts, 100 ms doubling to 2 s: a sidecar outlives Redis restarts.
@@ -266,7 +266,7 @@ impl Redis {
     /// password from a TLS handshake failure. A refused login becomes [`RedisError::Auth`]
     /// (with the user), anything else is added to the error.
     pub fn explain(&self, err: RedisError) -> RedisError {
-        let last = self.last_error.lock().expect("not poisoned").clone();
+        let last = self.last_error.lock().clone();
         match (err, last) {
             (
                 RedisError::Timeout(_) | RedisError::Unavailable(_),
@@ -454,7 +454,7 @@ fn log_errors(client: &Client, last_error: &LastError, user: &str) {
             (_, Some(server)) => ConnectionFailure::Other(format!("{server}: {}", err.details())),
             (_, None) => ConnectionFailure::Other(err.details().to_owned()),
         };
-        let mut last = last.lock().expect("not poisoned");
+        let mut last = last.lock();
         let changed = match (&*last, &failure) {
             (Some(ConnectionFailure::Auth(a)), ConnectionFailure::Auth(b))
             | (Some(ConnectionFailure::Other(a)), ConnectionFailure::Other(b)) => a != b,
@@ -477,7 +477,7 @@ fn log_errors(client: &Client, last_error: &LastError, user: &str) {
     });
     let last = std::sync::Arc::clone(last_error);
     client.on_reconnect(move |_| {
-        *last.lock().expect("not poisoned") = None;
+        *last.lock() = None;
         async { Ok(()) }
     });
 }

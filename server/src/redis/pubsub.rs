@@ -5,7 +5,9 @@
 //! message came on, retry_after does so through a delay set.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -168,7 +170,7 @@ impl PubSubReader {
                             channel: Some(message.channel.into_inner()),
                             ..Entry::of_value(value, framing)
                         };
-                        let mut buffer = sink.lock().expect("not poisoned");
+                        let mut buffer = sink.lock();
                         if buffer.messages.len() >= buffer.capacity {
                             // Drop the oldest: a late message is worth less than a new one.
                             buffer.messages.pop_front();
@@ -181,7 +183,7 @@ impl PubSubReader {
                     Err(RecvError::Closed) => return,
                 };
                 if lost_here > 0 {
-                    sink.lock().expect("not poisoned").lost += lost_here;
+                    sink.lock().lost += lost_here;
                 }
                 notify.notify_one();
             }
@@ -217,7 +219,7 @@ impl PubSubReader {
         let deadline = tokio::time::Instant::now() + block;
         loop {
             {
-                let mut buffer = self.buffer.lock().expect("not poisoned");
+                let mut buffer = self.buffer.lock();
                 if !buffer.messages.is_empty() || buffer.lost > 0 {
                     let n = (count as usize).min(buffer.messages.len());
                     return Ok(ReadBatch {

@@ -4,7 +4,9 @@
 //! when its last subscription closes; a group that no longer exists loses its series.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use crate::metrics::{GroupLabels, KeyLabels, Metrics};
@@ -35,7 +37,7 @@ impl Backlog {
         } else {
             "list"
         };
-        let mut watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut watched = self.watched.lock();
         if watched.len() >= MAX_WATCHED
             && !watched.contains_key(&(kind, key.clone(), group.clone()))
         {
@@ -51,7 +53,7 @@ impl Backlog {
     }
 
     fn snapshot(&self) -> Vec<((&'static str, String, String), Form)> {
-        let watched = self.watched.lock().unwrap_or_else(PoisonError::into_inner);
+        let watched = self.watched.lock();
         watched
             .iter()
             .map(|(k, f)| (k.clone(), f.clone()))

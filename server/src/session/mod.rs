@@ -12,8 +12,10 @@ mod workers;
 pub use observe::SubscriptionView;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -126,12 +128,7 @@ impl Shared {
 
     /// The admin view of every open subscription.
     pub fn subscriptions(&self) -> Vec<SubscriptionView> {
-        self.views
-            .lock()
-            .expect("not poisoned")
-            .values()
-            .cloned()
-            .collect()
+        self.views.lock().values().cloned().collect()
     }
 }
 
@@ -374,7 +371,7 @@ async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), SessionErro
     let closing_bound = MAX_BLOCK + shared.redis.timeout();
     loop {
         {
-            let mut consumers = shared.consumers.lock().expect("not poisoned");
+            let mut consumers = shared.consumers.lock();
             let waited = started.elapsed();
             match consumers.get(claim) {
                 None => {
@@ -436,13 +433,7 @@ pub(super) struct Release(Arc<Shared>, Claim);
 
 impl Release {
     pub(super) fn closing(&self) {
-        if let Some(closing) = self
-            .0
-            .consumers
-            .lock()
-            .expect("not poisoned")
-            .get_mut(&self.1)
-        {
+        if let Some(closing) = self.0.consumers.lock().get_mut(&self.1) {
             *closing = true;
         }
     }
@@ -450,10 +441,6 @@ impl Release {
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.0
-            .consumers
-            .lock()
-            .expect("not poisoned")
-            .remove(&self.1);
+        self.0.consumers.lock().remove(&self.1);
     }
 }

@@ -307,7 +307,6 @@ impl Subscription {
         self.shared
             .views
             .lock()
-            .expect("not poisoned")
             .insert(self.view.id.clone(), self.view.clone());
     }
 
@@ -334,11 +333,7 @@ impl Subscription {
             .get_or_create(&self.form_labels)
             .dec();
         metrics.outstanding.remove(&self.labels);
-        self.shared
-            .views
-            .lock()
-            .expect("not poisoned")
-            .remove(&self.view.id);
+        self.shared.views.lock().remove(&self.view.id);
         let c = &self.view.counters;
         info!(
             reads = c.reads,
