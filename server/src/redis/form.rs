@@ -164,7 +164,7 @@ impl Form {
                     &format!("window:lease:{}:{}", s.group, s.consumer),
                 )),
                 members: None,
-                holder: holder.clone(),
+                holder,
                 ttl: stream_ttl,
                 keep_when_freed: false,
             }),

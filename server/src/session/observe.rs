@@ -52,7 +52,7 @@ pub struct Counters {
     pub outcomes: BTreeMap<&'static str, u64>,
 }
 
-pub fn now_unix() -> u64 {
+pub(super) fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -60,7 +60,7 @@ pub fn now_unix() -> u64 {
 }
 
 /// The producer's trace context an entry carries, if any.
-pub fn producer_context(entry: &Entry) -> Option<SpanContext> {
+pub(super) fn producer_context(entry: &Entry) -> Option<SpanContext> {
     let traceparent = std::str::from_utf8(entry.header("traceparent")?).ok()?;
     let tracestate = entry
         .header("tracestate")
@@ -69,7 +69,7 @@ pub fn producer_context(entry: &Entry) -> Option<SpanContext> {
 }
 
 /// Attributes every span of a subscription carries.
-pub fn subscription_attributes(view: &SubscriptionView) -> Vec<KeyValue> {
+pub(super) fn subscription_attributes(view: &SubscriptionView) -> Vec<KeyValue> {
     vec![
         KeyValue::new("window.form", view.form),
         KeyValue::new("window.subscription", view.key.clone()),
@@ -92,7 +92,7 @@ fn distinct_links(contexts: impl IntoIterator<Item = SpanContext>) -> Vec<Link> 
 
 /// Records the span of one read: a new trace (so a trace exists even when producers sent no
 /// context) linked once to each producer's context. Returns its context.
-pub fn read_span(
+pub(super) fn read_span(
     view: &SubscriptionView,
     read_id: ReadId,
     entries: &[Arc<Entry>],
@@ -121,7 +121,7 @@ pub fn read_span(
 
 /// Starts the span of one flush: a child of its read's span, linked once to each producer's
 /// context and to each of the client's own contexts of its settled deliveries.
-pub fn flush_span(
+pub(super) fn flush_span(
     view: &SubscriptionView,
     batch: &FlushBatch<Arc<Entry>>,
     read: Option<SpanContext>,
@@ -165,7 +165,7 @@ pub fn flush_span(
 }
 
 /// Ends a flush span with what Redis answered.
-pub fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
+pub(super) fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
     span.set_attribute(KeyValue::new("window.failed", result.failed as i64));
     span.set_attribute(KeyValue::new("window.settle_failed", result.settle_failed));
     if let Some(error) = &result.first_error {

@@ -247,7 +247,7 @@ fn publish_to_a_list_or_a_channel_frames_only_what_has_headers() {
     );
     let headed = proto::PublishEntry {
         headers: [("k".to_string(), "v".to_string())].into(),
-        ..bare.clone()
+        ..bare
     };
     let fields = publish_fields(headed.clone(), &list, Framing::Frames, trace).unwrap();
     assert_eq!(fields.len(), 3, "{fields:?}");
