@@ -28,7 +28,7 @@ struct Endpoint {
 }
 
 /// Serves until `shutdown` is cancelled.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     admin_view: AdminView,

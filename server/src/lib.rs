@@ -11,10 +11,10 @@
 
 pub mod config;
 pub mod dev;
-pub mod engine;
+pub(crate) mod engine;
 pub mod grpc;
-pub mod http;
-pub mod metrics;
+pub(crate) mod http;
+pub(crate) mod metrics;
 pub mod policy;
 pub mod redis;
 pub mod server;

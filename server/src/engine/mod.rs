@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 
 use crate::window::{Command, CommandError, Limits, Outcome, SlotError, SlotId, Window};
 
-pub use action::Action;
-pub use counts::exhausted;
+pub(crate) use action::Action;
+pub(crate) use counts::exhausted;
 use liveness::{Lease, Recovery};
 
 /// What the engine needs of an entry.
-pub trait Item: Clone {
+pub(crate) trait Item: Clone {
     /// What identifies an entry in Redis across reads (a stream entry id).
     type Id: Clone + Eq + Hash + std::fmt::Debug;
     fn id(&self) -> Self::Id;
@@ -92,7 +92,7 @@ enum Extension {
 
 /// A subscription's settings.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub(crate) struct Config {
     pub kind: Kind,
     /// The most entries one read asks for.
     pub count: u32,
@@ -117,11 +117,11 @@ pub struct Config {
 }
 
 /// Identifies one flush handed out by [`Action::Flush`] or [`Action::DeadLetter`].
-pub type FlushId = u64;
+pub(crate) type FlushId = u64;
 
 /// What a read returned.
 #[derive(Clone, Debug)]
-pub struct Read<E> {
+pub(crate) struct Read<E> {
     pub entries: Vec<E>,
     /// The entries may already be held by this window (pending, claimed or own entries).
     pub redelivery: bool,
@@ -129,8 +129,9 @@ pub struct Read<E> {
     pub lost: u64,
 }
 
+#[cfg(test)]
 impl<E> Read<E> {
-    pub fn new(entries: Vec<E>) -> Self {
+    pub(crate) fn new(entries: Vec<E>) -> Self {
         Self {
             entries,
             redelivery: false,
@@ -151,7 +152,7 @@ pub enum ReadError {
 
 /// How a flush ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlushStatus {
+pub(crate) enum FlushStatus {
     Ok,
     /// Some commands failed. `settle_failed`: the read's entries are still pending.
     Failed {
@@ -176,7 +177,7 @@ pub enum Stop {
 
 /// An outcome for a slot, as the client sent it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SettleRequest {
+pub(crate) struct SettleRequest {
     pub slot: SlotId,
     pub outcome: Outcome,
     pub reason: Option<String>,
@@ -184,7 +185,7 @@ pub struct SettleRequest {
 
 /// What renewing the lease found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseRenewal {
+pub(crate) enum LeaseRenewal {
     Held,
     /// Another holder has it.
     Lost,
@@ -240,7 +241,7 @@ enum Reading {
 
 /// The engine of one subscription.
 #[derive(Debug)]
-pub struct Engine<E: Item> {
+pub(crate) struct Engine<E: Item> {
     config: Config,
     window: Window<E>,
     phase: Phase,
@@ -274,7 +275,7 @@ pub struct Engine<E: Item> {
 
 impl<E: Item> Engine<E> {
     /// A subscription that just opened (its lease taken, if it has one).
-    pub fn new(config: Config, now: Instant) -> Self {
+    pub(crate) fn new(config: Config, now: Instant) -> Self {
         let lease = config.lease_renewal.map(|every| Lease::new(every, now));
         let recovery = config
             .kind
@@ -308,17 +309,12 @@ impl<E: Item> Engine<E> {
     }
 
     /// The actions decided since the last call, in the order to execute them.
-    pub fn take_actions(&mut self) -> Vec<Action<E>> {
+    pub(crate) fn take_actions(&mut self) -> Vec<Action<E>> {
         std::mem::take(&mut self.actions)
     }
 
-    /// The entry of a slot still waiting for its outcome.
-    pub fn outstanding_entry(&self, slot: SlotId) -> Option<&E> {
-        self.window.outstanding_entry(slot)
-    }
-
     /// When [`Engine::tick`] has something to do next, if ever.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let draining = match self.phase {
             Phase::Draining { until } => Some(until),
             _ => None,
@@ -334,7 +330,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// A snapshot for the admin view.
-    pub fn view(&self) -> View {
+    pub(crate) fn view(&self) -> View {
         View {
             reading: self.reading.is_some(),
             open_reads: self.window.open_reads(),
@@ -346,12 +342,12 @@ impl<E: Item> Engine<E> {
     }
 
     /// Whether the engine has stopped.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.phase == Phase::Done
     }
 
     /// The reader answered.
-    pub fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
+    pub(crate) fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
         if matches!(self.reading, Some(Reading::Reader { .. })) {
             self.reading = None;
         }
@@ -384,7 +380,7 @@ impl<E: Item> Engine<E> {
 
     /// The client's commands (admitted or refused by the session) and outcomes. Returns the
     /// rejections, and for each outcome whether the window took it.
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         now: Instant,
         commands: Vec<(SlotId, Result<Command, CommandError>)>,
@@ -424,7 +420,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// A flush was reported, with what its read-ahead read.
-    pub fn flushed(
+    pub(crate) fn flushed(
         &mut self,
         now: Instant,
         flush: FlushId,
@@ -480,7 +476,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// A flush reported with an unknown outcome can no longer run.
-    pub fn flush_settled(&mut self, now: Instant, flush: FlushId) {
+    pub(crate) fn flush_settled(&mut self, now: Instant, flush: FlushId) {
         if self.flushes.get(&flush).is_some_and(|f| f.unknown) {
             self.flush_ended(flush);
         }
@@ -488,7 +484,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// Timers: a read's backoff, the drain deadline, the lease.
-    pub fn tick(&mut self, now: Instant) {
+    pub(crate) fn tick(&mut self, now: Instant) {
         if self.retry_read_at.is_some_and(|at| at <= now) {
             self.retry_read_at = None;
         }
@@ -501,7 +497,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// What renewing the lease found.
-    pub fn lease_renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
+    pub(crate) fn lease_renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
         if let Some(lease) = &mut self.lease {
             lease.renewed(now, renewal);
         }
@@ -512,7 +508,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// Shutdown began.
-    pub fn shutdown(&mut self, now: Instant) {
+    pub(crate) fn shutdown(&mut self, now: Instant) {
         if self.phase == Phase::Open {
             let grace = self.config.shutdown_grace;
             self.phase = Phase::Draining { until: now + grace };
@@ -526,13 +522,13 @@ impl<E: Item> Engine<E> {
 
     /// The client half-closed its stream, or sent something that ends it: it gets the reports
     /// of what it settled, then the end.
-    pub fn client_closed(&mut self, now: Instant) {
+    pub(crate) fn client_closed(&mut self, now: Instant) {
         self.close(None);
         self.advance(now);
     }
 
     /// The client is gone: nothing more can be sent to it.
-    pub fn client_gone(&mut self, now: Instant) {
+    pub(crate) fn client_gone(&mut self, now: Instant) {
         self.client_here = false;
         self.close(None);
         self.advance(now);
@@ -569,7 +565,7 @@ impl<E: Item> Engine<E> {
 
 /// What [`Engine::apply`] did with a client batch.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// The outcomes the window took, in order.
     pub settled: Vec<(SlotId, Outcome)>,
     pub rejected: Vec<SlotError>,
@@ -577,7 +573,7 @@ pub struct Applied {
 
 /// What the admin view shows of an engine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct View {
+pub(crate) struct View {
     pub reading: bool,
     pub open_reads: usize,
     pub outstanding: usize,
