@@ -1,6 +1,6 @@
 //! A client still working on a delivery says so (`Batch.extend`): another consumer's reclaim
-//! does not take the entry, its delivery count does not move, and slots it does not hold are
-//! refused.
+//! does not take the entry, its delivery count does not move, a reliable list's lease is
+//! renewed at once, and slots it does not hold are refused.
 
 use std::time::Duration;
 
@@ -108,5 +108,59 @@ async fn extending_a_slot_that_is_not_outstanding_is_rejected() {
     sub.send_kind(extend(vec![d.slot])).await;
     let rejected = sub.rejections().await;
     assert_eq!(rejected[0].reason, RejectionReason::AlreadySettled as i32);
+    sidecar.stop().await;
+}
+
+/// A reliable list's consumer extends by renewing its lease (its heartbeat key) at once: the
+/// key's time to live goes back to `dead_after` long before the next periodic renewal (a third
+/// of `dead_after`, 10 s here), so no other consumer recovers its processing list meanwhile.
+#[tokio::test]
+async fn extending_on_a_reliable_list_renews_the_consumers_lease_at_once() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let inspect = redis.client().await;
+    let _: i64 = fred::prelude::ListInterface::lpush(&inspect, "jobs", "job-1")
+        .await
+        .unwrap();
+    let open = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "jobs".into(),
+                consumer: "a".into(),
+                dead_after: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+            },
+        )),
+        count: 1,
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let d = sub.read().await.deliveries.remove(0);
+    let ttl = || async {
+        let ttl: i64 = fred::prelude::KeysInterface::pttl(&inspect, "{jobs}:window:heartbeat:a")
+            .await
+            .unwrap();
+        ttl
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = ttl().await;
+    assert!(
+        before < 29_000,
+        "the lease was renewed on its own: {before} ms left"
+    );
+
+    sub.send_kind(extend(vec![d.slot])).await;
+    let renewed = eventually(Duration::from_secs(2), || async { ttl().await > 29_500 }).await;
+    assert!(renewed, "extend left {} ms on the lease", ttl().await);
+
+    sub.send(vec![], vec![outcome(d.slot, Ack)]).await;
+    assert!(sub.flush().await.ok);
+    let held: i64 = fred::prelude::ListInterface::llen(&inspect, "{jobs}:window:processing:a")
+        .await
+        .unwrap();
+    assert_eq!(held, 0);
     sidecar.stop().await;
 }
