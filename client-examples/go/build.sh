@@ -1,30 +1,24 @@
 #!/usr/bin/env bash
-# Generates the gRPC code, then vets and builds bin/producer, bin/worker and bin/healthcheck in
-# GOPATH mode against Debian's golang-* packages (/usr/share/gocode). No module proxy needed.
+# Builds the module offline against Debian's Go packages (/usr/share/gocode, no module proxy):
+# writes the CI-only modfile .offline/go.mod (offline-modfile.sh: go.mod plus a replace of every
+# dependency by its Debian directory), checks gofmt, runs go vet ./... and go build ./..., and
+# builds bin/producer, bin/worker and bin/healthcheck. The user-facing go.mod is not touched.
 #
-#   .gopath/src/window_sidecar/v1      generated (generate.sh)
-#   .gopath/src/windowsidecar.example  -> this directory (the helper, orders, cmd/*)
+# Source it, or run it and then `export GOFLAGS="-mod=mod -modfile=$PWD/.offline/go.mod"
+# GOPROXY=off` to run go test ./... and the like the same way.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-./generate.sh
-ln -sfn ../.. .gopath/src/windowsidecar.example
+./offline-modfile.sh go.mod .offline
+export GOFLAGS="-mod=mod -modfile=$PWD/.offline/go.mod" GOPROXY=off
 
-export GO111MODULE=off
-export GOPATH="$PWD/.gopath:/usr/share/gocode"
-unset GOFLAGS
-pkgs=(windowsidecar.example/window windowsidecar.example/orders
-      windowsidecar.example/cmd/producer windowsidecar.example/cmd/worker
-      windowsidecar.example/cmd/healthcheck)
-
-unformatted=$(gofmt -l window orders cmd)
+unformatted=$(gofmt -l window orders cmd windowv1 example-app)
 if [[ -n "$unformatted" ]]; then
   echo "build.sh: not gofmt-ed: $unformatted" >&2
   exit 1
 fi
-go vet "${pkgs[@]}"
+go vet ./...
+go build ./...
 mkdir -p bin
-go build -o bin/producer windowsidecar.example/cmd/producer
-go build -o bin/worker windowsidecar.example/cmd/worker
-go build -o bin/healthcheck windowsidecar.example/cmd/healthcheck
+for cmd in producer worker healthcheck; do go build -o "bin/$cmd" "./cmd/$cmd"; done
 echo "built bin/producer bin/worker bin/healthcheck"

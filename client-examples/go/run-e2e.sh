@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# End-to-end test of the Go example: installs what is missing (Debian packages), generates and
-# builds, starts a redis-server on a free port and the sidecar, runs the producer then the
-# worker until done, and checks the Redis end state of ../orders.json with redis-cli; then does
-# it again through a second sidecar on a Unix socket (--listen unix:PATH), after a health Check,
-# with grpc-go's usual target unix:///PATH and no other dial option.
+# End-to-end test of the Go helper module: installs what is missing (Debian packages); checks
+# the module in module mode, offline, against Debian's Go sources (the generated code matches
+# the proto, gofmt, go vet, go build, go test; go.mod untouched); installs the module into a
+# fresh directory outside the repository and builds, in a scratch copy of example-app (a
+# user's module whose go.mod requires the helper and replaces it by that copy), the example
+# app and the helper's producer, worker and healthcheck. With those binaries it starts a
+# redis-server on a free port and the sidecar, runs the producer then the worker and checks the
+# Redis end state of ../orders.json with redis-cli; runs the example app; and does the order
+# run again through a second sidecar on a Unix socket (--listen unix:PATH, grpc-go's target
+# unix:///PATH, no other dial option).
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -14,22 +19,88 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../e2e-lib.sh"
 cd "$here"
 e2e_init go
+module=example.invalid/window-sidecar/client-examples/go
+gocode=/usr/share/gocode/src
 
 # --- toolchain: install only what is missing ---------------------------------------------
 need_cmd go golang-go
 need_cmd protoc protobuf-compiler
 need_cmd protoc-gen-go protoc-gen-go
 need_cmd protoc-gen-go-grpc protoc-gen-go-grpc
-need_path /usr/share/gocode/src/google.golang.org/grpc golang-google-grpc-dev
-need_path /usr/share/gocode/src/google.golang.org/protobuf golang-google-protobuf-dev
-need_path /usr/share/gocode/src/github.com/golang/protobuf golang-github-golang-protobuf-1-5-dev
+need_path $gocode/google.golang.org/grpc golang-google-grpc-dev
+need_path $gocode/google.golang.org/protobuf golang-google-protobuf-dev
+need_path $gocode/github.com/golang/protobuf golang-github-golang-protobuf-1-5-dev
 need_cmd redis-server redis-server
 need_cmd redis-cli redis-tools
 need_cmd jq jq
 install_missing
-
-./build.sh
 ensure_sidecar
+
+# gocheck NAME LOG COMMAND...: runs COMMAND into LOG; one check, its log printed on a failure.
+gocheck() {
+  local name=$1 out=$2
+  shift 2
+  if "$@" >"$out" 2>&1; then
+    check "$name" ok ok
+  else
+    cat "$out"
+    check "$name" failed ok
+  fi
+}
+
+# --- the module, offline, in module mode ----------------------------------------------------
+# The go command reads the CI-only modfile (go.mod plus Debian replaces) and never the network.
+export GOPROXY=off GOSUMDB=off
+gomod_sum=$(sha256sum go.mod)
+./offline-modfile.sh go.mod .offline
+export GOFLAGS="-mod=mod -modfile=$here/.offline/go.mod"
+
+./generate.sh "$work/gen" >/dev/null
+# The committed generated code is the proto's (the version comments aside).
+strip_versions() { grep -vE '^// (versions:|	protoc|- protoc)' "$1"; }
+gen_diff=same
+for f in window.pb.go window_grpc.pb.go; do
+  diff <(strip_versions "windowv1/$f") <(strip_versions "$work/gen/windowv1/$f") >"$work/gen.diff" ||
+    gen_diff="windowv1/$f differs: run ./generate.sh"
+done
+check "windowv1/ is generated from the proto (generate.sh)" "$gen_diff" same
+check "go.mod requires google.golang.org/grpc at Debian's version" \
+  "$(go mod edit -json go.mod | jq -r '.Require[] | select(.Path == "google.golang.org/grpc") | .Version')" \
+  "v$(sed -nE 's/^const Version = "(.*)"/\1/p' $gocode/google.golang.org/grpc/version.go)"
+check "go.mod requires google.golang.org/protobuf at Debian's version" \
+  "$(go mod edit -json go.mod | jq -r '.Require[] | select(.Path == "google.golang.org/protobuf") | .Version')" \
+  "v$(awk '/^\t(Major|Minor|Patch) *=/ {printf "%s%s", sep, $3; sep="."}' $gocode/google.golang.org/protobuf/internal/version/version.go)"
+check "gofmt -l (nothing unformatted)" "$(gofmt -l window orders cmd windowv1 example-app)" ""
+gocheck "go vet ./..." "$work/go-vet.log" go vet ./...
+gocheck "go build ./..." "$work/go-build.log" go build ./...
+gocheck "helper unit tests (go test ./...)" "$work/go-test.log" go test -count=1 ./...
+check "go.mod untouched by the build" "$(sha256sum go.mod)" "$gomod_sum"
+
+# --- the module installed outside the repository, used by a user's module --------------------
+# What a module zip holds: go.mod, README.md and the packages' files (not the nested
+# example-app module, not build output).
+install="$work/install/$module"
+mkdir -p "$install"
+find . \( -path ./example-app -o -path './.*' -o -path ./bin \) -prune -o \
+  \( -name '*.go' -o -name go.mod -o -name README.md \) -print0 | xargs -0 cp --parents -t "$install"
+app="$work/example-app"
+mkdir -p "$app"
+cp example-app/go.mod example-app/main.go "$app/"
+(cd "$app" && GOFLAGS='' go mod edit -replace="$module=$install" go.mod)
+./offline-modfile.sh "$app/go.mod" "$work/example-app-offline"
+bin="$work/bin"
+(
+  cd "$app"
+  export GOFLAGS="-mod=mod -modfile=$work/example-app-offline/go.mod"
+  go build -o "$bin/example-app" . &&
+    for cmd in producer worker healthcheck; do go build -o "$bin/$cmd" "$module/cmd/$cmd"; done &&
+    go list -m -f '{{.Replace.Dir}}' "$module"
+) >"$work/app-build.log" 2>&1 || cat "$work/app-build.log"
+check "a user's module builds against the installed helper module" \
+  "$(ls "$bin" 2>/dev/null | paste -sd' ') $(tail -1 "$work/app-build.log")" \
+  "example-app healthcheck producer worker $install"
+case "$install" in "$root"/*) outside=no ;; *) outside=yes ;; esac
+check "the installed module is outside the repository" "$outside" yes
 
 # --- processes ------------------------------------------------------------------------------
 start_redis
@@ -37,19 +108,10 @@ start_sidecar
 export WINDOW_SIDECAR_ADDR="$addr"
 load_expected expected_by_jq
 
-# --- checks ---------------------------------------------------------------------------------
-if (GO111MODULE=off GOPATH="$here/.gopath:/usr/share/gocode" GOFLAGS='' \
-  go test -count=1 windowsidecar.example/window >"$work/go-test.log" 2>&1); then
-  check "helper unit tests (go test)" ok ok
-else
-  cat "$work/go-test.log"
-  check "helper unit tests (go test)" failed ok
-fi
-
 set +e
-timeout 60 ./bin/producer -orders "$orders" >"$work/producer.log" 2>&1
+timeout 60 "$bin/producer" -orders "$orders" >"$work/producer.log" 2>&1
 producer_rc=$?
-timeout 120 ./bin/worker -orders "$orders" -consumer worker-1 -idle-timeout 20s \
+timeout 120 "$bin/worker" -orders "$orders" -consumer worker-1 -idle-timeout 20s \
   >"$work/worker.log" 2>&1
 worker_rc=$?
 set -e
@@ -59,6 +121,16 @@ check "producer exit status" "$producer_rc" 0
 check "worker exit status" "$worker_rc" 0
 check_summary_counts "" "$work/worker.log"
 check_end_state
+
+# --- a user's program -------------------------------------------------------------------
+set +e
+timeout 60 "$bin/example-app" -addr "$addr" -stream example-app >"$work/example-app.log" 2>&1
+app_rc=$?
+set -e
+cat "$work/example-app.log"
+check "example app: exit status" "$app_rc" 0
+check "example app: acked its message" "$(grep -c '^acked ' "$work/example-app.log")" 1
+check "example app: XPENDING example-app example-app" "$(rcli xpending example-app example-app | head -1)" 0
 
 # --- the Unix socket ----------------------------------------------------------------------
 # The recommended sidecar setup: a second sidecar on --listen unix:PATH, reached with grpc-go's
@@ -70,10 +142,10 @@ start_uds_sidecar "$sock"
 rcli FLUSHDB >/dev/null
 uds_stream=uds-orders
 set +e
-timeout 30 ./bin/healthcheck -addr "$uds" >"$work/uds-health.log" 2>&1
-timeout 60 ./bin/producer -addr "$uds" -orders "$orders" -stream "$uds_stream" >"$work/uds-producer.log" 2>&1
+timeout 30 "$bin/healthcheck" -addr "$uds" >"$work/uds-health.log" 2>&1
+timeout 60 "$bin/producer" -addr "$uds" -orders "$orders" -stream "$uds_stream" >"$work/uds-producer.log" 2>&1
 producer_rc=$?
-timeout 120 ./bin/worker -addr "$uds" -orders "$orders" -stream "$uds_stream" -consumer uds-1 \
+timeout 120 "$bin/worker" -addr "$uds" -orders "$orders" -stream "$uds_stream" -consumer uds-1 \
   -idle-timeout 20s >"$work/uds-worker.log" 2>&1
 worker_rc=$?
 set -e
@@ -89,4 +161,3 @@ check_group_read_all "unix socket" "$uds_stream"
 check_end_state "unix socket" "$uds_stream"
 
 e2e_summary
-

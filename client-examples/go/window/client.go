@@ -1,6 +1,7 @@
 // Package window is a small Go client for window-sidecar.
 //
-// It wraps the generated WindowService stub (package window_sidecar/v1) with:
+// It wraps the generated WindowService stub (package windowv1 of this module, generated from
+// proto/window_sidecar/v1/window.proto) with:
 //
 //   - Publish: XADD many payload-and-headers entries in one call;
 //   - Subscribe: a subscription whose deliveries arrive on a channel. Each Delivery collects the
@@ -17,10 +18,12 @@ package window
 import (
 	"context"
 	"errors"
+	"net"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
-	windowv1 "window_sidecar/v1"
+	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
 // Client is a connection to one sidecar.
@@ -31,11 +34,12 @@ type Client struct {
 }
 
 // Dial connects to the sidecar at addr, a grpc-go target: host:port, or unix:///path/to.sock for
-// a sidecar on a Unix socket. Without options it dials in plaintext, as a sidecar listens on the
-// pod's loopback interface or a socket in a volume it shares with the application.
+// a sidecar on a Unix socket. Without options it dials in plaintext (Plaintext), as a sidecar
+// listens on the pod's loopback interface or a socket in a volume it shares with the
+// application; opts replace that (pass grpc.WithTransportCredentials for a sidecar with --tls-cert).
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithInsecure()}
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(Plaintext())}
 	}
 	conn, err := grpc.Dial(addr, opts...)
 	if err != nil {
@@ -44,10 +48,41 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true}, nil
 }
 
+// Plaintext is transport credentials without security, for a sidecar on loopback or a Unix
+// socket. It is what grpc-go's credentials/insecure provides from v1.34 on; the grpc-go this
+// module is built and tested with (v1.33, Debian 12's) has no such package, and its
+// grpc.WithInsecure is deprecated in later versions.
+func Plaintext() credentials.TransportCredentials { return plaintext{} }
+
+type plaintext struct{}
+
+func (plaintext) ClientHandshake(_ context.Context, _ string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c, plaintextInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
+}
+
+func (plaintext) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c, plaintextInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
+}
+
+func (plaintext) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "insecure"}
+}
+
+func (plaintext) Clone() credentials.TransportCredentials { return plaintext{} }
+
+func (plaintext) OverrideServerName(string) error { return nil }
+
+type plaintextInfo struct{ credentials.CommonAuthInfo }
+
+func (plaintextInfo) AuthType() string { return "insecure" }
+
 // NewClient uses a connection the caller owns (Close leaves it open).
 func NewClient(conn *grpc.ClientConn) *Client {
 	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn)}
 }
+
+// Conn is the connection, for other services of the sidecar (grpc.health.v1).
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // Stub is the generated client, for anything the helper does not cover.
 func (c *Client) Stub() windowv1.WindowServiceClient { return c.stub }

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	windowv1 "window_sidecar/v1"
+	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
 var (
@@ -57,7 +57,7 @@ type readState struct {
 // Queue adds a Redis command to the delivery's side effects. It runs only if the delivery is
 // acked, in the read's flush; its reply is never seen. Arguments may be strings, []byte,
 // integers, floats, bools or fmt.Stringers.
-func (d *Delivery) Queue(name string, args ...interface{}) error {
+func (d *Delivery) Queue(name string, args ...any) error {
 	if name == "" {
 		return errors.New("window: Queue needs a command name")
 	}
@@ -168,7 +168,7 @@ func batchOf(ds []*Delivery) *windowv1.SubscribeRequest {
 	return &windowv1.SubscribeRequest{Kind: &windowv1.SubscribeRequest_Batch{Batch: b}}
 }
 
-func argBytes(a interface{}) []byte {
+func argBytes(a any) []byte {
 	switch v := a.(type) {
 	case []byte:
 		return v

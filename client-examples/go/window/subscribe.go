@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	windowv1 "window_sidecar/v1"
+	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
 // Options configure a subscription. Stream, Group and Count are required.
@@ -53,7 +53,7 @@ type Options struct {
 	// again on every retry) and the rejection is logged.
 	OnRejection func(d *Delivery, rejections []*windowv1.Rejection)
 	// Logf logs reconnections and rejections. nil: log.Printf.
-	Logf func(format string, args ...interface{})
+	Logf func(format string, args ...any)
 }
 
 // Flush is the result of one read's flush.
@@ -70,7 +70,7 @@ type Subscription struct {
 	client *Client
 	opts   Options
 	ctx    context.Context
-	logf   func(string, ...interface{})
+	logf   func(string, ...any)
 
 	out       chan *Delivery
 	closing   chan struct{}

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	windowv1 "window_sidecar/v1"
+	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
 // fakeSidecar runs one scripted handler per Subscribe stream, in order.
@@ -91,7 +91,7 @@ func recvDelivery(t *testing.T, sub *Subscription) *Delivery {
 	return nil
 }
 
-func quiet(string, ...interface{}) {}
+func quiet(string, ...any) {}
 
 // One batch per read, sent when its last delivery is settled: commands, then the outcomes in
 // the order they were given.

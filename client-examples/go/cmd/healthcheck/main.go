@@ -13,8 +13,9 @@ import (
 	"os"
 	"time"
 
-	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"example.invalid/window-sidecar/client-examples/go/window"
 )
 
 func main() {
@@ -36,12 +37,13 @@ func main() {
 }
 
 func check(addr, service string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	conn, err := grpc.Dial(addr, grpc.WithInsecure())
+	// window.Dial: the same plaintext (and token, when set) as the helper's own calls.
+	client, err := window.Dial(addr)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	health := healthpb.NewHealthClient(conn)
+	defer client.Close()
+	health := healthpb.NewHealthClient(client.Conn())
 	// The service is NOT_SERVING until the sidecar's first Redis ping: ask again for a while.
 	until := time.Now().Add(timeout)
 	for {

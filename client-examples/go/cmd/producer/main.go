@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"windowsidecar.example/orders"
-	"windowsidecar.example/window"
+	"example.invalid/window-sidecar/client-examples/go/orders"
+	"example.invalid/window-sidecar/client-examples/go/window"
 )
 
 func main() {

@@ -20,9 +20,9 @@ import (
 	"syscall"
 	"time"
 
-	windowv1 "window_sidecar/v1"
-	"windowsidecar.example/orders"
-	"windowsidecar.example/window"
+	"example.invalid/window-sidecar/client-examples/go/orders"
+	"example.invalid/window-sidecar/client-examples/go/window"
+	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
 func main() {
