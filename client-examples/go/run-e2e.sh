@@ -6,9 +6,10 @@
 # user's module whose go.mod requires the helper and replaces it by that copy), the example
 # app and the helper's producer, worker and healthcheck. With those binaries it starts a
 # redis-server on a free port and the sidecar, runs the producer then the worker and checks the
-# Redis end state of ../orders.json with redis-cli; runs the example app; and does the order
-# run again through a second sidecar on a Unix socket (--listen unix:PATH, grpc-go's target
-# unix:///PATH, no other dial option).
+# Redis end state of ../orders.json with redis-cli; checks the rejection rule (a handler that
+# queues a refused command, with a cap of 2 deliveries, ends in the dead letter); and does the
+# order run again through a second sidecar on a Unix socket (--listen unix:PATH, grpc-go's
+# target unix:///PATH, no other dial option).
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -122,15 +123,24 @@ check "worker exit status" "$worker_rc" 0
 check_summary_counts "" "$work/worker.log"
 check_end_state
 
-# --- a user's program -------------------------------------------------------------------
+# --- the rejection rule -----------------------------------------------------------------------
+# The example app's handler queues FLUSHALL (forbidden) and acks: the sidecar rejects the
+# command and the ack, the helper settles with retry_after 1 s "rejected: …", and the second
+# delivery, at the cap of 2, goes to the dead letter.
 set +e
-timeout 60 "$bin/example-app" -addr "$addr" -stream example-app >"$work/example-app.log" 2>&1
+timeout 60 "$bin/example-app" -addr "$addr" -stream poison -dead-letter poison:dead \
+  -max-deliveries 2 -command FLUSHALL >"$work/example-app.log" 2>&1
 app_rc=$?
 set -e
-cat "$work/example-app.log"
-check "example app: exit status" "$app_rc" 0
-check "example app: acked its message" "$(grep -c '^acked ' "$work/example-app.log")" 1
-check "example app: XPENDING example-app example-app" "$(rcli xpending example-app example-app | head -1)" 0
+grep -E '^deliveries=' "$work/example-app.log" || true
+check "rejected command: example app exit status" "$app_rc" 0
+check "rejected command: delivered twice, then dead-lettered" \
+  "$(grep -E '^deliveries=' "$work/example-app.log")" "deliveries=2 dead_lettered=1"
+check "rejected command: XLEN poison:dead" "$(rcli xlen poison:dead)" 1
+check "rejected command: XPENDING poison example-app" "$(rcli xpending poison example-app | head -1)" 0
+check "rejected command: ZCARD {poison}:window:delayed" "$(rcli zcard '{poison}:window:delayed')" 0
+check "rejected command: the dead letter's reason is the rejection" \
+  "$(rcli xrange poison:dead - + | awk 'prev == "x-window-reason" || prev == "h:x-window-reason" {print} {prev = $0}' | grep -c '^rejected: ')" 1
 
 # --- the Unix socket ----------------------------------------------------------------------
 # The recommended sidecar setup: a second sidecar on --listen unix:PATH, reached with grpc-go's

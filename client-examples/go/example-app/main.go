@@ -1,9 +1,13 @@
 // Command example-app is a program outside the helper's module, as a team would write one: its
 // go.mod requires example.invalid/window-sidecar/client-examples/go and imports the window
 // package. run-e2e.sh builds it in a scratch copy outside the repository, against the helper
-// module installed there.
+// module installed there, and uses it to check the rejection rule end to end.
 //
-// It publishes one message to -stream, consumes it, acks it and prints "acked <entry id>".
+// It publishes one order to -stream, then consumes it with a cap of -max-deliveries and the
+// dead-letter stream -dead-letter. Its handler queues a command the sidecar refuses (-command,
+// FLUSHALL by default), so every ack is rejected and the helper retries the delivery after a
+// second, until the cap sends the entry to the dead letter. It prints the deliveries it saw and
+// the entries the flushes dead-lettered, and exits 0 once one was.
 package main
 
 import (
@@ -11,6 +15,8 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
+	"strings"
 	"time"
 
 	"example.invalid/window-sidecar/client-examples/go/window"
@@ -18,9 +24,13 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:50051", "sidecar gRPC target")
-	stream := flag.String("stream", "example-app", "stream key")
+	stream := flag.String("stream", "poison", "stream key")
+	deadLetter := flag.String("dead-letter", "poison:dead", "dead-letter stream")
+	maxDeliveries := flag.Uint("max-deliveries", 2, "deliveries before the dead letter")
+	command := flag.String("command", "FLUSHALL", "the refused command the handler queues (name and arguments)")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
 	flag.Parse()
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	log.SetPrefix("example-app: ")
 
 	client, err := window.Dial(*addr)
@@ -31,22 +41,51 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 
-	if _, err := client.Publish(ctx, *stream, window.Message{Payload: []byte("hello")}); err != nil {
+	if _, err := client.Publish(ctx, *stream, window.Message{Payload: []byte(`{"id":"poison-1"}`)}); err != nil {
 		log.Fatalf("publish: %v", err)
 	}
-	sub, err := client.Subscribe(ctx, window.Options{Stream: *stream, Group: "example-app", Count: 1})
+	deadLettered := make(chan uint32, 1)
+	sub, err := client.Subscribe(ctx, window.Options{
+		Stream: *stream, Group: "example-app", Consumer: "example-1", Count: 1,
+		MaxDeliveries: uint32(*maxDeliveries), DeadLetter: *deadLetter,
+		OnFlush: func(f window.Flush) {
+			if n := f.Report.GetDeadLettered(); n > 0 {
+				deadLettered <- n
+			}
+		},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	d, ok := <-sub.Deliveries()
-	if !ok {
-		log.Fatalf("subscription ended: %v", sub.Err())
+	args := strings.Fields(*command)
+	deliveries := 0
+	for {
+		select {
+		case d, ok := <-sub.Deliveries():
+			if !ok {
+				log.Fatalf("subscription ended: %v", sub.Err())
+			}
+			deliveries++
+			log.Printf("%s (delivery %d): queue %s, ack", d.EntryID, d.DeliveryCount, *command)
+			rest := make([]any, len(args)-1)
+			for i, a := range args[1:] {
+				rest[i] = a
+			}
+			if err := d.Queue(args[0], rest...); err != nil {
+				log.Fatal(err)
+			}
+			if err := d.Ack(); err != nil {
+				log.Fatal(err)
+			}
+		case n := <-deadLettered:
+			if err := sub.Close(); err != nil {
+				log.Printf("close: %v", err)
+			}
+			fmt.Printf("deliveries=%d dead_lettered=%d\n", deliveries, n)
+			return
+		case <-ctx.Done():
+			fmt.Printf("deliveries=%d dead_lettered=0\n", deliveries)
+			os.Exit(1)
+		}
 	}
-	if err := d.Ack(); err != nil {
-		log.Fatal(err)
-	}
-	if err := sub.Close(); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Printf("acked %s\n", d.EntryID)
 }

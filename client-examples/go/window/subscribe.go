@@ -34,6 +34,13 @@ type Options struct {
 	Block time.Duration
 	// MinIdle: entries pending longer than this on any consumer are claimed. 0: 60 s.
 	MinIdle time.Duration
+	// MaxDeliveries caps how many times an entry is delivered: an entry at the cap that is
+	// retried again goes to DeadLetter instead, so a poison entry cannot loop for ever. 0: no
+	// cap. Needs DeadLetter.
+	MaxDeliveries uint32
+	// DeadLetter is the stream where entries past MaxDeliveries go. On a cluster it must share
+	// the stream's hash slot ({tag}).
+	DeadLetter string
 
 	// MinBackoff and MaxBackoff bound the wait between reconnection attempts (100 ms and 5 s
 	// by default; the wait doubles after each failed attempt, with jitter).
@@ -46,15 +53,13 @@ type Options struct {
 	// OnFlush, when set, is called with every flush report, on the subscription's receive
 	// goroutine (keep it short).
 	OnFlush func(Flush)
-	// OnRejection, when set, is called when the sidecar refuses the outcome of a delivery
-	// (for example INCOMPLETE_SEGMENT: one of its commands was refused). The delivery is open
-	// again and must be settled anew, with Drop, Retry or RetryAfter. When unset, such a
-	// delivery is dropped with the rejection as its reason (a refused command would be refused
-	// again on every retry) and the rejection is logged.
-	OnRejection func(d *Delivery, rejections []*windowv1.Rejection)
 	// Logf logs reconnections and rejections. nil: log.Printf.
 	Logf func(format string, args ...any)
 }
+
+// RejectedRetryDelay is how long a delivery waits before coming back after the sidecar rejected
+// one of its commands or its outcome (see Subscribe).
+const RejectedRetryDelay = time.Second
 
 // Flush is the result of one read's flush.
 type Flush struct {
@@ -86,12 +91,22 @@ type Subscription struct {
 // Subscribe starts a subscription. Deliveries arrive on Deliveries(); the channel is closed when
 // the subscription ends (after Close, when ctx is done, or on an error that retrying cannot fix,
 // then reported by Err). Connecting and reconnecting happen in the background.
+//
+// When the sidecar rejects a command or the outcome of a delivery (a forbidden or malformed
+// command makes its ack INCOMPLETE_SEGMENT), the helper settles the delivery again with
+// RetryAfter(RejectedRetryDelay) and the reason "rejected: <the rejection's message>": never
+// dropped (the entry is not lost), never acked without its commands. With MaxDeliveries and
+// DeadLetter set, an entry whose handler keeps queuing a refused command reaches the dead
+// letter once the cap is reached.
 func (c *Client) Subscribe(ctx context.Context, opts Options) (*Subscription, error) {
-	if opts.Stream == "" || opts.Group == "" {
-		return nil, errors.New("window: Subscribe needs a stream and a group")
+	if _, err := opts.open(); err != nil {
+		return nil, err
 	}
 	if opts.Count == 0 {
 		return nil, errors.New("window: Subscribe needs a count")
+	}
+	if (opts.MaxDeliveries == 0) != (opts.DeadLetter == "") {
+		return nil, errors.New("window: MaxDeliveries and DeadLetter go together")
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 100 * time.Millisecond
@@ -251,6 +266,27 @@ func (sub *Subscription) serve(s *session) bool {
 	}
 }
 
+// open is the subscription's Open message, or an error when the options are incomplete.
+func (o *Options) open() (*windowv1.Open, error) {
+	if o.Stream == "" || o.Group == "" {
+		return nil, errors.New("window: Subscribe needs a stream and a group")
+	}
+	open := &windowv1.Open{
+		Source: &windowv1.Open_Stream{Stream: &windowv1.StreamSource{
+			Key: o.Stream, Group: o.Group, Consumer: o.Consumer, StartId: o.StartID,
+			MinIdle: optDuration(o.MinIdle),
+		}},
+		Count:         o.Count,
+		Block:         optDuration(o.Block),
+		MaxInFlight:   o.MaxInFlight,
+		MaxDeliveries: o.MaxDeliveries,
+	}
+	if o.DeadLetter != "" {
+		open.DeadLetter = &windowv1.DeadLetter{Target: &windowv1.DeadLetter_Stream{Stream: o.DeadLetter}}
+	}
+	return open, nil
+}
+
 func (sub *Subscription) open() (*session, error) {
 	ctx, cancel := context.WithCancel(sub.ctx)
 	stream, err := sub.client.stub.Subscribe(ctx)
@@ -258,16 +294,7 @@ func (sub *Subscription) open() (*session, error) {
 		cancel()
 		return nil, err
 	}
-	o := sub.opts
-	open := &windowv1.Open{
-		Source: &windowv1.Open_Stream{Stream: &windowv1.StreamSource{
-			Key: o.Stream, Group: o.Group, Consumer: o.Consumer, StartId: o.StartID,
-			MinIdle: optDuration(o.MinIdle),
-		}},
-		Count:       o.Count,
-		Block:       optDuration(o.Block),
-		MaxInFlight: o.MaxInFlight,
-	}
+	open, _ := sub.opts.open() // checked by Subscribe
 	if err := stream.Send(&windowv1.SubscribeRequest{Kind: &windowv1.SubscribeRequest_Open{Open: open}}); err != nil {
 		// The status is on the receiving side.
 		_, rerr := stream.Recv()
@@ -277,6 +304,7 @@ func (sub *Subscription) open() (*session, error) {
 		}
 		return nil, err
 	}
+	o := sub.opts
 	timer := time.AfterFunc(o.OpenTimeout, cancel)
 	msg, err := stream.Recv()
 	if !timer.Stop() {
@@ -496,17 +524,30 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 		}
 		s.mu.Unlock()
 		for _, r := range rs {
-			s.sub.logf("window: the sidecar refused %s for slot %d: %s: %s", what(r), r.GetSlot(), r.GetReason(), r.GetMessage())
+			s.sub.logf("window: the sidecar rejected %s for slot %d: %s: %s", what(r), r.GetSlot(), r.GetReason(), r.GetMessage())
 		}
 		if !reopened {
 			continue
 		}
-		if s.sub.opts.OnRejection != nil {
-			s.sub.opts.OnRejection(d, rs)
-		} else {
-			_ = d.Drop(fmt.Sprintf("refused by window-sidecar: %s", rs[0].GetMessage()))
+		// The rule of every window-sidecar helper: retry later, never drop (the entry would be
+		// lost) and never ack without the refused command. A handler that keeps queuing it
+		// ends in the dead letter once MaxDeliveries is reached.
+		reason := "rejected: " + cause(rs).GetMessage()
+		if err := d.RetryAfterReason(RejectedRetryDelay, reason); err != nil {
+			s.sub.logf("window: slot %d: retry_after after the rejection not sent: %v", d.Slot, err)
 		}
 	}
+}
+
+// cause is the rejection that explains a slot's: its refused command's, when one was refused
+// (the ack's INCOMPLETE_SEGMENT only follows from it), else the first.
+func cause(rs []*windowv1.Rejection) *windowv1.Rejection {
+	for _, r := range rs {
+		if r.GetCommand() != "" {
+			return r
+		}
+	}
+	return rs[0]
 }
 
 func what(r *windowv1.Rejection) string {

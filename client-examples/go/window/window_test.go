@@ -218,8 +218,10 @@ func TestReconnectNeverResendsOldSlots(t *testing.T) {
 	}
 }
 
-// A refused ack (INCOMPLETE_SEGMENT) reopens the delivery; without OnRejection it is dropped.
-func TestRefusedAckIsDropped(t *testing.T) {
+// A rejected command (FORBIDDEN_COMMAND, then the ack's INCOMPLETE_SEGMENT) reopens the
+// delivery, and the helper settles it with retry_after 1 s, "rejected: <message>": never
+// dropped, never acked, its commands not sent again.
+func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
 	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
 		s.Send(opened())
@@ -252,10 +254,35 @@ func TestRefusedAckIsDropped(t *testing.T) {
 	d := recvDelivery(t, sub)
 	d.Queue("FLUSHALL")
 	d.Ack()
-	<-got
+	if b := <-got; len(b.Commands) != 1 || b.Outcomes[0].GetKind() != windowv1.OutcomeKind_OUTCOME_KIND_ACK {
+		t.Fatalf("first batch: %v", b)
+	}
 	b := <-got
-	if len(b.Commands) != 0 || len(b.Outcomes) != 1 || b.Outcomes[0].GetKind() != windowv1.OutcomeKind_OUTCOME_KIND_DROP {
+	if len(b.Commands) != 0 || len(b.Outcomes) != 1 {
 		t.Fatalf("after the rejection: %v", b)
+	}
+	o := b.Outcomes[0]
+	if o.GetSlot() != 1 || o.GetKind() != windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER ||
+		o.GetDelay().AsDuration() != time.Second || o.GetReason() != "rejected: forbidden" {
+		t.Fatalf("after the rejection: %v", o)
+	}
+	if d.Outcome() != windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER {
+		t.Fatalf("outcome: %v", d.Outcome())
+	}
+}
+
+// The Open message: the delivery cap and its dead letter, which go together.
+func TestOpenOptions(t *testing.T) {
+	o := Options{Stream: "s", Group: "g", Count: 4, MaxDeliveries: 2, DeadLetter: "s:dead"}
+	open, err := o.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open.GetMaxDeliveries() != 2 || open.GetDeadLetter().GetStream() != "s:dead" || open.GetStream().GetGroup() != "g" {
+		t.Fatalf("open: %v", open)
+	}
+	if _, err := (&Client{}).Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 1, MaxDeliveries: 2}); err == nil {
+		t.Fatal("MaxDeliveries without DeadLetter: no error")
 	}
 }
 
