@@ -7,9 +7,11 @@
 # app and the helper's producer, worker and healthcheck. With those binaries it starts a
 # redis-server on a free port and the sidecar, runs the producer then the worker and checks the
 # Redis end state of ../orders.json with redis-cli; checks the rejection rule (a handler that
-# queues a refused command, with a cap of 2 deliveries, ends in the dead letter); and does the
+# queues a refused command, with a cap of 2 deliveries, ends in the dead letter); does the
 # order run again through a second sidecar on a Unix socket (--listen unix:PATH, grpc-go's
-# target unix:///PATH, no other dial option).
+# target unix:///PATH, no other dial option), and through a third one started with
+# --auth-token-file (the token from WINDOW_SIDECAR_TOKEN; without it, UNAUTHENTICATED), the
+# worker in atomic mode.
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -169,5 +171,53 @@ check_summary_counts "unix socket" "$work/uds-worker.log"
 # Every entry was delivered: the orders and a copy per retry, the last of them the group's last.
 check_group_read_all "unix socket" "$uds_stream"
 check_end_state "unix socket" "$uds_stream"
+
+# --- the bearer token ---------------------------------------------------------------------
+# A third sidecar requires a token (--auth-token-file): the helper sends WINDOW_SIDECAR_TOKEN
+# as `authorization: Bearer …`; without it every call fails with UNAUTHENTICATED. The worker
+# runs in atomic mode there (a MULTI/EXEC per acked order), to the same end state.
+token_file="$work/token"
+printf 'e2e-%s\n' "$RANDOM$RANDOM" >"$token_file"
+auth_port="$(free_port)"
+auth_addr="127.0.0.1:$auth_port"
+log "a third sidecar on $auth_addr with --auth-token-file"
+"$sidecar_bin" --listen "$auth_addr" --redis-url "redis://127.0.0.1:$redis_port" \
+  --auth-token-file "$token_file" --promote-interval 100ms --shutdown-grace 2s \
+  >"$work/sidecar-auth.log" 2>&1 &
+pids+=("$!")
+wait_for "the sidecar on $auth_addr" tcp_open "$auth_port"
+rcli FLUSHDB >/dev/null
+rcli CONFIG RESETSTAT >/dev/null
+auth_stream=auth-orders
+set +e
+(unset WINDOW_SIDECAR_TOKEN; timeout 30 "$bin/producer" -addr "$auth_addr" -orders "$orders" \
+  -stream "$auth_stream") >"$work/auth-none-producer.log" 2>&1
+none_producer_rc=$?
+(unset WINDOW_SIDECAR_TOKEN; timeout 30 "$bin/worker" -addr "$auth_addr" -orders "$orders" \
+  -stream "$auth_stream" -consumer auth-1 -idle-timeout 10s) >"$work/auth-none-worker.log" 2>&1
+none_worker_rc=$?
+export WINDOW_SIDECAR_TOKEN
+WINDOW_SIDECAR_TOKEN="$(head -1 "$token_file")"
+timeout 60 "$bin/producer" -addr "$auth_addr" -orders "$orders" -stream "$auth_stream" \
+  >"$work/auth-producer.log" 2>&1
+producer_rc=$?
+timeout 120 "$bin/worker" -addr "$auth_addr" -orders "$orders" -stream "$auth_stream" \
+  -consumer auth-1 -idle-timeout 20s -atomic >"$work/auth-worker.log" 2>&1
+worker_rc=$?
+unset WINDOW_SIDECAR_TOKEN
+set -e
+cat "$work/auth-producer.log"
+grep -E '^summary:' "$work/auth-worker.log" || true
+check "no token: producer fails with UNAUTHENTICATED" \
+  "$none_producer_rc $(grep -c 'code = Unauthenticated' "$work/auth-none-producer.log")" "1 1"
+check "no token: worker fails with UNAUTHENTICATED" \
+  "$none_worker_rc $(grep -c 'subscription ended: rpc error: code = Unauthenticated' "$work/auth-none-worker.log")" "1 1"
+check "token: producer exit status" "$producer_rc" 0
+check_published "token" "$work/auth-producer.log" "$auth_stream" '"'
+check "token: worker exit status" "$worker_rc" 0
+exec_calls="$(rcli info commandstats | sed -nE 's/^cmdstat_exec:calls=([0-9]+),.*/\1/p')"
+check "token: atomic mode, a MULTI/EXEC per acked order" "$((${exec_calls:-0} >= acked))" 1
+check_summary_counts "token" "$work/auth-worker.log"
+check_end_state "token" "$auth_stream"
 
 e2e_summary

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -33,13 +34,23 @@ type Client struct {
 	owned bool
 }
 
+// TokenEnv is the environment variable Dial reads the sidecar's bearer token from.
+const TokenEnv = "WINDOW_SIDECAR_TOKEN"
+
 // Dial connects to the sidecar at addr, a grpc-go target: host:port, or unix:///path/to.sock for
 // a sidecar on a Unix socket. Without options it dials in plaintext (Plaintext), as a sidecar
 // listens on the pod's loopback interface or a socket in a volume it shares with the
 // application; opts replace that (pass grpc.WithTransportCredentials for a sidecar with --tls-cert).
+//
+// When WINDOW_SIDECAR_TOKEN is set, every call carries it as `authorization: Bearer <token>`
+// (BearerToken), for a sidecar started with --auth-token-file: the token then lives in the
+// deployment's secrets, not in the code.
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(Plaintext())}
+	}
+	if token := os.Getenv(TokenEnv); token != "" {
+		opts = append(opts, BearerToken(token))
 	}
 	conn, err := grpc.Dial(addr, opts...)
 	if err != nil {
@@ -47,6 +58,21 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	}
 	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true}, nil
 }
+
+// BearerToken sends token as `authorization: Bearer <token>` with every call, what a sidecar
+// started with --auth-token-file or --auth-token requires. It is allowed over plaintext: the
+// sidecar's connection does not leave the pod (loopback or a Unix socket).
+func BearerToken(token string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(bearer("Bearer " + token))
+}
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
 
 // Plaintext is transport credentials without security, for a sidecar on loopback or a Unix
 // socket. It is what grpc-go's credentials/insecure provides from v1.34 on; the grpc-go this

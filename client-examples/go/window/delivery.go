@@ -37,6 +37,8 @@ type Delivery struct {
 	DeliveryCount uint32
 	// Trace is the producer's trace context, when the entry carries one.
 	Trace *windowv1.TraceContext
+	// Channel: pub/sub, the channel the message arrived on.
+	Channel string
 
 	sess     *session
 	read     *readState

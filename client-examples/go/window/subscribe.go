@@ -17,7 +17,8 @@ import (
 	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
-// Options configure a subscription. Stream, Group and Count are required.
+// Options configure a subscription. Count is required, and exactly one source: Stream with
+// Group (a Redis stream through a consumer group), ReliableList, SimpleList or PubSub.
 type Options struct {
 	// Stream is the Redis stream key, Group the consumer group (created when missing).
 	Stream, Group string
@@ -34,12 +35,23 @@ type Options struct {
 	Block time.Duration
 	// MinIdle: entries pending longer than this on any consumer are claimed. 0: 60 s.
 	MinIdle time.Duration
-	// MaxDeliveries caps how many times an entry is delivered: an entry at the cap that is
+
+	// ReliableList reads a list at least once, through a processing list of its consumer.
+	ReliableList *ReliableList
+	// SimpleList is a list key read by popping: at most once (a crash loses what is in flight).
+	SimpleList string
+	// PubSub reads channels and patterns: at most once, only while subscribed.
+	PubSub *PubSub
+	// Atomic flushes each acked delivery's commands with its own settle in one MULTI/EXEC
+	// (MODE_ATOMIC), so a crash never leaves a delivery's side effects half applied; the
+	// default pipelines the whole read's commands and settles in one round trip.
+	Atomic bool
+	// MaxDeliveries caps how many times an entry is delivered (streams and lists): an entry at the cap that is
 	// retried again goes to DeadLetter instead, so a poison entry cannot loop for ever. 0: no
 	// cap. Needs DeadLetter.
 	MaxDeliveries uint32
-	// DeadLetter is the stream where entries past MaxDeliveries go. On a cluster it must share
-	// the stream's hash slot ({tag}).
+	// DeadLetter is where entries past MaxDeliveries go: a stream for a Stream source, a list
+	// for the list sources. On a cluster it must share the source's hash slot ({tag}).
 	DeadLetter string
 
 	// MinBackoff and MaxBackoff bound the wait between reconnection attempts (100 ms and 5 s
@@ -55,6 +67,27 @@ type Options struct {
 	OnFlush func(Flush)
 	// Logf logs reconnections and rejections. nil: log.Printf.
 	Logf func(format string, args ...any)
+}
+
+// ReliableList is a list consumed at least once: a read moves entries to the consumer's
+// processing list, and the settle removes them from there.
+type ReliableList struct {
+	// Key is the list producers LPUSH to.
+	Key string
+	// Consumer names the processing list; a restarted consumer of the same name gets it back
+	// first. Empty: the sidecar's --consumer-name.
+	Consumer string
+	// DeadAfter: a consumer silent for longer is dead and its processing list goes back to
+	// Key. 0: 30 s.
+	DeadAfter time.Duration
+}
+
+// PubSub is a set of channels, patterns and sharded channels (Redis 7) read while subscribed.
+type PubSub struct {
+	Channels, Patterns, ShardedChannels []string
+	// Buffer is how many messages the sidecar holds for a slow client before it drops the
+	// oldest. 0: 10000.
+	Buffer uint32
 }
 
 // RejectedRetryDelay is how long a delivery waits before coming back after the sidecar rejected
@@ -266,23 +299,53 @@ func (sub *Subscription) serve(s *session) bool {
 	}
 }
 
-// open is the subscription's Open message, or an error when the options are incomplete.
+// open is the subscription's Open message, or an error unless exactly one source is set.
 func (o *Options) open() (*windowv1.Open, error) {
-	if o.Stream == "" || o.Group == "" {
-		return nil, errors.New("window: Subscribe needs a stream and a group")
-	}
 	open := &windowv1.Open{
-		Source: &windowv1.Open_Stream{Stream: &windowv1.StreamSource{
-			Key: o.Stream, Group: o.Group, Consumer: o.Consumer, StartId: o.StartID,
-			MinIdle: optDuration(o.MinIdle),
-		}},
 		Count:         o.Count,
 		Block:         optDuration(o.Block),
 		MaxInFlight:   o.MaxInFlight,
 		MaxDeliveries: o.MaxDeliveries,
 	}
+	sources := 0
+	if o.Stream != "" || o.Group != "" {
+		if o.Stream == "" || o.Group == "" {
+			return nil, errors.New("window: Subscribe needs a stream and a group")
+		}
+		sources++
+		open.Source = &windowv1.Open_Stream{Stream: &windowv1.StreamSource{
+			Key: o.Stream, Group: o.Group, Consumer: o.Consumer, StartId: o.StartID,
+			MinIdle: optDuration(o.MinIdle),
+		}}
+	}
+	if l := o.ReliableList; l != nil {
+		sources++
+		open.Source = &windowv1.Open_ReliableList{ReliableList: &windowv1.ReliableListSource{
+			Key: l.Key, Consumer: l.Consumer, DeadAfter: optDuration(l.DeadAfter),
+		}}
+	}
+	if o.SimpleList != "" {
+		sources++
+		open.Source = &windowv1.Open_SimpleList{SimpleList: &windowv1.SimpleListSource{Key: o.SimpleList}}
+	}
+	if p := o.PubSub; p != nil {
+		sources++
+		open.Source = &windowv1.Open_Pubsub{Pubsub: &windowv1.PubSubSource{
+			Channels: p.Channels, Patterns: p.Patterns, ShardedChannels: p.ShardedChannels, Buffer: p.Buffer,
+		}}
+	}
+	if sources != 1 {
+		return nil, errors.New("window: Subscribe needs exactly one source: Stream and Group, ReliableList, SimpleList or PubSub")
+	}
+	if o.Atomic {
+		open.Mode = windowv1.Mode_MODE_ATOMIC
+	}
 	if o.DeadLetter != "" {
-		open.DeadLetter = &windowv1.DeadLetter{Target: &windowv1.DeadLetter_Stream{Stream: o.DeadLetter}}
+		if open.GetStream() != nil {
+			open.DeadLetter = &windowv1.DeadLetter{Target: &windowv1.DeadLetter_Stream{Stream: o.DeadLetter}}
+		} else {
+			open.DeadLetter = &windowv1.DeadLetter{Target: &windowv1.DeadLetter_List{List: o.DeadLetter}}
+		}
 	}
 	return open, nil
 }
@@ -449,6 +512,7 @@ func (s *session) onRead(r *windowv1.Read) {
 			Fields:        pd.GetFields(),
 			DeliveryCount: pd.GetDeliveryCount(),
 			Trace:         pd.GetTrace(),
+			Channel:       pd.GetChannel(),
 			sess:          s,
 			read:          rs,
 		}

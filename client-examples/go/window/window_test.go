@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
@@ -271,15 +273,76 @@ func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	}
 }
 
-// The Open message: the delivery cap and its dead letter, which go together.
+// Dial sends WINDOW_SIDECAR_TOKEN, when set, as `authorization: Bearer <token>` with every call.
+func TestDialSendsTheTokenOfTheEnvironment(t *testing.T) {
+	auth := make(chan []string, 2)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	windowv1.RegisterWindowServiceServer(srv, &publishSpy{auth: auth})
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	for _, token := range []string{"s3cret", ""} {
+		t.Setenv(TokenEnv, token)
+		c, err := Dial(lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Publish(context.Background(), "s", Message{Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		want := "[Bearer " + token + "]"
+		if token == "" {
+			want = "[]"
+		}
+		if got := fmt.Sprint(<-auth); got != want {
+			t.Fatalf("token %q: authorization %s, want %s", token, got, want)
+		}
+	}
+}
+
+type publishSpy struct {
+	windowv1.UnimplementedWindowServiceServer
+	auth chan []string
+}
+
+func (p *publishSpy) Publish(ctx context.Context, _ *windowv1.PublishRequest) (*windowv1.PublishResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	p.auth <- md.Get("authorization")
+	return &windowv1.PublishResponse{Ids: []string{"1-0"}}, nil
+}
+
+// The Open message: exactly one source, atomic mode, the delivery cap and its dead letter.
 func TestOpenOptions(t *testing.T) {
-	o := Options{Stream: "s", Group: "g", Count: 4, MaxDeliveries: 2, DeadLetter: "s:dead"}
+	o := Options{Stream: "s", Group: "g", Count: 4, Atomic: true, MaxDeliveries: 2, DeadLetter: "s:dead"}
 	open, err := o.open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if open.GetMaxDeliveries() != 2 || open.GetDeadLetter().GetStream() != "s:dead" || open.GetStream().GetGroup() != "g" {
+	if open.GetMode() != windowv1.Mode_MODE_ATOMIC || open.GetMaxDeliveries() != 2 ||
+		open.GetDeadLetter().GetStream() != "s:dead" || open.GetStream().GetGroup() != "g" {
 		t.Fatalf("open: %v", open)
+	}
+	l := Options{ReliableList: &ReliableList{Key: "jobs", Consumer: "c1", DeadAfter: time.Minute}, Count: 4, MaxDeliveries: 3, DeadLetter: "jobs:dead"}
+	if open, err = l.open(); err != nil || open.GetReliableList().GetConsumer() != "c1" ||
+		open.GetReliableList().GetDeadAfter().AsDuration() != time.Minute || open.GetDeadLetter().GetList() != "jobs:dead" {
+		t.Fatalf("reliable list: %v, %v", open, err)
+	}
+	p := Options{PubSub: &PubSub{Channels: []string{"news"}, Patterns: []string{"ev.*"}}, Count: 4}
+	if open, err = p.open(); err != nil || len(open.GetPubsub().GetPatterns()) != 1 {
+		t.Fatalf("pubsub: %v, %v", open, err)
+	}
+	for _, bad := range []Options{
+		{Count: 4},
+		{Stream: "s", Count: 4},
+		{Stream: "s", Group: "g", SimpleList: "l", Count: 4},
+	} {
+		if _, err := bad.open(); err == nil {
+			t.Fatalf("%+v: no error", bad)
+		}
 	}
 	if _, err := (&Client{}).Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 1, MaxDeliveries: 2}); err == nil {
 		t.Fatal("MaxDeliveries without DeadLetter: no error")

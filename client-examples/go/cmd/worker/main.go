@@ -36,6 +36,9 @@ func main() {
 	retryDelay := flag.Duration("retry-delay", 200*time.Millisecond, "retry_after delay for a flaky order's first delivery")
 	idleTimeout := flag.Duration("idle-timeout", 30*time.Second, "exit after this long without a delivery")
 	workTime := flag.Duration("work-time", 0, "simulated handling time per order (to watch a sidecar restart mid-run)")
+	atomic := flag.Bool("atomic", false, "flush each acked order's commands with its settle in one MULTI/EXEC")
+	maxDeliveries := flag.Uint("max-deliveries", 0, "deliveries of an order before it goes to -dead-letter (0: no cap)")
+	deadLetter := flag.String("dead-letter", "", "the dead-letter stream (with -max-deliveries)")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	log.SetPrefix("worker: ")
@@ -63,7 +66,11 @@ func main() {
 		Group:    *group,
 		Consumer: *consumer,
 		Count:    uint32(*count),
+		Atomic:   *atomic,
 		OnFlush:  tally.flushed,
+
+		MaxDeliveries: uint32(*maxDeliveries),
+		DeadLetter:    *deadLetter,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -72,7 +79,7 @@ func main() {
 	if want < 0 {
 		goal = "until idle"
 	}
-	log.Printf("consuming %s as %s/%s via %s, %s", *stream, *group, *consumer, *addr, goal)
+	log.Printf("consuming %s as %s/%s via %s (atomic: %v), %s", *stream, *group, *consumer, *addr, *atomic, goal)
 
 	idle := time.NewTimer(*idleTimeout)
 	exit := 0
