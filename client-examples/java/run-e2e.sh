@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# End-to-end test of the Java example: installs what is missing (Debian packages), generates and
-# builds, starts a redis-server on a free port and the sidecar, runs the producer then the
-# worker until done, and checks the Redis end state of ../orders.json with redis-cli. Then
-# it does it again through a second sidecar on a Unix socket (--listen unix:PATH), with the
-# examples' --addr unix:PATH: grpc-java's epoll transport over Netty's native library, which
-# native-epoll.sh builds from Debian's source (Debian ships none), and no other channel option.
+# End-to-end test of the Java client as a package. Installs what is missing (Debian packages:
+# Maven, its plugins and the Java libraries, which put their artefacts in /usr/share/maven-repo),
+# then, offline (mvn -o, no Maven Central):
+#   1. builds the package with Maven (pom.xml: protoc + the grpc-java plugin, javac -Xlint:all
+#      -Werror, the JUnit tests) and installs dev.windowsidecar:window-sidecar-client:0.1.0 into a
+#      scratch local repository in a temp dir outside the repository;
+#   2. copies the example application (examples/, which depends on the package by those
+#      coordinates) into that temp dir and builds it there against the scratch repository;
+#   3. starts a redis-server on a free port and the sidecar, runs the application's producer then
+#      its worker until done, and checks the Redis end state of ../orders.json with redis-cli;
+#   4. does it again through a second sidecar on a Unix socket (--listen unix:PATH), with the
+#      examples' --addr unix:PATH: grpc-java's epoll transport over Netty's native library, which
+#      native-epoll.sh builds from Debian's source (Debian ships none), and no other option.
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -18,34 +25,108 @@ e2e_init java
 
 # --- toolchain: install only what is missing ---------------------------------------------
 need_cmd javac default-jdk-headless
-need_cmd jar default-jdk-headless
+need_cmd mvn maven
+need_cmd unzip unzip
 need_cmd protoc protobuf-compiler
 command -v protoc-gen-grpc-java >/dev/null 2>&1 || need_cmd grpc_java_plugin protobuf-compiler-grpc-java-plugin
 # The proto imports google/protobuf/duration.proto, which protoc only recommends.
 need_path /usr/include/google/protobuf/duration.proto libprotobuf-dev
-need_file() { need_path "/usr/share/java/$1.jar" "$2"; }
-for jar in grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub; do
-  need_file "$jar" libgrpc-java
-done
-for jar in netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-codec-socks netty-common \
-  netty-handler netty-handler-proxy netty-resolver netty-transport netty-transport-native-unix-common \
-  netty-transport-native-epoll; do
-  need_file "$jar" libnetty-java
-done
-need_file protobuf libprotobuf-java
-need_file guava libguava-java
-need_file perfmark-api libperfmark-java
-need_file gson libgoogle-gson-java
-need_file geronimo-annotation-1.3-spec libgeronimo-annotation-1.3-spec-java
-need_file error_prone_annotations liberror-prone-java
-need_file junit4 junit4
-need_file hamcrest-core libhamcrest-java
+repo=/usr/share/maven-repo
+# need_artifact PATH PACKAGE: PATH (group/artifact[/version]) of Debian's Maven repository.
+need_artifact() { need_path "$repo/$1" "$2"; }
+# The plugins the builds use, pinned in the poms to these Debian versions.
+need_artifact org/apache/maven/plugins/maven-compiler-plugin/3.10.1 libmaven-compiler-plugin-java
+need_artifact org/apache/maven/plugins/maven-resources-plugin/3.3.0 libmaven-resources-plugin-java
+need_artifact org/apache/maven/plugins/maven-jar-plugin/3.3.0 libmaven-jar-plugin-java
+need_artifact org/apache/maven/plugins/maven-surefire-plugin/2.22.3 libsurefire-java
+need_artifact org/apache/maven/plugins/maven-install-plugin/3.1.0 libmaven-install-plugin-java
+need_artifact org/apache/maven/plugins/maven-dependency-plugin/3.5.0 libmaven-dependency-plugin-java
+need_artifact org/codehaus/mojo/exec-maven-plugin/3.1.0 libexec-maven-plugin-java
+need_artifact org/codehaus/mojo/build-helper-maven-plugin/3.3.0 libbuild-helper-maven-plugin-java
+# The dependencies: the poms' own, and what Debian's grpc-java poms name but apt does not pull in.
+need_artifact io/grpc/grpc-netty/1.41.3 libgrpc-java
+need_artifact com/google/protobuf/protobuf-java/3.21.12 libprotobuf-java
+need_artifact io/netty/netty-transport-native-epoll/4.1.48.Final libnetty-java
+need_artifact org/apache/geronimo/specs/geronimo-annotation_1.3_spec/1.3 libgeronimo-annotation-1.3-spec-java
+need_artifact com/google/code/gson/gson/2.10 libgoogle-gson-java
+need_artifact junit/junit/4.13.2 junit4
+need_artifact org/hamcrest/hamcrest libhamcrest-java
+need_artifact com/google/guava/guava libguava-java
+need_artifact com/google/errorprone/error_prone_annotations liberror-prone-java
+need_artifact io/perfmark/perfmark-api libperfmark-java
+need_artifact org/codehaus/mojo/animal-sniffer-annotations libanimal-sniffer-java
+need_artifact com/google/api/grpc/proto-google-common-protos libgoogle-common-protos-java
+need_artifact com/google/code/findbugs/jsr305 libjsr305-java
+need_artifact org/jctools/jctools-core libjctools-java
 need_cmd redis-server redis-server
 need_cmd redis-cli redis-tools
 need_cmd jq jq
 install_missing
 
-SKIP_TESTS=1 ./build.sh
+# --- the package: build, install into a scratch repository, build the application on it ----
+# Maven offline on Debian's repository: a settings file that makes it the only repository
+# ("central"; checksums ignored, Debian ships none), a scratch local repository, and the poms'
+# profile "debian" (Debian's Netty version, no epoll classifier).
+m2="$work/m2"
+cat >"$work/settings.xml" <<EOF
+<settings>
+  <localRepository>$m2</localRepository>
+  <offline>true</offline>
+  <profiles>
+    <profile>
+      <id>debian-repo</id>
+      <repositories>
+        <repository><id>central</id><url>file://$repo</url>
+          <releases><checksumPolicy>ignore</checksumPolicy></releases>
+          <snapshots><enabled>false</enabled></snapshots></repository>
+      </repositories>
+      <pluginRepositories>
+        <pluginRepository><id>central</id><url>file://$repo</url>
+          <releases><checksumPolicy>ignore</checksumPolicy></releases>
+          <snapshots><enabled>false</enabled></snapshots></pluginRepository>
+      </pluginRepositories>
+    </profile>
+  </profiles>
+  <activeProfiles>
+    <activeProfile>debian-repo</activeProfile>
+    <activeProfile>debian</activeProfile>
+  </activeProfiles>
+</settings>
+EOF
+# Offline, a file: repository is the one kind Maven may still read.
+mvn_o=(mvn -o -B -Dstyle.color=never -s "$work/settings.xml" -Daether.offline.protocols=file)
+
+log "mvn -o install: the package, into $m2"
+set +e
+"${mvn_o[@]}" install >"$work/mvn-install.log" 2>&1
+install_rc=$?
+set -e
+check "mvn -o install of the package (protoc, javac -Xlint:all -Werror, JUnit)" "$install_rc" 0
+check "javac: no warning in the package's build" \
+  "$(grep -c 'COMPILATION WARNING' "$work/mvn-install.log" || true)" 0
+tests_line=$(grep -Eo 'Tests run: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$work/mvn-install.log" | tail -1 || true)
+check "helper unit tests (JUnit: ${tests_line:-none run})" \
+  "$(grep -Ec '^\[INFO\] Tests run: [1-9][0-9]*, Failures: 0, Errors: 0, Skipped: 0$' "$work/mvn-install.log" || true)" 1
+installed="$m2/dev/windowsidecar/window-sidecar-client/0.1.0/window-sidecar-client-0.1.0.jar"
+check "the installed jar holds the generated stub and the helper" \
+  "$(unzip -l "$installed" 2>/dev/null | grep -cE 'dev/windowsidecar/(v1/WindowServiceGrpc|client/WindowClient)\.class$' || true)" 2
+
+# The application, outside the repository, on the package by its coordinates.
+app="$work/app"
+cp -r examples "$app"
+rm -rf "$app/target"
+log "mvn -o package: the application, in $app"
+set +e
+(cd "$app" && "${mvn_o[@]}" package \
+  org.apache.maven.plugins:maven-dependency-plugin:3.5.0:build-classpath -Dmdep.outputFile=cp.txt) \
+  >"$work/mvn-app.log" 2>&1
+app_rc=$?
+set -e
+check "mvn -o package of the application (javac -Xlint:all -Werror)" "$app_rc" 0
+check "the application's classpath takes the package from the scratch repository" \
+  "$(tr ':' '\n' <"$app/cp.txt" 2>/dev/null | grep -cxF "$installed" || true)" 1
+app_cp="$app/target/window-sidecar-examples-0.1.0.jar:$(cat "$app/cp.txt" 2>/dev/null || true)"
+
 # Netty's native epoll library, for the Unix socket (cached in build/native).
 native_dir=$(./native-epoll.sh)
 ensure_sidecar
@@ -57,21 +138,11 @@ export WINDOW_SIDECAR_ADDR="$addr"
 load_expected expected_by_jq
 
 # --- checks ---------------------------------------------------------------------------------
-jars=/usr/share/java
-if java -cp "build/test-classes:build/window-examples.jar:$jars/junit4.jar:$jars/hamcrest-core.jar" \
-  org.junit.runner.JUnitCore dev.windowsidecar.client.SubscriptionTest \
-  dev.windowsidecar.client.WindowClientTest >"$work/junit.log" 2>&1; then
-  check "helper unit tests (JUnit: $(grep -Eo 'OK \([0-9]+ tests\)' "$work/junit.log"))" ok ok
-else
-  cat "$work/junit.log"
-  check "helper unit tests (JUnit)" failed ok
-fi
-
 set +e
-timeout 60 java -cp build/window-examples.jar dev.windowsidecar.examples.Producer \
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
   --orders "$orders" >"$work/producer.log" 2>&1
 producer_rc=$?
-timeout 120 java -cp build/window-examples.jar dev.windowsidecar.examples.Worker \
+timeout 120 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
   --orders "$orders" --consumer worker-1 --idle-timeout 20s >"$work/worker.log" 2>&1
 worker_rc=$?
 set -e
@@ -94,7 +165,7 @@ log "a second sidecar on $uds"
 RUST_LOG=info,h2::server=debug start_uds_sidecar "$sock"
 rcli FLUSHDB >/dev/null
 uds_stream=uds-orders
-java_uds=(java "-Djava.library.path=$native_dir" -cp build/window-examples.jar)
+java_uds=(java "-Djava.library.path=$native_dir" -cp "$app_cp")
 set +e
 timeout 60 "${java_uds[@]}" dev.windowsidecar.examples.Producer --addr "$uds" \
   --orders "$orders" --stream "$uds_stream" >"$work/uds-producer.log" 2>&1
@@ -121,4 +192,3 @@ check "unix socket: no other malformed line in the sidecar's log" \
   "$(grep -i malformed "$work/sidecar-uds.log" | grep -vcF 'ignoring a malformed :authority')" 0
 
 e2e_summary
-

@@ -3,17 +3,15 @@ package dev.windowsidecar.client;
 import com.google.protobuf.ByteString;
 import dev.windowsidecar.v1.PublishEntry;
 import dev.windowsidecar.v1.PublishRequest;
+import dev.windowsidecar.v1.PublishResponse;
 import dev.windowsidecar.v1.WindowServiceGrpc;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
-import io.grpc.netty.NettyChannelBuilder;
+import io.grpc.stub.StreamObserver;
 import io.netty.channel.EventLoopGroup;
-import io.netty.channel.epoll.Epoll;
-import io.netty.channel.epoll.EpollDomainSocketChannel;
-import io.netty.channel.epoll.EpollEventLoopGroup;
-import io.netty.channel.unix.DomainSocketAddress;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -33,19 +31,18 @@ import java.util.concurrent.TimeUnit;
  * {@code java.library.path} (see {@code native-epoll.sh}).
  */
 public final class WindowClient implements AutoCloseable {
+
   private final ManagedChannel channel;
   private final boolean owned;
   /** The event loop of a Unix socket channel, shut down after it; else null. */
   private final EventLoopGroup group;
   final WindowServiceGrpc.WindowServiceStub async;
-  private final WindowServiceGrpc.WindowServiceBlockingStub blocking;
 
   private WindowClient(ManagedChannel channel, boolean owned, EventLoopGroup group) {
     this.channel = channel;
     this.owned = owned;
     this.group = group;
     this.async = WindowServiceGrpc.newStub(channel);
-    this.blocking = WindowServiceGrpc.newBlockingStub(channel);
   }
 
   /**
@@ -89,32 +86,16 @@ public final class WindowClient implements AutoCloseable {
     return path;
   }
 
-  /**
-   * A channel over Netty's epoll transport to a Unix socket, with no other option: the sidecar
-   * takes the socket path grpc-java sends as {@code :authority}.
-   */
+  /** A channel to a Unix socket; NoClassDefFoundError means the optional epoll jar is missing. */
   private static WindowClient connectUnix(String path) {
-    if (!Epoll.isAvailable()) {
-      throw new IllegalStateException(
-          "unix:" + path + " needs Netty's native epoll library"
-              + " (libnetty_transport_native_epoll_<arch>.so on -Djava.library.path, built by"
-              + " native-epoll.sh, or io.netty:netty-transport-native-epoll with a linux"
-              + " classifier)",
-          Epoll.unavailabilityCause());
-    }
-    EventLoopGroup group = new EpollEventLoopGroup(1);
+    UnixSockets.Connection c;
     try {
-      ManagedChannel channel =
-          NettyChannelBuilder.forAddress(new DomainSocketAddress(path))
-              .eventLoopGroup(group)
-              .channelType(EpollDomainSocketChannel.class)
-              .usePlaintext()
-              .build();
-      return new WindowClient(channel, true, group);
-    } catch (RuntimeException e) {
-      group.shutdownGracefully(0, 0, TimeUnit.SECONDS);
-      throw e;
+      c = UnixSockets.connect(path);
+    } catch (NoClassDefFoundError e) {
+      throw new IllegalStateException(
+          "unix:" + path + " needs io.netty:netty-transport-native-epoll on the classpath", e);
     }
+    return new WindowClient(c.channel(), true, c.group());
   }
 
   /** The generated asynchronous stub, for anything this helper does not cover. */
@@ -129,8 +110,12 @@ public final class WindowClient implements AutoCloseable {
     }
   }
 
-  /** Appends the messages to a stream in one call; returns the ids Redis gave them. */
-  public List<String> publish(String stream, List<Message> messages) {
+  /**
+   * Appends the messages to a stream in one call. The future completes with the ids Redis gave
+   * them, or with the call's {@link io.grpc.StatusRuntimeException}. Asynchronous, so that a producer can keep publishing while
+   * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s.
+   */
+  public CompletableFuture<List<String>> publish(String stream, List<Message> messages) {
     PublishRequest.Builder req = PublishRequest.newBuilder().setStream(stream);
     for (Message m : messages) {
       PublishEntry.Builder e = PublishEntry.newBuilder().setPayload(m.payload());
@@ -139,7 +124,28 @@ public final class WindowClient implements AutoCloseable {
       }
       req.addEntries(e);
     }
-    return blocking.withDeadlineAfter(30, TimeUnit.SECONDS).publish(req.build()).getIdsList();
+    CompletableFuture<List<String>> ids = new CompletableFuture<>();
+    async
+        .withDeadlineAfter(30, TimeUnit.SECONDS)
+        .publish(
+            req.build(),
+            new StreamObserver<PublishResponse>() {
+              @Override
+              public void onNext(PublishResponse r) {
+                ids.complete(r.getIdsList());
+              }
+
+              @Override
+              public void onError(Throwable t) {
+                ids.completeExceptionally(t);
+              }
+
+              @Override
+              public void onCompleted() {
+                ids.complete(List.of()); // no-op after onNext
+              }
+            });
+    return ids;
   }
 
   /**

@@ -185,6 +185,7 @@ public class SubscriptionTest {
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
     try (Subscription sub = client.subscribe(options().onFlush(flushes::add).build(), ds::add)) {
+      assertFalse(sub.isTerminated());
       Delivery d1 = take(ds);
       Delivery d2 = take(ds);
       Delivery d3 = take(ds);
@@ -290,6 +291,7 @@ public class SubscriptionTest {
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     try (Subscription sub = client.subscribe(options().build(), ds::add)) {
+      assertFalse(sub.isTerminated());
       take(ds).queue("FLUSHALL").ack();
       assertNotNull(got.poll(5, TimeUnit.SECONDS));
       Batch b = got.poll(5, TimeUnit.SECONDS);
@@ -364,6 +366,7 @@ public class SubscriptionTest {
             d -> {
               throw new IllegalStateException("boom");
             })) {
+      assertFalse(sub.isTerminated());
       Batch b = got.poll(5, TimeUnit.SECONDS);
       assertNotNull(b);
       assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, b.getOutcomes(0).getKind());

@@ -6,6 +6,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletionException;
 
 /**
  * Publishes the order set of orders.json to the {@code orders} stream through the sidecar's
@@ -32,7 +33,14 @@ public final class Producer {
           Message.of(payload, Map.of("content-type", "application/json", "order-id", o.id)));
     }
     try (WindowClient client = WindowClient.connect(addr)) {
-      List<String> ids = client.publish(stream, messages);
+      List<String> ids;
+      try {
+        ids = client.publish(stream, messages).join();
+      } catch (CompletionException e) {
+        System.err.println("publish failed: " + e.getCause());
+        System.exit(1);
+        return;
+      }
       if (ids.isEmpty()) {
         System.out.printf("published no orders to \"%s\"%n", stream);
       } else {
