@@ -11,7 +11,9 @@
 #      its worker until done, and checks the Redis end state of ../orders.json with redis-cli;
 #   4. does it again through a second sidecar on a Unix socket (--listen unix:PATH), with the
 #      examples' --addr unix:PATH: grpc-java's epoll transport over Netty's native library, which
-#      native-epoll.sh builds from Debian's source (Debian ships none), and no other option.
+#      native-epoll.sh builds from Debian's source (Debian ships none), and no other option;
+#   5. a third sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer and the
+#      worker work, without it their calls fail with UNAUTHENTICATED.
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -190,5 +192,46 @@ check "unix socket: grpc-java sent the socket path as :authority, ignored" \
   "$(grep -cF "ignoring a malformed :authority (b\"$sock\")" "$work/sidecar-uds.log" | awk '{print ($1 > 0)}')" 1
 check "unix socket: no other malformed line in the sidecar's log" \
   "$(grep -i malformed "$work/sidecar-uds.log" | grep -vcF 'ignoring a malformed :authority')" 0
+
+# --- the bearer token -----------------------------------------------------------------------
+# A third sidecar that wants a token: WindowClient.connect sends WINDOW_SIDECAR_TOKEN's.
+token_file="$work/token"
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file"
+auth_port=$(free_port)
+auth_addr="127.0.0.1:$auth_port"
+log "a third sidecar on $auth_addr with --auth-token-file"
+"$sidecar_bin" --listen "$auth_addr" --redis-url "redis://127.0.0.1:$redis_port" \
+  --auth-token-file "$token_file" --promote-interval 100ms --shutdown-grace 2s \
+  >"$work/sidecar-auth.log" 2>&1 &
+pids+=("$!")
+wait_for "the sidecar on $auth_addr" tcp_open "$auth_port"
+rcli FLUSHDB >/dev/null
+auth_stream=auth-orders
+set +e
+env -u WINDOW_SIDECAR_TOKEN timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
+  --addr "$auth_addr" --orders "$orders" --stream "$auth_stream" >"$work/auth-producer-none.log" 2>&1
+none_producer_rc=$?
+env -u WINDOW_SIDECAR_TOKEN timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
+  --addr "$auth_addr" --orders "$orders" --stream "$auth_stream" --consumer auth-0 \
+  --idle-timeout 20s >"$work/auth-worker-none.log" 2>&1
+none_worker_rc=$?
+WINDOW_SIDECAR_TOKEN=$(cat "$token_file") timeout 60 java -cp "$app_cp" \
+  dev.windowsidecar.examples.Producer --addr "$auth_addr" --orders "$orders" \
+  --stream "$auth_stream" >"$work/auth-producer.log" 2>&1
+producer_rc=$?
+WINDOW_SIDECAR_TOKEN=$(cat "$token_file") timeout 120 java -cp "$app_cp" \
+  dev.windowsidecar.examples.Worker --addr "$auth_addr" --orders "$orders" \
+  --stream "$auth_stream" --consumer auth-1 --idle-timeout 20s >"$work/auth-worker.log" 2>&1
+worker_rc=$?
+set -e
+check "token: without it the producer fails with UNAUTHENTICATED" \
+  "$none_producer_rc:$(grep -c UNAUTHENTICATED "$work/auth-producer-none.log" | awk '{print ($1 > 0)}')" 1:1
+check "token: without it the worker's subscription fails with UNAUTHENTICATED" \
+  "$none_worker_rc:$(grep -c 'subscription ended: .*UNAUTHENTICATED' "$work/auth-worker-none.log" | awk '{print ($1 > 0)}')" 1:1
+check "token: producer exit status" "$producer_rc" 0
+check_published "token" "$work/auth-producer.log" "$auth_stream" '"'
+check "token: worker exit status" "$worker_rc" 0
+check_summary_counts "token" "$work/auth-worker.log"
+check_end_state "token" "$auth_stream"
 
 e2e_summary

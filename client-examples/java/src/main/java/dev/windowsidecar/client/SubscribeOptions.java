@@ -1,14 +1,36 @@
 package dev.windowsidecar.client;
 
+import dev.windowsidecar.v1.DeadLetter;
+import dev.windowsidecar.v1.Mode;
+import dev.windowsidecar.v1.Open;
+import dev.windowsidecar.v1.PubSubSource;
 import dev.windowsidecar.v1.Rejection;
+import dev.windowsidecar.v1.ReliableListSource;
+import dev.windowsidecar.v1.SimpleListSource;
+import dev.windowsidecar.v1.StreamSource;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.function.BiConsumer;
 import java.util.function.Consumer;
 
-/** What to subscribe to and how. Build with {@link #builder(String, String)}. */
+/**
+ * What to subscribe to and how. One builder per source: {@link #builder(String, String)} (a
+ * stream through a consumer group), {@link #reliableList}, {@link #simpleList}, {@link #pubsub}.
+ * The builder's setters that a source does not take are ignored by the sidecar's rules, not here.
+ */
 public final class SubscribeOptions {
+  /** The Redis source a subscription reads. */
+  enum Source {
+    STREAM,
+    RELIABLE_LIST,
+    SIMPLE_LIST,
+    PUBSUB
+  }
+
+  final Source source;
+  /** The stream or list key; for pub/sub a description of the channels. */
   final String stream;
   final String group;
   final String consumer;
@@ -22,11 +44,19 @@ public final class SubscribeOptions {
   final Duration openTimeout;
   final Duration closeTimeout;
   final Duration errorRetryDelay;
+  final Duration deadAfter;
+  final List<String> channels;
+  final List<String> patterns;
+  final List<String> shardedChannels;
+  final int maxDeliveries;
+  final String deadLetter;
+  final boolean atomic;
   final Consumer<Flush> onFlush;
   final BiConsumer<Delivery, List<Rejection>> onRejection;
 
   private SubscribeOptions(Builder b) {
-    stream = b.stream;
+    source = b.source;
+    stream = b.source == Source.PUBSUB ? "pubsub" + b.channels + b.patterns + b.shardedChannels : b.stream;
     group = b.group;
     consumer = b.consumer;
     startId = b.startId;
@@ -39,17 +69,112 @@ public final class SubscribeOptions {
     openTimeout = b.openTimeout;
     closeTimeout = b.closeTimeout;
     errorRetryDelay = b.errorRetryDelay;
+    deadAfter = b.deadAfter;
+    channels = List.copyOf(b.channels);
+    patterns = List.copyOf(b.patterns);
+    shardedChannels = List.copyOf(b.shardedChannels);
+    maxDeliveries = b.maxDeliveries;
+    deadLetter = b.deadLetter;
+    atomic = b.atomic;
     onFlush = b.onFlush;
     onRejection = b.onRejection;
   }
 
   /** Options for the stream key {@code stream} read through the consumer group {@code group}. */
   public static Builder builder(String stream, String group) {
-    return new Builder(stream, group);
+    if (group == null || group.isEmpty()) {
+      throw new IllegalArgumentException("a stream subscription needs a group");
+    }
+    return new Builder(Source.STREAM, stream, group);
+  }
+
+  /**
+   * A list read reliably (at least once): each read moves entries to this consumer's processing
+   * list, which survives a restart. Takes {@link Builder#consumer} and {@link Builder#deadAfter}.
+   */
+  public static Builder reliableList(String key) {
+    return new Builder(Source.RELIABLE_LIST, key, "");
+  }
+
+  /** A list read by popping: at most once, a crash loses what was in flight. */
+  public static Builder simpleList(String key) {
+    return new Builder(Source.SIMPLE_LIST, key, "");
+  }
+
+  /**
+   * Pub/sub (at most once): messages published while the subscription is open, on the {@link
+   * Builder#channels}, {@link Builder#patterns} and {@link Builder#shardedChannels} set.
+   */
+  public static Builder pubsub() {
+    return new Builder(Source.PUBSUB, "", "");
+  }
+
+  /** "stream/group", the key of a list, or the channels; for log lines. */
+  String describe() {
+    return source == Source.STREAM ? stream + "/" + group : stream;
+  }
+
+  /** The {@code open} message of a new stream. */
+  Open toOpen() {
+    Open.Builder open =
+        Open.newBuilder()
+            .setCount(count)
+            .setMaxInFlight(maxInFlight)
+            .setMode(atomic ? Mode.MODE_ATOMIC : Mode.MODE_PIPELINE);
+    switch (source) {
+      case STREAM -> {
+        StreamSource.Builder s =
+            StreamSource.newBuilder()
+                .setKey(stream)
+                .setGroup(group)
+                .setConsumer(consumer)
+                .setStartId(startId);
+        if (!minIdle.isZero()) {
+          s.setMinIdle(duration(minIdle));
+        }
+        open.setStream(s);
+      }
+      case RELIABLE_LIST -> {
+        ReliableListSource.Builder l = ReliableListSource.newBuilder().setKey(stream).setConsumer(consumer);
+        if (!deadAfter.isZero()) {
+          l.setDeadAfter(duration(deadAfter));
+        }
+        open.setReliableList(l);
+      }
+      case SIMPLE_LIST -> open.setSimpleList(SimpleListSource.newBuilder().setKey(stream));
+      case PUBSUB ->
+          open.setPubsub(
+              PubSubSource.newBuilder()
+                  .addAllChannels(channels)
+                  .addAllPatterns(patterns)
+                  .addAllShardedChannels(shardedChannels));
+    }
+    if (!block.isZero()) {
+      open.setBlock(duration(block));
+    }
+    if (maxDeliveries > 0) {
+      open.setMaxDeliveries(maxDeliveries);
+      DeadLetter.Builder dl = DeadLetter.newBuilder();
+      if (source == Source.STREAM) {
+        dl.setStream(deadLetter);
+      } else {
+        dl.setList(deadLetter);
+      }
+      open.setDeadLetter(dl);
+    }
+    return open.build();
+  }
+
+  static com.google.protobuf.Duration duration(Duration d) {
+    return com.google.protobuf.Duration.newBuilder()
+        .setSeconds(d.getSeconds())
+        .setNanos(d.getNano())
+        .build();
   }
 
   /** Builds {@link SubscribeOptions}. */
   public static final class Builder {
+    private final Source source;
     private final String stream;
     private final String group;
     private String consumer = "";
@@ -63,14 +188,22 @@ public final class SubscribeOptions {
     private Duration openTimeout = Duration.ofSeconds(10);
     private Duration closeTimeout = Duration.ofSeconds(10);
     private Duration errorRetryDelay = Duration.ofSeconds(1);
+    private Duration deadAfter = Duration.ZERO;
+    private final List<String> channels = new ArrayList<>();
+    private final List<String> patterns = new ArrayList<>();
+    private final List<String> shardedChannels = new ArrayList<>();
+    private int maxDeliveries;
+    private String deadLetter = "";
+    private boolean atomic;
     private Consumer<Flush> onFlush;
     private BiConsumer<Delivery, List<Rejection>> onRejection;
 
-    private Builder(String stream, String group) {
-      if (stream == null || stream.isEmpty() || group == null || group.isEmpty()) {
-        throw new IllegalArgumentException("a subscription needs a stream and a group");
+    private Builder(Source source, String key, String group) {
+      if (source != Source.PUBSUB && (key == null || key.isEmpty())) {
+        throw new IllegalArgumentException("a subscription needs a key");
       }
-      this.stream = stream;
+      this.source = source;
+      this.stream = key;
       this.group = group;
     }
 
@@ -145,6 +278,56 @@ public final class SubscribeOptions {
     }
 
     /**
+     * Caps the deliveries of an entry (streams and lists): an entry at the cap whose outcome is
+     * retry or retry_after, or read again beyond it, goes to {@code deadLetter} instead (a
+     * stream for a stream subscription, a list for a list one; on a cluster, in the hash slot of
+     * the subscription's key). That is how a poison entry, retried forever otherwise (a handler
+     * that throws, a command the sidecar refuses), ends.
+     */
+    public Builder deadLetter(int maxDeliveries, String deadLetter) {
+      if (maxDeliveries < 1 || deadLetter == null || deadLetter.isEmpty()) {
+        throw new IllegalArgumentException("a dead letter needs a cap of at least 1 and a key");
+      }
+      this.maxDeliveries = maxDeliveries;
+      this.deadLetter = deadLetter;
+      return this;
+    }
+
+    /**
+     * Atomic mode: each acked delivery's commands and its own settle run as one MULTI/EXEC,
+     * instead of one pipeline for the whole read (the default, faster). For side effects that
+     * must never be seen half-applied.
+     */
+    public Builder atomic(boolean atomic) {
+      this.atomic = atomic;
+      return this;
+    }
+
+    /** Reliable lists: a consumer silent for this long is dead and its entries go back. Zero: 30 s. */
+    public Builder deadAfter(Duration deadAfter) {
+      this.deadAfter = deadAfter;
+      return this;
+    }
+
+    /** Pub/sub: channels to SUBSCRIBE to. */
+    public Builder channels(String... channels) {
+      this.channels.addAll(List.of(channels));
+      return this;
+    }
+
+    /** Pub/sub: patterns to PSUBSCRIBE to. */
+    public Builder patterns(String... patterns) {
+      this.patterns.addAll(List.of(patterns));
+      return this;
+    }
+
+    /** Pub/sub: sharded channels to SSUBSCRIBE to (Redis 7). */
+    public Builder shardedChannels(String... shardedChannels) {
+      this.shardedChannels.addAll(List.of(shardedChannels));
+      return this;
+    }
+
+    /**
      * Called when the sidecar refuses a delivery's outcome (for example INCOMPLETE_SEGMENT: one
      * of its commands was refused). The delivery is open again: settle it with drop, retry or
      * retryAfter. Unset: such a delivery is dropped with the rejection as its reason (a refused
@@ -156,6 +339,9 @@ public final class SubscribeOptions {
     }
 
     public SubscribeOptions build() {
+      if (source == Source.PUBSUB && channels.isEmpty() && patterns.isEmpty() && shardedChannels.isEmpty()) {
+        throw new IllegalArgumentException("a pub/sub subscription needs a channel or a pattern");
+      }
       return new SubscribeOptions(this);
     }
   }

@@ -1,8 +1,6 @@
 package dev.windowsidecar.client;
 
-import dev.windowsidecar.v1.Open;
 import dev.windowsidecar.v1.Opened;
-import dev.windowsidecar.v1.StreamSource;
 import dev.windowsidecar.v1.SubscribeRequest;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
@@ -38,7 +36,7 @@ public final class Subscription implements AutoCloseable {
     this.client = client;
     this.options = options;
     this.handler = handler;
-    this.thread = new Thread(this::run, "window-subscription-" + options.stream);
+    this.thread = new Thread(this::run, "window-subscription-" + options.describe());
   }
 
   void start() {
@@ -131,14 +129,13 @@ public final class Subscription implements AutoCloseable {
         }
         if (!retryable(failure)) {
           error = failure;
-          log("subscription %s/%s failed: %s", options.stream, options.group, failure);
+          log("subscription %s failed: %s", options.describe(), failure);
           return;
         }
         long half = Math.max(1, backoff.toMillis() / 2);
         long wait = half + ThreadLocalRandom.current().nextLong(half + 1);
         log(
-            "subscription %s/%s: %s; reconnecting in %d ms",
-            options.stream, options.group, describe(failure), wait);
+            "subscription %s: %s; reconnecting in %d ms", options.describe(), describe(failure), wait);
         if (closeRequested.await(wait, TimeUnit.MILLISECONDS)) {
           return;
         }
@@ -190,21 +187,7 @@ public final class Subscription implements AutoCloseable {
   private Session open() throws InterruptedException {
     Session s = new Session(this);
     client.async.subscribe(s);
-    StreamSource.Builder source =
-        StreamSource.newBuilder()
-            .setKey(options.stream)
-            .setGroup(options.group)
-            .setConsumer(options.consumer)
-            .setStartId(options.startId);
-    if (!options.minIdle.isZero()) {
-      source.setMinIdle(duration(options.minIdle));
-    }
-    Open.Builder open =
-        Open.newBuilder().setStream(source).setCount(options.count).setMaxInFlight(options.maxInFlight);
-    if (!options.block.isZero()) {
-      open.setBlock(duration(options.block));
-    }
-    s.send(SubscribeRequest.newBuilder().setOpen(open).build());
+    s.send(SubscribeRequest.newBuilder().setOpen(options.toOpen()).build());
     try {
       Opened opened = s.opened.get(options.openTimeout.toMillis(), TimeUnit.MILLISECONDS);
       consumer = opened.getConsumer();
@@ -237,12 +220,5 @@ public final class Subscription implements AutoCloseable {
   private static String describe(Throwable t) {
     Status st = Status.fromThrowable(t);
     return st.getCode() + ": " + st.getDescription();
-  }
-
-  private static com.google.protobuf.Duration duration(Duration d) {
-    return com.google.protobuf.Duration.newBuilder()
-        .setSeconds(d.getSeconds())
-        .setNanos(d.getNano())
-        .build();
   }
 }

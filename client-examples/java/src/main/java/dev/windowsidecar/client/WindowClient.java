@@ -5,8 +5,12 @@ import dev.windowsidecar.v1.PublishEntry;
 import dev.windowsidecar.v1.PublishRequest;
 import dev.windowsidecar.v1.PublishResponse;
 import dev.windowsidecar.v1.WindowServiceGrpc;
+import io.grpc.Channel;
+import io.grpc.ClientInterceptors;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.stub.MetadataUtils;
 import io.grpc.stub.StreamObserver;
 import io.netty.channel.EventLoopGroup;
 import java.util.List;
@@ -29,8 +33,17 @@ import java.util.concurrent.TimeUnit;
  * <p>{@code connect("unix:/run/window-sidecar/grpc.sock")} reaches a sidecar on its Unix socket
  * ({@code --listen unix:PATH}) through Netty's epoll transport, whose native library must be on
  * {@code java.library.path} (see {@code native-epoll.sh}).
+ *
+ * <p>A sidecar started with {@code --auth-token-file} wants every call to carry its bearer token:
+ * {@link #connect(String)} sends the one in the environment variable {@value #TOKEN_ENV} when it is
+ * set, as {@code authorization: Bearer <token>}.
  */
 public final class WindowClient implements AutoCloseable {
+  /** The environment variable {@link #connect(String)} takes the bearer token from. */
+  public static final String TOKEN_ENV = "WINDOW_SIDECAR_TOKEN";
+
+  private static final Metadata.Key<String> AUTHORIZATION =
+      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
 
   private final ManagedChannel channel;
   private final boolean owned;
@@ -38,11 +51,17 @@ public final class WindowClient implements AutoCloseable {
   private final EventLoopGroup group;
   final WindowServiceGrpc.WindowServiceStub async;
 
-  private WindowClient(ManagedChannel channel, boolean owned, EventLoopGroup group) {
+  private WindowClient(ManagedChannel channel, boolean owned, EventLoopGroup group, String token) {
     this.channel = channel;
     this.owned = owned;
     this.group = group;
-    this.async = WindowServiceGrpc.newStub(channel);
+    Channel calls = channel;
+    if (token != null && !token.isEmpty()) {
+      Metadata headers = new Metadata();
+      headers.put(AUTHORIZATION, "Bearer " + token);
+      calls = ClientInterceptors.intercept(channel, MetadataUtils.newAttachHeadersInterceptor(headers));
+    }
+    this.async = WindowServiceGrpc.newStub(calls);
   }
 
   /**
@@ -51,17 +70,27 @@ public final class WindowClient implements AutoCloseable {
    * grpc-java (1.41 has no {@code unix:} name resolver).
    */
   public static WindowClient connect(String target) {
+    return connect(target, System.getenv(TOKEN_ENV));
+  }
+
+  /** {@link #connect(String)} with this bearer token (null or empty: none). */
+  public static WindowClient connect(String target, String token) {
     String path = unixSocketPath(target);
     if (path == null) {
       ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
-      return new WindowClient(channel, true, null);
+      return new WindowClient(channel, true, null, token);
     }
-    return connectUnix(path);
+    return connectUnix(path, token);
   }
 
-  /** Uses a channel the caller owns ({@link #close} leaves it open). */
+  /** Uses a channel the caller owns ({@link #close} leaves it open), with no token. */
   public static WindowClient of(ManagedChannel channel) {
-    return new WindowClient(channel, false, null);
+    return of(channel, null);
+  }
+
+  /** Uses a channel the caller owns, every call carrying this bearer token. */
+  public static WindowClient of(ManagedChannel channel, String token) {
+    return new WindowClient(channel, false, null, token);
   }
 
   /**
@@ -87,7 +116,7 @@ public final class WindowClient implements AutoCloseable {
   }
 
   /** A channel to a Unix socket; NoClassDefFoundError means the optional epoll jar is missing. */
-  private static WindowClient connectUnix(String path) {
+  private static WindowClient connectUnix(String path, String token) {
     UnixSockets.Connection c;
     try {
       c = UnixSockets.connect(path);
@@ -95,7 +124,7 @@ public final class WindowClient implements AutoCloseable {
       throw new IllegalStateException(
           "unix:" + path + " needs io.netty:netty-transport-native-epoll on the classpath", e);
     }
-    return new WindowClient(c.channel(), true, c.group());
+    return new WindowClient(c.channel(), true, c.group(), token);
   }
 
   /** The generated asynchronous stub, for anything this helper does not cover. */
@@ -112,7 +141,8 @@ public final class WindowClient implements AutoCloseable {
 
   /**
    * Appends the messages to a stream in one call. The future completes with the ids Redis gave
-   * them, or with the call's {@link io.grpc.StatusRuntimeException}. Asynchronous, so that a producer can keep publishing while
+   * them, or with the call's {@link io.grpc.StatusRuntimeException} (for example UNAUTHENTICATED
+   * without the sidecar's token). Asynchronous, so that a producer can keep publishing while
    * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s.
    */
   public CompletableFuture<List<String>> publish(String stream, List<Message> messages) {

@@ -14,7 +14,8 @@ import java.util.concurrent.CompletionException;
  *
  * <p>Flags: {@code --addr host:port} or {@code unix:PATH} (env WINDOW_SIDECAR_ADDR, default
  * 127.0.0.1:50051), {@code --orders path} (default ../orders.json), {@code --stream key}
- * (default: the file's).
+ * (default: the file's). A sidecar started with {@code --auth-token-file} needs the token in
+ * WINDOW_SIDECAR_TOKEN.
  */
 public final class Producer {
   private Producer() {}

@@ -29,7 +29,9 @@ import java.util.concurrent.TimeUnit;
  * 127.0.0.1:50051), {@code --consumer} (env WINDOW_CONSUMER, default worker-1), {@code --stream
  * orders}, {@code --group order-service}, {@code --count 16}, {@code --orders ../orders.json},
  * {@code --expect N} (0: as many as in --orders; -1: until idle), {@code --retry-delay 200ms},
- * {@code --idle-timeout 30s}, {@code --work-time 0ms} (simulated handling time per order).
+ * {@code --idle-timeout 30s}, {@code --work-time 0ms} (simulated handling time per order),
+ * {@code --max-deliveries 0} and {@code --dead-letter KEY} (the delivery cap and where entries past
+ * it go), {@code --atomic false} (each order's commands and XACK in one MULTI/EXEC).
  */
 public final class Worker {
   private Worker() {}
@@ -48,6 +50,9 @@ public final class Worker {
     Duration retryDelay = args.getDuration("retry-delay", Duration.ofMillis(200));
     Duration idleTimeout = args.getDuration("idle-timeout", Duration.ofSeconds(30));
     Duration workTime = args.getDuration("work-time", Duration.ZERO);
+    int maxDeliveries = args.getInt("max-deliveries", 0);
+    String deadLetter = args.get("dead-letter", "");
+    boolean atomic = Boolean.parseBoolean(args.get("atomic", "false"));
     args.done();
 
     int want = expect != 0 ? expect : Orders.load(Path.of(ordersPath)).payloads().size();
@@ -56,12 +61,16 @@ public final class Worker {
 
     int exit = 0;
     try (WindowClient client = WindowClient.connect(addr)) {
-      SubscribeOptions options =
+      SubscribeOptions.Builder builder =
           SubscribeOptions.builder(stream, group)
               .consumer(consumer)
               .count(count)
-              .onFlush(tally::flushed)
-              .build();
+              .atomic(atomic)
+              .onFlush(tally::flushed);
+      if (maxDeliveries > 0) {
+        builder.deadLetter(maxDeliveries, deadLetter);
+      }
+      SubscribeOptions options = builder.build();
       Subscription sub =
           client.subscribe(
               options,

@@ -1,0 +1,75 @@
+package dev.windowsidecar.client;
+
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertThrows;
+import static org.junit.Assert.assertTrue;
+
+import dev.windowsidecar.v1.Mode;
+import dev.windowsidecar.v1.Open;
+import java.time.Duration;
+import java.util.List;
+import org.junit.Test;
+
+/** The {@code open} message each kind of options becomes. */
+public class SubscribeOptionsTest {
+  @Test
+  public void streamWithDeadLetterAndAtomicMode() {
+    Open open =
+        SubscribeOptions.builder("orders", "svc")
+            .consumer("w1")
+            .count(8)
+            .deadLetter(2, "orders-dead")
+            .atomic(true)
+            .build()
+            .toOpen();
+    assertEquals("orders", open.getStream().getKey());
+    assertEquals("svc", open.getStream().getGroup());
+    assertEquals("w1", open.getStream().getConsumer());
+    assertEquals(8, open.getCount());
+    assertEquals(2, open.getMaxDeliveries());
+    assertEquals("orders-dead", open.getDeadLetter().getStream());
+    assertEquals(Mode.MODE_ATOMIC, open.getMode());
+  }
+
+  @Test
+  public void pipelineAndNoCapByDefault() {
+    Open open = SubscribeOptions.builder("orders", "svc").build().toOpen();
+    assertEquals(Mode.MODE_PIPELINE, open.getMode());
+    assertEquals(0, open.getMaxDeliveries());
+    assertFalse(open.hasDeadLetter());
+  }
+
+  @Test
+  public void listsTakeAListDeadLetter() {
+    Open reliable =
+        SubscribeOptions.reliableList("jobs")
+            .consumer("w1")
+            .deadAfter(Duration.ofSeconds(10))
+            .deadLetter(3, "jobs-dead")
+            .build()
+            .toOpen();
+    assertEquals("jobs", reliable.getReliableList().getKey());
+    assertEquals("w1", reliable.getReliableList().getConsumer());
+    assertEquals(10, reliable.getReliableList().getDeadAfter().getSeconds());
+    assertEquals("jobs-dead", reliable.getDeadLetter().getList());
+    Open simple = SubscribeOptions.simpleList("jobs").build().toOpen();
+    assertEquals("jobs", simple.getSimpleList().getKey());
+  }
+
+  @Test
+  public void pubsubNeedsAChannelOrAPattern() {
+    Open open = SubscribeOptions.pubsub().channels("news").patterns("ev.*").build().toOpen();
+    assertTrue(open.hasPubsub());
+    assertEquals(List.of("news"), open.getPubsub().getChannelsList());
+    assertEquals(List.of("ev.*"), open.getPubsub().getPatternsList());
+    assertThrows(IllegalArgumentException.class, () -> SubscribeOptions.pubsub().build());
+  }
+
+  @Test
+  public void aDeadLetterNeedsACapAndAKey() {
+    SubscribeOptions.Builder b = SubscribeOptions.builder("orders", "svc");
+    assertThrows(IllegalArgumentException.class, () -> b.deadLetter(0, "dead"));
+    assertThrows(IllegalArgumentException.class, () -> b.deadLetter(2, ""));
+  }
+}
