@@ -13,7 +13,9 @@
 #      examples' --addr unix:PATH: grpc-java's epoll transport over Netty's native library, which
 #      native-epoll.sh builds from Debian's source (Debian ships none), and no other option;
 #   5. a third sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer and the
-#      worker work, without it their calls fail with UNAUTHENTICATED.
+#      worker work, without it their calls fail with UNAUTHENTICATED;
+#   6. a poison order whose handler queues FLUSHALL, which the sidecar refuses: the helper settles
+#      it with retry_after 1 s, and with a cap of 2 deliveries it ends in the dead-letter stream.
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -233,5 +235,38 @@ check_published "token" "$work/auth-producer.log" "$auth_stream" '"'
 check "token: worker exit status" "$worker_rc" 0
 check_summary_counts "token" "$work/auth-worker.log"
 check_end_state "token" "$auth_stream"
+
+# --- a refused command --------------------------------------------------------------------
+# A poison order: its handler queues FLUSHALL, which the sidecar refuses (and with it the ack).
+# The helper settles it with retry_after 1 s (never a drop); the worker's cap of 2 deliveries
+# and dead-letter stream end it there on the second refusal.
+poison_stream=poison-orders
+dead=poison-orders-dead
+jq -n --arg s "$poison_stream" \
+  '{stream: $s, group: "order-service", orders: [{id: "p-1", poison: true, lines: [{sku: "poison", qty: 1}]}]}' \
+  >"$work/poison.json"
+set +e
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
+  --orders "$work/poison.json" >"$work/poison-producer.log" 2>&1
+producer_rc=$?
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
+  --orders "$work/poison.json" --stream "$poison_stream" --consumer poison-1 --expect -1 \
+  --idle-timeout 4s --max-deliveries 2 --dead-letter "$dead" >"$work/poison-worker.log" 2>&1
+worker_rc=$?
+set -e
+check "refused command: producer exit status" "$producer_rc" 0
+check "refused command: worker exit status" "$worker_rc" 0
+check "refused command: the helper logged the sidecar's refusal of FLUSHALL" \
+  "$(grep -c 'refused command FLUSHALL' "$work/poison-worker.log" | awk '{print ($1 >= 2)}')" 1
+check "refused command: XLEN $dead (dead-lettered after 2 deliveries)" "$(rcli xlen "$dead")" 1
+dead_fields=$(rcli xrange "$dead" - + | paste -sd' ')
+check "refused command: the dead letter says 2 deliveries and the rejection as reason" \
+  "$(rcli --no-raw xrange "$dead" - + | awk '/x-window-deliveries/ {getline; d=$0} /x-window-reason/ {getline; r=$0} END {print (d ~ /"2"/) ":" (r ~ /rejected: /)}')" 1:1
+check "refused command: XPENDING $poison_stream order-service" \
+  "$(rcli xpending "$poison_stream" order-service | head -1)" 0
+check "refused command: ZCARD {$poison_stream}:window:delayed" "$(rcli zcard "{$poison_stream}:window:delayed")" 0
+check "refused command: its other commands never ran (no HGET sku-totals poison)" \
+  "$(rcli hget sku-totals poison)" ""
+echo "   dead letter: $dead_fields"
 
 e2e_summary

@@ -26,6 +26,13 @@ import java.util.concurrent.TimeUnit;
 
 /** One Subscribe stream. Everything mutable is guarded by {@link #lock}. */
 final class Session implements ClientResponseObserver<SubscribeRequest, SubscribeResponse> {
+  /**
+   * The delay of a delivery whose command or outcome the sidecar refused. Retried, not dropped:
+   * the entry is never lost, and with {@code maxDeliveries} and a dead letter a poison entry
+   * ends up in the dead letter once the cap is reached. The same in every window-sidecar helper.
+   */
+  static final Duration REJECTED_RETRY_DELAY = Duration.ofSeconds(1);
+
   /** One Read: its deliveries and whether its batch went out. */
   static final class ReadState {
     final long id;
@@ -191,47 +198,61 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     }
   }
 
+  /**
+   * Settles every delivery whose outcome the sidecar refused (an ack after a refused command is
+   * refused as INCOMPLETE_SEGMENT; the slot stays open) with retry_after {@link
+   * #REJECTED_RETRY_DELAY}, the rejection as its reason. Never a drop: the entry outlives a
+   * handler that queues a bad command (fix the handler and the entry is still there), and a
+   * delivery cap with a dead letter ends a poison entry.
+   */
   private void onRejections(List<Rejection> rejections) {
     Map<Long, List<Rejection>> bySlot = new LinkedHashMap<>();
     for (Rejection r : rejections) {
       bySlot.computeIfAbsent(r.getSlot(), k -> new ArrayList<>()).add(r);
+      sub.log(
+          "the sidecar refused %s for slot %d: %s: %s",
+          r.getCommand().isEmpty() ? "the outcome" : "command " + r.getCommand(),
+          r.getSlot(),
+          r.getReason(),
+          r.getMessage());
     }
     for (Map.Entry<Long, List<Rejection>> e : bySlot.entrySet()) {
-      Delivery d;
-      boolean reopened = false;
       synchronized (lock) {
-        d = slots.get(e.getKey());
-        for (Rejection r : e.getValue()) {
-          boolean outcomeRefused =
-              r.getReason() == RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT
-                  || r.getReason() == RejectionReason.REJECTION_REASON_INVALID_OUTCOME;
-          if (outcomeRefused && d != null && d.outcome != null && d.sent) {
-            // The slot is still open on the sidecar: the delivery must be settled anew.
-            d.outcome = null;
-            d.sent = false;
-            d.commands = new ArrayList<>();
-            d.read.settled.remove(d);
-            reopened = true;
-          }
+        Delivery d = slots.get(e.getKey());
+        if (d == null || d.outcome == null || !d.sent || !outcomeRefused(e.getValue())) {
+          continue; // nothing of ours is open on the sidecar
         }
-      }
-      for (Rejection r : e.getValue()) {
-        sub.log(
-            "the sidecar refused %s for slot %d: %s: %s",
-            r.getCommand().isEmpty() ? "the outcome" : "command " + r.getCommand(),
-            r.getSlot(),
-            r.getReason(),
-            r.getMessage());
-      }
-      if (!reopened) {
-        continue;
-      }
-      if (sub.options.onRejection != null) {
-        sub.options.onRejection.accept(d, e.getValue());
-      } else {
-        d.drop("refused by window-sidecar: " + e.getValue().get(0).getMessage());
+        // The slot is still open on the sidecar: settle it anew, without its commands.
+        d.outcome = null;
+        d.sent = false;
+        d.commands = new ArrayList<>();
+        d.read.settled.remove(d);
+        d.retryAfter(REJECTED_RETRY_DELAY, "rejected: " + rejectionMessage(e.getValue()));
       }
     }
+  }
+
+  private static boolean outcomeRefused(List<Rejection> rejections) {
+    for (Rejection r : rejections) {
+      if (r.getReason() == RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT
+          || r.getReason() == RejectionReason.REJECTION_REASON_INVALID_OUTCOME) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /**
+   * The message of the rejection that explains a slot's refusal: a refused command's (the cause)
+   * rather than the INCOMPLETE_SEGMENT of the ack that followed it.
+   */
+  static String rejectionMessage(List<Rejection> rejections) {
+    for (Rejection r : rejections) {
+      if (!r.getCommand().isEmpty()) {
+        return r.getMessage();
+      }
+    }
+    return rejections.get(0).getMessage();
   }
 
   @Override

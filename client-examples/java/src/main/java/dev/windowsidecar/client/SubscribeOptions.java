@@ -4,7 +4,6 @@ import dev.windowsidecar.v1.DeadLetter;
 import dev.windowsidecar.v1.Mode;
 import dev.windowsidecar.v1.Open;
 import dev.windowsidecar.v1.PubSubSource;
-import dev.windowsidecar.v1.Rejection;
 import dev.windowsidecar.v1.ReliableListSource;
 import dev.windowsidecar.v1.SimpleListSource;
 import dev.windowsidecar.v1.StreamSource;
@@ -12,7 +11,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
-import java.util.function.BiConsumer;
 import java.util.function.Consumer;
 
 /**
@@ -52,7 +50,6 @@ public final class SubscribeOptions {
   final String deadLetter;
   final boolean atomic;
   final Consumer<Flush> onFlush;
-  final BiConsumer<Delivery, List<Rejection>> onRejection;
 
   private SubscribeOptions(Builder b) {
     source = b.source;
@@ -77,7 +74,6 @@ public final class SubscribeOptions {
     deadLetter = b.deadLetter;
     atomic = b.atomic;
     onFlush = b.onFlush;
-    onRejection = b.onRejection;
   }
 
   /** Options for the stream key {@code stream} read through the consumer group {@code group}. */
@@ -196,7 +192,6 @@ public final class SubscribeOptions {
     private String deadLetter = "";
     private boolean atomic;
     private Consumer<Flush> onFlush;
-    private BiConsumer<Delivery, List<Rejection>> onRejection;
 
     private Builder(Source source, String key, String group) {
       if (source != Source.PUBSUB && (key == null || key.isEmpty())) {
@@ -324,17 +319,6 @@ public final class SubscribeOptions {
     /** Pub/sub: sharded channels to SSUBSCRIBE to (Redis 7). */
     public Builder shardedChannels(String... shardedChannels) {
       this.shardedChannels.addAll(List.of(shardedChannels));
-      return this;
-    }
-
-    /**
-     * Called when the sidecar refuses a delivery's outcome (for example INCOMPLETE_SEGMENT: one
-     * of its commands was refused). The delivery is open again: settle it with drop, retry or
-     * retryAfter. Unset: such a delivery is dropped with the rejection as its reason (a refused
-     * command would be refused again on every retry).
-     */
-    public Builder onRejection(BiConsumer<Delivery, List<Rejection>> onRejection) {
-      this.onRejection = onRejection;
       return this;
     }
 

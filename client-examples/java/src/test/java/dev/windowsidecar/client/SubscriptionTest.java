@@ -259,9 +259,14 @@ public class SubscriptionTest {
     }
   }
 
-  /** A refused ack (INCOMPLETE_SEGMENT) reopens the delivery; without onRejection it is dropped. */
+  /**
+   * The rejection rule: a refused command (and so the refused ack, INCOMPLETE_SEGMENT) leaves the
+   * delivery open; the helper settles it with retry_after 1 s, the command's rejection as its
+   * reason, and without the command. Never a drop: the entry survives (or reaches the dead letter
+   * at the delivery cap).
+   */
   @Test
-  public void refusedAckIsDropped() throws Exception {
+  public void refusedCommandRetriesAfterOneSecond() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
     WindowClient client =
         start(
@@ -278,7 +283,7 @@ public class SubscriptionTest {
                                       .setSlot(1)
                                       .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
                                       .setCommand("FLUSHALL")
-                                      .setMessage("forbidden"))
+                                      .setMessage("FLUSHALL is forbidden"))
                               .addRejections(
                                   Rejection.newBuilder()
                                       .setSlot(1)
@@ -291,14 +296,22 @@ public class SubscriptionTest {
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     try (Subscription sub = client.subscribe(options().build(), ds::add)) {
-      assertFalse(sub.isTerminated());
-      take(ds).queue("FLUSHALL").ack();
-      assertNotNull(got.poll(5, TimeUnit.SECONDS));
+      Delivery d = take(ds);
+      assertTrue(d.queue("FLUSHALL").ack());
+      Batch first = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(first);
+      assertEquals(OutcomeKind.OUTCOME_KIND_ACK, first.getOutcomes(0).getKind());
       Batch b = got.poll(5, TimeUnit.SECONDS);
       assertNotNull(b);
-      assertEquals(0, b.getCommandsCount());
+      assertEquals("the refused command is not sent again", 0, b.getCommandsCount());
       assertEquals(1, b.getOutcomesCount());
-      assertEquals(OutcomeKind.OUTCOME_KIND_DROP, b.getOutcomes(0).getKind());
+      assertEquals(1, b.getOutcomes(0).getSlot());
+      assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, b.getOutcomes(0).getKind());
+      assertEquals(1, b.getOutcomes(0).getDelay().getSeconds());
+      assertEquals(0, b.getOutcomes(0).getDelay().getNanos());
+      assertEquals("rejected: FLUSHALL is forbidden", b.getOutcomes(0).getReason());
+      assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, d.outcome());
+      assertFalse(sub.isTerminated());
     }
   }
 

@@ -27,6 +27,7 @@ final class Orders {
     String id;
     List<Line> lines;
     boolean flaky; // fails on its first delivery
+    boolean poison; // its handling queues a command the sidecar refuses (FLUSHALL)
 
     /** Why the order can never be processed, or null when it is valid. */
     String invalid() {

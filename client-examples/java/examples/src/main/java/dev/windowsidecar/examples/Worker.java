@@ -20,7 +20,9 @@ import java.util.concurrent.TimeUnit;
  * <p>For each order: an invalid one (no lines, or a line with qty <= 0) is dropped; a flaky one
  * on its first delivery is retried after a delay; otherwise it queues, per line, {@code LPUSH
  * picks "<id>:<sku>:<qty>"} and {@code HINCRBY sku-totals <sku> <qty>}, and acks. The side
- * effects run in Redis only for acked orders, together with the XACK of their read.
+ * effects run in Redis only for acked orders, together with the XACK of their read. A {@code
+ * "poison"} order also queues {@code FLUSHALL}, which the sidecar refuses: the helper then retries
+ * it after 1 s, and with {@code --max-deliveries N --dead-letter KEY} it ends in the dead letter.
  *
  * <p>It exits when every order is settled for good (acked + dropped == number of orders, counted
  * from the sidecar's flush reports), or after {@code --idle-timeout} without a delivery.
@@ -142,6 +144,9 @@ public final class Worker {
     for (Orders.Line l : o.lines) {
       d.queue("LPUSH", "picks", o.id + ":" + l.sku + ":" + l.qty);
       d.queue("HINCRBY", "sku-totals", l.sku, l.qty);
+    }
+    if (o.poison) {
+      d.queue("FLUSHALL"); // refused by the sidecar: the helper settles it with retry_after
     }
     report(d, o.id, "ack (" + o.lines.size() + " lines)", d.ack());
   }
