@@ -13,10 +13,10 @@ import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from window_client import WindowClient, tracing
 
-from window_client import WindowClient, tracing  # noqa: E402
+# The default orders file: the repository's, next to this directory.
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _tracer():

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# End-to-end test of the Python client example against a real redis-server and window-sidecar.
+# End-to-end test of the Python client package against a real redis-server and window-sidecar.
 #
 #   bash client-examples/python/run-e2e.sh
 #
-# 1. installs what is missing into .venv (pip only: grpcio, grpcio-tools, OpenTelemetry),
-#    generates the code (./generate.sh), builds the sidecar when WINDOW_SIDECAR_BIN is missing;
+# 1. installs what is missing into .venv (pip only: the pinned grpcio-tools); builds the wheel
+#    (pip wheel: setup.py generates the code into it with the pinned grpcio-tools), installs it
+#    with its `otel` extra into a fresh virtualenv in the work directory and copies producer.py
+#    and worker.py to a directory of their own there: every program below runs from it, with
+#    that virtualenv's python, on the installed package; builds the sidecar when
+#    WINDOW_SIDECAR_BIN is missing;
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done, with OpenTelemetry hidden (the helper
 #    must work unchanged without it); asserts the Redis end state of ../orders.json;
@@ -25,20 +29,45 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # root, orders, sidecar_bin; e2e_init, check, start_redis, start_sidecar, check_end_state, …
 source "$here/../e2e-lib.sh"
 e2e_init py
+pip_q=(--quiet --disable-pip-version-check)
 
-# ---- 1. tools ----------------------------------------------------------------------------
+# ---- 1. tools, the wheel and its fresh virtualenv -----------------------------------------
 py="$here/.venv/bin/python"
 if [[ ! -x "$py" ]]; then
   log "creating $here/.venv"
   python3 -m venv "$here/.venv"
 fi
-if ! "$py" -c 'import grpc, grpc_health.v1, grpc_tools, google.protobuf, opentelemetry.sdk.trace' 2>/dev/null; then
-  log "installing the Python packages"
-  "$py" -m pip install --quiet --disable-pip-version-check \
-    -r "$here/requirements.txt" -r "$here/requirements-otel.txt"
+if ! "$py" -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null ||
+  [[ "$("$py" -c 'import grpc_tools.protoc, importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" != 1.72.1 ]]; then
+  log "installing the development packages (requirements.txt)"
+  "$py" -m pip install "${pip_q[@]}" -r "$here/requirements.txt"
 fi
-log "generating the gRPC code"
-PYTHON="$py" "$here/generate.sh"
+log "building the wheel (pip wheel --no-deps)"
+rm -rf "$here/build"  # setuptools' build directory: never a stale file in the wheel
+"$py" -m pip wheel "${pip_q[@]}" --no-deps -w "$work/dist" "$here" >"$work/wheel.log" 2>&1 ||
+  { cat "$work/wheel.log"; exit 1; }
+wheels=("$work"/dist/window_sidecar_client-*.whl)
+wheel="${wheels[0]}"
+check "wheel: one built, named window_sidecar_client-VERSION-py3-none-any" \
+  "${#wheels[@]}:$([[ $(basename "$wheel") =~ ^window_sidecar_client-[0-9.]+-py3-none-any\.whl$ ]] && echo ok)" "1:ok"
+check "wheel: carries the generated code, its .pyi and py.typed" \
+  "$("$py" -c 'import sys, zipfile; n = set(zipfile.ZipFile(sys.argv[1]).namelist()); print(sum(f"window_client/{f}" in n for f in ("py.typed", "_generated/window_pb2.py", "_generated/window_pb2.pyi", "_generated/window_pb2_grpc.py")))' "$wheel")" 4
+
+venv="$work/venv"
+log "installing the wheel into a fresh virtualenv ($venv)"
+python3 -m venv "$venv"
+vpy="$venv/bin/python"
+"$vpy" -m pip install "${pip_q[@]}" "$wheel[otel]" -r "$here/requirements-e2e.txt"
+# The programs run from a directory outside the repository, so that only the installed
+# package can be imported (a script's own directory comes first on sys.path).
+app="$work/app"
+mkdir -p "$app"
+cp "$here/producer.py" "$here/worker.py" "$app/"
+check "the programs import the installed package" \
+  "$(cd "$app" && "$vpy" -c 'import window_client, sys; print(window_client.__file__.startswith(sys.prefix))')" True
+check "the package declares grpcio, protobuf and the otel extra" \
+  "$("$vpy" -c 'import importlib.metadata as m, re; print(sorted({re.split(r"[ <>=!~;\[]", r)[0] for r in m.requires("window-sidecar-client")}))')" \
+  "['grpcio', 'opentelemetry-api', 'protobuf']"
 ensure_sidecar
 require_cmds "apt-get install redis-server" redis-server redis-cli
 
@@ -74,12 +103,12 @@ EOF
 
 # ---- 3. scenario "plain" -----------------------------------------------------------------
 log "scenario plain: producer, then worker (OpenTelemetry hidden)"
-(cd "$here" && PYTHONPATH="$here/tests/no_otel" "$py" producer.py --sidecar "$addr") \
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py --sidecar "$addr" --orders "$orders") \
   >"$work/plain-producer.log" 2>&1 || { cat "$work/plain-producer.log"; fail "plain: producer"; }
 cat "$work/plain-producer.log"
 rc=0
-(cd "$here" && PYTHONPATH="$here/tests/no_otel" WORKER_SPANS_FILE="$work/plain-spans.jsonl" \
-  timeout 90 "$py" worker.py --sidecar "$addr" --idle-exit 20) >"$work/plain-worker.log" 2>&1 || rc=$?
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" WORKER_SPANS_FILE="$work/plain-spans.jsonl" \
+  timeout 90 "$vpy" worker.py --sidecar "$addr" --orders "$orders" --idle-exit 20) >"$work/plain-worker.log" 2>&1 || rc=$?
 grep -E '^worker-1:|^not settled' "$work/plain-worker.log" || true
 check "plain: worker exit code" "$rc" 0
 check_worker_summary plain worker-1 "$work/plain-worker.log"
@@ -93,11 +122,11 @@ check_no_invalid_picks plain
 # ---- 4. scenario "restart" ---------------------------------------------------------------
 log "scenario restart: SIGTERM the sidecar in the middle of a slow worker run"
 rcli flushdb >/dev/null
-(cd "$here" && "$py" producer.py --sidecar "$addr" --traceparents-out "$work/traceparents.json") \
+(cd "$app" && "$vpy" producer.py --sidecar "$addr" --orders "$orders" --traceparents-out "$work/traceparents.json") \
   >"$work/restart-producer.log" 2>&1 || { cat "$work/restart-producer.log"; fail "restart: producer"; }
 cat "$work/restart-producer.log"
-(cd "$here" && WORKER_DELAY_MS=300 WORKER_SPANS_FILE="$work/restart-spans.jsonl" \
-  exec timeout 120 "$py" worker.py --sidecar "$addr" --count 4 --idle-exit 30) \
+(cd "$app" && WORKER_DELAY_MS=300 WORKER_SPANS_FILE="$work/restart-spans.jsonl" \
+  exec timeout 120 "$vpy" worker.py --sidecar "$addr" --orders "$orders" --count 4 --idle-exit 30) \
   >"$work/restart-worker.log" 2>&1 &
 worker_pid=$!
 pids+=("$worker_pid")
@@ -139,13 +168,13 @@ check "restart: traced deliveries" "$([[ "${counted%=*}" -ge 12 && "$tps" == 12 
 # ---- 5. scenario "duplicate consumer" ------------------------------------------------------
 log "scenario duplicate consumer: ALREADY_EXISTS, backoff, then subscribed"
 echo '{"stream": "'"$stream"'", "group": "'"$group"'", "orders": []}' >"$work/none.json"
-(cd "$here" && exec timeout 60 "$py" worker.py --sidecar "$addr" --orders "$work/none.json" \
+(cd "$app" && exec timeout 60 "$vpy" worker.py --sidecar "$addr" --orders "$work/none.json" \
   --consumer twin --idle-exit 3) >"$work/twin-1.log" 2>&1 &
 twin1=$!
 pids+=("$twin1")
 wait_for "the first twin's subscription" grep -q "subscribed as consumer 'twin'" "$work/twin-1.log" || true
 rc2=0
-(cd "$here" && timeout 60 "$py" worker.py --sidecar "$addr" --orders "$work/none.json" \
+(cd "$app" && timeout 60 "$vpy" worker.py --sidecar "$addr" --orders "$work/none.json" \
   --consumer twin --idle-exit 8) >"$work/twin-2.log" 2>&1 || rc2=$?
 rc1=0
 wait "$twin1" || rc1=$?
@@ -158,7 +187,7 @@ check "duplicate consumer: the second subscribed after the first closed" \
 # ---- 6. scenario "backlog" ------------------------------------------------------------------
 log "scenario backlog: 3000 entries waiting; reads ride on flushes with their reports"
 rc=0
-(cd "$here" && PYTHONPATH="$here/tests/no_otel" timeout 60 "$py" - "$addr" 3000) \
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 60 "$vpy" - "$addr" 3000) \
   >"$work/backlog.log" 2>&1 <<'PY' || rc=$?
 import asyncio, sys
 from window_client import WindowClient
@@ -206,7 +235,7 @@ sock="$work/sidecar.sock"
 uds="unix:$sock"
 log "scenario unix socket: a second sidecar on unix:$sock"
 start_uds_sidecar "$sock"
-(cd "$here" && timeout 30 "$py" - "$uds") >"$work/uds-health.log" 2>&1 <<'PY' || true
+(cd "$app" && timeout 30 "$vpy" - "$uds") >"$work/uds-health.log" 2>&1 <<'PY' || true
 import sys, time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -228,12 +257,12 @@ cat "$work/uds-health.log"
 check_health "unix socket" "$work/uds-health.log"
 rcli flushdb >/dev/null
 uds_stream=uds-orders
-(cd "$here" && "$py" producer.py --sidecar "$uds" --stream "$uds_stream") \
+(cd "$app" && "$vpy" producer.py --sidecar "$uds" --orders "$orders" --stream "$uds_stream") \
   >"$work/uds-producer.log" 2>&1 || { cat "$work/uds-producer.log"; fail "unix socket: producer"; }
 cat "$work/uds-producer.log"
 check_published "unix socket" "$work/uds-producer.log" "$uds_stream" "'"
 rc=0
-(cd "$here" && timeout 90 "$py" worker.py --sidecar "$uds" --stream "$uds_stream" --consumer uds-1 \
+(cd "$app" && timeout 90 "$vpy" worker.py --sidecar "$uds" --orders "$orders" --stream "$uds_stream" --consumer uds-1 \
   --idle-exit 20) >"$work/uds-worker.log" 2>&1 || rc=$?
 grep -E '^uds-1:|^not settled' "$work/uds-worker.log" || true
 check "unix socket: worker exit code" "$rc" 0
@@ -245,4 +274,3 @@ check_no_invalid_picks "unix socket"
 [[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
 
 e2e_summary
-

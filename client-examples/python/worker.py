@@ -20,10 +20,12 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import grpc
 
-from window_client import Delivery, FlushEvent, WindowClient, tracing  # noqa: E402
+from window_client import Delivery, FlushEvent, WindowClient, tracing
+
+# The default orders file: the repository's, next to this directory.
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 log = logging.getLogger("worker")
 
@@ -230,8 +232,6 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    import grpc
-
     try:
         sys.exit(asyncio.run(main()))
     except grpc.aio.AioRpcError as err:

@@ -1,19 +1,15 @@
-"""Imports the generated code (``./generate.sh`` writes it to ``generated/``)."""
+"""The generated code: the messages (``pb``) and the stub (``pb_grpc``).
 
-import os
-import sys
-
-_GENERATED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "generated")
-if _GENERATED not in sys.path:
-    sys.path.insert(0, _GENERATED)
+It is built into the package as ``window_client/_generated`` (by the wheel's build, or by
+``./generate.sh`` in a source checkout), so importing it needs no entry on ``sys.path``."""
 
 try:
-    from window_sidecar.v1 import window_pb2 as pb  # noqa: E402
-    from window_sidecar.v1 import window_pb2_grpc as pb_grpc  # noqa: E402
+    from ._generated import window_pb2 as pb
+    from ._generated import window_pb2_grpc as pb_grpc
 except ImportError as err:  # pragma: no cover - a setup error, explained
     raise ImportError(
-        f"the generated gRPC code is missing or broken ({err}); run ./generate.sh "
-        "(python -m grpc_tools.protoc) in client-examples/python first"
+        f"the generated gRPC code is missing or broken ({err}); install the built wheel, or "
+        "run ./generate.sh in client-examples/python when working in the source tree"
     ) from err
 
 __all__ = ["pb", "pb_grpc"]
