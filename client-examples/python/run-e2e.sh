@@ -3,12 +3,13 @@
 #
 #   bash client-examples/python/run-e2e.sh
 #
-# 1. installs what is missing into .venv (pip only: the pinned grpcio-tools); builds the wheel
-#    (pip wheel: setup.py generates the code into it with the pinned grpcio-tools), installs it
-#    with its `otel` extra into a fresh virtualenv in the work directory and copies producer.py
-#    and worker.py to a directory of their own there: every program below runs from it, with
-#    that virtualenv's python, on the installed package; builds the sidecar when
-#    WINDOW_SIDECAR_BIN is missing;
+# 1. installs what is missing into .venv (pip only: grpcio-tools, mypy and the stubs), generates
+#    the code into the source tree (./generate.sh) and checks the package with mypy --strict;
+#    builds the wheel (pip wheel: setup.py generates the code into it with the pinned
+#    grpcio-tools), installs it with its `otel` extra into a fresh virtualenv in the work
+#    directory and copies producer.py and worker.py to a directory of their own there: every
+#    program below runs from it, with that virtualenv's python, on the installed package;
+#    builds the sidecar when WINDOW_SIDECAR_BIN is missing;
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done, with OpenTelemetry hidden (the helper
 #    must work unchanged without it); asserts the Redis end state of ../orders.json;
@@ -31,17 +32,28 @@ source "$here/../e2e-lib.sh"
 e2e_init py
 pip_q=(--quiet --disable-pip-version-check)
 
-# ---- 1. tools, the wheel and its fresh virtualenv -----------------------------------------
+# ---- 1. tools, the strict check, the wheel and its fresh virtualenv ------------------------
 py="$here/.venv/bin/python"
 if [[ ! -x "$py" ]]; then
   log "creating $here/.venv"
   python3 -m venv "$here/.venv"
 fi
-if ! "$py" -c 'import grpc, grpc_tools, google.protobuf' 2>/dev/null ||
-  [[ "$("$py" -c 'import grpc_tools.protoc, importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" != 1.72.1 ]]; then
+if ! "$py" -c 'import grpc, grpc_tools, google.protobuf, mypy, grpc.aio, google.protobuf.duration_pb2' 2>/dev/null ||
+  [[ "$("$py" -c 'import grpc_tools.protoc, importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" != 1.72.1 ]] ||
+  ! "$py" -m pip show --quiet grpc-stubs types-protobuf >/dev/null 2>&1; then
   log "installing the development packages (requirements.txt)"
   "$py" -m pip install "${pip_q[@]}" -r "$here/requirements.txt"
 fi
+log "generating the gRPC code into the source tree (for mypy)"
+PYTHON="$py" "$here/generate.sh"
+log "mypy --strict"
+if (cd "$here" && "$py" -m mypy --strict) >"$work/mypy.log" 2>&1; then
+  pass "mypy --strict window_client: $(tail -1 "$work/mypy.log")"
+else
+  cat "$work/mypy.log"
+  fail "mypy --strict window_client"
+fi
+
 log "building the wheel (pip wheel --no-deps)"
 rm -rf "$here/build"  # setuptools' build directory: never a stale file in the wheel
 "$py" -m pip wheel "${pip_q[@]}" --no-deps -w "$work/dist" "$here" >"$work/wheel.log" 2>&1 ||

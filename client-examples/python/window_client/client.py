@@ -19,7 +19,19 @@ import logging
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -45,7 +57,7 @@ _RESETTLE = frozenset(
 
 Arg = Union[bytes, str, int, float]
 FlushCallback = Callable[["FlushEvent"], Optional[Awaitable[None]]]
-RejectionCallback = Callable[[Any, Optional["Delivery"]], Optional[Awaitable[None]]]
+RejectionCallback = Callable[[pb.Rejection, Optional["Delivery"]], Optional[Awaitable[None]]]
 
 
 def _duration(seconds: float) -> Duration:
@@ -58,9 +70,9 @@ def _arg(value: Arg) -> bytes:
     # Exact types first: this runs for every argument of every queued command.
     kind = type(value)
     if kind is bytes:
-        return value
+        return cast(bytes, value)
     if kind is str:
-        return value.encode()
+        return cast(str, value).encode()
     if kind is int:
         return str(value).encode()
     return _arg_other(value)
@@ -110,7 +122,9 @@ class Delivery:
         "_sent",
     )
 
-    def __init__(self, sub: "Subscription", stream: "_Stream", read_id: int, msg: Any) -> None:
+    def __init__(
+        self, sub: "Subscription", stream: "_Stream", read_id: int, msg: pb.Delivery
+    ) -> None:
         self.slot: int = msg.slot
         self.entry_id: str = msg.entry_id
         self.payload: bytes = msg.payload
@@ -118,11 +132,11 @@ class Delivery:
         #: "ack", "drop", "retry" or "retry_after" once settled; None while open or abandoned.
         self.outcome: Optional[str] = None
         #: The sidecar's Rejection when it refused this delivery's outcome.
-        self.rejection = None
+        self.rejection: Optional[pb.Rejection] = None
         self._msg = msg  # the rest is read from it when asked for
         self._sub = sub
         self._stream = stream
-        self._commands: List[Any] = []
+        self._commands: List[Tuple[int, str, List[bytes]]] = []
         self._span: Optional[tracing.DeliverySpan] = None
         self._handed = False
         self._sent = False  # its outcome was written to its stream
@@ -142,7 +156,7 @@ class Delivery:
         return self._msg.delivery_count
 
     @property
-    def trace(self):
+    def trace(self) -> Optional[pb.TraceContext]:
         """The producer's W3C trace context (``.traceparent``, ``.tracestate``), or None."""
         return self._msg.trace if self._msg.HasField("trace") else None
 
@@ -161,12 +175,12 @@ class Delivery:
         return self._stream.alive
 
     @property
-    def span(self):
+    def span(self) -> Any:
         """The OpenTelemetry span this delivery is handled in (None without OpenTelemetry)."""
         return self._span.span if self._span is not None else None
 
     @property
-    def context(self):
+    def context(self) -> Any:
         """The OpenTelemetry context of that span (None without OpenTelemetry)."""
         return self._span.context if self._span is not None else None
 
@@ -213,7 +227,7 @@ class Delivery:
                 f"delivery {self.entry_id} (slot {self.slot}) is already settled ({self.outcome})"
             )
         self.outcome = kind
-        self._sub._settled(self, outcome)
+        self._sub._settled(self, kind, outcome)
 
     def __repr__(self) -> str:
         return (
@@ -230,7 +244,7 @@ class FlushEvent:
     outcome is in ``Delivery.outcome``; with ``ok`` their acks' side effects ran and the entries
     are acknowledged); ``abandoned`` are the others, which stay pending and come back."""
 
-    report: Any
+    report: pb.FlushReport
     deliveries: List[Delivery]
 
     @property
@@ -282,6 +296,8 @@ class _Read:
 
 
 _ACK = pb.OUTCOME_KIND_ACK
+# The end of a stream's reads (missing from grpc-stubs).
+_EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 _HALF_CLOSE = object()
 _END = object()
 
@@ -294,15 +310,15 @@ class _Stream:
         self.call = call
         self.alive = True
         self.half_closed = False
-        self.opened = None
-        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.opened: Optional[pb.Opened] = None
+        self.outbox: asyncio.Queue[Any] = asyncio.Queue()
         self.reads: Dict[int, _Read] = {}
         self.slots: Dict[int, Delivery] = {}
         self.unsettled = 0  # delivered on this stream and not settled by the application
         self.handed_unsettled = 0  # of those, handed out by the iterator
         # Made only while a close waits for handed_unsettled to drop to 0: an Event set and
         # cleared around every delivery cost more than the rest of handing it out.
-        self.drained: Optional[asyncio.Future] = None
+        self.drained: Optional[asyncio.Future[None]] = None
 
     def wake_drained(self) -> None:
         waiter = self.drained
@@ -345,11 +361,11 @@ class Subscription:
         self._close_timeout = close_timeout
         # Deliveries to hand out, and the iterator's waiter when there are none. A deque and a
         # future rather than an asyncio.Queue: this is paid per delivery.
-        self._ready: collections.deque = collections.deque()
-        self._waiter: Optional[asyncio.Future] = None
+        self._ready: collections.deque[Any] = collections.deque()
+        self._waiter: Optional[asyncio.Future[None]] = None
         # A read's batch was queued for the writer: let it run before the next delivery.
         self._yield_to_writer = False
-        self._task: Optional[asyncio.Task] = None
+        self._task: Optional[asyncio.Task[None]] = None
         self._stream: Optional[_Stream] = None
         self._gen = 0
         self._closing = False
@@ -357,9 +373,9 @@ class Subscription:
         self._error: Optional[BaseException] = None
         self._current: Optional[Delivery] = None
         self._drain = True
-        self._background: set = set()
+        self._background: set[asyncio.Task[None]] = set()
         #: The last ``Opened`` message (consumer name and effective settings), or None.
-        self.opened = None
+        self.opened: Optional[pb.Opened] = None
         self.stats = Stats()
 
     # -- iteration ------------------------------------------------------------------------
@@ -503,11 +519,11 @@ class Subscription:
 
     # -- settling and batching ------------------------------------------------------------
 
-    def _settled(self, d: Delivery, outcome: Any) -> None:
+    def _settled(self, d: Delivery, kind: str, outcome: Any) -> None:
         st = d._stream
-        self.stats.outcomes[d.outcome] = self.stats.outcomes.get(d.outcome, 0) + 1
+        self.stats.outcomes[kind] = self.stats.outcomes.get(kind, 0) + 1
         if d._span is not None:
-            d._span.end(d.outcome)
+            d._span.end(kind)
         if d.rejection is not None:
             # A second outcome after the sidecar refused the first: the slot is still open.
             d.rejection = None
@@ -676,7 +692,7 @@ class Subscription:
         try:
             while True:
                 msg = await call.read()
-                if msg is grpc.aio.EOF:
+                if msg is _EOF:
                     return
                 kind = msg.WhichOneof("kind")
                 if kind == "opened":
@@ -704,7 +720,7 @@ class Subscription:
         finally:
             writer.cancel()
 
-    def _opened(self, st: _Stream, opened: Any) -> None:
+    def _opened(self, st: _Stream, opened: pb.Opened) -> None:
         st.opened = opened
         self.opened = opened
         self.stats.opens += 1
@@ -719,7 +735,7 @@ class Subscription:
             opened.subscription_id,
         )
 
-    def _read(self, st: _Stream, read: Any) -> None:
+    def _read(self, st: _Stream, read: pb.Read) -> None:
         deliveries = [Delivery(self, st, read.read_id, m) for m in read.deliveries]
         if not deliveries:
             return
@@ -771,7 +787,7 @@ class Subscription:
         if self._on_flush is not None:
             await _call(self._on_flush, FlushEvent(report, deliveries))
 
-    async def _rejected(self, st: _Stream, rejections: Any) -> None:
+    async def _rejected(self, st: _Stream, rejections: pb.Rejections) -> None:
         for rej in rejections.rejections:
             self.stats.rejections += 1
             d = st.slots.get(rej.slot)
@@ -782,7 +798,7 @@ class Subscription:
                 rej.slot, reason, rej.message,
             )
             resettle = d is not None and not rej.command and rej.reason in _RESETTLE
-            if resettle:
+            if resettle and d is not None:
                 # The slot is still open on the sidecar: it needs another outcome.
                 d.rejection = rej
                 d.outcome = None
@@ -790,7 +806,7 @@ class Subscription:
                 d._commands = []
             if self._on_rejection is not None:
                 await _call(self._on_rejection, rej, d)
-            if resettle and d.outcome is None and st.alive:
+            if resettle and d is not None and d.outcome is None and st.alive:
                 # Not settled again by the callback: have it delivered again later rather
                 # than lose it (delivery_count grows, so a handler can give up on it).
                 d.retry_after(self._rejected_retry_delay, f"rejected: {reason}: {rej.message}")
@@ -842,7 +858,7 @@ class WindowClient:
                 *options,
             ],
         )
-        self.stub = pb_grpc.WindowServiceStub(self._channel)
+        self.stub: Any = pb_grpc.WindowServiceStub(self._channel)
 
     async def __aenter__(self) -> "WindowClient":
         return self
@@ -851,12 +867,12 @@ class WindowClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._channel.close(None)
 
     async def publish(
         self,
         stream: str,
-        entries: Iterable[Union[bytes, str, Dict[str, Any], Any]],
+        entries: Iterable[Union[bytes, str, Dict[str, Any], pb.PublishEntry]],
         *,
         max_len: int = 0,
         timeout: float = 30.0,

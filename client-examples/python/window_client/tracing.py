@@ -21,7 +21,7 @@ try:  # pragma: no branch
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     AVAILABLE = True
-    _PROPAGATOR = TraceContextTextMapPropagator()
+    _PROPAGATOR: Any = TraceContextTextMapPropagator()
 except ImportError:  # opentelemetry is optional
     AVAILABLE = False
     _PROPAGATOR = None
@@ -29,7 +29,7 @@ except ImportError:  # opentelemetry is optional
 _TRACER_NAME = "window_client"
 
 
-def _tracer():
+def _tracer() -> Any:
     return otel_trace.get_tracer(_TRACER_NAME)
 
 
@@ -42,7 +42,7 @@ class DeliverySpan:
     def __init__(self, span: Any, context: Any) -> None:
         self.span = span
         self.context = context
-        self._token = None
+        self._token: Any = None
 
     def attach(self) -> None:
         if self._token is None:
