@@ -3,7 +3,8 @@
 Publish RPC: one PublishEntry per order (payload = the order's JSON), all in one call.
 
 With the OpenTelemetry SDK installed, every order is created in its own span and carries its
-trace context (PublishEntry.trace), which the worker continues."""
+trace context (PublishEntry.trace), which the worker continues. Environment:
+WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (the bearer token)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import asyncio
 import json
 import os
 import sys
+
+import grpc
 
 from window_client import WindowClient, tracing
 
@@ -67,4 +70,8 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    try:
+        sys.exit(asyncio.run(main()))
+    except grpc.aio.AioRpcError as err:
+        print(f"publish failed: {err.code().name}: {err.details()}", file=sys.stderr)
+        sys.exit(1)

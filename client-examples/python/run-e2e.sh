@@ -8,8 +8,9 @@
 #    builds the wheel (pip wheel: setup.py generates the code into it with the pinned
 #    grpcio-tools), installs it with its `otel` extra into a fresh virtualenv in the work
 #    directory and copies producer.py and worker.py to a directory of their own there: every
-#    program below runs from it, with that virtualenv's python, on the installed package;
-#    builds the sidecar when WINDOW_SIDECAR_BIN is missing;
+#    program below runs from it, with that virtualenv's python, on the installed package; the
+#    unit tests (tests/test_*.py) run the same way; builds the sidecar when WINDOW_SIDECAR_BIN
+#    is missing;
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done, with OpenTelemetry hidden (the helper
 #    must work unchanged without it); asserts the Redis end state of ../orders.json;
@@ -23,6 +24,9 @@
 # 7. scenario "unix socket": a second sidecar on --listen unix:PATH, reached with grpcio's usual
 #    target "unix:PATH" and no channel option: a health Check (grpcio-health-checking), then
 #    the producer and the worker on a fresh stream; asserts the same end state.
+# 8. scenario "atomic": the worker in atomic mode (MULTI/EXEC per acked order): same end state.
+# 9. scenario "token": a sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer
+#    and the worker work, without it both fail with UNAUTHENTICATED.
 # Prints "N passed, 0 failed" last and exits non-zero on any failure.
 set -euo pipefail
 
@@ -80,6 +84,13 @@ check "the programs import the installed package" \
 check "the package declares grpcio, protobuf and the otel extra" \
   "$("$vpy" -c 'import importlib.metadata as m, re; print(sorted({re.split(r"[ <>=!~;\[]", r)[0] for r in m.requires("window-sidecar-client")}))')" \
   "['grpcio', 'opentelemetry-api', 'protobuf']"
+log "unit tests (tests/test_*.py, on the installed package)"
+if (cd "$app" && "$vpy" -m unittest discover -s "$here/tests" -v) >"$work/unit.log" 2>&1; then
+  pass "unit tests: $(grep -E '^Ran [0-9]+ tests' "$work/unit.log")"
+else
+  cat "$work/unit.log"
+  fail "unit tests"
+fi
 ensure_sidecar
 require_cmds "apt-get install redis-server" redis-server redis-cli
 
@@ -284,5 +295,58 @@ check_group_read_all "unix socket" "$uds_stream"
 check_end_state "unix socket" "$uds_stream"
 check_no_invalid_picks "unix socket"
 [[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
+
+# ---- 8. scenario "atomic" --------------------------------------------------------------------
+log "scenario atomic: the worker in atomic mode (MULTI/EXEC per acked order)"
+rcli flushdb >/dev/null
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py --sidecar "$addr" --orders "$orders") \
+  >"$work/atomic-producer.log" 2>&1 || { cat "$work/atomic-producer.log"; fail "atomic: producer"; }
+rc=0
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 90 "$vpy" worker.py --sidecar "$addr" \
+  --orders "$orders" --consumer atomic-1 --atomic --idle-exit 20) >"$work/atomic-worker.log" 2>&1 || rc=$?
+grep -E '^atomic-1:|^not settled' "$work/atomic-worker.log" || true
+check "atomic: worker exit code" "$rc" 0
+check "atomic: the sidecar opened the subscription in MODE_ATOMIC" \
+  "$(grep -c 'mode MODE_ATOMIC' "$work/atomic-worker.log" | awk '{print ($1 > 0)}')" 1
+check_worker_summary atomic atomic-1 "$work/atomic-worker.log"
+check_end_state atomic
+check_no_invalid_picks atomic
+[[ $rc -eq 0 ]] || tail -30 "$work/atomic-worker.log"
+
+# ---- 9. scenario "token" ---------------------------------------------------------------------
+log "scenario token: a sidecar with --auth-token-file; WINDOW_SIDECAR_TOKEN"
+printf 'e2e-token-%s' "$RANDOM$RANDOM" >"$work/token"
+token_port="$(free_port)"
+token_addr="127.0.0.1:$token_port"
+"$sidecar_bin" --listen "$token_addr" --redis-url "redis://127.0.0.1:$redis_port" \
+  --promote-interval 100ms --shutdown-grace 2s --auth-token-file "$work/token" \
+  >"$work/sidecar-token.log" 2>&1 &
+pids+=("$!")
+wait_for "the sidecar with a token on $token_addr" tcp_open "$token_port"
+rcli flushdb >/dev/null
+rc=0
+(cd "$app" && env -u WINDOW_SIDECAR_TOKEN PYTHONPATH="$here/tests/no_otel" timeout 30 "$vpy" producer.py \
+  --sidecar "$token_addr" --orders "$orders") >"$work/token-none-producer.log" 2>&1 || rc=$?
+check "token: without WINDOW_SIDECAR_TOKEN Publish fails with UNAUTHENTICATED" \
+  "$rc:$(grep -c '^publish failed: UNAUTHENTICATED' "$work/token-none-producer.log")" "1:1"
+rc=0
+(cd "$app" && env -u WINDOW_SIDECAR_TOKEN PYTHONPATH="$here/tests/no_otel" timeout 30 "$vpy" worker.py \
+  --sidecar "$token_addr" --orders "$orders" --consumer token-1 --idle-exit 10) \
+  >"$work/token-none-worker.log" 2>&1 || rc=$?
+check "token: without WINDOW_SIDECAR_TOKEN Subscribe fails with UNAUTHENTICATED" \
+  "$rc:$(grep -c '^subscription failed: UNAUTHENTICATED' "$work/token-none-worker.log")" "1:1"
+(cd "$app" && WINDOW_SIDECAR_TOKEN="$(cat "$work/token")" PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py \
+  --sidecar "$token_addr" --orders "$orders") >"$work/token-producer.log" 2>&1 ||
+  { cat "$work/token-producer.log"; fail "token: producer"; }
+check_published token "$work/token-producer.log" "$stream" "'"
+rc=0
+(cd "$app" && WINDOW_SIDECAR_TOKEN="$(cat "$work/token")" PYTHONPATH="$here/tests/no_otel" timeout 90 \
+  "$vpy" worker.py --sidecar "$token_addr" --orders "$orders" --consumer token-1 --idle-exit 20) \
+  >"$work/token-worker.log" 2>&1 || rc=$?
+grep -E '^token-1:|^not settled' "$work/token-worker.log" || true
+check "token: worker exit code" "$rc" 0
+check_worker_summary token token-1 "$work/token-worker.log"
+check_end_state token
+[[ $rc -eq 0 ]] || tail -30 "$work/token-worker.log"
 
 e2e_summary

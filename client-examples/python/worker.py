@@ -6,7 +6,8 @@ delivery -> retry_after 200 ms; otherwise LPUSH picks "<id>:<sku>:<qty>" and HIN
 <sku> <qty> per line, then ack. Exits once every order of the orders file is settled for good
 (its ack or drop flushed), or after --idle-exit seconds without a delivery.
 
-Environment: WINDOW_SIDECAR_ADDR, WINDOW_CONSUMER, WORKER_DELAY_MS (sleep per delivery, for
+Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (the bearer token), WINDOW_CONSUMER,
+WORKER_DELAY_MS (sleep per delivery, for
 the restart test), WORKER_SPANS_FILE (with the OpenTelemetry SDK: write finished spans there as
 JSON lines)."""
 
@@ -176,6 +177,11 @@ async def main() -> int:
     ap.add_argument("--group", help="consumer group (default: the one in the orders file)")
     ap.add_argument("--count", type=int, default=16, help="entries per read")
     ap.add_argument("--max-in-flight", type=int, default=0, help="0: twice count")
+    ap.add_argument("--atomic", action="store_true",
+                    help="each acked order's commands and settle in one MULTI/EXEC")
+    ap.add_argument("--max-deliveries", type=int, default=0,
+                    help="an order retried this many times goes to --dead-letter (0: no cap)")
+    ap.add_argument("--dead-letter", default="", help="the dead-letter stream")
     ap.add_argument("--idle-exit", type=float, default=0.0,
                     help="exit after this many seconds without a delivery (0: never)")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -200,6 +206,9 @@ async def main() -> int:
             consumer=args.consumer,
             count=args.count,
             max_in_flight=args.max_in_flight,
+            atomic=args.atomic,
+            max_deliveries=args.max_deliveries,
+            dead_letter=args.dead_letter,
             on_flush=worker.on_flush,
         )
         worker.sub = sub

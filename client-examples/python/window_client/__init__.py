@@ -2,16 +2,20 @@
 
 ``WindowClient(target).subscribe(stream, group, ...)`` is an async iterator of
 :class:`Delivery`; ``delivery.queue("INCR", key)`` queues a side effect and ``ack()``,
-``drop(reason)``, ``retry()``, ``retry_after(seconds)`` settle it. See README.md.
+``drop(reason)``, ``retry()``, ``retry_after(seconds)`` settle it; ``consume(stream, group,
+handler)`` is the handler style. See README.md.
 """
 
 from . import tracing
 from ._proto import pb, pb_grpc
 from .client import (
     DEFAULT_TARGET,
+    RETRY_DELAY,
     RETRYABLE,
+    TOKEN_ENV,
     Delivery,
     FlushEvent,
+    Handler,
     SettledError,
     Stats,
     Subscription,
@@ -20,9 +24,12 @@ from .client import (
 
 __all__ = [
     "DEFAULT_TARGET",
+    "RETRY_DELAY",
     "RETRYABLE",
+    "TOKEN_ENV",
     "Delivery",
     "FlushEvent",
+    "Handler",
     "SettledError",
     "Stats",
     "Subscription",

@@ -50,6 +50,16 @@ RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.ABORTED}
 )
 
+#: How long an entry waits before it is delivered again when a :meth:`Subscription.run`
+#: handler raised: long enough not to spin on a poison entry, short enough that a passing cause
+#: costs little. With ``max_deliveries`` and ``dead_letter`` a poison entry reaches the dead
+#: letter at the cap.
+RETRY_DELAY = 1.0
+
+#: The environment variable the bearer token is read from when ``WindowClient(token=...)`` is
+#: not given (a sidecar started with ``--auth-token-file`` refuses calls without it).
+TOKEN_ENV = "WINDOW_SIDECAR_TOKEN"
+
 # Outcome rejections after which the slot is still open on the sidecar and must be settled again.
 _RESETTLE = frozenset(
     {pb.REJECTION_REASON_INCOMPLETE_SEGMENT, pb.REJECTION_REASON_INVALID_OUTCOME}
@@ -58,6 +68,7 @@ _RESETTLE = frozenset(
 Arg = Union[bytes, str, int, float]
 FlushCallback = Callable[["FlushEvent"], Optional[Awaitable[None]]]
 RejectionCallback = Callable[[pb.Rejection, Optional["Delivery"]], Optional[Awaitable[None]]]
+Handler = Callable[["Delivery"], Optional[Awaitable[None]]]
 
 
 def _duration(seconds: float) -> Duration:
@@ -154,6 +165,16 @@ class Delivery:
     @property
     def delivery_count(self) -> int:
         return self._msg.delivery_count
+
+    @property
+    def channel(self) -> str:
+        """Pub/sub: the channel the message arrived on (empty otherwise)."""
+        return self._msg.channel
+
+    @property
+    def subscription(self) -> "Subscription":
+        """The subscription it came from (for example to :meth:`Subscription.stop` it)."""
+        return self._sub
 
     @property
     def trace(self) -> Optional[pb.TraceContext]:
@@ -351,8 +372,8 @@ class Subscription:
     ) -> None:
         self._client = client
         self._open = open_msg
-        self.stream_key: str = open_msg.stream.key
-        self.group: str = open_msg.stream.group
+        #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
+        self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
         self._on_rejection = on_rejection
         self._linger = linger
@@ -438,7 +459,7 @@ class Subscription:
         d._span = tracing.start_delivery_span(
             stream=self.stream_key,
             group=self.group,
-            consumer=self.opened.consumer if self.opened is not None else self._open.stream.consumer,
+            consumer=self.opened.consumer if self.opened is not None else self._consumer,
             entry_id=d.entry_id,
             slot=d.slot,
             delivery_count=d.delivery_count,
@@ -494,6 +515,27 @@ class Subscription:
                 await self._task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
+
+    async def run(self, handler: Handler) -> None:
+        """The handler style of ``async for delivery in sub``: calls ``handler(delivery)``
+        (plain or async) for each delivery until :meth:`stop`.
+
+        A delivery the handler returns without settling is acked, so a handler only queues
+        commands; one whose handler raised is settled with ``retry_after(RETRY_DELAY)`` and the
+        reason ``handler failed: <error>``: never lost, and with ``max_deliveries`` and
+        ``dead_letter`` a poison entry ends in the dead letter."""
+        async for d in self:
+            try:
+                result = handler(d)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as err:  # noqa: BLE001 - the entry comes back; the loop goes on
+                log.warning("handler failed on %s", d.entry_id, exc_info=True)
+                if not d.settled:
+                    d.retry_after(RETRY_DELAY, f"handler failed: {err!r}")
+                continue
+            if not d.settled:
+                d.ack()
 
     async def _half_close(self, st: _Stream) -> None:
         if st.handed_unsettled and self._drain:
@@ -682,7 +724,7 @@ class Subscription:
 
     async def _session(self) -> None:
         self._gen += 1
-        call = self._client.stub.Subscribe()
+        call = self._client.stub.Subscribe(metadata=self._client.metadata)
         st = _Stream(self._gen, call)
         self._stream = st
         st.outbox.put_nowait(pb.SubscribeRequest(open=self._open))
@@ -725,13 +767,14 @@ class Subscription:
         self.opened = opened
         self.stats.opens += 1
         log.info(
-            "%s as consumer %r on %s/%s (count %d, max in flight %d, %s)",
+            "%s as consumer %r on %s/%s (count %d, max in flight %d, mode %s, %s)",
             "subscribed" if self.stats.opens == 1 else "resubscribed",
             opened.consumer,
             self.stream_key,
             self.group,
             opened.count,
             opened.max_in_flight,
+            pb.Mode.Name(opened.mode),
             opened.subscription_id,
         )
 
@@ -839,7 +882,13 @@ async def _call(fn: Callable[..., Any], *args: Any) -> None:
 
 
 class WindowClient:
-    """A channel to the sidecar: :meth:`publish` and :meth:`subscribe`."""
+    """A channel to the sidecar: :meth:`publish`, the ``subscribe*`` methods and
+    :meth:`consume`.
+
+    ``target`` is any grpcio target (``HOST:PORT``, ``unix:/path/to.sock``); default: env
+    ``WINDOW_SIDECAR_ADDR``, else ``127.0.0.1:50051``. ``token`` is the bearer token every call
+    carries as ``authorization: Bearer <token>`` (default: env ``WINDOW_SIDECAR_TOKEN``; none
+    when empty), for a sidecar started with ``--auth-token-file``."""
 
     def __init__(
         self,
@@ -847,6 +896,7 @@ class WindowClient:
         *,
         channel: Optional[grpc.aio.Channel] = None,
         options: Sequence[Tuple[str, Any]] = (),
+        token: Optional[str] = None,
     ) -> None:
         self.target = target or os.environ.get("WINDOW_SIDECAR_ADDR") or DEFAULT_TARGET
         self._channel = channel or grpc.aio.insecure_channel(
@@ -857,6 +907,11 @@ class WindowClient:
                 ("grpc.max_reconnect_backoff_ms", 2000),
                 *options,
             ],
+        )
+        token = os.environ.get(TOKEN_ENV, "") if token is None else token
+        #: The metadata sent with every call (the bearer token, when there is one).
+        self.metadata: Tuple[Tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
         )
         self.stub: Any = pb_grpc.WindowServiceStub(self._channel)
 
@@ -909,6 +964,7 @@ class WindowClient:
             pb.PublishRequest(stream=stream, entries=msgs, max_len=max_len),
             timeout=timeout,
             wait_for_ready=True,
+            metadata=self.metadata,
         )
         return list(response.ids)
 
@@ -918,12 +974,79 @@ class WindowClient:
         group: str,
         *,
         consumer: str = "",
+        start_id: str = "",
+        min_idle: Optional[float] = None,
+        **options: Any,
+    ) -> Subscription:
+        """A subscription to ``stream`` in consumer group ``group`` (at least once).
+
+        ``consumer`` should be stable per replica (a restarted worker gets its own pending
+        entries back first); empty means the sidecar's ``--consumer-name``. ``start_id`` is
+        where a new group starts ("0", the default, or "$"); entries pending longer than
+        ``min_idle`` seconds on another consumer are claimed. ``options`` are those of every
+        source, see :meth:`_subscription`; ``dead_letter`` names a stream here."""
+        src = pb.StreamSource(key=stream, group=group, consumer=consumer, start_id=start_id)
+        if min_idle is not None:
+            src.min_idle.CopyFrom(_duration(min_idle))
+        return self._subscription(pb.Open(stream=src), **options)
+
+    def subscribe_reliable_list(
+        self,
+        key: str,
+        *,
+        consumer: str = "",
+        dead_after: Optional[float] = None,
+        **options: Any,
+    ) -> Subscription:
+        """A list read reliably (at least once): a read moves entries to the consumer's
+        processing list, which a restarted ``consumer`` gets back first; a consumer silent for
+        ``dead_after`` seconds (default 30) is dead and its entries go back to ``key``.
+        ``dead_letter`` names a list here."""
+        src = pb.ReliableListSource(key=key, consumer=consumer)
+        if dead_after is not None:
+            src.dead_after.CopyFrom(_duration(dead_after))
+        return self._subscription(pb.Open(reliable_list=src), **options)
+
+    def subscribe_list(self, key: str, **options: Any) -> Subscription:
+        """A list read by popping: at most once (a crash loses what was in flight)."""
+        return self._subscription(pb.Open(simple_list=pb.SimpleListSource(key=key)), **options)
+
+    def subscribe_pubsub(
+        self,
+        channels: Sequence[str] = (),
+        *,
+        patterns: Sequence[str] = (),
+        sharded_channels: Sequence[str] = (),
+        buffer: int = 0,
+        **options: Any,
+    ) -> Subscription:
+        """Pub/sub messages that arrive while subscribed (at most once); ``delivery.channel``
+        names the channel. ``buffer`` (default 10000) bounds what a slow consumer may lag."""
+        src = pb.PubSubSource(
+            channels=channels, patterns=patterns, sharded_channels=sharded_channels, buffer=buffer
+        )
+        return self._subscription(pb.Open(pubsub=src), **options)
+
+    async def consume(
+        self, stream: str, group: str, handler: Handler, **options: Any
+    ) -> Stats:
+        """The handler style: ``subscribe(stream, group, **options)`` and
+        :meth:`Subscription.run` ``(handler)`` until ``delivery.subscription.stop()``; returns
+        the subscription's stats."""
+        async with self.subscribe(stream, group, **options) as sub:
+            await sub.run(handler)
+        return sub.stats
+
+    def _subscription(
+        self,
+        open_msg: pb.Open,
+        *,
         count: int = 16,
         max_in_flight: int = 0,
         block: Optional[float] = None,
-        start_id: str = "",
-        min_idle: Optional[float] = None,
         atomic: bool = False,
+        max_deliveries: int = 0,
+        dead_letter: str = "",
         on_flush: Optional[FlushCallback] = None,
         on_rejection: Optional[RejectionCallback] = None,
         linger: Optional[float] = 0.25,
@@ -931,28 +1054,34 @@ class WindowClient:
         rejected_retry_delay: float = 5.0,
         close_timeout: float = 10.0,
     ) -> Subscription:
-        """A subscription to ``stream`` in consumer group ``group``.
-
-        ``consumer`` should be stable per replica (a restarted worker gets its own pending
-        entries back first); empty means the sidecar's ``--consumer-name``. ``count`` entries
-        per read; ``max_in_flight`` (0: twice count) caps unsettled deliveries; ``block``,
-        ``min_idle`` in seconds. ``on_flush(FlushEvent)`` and ``on_rejection(rejection,
+        """The options of every source. ``count`` entries per read; ``max_in_flight`` (0:
+        twice count) caps unsettled deliveries; ``block`` in seconds. ``atomic``: each acked
+        delivery's commands and its settle run as one MULTI/EXEC. ``max_deliveries`` (0: no
+        cap) with ``dead_letter`` (a stream for streams, a list for lists): an entry retried at
+        the cap goes there instead. ``on_flush(FlushEvent)`` and ``on_rejection(rejection,
         delivery)`` may be plain or async functions. A read's commands and outcomes are sent in
         one message once every delivery of the read is settled, or ``linger`` seconds after the
-        first of them was settled (None: only when all are)."""
-        src = pb.StreamSource(key=stream, group=group, consumer=consumer, start_id=start_id)
-        if min_idle is not None:
-            src.min_idle.CopyFrom(_duration(min_idle))
-        msg = pb.Open(
-            stream=src, count=count, max_in_flight=max_in_flight, reports_in_reads=True
-        )
+        first of them was settled (None: only when all are). An outcome the sidecar refused
+        and ``on_rejection`` did not settle again is settled with
+        ``retry_after(rejected_retry_delay)``."""
+        if max_deliveries and not dead_letter:
+            raise ValueError("max_deliveries needs a dead_letter target")
+        open_msg.count = count
+        open_msg.max_in_flight = max_in_flight
+        open_msg.reports_in_reads = True
         if block is not None:
-            msg.block.CopyFrom(_duration(block))
+            open_msg.block.CopyFrom(_duration(block))
         if atomic:
-            msg.mode = pb.MODE_ATOMIC
+            open_msg.mode = pb.MODE_ATOMIC
+        if max_deliveries:
+            open_msg.max_deliveries = max_deliveries
+            if open_msg.WhichOneof("source") == "stream":
+                open_msg.dead_letter.stream = dead_letter
+            else:
+                open_msg.dead_letter.list = dead_letter
         return Subscription(
             self,
-            msg,
+            open_msg,
             on_flush=on_flush,
             on_rejection=on_rejection,
             linger=linger,
@@ -961,3 +1090,15 @@ class WindowClient:
             close_timeout=close_timeout,
         )
 
+
+def _source_names(open_msg: pb.Open) -> Tuple[str, str, str]:
+    """The key, group and consumer of a subscription's source, for logs and spans."""
+    source = open_msg.WhichOneof("source")
+    if source == "stream":
+        return open_msg.stream.key, open_msg.stream.group, open_msg.stream.consumer
+    if source == "reliable_list":
+        return open_msg.reliable_list.key, "", open_msg.reliable_list.consumer
+    if source == "simple_list":
+        return open_msg.simple_list.key, "", ""
+    ps = open_msg.pubsub
+    return ",".join([*ps.channels, *ps.patterns, *ps.sharded_channels]), "", ""
