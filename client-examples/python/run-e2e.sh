@@ -25,7 +25,10 @@
 #    target "unix:PATH" and no channel option: a health Check (grpcio-health-checking), then
 #    the producer and the worker on a fresh stream; asserts the same end state.
 # 8. scenario "atomic": the worker in atomic mode (MULTI/EXEC per acked order): same end state.
-# 9. scenario "token": a sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer
+# 9. scenario "poison": a handler (Subscription.run) queues FLUSHALL, which the sidecar refuses;
+#    with max_deliveries 2 and a dead-letter stream the entry is retried once (retry_after 1 s,
+#    "rejected: …") and then dead-lettered: XLEN of the dead letter 1, nothing pending.
+# 10. scenario "token": a sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer
 #    and the worker work, without it both fail with UNAUTHENTICATED.
 # Prints "N passed, 0 failed" last and exits non-zero on any failure.
 set -euo pipefail
@@ -313,7 +316,53 @@ check_end_state atomic
 check_no_invalid_picks atomic
 [[ $rc -eq 0 ]] || tail -30 "$work/atomic-worker.log"
 
-# ---- 9. scenario "token" ---------------------------------------------------------------------
+# ---- 9. scenario "poison" --------------------------------------------------------------------
+# The rule for a refused command: the helper never acks (nor drops) the delivery but settles it
+# with retry_after 1 s, "rejected: <message>"; at max_deliveries it goes to the dead letter.
+log "scenario poison: a refused command with max_deliveries 2 and a dead-letter stream"
+rcli flushdb >/dev/null
+rc=0
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 60 "$vpy" - "$addr") \
+  >"$work/poison.log" 2>&1 <<'PY' || rc=$?
+import asyncio, sys
+from window_client import WindowClient
+
+async def main(addr):
+    counts = []
+    async with WindowClient(addr) as client:
+        await client.publish("poison", [b'{"id": "p-1"}'])
+
+        def handler(d):
+            counts.append(d.delivery_count)
+            d.queue("FLUSHALL")  # refused by the sidecar; run() acks what the handler leaves
+
+        def on_flush(ev):
+            if ev.report.dead_lettered:
+                print(f"dead-lettered {ev.report.dead_lettered}")
+                sub.stop()
+
+        sub = client.subscribe("poison", "g", consumer="p1", max_deliveries=2,
+                               dead_letter="poison:dead", on_flush=on_flush)
+        async with sub:
+            await sub.run(handler)
+    print("deliveries", " ".join(map(str, counts)))
+    print("outcomes", " ".join(f"{k}={v}" for k, v in sorted(sub.stats.outcomes.items())))
+
+asyncio.run(main(sys.argv[1]))
+PY
+cat "$work/poison.log" | grep -v ' WARNING ' || true
+check "poison: exit code" "$rc" 0
+check "poison: delivered twice (the cap)" "$(sed -n 's/^deliveries //p' "$work/poison.log")" "1 2"
+check "poison: each ack became retry_after, never a drop" \
+  "$(sed -n 's/^outcomes //p' "$work/poison.log")" "ack=2 retry_after=2"
+check "poison: XLEN poison:dead" "$(rcli xlen poison:dead)" 1
+check "poison: the dead letter's reason is the rejection" \
+  "$(rcli xrange poison:dead - + | awk 'prev == "h:x-window-reason" {print; exit} {prev = $0}' | cut -c1-10)" "rejected: "
+check "poison: XPENDING poison g" "$(rcli xpending poison g | head -1)" 0
+check "poison: ZCARD {poison}:window:delayed" "$(rcli zcard "{poison}:window:delayed")" 0
+check "poison: FLUSHALL never ran" "$(rcli xlen poison | awk '{print ($1 > 0)}')" 1
+
+# ---- 10. scenario "token" --------------------------------------------------------------------
 log "scenario token: a sidecar with --auth-token-file; WINDOW_SIDECAR_TOKEN"
 printf 'e2e-token-%s' "$RANDOM$RANDOM" >"$work/token"
 token_port="$(free_port)"

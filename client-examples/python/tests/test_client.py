@@ -1,14 +1,98 @@
-"""Unit tests of the helper that need no sidecar: the options of the Open message and the
-bearer token. Run against the installed package:
+"""Unit tests of the helper that need no sidecar: the rule for a refused command, the options
+of the Open message and the bearer token. Run against the installed package:
 
     python -m unittest discover -s tests        (from outside client-examples/python)
 """
 
+import asyncio
 import os
 import unittest
+from typing import Any, List, Tuple
 from unittest import mock
 
-from window_client import TOKEN_ENV, WindowClient, pb
+from google.protobuf.duration_pb2 import Duration
+
+from window_client import RETRY_DELAY, TOKEN_ENV, Delivery, WindowClient, pb
+from window_client.client import Subscription, _Stream
+
+
+def _one_delivery(sub: Subscription) -> Tuple[_Stream, Delivery]:
+    """A stream with one read of one delivery (slot 7), handed out as the iterator would."""
+    st = _Stream(1, call=None)
+    sub._stream = st
+    msg = pb.Delivery(slot=7, entry_id="1-0", payload=b"{}", delivery_count=1)
+    sub._read(st, pb.Read(read_id=1, deliveries=[msg]))
+    item = sub._ready.popleft()
+    assert isinstance(item, Delivery)
+    return st, sub._hand_out(item)
+
+
+def _sent(st: _Stream) -> List[Any]:
+    items = []
+    while not st.outbox.empty():
+        items.append(st.outbox.get_nowait())
+    return items
+
+
+class RejectedCommand(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self) -> None:
+        self.client = WindowClient("127.0.0.1:1", token="")
+        self.seen: List[Any] = []
+        self.sub = self.client.subscribe(
+            "orders", "g", max_deliveries=2, dead_letter="orders:dead",
+            on_rejection=lambda rej, d: self.seen.append((rej.reason, d.outcome if d else None)),
+        )
+
+    async def asyncTearDown(self) -> None:
+        await self.client.close()
+
+    async def test_a_refused_command_turns_the_ack_into_retry_after(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.queue("FLUSHALL").ack()
+        [(commands, outcomes)] = _sent(st)
+        self.assertEqual(commands, [(7, "FLUSHALL", [])])
+        self.assertEqual(outcomes, [(7, pb.OUTCOME_KIND_ACK, None)])
+        # What the sidecar answers for that batch: the command, then the ack it made incomplete.
+        await self.sub._rejected(st, pb.Rejections(rejections=[
+            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_FORBIDDEN_COMMAND,
+                         message="FLUSHALL is forbidden in a window", command="FLUSHALL"),
+            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_INCOMPLETE_SEGMENT,
+                         message="a command of this slot was refused"),
+        ]))
+        delay = Duration()
+        delay.FromNanoseconds(int(RETRY_DELAY * 1e9))
+        self.assertEqual(_sent(st), [([], [(7, pb.OUTCOME_KIND_RETRY_AFTER, {
+            "delay": delay, "reason": "rejected: FLUSHALL is forbidden in a window"})])])
+        self.assertEqual(RETRY_DELAY, 1.0)
+        self.assertEqual(d.outcome, "retry_after")
+        self.assertIsNone(d.rejection)
+        # The callback sees the delivery already settled by the helper, never dropped.
+        self.assertEqual(self.seen, [
+            (pb.REJECTION_REASON_FORBIDDEN_COMMAND, "ack"),
+            (pb.REJECTION_REASON_INCOMPLETE_SEGMENT, "retry_after"),
+        ])
+
+    async def test_a_drop_with_a_refused_command_stands(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.queue("FLUSHALL").drop("invalid")
+        _sent(st)
+        await self.sub._rejected(st, pb.Rejections(rejections=[
+            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_FORBIDDEN_COMMAND,
+                         message="forbidden", command="FLUSHALL"),
+        ]))
+        self.assertEqual(_sent(st), [])
+        self.assertEqual(d.outcome, "drop")
+
+    async def test_a_refused_outcome_is_settled_again(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.ack()
+        _sent(st)
+        await self.sub._rejected(st, pb.Rejections(rejections=[
+            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_INVALID_OUTCOME, message="bad"),
+        ]))
+        [(_, [(slot, kind, extra)])] = _sent(st)
+        self.assertEqual((slot, kind, extra["reason"]),
+                         (7, pb.OUTCOME_KIND_RETRY_AFTER, "rejected: REJECTION_REASON_INVALID_OUTCOME: bad"))
 
 
 class Options(unittest.IsolatedAsyncioTestCase):

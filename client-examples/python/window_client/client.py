@@ -50,10 +50,10 @@ RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.ABORTED}
 )
 
-#: How long an entry waits before it is delivered again when a :meth:`Subscription.run`
-#: handler raised: long enough not to spin on a poison entry, short enough that a passing cause
-#: costs little. With ``max_deliveries`` and ``dead_letter`` a poison entry reaches the dead
-#: letter at the cap.
+#: How long an entry waits before it is delivered again when the sidecar refused a command or
+#: the outcome of its delivery, or when a :meth:`Subscription.run` handler raised: long enough
+#: not to spin on a poison entry, short enough that a passing cause costs little. With
+#: ``max_deliveries`` and ``dead_letter`` a poison entry reaches the dead letter at the cap.
 RETRY_DELAY = 1.0
 
 #: The environment variable the bearer token is read from when ``WindowClient(token=...)`` is
@@ -124,6 +124,7 @@ class Delivery:
         "read_id",
         "outcome",
         "rejection",
+        "_command_rejection",
         "_msg",
         "_sub",
         "_stream",
@@ -144,6 +145,8 @@ class Delivery:
         self.outcome: Optional[str] = None
         #: The sidecar's Rejection when it refused this delivery's outcome.
         self.rejection: Optional[pb.Rejection] = None
+        # The message of the first refused command: the reason of the retry_after it causes.
+        self._command_rejection: Optional[str] = None
         self._msg = msg  # the rest is read from it when asked for
         self._sub = sub
         self._stream = stream
@@ -532,7 +535,7 @@ class Subscription:
             except Exception as err:  # noqa: BLE001 - the entry comes back; the loop goes on
                 log.warning("handler failed on %s", d.entry_id, exc_info=True)
                 if not d.settled:
-                    d.retry_after(RETRY_DELAY, f"handler failed: {err!r}")
+                    d.retry_after(self._rejected_retry_delay, f"handler failed: {err!r}")
                 continue
             if not d.settled:
                 d.ack()
@@ -831,6 +834,14 @@ class Subscription:
             await _call(self._on_flush, FlushEvent(report, deliveries))
 
     async def _rejected(self, st: _Stream, rejections: pb.Rejections) -> None:
+        """The rule for a refused command or outcome: the delivery is never acked nor lost but
+        settled with ``retry_after(RETRY_DELAY)`` and the reason ``rejected: <message>``.
+
+        A batch carries a delivery's commands and its outcome together, so a refused command
+        comes back with its ack refused as ``INCOMPLETE_SEGMENT`` (the slot stays open): the
+        helper then settles it again, naming the command's rejection. Its ``delivery_count``
+        grows with every delivery, so with ``max_deliveries`` and ``dead_letter`` a poison
+        entry ends in the dead letter. A drop or retry given with a refused command stands."""
         for rej in rejections.rejections:
             self.stats.rejections += 1
             d = st.slots.get(rej.slot)
@@ -840,19 +851,19 @@ class Subscription:
                 f"command {rej.command}" if rej.command else "an outcome",
                 rej.slot, reason, rej.message,
             )
-            resettle = d is not None and not rej.command and rej.reason in _RESETTLE
-            if resettle and d is not None:
+            if d is not None and rej.command:
+                if d._command_rejection is None:
+                    d._command_rejection = rej.message
+            elif d is not None and rej.reason in _RESETTLE and st.alive and not st.half_closed:
                 # The slot is still open on the sidecar: it needs another outcome.
                 d.rejection = rej
                 d.outcome = None
                 d._sent = False
                 d._commands = []
+                why = d._command_rejection or f"{reason}: {rej.message}"
+                d.retry_after(self._rejected_retry_delay, f"rejected: {why}")
             if self._on_rejection is not None:
                 await _call(self._on_rejection, rej, d)
-            if resettle and d is not None and d.outcome is None and st.alive:
-                # Not settled again by the callback: have it delivered again later rather
-                # than lose it (delivery_count grows, so a handler can give up on it).
-                d.retry_after(self._rejected_retry_delay, f"rejected: {reason}: {rej.message}")
 
     def _lose_stream(self) -> None:
         st = self._stream
@@ -1051,7 +1062,7 @@ class WindowClient:
         on_rejection: Optional[RejectionCallback] = None,
         linger: Optional[float] = 0.25,
         backoff: Tuple[float, float] = (0.1, 5.0),
-        rejected_retry_delay: float = 5.0,
+        rejected_retry_delay: float = RETRY_DELAY,
         close_timeout: float = 10.0,
     ) -> Subscription:
         """The options of every source. ``count`` entries per read; ``max_in_flight`` (0:
@@ -1061,9 +1072,8 @@ class WindowClient:
         the cap goes there instead. ``on_flush(FlushEvent)`` and ``on_rejection(rejection,
         delivery)`` may be plain or async functions. A read's commands and outcomes are sent in
         one message once every delivery of the read is settled, or ``linger`` seconds after the
-        first of them was settled (None: only when all are). An outcome the sidecar refused
-        and ``on_rejection`` did not settle again is settled with
-        ``retry_after(rejected_retry_delay)``."""
+        first of them was settled (None: only when all are). A refused command or outcome
+        settles its delivery with ``retry_after(rejected_retry_delay)``."""
         if max_deliveries and not dead_letter:
             raise ValueError("max_deliveries needs a dead_letter target")
         open_msg.count = count
