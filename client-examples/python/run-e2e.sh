@@ -45,7 +45,7 @@ if [[ ! -x "$py" ]]; then
   log "creating $here/.venv"
   python3 -m venv "$here/.venv"
 fi
-if ! "$py" -c 'import grpc, grpc_tools, google.protobuf, mypy, grpc.aio, google.protobuf.duration_pb2' 2>/dev/null ||
+if ! "$py" -c 'import grpc, grpc_tools, google.protobuf, mypy, opentelemetry.trace' 2>/dev/null ||
   [[ "$("$py" -c 'import grpc_tools.protoc, importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" != 1.72.1 ]] ||
   ! "$py" -m pip show --quiet grpc-stubs types-protobuf >/dev/null 2>&1; then
   log "installing the development packages (requirements.txt)"
