@@ -73,7 +73,7 @@ pub fn prepare(root: &Path, explicit: Option<PathBuf>) -> Result<PathBuf, String
         run(Command::new(&python).args(["-c", IMPORTS]), "imports")?;
     }
     let examples = root.join("client-examples/python");
-    let generated = examples.join("generated/window_sidecar/v1/window_pb2_grpc.py");
+    let generated = examples.join("window_client/_generated/window_pb2_grpc.py");
     let proto = root.join("proto/window_sidecar/v1/window.proto");
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let stale = match (modified(&generated), modified(&proto)) {
