@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# End-to-end test of the Node/TypeScript client example against a real redis-server and
-# window-sidecar.
+# End-to-end test of the Node/TypeScript client, @window-sidecar/client, as a package: built
+# and packed here, installed into a scratch project outside the repository, and run from there
+# against a real redis-server and window-sidecar.
 #
 #   bash client-examples/node/run-e2e.sh        (or: npm run e2e)
 #
-# 1. installs what is missing (npm ci: @grpc/grpc-js, ts-proto, buf, typescript), generates the
-#    code and compiles (npm run build), builds the sidecar when WINDOW_SIDECAR_BIN is missing;
+# 1. installs what is missing (Debian's nodejs, npm, redis-server, redis-tools; npm ci:
+#    @grpc/grpc-js, ts-proto, buf, typescript), packs the package (npm pack: buf generate + tsc
+#    into dist/), checks what the tarball holds, creates a scratch project in the work
+#    directory, installs the tarball there (npm install) and compiles the examples (producer,
+#    worker, health check, importing "@window-sidecar/client") against the installed package's
+#    types; builds the sidecar when WINDOW_SIDECAR_BIN is missing;
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done; asserts the Redis end state of
 #    ../orders.json;
 # 4. scenario "restart": a slow worker (WORKER_DELAY_MS) whose sidecar is SIGTERMed and
 #    restarted on the same port mid-run; the worker must reconnect and nothing may be lost;
 # 5. scenario "unix socket": a second sidecar on --listen unix:PATH, reached with grpc-js's usual
-#    target "unix:PATH" and no channel option: a health Check (grpc-health-check), then the
-#    producer and the worker on a fresh stream; asserts the same end state.
-# Prints "N passed, 0 failed" last and exits non-zero on any failure.
+#    target "unix:PATH" and no channel option: a health Check, then the producer and the worker
+#    on a fresh stream; asserts the same end state.
+# Every program runs from the scratch project. Prints "N passed, 0 failed" last and exits
+# non-zero on any failure.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # root, orders, sidecar_bin; e2e_init, check, start_redis, start_sidecar, check_end_state, …
@@ -22,7 +28,11 @@ source "$here/../e2e-lib.sh"
 e2e_init node
 
 # ---- 1. tools ----------------------------------------------------------------------------
-require_cmds "apt-get install nodejs npm" node npm
+need_cmd node nodejs
+need_cmd npm npm
+need_cmd redis-server redis-server
+need_cmd redis-cli redis-tools
+install_missing
 need_install=no
 for f in node_modules/.bin/buf node_modules/.bin/tsc node_modules/.bin/protoc-gen-ts_proto \
   node_modules/@grpc/grpc-js/package.json node_modules/@bufbuild/protobuf/package.json \
@@ -33,10 +43,59 @@ if [[ $need_install == yes ]]; then
   log "installing the npm packages"
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 fi
-log "generating the gRPC code and compiling"
-(cd "$here" && npm run --silent build)
+
+# ---- 1b. the package: npm pack, installed into a scratch project outside the repository ------
+log "npm pack"
+tarball="$work/$(cd "$here" && npm pack --silent --pack-destination "$work" | tail -1)"
+check "npm pack made the tarball" "$(basename "$tarball")" "window-sidecar-client-$(node -p "require('$here/package.json').version").tgz"
+tar tzf "$tarball" | sort >"$work/tarball.txt"
+# Exactly the compiled client, its types and the generated code, with package.json and README.md.
+check "the tarball's files" "$(sed 's#^package/##' "$work/tarball.txt" | paste -sd' ')" \
+  "$(printf '%s\n' README.md package.json dist/{index,window-client,gen/google/protobuf/duration,gen/window_sidecar/v1/window}.{d.ts,js} \
+    | sort | paste -sd' ')"
+
+app="$work/app"
+log "scratch project $app: npm install the tarball, compile the examples"
+mkdir -p "$app/src"
+cp "$here"/examples/*.ts "$app/src/"
+# The toolchain a user's TypeScript project would have: the versions this package is built with.
+ts_version="$(node -p "require('$here/node_modules/typescript/package.json').version")"
+types_version="$(node -p "require('$here/node_modules/@types/node/package.json').version")"
+cat >"$app/package.json" <<EOF
+{
+  "name": "window-orders-app",
+  "version": "1.0.0",
+  "private": true,
+  "dependencies": { "@window-sidecar/client": "file:$tarball" },
+  "devDependencies": { "typescript": "$ts_version", "@types/node": "$types_version" }
+}
+EOF
+cat >"$app/tsconfig.json" <<'EOF'
+{
+  "compilerOptions": {
+    "target": "ES2022", "module": "commonjs", "moduleResolution": "node", "types": ["node"],
+    "strict": true, "esModuleInterop": true, "rootDir": "src", "outDir": "dist"
+  },
+  "include": ["src/*.ts"]
+}
+EOF
+(cd "$app" && npm install --no-audit --no-fund --prefer-offline --loglevel=error) >"$work/app-install.log" 2>&1 \
+  || { cat "$work/app-install.log"; fail "npm install of the tarball"; }
+check "the package resolves by name from the scratch project's node_modules" \
+  "$(cd "$app" && node -p 'require.resolve("@window-sidecar/client")')" "$app/node_modules/@window-sidecar/client/dist/index.js"
+# Without skipLibCheck: the package's .d.ts files must type-check too.
+if out="$(cd "$app" && node_modules/.bin/tsc -p tsconfig.json 2>&1)"; then
+  pass "the examples compile (strict) against the installed package"
+else
+  echo "$out"
+  fail "the examples compile (strict) against the installed package"
+fi
+# run PROGRAM ARG…: runs the scratch project's compiled PROGRAM (producer, worker, health-check).
+run() { (cd "$app" && exec node "dist/$1.js" "${@:2}"); }
+# run_for SECONDS PROGRAM ARG…: the same, killed after SECONDS.
+run_for() { (cd "$app" && exec timeout "$1" node "dist/$2.js" "${@:3}"); }
+
 ensure_sidecar
-require_cmds "apt-get install redis-server" redis-server redis-cli
 
 # ---- 2. redis-server and the sidecar ------------------------------------------------------
 start_redis
@@ -65,11 +124,11 @@ EOF
 
 # ---- 3. scenario "plain" -----------------------------------------------------------------
 log "scenario plain: producer, then worker"
-(cd "$here" && node dist/producer.js --sidecar "$addr") \
+run producer --sidecar "$addr" --orders "$orders" \
   >"$work/plain-producer.log" 2>&1 || { cat "$work/plain-producer.log"; fail "plain: producer"; }
 cat "$work/plain-producer.log"
 rc=0
-(cd "$here" && timeout 90 node dist/worker.js --sidecar "$addr" --idle-exit 20) >"$work/plain-worker.log" 2>&1 || rc=$?
+run_for 90 worker --sidecar "$addr" --orders "$orders" --idle-exit 20 >"$work/plain-worker.log" 2>&1 || rc=$?
 grep -E '^worker-1:|^not settled' "$work/plain-worker.log" || true
 check "plain: worker exit code" "$rc" 0
 check_worker_summary plain worker-1 "$work/plain-worker.log"
@@ -80,11 +139,11 @@ check_no_invalid_picks plain
 # ---- 4. scenario "restart" ---------------------------------------------------------------
 log "scenario restart: SIGTERM the sidecar in the middle of a slow worker run"
 rcli flushdb >/dev/null
-(cd "$here" && node dist/producer.js --sidecar "$addr") \
+run producer --sidecar "$addr" --orders "$orders" \
   >"$work/restart-producer.log" 2>&1 || { cat "$work/restart-producer.log"; fail "restart: producer"; }
 cat "$work/restart-producer.log"
-(cd "$here" && WORKER_DELAY_MS=300 exec timeout 120 node dist/worker.js --sidecar "$addr" \
-  --count 4 --idle-exit 30) \
+(cd "$app" && WORKER_DELAY_MS=300 exec timeout 120 node dist/worker.js --sidecar "$addr" \
+  --orders "$orders" --count 4 --idle-exit 30) \
   >"$work/restart-worker.log" 2>&1 &
 worker_pid=$!
 pids+=("$worker_pid")
@@ -106,18 +165,18 @@ sock="$work/sidecar.sock"
 uds="unix:$sock"
 log "scenario unix socket: a second sidecar on unix:$sock"
 start_uds_sidecar "$sock"
-(cd "$here" && timeout 30 node dist/health-check.js --sidecar "$uds") >"$work/uds-health.log" 2>&1 || true
+run_for 30 health-check --sidecar "$uds" >"$work/uds-health.log" 2>&1 || true
 cat "$work/uds-health.log"
 check_health "unix socket" "$work/uds-health.log"
 rcli flushdb >/dev/null
 uds_stream=uds-orders
-(cd "$here" && node dist/producer.js --sidecar "$uds" --stream "$uds_stream") \
+run producer --sidecar "$uds" --orders "$orders" --stream "$uds_stream" \
   >"$work/uds-producer.log" 2>&1 || { cat "$work/uds-producer.log"; fail "unix socket: producer"; }
 cat "$work/uds-producer.log"
 check_published "unix socket" "$work/uds-producer.log" "$uds_stream" "'"
 rc=0
-(cd "$here" && timeout 90 node dist/worker.js --sidecar "$uds" --stream "$uds_stream" --consumer uds-1 \
-  --idle-exit 20) >"$work/uds-worker.log" 2>&1 || rc=$?
+run_for 90 worker --sidecar "$uds" --orders "$orders" --stream "$uds_stream" --consumer uds-1 \
+  --idle-exit 20 >"$work/uds-worker.log" 2>&1 || rc=$?
 grep -E '^uds-1:|^not settled' "$work/uds-worker.log" || true
 check "unix socket: worker exit code" "$rc" 0
 check_worker_summary "unix socket" uds-1 "$work/uds-worker.log"

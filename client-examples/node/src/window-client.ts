@@ -1,4 +1,4 @@
-// A small helper over the generated @grpc/grpc-js stub of window-sidecar.
+// The client over the generated @grpc/grpc-js stub of window-sidecar.
 //
 //   const client = new WindowClient("127.0.0.1:50051");
 //   const sub = client.subscribe({ stream: "orders", group: "order-service", consumer: "worker-1", count: 16 });
@@ -9,7 +9,15 @@
 //
 // See README.md for the API and the guarantees.
 
-import { credentials, Metadata, status as Status, type ServiceError, type ClientDuplexStream } from "@grpc/grpc-js";
+import {
+  credentials,
+  makeClientConstructor,
+  Metadata,
+  status as Status,
+  type ServiceError,
+  type ClientDuplexStream,
+} from "@grpc/grpc-js";
+import { service as healthService } from "grpc-health-check";
 import {
   WindowServiceClient,
   OutcomeKind,
@@ -628,17 +636,32 @@ export interface PublishInput {
   trace?: TraceContext;
 }
 
-/** A channel to the sidecar: publish() and subscribe(). */
+const HealthClient = makeClientConstructor(healthService, "grpc.health.v1.Health");
+
+/** A channel to the sidecar: publish(), subscribe() and health(). */
 export class WindowClient {
   /** @internal */ readonly stub: WindowServiceClient;
   readonly target: string;
 
+  /** `target`: any grpc-js target (`host:port`, `unix:/path/to.sock`); default WINDOW_SIDECAR_ADDR, then 127.0.0.1:50051. */
   constructor(target?: string) {
     this.target = target || process.env.WINDOW_SIDECAR_ADDR || DEFAULT_TARGET;
     this.stub = new WindowServiceClient(this.target, credentials.createInsecure(), {
       "grpc.initial_reconnect_backoff_ms": 100,
       "grpc.max_reconnect_backoff_ms": 2_000,
     });
+  }
+
+  /**
+   * One grpc.health.v1 Check of `service` over the same channel: "SERVING", "NOT_SERVING"
+   * (the sidecar has not reached Redis yet), …
+   */
+  health(service = "window_sidecar.v1.WindowService", opts: { timeoutMs?: number } = {}): Promise<string> {
+    const health = new HealthClient(this.target, credentials.createInsecure(), { channelOverride: this.stub.getChannel() });
+    return new Promise((resolve, reject) =>
+      health.Check({ service }, new Metadata(), { deadline: Date.now() + (opts.timeoutMs ?? 5_000) },
+        (err: ServiceError | null, res?: { status: string }) => (err ? reject(err) : resolve(res!.status))),
+    );
   }
 
   /**

@@ -5,12 +5,11 @@
 // per line, then ack. Exits once every order of the orders file is settled for good (its ack
 // or drop flushed), or after --idle-exit seconds without a delivery.
 //
-// Environment: WINDOW_SIDECAR_ADDR, WINDOW_CONSUMER, WORKER_DELAY_MS (sleep per delivery).
+// Environment: WINDOW_SIDECAR_ADDR, WINDOW_CONSUMER, WINDOW_ORDERS, WORKER_DELAY_MS (sleep per
+// delivery).
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { status as Status } from "@grpc/grpc-js";
+import { Delivery, FlushEvent, Status, WindowClient } from "@window-sidecar/client";
 import { parseArgs } from "./args";
-import { Delivery, FlushEvent, WindowClient } from "./window-client";
 
 interface Line {
   sku?: string;
@@ -47,7 +46,7 @@ async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2), {
     sidecar: process.env.WINDOW_SIDECAR_ADDR ?? "127.0.0.1:50051",
     consumer: process.env.WINDOW_CONSUMER ?? "worker-1",
-    orders: join(__dirname, "..", "..", "orders.json"),
+    orders: process.env.WINDOW_ORDERS ?? "orders.json",
     stream: "",
     group: "",
     count: "16",

@@ -1,14 +1,13 @@
 // Publishes the known order set (../orders.json) to the `orders` stream through the sidecar's
 // Publish RPC: one PublishEntry per order (payload = the order's JSON), all in one call.
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { WindowClient } from "@window-sidecar/client";
 import { parseArgs } from "./args";
-import { WindowClient } from "./window-client";
 
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2), {
     sidecar: process.env.WINDOW_SIDECAR_ADDR ?? "127.0.0.1:50051",
-    orders: join(__dirname, "..", "..", "orders.json"),
+    orders: process.env.WINDOW_ORDERS ?? "orders.json",
     stream: "",
   });
   const spec = JSON.parse(readFileSync(args.orders, "utf8"));

@@ -1,0 +1,26 @@
+// @window-sidecar/client: the Node/TypeScript client of window-sidecar.
+//
+// WindowClient (publish, subscribe, health), its Subscription of Deliveries, and the generated
+// protocol types, so a user needs no code of their own from the .proto file.
+export {
+  WindowClient,
+  Subscription,
+  Delivery,
+  FlushEvent,
+  SettledError,
+  consoleLogger,
+  DEFAULT_TARGET,
+  RETRYABLE,
+  type Arg,
+  type Logger,
+  type OutcomeName,
+  type PublishInput,
+  type Stats,
+  type SubscribeOptions,
+} from "./window-client";
+export type { FlushReport, Opened, Rejection, TraceContext } from "./gen/window_sidecar/v1/window";
+export { RejectionReason, rejectionReasonToJSON } from "./gen/window_sidecar/v1/window";
+/** The generated messages and the raw @grpc/grpc-js stub (WindowServiceClient), for what the helper does not cover. */
+export * as proto from "./gen/window_sidecar/v1/window";
+/** gRPC status codes (a ServiceError's `code`), re-exported so users need not depend on @grpc/grpc-js themselves. */
+export { status as Status } from "@grpc/grpc-js";
