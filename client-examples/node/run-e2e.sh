@@ -6,7 +6,8 @@
 #   bash client-examples/node/run-e2e.sh        (or: npm run e2e)
 #
 # 1. installs what is missing (Debian's nodejs, npm, redis-server, redis-tools; npm ci:
-#    @grpc/grpc-js, ts-proto, buf, typescript), packs the package (npm pack: buf generate + tsc
+#    @grpc/grpc-js, ts-proto, buf, typescript), runs the strict type checks (tsc --strict
+#    --noEmit of the library and the examples), packs the package (npm pack: buf generate + tsc
 #    into dist/), checks what the tarball holds, creates a scratch project in the work
 #    directory, installs the tarball there (npm install) and compiles the examples (producer,
 #    worker, health check, importing "@window-sidecar/client") against the installed package's
@@ -44,7 +45,19 @@ if [[ $need_install == yes ]]; then
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# ---- 1b. the package: npm pack, installed into a scratch project outside the repository ------
+# ---- 1b. strict checks ---------------------------------------------------------------------
+log "tsc --strict --noEmit"
+(cd "$here" && npm run --silent generate)
+for project in tsconfig.json examples/tsconfig.json; do
+  if out="$(cd "$here" && node_modules/.bin/tsc --strict --noEmit -p "$project" 2>&1)"; then
+    pass "tsc --strict --noEmit -p $project"
+  else
+    echo "$out"
+    fail "tsc --strict --noEmit -p $project"
+  fi
+done
+
+# ---- 1c. the package: npm pack, installed into a scratch project outside the repository ------
 log "npm pack"
 tarball="$work/$(cd "$here" && npm pack --silent --pack-destination "$work" | tail -1)"
 check "npm pack made the tarball" "$(basename "$tarball")" "window-sidecar-client-$(node -p "require('$here/package.json').version").tgz"
