@@ -7,11 +7,12 @@
 #
 # 1. installs what is missing (Debian's nodejs, npm, redis-server, redis-tools; npm ci:
 #    @grpc/grpc-js, ts-proto, buf, typescript), runs the strict type checks (tsc --strict
-#    --noEmit of the library and the examples), packs the package (npm pack: buf generate + tsc
-#    into dist/), checks what the tarball holds, creates a scratch project in the work
-#    directory, installs the tarball there (npm install) and compiles the examples (producer,
-#    worker, health check, importing "@window-sidecar/client") against the installed package's
-#    types; builds the sidecar when WINDOW_SIDECAR_BIN is missing;
+#    --noEmit of the library, the examples and the tests) and the unit tests (npm test), packs
+#    the package (npm pack: buf generate + tsc into dist/), checks what the tarball holds,
+#    creates a scratch project in the work directory, installs the tarball there (npm install)
+#    and compiles the examples (producer, worker, health check, importing
+#    "@window-sidecar/client") against the installed package's types; builds the sidecar when
+#    WINDOW_SIDECAR_BIN is missing;
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done; asserts the Redis end state of
 #    ../orders.json;
@@ -19,7 +20,10 @@
 #    restarted on the same port mid-run; the worker must reconnect and nothing may be lost;
 # 5. scenario "unix socket": a second sidecar on --listen unix:PATH, reached with grpc-js's usual
 #    target "unix:PATH" and no channel option: a health Check, then the producer and the worker
-#    on a fresh stream; asserts the same end state.
+#    on a fresh stream; asserts the same end state;
+# 6. scenario "rejected command": an order whose handler also queues FLUSHALL, which the sidecar
+#    refuses, with --max-deliveries 2 and a dead-letter stream: retried after 1 s, then
+#    dead-lettered.
 # Every program runs from the scratch project. Prints "N passed, 0 failed" last and exits
 # non-zero on any failure.
 set -euo pipefail
@@ -45,10 +49,10 @@ if [[ $need_install == yes ]]; then
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# ---- 1b. strict checks ---------------------------------------------------------------------
-log "tsc --strict --noEmit"
+# ---- 1b. strict checks and unit tests --------------------------------------------------------
+log "tsc --strict --noEmit, unit tests"
 (cd "$here" && npm run --silent generate)
-for project in tsconfig.json examples/tsconfig.json; do
+for project in tsconfig.json examples/tsconfig.json tsconfig.test.json; do
   if out="$(cd "$here" && node_modules/.bin/tsc --strict --noEmit -p "$project" 2>&1)"; then
     pass "tsc --strict --noEmit -p $project"
   else
@@ -56,6 +60,12 @@ for project in tsconfig.json examples/tsconfig.json; do
     fail "tsc --strict --noEmit -p $project"
   fi
 done
+if (cd "$here" && npm test --silent) >"$work/unit.log" 2>&1; then
+  pass "unit tests ($(grep -c '^ok ' "$work/unit.log") passed)"
+else
+  cat "$work/unit.log"
+  fail "unit tests"
+fi
 
 # ---- 1c. the package: npm pack, installed into a scratch project outside the repository ------
 log "npm pack"
@@ -198,6 +208,47 @@ check_group_read_all "unix socket" "$uds_stream"
 check_end_state "unix socket" "$uds_stream"
 check_no_invalid_picks "unix socket"
 [[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
+
+# ---- 6. scenario "rejected command" -------------------------------------------------------------
+# The rejection rule: a delivery with a command the sidecar refuses is settled with retry_after
+# 1 s and the reason "rejected: <message>", never acked nor dropped; with a cap of 2 deliveries
+# the poison order reaches the dead letter on its second delivery.
+log "scenario rejected command: every order also queues FLUSHALL, max 2 deliveries, a dead letter"
+rcli flushdb >/dev/null
+rcli set sentinel still-here >/dev/null
+poison_stream=poison-orders
+dead_letter="$poison_stream:dead"
+node -e '
+  const [src, dst, stream] = process.argv.slice(1);
+  const spec = JSON.parse(require("fs").readFileSync(src, "utf8"));
+  const order = spec.orders.find((o) => o.lines.length && o.lines.every((l) => l.qty > 0) && !o.flaky);
+  require("fs").writeFileSync(dst, JSON.stringify({ stream, group: spec.group, orders: [order] }));
+' "$orders" "$work/poison.json" "$poison_stream"
+run producer --sidecar "$addr" --orders "$work/poison.json" >"$work/poison-producer.log" 2>&1 \
+  || { cat "$work/poison-producer.log"; fail "rejected command: producer"; }
+cat "$work/poison-producer.log"
+rc=0
+run_for 60 worker --sidecar "$addr" --orders "$work/poison.json" --consumer poison-1 \
+  --max-deliveries 2 --dead-letter "$dead_letter" --poison-command FLUSHALL --idle-exit 15 \
+  >"$work/poison-worker.log" 2>&1 || rc=$?
+grep -E '^poison-1:|^not settled' "$work/poison-worker.log" || true
+check "rejected command: worker exit code" "$rc" 0
+check "rejected command: worker summary" \
+  "$(grep -Eo '^poison-1: acked [0-9]+, dropped [0-9]+, retried [0-9]+, dead-lettered [0-9]+' "$work/poison-worker.log")" \
+  "poison-1: acked 0, dropped 0, retried 1, dead-lettered 1"
+check "rejected command: the sidecar refused FLUSHALL twice" \
+  "$(grep -c 'sidecar rejected command FLUSHALL' "$work/poison-worker.log")" 2
+check "rejected command: FLUSHALL never ran" "$(rcli get sentinel)" still-here
+check "rejected command: XLEN $dead_letter" "$(rcli xlen "$dead_letter")" 1
+dead_fields="$(rcli xrange "$dead_letter" - + | tail -n +2)"
+check "rejected command: the dead letter's reason is the rejection" \
+  "$(awk 'prev == "h:x-window-reason" {print} {prev = $0}' <<<"$dead_fields" | grep -c '^rejected: ')" 1
+check "rejected command: the dead letter's delivery count" \
+  "$(awk 'prev == "h:x-window-deliveries" {print} {prev = $0}' <<<"$dead_fields")" 2
+check "rejected command: XPENDING $poison_stream $group" "$(rcli xpending "$poison_stream" "$group" | head -1)" 0
+check "rejected command: ZCARD {$poison_stream}:window:delayed" "$(rcli zcard "{$poison_stream}:window:delayed")" 0
+check "rejected command: no side effect was applied" "$(rcli exists "$totals_key" "$picks_key")" 0
+[[ $rc -eq 0 ]] || tail -30 "$work/poison-worker.log"
 
 e2e_summary
 

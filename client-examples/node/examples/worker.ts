@@ -5,6 +5,11 @@
 // per line, then ack. Exits once every order of the orders file is settled for good (its ack
 // or drop flushed), or after --idle-exit seconds without a delivery.
 //
+// With --max-deliveries N --dead-letter KEY an order retried N times ends in the dead letter,
+// which settles it for good too; --poison-command "NAME ARG…" queues that command for every
+// order as well (a command the sidecar refuses shows the rejection rule: retry, then the dead
+// letter).
+//
 // Environment: WINDOW_SIDECAR_ADDR, WINDOW_CONSUMER, WINDOW_ORDERS, WORKER_DELAY_MS (sleep per
 // delivery).
 import { readFileSync } from "node:fs";
@@ -52,6 +57,9 @@ async function main(): Promise<number> {
     count: "16",
     "max-in-flight": "0",
     "idle-exit": "0",
+    "max-deliveries": "0",
+    "dead-letter": "",
+    "poison-command": "",
   });
   const spec = JSON.parse(readFileSync(args.orders, "utf8"));
   const expected = new Set<string>(spec.orders.map((o: Order) => String(o.id)));
@@ -59,10 +67,14 @@ async function main(): Promise<number> {
   const idleExitMs = Number(args["idle-exit"]) * 1000;
   const acked = new Set<string>();
   const dropped = new Set<string>();
+  const deadLettered = new Set<string>();
+  const maxDeliveries = Number(args["max-deliveries"]);
+  const poison = args["poison-command"].split(" ").filter((w) => w !== "");
   let retried = 0;
   let lastDelivery = Date.now();
   let idle = false;
-  const done = () => [...expected].every((id) => acked.has(id) || dropped.has(id));
+  const settled = (id: string) => acked.has(id) || dropped.has(id) || deadLettered.has(id);
+  const done = () => [...expected].every(settled);
 
   const client = new WindowClient(args.sidecar);
   const sub = client.subscribe({
@@ -71,13 +83,20 @@ async function main(): Promise<number> {
     consumer: args.consumer,
     count: Number(args.count),
     maxInFlight: Number(args["max-in-flight"]),
+    maxDeliveries,
+    deadLetter: args["dead-letter"] || undefined,
     onFlush: (ev: FlushEvent) => {
       const r = ev.report;
-      log(`flush of read ${r.readId}: ok=${r.ok} kept=${r.segmentsKept} dropped=${r.segmentsDropped} commands=${r.commands} settles=${r.settles}`);
+      log(
+        `flush of read ${r.readId}: ok=${r.ok} kept=${r.segmentsKept} dropped=${r.segmentsDropped} commands=${r.commands} ` +
+          `settles=${r.settles} dead-lettered=${r.deadLettered}`,
+      );
       if (!ev.ok) return; // what was not settled comes back
       for (const d of ev.settled) {
         if (d.outcome === "ack") acked.add(orderId(d));
         else if (d.outcome === "drop") dropped.add(orderId(d));
+        // A retry at the cap: the sidecar moved the entry to the dead letter.
+        else if (maxDeliveries > 0 && d.deliveryCount >= maxDeliveries && r.deadLettered > 0) deadLettered.add(orderId(d));
         else retried += 1;
       }
       if (done()) {
@@ -116,6 +135,7 @@ async function main(): Promise<number> {
         log(`retry ${id} (${d.entryId}) in 200 ms: flaky on its first delivery`);
         d.retryAfter(200, "flaky: fails on its first delivery");
       } else {
+        if (poison.length > 0) d.queue(poison[0], ...poison.slice(1));
         for (const line of order.lines!) {
           d.queue("LPUSH", "picks", `${id}:${line.sku}:${line.qty}`);
           d.queue("HINCRBY", "sku-totals", line.sku!, line.qty as number);
@@ -135,11 +155,12 @@ async function main(): Promise<number> {
   }
   const s = sub.stats;
   console.log(
-    `${args.consumer}: acked ${acked.size}, dropped ${dropped.size}, retried ${retried} ` +
+    `${args.consumer}: acked ${acked.size}, dropped ${dropped.size}, retried ${retried}` +
+      (maxDeliveries > 0 ? `, dead-lettered ${deadLettered.size} ` : " ") +
       `(deliveries ${s.deliveries}, reads ${s.reads}, batches ${s.batches}, flushes ${s.flushes}, reconnects ${s.reconnects})`,
   );
   if (done()) return 0;
-  const missing = [...expected].filter((id) => !acked.has(id) && !dropped.has(id));
+  const missing = [...expected].filter((id) => !settled(id));
   console.log(`not settled${idle ? " (idle exit)" : ""}: ${missing.join(", ")}`);
   return 3;
 }

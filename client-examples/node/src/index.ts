@@ -10,6 +10,7 @@ export {
   SettledError,
   consoleLogger,
   DEFAULT_TARGET,
+  REJECTED_RETRY_MS,
   RETRYABLE,
   type Arg,
   type Logger,

@@ -41,6 +41,14 @@ import type { Duration } from "./gen/google/protobuf/duration";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
+/**
+ * The delay of the retry_after that settles a delivery one of whose commands the sidecar
+ * refused. The same in every language's helper: the entry is never lost (an ack would be
+ * refused too, a drop would lose it) and, with `maxDeliveries` and `deadLetter`, a poison entry
+ * reaches the dead letter after the cap instead of being retried forever.
+ */
+export const REJECTED_RETRY_MS = 1_000;
+
 /** Stream errors after which a subscription reconnects and resubscribes. */
 export const RETRYABLE: ReadonlySet<number> = new Set([Status.UNAVAILABLE, Status.ALREADY_EXISTS, Status.ABORTED]);
 
@@ -98,8 +106,10 @@ export class Delivery {
   readonly readId: number;
   /** Set once settled; undefined while open or when abandoned. */
   outcome: OutcomeName | undefined;
-  /** The sidecar's rejection of this delivery's outcome, if any. */
+  /** The sidecar's rejection of this delivery's outcome, while the helper settles it again. */
   rejection: Rejection | undefined;
+  /** The first of this delivery's commands the sidecar refused, if any: why it was not acked. */
+  commandRejection: Rejection | undefined;
   /** @internal */ commands: QueuedCommand[] = [];
   /** @internal */ sent = false;
   /** @internal */ handed = false;
@@ -218,13 +228,22 @@ export interface SubscribeOptions {
   startId?: string;
   minIdleMs?: number;
   atomic?: boolean;
+  /**
+   * The most times an entry is delivered. An entry at the cap settled with retry or
+   * retry_after goes to `deadLetter` instead. 0 or unset: no cap.
+   */
+  maxDeliveries?: number;
+  /** The stream where entries past `maxDeliveries` go. */
+  deadLetter?: string;
   onFlush?: (event: FlushEvent) => void | Promise<void>;
+  /**
+   * Called for each refused command or outcome, after the helper has applied its rule (a
+   * delivery with a refused command is settled with retryAfter(REJECTED_RETRY_MS)): observe, log, count.
+   */
   onRejection?: (rejection: Rejection, delivery: Delivery | undefined) => void | Promise<void>;
   /** Send a read's settled outcomes after this long even if the read is not complete (default 250; null: only complete reads). */
   lingerMs?: number | null;
   backoff?: { initialMs: number; maxMs: number };
-  /** Outcome refused by the sidecar and not settled again by onRejection: retryAfter this long. */
-  rejectedRetryMs?: number;
   /** How long close() waits for handed-out deliveries to be settled. */
   closeTimeoutMs?: number;
   logger?: Logger;
@@ -512,7 +531,8 @@ export class Subscription implements AsyncIterable<Delivery> {
           minIdle: o.minIdleMs !== undefined ? duration(o.minIdleMs) : undefined,
         },
         count: o.count ?? 16,
-        maxDeliveries: 0,
+        maxDeliveries: o.maxDeliveries ?? 0,
+        deadLetter: o.deadLetter ? { stream: o.deadLetter } : undefined,
         block: o.blockMs !== undefined ? duration(o.blockMs) : undefined,
         mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
         maxInFlight: o.maxInFlight ?? 0,
@@ -592,23 +612,32 @@ export class Subscription implements AsyncIterable<Delivery> {
     if (this.opts.onFlush) await this.callback(() => this.opts.onFlush!(new FlushEvent(report, deliveries)));
   }
 
+  /**
+   * The rejection rule, the same in every language's helper: a delivery one of whose commands
+   * was refused is settled with retryAfter(REJECTED_RETRY_MS, "rejected: <the message>"), never
+   * acked (its segment is incomplete) nor dropped (the entry would be lost). The helper sends a
+   * delivery's commands with its outcome, so the sidecar has refused the ack too
+   * (INCOMPLETE_SEGMENT) and the slot is open again; a drop or retry was accepted and stands.
+   */
   private async onRejections(st: StreamState, rejections: Rejection[]): Promise<void> {
+    // Commands first: the refused ack may come before or after its command in the message.
+    for (const rej of rejections) {
+      const d = st.slots.get(rej.slot);
+      if (d !== undefined && rej.command && d.commandRejection === undefined) d.commandRejection = rej;
+    }
     for (const rej of rejections) {
       this.stats.rejections += 1;
       const d = st.slots.get(rej.slot);
       const reason = rejectionReasonToJSON(rej.reason);
       this.log.warn(`sidecar rejected ${rej.command ? `command ${rej.command}` : "an outcome"} for slot ${rej.slot} (${reason}): ${rej.message}`);
-      const resettle = d !== undefined && !rej.command && RESETTLE.has(rej.reason);
-      if (resettle) {
+      if (d !== undefined && !rej.command && RESETTLE.has(rej.reason) && st.alive) {
         d.rejection = rej;
         d.outcome = undefined;
         d.sent = false;
         d.commands = [];
+        d.retryAfter(REJECTED_RETRY_MS, `rejected: ${(d.commandRejection ?? rej).message}`);
       }
       if (this.opts.onRejection) await this.callback(() => this.opts.onRejection!(rej, d));
-      if (resettle && d.outcome === undefined && st.alive) {
-        d.retryAfter(this.opts.rejectedRetryMs ?? 5_000, `rejected: ${reason}: ${rej.message}`);
-      }
     }
   }
 
