@@ -23,7 +23,10 @@
 #    on a fresh stream; asserts the same end state;
 # 6. scenario "rejected command": an order whose handler also queues FLUSHALL, which the sidecar
 #    refuses, with --max-deliveries 2 and a dead-letter stream: retried after 1 s, then
-#    dead-lettered.
+#    dead-lettered;
+# 7. scenario "token": a third sidecar with --auth-token-file; without WINDOW_SIDECAR_TOKEN the
+#    producer and the worker fail with UNAUTHENTICATED, with it they work (the worker in atomic
+#    mode) and give the same end state.
 # Every program runs from the scratch project. Prints "N passed, 0 failed" last and exits
 # non-zero on any failure.
 set -euo pipefail
@@ -249,6 +252,52 @@ check "rejected command: XPENDING $poison_stream $group" "$(rcli xpending "$pois
 check "rejected command: ZCARD {$poison_stream}:window:delayed" "$(rcli zcard "{$poison_stream}:window:delayed")" 0
 check "rejected command: no side effect was applied" "$(rcli exists "$totals_key" "$picks_key")" 0
 [[ $rc -eq 0 ]] || tail -30 "$work/poison-worker.log"
+
+# ---- 7. scenario "token" ---------------------------------------------------------------------
+# A sidecar that requires a bearer token: the client reads it from WINDOW_SIDECAR_TOKEN. The
+# worker runs in atomic mode here (each ack one MULTI/EXEC), with the same end state.
+log "scenario token: a third sidecar with --auth-token-file, the worker in atomic mode"
+rcli flushdb >/dev/null
+printf 'e2e-%s\n' "$RANDOM$RANDOM" >"$work/token"
+token_port="$(free_port)"
+token_addr="127.0.0.1:$token_port"
+"$sidecar_bin" --listen "$token_addr" --redis-url "redis://127.0.0.1:$redis_port" \
+  --auth-token-file "$work/token" --promote-interval 100ms --shutdown-grace 2s \
+  >"$work/sidecar-token.log" 2>&1 &
+pids+=("$!")
+wait_for "the sidecar on $token_addr" tcp_open "$token_port"
+token_stream=token-orders
+rc=0
+(unset WINDOW_SIDECAR_TOKEN; run producer --sidecar "$token_addr" --orders "$orders" --stream "$token_stream") \
+  >"$work/token-none-producer.log" 2>&1 || rc=$?
+check "token: without the token the producer fails with UNAUTHENTICATED" \
+  "$rc:$(grep -c 'UNAUTHENTICATED' "$work/token-none-producer.log" | awk '{print ($1 > 0)}')" 1:1
+rc=0
+(unset WINDOW_SIDECAR_TOKEN; run_for 30 worker --sidecar "$token_addr" --orders "$orders" --stream "$token_stream") \
+  >"$work/token-none-worker.log" 2>&1 || rc=$?
+check "token: without the token the worker fails with UNAUTHENTICATED" \
+  "$rc:$(grep -c '^subscription failed: UNAUTHENTICATED' "$work/token-none-worker.log")" 1:1
+check "token: the health service stays open" \
+  "$(unset WINDOW_SIDECAR_TOKEN; run_for 30 health-check --sidecar "$token_addr" 2>&1)" \
+  "health window_sidecar.v1.WindowService: SERVING"
+export WINDOW_SIDECAR_TOKEN
+WINDOW_SIDECAR_TOKEN="$(cat "$work/token")"
+run producer --sidecar "$token_addr" --orders "$orders" --stream "$token_stream" \
+  >"$work/token-producer.log" 2>&1 || { cat "$work/token-producer.log"; fail "token: producer"; }
+cat "$work/token-producer.log"
+check_published token "$work/token-producer.log" "$token_stream" "'"
+rc=0
+run_for 90 worker --sidecar "$token_addr" --orders "$orders" --stream "$token_stream" --consumer token-1 \
+  --atomic --idle-exit 20 >"$work/token-worker.log" 2>&1 || rc=$?
+unset WINDOW_SIDECAR_TOKEN
+grep -E '^token-1:|^not settled' "$work/token-worker.log" || true
+check "token: worker exit code" "$rc" 0
+check "token: the subscription is in atomic mode" \
+  "$(grep -c "subscribed as consumer 'token-1' .* mode MODE_ATOMIC" "$work/token-worker.log")" 1
+check_worker_summary token token-1 "$work/token-worker.log"
+check_end_state token "$token_stream"
+check_no_invalid_picks token
+[[ $rc -eq 0 ]] || tail -30 "$work/token-worker.log"
 
 e2e_summary
 

@@ -1,4 +1,4 @@
-// A tiny `--name value` argument parser, so the examples need no dependency for it.
+// A tiny `--name value` (and `--switch`) argument parser, so the examples need no dependency for it.
 export function parseArgs(argv: string[], known: Record<string, string>): Record<string, string> {
   const out: Record<string, string> = { ...known };
   for (let i = 0; i < argv.length; i++) {
@@ -12,7 +12,9 @@ export function parseArgs(argv: string[], known: Record<string, string>): Record
       console.error(`unknown argument ${a}`);
       process.exit(64);
     }
-    out[m[1]] = m[2] ?? argv[++i] ?? "";
+    // A bare flag (last, or followed by another flag) is a switch: "true".
+    const next = argv[i + 1];
+    out[m[1]] = m[2] ?? (next === undefined || next.startsWith("--") ? "true" : argv[++i]);
   }
   return out;
 }

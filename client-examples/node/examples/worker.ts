@@ -8,10 +8,10 @@
 // With --max-deliveries N --dead-letter KEY an order retried N times ends in the dead letter,
 // which settles it for good too; --poison-command "NAME ARG…" queues that command for every
 // order as well (a command the sidecar refuses shows the rejection rule: retry, then the dead
-// letter).
+// letter). --atomic flushes each ack as one MULTI/EXEC.
 //
-// Environment: WINDOW_SIDECAR_ADDR, WINDOW_CONSUMER, WINDOW_ORDERS, WORKER_DELAY_MS (sleep per
-// delivery).
+// Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (read by the client), WINDOW_CONSUMER,
+// WINDOW_ORDERS, WORKER_DELAY_MS (sleep per delivery).
 import { readFileSync } from "node:fs";
 import { Delivery, FlushEvent, Status, WindowClient } from "@window-sidecar/client";
 import { parseArgs } from "./args";
@@ -57,6 +57,7 @@ async function main(): Promise<number> {
     count: "16",
     "max-in-flight": "0",
     "idle-exit": "0",
+    atomic: "",
     "max-deliveries": "0",
     "dead-letter": "",
     "poison-command": "",
@@ -83,6 +84,7 @@ async function main(): Promise<number> {
     consumer: args.consumer,
     count: Number(args.count),
     maxInFlight: Number(args["max-in-flight"]),
+    atomic: args.atomic === "true",
     maxDeliveries,
     deadLetter: args["dead-letter"] || undefined,
     onFlush: (ev: FlushEvent) => {

@@ -9,15 +9,23 @@ export {
   FlushEvent,
   SettledError,
   consoleLogger,
+  openMessage,
   DEFAULT_TARGET,
   REJECTED_RETRY_MS,
   RETRYABLE,
   type Arg,
+  type ClientOptions,
   type Logger,
   type OutcomeName,
   type PublishInput,
   type Stats,
   type SubscribeOptions,
+  type SourceOptions,
+  type StreamSourceOptions,
+  type ReliableListSourceOptions,
+  type SimpleListSourceOptions,
+  type PubSubSourceOptions,
+  type WindowOptions,
 } from "./window-client";
 export type { FlushReport, Opened, Rejection, TraceContext } from "./gen/window_sidecar/v1/window";
 export { RejectionReason, rejectionReasonToJSON } from "./gen/window_sidecar/v1/window";

@@ -25,8 +25,10 @@ import {
   Mode,
   RejectionReason,
   rejectionReasonToJSON,
+  modeToJSON,
   type Delivery as DeliveryMsg,
   type FlushReport,
+  type Open,
   type Opened,
   type Outcome,
   type PublishEntry,
@@ -103,6 +105,8 @@ export class Delivery {
   readonly deliveryCount: number;
   /** The producer's W3C trace context, when the entry carries one. */
   readonly trace: TraceContext | undefined;
+  /** Pub/sub: the channel the message arrived on (empty otherwise). */
+  readonly channel: string;
   readonly readId: number;
   /** Set once settled; undefined while open or when abandoned. */
   outcome: OutcomeName | undefined;
@@ -128,6 +132,7 @@ export class Delivery {
     this.fields = msg.fields;
     this.deliveryCount = msg.deliveryCount;
     this.trace = msg.trace;
+    this.channel = msg.channel;
     this.readId = readId;
   }
 
@@ -215,26 +220,64 @@ export interface Stats {
   outcomes: Record<string, number>;
 }
 
-export interface SubscribeOptions {
+/** A Redis Stream read through a consumer group (at least once). */
+export interface StreamSourceOptions {
   stream: string;
+  /** Created (with MKSTREAM) when it does not exist. */
   group: string;
-  /** Stable per replica; empty: the sidecar's --consumer-name. */
+  /** Stable per replica, so a restart gets its own pending entries back; empty: the sidecar's --consumer-name. */
   consumer?: string;
+  /** Where a new group starts: "0" (default, the whole stream), "$" or an entry id. */
+  startId?: string;
+  /** Entries pending on any consumer for this long are claimed and delivered again (sidecar default 60 s). */
+  minIdleMs?: number;
+}
+
+/** A list read reliably: a read moves entries to this consumer's processing list (at least once). */
+export interface ReliableListSourceOptions {
+  reliableList: string;
+  /** Names the processing list, which survives a restart; empty: the sidecar's own name. */
+  consumer?: string;
+  /** A consumer silent for this long is dead and its processing list goes back (sidecar default 30 s). */
+  deadAfterMs?: number;
+}
+
+/** A list read by popping: at most once, a crash loses what was in flight. */
+export interface SimpleListSourceOptions {
+  simpleList: string;
+}
+
+/** Pub/sub channels, patterns or sharded channels: at most once, only while subscribed. */
+export interface PubSubSourceOptions {
+  channels?: string[];
+  patterns?: string[];
+  shardedChannels?: string[];
+  /** Messages buffered for a slow client before the oldest are dropped (sidecar default 10000). */
+  buffer?: number;
+}
+
+/** What to read: exactly one kind of source. */
+export type SourceOptions = StreamSourceOptions | ReliableListSourceOptions | SimpleListSourceOptions | PubSubSourceOptions;
+
+/** How the subscription windows what it reads; shared by every kind of source. */
+export interface WindowOptions {
   /** Entries per read (default 16). */
   count?: number;
   /** Most unsettled deliveries (0: twice count). */
   maxInFlight?: number;
+  /** How long one read waits for new entries (sidecar default 5 s). */
   blockMs?: number;
-  startId?: string;
-  minIdleMs?: number;
+  /** Each acked delivery's commands and its settle as one MULTI/EXEC, instead of one pipeline per read. */
   atomic?: boolean;
   /**
-   * The most times an entry is delivered. An entry at the cap settled with retry or
-   * retry_after goes to `deadLetter` instead. 0 or unset: no cap.
+   * The most times an entry is delivered (streams and lists). An entry at the cap settled with
+   * retry or retry_after goes to `deadLetter` instead. 0 or unset: no cap.
    */
   maxDeliveries?: number;
-  /** The stream where entries past `maxDeliveries` go. */
+  /** Where entries past `maxDeliveries` go: a stream for a stream source, a list for a list source. */
   deadLetter?: string;
+  /** Lists and pub/sub: values are opaque payloads, not frames with headers. */
+  raw?: boolean;
   onFlush?: (event: FlushEvent) => void | Promise<void>;
   /**
    * Called for each refused command or outcome, after the helper has applied its rule (a
@@ -247,6 +290,42 @@ export interface SubscribeOptions {
   /** How long close() waits for handed-out deliveries to be settled. */
   closeTimeoutMs?: number;
   logger?: Logger;
+}
+
+export type SubscribeOptions = SourceOptions & WindowOptions;
+
+/** The Open message of a subscription: its source, its dead letter and its windowing. */
+export function openMessage(o: SubscribeOptions): Open {
+  const ms = (v: number | undefined) => (v !== undefined ? duration(v) : undefined);
+  const open: Open = {
+    count: o.count ?? 16,
+    block: ms(o.blockMs),
+    mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
+    maxInFlight: o.maxInFlight ?? 0,
+    maxDeliveries: o.maxDeliveries ?? 0,
+    // Reports come in messages of their own (this helper does not read `Read.flushed`).
+    reportsInReads: false,
+    framing: o.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
+  };
+  if ("stream" in o) {
+    open.stream = { key: o.stream, group: o.group, consumer: o.consumer ?? "", startId: o.startId ?? "", minIdle: ms(o.minIdleMs) };
+  } else if ("reliableList" in o) {
+    open.reliableList = { key: o.reliableList, consumer: o.consumer ?? "", deadAfter: ms(o.deadAfterMs) };
+  } else if ("simpleList" in o) {
+    open.simpleList = { key: o.simpleList };
+  } else {
+    open.pubsub = { channels: o.channels ?? [], patterns: o.patterns ?? [], shardedChannels: o.shardedChannels ?? [], buffer: o.buffer ?? 0 };
+  }
+  if (o.deadLetter) open.deadLetter = "stream" in o ? { stream: o.deadLetter } : { list: o.deadLetter };
+  return open;
+}
+
+/** A short name of the source, for logs. */
+function describe(o: SubscribeOptions): string {
+  if ("stream" in o) return `stream ${o.stream}/${o.group}`;
+  if ("reliableList" in o) return `reliable list ${o.reliableList}`;
+  if ("simpleList" in o) return `list ${o.simpleList}`;
+  return `pub/sub ${[...(o.channels ?? []), ...(o.patterns ?? []), ...(o.shardedChannels ?? [])].join(",")}`;
 }
 
 interface ReadState {
@@ -517,30 +596,10 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   private session(): Promise<void> {
     this.gen += 1;
-    const call = this.client.stub.subscribe(new Metadata());
+    const call = this.client.stub.subscribe(this.client.metadata());
     const st = new StreamState(this.gen, call);
     this.stream = st;
-    const o = this.opts;
-    call.write({
-      open: {
-        stream: {
-          key: o.stream,
-          group: o.group,
-          consumer: o.consumer ?? "",
-          startId: o.startId ?? "",
-          minIdle: o.minIdleMs !== undefined ? duration(o.minIdleMs) : undefined,
-        },
-        count: o.count ?? 16,
-        maxDeliveries: o.maxDeliveries ?? 0,
-        deadLetter: o.deadLetter ? { stream: o.deadLetter } : undefined,
-        block: o.blockMs !== undefined ? duration(o.blockMs) : undefined,
-        mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
-        maxInFlight: o.maxInFlight ?? 0,
-        // Reports come in messages of their own (this helper does not read `Read.flushed`).
-        reportsInReads: false,
-        framing: Framing.FRAMING_UNSPECIFIED,
-      },
-    });
+    call.write({ open: openMessage(this.opts) });
     if (this.closing) void this.halfClose(st);
     return new Promise<void>((resolve, reject) => {
       // Messages are handled one at a time, in order, even when a callback is async.
@@ -570,7 +629,8 @@ export class Subscription implements AsyncIterable<Delivery> {
     this.stats.opens += 1;
     this.log.info(
       `${this.stats.opens === 1 ? "subscribed" : "resubscribed"} as consumer '${opened.consumer}' on ` +
-        `${this.opts.stream}/${this.opts.group} (count ${opened.count}, max in flight ${opened.maxInFlight}, ${opened.subscriptionId})`,
+        `${describe(this.opts)} (count ${opened.count}, max in flight ${opened.maxInFlight}, ` +
+        `mode ${modeToJSON(opened.mode)}, ${opened.subscriptionId})`,
     );
   }
 
@@ -665,16 +725,27 @@ export interface PublishInput {
   trace?: TraceContext;
 }
 
+export interface ClientOptions {
+  /**
+   * The bearer token of a sidecar started with --auth-token-file, sent on every call as
+   * `authorization: Bearer <token>`. Default: the environment variable WINDOW_SIDECAR_TOKEN,
+   * so a deployment sets it next to WINDOW_SIDECAR_ADDR without code changes.
+   */
+  token?: string;
+}
+
 const HealthClient = makeClientConstructor(healthService, "grpc.health.v1.Health");
 
 /** A channel to the sidecar: publish(), subscribe() and health(). */
 export class WindowClient {
   /** @internal */ readonly stub: WindowServiceClient;
   readonly target: string;
+  private readonly token: string | undefined;
 
   /** `target`: any grpc-js target (`host:port`, `unix:/path/to.sock`); default WINDOW_SIDECAR_ADDR, then 127.0.0.1:50051. */
-  constructor(target?: string) {
+  constructor(target?: string, opts: ClientOptions = {}) {
     this.target = target || process.env.WINDOW_SIDECAR_ADDR || DEFAULT_TARGET;
+    this.token = opts.token ?? (process.env.WINDOW_SIDECAR_TOKEN || undefined);
     this.stub = new WindowServiceClient(this.target, credentials.createInsecure(), {
       "grpc.initial_reconnect_backoff_ms": 100,
       "grpc.max_reconnect_backoff_ms": 2_000,
@@ -682,13 +753,24 @@ export class WindowClient {
   }
 
   /**
+   * The metadata of every call: the bearer token, when there is one. (grpc-js refuses call
+   * credentials on an insecure channel, and the sidecar is reached in plaintext on localhost
+   * or a Unix socket, so the header is set by hand.)
+   */
+  metadata(opts: { waitForReady?: boolean } = {}): Metadata {
+    const md = new Metadata(opts);
+    if (this.token) md.set("authorization", `Bearer ${this.token}`);
+    return md;
+  }
+
+  /**
    * One grpc.health.v1 Check of `service` over the same channel: "SERVING", "NOT_SERVING"
-   * (the sidecar has not reached Redis yet), …
+   * (the sidecar has not reached Redis yet), … Health needs no token on the sidecar.
    */
   health(service = "window_sidecar.v1.WindowService", opts: { timeoutMs?: number } = {}): Promise<string> {
     const health = new HealthClient(this.target, credentials.createInsecure(), { channelOverride: this.stub.getChannel() });
     return new Promise((resolve, reject) =>
-      health.Check({ service }, new Metadata(), { deadline: Date.now() + (opts.timeoutMs ?? 5_000) },
+      health.Check({ service }, this.metadata(), { deadline: Date.now() + (opts.timeoutMs ?? 5_000) },
         (err: ServiceError | null, res?: { status: string }) => (err ? reject(err) : resolve(res!.status))),
     );
   }
@@ -718,7 +800,7 @@ export class WindowClient {
           shardedChannel: "",
           framing: Framing.FRAMING_UNSPECIFIED,
         },
-        new Metadata({ waitForReady: true }),
+        this.metadata({ waitForReady: true }),
         { deadline: Date.now() + (opts.timeoutMs ?? 30_000) },
         (err, res) => (err ? reject(err) : resolve(res!.ids)),
       );

@@ -1,12 +1,14 @@
 // Unit tests of the helper against a fake sidecar: an in-process grpc-js server that speaks
-// the window protocol as the test script says, so the rule for refused commands is checked on
-// the wire, without Redis or the real sidecar.
+// the window protocol as the test script says, so the rule for refused commands and the token
+// are checked on the wire, without Redis or the real sidecar.
 //
 //   npm test
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
 import {
+  Framing,
+  Mode,
   OutcomeKind,
   RejectionReason,
   SubscribeResponse,
@@ -14,7 +16,7 @@ import {
   type Batch,
   type SubscribeRequest,
 } from "../src/gen/window_sidecar/v1/window";
-import { REJECTED_RETRY_MS, WindowClient, type Logger } from "../src/window-client";
+import { openMessage, REJECTED_RETRY_MS, WindowClient, type Logger } from "../src/window-client";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 const FORBIDDEN = "FLUSHALL is forbidden in a window";
@@ -123,4 +125,36 @@ test("a refused command of a dropped delivery leaves the drop as it is", async (
   server.forceShutdown();
   assert.equal(extra, false);
   assert.deepEqual(sub.stats.outcomes, { drop: 1 });
+});
+
+test("the bearer token comes from WINDOW_SIDECAR_TOKEN and goes out as authorization metadata", async () => {
+  const { target, server } = await fakeSidecar(() => {});
+  process.env.WINDOW_SIDECAR_TOKEN = "s3cret";
+  const withToken = new WindowClient(target);
+  delete process.env.WINDOW_SIDECAR_TOKEN;
+  const without = new WindowClient(target);
+  const explicit = new WindowClient(target, { token: "given" });
+  try {
+    assert.deepEqual(await withToken.publish("s", ["x"]), ["Bearer s3cret"]);
+    assert.deepEqual(await without.publish("s", ["x"]), [""]);
+    assert.deepEqual(await explicit.publish("s", ["x"]), ["Bearer given"]);
+  } finally {
+    for (const c of [withToken, without, explicit]) c.close();
+    server.forceShutdown();
+  }
+});
+
+test("openMessage: each kind of source, its dead letter and the window options", () => {
+  const stream = openMessage({ stream: "s", group: "g", maxDeliveries: 3, deadLetter: "s:dead", atomic: true });
+  assert.equal(stream.stream?.key, "s");
+  assert.deepEqual(stream.deadLetter, { stream: "s:dead" });
+  assert.equal(stream.mode, Mode.MODE_ATOMIC);
+  assert.equal(stream.maxDeliveries, 3);
+  const list = openMessage({ reliableList: "jobs", consumer: "c1", deadAfterMs: 1500, deadLetter: "jobs:dead", raw: true });
+  assert.deepEqual(list.reliableList, { key: "jobs", consumer: "c1", deadAfter: { seconds: 1, nanos: 500_000_000 } });
+  assert.deepEqual(list.deadLetter, { list: "jobs:dead" });
+  assert.equal(list.framing, Framing.FRAMING_RAW);
+  assert.deepEqual(openMessage({ simpleList: "q" }).simpleList, { key: "q" });
+  const pubsub = openMessage({ channels: ["a"], patterns: ["b.*"] }).pubsub;
+  assert.deepEqual(pubsub, { channels: ["a"], patterns: ["b.*"], shardedChannels: [], buffer: 0 });
 });
