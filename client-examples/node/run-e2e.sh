@@ -26,7 +26,10 @@
 #    dead-lettered;
 # 7. scenario "token": a third sidecar with --auth-token-file; without WINDOW_SIDECAR_TOKEN the
 #    producer and the worker fail with UNAUTHENTICATED, with it they work (the worker in atomic
-#    mode) and give the same end state.
+#    mode) and give the same end state;
+# 8. scenario "reliable list": the orders LPUSHed onto a list, which the worker reads with the
+#    reliable-list source; the same SKU totals and picks, the list, the processing list and the
+#    delay set empty.
 # Every program runs from the scratch project. Prints "N passed, 0 failed" last and exits
 # non-zero on any failure.
 set -euo pipefail
@@ -298,6 +301,32 @@ check_worker_summary token token-1 "$work/token-worker.log"
 check_end_state token "$token_stream"
 check_no_invalid_picks token
 [[ $rc -eq 0 ]] || tail -30 "$work/token-worker.log"
+
+# ---- 8. scenario "reliable list" ---------------------------------------------------------------
+log "scenario reliable list: the orders LPUSHed onto a list, the worker with --reliable-list"
+rcli flushdb >/dev/null
+list_key=orders-list
+node -e '
+  const spec = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  for (const o of spec.orders) console.log(JSON.stringify(o));
+' "$orders" | while IFS= read -r order; do rcli lpush "$list_key" "$order" >/dev/null; done
+check "reliable list: LLEN $list_key before" "$(rcli llen "$list_key")" "$n_orders"
+rc=0
+run_for 90 worker --sidecar "$addr" --orders "$orders" --reliable-list "$list_key" --consumer list-1 \
+  --idle-exit 20 >"$work/list-worker.log" 2>&1 || rc=$?
+grep -E '^list-1:|^not settled' "$work/list-worker.log" || true
+check "reliable list: worker exit code" "$rc" 0
+check_worker_summary "reliable list" list-1 "$work/list-worker.log"
+while read -r sku want; do
+  check "reliable list: HGET $totals_key $sku" "$(rcli hget "$totals_key" "$sku")" "$want"
+done < <(expected total)
+check "reliable list: HLEN $totals_key (no other SKUs)" "$(rcli hlen "$totals_key")" "$(expected skus)"
+check "reliable list: the picks are exactly the valid orders' lines" \
+  "$(rcli lrange "$picks_key" 0 -1 | sort | paste -sd' ')" "$(expected pick | sort | paste -sd' ')"
+check "reliable list: the list, the processing list and the delay set are empty" \
+  "$(rcli llen "$list_key") $(rcli llen "{$list_key}:window:processing:list-1") $(rcli zcard "{$list_key}:window:delayed")" "0 0 0"
+check_no_invalid_picks "reliable list"
+[[ $rc -eq 0 ]] || tail -30 "$work/list-worker.log"
 
 e2e_summary
 

@@ -8,12 +8,13 @@
 // With --max-deliveries N --dead-letter KEY an order retried N times ends in the dead letter,
 // which settles it for good too; --poison-command "NAME ARG…" queues that command for every
 // order as well (a command the sidecar refuses shows the rejection rule: retry, then the dead
-// letter). --atomic flushes each ack as one MULTI/EXEC.
+// letter). --atomic flushes each ack as one MULTI/EXEC. --reliable-list KEY reads the orders
+// from that list (pushed with LPUSH) instead of the stream.
 //
 // Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (read by the client), WINDOW_CONSUMER,
 // WINDOW_ORDERS, WORKER_DELAY_MS (sleep per delivery).
 import { readFileSync } from "node:fs";
-import { Delivery, FlushEvent, Status, WindowClient } from "@window-sidecar/client";
+import { Delivery, FlushEvent, Status, WindowClient, type SourceOptions } from "@window-sidecar/client";
 import { parseArgs } from "./args";
 
 interface Line {
@@ -61,6 +62,7 @@ async function main(): Promise<number> {
     "max-deliveries": "0",
     "dead-letter": "",
     "poison-command": "",
+    "reliable-list": "",
   });
   const spec = JSON.parse(readFileSync(args.orders, "utf8"));
   const expected = new Set<string>(spec.orders.map((o: Order) => String(o.id)));
@@ -78,10 +80,12 @@ async function main(): Promise<number> {
   const done = () => [...expected].every(settled);
 
   const client = new WindowClient(args.sidecar);
+  // The orders file's stream through its group, or with --reliable-list a list read reliably.
+  const source: SourceOptions = args["reliable-list"]
+    ? { reliableList: args["reliable-list"], consumer: args.consumer }
+    : { stream: args.stream || spec.stream || "orders", group: args.group || spec.group || "order-service", consumer: args.consumer };
   const sub = client.subscribe({
-    stream: args.stream || spec.stream || "orders",
-    group: args.group || spec.group || "order-service",
-    consumer: args.consumer,
+    ...source,
     count: Number(args.count),
     maxInFlight: Number(args["max-in-flight"]),
     atomic: args.atomic === "true",
