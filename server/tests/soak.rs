@@ -21,14 +21,11 @@
 //!
 //! Run it longer with `SOAK_SECS=600 cargo test -p window-sidecar --test soak -- --nocapture`.
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Running, duration};
 use fred::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
@@ -38,7 +35,9 @@ use window_sidecar::proto::subscribe_request::Kind as Request;
 use window_sidecar::proto::subscribe_response::Kind as Response;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
-use window_sidecar_harness::{RedisServer, free_port, pending};
+use window_sidecar_harness::{
+    RedisServer, SidecarProcess as Running, duration, free_port, pending,
+};
 
 /// Stream keys; two consumers (`c0`, `c1`) of group `g` each.
 const STREAM_KEYS: usize = 21;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop};
 use window_sidecar::proto::{self, Mode};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 fn atomic_open(key: &str, consumer: &str, count: u32) -> proto::Open {
     proto::Open {

@@ -6,7 +6,7 @@ use fred::prelude::*;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop};
 use window_sidecar::proto::subscribe_request::Kind as Request;
 use window_sidecar::proto::{self, RejectionReason};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 async fn invalid_open(sidecar: &Sidecar, open: proto::Open) -> tonic::Status {
     let mut client = sidecar.client().await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use window_sidecar::proto::OutcomeKind::Ack;
 use window_sidecar::proto::{self, RejectionReason, subscribe_response::Kind};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 fn extend(slots: Vec<u64>) -> proto::subscribe_request::Kind {
     proto::subscribe_request::Kind::Batch(proto::Batch {

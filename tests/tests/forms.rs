@@ -7,7 +7,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
 use window_sidecar::proto::{self, RejectionReason};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 fn reliable(key: &str, consumer: &str, count: u32) -> proto::Open {
     proto::Open {

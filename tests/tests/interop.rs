@@ -13,7 +13,7 @@ use ruststream_fred::prelude::*;
 use window_sidecar::proto::OutcomeKind::{Ack, Retry};
 use window_sidecar::proto::{self, subscribe_response::Kind};
 use window_sidecar::redis::frame;
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 /// The fields of every entry of a stream, in order.
 async fn entries(client: &Client, key: &str) -> Vec<HashMap<String, String>> {

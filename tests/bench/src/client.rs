@@ -16,6 +16,8 @@ use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, Mode};
 
+use window_sidecar_harness::OpenExt;
+
 use crate::workload::{self, CONSUMER, GROUP, Payload, STREAM, now_us};
 
 /// What a consumer reports when every expected entry is acknowledged.
@@ -59,24 +61,22 @@ pub struct SidecarClient {
     atomic: bool,
 }
 
-fn stream_open(key: &str, count: u32, max_in_flight: u32, atomic: bool) -> proto::SubscribeRequest {
+/// The harness's stream `open` for the bench's group and consumer: BLOCK 1 s, flush reports
+/// carried in reads.
+fn open_request(
+    key: &str,
+    count: u32,
+    max_in_flight: u32,
+    atomic: bool,
+) -> proto::SubscribeRequest {
+    let open = window_sidecar_harness::stream_open(key, GROUP, CONSUMER, count)
+        .with_max_in_flight(max_in_flight);
     proto::SubscribeRequest {
         kind: Some(subscribe_request::Kind::Open(proto::Open {
-            source: Some(proto::open::Source::Stream(proto::StreamSource {
-                key: key.into(),
-                group: GROUP.into(),
-                consumer: CONSUMER.into(),
-                ..Default::default()
-            })),
-            count,
-            block: Some(prost_types::Duration {
-                seconds: 1,
-                nanos: 0,
-            }),
+            block: Some(window_sidecar_harness::duration(Duration::from_secs(1))),
             mode: if atomic { Mode::Atomic } else { Mode::Pipeline } as i32,
-            max_in_flight,
             reports_in_reads: true,
-            ..Default::default()
+            ..open
         })),
     }
 }
@@ -108,7 +108,7 @@ impl SidecarClient {
     /// flush report; else from the read's arrival to it.
     pub async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
-        tx.send(stream_open(
+        tx.send(open_request(
             STREAM,
             self.count,
             self.max_in_flight,
@@ -214,7 +214,7 @@ pub async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, St
     let mut held = Vec::with_capacity(n);
     for i in 0..n {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(4);
-        tx.send(stream_open(&format!("idle:{i}"), 64, 0, false))
+        tx.send(open_request(&format!("idle:{i}"), 64, 0, false))
             .await
             .map_err(|_| "request stream closed")?;
         let mut inbound = client

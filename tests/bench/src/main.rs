@@ -489,42 +489,17 @@ fn sidecar_bin(explicit: Option<PathBuf>, root: &Path) -> Result<PathBuf, String
         root.join("target")
     };
     let bin = target_dir.join("release/window-sidecar");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     println!("bench: cargo build --release -p window-sidecar");
-    let mut command = std::process::Command::new(cargo);
-    command
-        .args(["build", "--release", "-p", "window-sidecar"])
-        .args(["--bin", "window-sidecar"])
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .current_dir(root);
-    // Without the variables `cargo run` sets for this binary: cargo compares the variables
-    // build scripts watch (`rerun-if-env-changed`) with its own environment, so they would
-    // rebuild half the tree here, and again on the next plain `cargo build`.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_MANIFEST_")
-            || [
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-            ]
-            .contains(&name.as_ref())
-        {
-            command.env_remove(name.as_ref());
-        }
-    }
-    let status = command.status();
-    match status {
-        Ok(status) if status.success() => Ok(bin),
-        _ if bin.exists() => {
+    match window_sidecar_harness::build_sidecar(true, Some(&target_dir)) {
+        Ok(built) => Ok(built),
+        Err(_) if bin.exists() => {
             println!(
                 "bench: the build failed; using the existing {}",
                 bin.display()
             );
             Ok(bin)
         }
-        other => Err(format!("could not build the sidecar: {other:?}")),
+        Err(e) => Err(format!("could not build the sidecar: {e}")),
     }
 }
 

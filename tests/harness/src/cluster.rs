@@ -27,6 +27,11 @@ use fred::prelude::*;
 use crate::resp;
 use crate::util::{Probe, Proc, arg, info_field};
 
+/// The cluster hash slot of a key (its `{tag}` when it has one).
+pub fn slot_of(key: &str) -> u16 {
+    fred::util::redis_keyslot(key.as_bytes())
+}
+
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 

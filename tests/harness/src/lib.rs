@@ -1,5 +1,13 @@
-//! Real `redis-server` processes for tests: each on a free loopback port, without persistence,
-//! killed (by pid) when dropped. Nothing here mocks Redis.
+//! The test kit. Real `redis-server` processes for tests: each on a free loopback port, without
+//! persistence, killed (by pid) when dropped. Nothing here mocks Redis. And the sidecar they
+//! test, with what a test talks to it with:
+//! * [`Sidecar`] (module [`sidecar`]): the sidecar in this process, on a free port.
+//! * [`SidecarProcess`] and [`Launch`] (module [`process`]): the real binary as a child process
+//!   (its log lines, signals, `/proc` figures); [`sidecar_bin`] says which binary.
+//! * [`Subscription`] and [`Worker`] (module [`client`]): one Subscribe stream; a subscription
+//!   that acks with side effects counted in Redis. [`STEP`], [`stream_open`] and the messages.
+//! * [`http_get`], [`scrape`] and the exposition readers [`sample`], [`series`],
+//!   [`metric_sum`] (module [`http`]).
 //!
 //! Topologies beyond a single server:
 //! * [`RedisCluster`] (module [`cluster`]): a Redis Cluster with replicas, failover, restart and
@@ -14,16 +22,25 @@
 //! `HARNESS_KEEP_DIRS=1` to keep the dirs, with each node's `redis.log`, for debugging).
 
 pub mod acl;
+pub mod client;
 pub mod cluster;
+pub mod http;
+pub mod process;
 pub mod resp;
 pub mod sentinel;
+pub mod sidecar;
 pub mod tls;
 mod util;
 
 pub use acl::{acl_user, url_with_auth};
-pub use cluster::{RedisCluster, SlotMigration};
+pub use client::*;
+pub use cluster::{RedisCluster, SlotMigration, slot_of};
+pub use http::*;
+pub use process::*;
 pub use sentinel::Sentinels;
+pub use sidecar::Sidecar;
 pub use tls::{TlsMaterial, TlsRedisServer};
+pub use util::tail as tail_file;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -178,8 +178,8 @@ pub(crate) fn arg(s: impl AsRef<Path>) -> String {
     s.as_ref().to_string_lossy().into_owned()
 }
 
-/// The last `lines` lines of a (log) file, for panic messages.
-pub(crate) fn tail(path: &Path, lines: usize) -> String {
+/// The last `lines` lines of a (log) file, for error messages.
+pub fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

@@ -5,14 +5,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use fred::util::redis_keyslot;
 use window_sidecar_harness::{
     RedisCluster, RedisServer, Sentinels, TlsMaterial, TlsRedisServer, acl_user, eventually, resp,
+    slot_of,
 };
-
-fn slot_of(key: &str) -> u16 {
-    redis_keyslot(key.as_bytes())
-}
 
 fn process_gone(pid: u32) -> bool {
     !PathBuf::from(format!("/proc/{pid}")).exists()

@@ -3,8 +3,7 @@
 //! the ids of the spans they are about.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +24,10 @@ use window_sidecar::proto::subscribe_request::Kind as Request;
 use window_sidecar::proto::subscribe_response::Kind as Response;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
-use window_sidecar_harness::{RedisServer, free_port};
+use window_sidecar_harness::{
+    Launch, RedisServer, SidecarProcess, connect_client, free_port, ok_body, sidecar_bin,
+};
 
-const BIN: &str = env!("CARGO_BIN_EXE_window-sidecar");
 const PRODUCER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const CLIENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-b9c7c989f97918e1-01";
 
@@ -131,90 +131,48 @@ const OTLP_VARIABLES: [&str; 4] = [
 ];
 
 /// The sidecar binary with OTLP export to `otlp` and JSON logs; stderr lines are collected.
-struct Sidecar {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+fn traced(redis: &str, listen: &str, otlp: &str) -> SidecarProcess {
+    traced_with(redis, listen, otlp, &[], "info")
 }
 
-impl Sidecar {
-    fn start(redis: &str, listen: &str, otlp: &str) -> Self {
-        Self::start_with(redis, listen, otlp, &[], "info")
-    }
-
-    /// With extra flags and a log filter; stdout is collected with stderr.
-    fn start_with(redis: &str, listen: &str, otlp: &str, extra: &[&str], log: &str) -> Self {
-        let otlp = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)];
-        Self::start_env(redis, listen, &otlp, extra, log)
-    }
-
-    /// With the OTLP variables `otlp` (and no others).
-    fn start_env(
-        redis: &str,
-        listen: &str,
-        otlp: &[(&str, &str)],
-        extra: &[&str],
-        log: &str,
-    ) -> Self {
-        let mut command = Command::new(BIN);
-        for name in OTLP_VARIABLES {
-            command.env_remove(name);
-        }
-        let mut child = command
-            .args([
-                "--redis-url",
-                redis,
-                "--listen",
-                listen,
-                "--log-format",
-                "json",
-            ])
-            .args(extra)
-            .envs(otlp.iter().copied())
-            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-            .env("OTEL_SERVICE_NAME", "window-sidecar-test")
-            .env("RUST_LOG", log)
-            .env("WINDOW_REDIS_TIMEOUT", "2s")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().unwrap();
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let stderr = child.stderr.take().unwrap();
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self { child, lines }
-    }
-
-    fn terminate(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..200 {
-            if self.child.try_wait().unwrap().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the sidecar did not stop");
-    }
+/// With extra flags and a log filter; stdout is collected with stderr.
+fn traced_with(redis: &str, listen: &str, otlp: &str, extra: &[&str], log: &str) -> SidecarProcess {
+    let otlp = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)];
+    traced_env(redis, listen, &otlp, extra, log)
 }
 
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// With the OTLP variables `otlp` (and no others).
+fn traced_env(
+    redis: &str,
+    listen: &str,
+    otlp: &[(&str, &str)],
+    extra: &[&str],
+    log: &str,
+) -> SidecarProcess {
+    let mut launch = Launch::new();
+    for name in OTLP_VARIABLES {
+        launch = launch.env_remove(name);
     }
+    launch = launch
+        .args([
+            "--redis-url",
+            redis,
+            "--listen",
+            listen,
+            "--log-format",
+            "json",
+        ])
+        .args(extra);
+    for (name, value) in otlp {
+        launch = launch.env(name, value);
+    }
+    launch
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_SERVICE_NAME", "window-sidecar-test")
+        .env("RUST_LOG", log)
+        .env("WINDOW_REDIS_TIMEOUT", "2s")
+        .capture_stdout()
+        .start()
 }
 
 /// An OTLP/HTTP receiver on a free port; returns it and its endpoint URL.
@@ -232,11 +190,9 @@ async fn start_http_receiver() -> (Receiver, String) {
 }
 
 /// The JSON log lines of a run.
-fn json_lines(sidecar: &Sidecar) -> Vec<serde_json::Value> {
+fn json_lines(sidecar: &SidecarProcess) -> Vec<serde_json::Value> {
     sidecar
-        .lines
-        .lock()
-        .unwrap()
+        .lines()
         .iter()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect()
@@ -270,16 +226,6 @@ async fn start_receiver() -> (Receiver, String) {
     (receiver, format!("http://{otlp_addr}"))
 }
 
-async fn connect(addr: &str) -> WindowServiceClient<tonic::transport::Channel> {
-    for _ in 0..100 {
-        if let Ok(client) = WindowServiceClient::connect(format!("http://{addr}")).await {
-            return client;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the sidecar did not listen on {addr}");
-}
-
 // Multi-threaded: the in-process receiver must keep answering while the test thread waits for
 // the sidecar to exit (it exports its last spans on the way out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,8 +239,8 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
         .await
         .unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut sidecar = Sidecar::start(&redis.url(), &listen, &otlp);
-    let mut client = connect(&listen).await;
+    let mut sidecar = traced(&redis.url(), &listen, &otlp);
+    let mut client = connect_client(&listen).await;
 
     // A producer with its own trace context publishes one order.
     let mut publish = tonic::Request::new(proto::PublishRequest {
@@ -496,7 +442,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
     );
 
     // Every log line is JSON; the subscription's open, failed flush and close are there.
-    let lines = sidecar.lines.lock().unwrap().clone();
+    let lines = sidecar.lines();
     assert!(!lines.is_empty());
     let mut messages = Vec::new();
     for line in &lines {
@@ -537,16 +483,6 @@ fn assert_no_secret(what: &str, text: &str) {
     }
 }
 
-async fn http_body(addr: &str, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
-}
-
 /// A run that used every credential, at the most verbose log level, with failures that put
 /// connection details into errors: a wrong token, a flush failure, Redis restarting, a second
 /// sidecar with a wrong password. No secret may appear in its logs, traces, metrics, admin
@@ -566,7 +502,7 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
     let metrics = format!("127.0.0.1:{}", free_port());
     let url = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{}", redis.port());
     let token_path = token_file.to_str().unwrap();
-    let mut sidecar = Sidecar::start_with(
+    let mut sidecar = traced_with(
         &url,
         &listen,
         &otlp,
@@ -704,16 +640,16 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(published, "the sidecar did not reconnect");
-    let metrics_body = http_body(&metrics, "/metrics").await;
+    let metrics_body = ok_body(&metrics, "/metrics").await;
     assert!(metrics_body.contains("window_"), "{metrics_body}");
-    let admin_body = http_body(&metrics, "/subscriptions").await;
+    let admin_body = ok_body(&metrics, "/subscriptions").await;
     drop(tx);
     drop(stream);
     sidecar.terminate();
 
     // A second sidecar with the wrong password: its refusal must not echo what it was given.
     let listen2 = format!("127.0.0.1:{}", free_port());
-    let mut wrong = Sidecar::start_with(
+    let mut wrong = traced_with(
         &format!("redis://127.0.0.1:{}", redis.port()),
         &listen2,
         &otlp,
@@ -724,7 +660,7 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         "debug",
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !wrong.lines.lock().unwrap().iter().any(|l| {
+    while !wrong.lines().iter().any(|l| {
         l.contains("WRONGPASS")
             || l.contains("invalid username-password")
             || l.contains("NOT_SERVING")
@@ -738,7 +674,7 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
     }
     wrong.terminate();
     // The configuration check echoes URLs in its errors: redacted.
-    let check = Command::new(BIN)
+    let check = Command::new(sidecar_bin())
         .args([
             "--check-config",
             "--redis-url",
@@ -748,17 +684,14 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         .unwrap();
     assert_eq!(check.status.code(), Some(64));
 
-    let lines = sidecar.lines.lock().unwrap().join("\n");
+    let lines = sidecar.lines().join("\n");
     assert!(
         lines.len() > 10_000,
         "a debug run logs a lot: {} bytes",
         lines.len()
     );
     assert_no_secret("the sidecar's output", &lines);
-    assert_no_secret(
-        "the second sidecar's output",
-        &wrong.lines.lock().unwrap().join("\n"),
-    );
+    assert_no_secret("the second sidecar's output", &wrong.lines().join("\n"));
     assert_no_secret(
         "--check-config's output",
         &String::from_utf8_lossy(&check.stderr),
@@ -807,7 +740,7 @@ async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_c
     let (receiver, otlp) = start_http_receiver().await;
     let redis = RedisServer::start();
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut sidecar = Sidecar::start_env(
+    let mut sidecar = traced_env(
         &redis.url(),
         &listen,
         &[
@@ -817,7 +750,7 @@ async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_c
         &[],
         "info,window_sidecar=debug",
     );
-    let mut client = connect(&listen).await;
+    let mut client = connect_client(&listen).await;
     publish_traced(&mut client, 4).await;
 
     let (tx, rx) = mpsc::channel(8);
@@ -975,8 +908,8 @@ async fn the_traces_protocol_and_endpoint_win_over_the_generic_ones() {
     ];
     for (run, otlp) in runs.iter().enumerate() {
         let listen = format!("127.0.0.1:{}", free_port());
-        let mut sidecar = Sidecar::start_env(&redis.url(), &listen, otlp, &[], "info");
-        let mut client = connect(&listen).await;
+        let mut sidecar = traced_env(&redis.url(), &listen, otlp, &[], "info");
+        let mut client = connect_client(&listen).await;
         publish_traced(&mut client, 1).await;
         sidecar.terminate();
         let (to, other) = if run == 0 {
@@ -1024,7 +957,7 @@ fn an_unknown_otlp_protocol_is_a_configuration_error() {
         ),
     ] {
         for check in [true, false] {
-            let mut command = Command::new(BIN);
+            let mut command = Command::new(sidecar_bin());
             for name in OTLP_VARIABLES {
                 command.env_remove(name);
             }

@@ -5,18 +5,18 @@
 //! `SCARD seen` says nothing was lost, `count` how often side effects ran, and `applied` which
 //! entry ran twice.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{Next, Running, STEP, Worker, stream_open};
 use fred::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use window_sidecar::proto::{self, Mode};
-use window_sidecar_harness::{RedisServer, connect, free_port, pending, resp};
+use window_sidecar_harness::{
+    Next, OpenExt, RedisServer, STEP, SidecarProcess, Worker, connect, duration, free_port,
+    ok_body, pending, resp, stream_open, value,
+};
 
 const KEY: &str = "orders";
 
@@ -165,7 +165,7 @@ async fn redis_restart_mid_run(mode: Mode) -> RestartRun {
     let inspect = connect(&url).await;
     produce(&inspect, 0..N, 0).await;
     let listen = listen_addr();
-    let sidecar = Running::serve(
+    let sidecar = SidecarProcess::serve(
         &url,
         &listen,
         &["--redis-timeout", "1s", "--reclaim-interval", "500ms"],
@@ -174,7 +174,7 @@ async fn redis_restart_mid_run(mode: Mode) -> RestartRun {
     // pending entries, not through a claim.
     let open = proto::Open {
         mode: mode as i32,
-        ..stream_open(KEY, "c1", 10, 20, None)
+        ..stream_open(KEY, "g", "c1", 10).with_max_in_flight(20)
     };
     let mut worker = Worker::open(&listen, open).await;
     while worker.acked.len() < 50 {
@@ -213,7 +213,7 @@ async fn redis_restart_mid_run(mode: Mode) -> RestartRun {
         .filter(|r| r.outcome_unknown)
         .flat_map(|r| worker.reads[&r.read_id].iter().cloned())
         .collect();
-    let held_values: Vec<String> = held.deliveries.iter().map(common::value).collect();
+    let held_values: Vec<String> = held.deliveries.iter().map(value).collect();
     let came_back = held_values
         .iter()
         .filter(|v| worker.delivered[*v].0 >= 2)
@@ -325,7 +325,7 @@ async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_s
     let inspect = connect(&url).await;
     produce(&inspect, 0..N, 0).await;
     let (listen, metrics) = (listen_addr(), listen_addr());
-    let sidecar = Running::serve(
+    let sidecar = SidecarProcess::serve(
         &url,
         &listen,
         &[
@@ -339,14 +339,14 @@ async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_s
     );
     let open = proto::Open {
         mode: Mode::Atomic as i32,
-        ..stream_open(KEY, "c1", 10, 20, None)
+        ..stream_open(KEY, "g", "c1", 10).with_max_in_flight(20)
     };
     let mut worker = Worker::open(&listen, open).await;
     let mut held = Vec::new();
     while worker.acked.len() < 100 {
         work_holding_one_read(&mut worker, &mut held).await;
     }
-    let text = http_get(&metrics, "/metrics").await;
+    let text = ok_body(&metrics, "/metrics").await;
     let read_aheads = |text: &str| -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix("window_read_aheads_total{form=\"stream\"} "))
@@ -381,7 +381,7 @@ async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_s
     let (seen, count, left) = state(&inspect).await;
     let twice = applied_twice(&inspect).await;
     let failed = worker.reports.iter().filter(|r| !r.ok).count();
-    let after = read_aheads(&http_get(&metrics, "/metrics").await);
+    let after = read_aheads(&ok_body(&metrics, "/metrics").await);
     println!(
         "atomic, reads riding on flushes, Redis killed and restarted: {N} entries, {seen} seen, \
          {count} side effects, applied twice {twice:?}, {failed} failed flushes, \
@@ -406,7 +406,7 @@ async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_s
         assert!(Instant::now() < deadline, "the second batch is not settled");
         work_holding_one_read(&mut worker, &mut held).await;
     }
-    let again = read_aheads(&http_get(&metrics, "/metrics").await);
+    let again = read_aheads(&ok_body(&metrics, "/metrics").await);
     println!("read-aheads after the second batch: {again}");
     assert!(
         again > after,
@@ -429,8 +429,8 @@ async fn a_sidecar_killed_mid_window_and_restarted_settles_every_entry() {
     produce(&inspect, 0..N, 0).await;
     let listen = listen_addr();
     let flags = ["--reclaim-interval", "200ms"];
-    let sidecar = Running::serve(&redis.url(), &listen, &flags);
-    let open = || stream_open(KEY, "c1", COUNT, MAX_IN_FLIGHT, None);
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &flags);
+    let open = || stream_open(KEY, "g", "c1", COUNT).with_max_in_flight(MAX_IN_FLIGHT);
     let mut worker = Worker::open(&listen, open()).await;
     // One read settled, the next half settled: SIGKILL before its flush.
     worker.work(2, Some(2)).await;
@@ -438,7 +438,7 @@ async fn a_sidecar_killed_mid_window_and_restarted_settles_every_entry() {
     sidecar.kill9();
     let in_flight = pending(&inspect, KEY, "g").await;
 
-    let sidecar = Running::serve(&redis.url(), &listen, &flags);
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &flags);
     let mut worker = Worker::open(&listen, open()).await;
     work_until_settled(&mut worker, &inspect, N, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -475,7 +475,7 @@ async fn a_second_replica_claims_a_killed_replicas_pending_entries_after_min_idl
     produce(&inspect, 0..N, 0).await;
     let (a, b) = (listen_addr(), listen_addr());
     let replica = |addr: &str, name: &str| {
-        Running::serve(
+        SidecarProcess::serve(
             &redis.url(),
             addr,
             &["--reclaim-interval", "200ms", "--consumer-name", name],
@@ -483,7 +483,11 @@ async fn a_second_replica_claims_a_killed_replicas_pending_entries_after_min_idl
     };
     let (replica_a, replica_b) = (replica(&a, "pod-a"), replica(&b, "pod-b"));
     // The consumer name comes from each replica's --consumer-name.
-    let open = || stream_open(KEY, "", 10, 20, Some(Duration::from_secs(1)));
+    let open = || {
+        stream_open(KEY, "g", "", 10)
+            .with_max_in_flight(20)
+            .with_min_idle(Some(Duration::from_secs(1)))
+    };
     let mut worker_a = Worker::open(&a, open()).await;
     worker_a.work(2, Some(2)).await;
     assert_eq!(worker_a.opened.as_ref().unwrap().consumer, "pod-a");
@@ -591,7 +595,7 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
     let inspect = redis.client().await;
     produce(&inspect, 0..N, 0).await;
     let (listen, metrics) = (listen_addr(), listen_addr());
-    let sidecar = Running::serve(
+    let sidecar = SidecarProcess::serve(
         &redis.url(),
         &listen,
         &[
@@ -606,7 +610,13 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
     let proxy = Proxy::start(listen.clone()).await;
     let min_idle = Some(Duration::from_secs(1));
 
-    let mut vanishing = Worker::open(&proxy.addr, stream_open(KEY, "c-a", 10, 10, min_idle)).await;
+    let mut vanishing = Worker::open(
+        &proxy.addr,
+        stream_open(KEY, "g", "c-a", 10)
+            .with_max_in_flight(10)
+            .with_min_idle(min_idle),
+    )
+    .await;
     let first = vanishing.next_read().await;
     vanishing.ack(&first.deliveries).await;
     let report = vanishing.report_for(first.read_id, STEP).await.unwrap();
@@ -617,19 +627,20 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
     let half = cut_off.deliveries.len() / 2;
     vanishing.ack(&cut_off.deliveries[..half]).await;
 
-    let mut other = Worker::open(&listen, stream_open(KEY, "c-b", 10, 10, min_idle)).await;
+    let mut other = Worker::open(
+        &listen,
+        stream_open(KEY, "g", "c-b", 10)
+            .with_max_in_flight(10)
+            .with_min_idle(min_idle),
+    )
+    .await;
     work_until_settled(&mut other, &inspect, N, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (seen, count, left) = state(&inspect).await;
     let came_back = cut_off
         .deliveries
         .iter()
-        .filter(|d| {
-            other
-                .delivered
-                .get(&common::value(d))
-                .is_some_and(|(_, c)| *c >= 2)
-        })
+        .filter(|d| other.delivered.get(&value(d)).is_some_and(|(_, c)| *c >= 2))
         .count();
     // The keepalive PING goes unanswered: the sidecar closes the vanished subscription and
     // frees its consumer name (only the other client's stays open).
@@ -637,7 +648,7 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let view: serde_json::Value =
-            serde_json::from_str(&http_get(&metrics, "/subscriptions").await).unwrap();
+            serde_json::from_str(&ok_body(&metrics, "/subscriptions").await).unwrap();
         still_open = view["subscriptions"]
             .as_array()
             .unwrap()
@@ -660,7 +671,13 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
         "the vanished client's subscription was not closed"
     );
     // Its consumer name is free again.
-    let mut again = Worker::open(&listen, stream_open(KEY, "c-a", 10, 10, min_idle)).await;
+    let mut again = Worker::open(
+        &listen,
+        stream_open(KEY, "g", "c-a", 10)
+            .with_max_in_flight(10)
+            .with_min_idle(min_idle),
+    )
+    .await;
     let next = again.next(Duration::from_secs(2)).await;
     assert!(
         matches!(next, Next::Idle) && again.opened.is_some(),
@@ -679,17 +696,6 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
 // ---------------------------------------------------------------------------------------------
 // 4. A slow client.
 
-/// `GET path` on an HTTP/1.1 server; the body.
-async fn http_get(addr: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    body.to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_keeps_the_backlog_in_redis_and_the_sidecar_memory_bounded() {
     const N: usize = 100_000;
@@ -699,9 +705,12 @@ async fn a_slow_client_keeps_the_backlog_in_redis_and_the_sidecar_memory_bounded
     let inspect = redis.client().await;
     let listen = listen_addr();
     let metrics = listen_addr();
-    let sidecar = Running::serve(&redis.url(), &listen, &["--metrics-listen", &metrics]);
-    let mut worker =
-        Worker::open(&listen, stream_open(KEY, "c1", COUNT, MAX_IN_FLIGHT, None)).await;
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &["--metrics-listen", &metrics]);
+    let mut worker = Worker::open(
+        &listen,
+        stream_open(KEY, "g", "c1", COUNT).with_max_in_flight(MAX_IN_FLIGHT),
+    )
+    .await;
     produce(&inspect, 0..1, 1000).await;
     let read = worker.next_read().await;
     worker.ack(&read.deliveries).await;
@@ -722,7 +731,7 @@ async fn a_slow_client_keeps_the_backlog_in_redis_and_the_sidecar_memory_bounded
         if reads % 5 == 0 {
             max_pending = max_pending.max(pending(&inspect, KEY, "g").await);
             let view: serde_json::Value =
-                serde_json::from_str(&http_get(&metrics, "/subscriptions").await).unwrap();
+                serde_json::from_str(&ok_body(&metrics, "/subscriptions").await).unwrap();
             let outstanding = view["subscriptions"][0]["outstanding_deliveries"]
                 .as_u64()
                 .expect("the subscription's view");
@@ -800,8 +809,12 @@ async fn stall_mid_run(stall: Stall) {
     let inspect = redis.client().await;
     produce(&inspect, 0..N, 0).await;
     let listen = listen_addr();
-    let sidecar = Running::serve(&redis.url(), &listen, &["--redis-timeout", "1s"]);
-    let mut worker = Worker::open(&listen, stream_open(KEY, "c1", 10, 20, None)).await;
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &["--redis-timeout", "1s"]);
+    let mut worker = Worker::open(
+        &listen,
+        stream_open(KEY, "g", "c1", 10).with_max_in_flight(20),
+    )
+    .await;
     for _ in 0..2 {
         let read = worker.next_read().await;
         worker.ack(&read.deliveries).await;
@@ -896,8 +909,12 @@ async fn sigterm_under_load_flushes_every_acked_entry_and_leaves_the_unacked_pen
     let inspect = redis.client().await;
     produce(&inspect, 0..50, 0).await;
     let listen = listen_addr();
-    let sidecar = Running::serve(&redis.url(), &listen, &["--shutdown-grace", "3s"]);
-    let mut worker = Worker::open(&listen, stream_open(KEY, "c1", 10, 20, None)).await;
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &["--shutdown-grace", "3s"]);
+    let mut worker = Worker::open(
+        &listen,
+        stream_open(KEY, "g", "c1", 10).with_max_in_flight(20),
+    )
+    .await;
 
     let stop = CancellationToken::new();
     let producer = {
@@ -979,7 +996,7 @@ async fn sigterm_under_load_flushes_every_acked_entry_and_leaves_the_unacked_pen
         pending.intersection(&acked).collect::<Vec<_>>()
     );
     for d in unsettled {
-        let value = common::value(d);
+        let value = value(d);
         assert!(pending.contains(&value), "{value} is still pending");
     }
 }
@@ -994,11 +1011,13 @@ async fn an_entry_acked_while_its_read_is_still_open_is_not_delivered_and_applie
     let inspect = redis.client().await;
     produce(&inspect, 0..2, 0).await;
     let listen = listen_addr();
-    let sidecar = Running::serve(&redis.url(), &listen, &["--reclaim-interval", "100ms"]);
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &["--reclaim-interval", "100ms"]);
     let min_idle = Duration::from_millis(300);
     let open = proto::Open {
         mode: Mode::Atomic as i32,
-        ..stream_open(KEY, "c1", 2, 4, Some(min_idle))
+        ..stream_open(KEY, "g", "c1", 2)
+            .with_max_in_flight(4)
+            .with_min_idle(Some(min_idle))
     };
     let mut worker = Worker::open(&listen, open).await;
     let read = worker.next_read().await;
@@ -1051,14 +1070,14 @@ async fn a_simple_list_crash_loses_no_more_than_the_in_flight_limit_when_reads_a
         let _: i64 = inspect.lpush("tasks", format!("v{n}")).await.unwrap();
     }
     let listen = listen_addr();
-    let sidecar = Running::serve(&redis.url(), &listen, &[]);
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &[]);
     let open = proto::Open {
         source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
             key: "tasks".into(),
         })),
         count: COUNT,
         max_in_flight: MAX_IN_FLIGHT,
-        block: Some(common::duration(Duration::from_millis(200))),
+        block: Some(duration(Duration::from_millis(200))),
         ..Default::default()
     };
     let mut worker = Worker::open(&listen, open).await;

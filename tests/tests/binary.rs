@@ -1,15 +1,12 @@
 //! The real `window-sidecar` binary: configuration check, `--dev`, and the SIGTERM drain.
 
-mod common;
-
 use std::process::Command;
 
-use common::{BIN, Running};
-use window_sidecar_harness::{RedisServer, free_port};
+use window_sidecar_harness::{RedisServer, SidecarProcess, free_port, sidecar_bin};
 
 #[test]
 fn check_config_accepts_a_good_configuration_and_refuses_a_bad_one_with_64() {
-    let ok = Command::new(BIN)
+    let ok = Command::new(sidecar_bin())
         .args([
             "--check-config",
             "--redis-url",
@@ -27,7 +24,7 @@ fn check_config_accepts_a_good_configuration_and_refuses_a_bad_one_with_64() {
         vec!["--check-config", "--shutdown-grace", "soon"],
         vec!["--check-config", "--no-such-flag"],
     ] {
-        let out = Command::new(BIN).args(&bad).output().unwrap();
+        let out = Command::new(sidecar_bin()).args(&bad).output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{bad:?}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.is_empty());
@@ -39,7 +36,7 @@ fn check_config_accepts_a_good_configuration_and_refuses_a_bad_one_with_64() {
 fn sigterm_drains_and_exits_cleanly() {
     let redis = RedisServer::start();
     let listen = format!("127.0.0.1:{}", free_port());
-    let sidecar = Running::start(&["--redis-url", &redis.url(), "--listen", &listen]);
+    let sidecar = SidecarProcess::start(&["--redis-url", &redis.url(), "--listen", &listen]);
     sidecar.wait_for("Redis answers: SERVING");
     sidecar.signal("TERM");
     sidecar.wait_for("SIGTERM: shutting down");
@@ -56,7 +53,7 @@ fn a_wrong_redis_password_is_logged_at_start_as_an_authentication_failure_withou
     let password_file = dir.join("password");
     std::fs::write(&password_file, format!("{WRONG}\n")).unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
-    let sidecar = Running::start(&[
+    let sidecar = SidecarProcess::start(&[
         "--redis-url",
         &redis.url(),
         "--redis-username",
@@ -90,7 +87,8 @@ fn a_wrong_redis_password_is_logged_at_start_as_an_authentication_failure_withou
 fn dev_starts_a_throwaway_redis_when_none_answers() {
     let unreachable = format!("redis://127.0.0.1:{}", free_port());
     let listen = format!("127.0.0.1:{}", free_port());
-    let sidecar = Running::start(&["--dev", "--redis-url", &unreachable, "--listen", &listen]);
+    let sidecar =
+        SidecarProcess::start(&["--dev", "--redis-url", &unreachable, "--listen", &listen]);
     let line = sidecar.wait_for("started a throwaway redis-server");
     assert!(line.contains("redis://127.0.0.1:"), "{line}");
     sidecar.wait_for("Redis answers: SERVING");
@@ -99,11 +97,12 @@ fn dev_starts_a_throwaway_redis_when_none_answers() {
     assert!(sidecar.wait().success());
 }
 
-// Multi-threaded: `Running::wait_for` blocks, and the client's connection must still close.
+// Multi-threaded: `SidecarProcess::wait_for` blocks, and the client's connection must still close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_threads_picks_the_runtime_and_each_runs_the_window() {
     use fred::prelude::*;
     use std::time::Duration;
+    use window_sidecar_harness::{Next, OpenExt, Worker, stream_open};
 
     let redis = RedisServer::start();
     let inspect = redis.client().await;
@@ -117,7 +116,7 @@ async fn worker_threads_picks_the_runtime_and_each_runs_the_window() {
                 .unwrap();
         }
         let listen = format!("127.0.0.1:{}", free_port());
-        let sidecar = Running::start(&[
+        let sidecar = SidecarProcess::start(&[
             "--redis-url",
             &redis.url(),
             "--listen",
@@ -136,16 +135,16 @@ async fn worker_threads_picks_the_runtime_and_each_runs_the_window() {
             "{started}"
         );
         sidecar.wait_for("Redis answers: SERVING");
-        let mut worker =
-            common::Worker::open(&listen, common::stream_open(&key, "c1", 10, 20, None)).await;
+        let mut worker = Worker::open(
+            &listen,
+            stream_open(&key, "g", "c1", 10).with_max_in_flight(20),
+        )
+        .await;
         let acked = worker.work(10, None).await;
         assert_eq!(acked.len(), 100);
         while worker.reports.iter().map(|r| r.settles).sum::<u32>() < 100 {
             assert!(
-                !matches!(
-                    worker.next(Duration::from_secs(5)).await,
-                    common::Next::Ended(_)
-                ),
+                !matches!(worker.next(Duration::from_secs(5)).await, Next::Ended(_)),
                 "the stream ended before every flush report"
             );
         }
@@ -172,11 +171,7 @@ mod crash {
 
     use fred::prelude::*;
     use window_sidecar::proto;
-    use window_sidecar::proto::subscribe_response::Kind as Response;
-    use window_sidecar_harness::{RedisServer, free_port};
-
-    use super::Running;
-    use super::common::Worker;
+    use window_sidecar_harness::{RedisServer, SidecarProcess, Worker, free_port};
 
     fn reliable(consumer: &str, count: u32) -> proto::Open {
         proto::Open {
@@ -218,10 +213,10 @@ mod crash {
         }
     }
 
-    fn start(redis: &RedisServer, listen: &str, extra: &[&str]) -> Running {
+    fn start(redis: &RedisServer, listen: &str, extra: &[&str]) -> SidecarProcess {
         let mut args = vec!["--reclaim-interval", "200ms"];
         args.extend_from_slice(extra);
-        Running::serve(&redis.url(), listen, &args)
+        SidecarProcess::serve(&redis.url(), listen, &args)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,10 +316,7 @@ mod crash {
         let mut worker = Worker::open(&listen, open).await;
         let mut received = 0;
         while received == 0 {
-            let message = worker.stream.message().await.unwrap().unwrap();
-            if let Some(Response::Read(read)) = message.kind {
-                received = read.deliveries.len();
-            }
+            received = worker.next_read().await.deliveries.len();
         }
         sidecar.kill9();
         let left: i64 = inspect.llen("tasks").await.unwrap();
