@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
+use fred::prelude::*;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -335,6 +336,84 @@ pub fn field(delivery: &proto::Delivery, name: &str) -> String {
         .find(|f| f.name.as_ref() == name.as_bytes())
         .map(|f| String::from_utf8_lossy(&f.value).into_owned())
         .unwrap_or_else(|| panic!("delivery {} has no field {name}", delivery.entry_id))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers of the topology tests (Cluster, Sentinel, TLS).
+// ---------------------------------------------------------------------------------------------
+
+/// The same `open` in atomic mode.
+pub fn atomic(open: proto::Open) -> proto::Open {
+    proto::Open {
+        mode: proto::Mode::Atomic as i32,
+        ..open
+    }
+}
+
+/// A Publish of one entry `n=<n>`, without unwrapping the answer.
+pub async fn try_publish(
+    client: &mut WindowServiceClient<Channel>,
+    stream: &str,
+    n: usize,
+) -> Result<Vec<String>, tonic::Status> {
+    client
+        .publish(proto::PublishRequest {
+            stream: stream.into(),
+            entries: vec![proto::PublishEntry {
+                fields: vec![proto::Field {
+                    name: "n".into(),
+                    value: n.to_string().into(),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().ids)
+}
+
+/// A counter's value (0 when unset).
+pub async fn counter(client: &Client, key: &str) -> i64 {
+    client
+        .get::<Option<i64>, _>(key)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+/// Answers one read: `commands(delivery)` for each delivery, then an ack for each.
+pub async fn ack_read(
+    sub: &Subscription,
+    read: &proto::Read,
+    commands: impl Fn(&proto::Delivery) -> Vec<proto::QueuedCommand>,
+) {
+    let queued = read.deliveries.iter().flat_map(&commands).collect();
+    let outcomes = read
+        .deliveries
+        .iter()
+        .map(|d| outcome(d.slot, OutcomeKind::Ack))
+        .collect();
+    sub.send(queued, outcomes).await;
+}
+
+/// Reads, acks with `commands` and collects flush reports until `entries` entries are settled
+/// by successful flushes.
+pub async fn consume(
+    sub: &mut Subscription,
+    entries: u32,
+    commands: impl Fn(&proto::Delivery) -> Vec<proto::QueuedCommand>,
+) {
+    let mut settled = 0;
+    while settled < entries {
+        match sub.next().await.unwrap() {
+            Some(Kind::Read(read)) => ack_read(sub, &read, &commands).await,
+            Some(Kind::Flush(report)) => {
+                assert!(report.ok, "{report:?}");
+                settled += report.settles;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 }
 
 /// Runs grpcurl, the stock gRPC command line client (`GRPCURL`, else on PATH: `pip install

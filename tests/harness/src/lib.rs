@@ -6,6 +6,8 @@
 //!   (its log lines, signals, `/proc` figures); [`sidecar_bin`] says which binary.
 //! * [`Subscription`] and [`Worker`] (module [`client`]): one Subscribe stream; a subscription
 //!   that acks with side effects counted in Redis. [`STEP`], [`stream_open`] and the messages.
+//! * [`FailoverWorker`] and [`Monitor`] (module [`failover`]): a client that keeps going through
+//!   failovers, and what the node that took over executed.
 //! * [`http_get`], [`scrape`] and the exposition readers [`sample`], [`series`],
 //!   [`metric_sum`] (module [`http`]).
 //!
@@ -24,6 +26,7 @@
 pub mod acl;
 pub mod client;
 pub mod cluster;
+pub mod failover;
 pub mod http;
 pub mod process;
 pub mod resp;
@@ -35,6 +38,7 @@ mod util;
 pub use acl::{acl_user, url_with_auth};
 pub use client::*;
 pub use cluster::{RedisCluster, SlotMigration, slot_of};
+pub use failover::*;
 pub use http::*;
 pub use process::*;
 pub use sentinel::Sentinels;
