@@ -1,6 +1,7 @@
-//! Soak: the real binary, loopback only, under a steady load of 54 subscriptions of
+//! The soak: the real binary, loopback only, under a steady load of 54 subscriptions of
 //! every form (42 stream consumers, 6 reliable-list and 4 simple-list consumers, a pub/sub
-//! channel and a pattern) with their producers, for `SOAK_SECS` seconds (default 150). Five of
+//! channel and a pattern) with their producers, for `--secs` seconds (default 150, or
+//! `SOAK_SECS`; `--quick`: 20). Five of
 //! the subscriptions close and reopen every 15 s. Every ~10 s it prints the sidecar's RSS,
 //! threads and file descriptors, the Redis connection count (`CLIENT LIST`, `INFO clients`),
 //! the subscriptions open and the deliveries per second.
@@ -19,24 +20,30 @@
 //!   nothing is pending, waiting in a list or a processing list, delayed, or left in the
 //!   delivery-count bookkeeping; no flush failed, nothing was rejected.
 //!
-//! Run it longer with `SOAK_SECS=600 cargo test -p window-sidecar --test soak -- --nocapture`.
+//! Each check prints a line (`ok: …` or `FAILED: …`), and the run ends with `N passed, N
+//! failed`; it exits 1 when a check failed (a run that could not finish, a deadline passed or
+//! a task panicked, is one failed check). The binary it runs is `WINDOW_SIDECAR_BIN`, or
+//! `--sidecar-bin`, else the one `cargo build -p window-sidecar` makes.
+//!
+//! `cargo run --release -p window-sidecar-soak -- --quick` (CI), `cargo run --release -p
+//! window-sidecar-soak` (the full 150 s), `-- --secs 600` for longer.
 
 use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use fred::prelude::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 use window_sidecar::proto::subscribe_request::Kind as Request;
 use window_sidecar::proto::subscribe_response::Kind as Response;
-use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
-    RedisServer, SidecarProcess as Running, duration, free_port, pending,
+    Launch, RedisServer, SidecarProcess, Subscription, connect_within, duration, free_port,
+    metric_sum, ok_body, pending, series, sidecar_bin,
 };
 
 /// Stream keys; two consumers (`c0`, `c1`) of group `g` each.
@@ -292,54 +299,26 @@ fn first_choice(token: &str) -> Choice {
     }
 }
 
-type Responses = tonic::Streaming<proto::SubscribeResponse>;
-
 enum End {
     Stop,
     Churn,
     Unexpected,
 }
 
-async fn connect(addr: &str) -> WindowServiceClient<tonic::transport::Channel> {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        match WindowServiceClient::connect(format!("http://{addr}")).await {
-            Ok(client) => return client,
-            Err(err) => {
-                assert!(Instant::now() < deadline, "cannot connect to {addr}: {err}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
 /// Opens the subscription (on a connection of its own); retries while the sidecar still holds
 /// the consumer name of the previous stream (`ALREADY_EXISTS`).
-async fn open(
-    addr: &str,
-    sub: &Sub,
-    global: &Global,
-) -> (mpsc::Sender<proto::SubscribeRequest>, Responses) {
+async fn open(addr: &str, sub: &Sub, global: &Global) -> Subscription {
     let deadline = Instant::now() + DEADLINE;
     loop {
-        let mut client = connect(addr).await;
-        let (tx, rx) = mpsc::channel(16);
-        tx.send(proto::SubscribeRequest {
-            kind: Some(Request::Open(sub.open.clone())),
-        })
-        .await
-        .expect("the request stream is open");
-        let status = match client.subscribe(ReceiverStream::new(rx)).await {
-            Ok(response) => {
-                let mut stream = response.into_inner();
-                match stream.message().await {
-                    Ok(Some(proto::SubscribeResponse {
-                        kind: Some(Response::Opened(_)),
-                    })) => return (tx, stream),
-                    Ok(other) => panic!("{}: expected `opened`, got {other:?}", sub.label),
-                    Err(status) => status,
-                }
-            }
+        let mut client = connect_within(addr, DEADLINE).await;
+        let status = match Subscription::start(&mut client, Request::Open(sub.open.clone())).await {
+            Ok(mut stream) => match stream.message_within(DEADLINE).await {
+                Some(Ok(Some(proto::SubscribeResponse {
+                    kind: Some(Response::Opened(_)),
+                }))) => return stream,
+                Some(Err(status)) => status,
+                other => panic!("{}: expected `opened`, got {other:?}", sub.label),
+            },
             Err(status) => status,
         };
         assert_eq!(
@@ -369,14 +348,14 @@ async fn subscription(
     let mut first = true;
     let mut churn_at = sub.churn.map(|d| tokio::time::Instant::now() + d);
     loop {
-        let (tx, mut stream) = open(&addr, &sub, &global).await;
+        let mut stream = open(&addr, &sub, &global).await;
         if first {
             global.opened.fetch_add(1, Relaxed);
             first = false;
         } else {
             global.reopened.fetch_add(1, Relaxed);
         }
-        let end = serve(&sub, tx, &mut stream, &mut stop, churn_at).await;
+        let end = serve(&sub, &mut stream, &mut stop, churn_at).await;
         drop(stream);
         match end {
             End::Stop => return,
@@ -404,8 +383,7 @@ async fn subscription(
 
 async fn serve(
     sub: &Sub,
-    tx: mpsc::Sender<proto::SubscribeRequest>,
-    stream: &mut Responses,
+    stream: &mut Subscription,
     stop: &mut watch::Receiver<bool>,
     churn_at: Option<tokio::time::Instant>,
 ) -> End {
@@ -419,29 +397,30 @@ async fn serve(
     loop {
         tokio::select! {
             // Cancel-safe: the decoder's state lives in the stream.
-            message = stream.message() => match message {
-                Ok(Some(message)) => {
+            message = stream.message_within(DEADLINE) => match message {
+                None => {} // quiet: look again
+                Some(Ok(Some(message))) => {
                     let Some((batch, sent)) = handle(sub, message, true) else { continue };
-                    if tx.send(proto::SubscribeRequest { kind: Some(Request::Batch(batch)) }).await.is_err() {
+                    if !stream.try_send_kind(Request::Batch(batch)).await {
                         eprintln!("{}: the sidecar stopped reading the request stream", sub.label);
                         return End::Unexpected;
                     }
                     sent.commit(&sub.target.tally);
                 }
-                Ok(None) => {
+                Some(Ok(None)) => {
                     eprintln!("{}: the stream ended unasked", sub.label);
                     return End::Unexpected;
                 }
-                Err(status) => {
+                Some(Err(status)) => {
                     eprintln!("{}: the stream failed: {status}", sub.label);
                     return End::Unexpected;
                 }
             },
             () = stopped(stop) => {
-                return if close(sub, tx, stream).await { End::Stop } else { End::Unexpected };
+                return if close(sub, stream).await { End::Stop } else { End::Unexpected };
             }
             () = &mut churn => {
-                return if close(sub, tx, stream).await { End::Churn } else { End::Unexpected };
+                return if close(sub, stream).await { End::Churn } else { End::Unexpected };
             }
         }
     }
@@ -449,31 +428,28 @@ async fn serve(
 
 /// Half-closes the request stream and reads what is left (flush reports of what was settled)
 /// until the sidecar ends the stream. Returns whether it ended cleanly.
-async fn close(
-    sub: &Sub,
-    tx: mpsc::Sender<proto::SubscribeRequest>,
-    stream: &mut Responses,
-) -> bool {
-    drop(tx);
-    let drained = tokio::time::timeout(DEADLINE, async {
-        loop {
-            match stream.message().await {
-                Ok(Some(message)) => {
-                    handle(sub, message, false);
-                }
-                Ok(None) => return true,
-                Err(status) => {
-                    eprintln!("{}: closing, the stream failed: {status}", sub.label);
-                    return false;
-                }
+async fn close(sub: &Sub, stream: &mut Subscription) -> bool {
+    stream.close();
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match stream
+            .message_within(deadline.saturating_duration_since(Instant::now()))
+            .await
+        {
+            Some(Ok(Some(message))) => {
+                handle(sub, message, false);
+            }
+            Some(Ok(None)) => return true,
+            Some(Err(status)) => {
+                eprintln!("{}: closing, the stream failed: {status}", sub.label);
+                return false;
+            }
+            None => {
+                eprintln!("{}: the stream did not end after the half-close", sub.label);
+                return false;
             }
         }
-    })
-    .await;
-    drained.unwrap_or_else(|_| {
-        eprintln!("{}: the stream did not end after the half-close", sub.label);
-        false
-    })
+    }
 }
 
 /// What a batch will record once it was sent.
@@ -623,7 +599,7 @@ async fn producer(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut publish = if target.via_publish {
-        Some(connect(&addr).await)
+        Some(connect_within(&addr, DEADLINE).await)
     } else {
         None
     };
@@ -737,53 +713,6 @@ async fn info_field(inspect: &Client, section: fred::types::InfoKind, field: &st
         .unwrap_or_else(|| panic!("{field} in INFO"))
 }
 
-async fn http_get(addr: &str, path: &str) -> String {
-    let mut socket = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect to the metrics port");
-    socket
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .expect("send the request");
-    let mut reply = Vec::new();
-    socket
-        .read_to_end(&mut reply)
-        .await
-        .expect("read the reply");
-    let reply = String::from_utf8(reply).expect("a text reply");
-    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP reply");
-    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
-    assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "GET {path}: a chunked reply this test does not decode"
-    );
-    body.to_owned()
-}
-
-/// The samples of one metric family (`name` or `name{labels}`), as (labels, value).
-fn series(metrics: &str, name: &str) -> Vec<(String, f64)> {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            let (metric, labels) = match key.split_once('{') {
-                Some((metric, labels)) => (metric, labels.trim_end_matches('}')),
-                None => (key, ""),
-            };
-            (metric == name).then(|| (labels.to_owned(), value.parse().unwrap_or(f64::NAN)))
-        })
-        .collect()
-}
-
-fn sum(metrics: &str, name: &str) -> f64 {
-    series(metrics, name).iter().map(|(_, v)| v).sum()
-}
-
 fn admin_view_len(json: &str) -> usize {
     let view: serde_json::Value = serde_json::from_str(json).expect("JSON from /subscriptions");
     view["subscriptions"]
@@ -800,7 +729,7 @@ struct Rest {
     threads: u64,
 }
 
-async fn at_rest(sidecar: &Running, inspect: &Client) -> Rest {
+async fn at_rest(sidecar: &SidecarProcess, inspect: &Client) -> Rest {
     Rest {
         redis_connections: client_list(inspect).await.1,
         fds: sidecar.open_fds(),
@@ -809,7 +738,7 @@ async fn at_rest(sidecar: &Running, inspect: &Client) -> Rest {
 }
 
 /// Waits until three looks 300 ms apart agree (the pool connects in the background).
-async fn settled_rest(sidecar: &Running, inspect: &Client) -> Rest {
+async fn settled_rest(sidecar: &SidecarProcess, inspect: &Client) -> Rest {
     let deadline = Instant::now() + DEADLINE;
     let mut last = at_rest(sidecar, inspect).await;
     let mut same = 0;
@@ -844,16 +773,16 @@ struct Sample {
 async fn sample(
     started: Instant,
     previous: Option<&Sample>,
-    sidecar: &Running,
+    sidecar: &SidecarProcess,
     inspect: &Client,
     metrics_addr: &str,
     targets: &[Arc<Target>],
 ) -> Sample {
     let t = started.elapsed().as_secs_f64();
-    let metrics = http_get(metrics_addr, "/metrics").await;
-    let view = http_get(metrics_addr, "/subscriptions").await;
+    let metrics = ok_body(metrics_addr, "/metrics").await;
+    let view = ok_body(metrics_addr, "/subscriptions").await;
     let (client_list, sidecar_connections) = client_list(inspect).await;
-    let deliveries = sum(&metrics, "window_deliveries_total");
+    let deliveries = metric_sum(&metrics, "window_deliveries_total", "");
     let rate = match previous {
         Some(p) if t > p.t => (deliveries - p.deliveries) / (t - p.t),
         _ => 0.0,
@@ -868,7 +797,7 @@ async fn sample(
         connected_clients: info_field(inspect, fred::types::InfoKind::Clients, "connected_clients")
             .await,
         admin_view: admin_view_len(&view),
-        open_gauge: sum(&metrics, "window_subscriptions_open"),
+        open_gauge: metric_sum(&metrics, "window_subscriptions_open", ""),
         deliveries,
         rate,
         produced: targets.iter().map(|t| t.tally.produced.load(Relaxed)).sum(),
@@ -1008,19 +937,81 @@ async fn window_keys(inspect: &Client) -> BTreeMap<String, u64> {
 // The soak.
 // ---------------------------------------------------------------------------------------------
 
-fn soak_secs() -> u64 {
-    std::env::var("SOAK_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(150)
+/// The soak's length; everything else is the same in every configuration.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Fifty-four subscriptions for minutes against the real binary: nothing leaks, every entry settles once."
+)]
+struct Args {
+    /// Seconds of load.
+    #[arg(
+        long,
+        env = "SOAK_SECS",
+        default_value_t = 150,
+        conflicts_with = "quick"
+    )]
+    secs: u64,
+    /// The short configuration for CI: 20 s of load (under a minute in all).
+    #[arg(long)]
+    quick: bool,
+    /// The sidecar binary (default: `WINDOW_SIDECAR_BIN`, else built by cargo).
+    #[arg(long)]
+    sidecar_bin: Option<PathBuf>,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_four_subscriptions_for_minutes_leak_nothing() {
+/// The load of `--quick`: long enough for every churning subscription to close and reopen once
+/// and for two samples to compare.
+const QUICK_SECS: u64 = 20;
+
+/// What the soak checked: each check prints a line as it is made.
+#[derive(Default)]
+struct Checks {
+    passed: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Checks {
+    fn check(&self, ok: bool, what: &str, detail: impl FnOnce() -> String) {
+        if ok {
+            self.passed.fetch_add(1, Relaxed);
+            println!("ok: {what}");
+        } else {
+            self.failed.fetch_add(1, Relaxed);
+            println!("FAILED: {what}: {}", detail());
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let secs = if args.quick { QUICK_SECS } else { args.secs };
+    let bin = args.sidecar_bin.unwrap_or_else(|| sidecar_bin().to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let checks = Arc::new(Checks::default());
+    let soak = soak(Duration::from_secs(secs), bin, Arc::clone(&checks));
+    let run = runtime.block_on(async { tokio::spawn(soak).await });
+    // A deadline that passed or a task that panicked: the run could not finish.
+    checks.check(run.is_ok(), "the soak ran to its end", || {
+        "it stopped early (the panic above says why)".into()
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let (passed, failed) = (checks.passed.load(Relaxed), checks.failed.load(Relaxed));
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}
+
+async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
     let wall = Instant::now();
-    let soak = Duration::from_secs(soak_secs());
     println!(
-        "soak: {} s of load (SOAK_SECS), {SUBSCRIPTIONS} subscriptions ({CHURNERS} reopening every {} s), {} entries/s produced, samples every {} s",
+        "soak: {} s of load, {SUBSCRIPTIONS} subscriptions ({CHURNERS} reopening every {} s), {} entries/s produced, samples every {} s",
         soak.as_secs(),
         CHURN_EVERY.as_secs(),
         (STREAM_KEYS + RELIABLE_KEYS + SIMPLE_KEYS + 2) * PER_TICK * 1000
@@ -1034,20 +1025,22 @@ async fn fifty_four_subscriptions_for_minutes_leak_nothing() {
     let listen = format!("127.0.0.1:{}", free_port());
     let metrics_addr = format!("127.0.0.1:{}", free_port());
     let url = redis.url();
-    let sidecar = Running::start(&[
-        "--redis-url",
-        &url,
-        "--listen",
-        &listen,
-        "--metrics-listen",
-        &metrics_addr,
-        "--reclaim-interval",
-        "2s",
-        // Generous for a loaded 2-core machine: a flush slower than this would be reported
-        // failed, which this soak treats as a defect.
-        "--redis-timeout",
-        "15s",
-    ]);
+    let sidecar = Launch::with_bin(&bin)
+        .args([
+            "--redis-url",
+            &url,
+            "--listen",
+            &listen,
+            "--metrics-listen",
+            &metrics_addr,
+            "--reclaim-interval",
+            "2s",
+            // Generous for a loaded 2-core machine: a flush slower than this would be reported
+            // failed, which this soak treats as a defect.
+            "--redis-timeout",
+            "15s",
+        ])
+        .start();
     sidecar.wait_for("Redis answers: SERVING");
     let baseline = settled_rest(&sidecar, &inspect).await;
     let baseline_rss = sidecar.rss_kib();
@@ -1227,7 +1220,7 @@ async fn fifty_four_subscriptions_for_minutes_leak_nothing() {
         global.already_exists.load(Relaxed),
         global.unexpected.load(Relaxed)
     );
-    print_counters(&http_get(&metrics_addr, "/metrics").await);
+    print_counters(&ok_body(&metrics_addr, "/metrics").await);
     print_tallies(&targets);
     let warnings: Vec<String> = sidecar
         .logged_lines()
@@ -1240,70 +1233,95 @@ async fn fifty_four_subscriptions_for_minutes_leak_nothing() {
     }
 
     // Stable under load: memory and Redis connections from the first minute to the last.
-    assert!(
+    checks.check(
         last.rss_kib <= reference.rss_kib * 3 / 2 + 8 * 1024,
-        "RSS grew from {} KiB at {:.0} s to {} KiB at {:.0} s",
-        reference.rss_kib,
-        reference.t,
-        last.rss_kib,
-        last.t
+        "RSS at the end of the load at most 1.5x (+ 8 MiB) the reference",
+        || {
+            format!(
+                "RSS grew from {} KiB at {:.0} s to {} KiB at {:.0} s",
+                reference.rss_kib, reference.t, last.rss_kib, last.t
+            )
+        },
     );
-    assert!(
+    checks.check(
         last.sidecar_connections
             .abs_diff(reference.sidecar_connections)
             <= CHURNERS,
-        "the sidecar's Redis connections went from {} at {:.0} s to {} at {:.0} s",
-        reference.sidecar_connections,
-        reference.t,
-        last.sidecar_connections,
-        last.t
+        "the sidecar's Redis connections at the end of the load as at the reference (± the churners)",
+        || {
+            format!(
+                "the sidecar's Redis connections went from {} at {:.0} s to {} at {:.0} s",
+                reference.sidecar_connections, reference.t, last.sidecar_connections, last.t
+            )
+        },
     );
     let most = baseline.redis_connections + SUBSCRIPTIONS;
-    for s in &samples {
-        assert!(
-            s.sidecar_connections <= most,
-            "{} sidecar connections to Redis at {:.0} s: more than the pool and one per subscription ({most})",
-            s.sidecar_connections,
-            s.t
-        );
-    }
+    let too_many: Vec<String> = samples
+        .iter()
+        .filter(|s| s.sidecar_connections > most)
+        .map(|s| format!("{} at {:.0} s", s.sidecar_connections, s.t))
+        .collect();
+    checks.check(
+        too_many.is_empty(),
+        "never more sidecar connections to Redis than the pool and one per subscription",
+        || format!("sidecar connections to Redis: {too_many:?}, more than {most}"),
+    );
 
     // Nothing left once every subscription closed.
-    assert!(
+    checks.check(
         leftover.is_empty(),
-        "left after every subscription closed: {leftover:#?}"
+        "no subscription series, gauge or admin view entry left after every subscription closed",
+        || format!("left after every subscription closed: {leftover:#?}"),
     );
-    assert_eq!(
-        after.redis_connections, baseline.redis_connections,
-        "the sidecar's Redis connections after every subscription closed vs before the first opened"
+    checks.check(
+        after.redis_connections == baseline.redis_connections,
+        "the sidecar's Redis connections after every subscription closed as before the first opened",
+        || format!("{} after vs {} before", after.redis_connections, baseline.redis_connections),
     );
-    assert_eq!(
-        after.fds,
-        baseline.fds,
-        "the sidecar's file descriptors after every subscription closed vs before the first opened; now: {:#?}",
-        sidecar.fd_targets()
+    checks.check(
+        after.fds == baseline.fds,
+        "the sidecar's file descriptors after every subscription closed as before the first opened",
+        || {
+            format!(
+                "{} after vs {} before; now: {:#?}",
+                after.fds,
+                baseline.fds,
+                sidecar.fd_targets()
+            )
+        },
     );
-    assert_eq!(
-        after.threads, baseline.threads,
-        "the sidecar's threads after every subscription closed vs before the first opened"
+    checks.check(
+        after.threads == baseline.threads,
+        "the sidecar's threads after every subscription closed as before the first opened",
+        || format!("{} after vs {} before", after.threads, baseline.threads),
     );
     // At rest the sidecar pings and samples the backlog of the keys it served, read only:
     // no read, claim, write or script.
     let at_rest = ["ping", "xinfo|groups", "llen", "smembers", "zcard"];
-    assert!(
+    checks.check(
         idle_commands.keys().all(|c| at_rest.contains(&c.as_str())),
-        "commands the sidecar sent in {} s with no subscription open: {idle_commands:?}",
-        IDLE_LOOK.as_secs()
+        "with no subscription open the sidecar sends only pings and backlog samples",
+        || {
+            format!(
+                "commands the sidecar sent in {} s with no subscription open: {idle_commands:?}",
+                IDLE_LOOK.as_secs()
+            )
+        },
     );
 
     // The clients saw no failure, and every entry was settled exactly once.
-    assert_eq!(
-        global.unexpected.load(Relaxed),
-        0,
-        "streams that ended unasked (see stderr)"
+    checks.check(
+        global.unexpected.load(Relaxed) == 0,
+        "no stream ended unasked",
+        || {
+            format!(
+                "{} streams ended unasked (see stderr)",
+                global.unexpected.load(Relaxed)
+            )
+        },
     );
-    check_every_entry(&inspect, &targets).await;
-    println!("soak passed in {:.0} s", wall.elapsed().as_secs_f64());
+    check_every_entry(&inspect, &targets, &checks).await;
+    println!("soak done in {:.0} s", wall.elapsed().as_secs_f64());
     drop(sidecar);
 }
 
@@ -1339,8 +1357,8 @@ async fn wait_until_settled(
 
 /// What the metrics and the admin view still show of subscriptions (one look).
 async fn leftovers(metrics_addr: &str) -> Vec<String> {
-    let metrics = http_get(metrics_addr, "/metrics").await;
-    let view = http_get(metrics_addr, "/subscriptions").await;
+    let metrics = ok_body(metrics_addr, "/metrics").await;
+    let view = ok_body(metrics_addr, "/subscriptions").await;
     // A subscription's own series go with it.
     let mut leftover: Vec<String> = series(&metrics, "window_outstanding_deliveries")
         .into_iter()
@@ -1368,7 +1386,7 @@ async fn leftovers(metrics_addr: &str) -> Vec<String> {
                 .chain(too_many)
         }),
     );
-    let open = sum(&metrics, "window_subscriptions_open");
+    let open = metric_sum(&metrics, "window_subscriptions_open", "");
     if open != 0.0 {
         leftover.push(format!("window_subscriptions_open sums to {open}"));
     }
@@ -1382,33 +1400,49 @@ async fn leftovers(metrics_addr: &str) -> Vec<String> {
 /// Every entry produced was acked (its side effects ran once) or dropped (they never ran),
 /// with no failed flush, rejection or double settle; nothing is left pending, in a list, in a
 /// processing list or delay set, or in the delivery-count bookkeeping.
-async fn check_every_entry(inspect: &Client, targets: &[Arc<Target>]) {
+async fn check_every_entry(inspect: &Client, targets: &[Arc<Target>], checks: &Checks) {
+    // For each property, the targets that break it.
+    let mut failed_flushes = Vec::new();
+    let mut rejections = Vec::new();
+    let mut duplicates = Vec::new();
+    let mut unsettled = Vec::new();
+    let mut incr_vs_acks = Vec::new();
+    let mut never_ran = Vec::new();
+    let mut missing_entries = Vec::new();
+    let mut xpending = Vec::new();
     for t in targets {
         let tally = &t.tally;
-        assert_eq!(
-            tally.failed_flushes.load(Relaxed),
-            0,
-            "{}: failed flushes",
-            t.name
-        );
-        assert_eq!(tally.rejections.load(Relaxed), 0, "{}: rejections", t.name);
-        assert_eq!(
-            tally.duplicates.load(Relaxed),
-            0,
-            "{}: settled twice",
-            t.name
-        );
+        let flushes = tally.failed_flushes.load(Relaxed);
+        if flushes != 0 {
+            failed_flushes.push(format!("{}: {flushes} failed flushes", t.name));
+        }
+        let rejected = tally.rejections.load(Relaxed);
+        if rejected != 0 {
+            rejections.push(format!("{}: {rejected} rejections", t.name));
+        }
+        let twice = tally.duplicates.load(Relaxed);
+        if twice != 0 {
+            duplicates.push(format!("{}: {twice} settled twice", t.name));
+        }
         let s = state(inspect, t).await;
-        assert!(s.settled(), "{}: {s:?}", t.name);
+        if !s.settled() {
+            unsettled.push(format!("{}: {s:?}", t.name));
+        }
         let acked_counter: Option<u64> = inspect.get(t.acked_key()).await.expect("GET");
-        assert_eq!(
-            acked_counter.unwrap_or(0),
-            tally.acks.load(Relaxed),
-            "{}: the INCR side effects vs the acks sent",
-            t.name
-        );
+        let acks = tally.acks.load(Relaxed);
+        if acked_counter.unwrap_or(0) != acks {
+            incr_vs_acks.push(format!(
+                "{}: the INCR side effects {acked_counter:?} vs the acks sent {acks}",
+                t.name
+            ));
+        }
         let never: Option<u64> = inspect.get(t.never_key()).await.expect("GET");
-        assert_eq!(never, None, "{}: a dropped or retried segment ran", t.name);
+        if never.is_some() {
+            never_ran.push(format!(
+                "{}: a dropped or retried segment ran: {never:?}",
+                t.name
+            ));
+        }
         let missing: Vec<String> = {
             let settled = tally.settled.lock().expect("not poisoned");
             (1..=tally.produced.load(Relaxed))
@@ -1422,51 +1456,72 @@ async fn check_every_entry(inspect: &Client, targets: &[Arc<Target>]) {
         } else {
             0
         };
-        assert_eq!(
-            missing.len() as u64,
-            may_miss,
-            "{}: produced and neither acked nor dropped: {:?}",
-            t.name,
-            &missing[..missing.len().min(10)]
-        );
-        if t.form == Form::Stream {
-            assert_eq!(
-                pending(inspect, &t.name, "g").await,
-                0,
-                "{}: XPENDING",
-                t.name
-            );
+        if missing.len() as u64 != may_miss {
+            missing_entries.push(format!(
+                "{}: {} produced and neither acked nor dropped (may miss {may_miss}): {:?}",
+                t.name,
+                missing.len(),
+                &missing[..missing.len().min(10)]
+            ));
         }
+        if t.form == Form::Stream {
+            let left = pending(inspect, &t.name, "g").await;
+            if left != 0 {
+                xpending.push(format!("{}: XPENDING {left}", t.name));
+            }
+        }
+    }
+    for (broken, what) in [
+        (failed_flushes, "no flush failed"),
+        (rejections, "nothing was rejected"),
+        (duplicates, "no entry was settled twice"),
+        (
+            unsettled,
+            "every entry produced is settled, seen once in Redis, none waiting",
+        ),
+        (incr_vs_acks, "the acked side effects ran once per ack sent"),
+        (
+            never_ran,
+            "no dropped or retried delivery's side effects ran",
+        ),
+        (
+            missing_entries,
+            "every entry produced was acked or dropped (pub/sub: or reported lost)",
+        ),
+        (xpending, "nothing is pending in any stream's group"),
+    ] {
+        checks.check(broken.is_empty(), what, || format!("{broken:#?}"));
     }
     let bookkeeping: BTreeMap<String, u64> = window_keys(inspect)
         .await
         .into_iter()
         .filter(|(_, size)| *size > 0)
         .collect();
-    assert!(
+    checks.check(
         bookkeeping.is_empty(),
-        "delay sets, processing lists or delivery counts left: {bookkeeping:#?}"
+        "no delay set, processing list or delivery count left",
+        || format!("{bookkeeping:#?}"),
     );
 }
 
 fn print_counters(metrics: &str) {
     let flushes = |result: &str| -> f64 {
-        series(metrics, "window_flushes_total")
-            .iter()
-            .filter(|(labels, _)| labels.contains(&format!("result=\"{result}\"")))
-            .map(|(_, v)| v)
-            .sum()
+        metric_sum(
+            metrics,
+            "window_flushes_total",
+            &format!("result=\"{result}\""),
+        )
     };
     println!(
         "sidecar counters: {:.0} reads, {:.0} deliveries ({:.0} redeliveries, {:.0} reclaimed), {:.0} flushes ok, {:.0} failed, {:.0} rejections, {:.0} published",
-        sum(metrics, "window_reads_total"),
-        sum(metrics, "window_deliveries_total"),
-        sum(metrics, "window_redeliveries_total"),
-        sum(metrics, "window_reclaimed_entries_total"),
+        metric_sum(metrics, "window_reads_total", ""),
+        metric_sum(metrics, "window_deliveries_total", ""),
+        metric_sum(metrics, "window_redeliveries_total", ""),
+        metric_sum(metrics, "window_reclaimed_entries_total", ""),
         flushes("ok"),
         flushes("failed"),
-        sum(metrics, "window_rejections_total"),
-        sum(metrics, "window_published_entries_total"),
+        metric_sum(metrics, "window_rejections_total", ""),
+        metric_sum(metrics, "window_published_entries_total", ""),
     );
 }
 
