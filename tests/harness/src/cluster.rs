@@ -393,6 +393,15 @@ impl RedisCluster {
 
     fn healthy(&self) -> Result<(), String> {
         let mut ownership: Option<Vec<(u16, u16, u16)>> = None;
+        // Every node must also know every replica as one (gossip spreads it after the replica
+        // links are up): a test asking `replicas_of` right after start must not get none.
+        let mut replicas = 0;
+        for node in self.running() {
+            let repl = resp::call_text(node.port, &["INFO", "replication"])?;
+            if info_field(&repl, "role") == Some("slave") {
+                replicas += 1;
+            }
+        }
         for node in self.running() {
             let port = node.port;
             let info = resp::call_text(port, &["CLUSTER", "INFO"])?;
@@ -411,6 +420,13 @@ impl RedisCluster {
                 if self.is_running(line.port) && (line.failing() || line.has("handshake")) {
                     return Err(format!("{port} flags {} as {:?}", line.port, line.flags));
                 }
+            }
+            let known = view
+                .iter()
+                .filter(|l| l.has("slave") && l.master_id.is_some() && self.is_running(l.port))
+                .count();
+            if known != replicas {
+                return Err(format!("{port} knows {known} of the {replicas} replicas"));
             }
             let mut owned: Vec<(u16, u16, u16)> = view
                 .iter()
