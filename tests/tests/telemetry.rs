@@ -394,7 +394,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
         .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
         .collect();
     assert!(
-        links.contains(&(producer_trace.to_owned(), publish_span.clone())),
+        links.contains(&(producer_trace.to_owned(), publish_span)),
         "{links:?}"
     );
     assert!(
@@ -834,7 +834,7 @@ async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_c
     let publish = named("window.publish");
     assert_eq!(publish.len(), 1, "{spans:#?}");
     assert_eq!(hex(&publish[0].trace_id), producer.0);
-    let publish_span = (producer.0.clone(), hex(&publish[0].span_id));
+    let publish_span = (producer.0, hex(&publish[0].span_id));
     let links = |span: &Span| -> Vec<(String, String)> {
         span.links
             .iter()

@@ -22,7 +22,7 @@ use crate::workload::{self, CONSUMER, GROUP, Payload, STREAM, now_us};
 
 /// What a consumer reports when every expected entry is acknowledged.
 #[derive(Debug, Default)]
-pub struct ClientOutcome {
+pub(crate) struct ClientOutcome {
     /// When the last acknowledgement's reply arrived.
     pub done_at: Option<Instant>,
     pub acked: u64,
@@ -54,7 +54,7 @@ impl ClientOutcome {
 // ---------------------------------------------------------------------------------------------
 // Through the sidecar
 
-pub struct SidecarClient {
+pub(crate) struct SidecarClient {
     client: WindowServiceClient<Channel>,
     count: u32,
     max_in_flight: u32,
@@ -81,14 +81,14 @@ fn open_request(
     }
 }
 
-pub async fn connect_sidecar(addr: SocketAddr) -> Result<WindowServiceClient<Channel>, String> {
+pub(crate) async fn connect_sidecar(addr: SocketAddr) -> Result<WindowServiceClient<Channel>, String> {
     WindowServiceClient::connect(format!("http://{addr}"))
         .await
         .map_err(|e| format!("connect to the sidecar at {addr}: {e}"))
 }
 
 impl SidecarClient {
-    pub async fn connect(
+    pub(crate) async fn connect(
         addr: SocketAddr,
         count: u32,
         max_in_flight: u32,
@@ -106,7 +106,7 @@ impl SidecarClient {
     /// delivery), reading on while flushes are in flight, until flush reports have settled
     /// `expect` entries. With `latency`, samples run from each entry's XADD (`ts`) to the
     /// flush report; else from the read's arrival to it.
-    pub async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
+    pub(crate) async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
         tx.send(open_request(
             STREAM,
@@ -209,7 +209,7 @@ fn flushed(
 
 /// Opens `n` subscriptions on keys `idle:<i>` over one channel and keeps them open (idle)
 /// until the returned handles are dropped.
-pub async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, String> {
+pub(crate) async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, String> {
     let mut client = connect_sidecar(addr).await?;
     let mut held = Vec::with_capacity(n);
     for i in 0..n {
@@ -236,7 +236,7 @@ pub async fn open_idle(addr: SocketAddr, n: usize) -> Result<Vec<impl Sized>, St
 // ---------------------------------------------------------------------------------------------
 // The raw fred loop
 
-pub struct FredLoop {
+pub(crate) struct FredLoop {
     client: Client,
     count: u32,
 }
@@ -286,7 +286,7 @@ fn parse_read(reply: Value) -> Result<Vec<(Bytes, Bytes)>, String> {
 }
 
 impl FredLoop {
-    pub async fn connect(url: &str, count: u32) -> Result<Self, String> {
+    pub(crate) async fn connect(url: &str, count: u32) -> Result<Self, String> {
         Ok(Self {
             client: workload::connect(url).await?,
             count,
@@ -294,7 +294,7 @@ impl FredLoop {
     }
 
     /// XREADGROUP COUNT n, then one pipeline with an INCR per entry and one XACK.
-    pub async fn run(self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
+    pub(crate) async fn run(self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
         let xreadgroup = CustomCommand::new_static("XREADGROUP", ClusterHash::FirstKey, true);
         let read_args: Vec<Value> = vec![
             "GROUP".into(),

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use window_sidecar_harness::{Launch, free_port, try_http_get};
-pub use window_sidecar_harness::{cpu_seconds, metric_sum, status_kb, tail_file as tail};
+pub(crate) use window_sidecar_harness::{cpu_seconds, metric_sum, status_kb, tail_file as tail};
 
 /// A `window-sidecar` process on free loopback ports, killed (by pid) when dropped.
-pub struct SidecarProcess {
+pub(crate) struct SidecarProcess {
     process: window_sidecar_harness::SidecarProcess,
     pub grpc: SocketAddr,
     pub metrics: SocketAddr,
@@ -18,7 +18,7 @@ pub struct SidecarProcess {
 
 impl SidecarProcess {
     /// Starts the binary against `redis_url` and waits until `/readyz` answers 200.
-    pub async fn start(bin: &Path, redis_url: &str) -> Result<Self, String> {
+    pub(crate) async fn start(bin: &Path, redis_url: &str) -> Result<Self, String> {
         let mut last = String::new();
         for _ in 0..3 {
             let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -61,11 +61,11 @@ impl SidecarProcess {
         Err(last)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.process.pid()
     }
 
-    pub async fn scrape(&self) -> Result<String, String> {
+    pub(crate) async fn scrape(&self) -> Result<String, String> {
         match try_http_get(self.metrics, "/metrics").await? {
             (200, body) => Ok(body),
             (status, _) => Err(format!("/metrics answered {status}")),

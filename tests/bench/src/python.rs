@@ -34,7 +34,7 @@ fn run(command: &mut Command, what: &str) -> Result<(), String> {
 /// The Python interpreter to use, ready: `explicit`, or `tests/bench/python/.venv` (created and
 /// filled from `requirements.txt` when missing); and the generated gRPC code of
 /// client-examples/python (its `generate.sh`, when missing or older than the proto).
-pub fn prepare(root: &Path, explicit: Option<PathBuf>) -> Result<PathBuf, String> {
+pub(crate) fn prepare(root: &Path, explicit: Option<PathBuf>) -> Result<PathBuf, String> {
     let bench = root.join("tests/bench/python");
     let python = match explicit {
         Some(python) => python,
@@ -93,7 +93,7 @@ pub fn prepare(root: &Path, explicit: Option<PathBuf>) -> Result<PathBuf, String
 }
 
 /// One `bench_worker.py` process, started and waiting for `go`.
-pub struct Worker {
+pub(crate) struct Worker {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
@@ -102,7 +102,7 @@ pub struct Worker {
 
 impl Worker {
     /// Starts `bench_worker.py MODE args…` and waits until it says `ready`.
-    pub async fn start(
+    pub(crate) async fn start(
         python: &Path,
         root: &Path,
         mode: &str,
@@ -141,12 +141,12 @@ impl Worker {
         }
     }
 
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.id()
     }
 
     /// Sends `go`, notes when `done` arrives, then reads the `result` line.
-    pub async fn run(mut self) -> Result<ClientOutcome, String> {
+    pub(crate) async fn run(mut self) -> Result<ClientOutcome, String> {
         let failed = |worker: &Self, what: String| format!("{what}: {}", tail(&worker.log, 15));
         self.stdin
             .write_all(b"go\n")

@@ -56,14 +56,14 @@ fn phase_name(phase: Phase) -> &'static str {
 
 /// The width of the contender column: the longest name (the `@baseline` twins are longer than
 /// the usual 26).
-pub fn name_width(contenders: &[Contender]) -> usize {
+pub(crate) fn name_width(contenders: &[Contender]) -> usize {
     contenders
         .iter()
         .map(|c| c.name().len())
         .fold(26, usize::max)
 }
 
-pub fn progress(
+pub(crate) fn progress(
     round: u32,
     rounds: u32,
     phase: Phase,
@@ -97,7 +97,7 @@ pub fn progress(
     }
 }
 
-pub fn idle_progress(
+pub(crate) fn idle_progress(
     round: u32,
     rounds: u32,
     n: usize,
@@ -182,7 +182,7 @@ fn p_ms(runs: &[&Measured], p: f64) -> Option<f64> {
     med_of(runs, |m| Some(percentile_ms(&m.lat_us, p)))
 }
 
-pub fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], rate: u64) {
+pub(crate) fn tables(contenders: &[Contender], records: &[Record], idle: &[IdleRss], rate: u64) {
     let w = name_width(contenders);
     println!();
     println!("== throughput (deliveries/s over verified rounds; other columns: median)");

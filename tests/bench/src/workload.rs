@@ -5,15 +5,15 @@ use bytes::Bytes;
 use fred::prelude::*;
 use serde::Deserialize;
 
-pub const STREAM: &str = "bench";
-pub const GROUP: &str = "g";
-pub const CONSUMER: &str = "c1";
+pub(crate) const STREAM: &str = "bench";
+pub(crate) const GROUP: &str = "g";
+pub(crate) const CONSUMER: &str = "c1";
 /// The side effect's key space: `count:<id mod COUNTERS>`.
-pub const COUNTERS: u64 = 1000;
+pub(crate) const COUNTERS: u64 = 1000;
 
 /// What a consumer decodes from an entry's `_payload`.
 #[derive(Debug, Deserialize)]
-pub struct Payload {
+pub(crate) struct Payload {
     pub id: u64,
     /// When the producer sent the XADD (microseconds since the epoch); 0 in prefilled streams.
     #[serde(default)]
@@ -21,18 +21,18 @@ pub struct Payload {
 }
 
 impl Payload {
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("payload is not the bench JSON: {e}"))
     }
 
     /// The key of this entry's side effect.
-    pub fn counter_key(&self) -> String {
+    pub(crate) fn counter_key(&self) -> String {
         format!("count:{}", self.id % COUNTERS)
     }
 }
 
 /// About 100 bytes of JSON with an `id` (and the producer's send time `ts`).
-pub fn payload(id: u64, ts: u64) -> Bytes {
+pub(crate) fn payload(id: u64, ts: u64) -> Bytes {
     let mut s = format!(
         r#"{{"id":{id},"ts":{ts},"kind":"order.created","customer":"c-{}","sku":"sku-{}","note":""#,
         id % 7919,
@@ -46,7 +46,7 @@ pub fn payload(id: u64, ts: u64) -> Bytes {
 }
 
 /// Microseconds since the Unix epoch (the clock every process of the bench shares).
-pub fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -57,7 +57,7 @@ fn err(what: &str) -> impl Fn(Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-pub async fn connect(url: &str) -> Result<Client, String> {
+pub(crate) async fn connect(url: &str) -> Result<Client, String> {
     let config = Config::from_url(url).map_err(err("redis url"))?;
     let client = Builder::from_config(config)
         .build()
@@ -76,7 +76,7 @@ fn xadd_args(id: u64, ts: u64) -> Vec<Value> {
 }
 
 /// Creates the stream and group `g` (at `0`, so it sees every entry).
-pub async fn create_group(client: &Client) -> Result<(), String> {
+pub(crate) async fn create_group(client: &Client) -> Result<(), String> {
     let _: Value = client
         .custom(
             fred::cmd!("XGROUP"),
@@ -88,7 +88,7 @@ pub async fn create_group(client: &Client) -> Result<(), String> {
 }
 
 /// Appends `n` entries with ids `0..n`, in pipelines of 2,000.
-pub async fn fill(client: &Client, n: u64) -> Result<(), String> {
+pub(crate) async fn fill(client: &Client, n: u64) -> Result<(), String> {
     let mut next = 0;
     while next < n {
         let end = (next + 2_000).min(n);
@@ -105,7 +105,7 @@ pub async fn fill(client: &Client, n: u64) -> Result<(), String> {
 }
 
 /// One XADD stamped with its send time (the latency phase's producer).
-pub async fn xadd_now(client: &Client, id: u64) -> Result<(), String> {
+pub(crate) async fn xadd_now(client: &Client, id: u64) -> Result<(), String> {
     let _: Value = client
         .custom(fred::cmd!("XADD"), xadd_args(id, now_us()))
         .await
@@ -113,7 +113,7 @@ pub async fn xadd_now(client: &Client, id: u64) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn reset_stats(client: &Client) -> Result<(), String> {
+pub(crate) async fn reset_stats(client: &Client) -> Result<(), String> {
     let _: Value = client
         .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
         .await
@@ -123,7 +123,7 @@ pub async fn reset_stats(client: &Client) -> Result<(), String> {
 
 /// Calls per command since the last `CONFIG RESETSTAT` (from `INFO commandstats`), without the
 /// bench's own `INFO` and `CONFIG`, sorted by calls.
-pub async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>, String> {
+pub(crate) async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>, String> {
     let info: String = client
         .info(Some(fred::types::InfoKind::CommandStats))
         .await
@@ -148,7 +148,7 @@ pub async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>, String
 
 /// Checks that the run is complete: nothing pending in group `g`, and the counters sum to
 /// exactly `expect` (every entry's side effect ran once).
-pub async fn verify(client: &Client, expect: u64) -> Result<(), String> {
+pub(crate) async fn verify(client: &Client, expect: u64) -> Result<(), String> {
     let reply: Value = client
         .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
         .await
