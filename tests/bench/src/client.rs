@@ -81,7 +81,9 @@ fn open_request(
     }
 }
 
-pub(crate) async fn connect_sidecar(addr: SocketAddr) -> Result<WindowServiceClient<Channel>, String> {
+pub(crate) async fn connect_sidecar(
+    addr: SocketAddr,
+) -> Result<WindowServiceClient<Channel>, String> {
     WindowServiceClient::connect(format!("http://{addr}"))
         .await
         .map_err(|e| format!("connect to the sidecar at {addr}: {e}"))
