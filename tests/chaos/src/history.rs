@@ -1,0 +1,536 @@
+//! The campaign's history and its checker, pure: what workers saw and decided, what the
+//! nemesis did, and what Redis holds at the end go in; anomalies come out. Nothing here talks
+//! to Redis or the sidecar, so every rule is tested on made-up histories.
+//!
+//! Entries are known by their *root*: the id the producer's `XADD` gave the entry. A retried
+//! delivery comes back as a copy with a new id whose `h:x-window-original-id` names the id it
+//! was copied from; [`EndState::roots_of`] follows those links back to the root.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+/// What a worker decided for one delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Decision {
+    /// Its side effect queued and the entry acked.
+    Ack,
+    /// Acked after handling longer than `min_idle` (or after a slow one of the same read):
+    /// another consumer may take it meanwhile.
+    SlowAck,
+    /// Dropped: its queued side effect must never run.
+    Drop,
+    /// Retried at once: its queued side effect must never run.
+    Retry,
+    /// Retried after a delay: its queued side effect must never run.
+    RetryAfter,
+    /// No outcome: the worker closed its stream; the entry is delivered again.
+    Abandon,
+}
+
+impl Decision {
+    /// Whether the decision keeps the delivery's side effect.
+    pub(crate) fn keeps(self) -> bool {
+        matches!(self, Decision::Ack | Decision::SlowAck)
+    }
+}
+
+/// One event of the history, in the order the campaign recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A worker received a delivery of `entry` (a root or a copy) with the sidecar's count.
+    Delivered {
+        worker: u32,
+        entry: String,
+        count: u32,
+    },
+    /// A worker decided what to do with a delivery.
+    Decided {
+        worker: u32,
+        entry: String,
+        decision: Decision,
+    },
+    /// A delivery of a read that was handled past `min_idle` (one of its deliveries was
+    /// slow, and a read settles as a whole): another consumer may have taken it meanwhile.
+    Late { entry: String },
+    /// A fault the nemesis injected (its name and target).
+    Fault(String),
+}
+
+/// A timestamped event (milliseconds since the campaign started).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stamped {
+    pub at_ms: u64,
+    pub event: Event,
+}
+
+/// What Redis holds once the campaign has quiesced.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EndState {
+    /// Every entry of the stream: its id, and the id it was copied from (None: a root).
+    pub entries: Vec<(String, Option<String>)>,
+    /// How many times each root's kept side effect ran (`HINCRBY` per ack).
+    pub kept_effects: HashMap<String, i64>,
+    /// How many times a discarded side effect ran (must stay empty).
+    pub discarded_effects: HashMap<String, i64>,
+    /// The dead letters: the id each was copied from and its delivery count.
+    pub dead_letters: Vec<(String, u32)>,
+    /// Entries still pending in the group.
+    pub pending: u64,
+    /// Entries still in the delay set.
+    pub delayed: u64,
+}
+
+impl EndState {
+    /// Each entry's root.
+    pub(crate) fn roots_of(&self) -> HashMap<String, String> {
+        let parents: HashMap<&str, Option<&str>> = self
+            .entries
+            .iter()
+            .map(|(id, parent)| (id.as_str(), parent.as_deref()))
+            .collect();
+        let mut roots = HashMap::new();
+        for (id, _) in &self.entries {
+            let mut at = id.as_str();
+            // A chain is at most max_deliveries long; the bound keeps a corrupt cycle finite.
+            for _ in 0..=self.entries.len() {
+                match parents.get(at).copied().flatten() {
+                    Some(parent) => at = parent,
+                    None => break,
+                }
+            }
+            roots.insert(id.clone(), at.to_owned());
+        }
+        roots
+    }
+}
+
+/// What the campaign promised for the run being checked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Promise {
+    /// Atomic mode: a kept side effect runs at most once.
+    pub exactly_once: bool,
+    /// `max_deliveries`: no delivery past it, and a dead letter for what reaches it.
+    pub max_deliveries: u32,
+}
+
+/// Something the history shows that the README does not allow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Anomaly {
+    pub root: Option<String>,
+    pub what: String,
+}
+
+impl fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.root {
+            Some(root) => write!(f, "entry {root}: {}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+/// Figures of a checked run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Figures {
+    pub roots: usize,
+    pub deliveries: usize,
+    pub decisions: BTreeMap<Decision, usize>,
+    pub faults: BTreeMap<String, usize>,
+    /// Kept side effects that ran more than once for their root (at least once allows them).
+    pub duplicate_effects: i64,
+    pub dead_letters: usize,
+}
+
+/// Checks the whole history against the end state.
+pub(crate) fn check(
+    history: &[Stamped],
+    end: &EndState,
+    promise: Promise,
+) -> (Vec<Anomaly>, Figures) {
+    let roots_of = end.roots_of();
+    let root = |entry: &str| roots_of.get(entry).cloned();
+    let mut anomalies = Vec::new();
+    let mut figures = Figures::default();
+    let all_roots: BTreeSet<String> = end
+        .entries
+        .iter()
+        .filter(|(_, parent)| parent.is_none())
+        .map(|(id, _)| id.clone())
+        .collect();
+    figures.roots = all_roots.len();
+
+    // Per root: its decisions in order, and per (worker, entry) the counts seen in order.
+    let mut decisions: HashMap<String, Vec<Decision>> = HashMap::new();
+    let mut late: BTreeSet<String> = BTreeSet::new();
+    let mut seen: HashMap<(u32, String), Vec<(u64, u32)>> = HashMap::new();
+    // Redis writes a re-read of a consumer's own pending entries (XREADGROUP 0) to neither its
+    // AOF nor its replicas, so a restart from the AOF takes those counts back.
+    let restarts: Vec<u64> = history
+        .iter()
+        .filter(|s| matches!(&s.event, Event::Fault(f) if f.starts_with("redis-restart")))
+        .map(|s| s.at_ms)
+        .collect();
+    for stamped in history {
+        match &stamped.event {
+            Event::Delivered {
+                worker,
+                entry,
+                count,
+            } => {
+                figures.deliveries += 1;
+                let Some(r) = root(entry) else {
+                    anomalies.push(Anomaly {
+                        root: None,
+                        what: format!("worker {worker} got {entry}, which is not in the stream"),
+                    });
+                    continue;
+                };
+                if *count == 0 || *count > promise.max_deliveries {
+                    anomalies.push(Anomaly {
+                        root: Some(r.clone()),
+                        what: format!(
+                            "delivered with count {count} (allowed 1 to max_deliveries {})",
+                            promise.max_deliveries
+                        ),
+                    });
+                }
+                seen.entry((*worker, entry.clone()))
+                    .or_default()
+                    .push((stamped.at_ms, *count));
+            }
+            Event::Decided {
+                entry, decision, ..
+            } => {
+                *figures.decisions.entry(*decision).or_default() += 1;
+                if let Some(r) = root(entry) {
+                    decisions.entry(r).or_default().push(*decision);
+                }
+            }
+            Event::Late { entry } => {
+                if let Some(r) = root(entry) {
+                    late.insert(r);
+                }
+            }
+            Event::Fault(name) => {
+                let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
+                *figures.faults.entry(kind).or_default() += 1;
+            }
+        }
+    }
+
+    for ((worker, entry), seen) in &seen {
+        let backwards = seen.windows(2).any(|w| {
+            let ((before, earlier), (after, later)) = (w[0], w[1]);
+            let restarted = restarts.iter().any(|t| (before..=after).contains(t));
+            later < earlier && !restarted
+        });
+        if backwards {
+            let counts: Vec<u32> = seen.iter().map(|(_, c)| *c).collect();
+            anomalies.push(Anomaly {
+                root: root(entry),
+                what: format!("worker {worker} saw {entry}'s count go backwards: {counts:?}"),
+            });
+        }
+    }
+
+    let mut dead: HashMap<String, usize> = HashMap::new();
+    for (copied_from, count) in &end.dead_letters {
+        figures.dead_letters += 1;
+        match root(copied_from) {
+            Some(r) => {
+                *dead.entry(r.clone()).or_default() += 1;
+                if *count < promise.max_deliveries {
+                    anomalies.push(Anomaly {
+                        root: Some(r),
+                        what: format!(
+                            "dead-lettered after {count} deliveries, below max_deliveries {}",
+                            promise.max_deliveries
+                        ),
+                    });
+                }
+            }
+            None => anomalies.push(Anomaly {
+                root: None,
+                what: format!("a dead letter of {copied_from}, which is not in the stream"),
+            }),
+        }
+    }
+
+    for (r, ran) in &end.discarded_effects {
+        if *ran != 0 {
+            anomalies.push(Anomaly {
+                root: Some(r.clone()),
+                what: format!("a discarded side effect ran {ran} times (drop, retry, retry_after)"),
+            });
+        }
+    }
+
+    for r in &all_roots {
+        let decided = decisions.get(r).map(Vec::as_slice).unwrap_or_default();
+        let kept_decisions = decided.iter().filter(|d| d.keeps()).count() as i64;
+        let ran = end.kept_effects.get(r).copied().unwrap_or(0);
+        let dead_letters = dead.get(r).copied().unwrap_or(0);
+        if ran > kept_decisions {
+            anomalies.push(Anomaly {
+                root: Some(r.clone()),
+                what: format!("its side effect ran {ran} times for {kept_decisions} acks"),
+            });
+        }
+        // Handled past min_idle, an entry may be handled twice: the README allows it.
+        let slow = decided.contains(&Decision::SlowAck) || late.contains(r);
+        if promise.exactly_once && ran > 1 && !slow {
+            anomalies.push(Anomaly {
+                root: Some(r.clone()),
+                what: format!("its side effect ran {ran} times in atomic mode"),
+            });
+        }
+        figures.duplicate_effects += (ran - 1).max(0);
+        if dead_letters > 1 {
+            anomalies.push(Anomaly {
+                root: Some(r.clone()),
+                what: format!("dead-lettered {dead_letters} times"),
+            });
+        }
+        // Not the last drop decided: a worker whose stream broke, or whose entry another
+        // consumer reclaimed, may decide after the decision that took effect.
+        let dropped = decided.contains(&Decision::Drop);
+        if ran == 0 && dead_letters == 0 && !dropped {
+            anomalies.push(Anomaly {
+                root: Some(r.clone()),
+                what: format!(
+                    "lost: neither its side effect ran, nor was it dropped or dead-lettered \
+                     (decisions {decided:?})"
+                ),
+            });
+        }
+    }
+    if end.pending != 0 {
+        anomalies.push(Anomaly {
+            root: None,
+            what: format!("{} entries still pending at the end", end.pending),
+        });
+    }
+    if end.delayed != 0 {
+        anomalies.push(Anomaly {
+            root: None,
+            what: format!("{} entries still in the delay set at the end", end.delayed),
+        });
+    }
+    (anomalies, figures)
+}
+
+/// The events about `root` (any of its copies) and every fault within `window_ms` of them,
+/// for an anomaly's report.
+pub(crate) fn around<'a>(
+    history: &'a [Stamped],
+    end: &EndState,
+    root: &str,
+    window_ms: u64,
+) -> Vec<&'a Stamped> {
+    let roots_of = end.roots_of();
+    let about = |entry: &str| roots_of.get(entry).map(String::as_str) == Some(root);
+    let times: Vec<u64> = history
+        .iter()
+        .filter(|s| match &s.event {
+            Event::Delivered { entry, .. }
+            | Event::Decided { entry, .. }
+            | Event::Late { entry } => about(entry),
+            Event::Fault(_) => false,
+        })
+        .map(|s| s.at_ms)
+        .collect();
+    history
+        .iter()
+        .filter(|s| match &s.event {
+            Event::Delivered { entry, .. }
+            | Event::Decided { entry, .. }
+            | Event::Late { entry } => about(entry),
+            Event::Fault(_) => times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROMISE: Promise = Promise {
+        exactly_once: false,
+        max_deliveries: 4,
+    };
+
+    fn at(at_ms: u64, event: Event) -> Stamped {
+        Stamped { at_ms, event }
+    }
+
+    fn delivered(entry: &str, count: u32) -> Event {
+        Event::Delivered {
+            worker: 1,
+            entry: entry.into(),
+            count,
+        }
+    }
+
+    fn decided(entry: &str, decision: Decision) -> Event {
+        Event::Decided {
+            worker: 1,
+            entry: entry.into(),
+            decision,
+        }
+    }
+
+    fn end(entries: &[(&str, Option<&str>)]) -> EndState {
+        EndState {
+            entries: entries
+                .iter()
+                .map(|(id, parent)| (id.to_string(), parent.map(str::to_owned)))
+                .collect(),
+            ..EndState::default()
+        }
+    }
+
+    #[test]
+    fn copies_lead_back_to_their_root() {
+        let end = end(&[("1-0", None), ("2-0", Some("1-0")), ("3-0", Some("2-0"))]);
+        let roots = end.roots_of();
+        assert_eq!(roots["3-0"], "1-0");
+        assert_eq!(roots["1-0"], "1-0");
+    }
+
+    #[test]
+    fn a_history_that_keeps_every_promise_has_no_anomaly() {
+        let mut state = end(&[
+            ("1-0", None),
+            ("2-0", Some("1-0")),
+            ("5-0", None),
+            ("6-0", None),
+        ]);
+        state.kept_effects.insert("1-0".into(), 1);
+        state.dead_letters.push(("6-0".into(), 4));
+        let history = vec![
+            at(0, delivered("1-0", 1)),
+            at(1, decided("1-0", Decision::Retry)),
+            at(2, Event::Fault("sigkill sidecar-0".into())),
+            at(3, delivered("2-0", 2)),
+            at(4, decided("2-0", Decision::Ack)),
+            at(5, delivered("5-0", 1)),
+            at(6, decided("5-0", Decision::Drop)),
+            at(7, delivered("6-0", 4)),
+            at(8, decided("6-0", Decision::Abandon)),
+        ];
+        let (anomalies, figures) = check(&history, &state, PROMISE);
+        assert_eq!(anomalies, vec![]);
+        assert_eq!(figures.roots, 3);
+        assert_eq!(figures.deliveries, 4);
+        assert_eq!(figures.faults["sigkill"], 1);
+    }
+
+    #[test]
+    fn a_lost_entry_a_ran_drop_and_a_twice_run_atomic_effect_are_anomalies() {
+        let mut state = end(&[("1-0", None), ("2-0", None), ("3-0", None)]);
+        state.discarded_effects.insert("2-0".into(), 1);
+        state.kept_effects.insert("3-0".into(), 2);
+        state.pending = 1;
+        let history = vec![
+            at(0, delivered("1-0", 1)),
+            at(1, decided("1-0", Decision::Abandon)),
+            at(2, delivered("2-0", 1)),
+            at(3, decided("2-0", Decision::Drop)),
+            at(4, delivered("3-0", 1)),
+            at(5, decided("3-0", Decision::Ack)),
+            at(6, delivered("3-0", 2)),
+            at(7, decided("3-0", Decision::Ack)),
+        ];
+        let promise = Promise {
+            exactly_once: true,
+            ..PROMISE
+        };
+        let (anomalies, _) = check(&history, &state, promise);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        assert!(
+            text.iter().any(|a| a.starts_with("entry 1-0: lost")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|a| a.contains("2-0: a discarded side effect ran")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|a| a.contains("3-0: its side effect ran 2 times in atomic"))
+        );
+        assert!(
+            text.iter().any(|a| a.contains("1 entries still pending")),
+            "{text:?}"
+        );
+        // At least once allows the second run.
+        let (anomalies, figures) = check(&history, &state, PROMISE);
+        assert!(!anomalies.iter().any(|a| a.what.contains("in atomic mode")));
+        assert_eq!(figures.duplicate_effects, 1);
+        // So does atomic mode when the entry's read was handled past min_idle.
+        let mut late = history;
+        late.push(at(
+            8,
+            Event::Late {
+                entry: "3-0".into(),
+            },
+        ));
+        let (anomalies, _) = check(&late, &state, promise);
+        assert!(!anomalies.iter().any(|a| a.what.contains("in atomic mode")));
+    }
+
+    #[test]
+    fn counts_past_the_cap_backwards_or_an_effect_without_an_ack_are_anomalies() {
+        let mut state = end(&[("1-0", None), ("2-0", None)]);
+        state.kept_effects.insert("2-0".into(), 1);
+        state.dead_letters.push(("1-0".into(), 2));
+        state.dead_letters.push(("1-0".into(), 4));
+        let history = vec![
+            at(0, delivered("1-0", 3)),
+            at(1, delivered("1-0", 2)),
+            at(2, delivered("1-0", 5)),
+            at(3, delivered("2-0", 1)),
+            at(4, decided("2-0", Decision::Drop)),
+        ];
+        let (anomalies, _) = check(&history, &state, PROMISE);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        let mut restarted = history;
+        restarted.insert(
+            1,
+            at(0, Event::Fault("redis-restart (SIGKILL, AOF)".into())),
+        );
+        let (excused, _) = check(&restarted, &state, PROMISE);
+        assert!(
+            !excused.iter().any(|a| a.what.contains("backwards")),
+            "{excused:?}"
+        );
+        for want in [
+            "1-0: delivered with count 5",
+            "1-0's count go backwards",
+            "1-0: dead-lettered after 2 deliveries",
+            "1-0: dead-lettered 2 times",
+            "2-0: its side effect ran 1 times for 0 acks",
+        ] {
+            assert!(
+                text.iter().any(|a| a.contains(want)),
+                "{want:?} not in {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_events_around_an_entry_are_its_own_and_the_faults_near_them() {
+        let state = end(&[("1-0", None), ("2-0", Some("1-0")), ("9-0", None)]);
+        let history = vec![
+            at(0, Event::Fault("pause redis".into())),
+            at(100, delivered("1-0", 1)),
+            at(5_000, Event::Fault("sigkill sidecar-0".into())),
+            at(9_000, delivered("9-0", 1)),
+            at(9_100, delivered("2-0", 2)),
+        ];
+        let near = around(&history, &state, "1-0", 500);
+        let times: Vec<u64> = near.iter().map(|s| s.at_ms).collect();
+        assert_eq!(times, [0, 100, 9_100]);
+    }
+}
