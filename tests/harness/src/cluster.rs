@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 
 use crate::resp;
-use crate::util::{Probe, Proc, arg, info_field};
+use crate::util::{Probe, Proc, arg, info_field, wait_until};
 
 /// The cluster hash slot of a key (its `{tag}` when it has one).
 pub fn slot_of(key: &str) -> u16 {
@@ -375,20 +375,13 @@ impl RedisCluster {
     /// node, no running node is flagged failing, all running nodes agree on slot ownership and
     /// every running replica's link to its primary is up. Panics after `timeout`.
     pub fn wait_healthy(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let why = match self.healthy() {
-                Ok(()) => return,
-                Err(why) => why,
-            };
-            if Instant::now() >= deadline {
-                panic!(
-                    "cluster not healthy within {timeout:?}: {why}\n{}",
-                    self.diagnostics()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            timeout,
+            Duration::from_millis(50),
+            "cluster not healthy",
+            || self.healthy(),
+            || self.diagnostics(),
+        );
     }
 
     fn healthy(&self) -> Result<(), String> {

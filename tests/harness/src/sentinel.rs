@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 
 use crate::resp::{self, Reply};
-use crate::util::{Probe, Proc, arg, info_field};
+use crate::util::{Probe, Proc, arg, info_field, wait_until};
 
 const SERVICE: &str = "mymaster";
 
@@ -301,20 +301,13 @@ impl Sentinels {
     }
 
     fn wait_sentinels_settled(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let why = match self.settled() {
-                Ok(()) => return,
-                Err(why) => why,
-            };
-            if Instant::now() >= deadline {
-                panic!(
-                    "sentinels did not settle within {timeout:?}: {why}\n{}",
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            timeout,
+            Duration::from_millis(50),
+            "sentinels did not settle",
+            || self.settled(),
+            || self.logs(),
+        );
     }
 
     fn settled(&self) -> Result<(), String> {

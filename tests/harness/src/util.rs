@@ -193,3 +193,25 @@ pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .map(str::trim)
     })
 }
+
+/// Polls `check` every `every` until it holds; after `timeout`, panics with `what`, the last
+/// reason it gave and `diagnostics()` (the nodes' logs, say).
+pub(crate) fn wait_until(
+    timeout: Duration,
+    every: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<(), String>,
+    diagnostics: impl FnOnce() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let why = match check() {
+            Ok(()) => return,
+            Err(why) => why,
+        };
+        if Instant::now() >= deadline {
+            panic!("{what} within {timeout:?}: {why}\n{}", diagnostics());
+        }
+        std::thread::sleep(every);
+    }
+}
