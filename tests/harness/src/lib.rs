@@ -53,12 +53,28 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 
-/// A free TCP port on 127.0.0.1 (free when asked; callers retry on a lost race).
+/// A free TCP port on 127.0.0.1 (free when asked; callers retry on a lost race), below the
+/// kernel's ephemeral range: a port the kernel handed out for `:0` would be free again once
+/// probed, and the next listener on `:0` (a sidecar's gRPC port) or outgoing connection could be
+/// given the same one before its caller binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = (10_000, ephemeral.max(10_001));
+    let span = high - low;
+    // Test processes running side by side start at different places.
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (low + (start + next) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {low} and {high}")
 }
 
 /// One `redis-server` process.
