@@ -213,15 +213,16 @@ def worker_image_problems(root, values):
                         f"in the image's WORKDIR {workdirs[-1]}")
     with open(os.path.join(here, "Dockerfile.dockerignore"), encoding="utf-8") as f:
         patterns = [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
-    needed = ["client-examples/orders.json", "client-examples/python/requirements.txt",
-              "client-examples/python/generate.sh"]
+    needed = ["client-examples/orders.json", "client-examples/python/pyproject.toml",
+              "client-examples/python/setup.py", "client-examples/python/generate.sh",
+              "client-examples/python/window_client/py.typed"]
     needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(here, "*.py"))]
     needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(here, "window_client/*.py"))]
     needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "proto/**/*.proto"), recursive=True)]
     for path in sorted(set(needed)):
         if not dockerignore_keeps(patterns, path):
             problems.append(f"client-examples/python/Dockerfile.dockerignore leaves out {path}, which the image needs")
-    for path in ("client-examples/python/.venv/bin/python", "client-examples/python/generated/x.py",
+    for path in ("client-examples/python/.venv/bin/python", "client-examples/python/window_client/_generated/x.py",
                  "target/debug/window-sidecar", "server/Cargo.toml"):
         if dockerignore_keeps(patterns, path):
             problems.append(f"client-examples/python/Dockerfile.dockerignore sends {path} to the build context")
