@@ -257,6 +257,22 @@ pub fn read_ahead_reply(
     }
 }
 
+/// Redelivered entries with their counts from the group's pending entries list. An entry gone
+/// from that list between the read and the look-up was settled meanwhile (acked by a flush of
+/// an earlier delivery): it is not delivered again, where it would otherwise come back with a
+/// count of 1, lower than the count of the delivery that settled it.
+fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
+    entries
+        .into_iter()
+        .zip(counts)
+        .filter_map(|(mut entry, count)| {
+            let pel = count.as_u64().filter(|&n| n > 0)? as u32;
+            entry.delivery_count = pel + entry.earlier_attempts();
+            Some(entry)
+        })
+        .collect()
+}
+
 /// Takes back the delivery a read made of entries nobody got: each stays pending on this
 /// consumer with its count one lower (`XCLAIM … RETRYCOUNT n JUSTID`), so its next delivery
 /// counts as if that read had not happened. An entry settled meanwhile is left alone (XCLAIM
@@ -547,12 +563,7 @@ impl StreamReader {
                 detail: "the counts are not an array".into(),
             });
         };
-        for (entry, count) in entries.iter_mut().zip(counts) {
-            // Gone from the pending list (settled meanwhile): this delivery is its only one.
-            let pel = count.as_u64().filter(|&n| n > 0).unwrap_or(1) as u32;
-            entry.delivery_count = pel + entry.earlier_attempts();
-        }
-        Ok(entries)
+        Ok(counted(std::mem::take(&mut entries), counts))
     }
 
     /// Entries deleted from the stream while pending cannot be delivered: settle them.

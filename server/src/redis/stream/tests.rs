@@ -187,3 +187,17 @@ fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
     assert_eq!(rendered[3], "XACK orders g 1-0 2-0");
     assert_eq!(rendered[4], "EXEC");
 }
+
+#[test]
+fn a_redelivered_entry_settled_before_its_count_was_looked_up_is_not_delivered_again() {
+    let entry = |id: &'static str| Entry {
+        id: Bytes::from_static(id.as_bytes()),
+        ..Entry::default()
+    };
+    let entries = vec![entry("1-0"), entry("2-0"), entry("3-0")];
+    let counts = vec![Value::Integer(3), Value::Null, Value::Integer(0)];
+    let kept = counted(entries, counts);
+    let ids: Vec<_> = kept.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids, [Bytes::from_static(b"1-0")]);
+    assert_eq!(kept[0].delivery_count, 3);
+}
