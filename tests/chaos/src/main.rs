@@ -178,6 +178,7 @@ async fn work(
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
+        let mut after_slow = false;
         'stream: while !stop.load(Ordering::Relaxed) {
             let Some(Ok(Some(message))) = sub.message_within(Duration::from_secs(5)).await else {
                 break 'stream;
@@ -205,9 +206,12 @@ async fn work(
                     }
                 })
                 .collect();
-            if decisions.contains(&Decision::SlowAck) {
+            // The read after a slow one waited in the stream while the worker slept: it too is
+            // handled past min_idle (at most two reads are out: max_in_flight is twice count).
+            let slow_read = decisions.contains(&Decision::SlowAck);
+            if slow_read || after_slow {
                 for (d, delivery) in decisions.iter_mut().zip(&read.deliveries) {
-                    if *d == Decision::Ack {
+                    if slow_read && *d == Decision::Ack {
                         *d = Decision::SlowAck;
                     }
                     log.push(Event::Late {
@@ -215,6 +219,7 @@ async fn work(
                     });
                 }
             }
+            after_slow = slow_read;
             let mut late = false;
             for (i, (d, decision)) in read.deliveries.iter().zip(decisions).enumerate() {
                 let effect = |hash: &str| command(d.slot, "HINCRBY", &[hash, &d.entry_id, "1"]);
