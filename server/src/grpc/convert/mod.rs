@@ -13,7 +13,6 @@ use crate::proto;
 use crate::redis::entry::{Body, Entry};
 use crate::redis::frame::Framing;
 use crate::redis::list::ListSource;
-use crate::redis::publish::Target;
 use crate::redis::pubsub::PubSubSource;
 use crate::redis::stream::{Mode, StreamSource};
 use crate::session::{
@@ -542,115 +541,9 @@ fn wire_reason(reason: Reason) -> proto::RejectionReason {
     }
 }
 
-/// Where a Publish writes, and how its entries become values there.
-pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framing), ConvertError> {
-    let name = |s: &String| Bytes::copy_from_slice(s.as_bytes());
-    let mut targets = [
-        (!request.stream.is_empty()).then(|| Target::Stream {
-            key: name(&request.stream),
-            max_len: (request.max_len > 0).then_some(request.max_len),
-        }),
-        (!request.list.is_empty()).then(|| Target::List(name(&request.list))),
-        (!request.channel.is_empty()).then(|| Target::Channel(name(&request.channel))),
-        (!request.sharded_channel.is_empty())
-            .then(|| Target::ShardedChannel(name(&request.sharded_channel))),
-    ]
-    .into_iter()
-    .flatten();
-    let (Some(target), None) = (targets.next(), targets.next()) else {
-        return Err(ConvertError::Combination(
-            "set exactly one of stream, list, channel and sharded_channel: where the entries go",
-        ));
-    };
-    let framing = framing(request.framing, "framing")?;
-    if let Target::Stream { .. } = target {
-        if request.framing != 0 {
-            return Err(ConvertError::Combination(
-                "framing is for lists and channels; a stream entry keeps its headers as fields",
-            ));
-        }
-    } else if request.max_len > 0 {
-        return Err(ConvertError::Combination(
-            "max_len trims a stream; it does not apply to lists and channels",
-        ));
-    }
-    Ok((target, framing))
-}
+mod publish;
 
-/// A Publish entry as the fields to write. `trace` is the context written when the entry
-/// brings none of its own (the publish span's, or the caller's); a bare payload for a list or a
-/// channel stays bare, so consumers that know no frame read it as it is.
-pub fn publish_fields(
-    mut entry: proto::PublishEntry,
-    target: &Target,
-    framing: Framing,
-    trace: Option<&str>,
-) -> Result<Vec<(Bytes, Bytes)>, ConvertError> {
-    let has_layout =
-        !entry.payload.is_empty() || !entry.headers.is_empty() || entry.trace.is_some();
-    if !entry.fields.is_empty() && has_layout {
-        return Err(ConvertError::Combination(
-            "a publish entry has either `fields` or `payload`/`headers`, not both",
-        ));
-    }
-    let value_target = !matches!(target, Target::Stream { .. });
-    if value_target && !entry.fields.is_empty() {
-        return Err(ConvertError::Combination(
-            "a list value or a message is a `payload` with `headers`; `fields` are for streams",
-        ));
-    }
-    let has_headers = !entry.headers.is_empty() || entry.trace.is_some();
-    if value_target && framing == Framing::Raw && has_headers {
-        return Err(ConvertError::Combination(
-            "FRAMING_RAW writes the payload alone: drop the headers and trace, or frame them (FRAMING_FRAMES)",
-        ));
-    }
-    let carries_trace = !value_target || (framing == Framing::Frames && has_headers);
-    if carries_trace && entry.trace.is_none() && !entry.headers.contains_key("traceparent") {
-        entry.trace = trace.map(|traceparent| proto::TraceContext {
-            traceparent: traceparent.to_owned(),
-            tracestate: String::new(),
-        });
-    }
-    if !has_layout && !value_target {
-        if entry.fields.is_empty() {
-            return Err(ConvertError::Combination(
-                "a publish entry needs `fields` or a `payload`",
-            ));
-        }
-        let mut fields: Vec<_> = entry
-            .fields
-            .into_iter()
-            .map(|f| (f.name, f.value))
-            .collect();
-        if let Some(trace) = entry.trace {
-            fields.push((
-                Bytes::from_static(b"h:traceparent"),
-                Bytes::from(trace.traceparent),
-            ));
-        }
-        return Ok(fields);
-    }
-    let mut fields = vec![(Bytes::from_static(b"_payload"), entry.payload)];
-    let mut headers: Vec<_> = entry.headers.into_iter().collect();
-    // Map order is random; a stable order makes entries reproducible.
-    headers.sort();
-    if let Some(trace) = entry.trace {
-        if !trace.traceparent.is_empty() {
-            headers.push(("traceparent".into(), trace.traceparent));
-        }
-        if !trace.tracestate.is_empty() {
-            headers.push(("tracestate".into(), trace.tracestate));
-        }
-    }
-    for (name, value) in headers {
-        if name.is_empty() {
-            return Err(ConvertError::Combination("a header name must not be empty"));
-        }
-        fields.push((Bytes::from(format!("h:{name}")), Bytes::from(value)));
-    }
-    Ok(fields)
-}
+pub use publish::{publish_fields, publish_target};
 
 #[cfg(test)]
 mod tests;

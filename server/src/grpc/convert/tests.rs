@@ -1,4 +1,5 @@
 use super::*;
+use crate::redis::publish::Target;
 
 const LIMITS: OpenLimits = OpenLimits {
     max_count: 100,
