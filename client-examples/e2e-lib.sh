@@ -199,6 +199,21 @@ check_resubscribed() {
   check "$1: the worker resubscribed to the new sidecar" \
     "$(grep -c "resubscribed as consumer '$2'" "$3" | awk '{print ($1 > 0)}')" 1
 }
+# start_token_sidecar: starts a third sidecar on a free port that requires a bearer token
+# (--auth-token-file $work/token, a new random token; logs to $work/sidecar-token.log) and
+# waits for it; sets token_addr.
+start_token_sidecar() {
+  printf 'e2e-%s%s\n' "$RANDOM" "$RANDOM" >"$work/token"
+  local port
+  port="$(free_port)"
+  token_addr="127.0.0.1:$port"
+  log "a third sidecar on $token_addr with --auth-token-file"
+  "$sidecar_bin" --listen "$token_addr" --redis-url "redis://127.0.0.1:$redis_port" \
+    --auth-token-file "$work/token" --promote-interval 100ms --shutdown-grace 2s \
+    >"$work/sidecar-token.log" 2>&1 &
+  pids+=("$!")
+  wait_for "the sidecar on $token_addr" tcp_open "$port"
+}
 # start_uds_sidecar SOCKET: starts a second sidecar on --listen unix:SOCKET (logs to
 # $work/sidecar-uds.log; the caller's environment, e.g. RUST_LOG, goes with it) and waits
 # for the socket.

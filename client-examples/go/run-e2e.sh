@@ -176,32 +176,23 @@ check_end_state "unix socket" "$uds_stream"
 # A third sidecar requires a token (--auth-token-file): the helper sends WINDOW_SIDECAR_TOKEN
 # as `authorization: Bearer …`; without it every call fails with UNAUTHENTICATED. The worker
 # runs in atomic mode there (a MULTI/EXEC per acked order), to the same end state.
-token_file="$work/token"
-printf 'e2e-%s\n' "$RANDOM$RANDOM" >"$token_file"
-auth_port="$(free_port)"
-auth_addr="127.0.0.1:$auth_port"
-log "a third sidecar on $auth_addr with --auth-token-file"
-"$sidecar_bin" --listen "$auth_addr" --redis-url "redis://127.0.0.1:$redis_port" \
-  --auth-token-file "$token_file" --promote-interval 100ms --shutdown-grace 2s \
-  >"$work/sidecar-auth.log" 2>&1 &
-pids+=("$!")
-wait_for "the sidecar on $auth_addr" tcp_open "$auth_port"
+start_token_sidecar
 rcli FLUSHDB >/dev/null
 rcli CONFIG RESETSTAT >/dev/null
 auth_stream=auth-orders
 set +e
-(unset WINDOW_SIDECAR_TOKEN; timeout 30 "$bin/producer" -addr "$auth_addr" -orders "$orders" \
+(unset WINDOW_SIDECAR_TOKEN; timeout 30 "$bin/producer" -addr "$token_addr" -orders "$orders" \
   -stream "$auth_stream") >"$work/auth-none-producer.log" 2>&1
 none_producer_rc=$?
-(unset WINDOW_SIDECAR_TOKEN; timeout 30 "$bin/worker" -addr "$auth_addr" -orders "$orders" \
+(unset WINDOW_SIDECAR_TOKEN; timeout 30 "$bin/worker" -addr "$token_addr" -orders "$orders" \
   -stream "$auth_stream" -consumer auth-1 -idle-timeout 10s) >"$work/auth-none-worker.log" 2>&1
 none_worker_rc=$?
 export WINDOW_SIDECAR_TOKEN
-WINDOW_SIDECAR_TOKEN="$(head -1 "$token_file")"
-timeout 60 "$bin/producer" -addr "$auth_addr" -orders "$orders" -stream "$auth_stream" \
+WINDOW_SIDECAR_TOKEN="$(head -1 "$work/token")"
+timeout 60 "$bin/producer" -addr "$token_addr" -orders "$orders" -stream "$auth_stream" \
   >"$work/auth-producer.log" 2>&1
 producer_rc=$?
-timeout 120 "$bin/worker" -addr "$auth_addr" -orders "$orders" -stream "$auth_stream" \
+timeout 120 "$bin/worker" -addr "$token_addr" -orders "$orders" -stream "$auth_stream" \
   -consumer auth-1 -idle-timeout 20s -atomic >"$work/auth-worker.log" 2>&1
 worker_rc=$?
 unset WINDOW_SIDECAR_TOKEN

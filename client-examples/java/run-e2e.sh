@@ -197,32 +197,23 @@ check "unix socket: no other malformed line in the sidecar's log" \
 
 # --- the bearer token -----------------------------------------------------------------------
 # A third sidecar that wants a token: WindowClient.connect sends WINDOW_SIDECAR_TOKEN's.
-token_file="$work/token"
-head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file"
-auth_port=$(free_port)
-auth_addr="127.0.0.1:$auth_port"
-log "a third sidecar on $auth_addr with --auth-token-file"
-"$sidecar_bin" --listen "$auth_addr" --redis-url "redis://127.0.0.1:$redis_port" \
-  --auth-token-file "$token_file" --promote-interval 100ms --shutdown-grace 2s \
-  >"$work/sidecar-auth.log" 2>&1 &
-pids+=("$!")
-wait_for "the sidecar on $auth_addr" tcp_open "$auth_port"
+start_token_sidecar
 rcli FLUSHDB >/dev/null
 auth_stream=auth-orders
 set +e
 env -u WINDOW_SIDECAR_TOKEN timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
-  --addr "$auth_addr" --orders "$orders" --stream "$auth_stream" >"$work/auth-producer-none.log" 2>&1
+  --addr "$token_addr" --orders "$orders" --stream "$auth_stream" >"$work/auth-producer-none.log" 2>&1
 none_producer_rc=$?
 env -u WINDOW_SIDECAR_TOKEN timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
-  --addr "$auth_addr" --orders "$orders" --stream "$auth_stream" --consumer auth-0 \
+  --addr "$token_addr" --orders "$orders" --stream "$auth_stream" --consumer auth-0 \
   --idle-timeout 20s >"$work/auth-worker-none.log" 2>&1
 none_worker_rc=$?
-WINDOW_SIDECAR_TOKEN=$(cat "$token_file") timeout 60 java -cp "$app_cp" \
-  dev.windowsidecar.examples.Producer --addr "$auth_addr" --orders "$orders" \
+WINDOW_SIDECAR_TOKEN=$(cat "$work/token") timeout 60 java -cp "$app_cp" \
+  dev.windowsidecar.examples.Producer --addr "$token_addr" --orders "$orders" \
   --stream "$auth_stream" >"$work/auth-producer.log" 2>&1
 producer_rc=$?
-WINDOW_SIDECAR_TOKEN=$(cat "$token_file") timeout 120 java -cp "$app_cp" \
-  dev.windowsidecar.examples.Worker --addr "$auth_addr" --orders "$orders" \
+WINDOW_SIDECAR_TOKEN=$(cat "$work/token") timeout 120 java -cp "$app_cp" \
+  dev.windowsidecar.examples.Worker --addr "$token_addr" --orders "$orders" \
   --stream "$auth_stream" --consumer auth-1 --idle-timeout 20s >"$work/auth-worker.log" 2>&1
 worker_rc=$?
 set -e

@@ -261,14 +261,7 @@ check "rejected command: no side effect was applied" "$(rcli exists "$totals_key
 # worker runs in atomic mode here (each ack one MULTI/EXEC), with the same end state.
 log "scenario token: a third sidecar with --auth-token-file, the worker in atomic mode"
 rcli flushdb >/dev/null
-printf 'e2e-%s\n' "$RANDOM$RANDOM" >"$work/token"
-token_port="$(free_port)"
-token_addr="127.0.0.1:$token_port"
-"$sidecar_bin" --listen "$token_addr" --redis-url "redis://127.0.0.1:$redis_port" \
-  --auth-token-file "$work/token" --promote-interval 100ms --shutdown-grace 2s \
-  >"$work/sidecar-token.log" 2>&1 &
-pids+=("$!")
-wait_for "the sidecar on $token_addr" tcp_open "$token_port"
+start_token_sidecar
 token_stream=token-orders
 rc=0
 (unset WINDOW_SIDECAR_TOKEN; run producer --sidecar "$token_addr" --orders "$orders" --stream "$token_stream") \

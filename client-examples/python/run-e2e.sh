@@ -364,14 +364,7 @@ check "poison: FLUSHALL never ran" "$(rcli xlen poison | awk '{print ($1 > 0)}')
 
 # ---- 10. scenario "token" --------------------------------------------------------------------
 log "scenario token: a sidecar with --auth-token-file; WINDOW_SIDECAR_TOKEN"
-printf 'e2e-token-%s' "$RANDOM$RANDOM" >"$work/token"
-token_port="$(free_port)"
-token_addr="127.0.0.1:$token_port"
-"$sidecar_bin" --listen "$token_addr" --redis-url "redis://127.0.0.1:$redis_port" \
-  --promote-interval 100ms --shutdown-grace 2s --auth-token-file "$work/token" \
-  >"$work/sidecar-token.log" 2>&1 &
-pids+=("$!")
-wait_for "the sidecar with a token on $token_addr" tcp_open "$token_port"
+start_token_sidecar
 rcli flushdb >/dev/null
 rc=0
 (cd "$app" && env -u WINDOW_SIDECAR_TOKEN PYTHONPATH="$here/tests/no_otel" timeout 30 "$vpy" producer.py \
