@@ -453,7 +453,6 @@ async fn end_state(redis: &Client) -> EndState {
         .xrange(DEAD, "-", "+", None)
         .await
         .expect("XRANGE dead");
-    let counts = |hash: std::collections::HashMap<String, i64>| hash;
     let kept: std::collections::HashMap<String, i64> =
         redis.hgetall(KEPT).await.expect("HGETALL kept");
     let discarded: std::collections::HashMap<String, i64> =
@@ -475,8 +474,8 @@ async fn end_state(redis: &Client) -> EndState {
             .into_iter()
             .map(|(id, fields)| (id, fields.get("h:x-window-original-id").cloned()))
             .collect(),
-        kept_effects: counts(kept),
-        discarded_effects: counts(discarded),
+        kept_effects: kept,
+        discarded_effects: discarded,
         dead_letters: dead
             .into_iter()
             .map(|(_, fields)| {
