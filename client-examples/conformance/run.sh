@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The conformance suite's driver: every scenario of scenarios/*.json against a real
+# redis-server and a real sidecar, its worker side played by one language's runner
+# (client-examples/<lang>/conformance.sh). See README.md beside this script.
+#
+#   run.sh LANG [SCENARIO...]     LANG: python, node, go, java or all
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../e2e-lib.sh
+source "$here/../e2e-lib.sh"
+
+(($# >= 1)) || { echo "usage: $0 python|node|go|java|all [SCENARIO...]" >&2; exit 2; }
+if [[ $1 == all ]]; then langs=(python node go java); else langs=("$1"); fi
+shift
+if (($#)); then
+  scenarios=()
+  for name in "$@"; do scenarios+=("$here/scenarios/$name.json"); done
+else
+  scenarios=("$here"/scenarios/*.json)
+fi
+
+need_cmd jq jq
+need_cmd redis-server redis-server
+need_cmd openssl openssl
+install_missing
+ensure_sidecar
+e2e_init conformance
+start_redis
+
+# One CA for the run: the sidecar's certificate (for 127.0.0.1 and localhost) and a client's.
+make_tls() {
+  local d="$work/tls"
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=conformance-ca \
+    -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+    -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$d/server.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 2 -extfile "$d/server.ext" -out "$d/server.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=conformance-client \
+    -keyout "$d/client.key" -out "$d/client.csr" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' >"$d/client.ext"
+  openssl x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 2 -extfile "$d/client.ext" -out "$d/client.pem" 2>/dev/null
+}
+make_tls
+printf 'conformance-%s%s\n' "$RANDOM" "$RANDOM" >"$work/token"
+
+# scenario_sidecar SCENARIO N: starts the scenario's sidecar (on $conf_listen, chosen by the
+# caller) as the scenario's `sidecar` says, logging to $work/<scenario>-sidecar-N.log; sets
+# $conf_pid and waits until it listens.
+scenario_sidecar() {
+  local file=$1 n=$2 name extra=()
+  name="$(jq -r .name "$file")"
+  mapfile -t extra < <(jq -r '.sidecar.args // [] | .[]' "$file")
+  if [[ $(jq -r '.sidecar.token // false' "$file") == true ]]; then
+    extra+=(--auth-token-file "$work/token")
+  fi
+  if [[ $(jq -r '.sidecar.tls // false' "$file") == true ]]; then
+    extra+=(--tls-cert "$work/tls/server.pem" --tls-key "$work/tls/server.key"
+      --tls-client-ca "$work/tls/ca.pem")
+  fi
+  # The scenario's own arguments come last: clap takes the last of a repeated flag.
+  "$sidecar_bin" --listen "$conf_listen" --redis-url "redis://127.0.0.1:$redis_port" \
+    --promote-interval 100ms --reclaim-interval 500ms --shutdown-grace 2s "${extra[@]}" \
+    >"$work/$name-sidecar-$n.log" 2>&1 &
+  conf_pid=$!
+  pids+=("$conf_pid")
+  if [[ $conf_listen == unix:* ]]; then
+    wait_for "the sidecar on $conf_listen" test -S "${conf_listen#unix:}"
+  else
+    wait_for "the sidecar on $conf_listen" tcp_open "${conf_listen##*:}"
+  fi
+}
+
+# events OUT: the runner's JSON lines as one array (lines that are not JSON objects skipped).
+events() { jq -cs '[.[] | objects]' <(jq -cR 'fromjson? // empty' "$1"); }
+
+# expectations FILE OUT: prints one line per expectation, "NAME<TAB>GOT<TAB>WANT".
+expectations() {
+  local file=$1 out=$2 seen key form p e want got cmd
+  seen="$(events "$out")"
+  key="$(jq -r .open.key "$file")"
+  form="$(jq -r .open.form "$file")"
+  want="$(jq -cS '.expect.effects // {}' "$file")"
+  got="$(rcli hgetall "$(jq -r .effects "$file")" | paste - - |
+    jq -cSRn '[inputs | split("\t") | {(.[0]): (.[1] | tonumber)}] | add // {}')"
+  printf 'side effects (HGETALL)\t%s\t%s\n' "$got" "$want"
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -c --arg p "$p" '.expect.deliveries[$p]' "$file")"
+    got="$(jq -c --arg p "$p" '[.[] | select(.event == "delivery" and .payload == $p) | .count]' <<<"$seen")"
+    printf 'delivery counts of %s\t%s\t%s\n' "$p" "$got" "$want"
+  done < <(jq -r '.expect.deliveries // {} | keys[]' "$file")
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -c --arg p "$p" '.expect.headers[$p]' "$file")"
+    got="$(jq -c --arg p "$p" --argjson w "$want" \
+      'first(.[] | select(.event == "delivery" and .payload == $p) | .headers // {}) // {}
+       | with_entries(select(.key as $k | $w | has($k)))' <<<"$seen")"
+    printf 'headers of %s\t%s\t%s\n' "$p" "$(jq -cS . <<<"$got")" "$(jq -cS . <<<"$want")"
+  done < <(jq -r '.expect.headers // {} | keys[]' "$file")
+  while read -r e; do
+    [[ -n $e ]] || continue
+    got="$(jq -r --arg e "$e" 'any(.[]; .event == $e)' <<<"$seen")"
+    printf 'event %s\t%s\ttrue\n' "$e" "$got"
+  done < <(jq -r '.expect.events // [] | .[]' "$file")
+  while read -r e; do
+    [[ -n $e ]] || continue
+    mapfile -t cmd < <(jq -r '.command[]' <<<"$e")
+    got="$(rcli "${cmd[@]}" | paste -sd' ')"
+    printf '%s\t%s\t%s\n' "${cmd[*]}" "$got" "$(jq -r .reply <<<"$e")"
+  done < <(jq -c '.expect.redis // [] | .[]' "$file")
+  # Nothing left unsettled, whatever the scenario expects besides.
+  printf 'ZCARD {%s}:window:delayed\t%s\t0\n' "$key" "$(rcli zcard "{$key}:window:delayed")"
+  case $form in
+    stream)
+      printf 'XPENDING %s\t%s\t0\n' "$key" \
+        "$(rcli xpending "$key" "$(jq -r .open.group "$file")" | head -1)"
+      ;;
+    reliable_list)
+      got=0
+      while read -r p; do
+        [[ -n $p ]] && got=$((got + $(rcli llen "$p")))
+      done < <(rcli --scan --pattern "{$key}:window:processing:*")
+      printf 'entries in the processing lists of %s\t%s\t0\n' "$key" "$got"
+      ;;
+  esac
+}
+
+# all_hold FILE OUT: whether every expectation holds now.
+all_hold() {
+  expectations "$1" "$2" | awk -F'\t' '$2 != $3 { bad = 1 } END { exit bad }'
+}
+
+# wait_published OUT RUNNER_PID: waits (20 s at the most) for the runner's "published" line;
+# fails when it never comes or the runner exits first.
+wait_published() {
+  for _ in $(seq 200); do
+    grep -q '"event" *: *"published"' "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# fault FILE N: the scenario's fault on the running sidecar ($conf_pid), and a new one on the
+# same address.
+fault() {
+  local file=$1 kind old=$conf_pid
+  kind="$(jq -r .fault.kind "$file")"
+  case $kind in
+    kill_sidecar)
+      kill -KILL "$old"
+      wait "$old" 2>/dev/null || true
+      sleep 0.3
+      ;;
+    drain_sidecar)
+      kill -TERM "$old"
+      wait "$old" 2>/dev/null || true
+      ;;
+    *) echo "unknown fault $kind" >&2; return 1 ;;
+  esac
+  [[ $conf_listen == unix:* ]] && rm -f "${conf_listen#unix:}"
+  scenario_sidecar "$file" 2
+}
+
+# run_scenario LANG FILE: one scenario, its checks counted as "LANG/NAME: …".
+run_scenario() {
+  local lang=$1 file=$2 name out err runner status stopped at_ms
+  name="$(jq -r .name "$file")"
+  out="$work/$lang-$name.jsonl"
+  err="$work/$lang-$name.log"
+  rcli flushall >/dev/null
+  if [[ $(jq -r '.sidecar.listen // "tcp"' "$file") == unix ]]; then
+    conf_listen="unix:$work/$name.sock"
+    rm -f "$work/$name.sock"
+  else
+    conf_listen="127.0.0.1:$(free_port)"
+  fi
+  scenario_sidecar "$file" 1
+  local env=(WINDOW_SIDECAR_ADDR="$conf_listen")
+  [[ $(jq -r '.sidecar.token // false' "$file") == true ]] &&
+    env+=(WINDOW_SIDECAR_TOKEN="$(cat "$work/token")")
+  [[ $(jq -r '.sidecar.tls // false' "$file") == true ]] &&
+    env+=(WINDOW_SIDECAR_TLS_CA="$work/tls/ca.pem" WINDOW_SIDECAR_TLS_CERT="$work/tls/client.pem"
+      WINDOW_SIDECAR_TLS_KEY="$work/tls/client.key")
+  env "${env[@]}" bash "$root/client-examples/$lang/conformance.sh" run "$file" >"$out" 2>"$err" &
+  runner=$!
+  pids+=("$runner")
+  if ! wait_published "$out" "$runner"; then
+    fail "$lang/$name: the runner opened its subscription and published"
+  else
+    if [[ $(jq -r '.fault // empty' "$file") != "" ]]; then
+      at_ms="$(jq -r .fault.at_ms "$file")"
+      sleep "$(awk -v ms="$at_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
+      fault "$file"
+    fi
+    for _ in $(seq 150); do
+      all_hold "$file" "$out" && break
+      kill -0 "$runner" 2>/dev/null || break
+      sleep 0.2
+    done
+  fi
+  # Stopped the way an orchestrator stops a worker; it must go within 10 s and exit 0.
+  kill -TERM "$runner" 2>/dev/null || true
+  stopped=no
+  for _ in $(seq 100); do
+    if ! kill -0 "$runner" 2>/dev/null; then stopped=yes; break; fi
+    sleep 0.1
+  done
+  [[ $stopped == yes ]] || kill -KILL "$runner" 2>/dev/null || true
+  status=0
+  wait "$runner" 2>/dev/null || status=$?
+  check "$lang/$name: the runner exited 0 within 10 s of SIGTERM" "$stopped:$status" "yes:0"
+  while IFS=$'\t' read -r what got want; do
+    check "$lang/$name: $what" "$got" "$want"
+  done < <(expectations "$file" "$out")
+  kill -TERM "$conf_pid" 2>/dev/null || true
+  wait "$conf_pid" 2>/dev/null || true
+}
+
+for lang in "${langs[@]}"; do
+  log "$lang: building its runner"
+  if ! bash "$root/client-examples/$lang/conformance.sh" build >"$work/$lang-build.log" 2>&1; then
+    fail "$lang: the runner builds (see $lang-build.log)"
+    tail -n 30 "$work/$lang-build.log"
+    continue
+  fi
+  for file in "${scenarios[@]}"; do
+    log "$lang: $(jq -r .name "$file")"
+    run_scenario "$lang" "$file"
+  done
+done
+e2e_summary
