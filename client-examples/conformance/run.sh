@@ -51,7 +51,7 @@ printf 'conformance-%s%s\n' "$RANDOM" "$RANDOM" >"$work/token"
 # caller) as the scenario's `sidecar` says, logging to $work/<scenario>-sidecar-N.log; sets
 # $conf_pid and waits until it listens.
 scenario_sidecar() {
-  local file=$1 n=$2 name extra=()
+  local file=$1 n=$2 name i extra=()
   name="$(jq -r .name "$file")"
   mapfile -t extra < <(jq -r '.sidecar.args // [] | .[]' "$file")
   if [[ $(jq -r '.sidecar.token // false' "$file") == true ]]; then
@@ -61,10 +61,14 @@ scenario_sidecar() {
     extra+=(--tls-cert "$work/tls/server.pem" --tls-key "$work/tls/server.key"
       --tls-client-ca "$work/tls/ca.pem")
   fi
-  # The scenario's own arguments come last: clap takes the last of a repeated flag.
+  # The suite's defaults, unless the scenario gives the flag itself.
+  local flag value defaults=(--promote-interval 100ms --reclaim-interval 500ms --shutdown-grace 2s)
+  for ((i = 0; i < ${#defaults[@]}; i += 2)); do
+    flag=${defaults[i]} value=${defaults[i + 1]}
+    printf '%s\n' "${extra[@]}" | grep -qx -- "$flag" || extra+=("$flag" "$value")
+  done
   "$sidecar_bin" --listen "$conf_listen" --redis-url "redis://127.0.0.1:$redis_port" \
-    --promote-interval 100ms --reclaim-interval 500ms --shutdown-grace 2s "${extra[@]}" \
-    >"$work/$name-sidecar-$n.log" 2>&1 &
+    "${extra[@]}" >"$work/$name-sidecar-$n.log" 2>&1 &
   conf_pid=$!
   pids+=("$conf_pid")
   if [[ $conf_listen == unix:* ]]; then
@@ -85,7 +89,7 @@ expectations() {
   form="$(jq -r .open.form "$file")"
   want="$(jq -cS '.expect.effects // {}' "$file")"
   got="$(rcli hgetall "$(jq -r .effects "$file")" | paste - - |
-    jq -cSRn '[inputs | split("\t") | {(.[0]): (.[1] | tonumber)}] | add // {}')"
+    jq -cSRn '[inputs | split("\t") | select(.[0] != "") | {(.[0]): (.[1] | tonumber)}] | add // {}')"
   printf 'side effects (HGETALL)\t%s\t%s\n' "$got" "$want"
   while read -r p; do
     [[ -n $p ]] || continue
@@ -163,7 +167,7 @@ fault() {
     *) echo "unknown fault $kind" >&2; return 1 ;;
   esac
   [[ $conf_listen == unix:* ]] && rm -f "${conf_listen#unix:}"
-  scenario_sidecar "$file" 2
+  scenario_sidecar "$file" 2 || fail "$(jq -r .name "$file"): the sidecar starts again after the fault"
 }
 
 # run_scenario LANG FILE: one scenario, its checks counted as "LANG/NAME: …".
@@ -179,7 +183,10 @@ run_scenario() {
   else
     conf_listen="127.0.0.1:$(free_port)"
   fi
-  scenario_sidecar "$file" 1
+  if ! scenario_sidecar "$file" 1; then
+    fail "$lang/$name: the sidecar starts ($(tail -n 3 "$work/$name-sidecar-1.log" | paste -sd' '))"
+    return
+  fi
   local env=(WINDOW_SIDECAR_ADDR="$conf_listen")
   [[ $(jq -r '.sidecar.token // false' "$file") == true ]] &&
     env+=(WINDOW_SIDECAR_TOKEN="$(cat "$work/token")")
@@ -197,7 +204,8 @@ run_scenario() {
       sleep "$(awk -v ms="$at_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
       fault "$file"
     fi
-    for _ in $(seq 150); do
+    local deadline=$((SECONDS + 30))
+    while ((SECONDS < deadline)); do
       all_hold "$file" "$out" && break
       kill -0 "$runner" 2>/dev/null || break
       sleep 0.2

@@ -10,8 +10,7 @@ case ${1:-} in
   build)
     [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
     rm -rf "$here/build" "$here/dist-conformance"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "setuptools>=69" wheel \
-      "grpcio-tools==1.72.1"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check wheel
     "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
       -w "$here/dist-conformance" "$here"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
