@@ -52,6 +52,18 @@ pub(crate) enum Event {
     /// A delivery of a read that was handled past `min_idle` (one of its deliveries was
     /// slow, and a read settles as a whole): another consumer may have taken it meanwhile.
     Late { entry: String },
+    /// A read a worker received on subscription stream `stream` (numbered across the run).
+    Read {
+        worker: u32,
+        stream: u32,
+        read_id: u64,
+    },
+    /// A flush report a worker received on subscription stream `stream`, for read `read_id`.
+    Flushed {
+        worker: u32,
+        stream: u32,
+        read_id: u64,
+    },
     /// A fault the nemesis injected (its name and target).
     Fault(String),
 }
@@ -111,6 +123,13 @@ pub(crate) struct Promise {
     pub exactly_once: bool,
     /// `max_deliveries`: no delivery past it, and a dead letter for what reaches it.
     pub max_deliveries: u32,
+    /// A simple list or pub/sub: what was in flight at a crash may be lost, and a kept side
+    /// effect runs at most once.
+    pub at_most_once: bool,
+    /// Entries are known by their payload (lists, pub/sub), and a publish retried after a
+    /// reconnect may have written one twice (Publish is at least once): each delivery with
+    /// count 1 is a copy of its own, which may be kept once more.
+    pub by_payload: bool,
 }
 
 /// Something the history shows that the README does not allow.
@@ -139,6 +158,12 @@ pub(crate) struct Figures {
     /// Kept side effects that ran more than once for their root (at least once allows them).
     pub duplicate_effects: i64,
     pub dead_letters: usize,
+    pub flushes: usize,
+    /// Entries known by payload that were delivered fresh (count 1) more than once: a publish
+    /// written twice.
+    pub duplicate_publishes: i64,
+    /// At most once: entries neither kept, dropped nor dead-lettered (a crash took them).
+    pub lost_at_most_once: usize,
 }
 
 /// Checks the whole history against the end state.
@@ -164,12 +189,19 @@ pub(crate) fn check(
     let mut late: BTreeSet<String> = BTreeSet::new();
     let mut seen: HashMap<(u32, String), Vec<(u64, u32)>> = HashMap::new();
     // Redis writes a re-read of a consumer's own pending entries (XREADGROUP 0) to neither its
-    // AOF nor its replicas, so a restart from the AOF takes those counts back.
+    // AOF nor its replicas, so a restart from the AOF, or a failover to a replica, takes those
+    // counts back.
     let restarts: Vec<u64> = history
         .iter()
-        .filter(|s| matches!(&s.event, Event::Fault(f) if f.starts_with("redis-restart")))
+        .filter(|s| {
+            matches!(&s.event, Event::Fault(f)
+                if f.starts_with("redis-restart") || f.starts_with("primary-kill"))
+        })
         .map(|s| s.at_ms)
         .collect();
+    let mut first_deliveries: HashMap<String, i64> = HashMap::new();
+    let mut arrived: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
+    let mut flushed: HashMap<(u32, u32), Option<(usize, u64)>> = HashMap::new();
     for stamped in history {
         match &stamped.event {
             Event::Delivered {
@@ -194,6 +226,9 @@ pub(crate) fn check(
                         ),
                     });
                 }
+                if *count == 1 {
+                    *first_deliveries.entry(r.clone()).or_default() += 1;
+                }
                 seen.entry((*worker, entry.clone()))
                     .or_default()
                     .push((stamped.at_ms, *count));
@@ -210,6 +245,55 @@ pub(crate) fn check(
                 if let Some(r) = root(entry) {
                     late.insert(r);
                 }
+            }
+            Event::Read {
+                worker,
+                stream,
+                read_id,
+            } => {
+                // Read ids increase within a subscription (the proto's promise).
+                let reads = arrived.entry((*worker, *stream)).or_default();
+                if let Some(last) = reads.last().filter(|last| *read_id <= **last) {
+                    anomalies.push(Anomaly {
+                        root: None,
+                        what: format!(
+                            "worker {worker} got read {read_id} after read {last} on its \
+                             subscription stream {stream}"
+                        ),
+                    });
+                }
+                reads.push(*read_id);
+            }
+            Event::Flushed {
+                worker,
+                stream,
+                read_id,
+            } => {
+                // The worker finishes its reads in the order they came, so their flushes
+                // must be reported in that order.
+                let key = (*worker, *stream);
+                let at = arrived
+                    .get(&key)
+                    .and_then(|reads| reads.iter().position(|r| r == read_id));
+                let last = flushed.entry(key).or_default();
+                match at {
+                    // A read that delivered nothing (its entries went straight to the dead
+                    // letter) is flushed all the same.
+                    None => {}
+                    Some(at) if last.is_some_and(|(last_at, _)| at <= last_at) => {
+                        let (_, before) = last.expect("checked");
+                        anomalies.push(Anomaly {
+                            root: None,
+                            what: format!(
+                                "worker {worker} got the flush report of read {read_id} after \
+                                 that of read {before}, which came later, on its \
+                                 subscription stream {stream}"
+                            ),
+                        });
+                    }
+                    Some(at) => *last = Some((at, *read_id)),
+                }
+                figures.flushes += 1;
             }
             Event::Fault(name) => {
                 let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
@@ -279,13 +363,25 @@ pub(crate) fn check(
         // Handled past min_idle, an entry may be handled twice, or dead-lettered twice (once
         // by the consumer that reclaimed it past the cap): the README allows it.
         let slow = decided.contains(&Decision::SlowAck) || late.contains(r);
-        if promise.exactly_once && ran > 1 && !slow {
+        let copies = if promise.by_payload {
+            first_deliveries.get(r).copied().unwrap_or(0).max(1)
+        } else {
+            1
+        };
+        if promise.exactly_once && ran > copies && !slow {
             anomalies.push(Anomaly {
                 root: Some(r.clone()),
                 what: format!("its side effect ran {ran} times in atomic mode"),
             });
         }
-        figures.duplicate_effects += (ran - 1).max(0);
+        if promise.at_most_once && ran > copies {
+            anomalies.push(Anomaly {
+                root: Some(r.clone()),
+                what: format!("its side effect ran {ran} times, at most once promised"),
+            });
+        }
+        figures.duplicate_effects += (ran - copies).max(0);
+        figures.duplicate_publishes += copies - 1;
         if dead_letters > 1 && !slow {
             anomalies.push(Anomaly {
                 root: Some(r.clone()),
@@ -295,7 +391,9 @@ pub(crate) fn check(
         // Not the last drop decided: a worker whose stream broke, or whose entry another
         // consumer reclaimed, may decide after the decision that took effect.
         let dropped = decided.contains(&Decision::Drop);
-        if ran == 0 && dead_letters == 0 && !dropped {
+        if ran == 0 && dead_letters == 0 && !dropped && promise.at_most_once {
+            figures.lost_at_most_once += 1;
+        } else if ran == 0 && dead_letters == 0 && !dropped {
             anomalies.push(Anomaly {
                 root: Some(r.clone()),
                 what: format!(
@@ -336,7 +434,7 @@ pub(crate) fn around<'a>(
             Event::Delivered { entry, .. }
             | Event::Decided { entry, .. }
             | Event::Late { entry } => about(entry),
-            Event::Fault(_) => false,
+            Event::Fault(_) | Event::Read { .. } | Event::Flushed { .. } => false,
         })
         .map(|s| s.at_ms)
         .collect();
@@ -347,6 +445,7 @@ pub(crate) fn around<'a>(
             | Event::Decided { entry, .. }
             | Event::Late { entry } => about(entry),
             Event::Fault(_) => times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms),
+            Event::Read { .. } | Event::Flushed { .. } => false,
         })
         .collect()
 }
@@ -358,6 +457,8 @@ mod tests {
     const PROMISE: Promise = Promise {
         exactly_once: false,
         max_deliveries: 4,
+        at_most_once: false,
+        by_payload: false,
     };
 
     fn at(at_ms: u64, event: Event) -> Stamped {
@@ -518,6 +619,84 @@ mod tests {
                 "{want:?} not in {text:?}"
             );
         }
+    }
+
+    #[test]
+    fn at_most_once_forgives_a_loss_but_not_a_second_run_unless_the_value_was_written_twice() {
+        let promise = Promise {
+            at_most_once: true,
+            by_payload: true,
+            ..PROMISE
+        };
+        let mut state = end(&[("1", None), ("2", None), ("3", None)]);
+        state.kept_effects.insert("2".into(), 2);
+        state.kept_effects.insert("3".into(), 2);
+        let history = vec![
+            // 1 was popped and lost with its sidecar: at most once allows it.
+            at(0, delivered("1", 1)),
+            at(1, decided("1", Decision::Abandon)),
+            // 2 ran twice for one copy.
+            at(2, delivered("2", 1)),
+            at(3, decided("2", Decision::Ack)),
+            at(4, delivered("2", 2)),
+            at(5, decided("2", Decision::Ack)),
+            // 3 was published twice (a retried publish): two fresh copies, each kept once.
+            at(6, delivered("3", 1)),
+            at(7, decided("3", Decision::Ack)),
+            at(8, delivered("3", 1)),
+            at(9, decided("3", Decision::Ack)),
+        ];
+        let (anomalies, figures) = check(&history, &state, promise);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            ["entry 2: its side effect ran 2 times, at most once promised"]
+        );
+        assert_eq!(figures.lost_at_most_once, 1);
+        assert_eq!(figures.duplicate_publishes, 1);
+    }
+
+    #[test]
+    fn flush_reports_follow_the_order_reads_came_in() {
+        let state = end(&[]);
+        let read = |read_id| Event::Read {
+            worker: 1,
+            stream: 7,
+            read_id,
+        };
+        let flushed = |read_id| Event::Flushed {
+            worker: 1,
+            stream: 7,
+            read_id,
+        };
+        let in_order = vec![
+            at(0, read(1)),
+            at(1, read(2)),
+            // Read 0 delivered nothing (dead-lettered on the way): reported, never received.
+            at(2, flushed(0)),
+            at(3, flushed(1)),
+            at(4, flushed(2)),
+        ];
+        let (anomalies, figures) = check(&in_order, &state, PROMISE);
+        assert_eq!(anomalies, vec![]);
+        assert_eq!(figures.flushes, 3);
+        let swapped = vec![
+            at(0, read(1)),
+            at(1, read(2)),
+            at(2, flushed(2)),
+            at(3, flushed(1)),
+            at(4, read(2)),
+        ];
+        let (anomalies, _) = check(&swapped, &state, PROMISE);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "worker 1 got the flush report of read 1 after that of read 2, which came later, \
+                 on its subscription stream 7",
+                "worker 1 got read 2 after read 2 on its subscription stream 7",
+            ]
+        );
     }
 
     #[test]

@@ -1,20 +1,24 @@
 //! The fault campaign: producers publish through the sidecars, workers consume with queued
-//! side effects and random outcomes, and a nemesis kills, pauses and restarts what production
-//! loses (sidecars, workers, Redis connections, Redis itself) at random moments. At the end the
-//! whole history is checked against what Redis holds ([`history::check`]): nothing lost,
-//! nothing done twice that the README does not allow.
+//! side effects and random outcomes, and a nemesis kills, pauses, cuts and restarts what
+//! production loses (sidecars, workers, their TCP connections, Redis connections, Redis itself,
+//! a cluster primary, a slot's owner) at random moments. At the end the whole history is
+//! checked against what Redis holds ([`history::check`]): nothing lost, nothing done twice that
+//! the README does not allow.
 //!
 //!   cargo run --release -p window-sidecar-chaos -- --quick              CI: fixed seeds + one
-//!   cargo run --release -p window-sidecar-chaos -- --minutes 60         an hour, both modes
-//!   cargo run --release -p window-sidecar-chaos -- --seed 42 --mode atomic --minutes 2
+//!   cargo run --release -p window-sidecar-chaos -- --minutes 60         an hour, every form
+//!   cargo run --release -p window-sidecar-chaos -- --seed 42 --form stream --mode atomic --cluster
 //!
 //! A run prints its seed first; the same seed replays the same decisions and faults (the
 //! moments they land on still depend on the machine's timing).
 
+mod form;
 mod history;
+mod proxy;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -26,23 +30,16 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
-use window_sidecar::proto::{self, Mode, OutcomeKind};
+use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
-    RedisServer, SidecarProcess, Subscription, command, duration, free_port, outcome, retry_after,
-    stream_open, try_publish,
+    RedisCluster, RedisServer, SidecarProcess, Subscription, command, free_port, outcome,
+    retry_after, slot_of,
 };
 
-use history::{Decision, EndState, Event, Promise, Stamped};
+use form::{DISCARDED, Form, KEPT, MAX_DELIVERIES};
+use history::{Decision, Event, Promise, Stamped};
+use proxy::Proxy;
 
-const STREAM: &str = "chaos:orders";
-const GROUP: &str = "chaos";
-const DEAD: &str = "chaos:dead";
-const KEPT: &str = "chaos:kept";
-const DISCARDED: &str = "chaos:discarded";
-const MAX_DELIVERIES: u32 = 5;
-/// Below the slow handler's time: a slow ack races another consumer's reclaim.
-/// Above every fault's length (a pause, a sidecar down), so that only slow handling passes it.
-const MIN_IDLE: Duration = Duration::from_secs(4);
 const SLOW: Duration = Duration::from_millis(4_500);
 
 #[derive(Parser, Debug, Clone)]
@@ -51,14 +48,19 @@ struct Args {
     /// The seed of decisions and faults (default: random, printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// How long each run injects faults.
+    /// How long the campaign injects faults, in all (split evenly between its runs).
     #[arg(long, default_value_t = 1.0)]
     minutes: f64,
     /// pipeline, atomic or both.
     #[arg(long, default_value = "both")]
     mode: String,
-    /// The CI configuration: two fixed seeds and one random one, 25 s of faults each, modes
-    /// alternating.
+    /// One form (default: every form in turn; streams also on a cluster).
+    #[arg(long, value_enum)]
+    form: Option<Form>,
+    /// Against a 3-primary Redis Cluster with a replica each (streams only).
+    #[arg(long)]
+    cluster: bool,
+    /// The CI configuration: fixed seeds and one random one, 25 s of faults each.
     #[arg(long)]
     quick: bool,
     #[arg(long, default_value_t = 2)]
@@ -68,6 +70,19 @@ struct Args {
     /// Entries each of the two producers publishes per second.
     #[arg(long, default_value_t = 40)]
     rate: u64,
+    /// No nemesis: the same load and checks without faults (a baseline).
+    #[arg(long)]
+    no_faults: bool,
+}
+
+/// One run of the campaign.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    seed: u64,
+    form: Form,
+    atomic: bool,
+    cluster: bool,
+    faults_for: Duration,
 }
 
 /// What every task appends to.
@@ -83,49 +98,90 @@ impl Log {
     }
 }
 
-/// The sidecars, by index: each on its own port, restarted on it after a kill.
+/// The Redis the run is against.
+enum Backend {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Backend {
+    fn url(&self) -> String {
+        match self {
+            Backend::Single(redis) => redis.url(),
+            Backend::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// The port of the node that owns the campaign's keys.
+    fn primary(&self) -> u16 {
+        match self {
+            Backend::Single(redis) => redis.port(),
+            Backend::Cluster(cluster) => cluster.primary_for_slot(slot_of(form::STREAM)),
+        }
+    }
+}
+
+/// The sidecars, by index: each on its own port, restarted on it after a kill, and each behind
+/// a proxy that the workers go through.
 struct Sidecars {
     redis_url: String,
+    cluster: bool,
     ports: Vec<u16>,
+    proxies: Vec<Proxy>,
     running: Mutex<Vec<Option<SidecarProcess>>>,
 }
 
 impl Sidecars {
-    fn start(redis_url: &str, count: usize) -> Self {
+    async fn start(redis_url: &str, count: usize, cluster: bool) -> Arc<Self> {
         let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
-        let sidecars = Self {
-            redis_url: redis_url.to_owned(),
-            ports,
-            running: Mutex::new((0..count).map(|_| None).collect()),
-        };
-        for i in 0..count {
-            sidecars.restart(i);
+        let mut proxies = Vec::new();
+        for port in &ports {
+            proxies.push(Proxy::start(([127, 0, 0, 1], *port).into()).await);
         }
+        let sidecars = Arc::new(Self {
+            redis_url: redis_url.to_owned(),
+            cluster,
+            ports,
+            proxies,
+            running: Mutex::new((0..count).map(|_| None).collect()),
+        });
+        let s = Arc::clone(&sidecars);
+        tokio::task::spawn_blocking(move || (0..count).for_each(|i| s.restart(i)))
+            .await
+            .expect("sidecars");
         sidecars
     }
 
+    /// Sidecar `i`'s own address (producers use it).
     fn addr(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.ports[i])
+        format!("127.0.0.1:{}", self.ports[i % self.ports.len()])
+    }
+
+    /// Sidecar `i` through its proxy (workers use it).
+    fn proxied(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.proxies[i % self.proxies.len()].port)
     }
 
     fn restart(&self, i: usize) {
         let listen = self.addr(i);
-        let process = SidecarProcess::serve(
-            &self.redis_url,
-            &listen,
-            &[
-                "--reclaim-interval",
-                "500ms",
-                "--promote-interval",
-                "100ms",
-                "--consumer-lease",
-                "2s",
-                "--shutdown-grace",
-                "1s",
-                "--redis-timeout",
-                "2s",
-            ],
-        );
+        let mut args = vec![
+            "--reclaim-interval",
+            "500ms",
+            "--promote-interval",
+            "100ms",
+            "--consumer-lease",
+            "2s",
+            "--shutdown-grace",
+            "1s",
+            "--redis-timeout",
+            "2s",
+        ];
+        if self.cluster {
+            // Claims reach the replica before entries are delivered: a failover then hands
+            // nothing out twice (exactly once in atomic mode).
+            args.extend(["--wait-replicas", "1"]);
+        }
+        let process = SidecarProcess::serve(&self.redis_url, &listen, &args);
         self.running.lock()[i] = Some(process);
     }
 
@@ -144,52 +200,65 @@ impl Sidecars {
     }
 }
 
-/// One worker's loop: subscribe through some sidecar, decide each delivery at random, go again
-/// when the stream ends, until `stop`; after `settle`, ack everything.
-async fn work(
-    id: u32,
-    atomic: bool,
+/// What a worker shares with the run.
+struct Shared {
+    run: Run,
     sidecars: Arc<Sidecars>,
     log: Arc<Log>,
-    seed: u64,
     stop: Arc<AtomicBool>,
     settle: Arc<AtomicBool>,
-) {
-    let mut rng = StdRng::seed_from_u64(seed);
+    /// Numbers the workers' subscription streams across the run.
+    streams: AtomicU32,
+}
+
+/// One worker's loop: subscribe through some sidecar, decide each delivery at random, go again
+/// when the stream ends, until `stop`; after `settle`, ack everything.
+async fn work(id: u32, shared: Arc<Shared>) {
+    let Run { form, atomic, .. } = shared.run;
+    let log = &shared.log;
+    let mut rng = StdRng::seed_from_u64(shared.run.seed.wrapping_add(u64::from(id) * 7919));
     let consumer = format!("w{id}");
     let mut attempt = 0usize;
-    while !stop.load(Ordering::Relaxed) {
+    while !shared.stop.load(Ordering::Relaxed) {
         attempt += 1;
-        let addr = sidecars.addr((id as usize + attempt) % sidecars.ports.len());
-        let mut open = stream_open(STREAM, GROUP, &consumer, 8);
-        if let Some(proto::open::Source::Stream(s)) = &mut open.source {
-            s.min_idle = Some(duration(MIN_IDLE));
-        }
-        open.max_deliveries = MAX_DELIVERIES;
-        open.dead_letter = Some(proto::DeadLetter {
-            target: Some(proto::dead_letter::Target::Stream(DEAD.into())),
-        });
-        if atomic {
-            open.mode = Mode::Atomic as i32;
-        }
-        let Some(mut sub) = subscribe(&addr, open).await else {
+        let addr = shared.sidecars.proxied(id as usize + attempt);
+        let Some(mut sub) = subscribe(&addr, form.open(&consumer, atomic)).await else {
             // The sidecar is down, the consumer's lease is still held (its sidecar died), or
             // the sidecar is draining: try again, elsewhere.
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
+        let stream = shared.streams.fetch_add(1, Ordering::Relaxed);
         let mut after_slow = false;
-        'stream: while !stop.load(Ordering::Relaxed) {
+        'stream: while !shared.stop.load(Ordering::Relaxed) {
             let Some(Ok(Some(message))) = sub.message_within(Duration::from_secs(5)).await else {
                 break 'stream;
             };
-            let Some(Kind::Read(read)) = message.kind else {
-                continue;
+            let flushed = |read_id| Event::Flushed {
+                worker: id,
+                stream,
+                read_id,
             };
+            let read = match message.kind {
+                Some(Kind::Read(read)) => read,
+                Some(Kind::Flush(report)) => {
+                    log.push(flushed(report.read_id));
+                    continue;
+                }
+                _ => continue,
+            };
+            log.push(Event::Read {
+                worker: id,
+                stream,
+                read_id: read.read_id,
+            });
+            if let Some(report) = &read.flushed {
+                log.push(flushed(report.read_id));
+            }
             for d in &read.deliveries {
                 log.push(Event::Delivered {
                     worker: id,
-                    entry: d.entry_id.clone(),
+                    entry: form.identity(d),
                     count: d.delivery_count,
                 });
             }
@@ -199,7 +268,7 @@ async fn work(
                 .deliveries
                 .iter()
                 .map(|_| {
-                    if settle.load(Ordering::Relaxed) {
+                    if shared.settle.load(Ordering::Relaxed) {
                         Decision::Ack
                     } else {
                         pick(&mut rng)
@@ -215,14 +284,15 @@ async fn work(
                         *d = Decision::SlowAck;
                     }
                     log.push(Event::Late {
-                        entry: delivery.entry_id.clone(),
+                        entry: form.identity(delivery),
                     });
                 }
             }
             after_slow = slow_read;
             let mut late = false;
             for (i, (d, decision)) in read.deliveries.iter().zip(decisions).enumerate() {
-                let effect = |hash: &str| command(d.slot, "HINCRBY", &[hash, &d.entry_id, "1"]);
+                let entry = form.identity(d);
+                let effect = |hash: &str| command(d.slot, "HINCRBY", &[hash, &entry, "1"]);
                 let (commands, outcome) = match decision {
                     Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
                     Decision::SlowAck => {
@@ -244,7 +314,7 @@ async fn work(
                         for rest in &read.deliveries[i..] {
                             log.push(Event::Decided {
                                 worker: id,
-                                entry: rest.entry_id.clone(),
+                                entry: form.identity(rest),
                                 decision: Decision::Abandon,
                             });
                         }
@@ -254,7 +324,7 @@ async fn work(
                 };
                 log.push(Event::Decided {
                     worker: id,
-                    entry: d.entry_id.clone(),
+                    entry,
                     decision,
                 });
                 let batch = proto::Batch {
@@ -309,31 +379,34 @@ fn pick(rng: &mut StdRng) -> Decision {
     }
 }
 
-/// Publishes numbered entries through the sidecars until `stop`, retrying an unanswered
-/// Publish on another sidecar (an unanswered one may have been written: each written entry is
-/// a root of its own).
+/// Publishes numbered entries through the sidecars until `stop`, going on to another sidecar
+/// when one does not answer. Each attempt takes a new number: an unanswered publish may have
+/// been written, and no two written entries share a number. Records the numbers Redis
+/// certainly has.
 async fn produce(
     id: usize,
+    form: Form,
     rate: u64,
     sidecars: Arc<Sidecars>,
     stop: Arc<AtomicBool>,
     n: Arc<AtomicU64>,
+    published: Arc<Mutex<BTreeSet<u64>>>,
 ) {
     let every = Duration::from_micros(1_000_000 / rate.max(1));
     let mut tick = tokio::time::interval(every);
     let mut target = id;
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
-        let number = n.fetch_add(1, Ordering::Relaxed);
         loop {
-            let addr = sidecars.addr(target % sidecars.ports.len());
-            if let Some(mut client) = client(&addr).await {
-                let published = tokio::time::timeout(
-                    Duration::from_secs(3),
-                    try_publish(&mut client, STREAM, number as usize),
-                )
-                .await;
-                if matches!(published, Ok(Ok(_))) {
+            let number = n.fetch_add(1, Ordering::Relaxed);
+            if let Some(mut client) = client(&sidecars.addr(target)).await {
+                let answered =
+                    tokio::time::timeout(Duration::from_secs(3), form.publish(&mut client, number))
+                        .await;
+                if let Ok(Ok(certain)) = answered {
+                    if certain {
+                        published.lock().insert(number);
+                    }
                     break;
                 }
             }
@@ -346,19 +419,32 @@ async fn produce(
     }
 }
 
+/// A connection to one Redis node (for CLIENT KILL and CLIENT PAUSE, which act on a node).
+async fn node_client(port: u16) -> Option<Client> {
+    let config = Config::from_url(&format!("redis://127.0.0.1:{port}")).ok()?;
+    let client = Builder::from_config(config).build().ok()?;
+    tokio::time::timeout(Duration::from_secs(2), client.init())
+        .await
+        .ok()?
+        .ok()?;
+    Some(client)
+}
+
 /// The faults, one every 1 to 3 s until `stop`.
-#[allow(clippy::too_many_arguments)]
 async fn nemesis(
-    seed: u64,
-    redis: Arc<Mutex<RedisServer>>,
-    sidecars: Arc<Sidecars>,
+    shared: Arc<Shared>,
+    redis: Arc<Mutex<Backend>>,
     workers: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     respawn: impl Fn(u32) -> tokio::task::JoinHandle<()>,
-    log: Arc<Log>,
-    stop: Arc<AtomicBool>,
-    admin: Client,
 ) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x6e656d65);
+    let Shared {
+        sidecars,
+        log,
+        stop,
+        ..
+    } = &*shared;
+    let cluster = shared.run.cluster;
+    let mut rng = StdRng::seed_from_u64(shared.run.seed ^ 0x6e656d65);
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..3_000))).await;
         if stop.load(Ordering::Relaxed) {
@@ -367,51 +453,111 @@ async fn nemesis(
         let sidecar = rng.random_range(0..sidecars.ports.len());
         let down_for = Duration::from_millis(rng.random_range(200..1_500));
         match rng.random_range(0..100) {
-            0..25 => {
+            0..20 => {
                 log.push(Event::Fault(format!("sigkill sidecar-{sidecar}")));
-                let s = Arc::clone(&sidecars);
+                let s = Arc::clone(sidecars);
                 tokio::task::spawn_blocking(move || s.bounce(sidecar, false, down_for))
                     .await
                     .expect("bounce");
             }
-            25..40 => {
+            20..32 => {
                 log.push(Event::Fault(format!("sigterm sidecar-{sidecar}")));
-                let s = Arc::clone(&sidecars);
+                let s = Arc::clone(sidecars);
                 tokio::task::spawn_blocking(move || s.bounce(sidecar, true, down_for))
                     .await
                     .expect("bounce");
             }
-            40..60 => {
+            32..48 => {
                 let mut handles = workers.lock();
                 let w = rng.random_range(0..handles.len());
                 log.push(Event::Fault(format!("kill worker-{w}")));
                 handles[w].abort();
                 handles[w] = respawn(w as u32);
             }
-            60..75 => {
-                log.push(Event::Fault("client-kill normal".into()));
-                let _: Result<Value, _> = admin
-                    .custom(
-                        fred::cmd!("CLIENT"),
-                        vec!["KILL", "TYPE", "normal", "SKIPME", "yes"],
-                    )
-                    .await;
+            48..60 => {
+                let cut = sidecars.proxies[sidecar].cut();
+                log.push(Event::Fault(format!(
+                    "tcp-cut sidecar-{sidecar} ({cut} connections)"
+                )));
             }
-            75..90 => {
+            60..72 => {
+                let port = redis.lock().primary();
+                log.push(Event::Fault(format!("client-kill normal on {port}")));
+                if let Some(node) = node_client(port).await {
+                    let _: Result<Value, _> = node
+                        .custom(
+                            fred::cmd!("CLIENT"),
+                            vec!["KILL", "TYPE", "normal", "SKIPME", "yes"],
+                        )
+                        .await;
+                    let _ = node.quit().await;
+                }
+            }
+            72..84 => {
                 let ms = rng.random_range(200..1_500u64);
-                log.push(Event::Fault(format!("client-pause {ms}ms")));
-                let _: Result<Value, _> = admin
-                    .custom(
-                        fred::cmd!("CLIENT"),
-                        vec!["PAUSE".to_owned(), ms.to_string()],
-                    )
-                    .await;
+                let port = redis.lock().primary();
+                log.push(Event::Fault(format!("client-pause {ms}ms on {port}")));
+                if let Some(node) = node_client(port).await {
+                    let _: Result<Value, _> = node
+                        .custom(
+                            fred::cmd!("CLIENT"),
+                            vec!["PAUSE".to_owned(), ms.to_string()],
+                        )
+                        .await;
+                    let _ = node.quit().await;
+                }
+            }
+            84..92 if cluster => {
+                let slot = slot_of(form::STREAM);
+                let r = Arc::clone(&redis);
+                let to = {
+                    let redis = r.lock();
+                    let Backend::Cluster(c) = &*redis else {
+                        unreachable!("a cluster run")
+                    };
+                    let owner = c.primary_for_slot(slot);
+                    let others: Vec<u16> =
+                        c.primaries().into_iter().filter(|p| *p != owner).collect();
+                    others[rng.random_range(0..others.len())]
+                };
+                log.push(Event::Fault(format!("slot-migrate {slot} to {to}")));
+                tokio::task::spawn_blocking(move || {
+                    let redis = r.lock();
+                    let Backend::Cluster(c) = &*redis else {
+                        unreachable!("a cluster run")
+                    };
+                    c.migrate_slot(slot, to);
+                })
+                .await
+                .expect("migrate");
+            }
+            _ if cluster => {
+                let slot = slot_of(form::STREAM);
+                let r = Arc::clone(&redis);
+                let old = r.lock().primary();
+                log.push(Event::Fault(format!(
+                    "primary-kill {old} (replica takes over)"
+                )));
+                tokio::task::spawn_blocking(move || {
+                    let mut redis = r.lock();
+                    let Backend::Cluster(c) = &mut *redis else {
+                        unreachable!("a cluster run")
+                    };
+                    c.kill(old);
+                    c.wait_for_failover(slot, old, Duration::from_secs(30));
+                    c.restart(old);
+                })
+                .await
+                .expect("failover");
             }
             _ => {
                 log.push(Event::Fault("redis-restart (SIGKILL, AOF)".into()));
                 let r = Arc::clone(&redis);
                 tokio::task::spawn_blocking(move || {
                     let mut redis = r.lock();
+                    let Backend::Single(redis) = &mut *redis else {
+                        unreachable!("a single-node run")
+                    };
                     redis.kill();
                     std::thread::sleep(down_for);
                     redis.restart();
@@ -423,176 +569,120 @@ async fn nemesis(
     }
 }
 
-/// Whether Redis holds nothing pending, nothing delayed and nothing unread by the group.
-async fn settled(redis: &Client) -> bool {
-    let pending: Option<u64> = redis
-        .custom::<Value, _>(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
-        .await
-        .ok()
-        .and_then(|v| match v {
-            Value::Array(items) => items.first().and_then(Value::as_u64),
-            _ => None,
-        });
-    let delayed: Option<u64> = redis
-        .zcard(format!("{{{STREAM}}}:window:delayed"))
-        .await
-        .ok();
-    let lag = redis
-        .custom::<Value, _>(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
-        .await
-        .ok()
-        .and_then(|groups| lag_of(&groups));
-    pending == Some(0) && delayed == Some(0) && lag == Some(0)
-}
-
-/// The state checked at the end.
-async fn end_state(redis: &Client) -> EndState {
-    let entries: Vec<(String, std::collections::HashMap<String, String>)> =
-        redis.xrange(STREAM, "-", "+", None).await.expect("XRANGE");
-    let dead: Vec<(String, std::collections::HashMap<String, String>)> = redis
-        .xrange(DEAD, "-", "+", None)
-        .await
-        .expect("XRANGE dead");
-    let kept: std::collections::HashMap<String, i64> =
-        redis.hgetall(KEPT).await.expect("HGETALL kept");
-    let discarded: std::collections::HashMap<String, i64> =
-        redis.hgetall(DISCARDED).await.expect("HGETALL discarded");
-    let pending: Value = redis
-        .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
-        .await
-        .expect("XPENDING");
-    let pending = match pending {
-        Value::Array(items) => items.first().and_then(Value::as_u64).unwrap_or(0),
-        _ => 0,
-    };
-    let delayed: u64 = redis
-        .zcard(format!("{{{STREAM}}}:window:delayed"))
-        .await
-        .expect("ZCARD");
-    let mut end = EndState {
-        entries: entries
-            .into_iter()
-            .map(|(id, fields)| (id, fields.get("h:x-window-original-id").cloned()))
-            .collect(),
-        kept_effects: kept,
-        discarded_effects: discarded,
-        dead_letters: dead
-            .into_iter()
-            .map(|(_, fields)| {
-                (
-                    fields
-                        .get("h:x-window-original-id")
-                        .cloned()
-                        .unwrap_or_default(),
-                    fields
-                        .get("h:x-window-deliveries")
-                        .and_then(|c| c.parse().ok())
-                        .unwrap_or(0),
-                )
-            })
-            .collect(),
-        pending,
-        delayed,
-    };
-    // Effects are counted per delivered entry; the checker counts them per root.
-    let roots = end.roots_of();
-    let by_root = |effects: std::collections::HashMap<String, i64>| {
-        let mut per_root = std::collections::HashMap::new();
-        for (entry, n) in effects {
-            let root = roots.get(&entry).cloned().unwrap_or(entry);
-            *per_root.entry(root).or_insert(0) += n;
-        }
-        per_root
-    };
-    end.kept_effects = by_root(std::mem::take(&mut end.kept_effects));
-    end.discarded_effects = by_root(std::mem::take(&mut end.discarded_effects));
-    end
-}
-
-/// One run: one mode, one seed. Returns the number of anomalies.
-async fn run(args: &Args, seed: u64, atomic: bool, fault_time: Duration) -> usize {
+/// One run: one form, one mode, one seed. Returns the number of anomalies.
+async fn run(args: &Args, run: Run) -> usize {
+    let Run {
+        seed,
+        form,
+        atomic,
+        cluster,
+        faults_for,
+    } = run;
     let mode = if atomic { "atomic" } else { "pipeline" };
-    println!("== run: seed {seed}, mode {mode}, {fault_time:?} of faults");
-    let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let url = redis.url();
-    let redis = Arc::new(Mutex::new(redis));
-    let admin = window_sidecar_harness::connect(&url).await;
-    let sidecars = Arc::new(
-        tokio::task::spawn_blocking({
-            let url = url.clone();
-            let count = args.sidecars;
-            move || Sidecars::start(&url, count)
-        })
-        .await
-        .expect("sidecars"),
+    let topology = if cluster { "cluster" } else { "single node" };
+    println!(
+        "== run: seed {seed}, {}, {mode}, {topology}, {faults_for:?} of faults",
+        form.name()
     );
-    let log = Arc::new(Log {
-        started: Instant::now(),
-        events: Mutex::new(Vec::new()),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let settle = Arc::new(AtomicBool::new(false));
-    let workers_stop = Arc::new(AtomicBool::new(false));
-    let spawn_worker = {
-        let (sidecars, log, stop, settle) = (
-            Arc::clone(&sidecars),
-            Arc::clone(&log),
-            Arc::clone(&workers_stop),
-            Arc::clone(&settle),
-        );
-        move |id: u32| {
-            tokio::spawn(work(
-                id,
-                atomic,
-                Arc::clone(&sidecars),
-                Arc::clone(&log),
-                seed.wrapping_add(u64::from(id) * 7919),
-                Arc::clone(&stop),
-                Arc::clone(&settle),
-            ))
+    let backend = tokio::task::spawn_blocking(move || {
+        if cluster {
+            Backend::Cluster(RedisCluster::start(3, 1))
+        } else {
+            Backend::Single(RedisServer::start_with(&[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]))
         }
+    })
+    .await
+    .expect("redis");
+    let url = backend.url();
+    let admin = match &backend {
+        Backend::Single(_) => window_sidecar_harness::connect(&url).await,
+        Backend::Cluster(c) => c.client().await,
+    };
+    let redis = Arc::new(Mutex::new(backend));
+    let sidecars = Sidecars::start(&url, args.sidecars, cluster).await;
+    let workers_stop = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(Shared {
+        run,
+        sidecars: Arc::clone(&sidecars),
+        log: Arc::new(Log {
+            started: Instant::now(),
+            events: Mutex::new(Vec::new()),
+        }),
+        stop: Arc::clone(&workers_stop),
+        settle: Arc::new(AtomicBool::new(false)),
+        streams: AtomicU32::new(0),
+    });
+    // Pub/sub has one worker: every subscriber of a channel gets every message.
+    let worker_count = if form == Form::Pubsub {
+        1
+    } else {
+        args.workers
+    };
+    let spawn_worker = {
+        let shared = Arc::clone(&shared);
+        move |id: u32| tokio::spawn(work(id, Arc::clone(&shared)))
     };
     let workers = Arc::new(Mutex::new(
-        (0..args.workers as u32)
+        (0..worker_count as u32)
             .map(&spawn_worker)
             .collect::<Vec<_>>(),
     ));
+    // Producers and the nemesis stop first; the workers go on to settle what is left.
+    let stop = Arc::new(AtomicBool::new(false));
     let numbers = Arc::new(AtomicU64::new(0));
+    let published = Arc::new(Mutex::new(BTreeSet::new()));
+    if form == Form::Pubsub {
+        // Messages published before the worker listens reach nobody.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let producers: Vec<_> = (0..2)
         .map(|id| {
             tokio::spawn(produce(
                 id,
+                form,
                 args.rate,
                 Arc::clone(&sidecars),
                 Arc::clone(&stop),
                 Arc::clone(&numbers),
+                Arc::clone(&published),
             ))
         })
         .collect();
+    let nemesis_stop = Arc::new(AtomicBool::new(args.no_faults));
+    let nemesis_shared = Arc::new(Shared {
+        run,
+        sidecars: Arc::clone(&sidecars),
+        log: Arc::clone(&shared.log),
+        stop: Arc::clone(&nemesis_stop),
+        settle: Arc::clone(&shared.settle),
+        streams: AtomicU32::new(0),
+    });
     let nemesis = tokio::spawn(nemesis(
-        seed,
+        nemesis_shared,
         Arc::clone(&redis),
-        Arc::clone(&sidecars),
         Arc::clone(&workers),
         spawn_worker.clone(),
-        Arc::clone(&log),
-        Arc::clone(&stop),
-        admin.clone(),
     ));
 
-    tokio::time::sleep(fault_time).await;
+    tokio::time::sleep(faults_for).await;
     stop.store(true, Ordering::Relaxed);
+    nemesis_stop.store(true, Ordering::Relaxed);
     nemesis.await.expect("nemesis");
     for p in producers {
         p.await.expect("producer");
     }
-    // Quiesce: everything still out is acked, until Redis has nothing pending or delayed.
-    settle.store(true, Ordering::Relaxed);
+    // Quiesce: everything still out is acked, until Redis has nothing unsettled for 2 s.
+    shared.settle.store(true, Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut quiet_since = None;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if settled(&admin).await {
+        if form.unsettled(&admin).await == Some(0) {
             let since = *quiet_since.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(2) {
                 break;
@@ -605,24 +695,50 @@ async fn run(args: &Args, seed: u64, atomic: bool, fault_time: Duration) -> usiz
     for w in workers.lock().drain(..) {
         w.abort();
     }
-    let end = end_state(&admin).await;
-    let history = std::mem::take(&mut *log.events.lock());
+    let history = std::mem::take(&mut *shared.log.events.lock());
+    let published = std::mem::take(&mut *published.lock());
+    let mut end = form.end_state(&admin, &published).await;
+    if form != Form::Stream {
+        form::add_delivered_roots(
+            &mut end,
+            history.iter().filter_map(|s| match &s.event {
+                Event::Delivered { entry, .. } => Some(entry.clone()),
+                _ => None,
+            }),
+        );
+    }
     let promise = Promise {
-        exactly_once: atomic,
-        max_deliveries: MAX_DELIVERIES,
+        exactly_once: atomic && form.at_least_once(),
+        max_deliveries: form.max_deliveries().unwrap_or(u32::MAX),
+        at_most_once: !form.at_least_once(),
+        by_payload: form != Form::Stream,
     };
     let (anomalies, figures) = history::check(&history, &end, promise);
     println!(
-        "   {} entries, {} deliveries, decisions {:?}, dead letters {}, duplicate side effects {}",
+        "   {} entries, {} deliveries, {} flush reports, decisions {:?}, dead letters {}, \
+         duplicate side effects {}, publishes written twice {}{}",
         figures.roots,
         figures.deliveries,
+        figures.flushes,
         figures.decisions,
         figures.dead_letters,
-        figures.duplicate_effects
+        figures.duplicate_effects,
+        figures.duplicate_publishes,
+        if promise.at_most_once {
+            format!(
+                ", lost in flight (at most once) {}",
+                figures.lost_at_most_once
+            )
+        } else {
+            String::new()
+        }
     );
     println!("   faults {:?}", figures.faults);
     for anomaly in &anomalies {
-        println!("ANOMALY (seed {seed}, mode {mode}): {anomaly}");
+        println!(
+            "ANOMALY (seed {seed}, {}, {mode}, {topology}): {anomaly}",
+            form.name()
+        );
         if let Some(root) = &anomaly.root {
             for event in history::around(&history, &end, root, 2_000) {
                 println!("     {:>7} ms  {:?}", event.at_ms, event.event);
@@ -630,60 +746,90 @@ async fn run(args: &Args, seed: u64, atomic: bool, fault_time: Duration) -> usiz
         }
     }
     let _ = admin.quit().await;
+    drop(shared);
     drop(sidecars);
     anomalies.len()
 }
 
-/// The group's lag from XINFO GROUPS (entries not yet read by it).
-fn lag_of(groups: &Value) -> Option<u64> {
-    let Value::Array(groups) = groups else {
-        return None;
+/// The runs of a campaign: every form and mode, streams also on a cluster, or what the flags
+/// pick.
+fn plan(args: &Args, random: u64) -> Vec<Run> {
+    let run = |seed, form, atomic, cluster, faults_for| Run {
+        seed,
+        form,
+        atomic,
+        cluster,
+        faults_for,
     };
-    for group in groups {
-        let Value::Array(fields) = group else {
-            continue;
-        };
-        let mut name = None;
-        let mut lag = None;
-        for pair in fields.chunks(2) {
-            if let [k, v] = pair {
-                match k.as_str().as_deref() {
-                    Some("name") => name = v.as_string(),
-                    Some("lag") => lag = v.as_u64(),
-                    _ => {}
-                }
+    if args.quick {
+        let each = Duration::from_secs(25);
+        let forms = [Form::ReliableList, Form::SimpleList, Form::Pubsub];
+        return vec![
+            run(1, Form::Stream, false, false, each),
+            run(2, Form::Stream, true, false, each),
+            run(3, Form::Stream, true, true, each),
+            run(4, Form::ReliableList, false, false, each),
+            run(
+                random,
+                forms[(random % 3) as usize],
+                random % 2 == 1,
+                false,
+                each,
+            ),
+        ];
+    }
+    let modes: Vec<bool> = match args.mode.as_str() {
+        "pipeline" => vec![false],
+        "atomic" => vec![true],
+        _ => vec![false, true],
+    };
+    let mut runs = Vec::new();
+    let forms = match args.form {
+        Some(form) => vec![form],
+        None => vec![
+            Form::Stream,
+            Form::ReliableList,
+            Form::SimpleList,
+            Form::Pubsub,
+        ],
+    };
+    for form in forms {
+        for &atomic in &modes {
+            let topologies: Vec<bool> = if args.cluster {
+                vec![true]
+            } else if args.form.is_none() && form == Form::Stream {
+                vec![false, true]
+            } else {
+                vec![false]
+            };
+            for cluster in topologies {
+                runs.push(run(random, form, atomic, cluster, Duration::ZERO));
             }
         }
-        if name.as_deref() == Some(GROUP) {
-            return lag;
-        }
     }
-    None
+    let each = Duration::from_secs_f64(args.minutes * 60.0 / runs.len() as f64);
+    for r in &mut runs {
+        r.faults_for = each;
+    }
+    runs
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.cluster && args.form.is_some_and(|f| f != Form::Stream) {
+        eprintln!("--cluster runs streams only");
+        return std::process::ExitCode::from(2);
+    }
     let random = args.seed.unwrap_or_else(|| rand::rng().random());
-    let runs: Vec<(u64, bool, Duration)> = if args.quick {
-        let each = Duration::from_secs(25);
-        vec![
-            (1, false, each),
-            (2, true, each),
-            (random, random % 2 == 1, each),
-        ]
-    } else {
-        let each = Duration::from_secs_f64(args.minutes * 60.0);
-        match args.mode.as_str() {
-            "pipeline" => vec![(random, false, each)],
-            "atomic" => vec![(random, true, each)],
-            _ => vec![(random, false, each / 2), (random, true, each / 2)],
-        }
-    };
-    println!("window-sidecar chaos: seed {random}");
+    let runs = plan(&args, random);
+    println!(
+        "window-sidecar chaos: seed {random}, {} runs, max_deliveries {MAX_DELIVERIES}",
+        runs.len()
+    );
     let mut failed = 0;
-    for (seed, atomic, time) in &runs {
-        if run(&args, *seed, *atomic, *time).await > 0 {
+    for r in &runs {
+        if run(&args, *r).await > 0 {
             failed += 1;
         }
     }

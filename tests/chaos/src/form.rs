@@ -1,0 +1,328 @@
+//! What differs between the subscription forms in the campaign: the keys, the `Open`, how a
+//! producer publishes, what names a delivered entry, and how the end state is read back.
+//!
+//! Stream entries are known by their ids (a retried copy names the id it was copied from), list
+//! values and pub/sub messages by their payload: the producer's number, which a retried copy
+//! keeps.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use tonic::transport::Channel;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
+use window_sidecar::proto::{self, Mode};
+use window_sidecar::redis::{companion_key, frame};
+use window_sidecar_harness::{duration, stream_open};
+
+use crate::history::EndState;
+
+/// Every key shares one hash tag, so that on a cluster they live in one slot: an atomic
+/// transaction may write the side effects with the settle.
+pub(crate) const STREAM: &str = "{chaos}:orders";
+pub(crate) const LIST: &str = "{chaos}:jobs";
+pub(crate) const CHANNEL: &str = "{chaos}:events";
+pub(crate) const GROUP: &str = "chaos";
+pub(crate) const DEAD: &str = "{chaos}:dead";
+pub(crate) const KEPT: &str = "{chaos}:kept";
+pub(crate) const DISCARDED: &str = "{chaos}:discarded";
+pub(crate) const MAX_DELIVERIES: u32 = 5;
+/// Below the slow handler's time: a slow ack races another consumer's reclaim.
+/// Above every fault's length (a pause, a sidecar down), so that only slow handling passes it.
+pub(crate) const MIN_IDLE: Duration = Duration::from_secs(4);
+/// A reliable-list consumer whose sidecar died is given up after this.
+const DEAD_AFTER: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Form {
+    Stream,
+    ReliableList,
+    SimpleList,
+    Pubsub,
+}
+
+impl Form {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Form::Stream => "stream",
+            Form::ReliableList => "reliable-list",
+            Form::SimpleList => "simple-list",
+            Form::Pubsub => "pubsub",
+        }
+    }
+
+    /// Whether the README promises at least once (the others are at most once: a crash loses
+    /// what was in flight, and a pub/sub message published while nobody listens is gone).
+    pub(crate) fn at_least_once(self) -> bool {
+        matches!(self, Form::Stream | Form::ReliableList)
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Form::Stream => STREAM,
+            Form::ReliableList | Form::SimpleList => LIST,
+            Form::Pubsub => CHANNEL,
+        }
+    }
+
+    /// The delivery cap of the form (pub/sub has none).
+    pub(crate) fn max_deliveries(self) -> Option<u32> {
+        (self != Form::Pubsub).then_some(MAX_DELIVERIES)
+    }
+
+    /// Worker `consumer`'s `Open`.
+    pub(crate) fn open(self, consumer: &str, atomic: bool) -> proto::Open {
+        let mut open = match self {
+            Form::Stream => {
+                let mut open = stream_open(STREAM, GROUP, consumer, 8);
+                if let Some(proto::open::Source::Stream(s)) = &mut open.source {
+                    s.min_idle = Some(duration(MIN_IDLE));
+                }
+                open
+            }
+            Form::ReliableList => proto::Open {
+                source: Some(proto::open::Source::ReliableList(
+                    proto::ReliableListSource {
+                        key: LIST.into(),
+                        consumer: consumer.into(),
+                        dead_after: Some(duration(DEAD_AFTER)),
+                    },
+                )),
+                count: 8,
+                ..Default::default()
+            },
+            Form::SimpleList => proto::Open {
+                source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+                    key: LIST.into(),
+                })),
+                count: 8,
+                ..Default::default()
+            },
+            Form::Pubsub => proto::Open {
+                source: Some(proto::open::Source::Pubsub(proto::PubSubSource {
+                    channels: vec![CHANNEL.into()],
+                    ..Default::default()
+                })),
+                count: 8,
+                ..Default::default()
+            },
+        };
+        if let Some(cap) = self.max_deliveries() {
+            open.max_deliveries = cap;
+            let target = if self == Form::Stream {
+                proto::dead_letter::Target::Stream(DEAD.into())
+            } else {
+                proto::dead_letter::Target::List(DEAD.into())
+            };
+            open.dead_letter = Some(proto::DeadLetter {
+                target: Some(target),
+            });
+        }
+        if atomic {
+            open.mode = Mode::Atomic as i32;
+        }
+        open
+    }
+
+    /// What names a delivered entry in the history and in the side-effect hashes.
+    pub(crate) fn identity(self, d: &proto::Delivery) -> String {
+        match self {
+            Form::Stream => d.entry_id.clone(),
+            _ => String::from_utf8_lossy(&d.payload).into_owned(),
+        }
+    }
+
+    /// Publishes entry `n`; `Ok(true)` when Redis certainly has it (for a channel: somebody
+    /// received it).
+    pub(crate) async fn publish(
+        self,
+        client: &mut WindowServiceClient<Channel>,
+        n: u64,
+    ) -> Result<bool, tonic::Status> {
+        let mut request = proto::PublishRequest::default();
+        let mut entry = proto::PublishEntry::default();
+        match self {
+            Form::Stream => {
+                request.stream = STREAM.into();
+                entry.fields.push(proto::Field {
+                    name: "n".into(),
+                    value: n.to_string().into(),
+                });
+            }
+            Form::ReliableList | Form::SimpleList => {
+                request.list = LIST.into();
+                entry.payload = n.to_string().into();
+            }
+            Form::Pubsub => {
+                request.channel = CHANNEL.into();
+                entry.payload = n.to_string().into();
+            }
+        }
+        request.entries.push(entry);
+        let response = client.publish(request).await?.into_inner();
+        Ok(match self {
+            Form::Pubsub => response.receivers.first().copied().unwrap_or(0) > 0,
+            _ => true,
+        })
+    }
+
+    /// Entries still to be handed out or settled: pending in the group or the processing
+    /// lists, unread, or waiting in the delay set.
+    pub(crate) async fn unsettled(self, redis: &Client) -> Option<u64> {
+        let delayed: u64 = redis
+            .zcard(companion_key(self.key(), "window:delayed"))
+            .await
+            .ok()?;
+        let held = match self {
+            Form::Stream => {
+                let pending: Value = redis
+                    .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
+                    .await
+                    .ok()?;
+                let pending = match pending {
+                    Value::Array(items) => items.first().and_then(Value::as_u64)?,
+                    _ => return None,
+                };
+                let groups: Value = redis
+                    .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
+                    .await
+                    .ok()?;
+                pending + lag_of(&groups)?
+            }
+            Form::ReliableList => {
+                let mut held: u64 = redis.llen(LIST).await.ok()?;
+                for list in processing_lists(redis).await? {
+                    held += redis.llen::<u64, _>(list).await.ok()?;
+                }
+                held
+            }
+            Form::SimpleList => redis.llen(LIST).await.ok()?,
+            Form::Pubsub => 0,
+        };
+        Some(held + delayed)
+    }
+
+    /// The state checked at the end. `published` are the numbers whose publish was answered
+    /// (lists: each is a root of its own).
+    pub(crate) async fn end_state(self, redis: &Client, published: &BTreeSet<u64>) -> EndState {
+        let kept: HashMap<String, i64> = redis.hgetall(KEPT).await.expect("HGETALL kept");
+        let discarded: HashMap<String, i64> =
+            redis.hgetall(DISCARDED).await.expect("HGETALL discarded");
+        let mut end = EndState {
+            kept_effects: kept,
+            discarded_effects: discarded,
+            pending: self.unsettled(redis).await.expect("the unsettled count"),
+            ..EndState::default()
+        };
+        match self {
+            Form::Stream => {
+                type Entries = Vec<(String, HashMap<String, String>)>;
+                let entries: Entries = redis.xrange(STREAM, "-", "+", None).await.expect("XRANGE");
+                let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
+                end.entries = entries
+                    .into_iter()
+                    .map(|(id, fields)| (id, fields.get("h:x-window-original-id").cloned()))
+                    .collect();
+                end.dead_letters = dead
+                    .into_iter()
+                    .map(|(_, fields)| {
+                        let of = |k: &str| fields.get(k).cloned().unwrap_or_default();
+                        (
+                            of("h:x-window-original-id"),
+                            of("h:x-window-deliveries").parse().unwrap_or(0),
+                        )
+                    })
+                    .collect();
+                // Effects are counted per delivered entry; the checker counts them per root.
+                let roots = end.roots_of();
+                let by_root = |effects: HashMap<String, i64>| {
+                    let mut per_root = HashMap::new();
+                    for (entry, n) in effects {
+                        let root = roots.get(&entry).cloned().unwrap_or(entry);
+                        *per_root.entry(root).or_insert(0) += n;
+                    }
+                    per_root
+                };
+                end.kept_effects = by_root(std::mem::take(&mut end.kept_effects));
+                end.discarded_effects = by_root(std::mem::take(&mut end.discarded_effects));
+            }
+            Form::ReliableList | Form::SimpleList | Form::Pubsub => {
+                let dead: Vec<Bytes> = if self == Form::Pubsub {
+                    Vec::new()
+                } else {
+                    redis.lrange(DEAD, 0, -1).await.expect("LRANGE dead")
+                };
+                end.dead_letters = dead
+                    .iter()
+                    .map(|value| {
+                        let fields = frame::decode(value).unwrap_or_default();
+                        let of = |k: &str| {
+                            fields
+                                .iter()
+                                .find(|(name, _)| name.as_ref() == k.as_bytes())
+                                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                                .unwrap_or_default()
+                        };
+                        (
+                            of("_payload"),
+                            of("h:x-window-deliveries").parse().unwrap_or(0),
+                        )
+                    })
+                    .collect();
+                // A value is its own root; every number published or seen anywhere is one.
+                let mut roots: BTreeSet<String> = published.iter().map(u64::to_string).collect();
+                roots.extend(end.kept_effects.keys().cloned());
+                roots.extend(end.discarded_effects.keys().cloned());
+                roots.extend(end.dead_letters.iter().map(|(n, _)| n.clone()));
+                end.entries = roots.into_iter().map(|n| (n, None)).collect();
+            }
+        }
+        end
+    }
+}
+
+/// The numbers delivered in a history that are not roots yet (a list value published by a
+/// call that was never answered, then delivered).
+pub(crate) fn add_delivered_roots(end: &mut EndState, delivered: impl Iterator<Item = String>) {
+    let known: BTreeSet<String> = end.entries.iter().map(|(id, _)| id.clone()).collect();
+    let new: BTreeSet<String> = delivered.filter(|n| !known.contains(n)).collect();
+    end.entries.extend(new.into_iter().map(|n| (n, None)));
+}
+
+/// Every consumer's processing list of the reliable list.
+async fn processing_lists(redis: &Client) -> Option<Vec<String>> {
+    let pattern = companion_key(LIST, "window:processing:*");
+    let reply: Value = redis.custom(fred::cmd!("KEYS"), vec![pattern]).await.ok()?;
+    match reply {
+        Value::Array(keys) => Some(keys.iter().filter_map(Value::as_string).collect()),
+        _ => None,
+    }
+}
+
+/// The group's lag from XINFO GROUPS (entries not yet read by it).
+fn lag_of(groups: &Value) -> Option<u64> {
+    let Value::Array(groups) = groups else {
+        return None;
+    };
+    for group in groups {
+        let Value::Array(fields) = group else {
+            continue;
+        };
+        let mut name = None;
+        let mut lag = None;
+        for pair in fields.chunks(2) {
+            if let [k, v] = pair {
+                match k.as_str().as_deref() {
+                    Some("name") => name = v.as_string(),
+                    Some("lag") => lag = v.as_u64(),
+                    _ => {}
+                }
+            }
+        }
+        if name.as_deref() == Some(GROUP) {
+            return lag;
+        }
+    }
+    None
+}
