@@ -40,6 +40,7 @@ done < <(go mod edit -json "$src_mod" |
   jq -r '.Replace // [] | .[] | [.Old.Path, (if .New.Version then "" else .New.Path end)] | @tsv')
 
 replaces=()
+declare -A debian_dir=()
 while ((${#queue[@]})); do
   m=${queue[0]}
   queue=("${queue[@]:1}")
@@ -48,6 +49,7 @@ while ((${#queue[@]})); do
   dir="$gocode/$m"
   if [[ -f $dir/go.mod && $(module_of "$dir/go.mod") == "$m" ]]; then
     replaces+=("-replace=$m=$dir")
+    debian_dir["$m"]=$dir
     while read -r r; do queue+=("$r"); done < <(requires "$dir/go.mod")
   elif [[ -d $dir ]]; then
     # Debian's sources without a go.mod: the same files, under a go.mod of that path.
@@ -62,6 +64,34 @@ while ((${#queue[@]})); do
     printf 'module %s\n' "$m" >"$stub/go.mod"
     replaces+=("-replace=$m=$stub")
   fi
+done
+# A module whose Debian directory also holds another module of the graph without a go.mod of
+# its own (Debian's go.opentelemetry.io/otel holds otel/trace, a module of its own upstream):
+# the package would be in both. Such a module gets a stub of links to its directory's files
+# without that subdirectory (the inner module's stub, with its go.mod, sits there instead).
+for m in "${!debian_dir[@]}"; do
+  dir=${debian_dir[$m]}
+  inner=()
+  for m2 in "${!seen[@]}"; do
+    [[ $m2 == "$m"/* && ! -f $dir/${m2#"$m"/}/go.mod ]] && inner+=("${m2#"$m"/}")
+  done
+  ((${#inner[@]})) || continue
+  stub="$out/stubs/$m"
+  mkdir -p "$stub"
+  for f in "$dir"/*; do
+    name=${f##*/}
+    [[ -e $stub/$name ]] && continue
+    skip=no
+    for i in "${inner[@]}"; do [[ ${i%%/*} == "$name" ]] && skip=yes; done
+    [[ $skip == yes ]] || ln -s "$f" "$stub/"
+  done
+  for i in "${inner[@]}"; do
+    # An inner module deeper down: link the levels between.
+    [[ $i == */* ]] || continue
+    echo "offline-modfile.sh: $m holds $i below a subdirectory: not handled" >&2
+    exit 1
+  done
+  replaces+=("-replace=$m=$stub")
 done
 ((${#replaces[@]} == 0)) || go mod edit "${replaces[@]}" "$out/go.mod"
 # A relative replacement of GO_MOD is relative to its directory, not to OUT_DIR.
