@@ -17,11 +17,16 @@ package window
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
 	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
@@ -34,21 +39,61 @@ type Client struct {
 	owned bool
 }
 
-// TokenEnv is the environment variable Dial reads the sidecar's bearer token from.
-const TokenEnv = "WINDOW_SIDECAR_TOKEN"
+// The environment a deployed worker is configured by (the same in every window-sidecar client).
+const (
+	// AddrEnv is the sidecar's address when Dial is given none: host:port or unix:/path.
+	AddrEnv = "WINDOW_SIDECAR_ADDR"
+	// DefaultAddr is the address without AddrEnv.
+	DefaultAddr = "127.0.0.1:50051"
+	// TokenEnv is the bearer token sent with every call, for a sidecar with --auth-token-file.
+	TokenEnv = "WINDOW_SIDECAR_TOKEN"
+	// TLSCAEnv is a PEM file of the CA the sidecar's certificate is verified against; when set,
+	// Dial uses TLS.
+	TLSCAEnv = "WINDOW_SIDECAR_TLS_CA"
+	// TLSCertEnv and TLSKeyEnv are the PEM client certificate and key, for mutual TLS.
+	TLSCertEnv = "WINDOW_SIDECAR_TLS_CERT"
+	TLSKeyEnv  = "WINDOW_SIDECAR_TLS_KEY"
+	// TLSServerNameEnv is the name to verify in the sidecar's certificate instead of the
+	// target's host (optional).
+	TLSServerNameEnv = "WINDOW_SIDECAR_TLS_SERVER_NAME"
+)
 
-// Dial connects to the sidecar at addr, a grpc-go target: host:port, or unix:///path/to.sock for
-// a sidecar on a Unix socket. Without options it dials in plaintext (Plaintext), as a sidecar
-// listens on the pod's loopback interface or a socket in a volume it shares with the
-// application; opts replace that (pass grpc.WithTransportCredentials for a sidecar with --tls-cert).
+// Dial connects to the sidecar at addr, a grpc-go target: host:port, or unix:/path/to.sock
+// (unix:///path/to.sock) for a sidecar on a Unix socket. An empty addr is WINDOW_SIDECAR_ADDR,
+// or 127.0.0.1:50051 without it.
+//
+// Without options the transport comes from the environment (Environment): TLS when
+// WINDOW_SIDECAR_TLS_CA is set (mutual TLS with WINDOW_SIDECAR_TLS_CERT and
+// WINDOW_SIDECAR_TLS_KEY), else plaintext, as a sidecar listens on the pod's loopback
+// interface or a socket in a volume it shares with the application. opts replace that: pass
+// grpc.WithTransportCredentials (Plaintext, or TLS with TLSFiles) to set it in code.
 //
 // When WINDOW_SIDECAR_TOKEN is set, every call carries it as `authorization: Bearer <token>`
 // (BearerToken), for a sidecar started with --auth-token-file: the token then lives in the
 // deployment's secrets, not in the code.
+//
+// The connection retries a lost sidecar after 100 ms doubling to 5 s (jittered), the backoff
+// of a subscription's own reconnections; a grpc.WithConnectParams in opts replaces it.
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(Plaintext())}
+	if addr == "" {
+		addr = os.Getenv(AddrEnv)
 	}
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if len(opts) == 0 {
+		creds, err := Environment()
+		if err != nil {
+			return nil, err
+		}
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	}
+	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{
+			BaseDelay: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: 5 * time.Second,
+		},
+		MinConnectTimeout: 5 * time.Second,
+	})}, opts...)
 	if token := os.Getenv(TokenEnv); token != "" {
 		opts = append(opts, BearerToken(token))
 	}
@@ -57,6 +102,69 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 		return nil, err
 	}
 	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true}, nil
+}
+
+// TLSFiles names the PEM files of a TLS connection to the sidecar.
+type TLSFiles struct {
+	// CA is the CA file the sidecar's certificate is verified against. Required.
+	CA string
+	// Cert and Key are the client's certificate and key, for a sidecar with --tls-client-ca
+	// (mutual TLS). Both or neither.
+	Cert, Key string
+	// ServerName is the name verified in the sidecar's certificate. Empty: the target's host.
+	ServerName string
+}
+
+// TLS reads the files into transport credentials, for grpc.WithTransportCredentials.
+func TLS(f TLSFiles) (credentials.TransportCredentials, error) {
+	if f.CA == "" {
+		return nil, errors.New("window: TLS needs a CA file")
+	}
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("window: the TLS CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("window: no PEM certificate in the TLS CA file %s", f.CA)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: f.ServerName, MinVersion: tls.VersionTLS12}
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, errors.New("window: a TLS client certificate needs its key, and a key its certificate")
+	}
+	if f.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			return nil, fmt.Errorf("window: the TLS client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// TLSFilesFromEnv is the TLS configuration of the environment (WINDOW_SIDECAR_TLS_CA,
+// WINDOW_SIDECAR_TLS_CERT, WINDOW_SIDECAR_TLS_KEY, WINDOW_SIDECAR_TLS_SERVER_NAME); ok is
+// false when WINDOW_SIDECAR_TLS_CA is not set.
+func TLSFilesFromEnv() (f TLSFiles, ok bool) {
+	f = TLSFiles{
+		CA: os.Getenv(TLSCAEnv), Cert: os.Getenv(TLSCertEnv), Key: os.Getenv(TLSKeyEnv),
+		ServerName: os.Getenv(TLSServerNameEnv),
+	}
+	return f, f.CA != ""
+}
+
+// Environment is the transport Dial uses without options: TLS from the environment
+// (TLSFilesFromEnv) when WINDOW_SIDECAR_TLS_CA is set, else Plaintext. A certificate or key
+// set without a CA is an error rather than silently ignored.
+func Environment() (credentials.TransportCredentials, error) {
+	f, ok := TLSFilesFromEnv()
+	if !ok {
+		if f.Cert != "" || f.Key != "" {
+			return nil, fmt.Errorf("window: %s and %s need %s", TLSCertEnv, TLSKeyEnv, TLSCAEnv)
+		}
+		return Plaintext(), nil
+	}
+	return TLS(f)
 }
 
 // BearerToken sends token as `authorization: Bearer <token>` with every call, what a sidecar
