@@ -230,10 +230,48 @@ func (c *Client) Close() error {
 }
 
 // Message is one entry to publish: a payload and optional headers (written as the `_payload`
-// and `h:<name>` fields that a Delivery splits back into Payload and Headers).
+// and `h:<name>` fields of a stream entry, or framed into a list value or a pub/sub message, that
+// a Delivery splits back into Payload and Headers).
 type Message struct {
 	Payload []byte
 	Headers map[string]string
+	// Trace is the producer's W3C trace context to carry (headers traceparent and
+	// tracestate). Empty: the one of Publish's context, if it has one (see TraceFromContext).
+	Trace *windowv1.TraceContext
+}
+
+// Target is where Publish writes: exactly one of Stream (XADD), List (LPUSH), Channel
+// (PUBLISH) and ShardedChannel (SPUBLISH, Redis 7).
+type Target struct {
+	Stream, List, Channel, ShardedChannel string
+	// MaxLen: streams, trims the stream to about this many entries (XADD MAXLEN ~). 0: no trim.
+	MaxLen uint64
+}
+
+// PublishTo writes the messages to the target in one call, in order. The response has the
+// stream ids (streams) or the receivers of each message (channels).
+func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*windowv1.PublishResponse, error) {
+	n := 0
+	for _, k := range []string{t.Stream, t.List, t.Channel, t.ShardedChannel} {
+		if k != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, errors.New("window: Publish needs exactly one of a stream, a list, a channel and a sharded channel")
+	}
+	req := &windowv1.PublishRequest{
+		Stream: t.Stream, List: t.List, Channel: t.Channel, ShardedChannel: t.ShardedChannel, MaxLen: t.MaxLen,
+	}
+	ctxTrace := TraceFromContext(ctx)
+	for _, m := range msgs {
+		tr := m.Trace
+		if tr.GetTraceparent() == "" {
+			tr = ctxTrace
+		}
+		req.Entries = append(req.Entries, &windowv1.PublishEntry{Payload: m.Payload, Headers: m.Headers, Trace: tr})
+	}
+	return c.stub.Publish(ctx, req)
 }
 
 // Publish appends the messages to a stream in one call and returns the ids Redis gave them.
@@ -241,13 +279,38 @@ func (c *Client) Publish(ctx context.Context, stream string, msgs ...Message) ([
 	if stream == "" {
 		return nil, errors.New("window: Publish needs a stream key")
 	}
-	req := &windowv1.PublishRequest{Stream: stream}
-	for _, m := range msgs {
-		req.Entries = append(req.Entries, &windowv1.PublishEntry{Payload: m.Payload, Headers: m.Headers})
-	}
-	resp, err := c.stub.Publish(ctx, req)
+	resp, err := c.PublishTo(ctx, Target{Stream: stream}, msgs...)
 	if err != nil {
 		return nil, err
 	}
 	return resp.GetIds(), nil
+}
+
+// PublishList pushes the messages onto a list (LPUSH, each value a frame of its payload and
+// headers), where list subscriptions read them in order.
+func (c *Client) PublishList(ctx context.Context, key string, msgs ...Message) error {
+	if key == "" {
+		return errors.New("window: PublishList needs a list key")
+	}
+	_, err := c.PublishTo(ctx, Target{List: key}, msgs...)
+	return err
+}
+
+// PublishChannel publishes the messages on a pub/sub channel and returns how many subscribers
+// received each.
+func (c *Client) PublishChannel(ctx context.Context, channel string, msgs ...Message) ([]uint64, error) {
+	if channel == "" {
+		return nil, errors.New("window: PublishChannel needs a channel")
+	}
+	resp, err := c.PublishTo(ctx, Target{Channel: channel}, msgs...)
+	return resp.GetReceivers(), err
+}
+
+// PublishShardedChannel publishes the messages on a sharded channel (SPUBLISH, Redis 7).
+func (c *Client) PublishShardedChannel(ctx context.Context, channel string, msgs ...Message) ([]uint64, error) {
+	if channel == "" {
+		return nil, errors.New("window: PublishShardedChannel needs a channel")
+	}
+	resp, err := c.PublishTo(ctx, Target{ShardedChannel: channel}, msgs...)
+	return resp.GetReceivers(), err
 }

@@ -45,6 +45,7 @@ type Delivery struct {
 	commands []*windowv1.QueuedCommand
 	outcome  *windowv1.Outcome
 	sent     bool // the outcome went to the sidecar
+	trace    *windowv1.TraceContext
 }
 
 // readState is one Read: its deliveries and whether its batch was sent.
@@ -135,6 +136,7 @@ func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason
 	if s.dead || s.closing {
 		return ErrStale
 	}
+	o.Trace = d.trace
 	d.outcome = o
 	r := d.read
 	r.settled = append(r.settled, d)
