@@ -143,31 +143,43 @@ func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason
 	if r.sent {
 		// The read's batch went out already and this delivery was reopened after a rejection:
 		// send its new outcome on its own.
-		s.sendLocked(batchOf([]*Delivery{d}))
+		s.sendLocked(s.batchOf([]*Delivery{d}))
 		return nil
 	}
 	r.unsettled--
 	if r.unsettled == 0 {
 		r.sent = true
-		s.sendLocked(batchOf(r.settled))
+		s.sendLocked(s.batchOf(r.settled))
 	}
 	return nil
 }
 
-// batchOf builds one batch: every command of the deliveries, then their outcomes, in order.
-// Marks them sent. Called with the session lock held.
-func batchOf(ds []*Delivery) *windowv1.SubscribeRequest {
+// batchOf builds one batch: every command of the deliveries, then their outcomes, in order
+// (with PackedAcks, plain acks as slot ids in `acks`, which the sidecar applies after the
+// outcomes). Marks them sent. nil when there is nothing to send. Called with the session lock
+// held.
+func (s *session) batchOf(ds []*Delivery) *windowv1.SubscribeRequest {
 	b := &windowv1.Batch{}
+	packed := s.sub.opts.PackedAcks
 	for _, d := range ds {
 		if d.sent {
 			continue
 		}
-		if d.outcome.GetKind() == windowv1.OutcomeKind_OUTCOME_KIND_ACK {
+		o := d.outcome
+		if o.GetKind() == windowv1.OutcomeKind_OUTCOME_KIND_ACK {
 			// Commands of other outcomes would be discarded anyway: don't send them.
 			b.Commands = append(b.Commands, d.commands...)
+			if packed && o.GetReason() == "" && o.GetTrace() == nil {
+				b.Acks = append(b.Acks, d.Slot)
+				d.sent = true
+				continue
+			}
 		}
-		b.Outcomes = append(b.Outcomes, d.outcome)
+		b.Outcomes = append(b.Outcomes, o)
 		d.sent = true
+	}
+	if len(b.Outcomes) == 0 && len(b.Acks) == 0 {
+		return nil
 	}
 	return &windowv1.SubscribeRequest{Kind: &windowv1.SubscribeRequest_Batch{Batch: b}}
 }

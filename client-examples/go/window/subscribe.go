@@ -53,6 +53,13 @@ type Options struct {
 	// DeadLetter is where entries past MaxDeliveries go: a stream for a Stream source, a list
 	// for the list sources. On a cluster it must share the source's hash slot ({tag}).
 	DeadLetter string
+	// PackedAcks sends plain acks (no reason, no trace context) as slot ids in the batch's
+	// `acks` rather than as outcomes: smaller batches, the same effect.
+	PackedAcks bool
+	// ReportsInReads asks the sidecar to carry the report of a flush that the next read rode on
+	// in that read's message (Read.flushed): one message per read in each direction. Reports
+	// reach OnFlush the same way.
+	ReportsInReads bool
 
 	// MinBackoff and MaxBackoff bound the wait between reconnection attempts (100 ms and 5 s
 	// by default; the wait doubles after each failed attempt, with jitter).
@@ -302,10 +309,11 @@ func (sub *Subscription) serve(s *session) bool {
 // open is the subscription's Open message, or an error unless exactly one source is set.
 func (o *Options) open() (*windowv1.Open, error) {
 	open := &windowv1.Open{
-		Count:         o.Count,
-		Block:         optDuration(o.Block),
-		MaxInFlight:   o.MaxInFlight,
-		MaxDeliveries: o.MaxDeliveries,
+		Count:          o.Count,
+		Block:          optDuration(o.Block),
+		MaxInFlight:    o.MaxInFlight,
+		MaxDeliveries:  o.MaxDeliveries,
+		ReportsInReads: o.ReportsInReads,
 	}
 	sources := 0
 	if o.Stream != "" || o.Group != "" {
@@ -435,8 +443,11 @@ func (s *session) next() *Delivery {
 	return d
 }
 
-// sendLocked hands a message to the send loop. Called with s.mu held.
+// sendLocked hands a message to the send loop (nil: nothing). Called with s.mu held.
 func (s *session) sendLocked(req *windowv1.SubscribeRequest) {
+	if req == nil {
+		return
+	}
 	s.outbox = append(s.outbox, req)
 	select {
 	case s.wake <- struct{}{}:
@@ -492,6 +503,10 @@ func (s *session) receive() {
 		}
 		switch kind := msg.Kind.(type) {
 		case *windowv1.SubscribeResponse_Read:
+			if f := kind.Read.GetFlushed(); f != nil {
+				// Reports in reads: the report is about an earlier read, handled first.
+				s.onFlush(f)
+			}
 			s.onRead(kind.Read)
 		case *windowv1.SubscribeResponse_Flush:
 			s.onFlush(kind.Flush)
@@ -645,7 +660,7 @@ func (s *session) shutdown(timeout time.Duration) {
 			}
 		}
 		if len(pending) > 0 {
-			s.sendLocked(batchOf(pending))
+			s.sendLocked(s.batchOf(pending))
 		}
 	}
 	s.closing = true
