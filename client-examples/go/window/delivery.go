@@ -45,6 +45,7 @@ type Delivery struct {
 	commands []*windowv1.QueuedCommand
 	outcome  *windowv1.Outcome
 	sent     bool // the outcome went to the sidecar
+	handed   bool // handed to the application and not settled
 	trace    *windowv1.TraceContext
 }
 
@@ -124,20 +125,21 @@ func (d *Delivery) Reason() string {
 
 func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason string) error {
 	o := &windowv1.Outcome{Slot: d.Slot, Kind: kind, Reason: reason}
-	if kind == windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER {
-		o.Delay = durationpb.New(delay)
-	}
 	s := d.sess
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	o.Trace = d.trace
+	if kind == windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER {
+		o.Delay = durationpb.New(delay)
+	}
 	if d.outcome != nil {
 		return ErrAlreadySettled
 	}
 	if s.dead || s.closing {
 		return ErrStale
 	}
-	o.Trace = d.trace
 	d.outcome = o
+	s.settledLocked(d)
 	r := d.read
 	r.settled = append(r.settled, d)
 	if r.sent {
@@ -149,6 +151,8 @@ func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason
 	r.unsettled--
 	if r.unsettled == 0 {
 		r.sent = true
+		s.sendLocked(s.batchOf(r.settled))
+	} else if s.sendEachLocked() {
 		s.sendLocked(s.batchOf(r.settled))
 	}
 	return nil

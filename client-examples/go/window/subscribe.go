@@ -66,14 +66,43 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// OpenTimeout bounds the wait for the sidecar's `opened` (10 s by default).
 	OpenTimeout time.Duration
-	// CloseTimeout bounds how long Close waits for the sidecar to flush (10 s by default).
+	// CloseTimeout bounds how long Close waits for the deliveries handed out to be settled, and
+	// then how long it waits for the sidecar to flush (10 s each by default).
 	CloseTimeout time.Duration
 
 	// OnFlush, when set, is called with every flush report, on the subscription's receive
 	// goroutine (keep it short).
 	OnFlush func(Flush)
+	// OnOpened, when set, is called each time the sidecar confirms the subscription: after the
+	// first open and after every resubscription (Opened.Resubscribed), on the subscription's
+	// goroutine, before any delivery of that stream is handed out.
+	OnOpened func(Opened)
+	// OnDraining, when set, is called when the sidecar reports its graceful shutdown, on the
+	// subscription's receive goroutine (keep it short).
+	OnDraining func(Draining)
 	// Logf logs reconnections and rejections. nil: log.Printf.
 	Logf func(format string, args ...any)
+}
+
+// Opened is the sidecar's confirmation of a subscription stream.
+type Opened struct {
+	// SubscriptionID is the sidecar's id of this stream; Consumer the consumer name in use.
+	SubscriptionID, Consumer string
+	// Resubscribed is true on every open after the first (a reconnection).
+	Resubscribed bool
+	// Settings are the settings in effect (defaults filled in).
+	Settings *windowv1.Opened
+}
+
+// Draining is the sidecar's notice that it shuts down: no more reads come on this stream, and
+// outcomes sent within Grace are still flushed. The helper stops handing out deliveries it has
+// not handed out yet (their entries stay pending and come back), sends every outcome at once
+// from then on, and resubscribes (to the next sidecar) when the stream ends.
+type Draining struct {
+	// Grace is how long outcomes are still accepted.
+	Grace time.Duration
+	// Outstanding counts the deliveries handed out and not settled when the drain began.
+	Outstanding uint32
 }
 
 // ReliableList is a list consumed at least once: a read moves entries to the consumer's
@@ -125,6 +154,7 @@ type Subscription struct {
 	mu         sync.Mutex
 	err        error
 	reconnects int
+	opens      int
 	consumer   string
 }
 
@@ -205,9 +235,14 @@ func (sub *Subscription) Consumer() string {
 	return sub.consumer
 }
 
-// Close ends the subscription gracefully: it sends the outcomes already given (also of reads not
-// completely settled), half-closes the stream and waits (up to CloseTimeout) for the sidecar to
-// flush them. Deliveries without an outcome stay pending in Redis and are delivered again.
+// Close ends the subscription gracefully: it stops handing out deliveries, waits for the ones
+// already handed out to be settled (their outcomes are sent at once), sends the outcomes already
+// given (also of reads not completely settled), half-closes the stream and waits for the sidecar
+// to flush them and end the stream: up to CloseTimeout for the deliveries handed out, and up to
+// CloseTimeout for the sidecar. Deliveries without an outcome
+// by then, and those never handed out, stay pending in Redis and are delivered again. Deliveries
+// is closed when Close returns. Safe to call from any goroutine (a SIGTERM handler), more than
+// once.
 func (sub *Subscription) Close() error {
 	sub.closeOnce.Do(func() { close(sub.closing) })
 	<-sub.finished
@@ -231,9 +266,19 @@ func (sub *Subscription) run() {
 			if attempt > 0 {
 				sub.reconnects++
 			}
+			sub.opens++
+			resubscribed := sub.opens > 1
 			sub.consumer = s.opened.GetConsumer()
 			sub.mu.Unlock()
 			backoff = sub.opts.MinBackoff
+			if sub.opts.OnOpened != nil {
+				sub.opts.OnOpened(Opened{
+					SubscriptionID: s.opened.GetSubscriptionId(), Consumer: s.opened.GetConsumer(),
+					Resubscribed: resubscribed, Settings: s.opened,
+				})
+			}
+			go s.receive()
+			go s.sendLoop()
 			if sub.serve(s) {
 				s.shutdown(sub.opts.CloseTimeout)
 				if err := s.endErr(); err != nil {
@@ -291,15 +336,22 @@ func (sub *Subscription) serve(s *session) bool {
 				return false
 			}
 		}
+		s.hand(d)
 		select {
 		case sub.out <- d:
+		case <-s.drain:
+			// The sidecar drains: deliveries not handed out yet stay pending and come back.
+			s.unhand(d)
 		case <-s.done:
 			// Undelivered deliveries of a lost stream are dropped here: their entries are
 			// pending in Redis and come back on the next stream.
+			s.unhand(d)
 			return false
 		case <-sub.closing:
+			s.unhand(d)
 			return true
 		case <-sub.ctx.Done():
+			s.unhand(d)
 			<-s.done
 			return false
 		}
@@ -401,11 +453,11 @@ func (sub *Subscription) open() (*session, error) {
 		slots:  map[uint64]*Delivery{},
 		notify: make(chan struct{}, 1),
 		wake:   make(chan struct{}, 1),
+		idle:   make(chan struct{}, 1),
+		drain:  make(chan struct{}),
 		done:   make(chan struct{}),
 		sent:   make(chan struct{}),
 	}
-	go s.receive()
-	go s.sendLoop()
 	return s, nil
 }
 
@@ -416,17 +468,22 @@ type session struct {
 	cancel context.CancelFunc
 	opened *windowv1.Opened
 
-	mu      sync.Mutex
-	reads   map[uint64]*readState
-	slots   map[uint64]*Delivery
-	queue   []*Delivery                  // received, not yet handed to the application
-	outbox  []*windowv1.SubscribeRequest // batches for the send loop
-	closing bool                         // no more batches: the send loop half-closes
-	dead    bool                         // the stream ended
-	err     error                        // why (nil: a clean end after our half-close)
+	mu       sync.Mutex
+	reads    map[uint64]*readState
+	slots    map[uint64]*Delivery
+	queue    []*Delivery                  // received, not yet handed to the application
+	outbox   []*windowv1.SubscribeRequest // batches for the send loop
+	closing  bool                         // no more batches: the send loop half-closes
+	stopping bool                         // Close: nothing more handed out, outcomes sent at once
+	draining bool                         // the sidecar drains: the same
+	handed   int                          // deliveries handed out and not settled
+	dead     bool                         // the stream ended
+	err      error                        // why (nil: a clean end after our half-close)
 
 	notify chan struct{} // a delivery was queued
 	wake   chan struct{} // the outbox changed
+	idle   chan struct{} // handed went down
+	drain  chan struct{} // closed on the sidecar's Draining
 	done   chan struct{} // the receive loop ended
 	sent   chan struct{} // the send loop ended
 }
@@ -442,6 +499,40 @@ func (s *session) next() *Delivery {
 	s.queue = s.queue[1:]
 	return d
 }
+
+// hand counts d as handed out (before it is offered to the application).
+func (s *session) hand(d *Delivery) {
+	s.mu.Lock()
+	d.handed = true
+	s.handed++
+	s.mu.Unlock()
+}
+
+// unhand takes back a delivery offered and not taken.
+func (s *session) unhand(d *Delivery) {
+	s.mu.Lock()
+	if d.handed {
+		d.handed = false
+		s.handed--
+	}
+	s.mu.Unlock()
+}
+
+// settledLocked notes that d has an outcome. Called with s.mu held.
+func (s *session) settledLocked(d *Delivery) {
+	if d.handed {
+		d.handed = false
+		s.handed--
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendEachLocked: every outcome goes out as it is given, not per read (the sidecar drains, or
+// the subscription closes: the rest of a read will not be handed out).
+func (s *session) sendEachLocked() bool { return s.draining || s.stopping }
 
 // sendLocked hands a message to the send loop (nil: nothing). Called with s.mu held.
 func (s *session) sendLocked(req *windowv1.SubscribeRequest) {
@@ -508,6 +599,8 @@ func (s *session) receive() {
 				s.onFlush(f)
 			}
 			s.onRead(kind.Read)
+		case *windowv1.SubscribeResponse_Draining:
+			s.onDraining(kind.Draining)
 		case *windowv1.SubscribeResponse_Flush:
 			s.onFlush(kind.Flush)
 		case *windowv1.SubscribeResponse_Rejections:
@@ -541,7 +634,7 @@ func (s *session) onRead(r *windowv1.Read) {
 	for _, d := range rs.deliveries {
 		s.slots[d.Slot] = d
 	}
-	if !s.closing {
+	if !s.closing && !s.stopping && !s.draining {
 		s.queue = append(s.queue, rs.deliveries...)
 	}
 	s.mu.Unlock()
@@ -549,6 +642,39 @@ func (s *session) onRead(r *windowv1.Read) {
 	case s.notify <- struct{}{}:
 	default:
 	}
+}
+
+func (s *session) onDraining(dr *windowv1.Draining) {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return
+	}
+	s.draining = true
+	s.queue = nil
+	close(s.drain)
+	s.sendLocked(s.batchOf(s.settledUnsentLocked()))
+	s.mu.Unlock()
+	info := Draining{Grace: dr.GetGrace().AsDuration(), Outstanding: dr.GetOutstanding()}
+	s.sub.logf("window: the sidecar is draining (grace %v, %d outstanding): sending settled outcomes now",
+		info.Grace, info.Outstanding)
+	if s.sub.opts.OnDraining != nil {
+		s.sub.opts.OnDraining(info)
+	}
+}
+
+// settledUnsentLocked: the deliveries with an outcome not sent yet, read by read. Called with
+// s.mu held.
+func (s *session) settledUnsentLocked() []*Delivery {
+	var pending []*Delivery
+	for _, rs := range s.reads {
+		for _, d := range rs.settled {
+			if !d.sent {
+				pending = append(pending, d)
+			}
+		}
+	}
+	return pending
 }
 
 func (s *session) onFlush(report *windowv1.FlushReport) {
@@ -598,6 +724,9 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 				if d != nil && d.outcome != nil && d.sent {
 					d.outcome, d.sent, d.commands, reopened = nil, false, nil, true
 					d.read.settled = removeDelivery(d.read.settled, d)
+					if !d.read.sent {
+						d.read.unsettled++ // sent on its own while draining or closing
+					}
 				}
 			}
 		}
@@ -646,22 +775,36 @@ func removeDelivery(ds []*Delivery, d *Delivery) []*Delivery {
 	return out
 }
 
-// shutdown sends the outcomes not sent yet (of reads still partly unsettled), half-closes the
-// stream and waits for the sidecar to flush and end it.
+// shutdown stops handing out deliveries, waits (up to timeout) for those handed out to be
+// settled, sends the outcomes not sent yet (of reads still partly unsettled), half-closes the
+// stream and waits (up to timeout again) for the sidecar to flush and end it.
 func (s *session) shutdown(timeout time.Duration) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	s.mu.Lock()
+	s.stopping = true
+	s.queue = nil
+	s.mu.Unlock()
+wait:
+	for {
+		s.mu.Lock()
+		n, dead := s.handed, s.dead
+		s.mu.Unlock()
+		if n == 0 || dead {
+			break
+		}
+		select {
+		case <-s.idle:
+		case <-s.done:
+			break wait
+		case <-t.C:
+			s.sub.logf("window: closing with %d unsettled deliveries: they stay pending and come back", n)
+			break wait
+		}
+	}
 	s.mu.Lock()
 	if !s.dead {
-		var pending []*Delivery
-		for _, rs := range s.reads {
-			for _, d := range rs.settled {
-				if !d.sent {
-					pending = append(pending, d)
-				}
-			}
-		}
-		if len(pending) > 0 {
-			s.sendLocked(s.batchOf(pending))
-		}
+		s.sendLocked(s.batchOf(s.settledUnsentLocked()))
 	}
 	s.closing = true
 	s.queue = nil
@@ -670,13 +813,39 @@ func (s *session) shutdown(timeout time.Duration) {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(timeout)
 	select {
 	case <-s.done:
 	case <-t.C:
+		// The sidecar did not end the stream in time (seen with a simple list whose blocking
+		// read is waiting). Nothing is lost when every outcome sent has its flush report;
+		// otherwise say so.
+		s.sub.logf("window: the sidecar did not end the stream within %v of the half-close; cancelling it", timeout)
 		s.cancel()
 		<-s.done
+		s.mu.Lock()
+		unreported := 0
+		for _, rs := range s.reads {
+			for _, d := range rs.deliveries {
+				if d.sent {
+					unreported++
+				}
+			}
+		}
+		if unreported == 0 {
+			s.err = nil
+		} else {
+			s.err = status.Errorf(codes.DeadlineExceeded,
+				"the sidecar did not end the stream within %v of the half-close: the flush reports of %d outcomes were not received (their effects may or may not have been applied; unsettled entries come back)",
+				timeout, unreported)
+		}
+		s.mu.Unlock()
 	}
 }
 

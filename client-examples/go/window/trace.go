@@ -49,7 +49,8 @@ func (d *Delivery) Context(parent context.Context) context.Context {
 
 // SetTrace attaches the trace context of ctx's span (the span that handled the delivery) to the
 // delivery's outcome, given afterwards: the sidecar's flush span links to it. Without a valid
-// span context in ctx it clears it.
+// span context in ctx it clears it. An acked delivery with a trace context is sent as an
+// outcome even with PackedAcks.
 func (d *Delivery) SetTrace(ctx context.Context) {
 	tc := TraceFromContext(ctx)
 	d.sess.mu.Lock()

@@ -349,8 +349,9 @@ func TestOpenOptions(t *testing.T) {
 	}
 }
 
-// Close sends the outcomes given so far, also of a read not completely settled, then
-// half-closes and waits for the end of the stream.
+// Close sends the outcomes given so far, also of a read not completely settled (after waiting
+// CloseTimeout for a delivery held unsettled), then half-closes and waits for the end of the
+// stream.
 func TestCloseSendsPartialOutcomes(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
 	ended := make(chan struct{})
@@ -370,7 +371,8 @@ func TestCloseSendsPartialOutcomes(t *testing.T) {
 	var mu sync.Mutex
 	var settled []*Delivery
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
-		OnFlush: func(f Flush) { mu.Lock(); settled = f.Settled; mu.Unlock() }})
+		CloseTimeout: 300 * time.Millisecond,
+		OnFlush:      func(f Flush) { mu.Lock(); settled = f.Settled; mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
