@@ -358,6 +358,53 @@ func (sub *Subscription) serve(s *session) bool {
 	}
 }
 
+// Handler handles one delivery: it queues the delivery's commands and may settle it. A handler
+// that returns nil without settling it acks it; one that returns an error (or panics) without
+// settling it has it settled with RetryAfterReason(RejectedRetryDelay, "handler failed:
+// <error>").
+type Handler func(d *Delivery) error
+
+// Run hands every delivery to handler, one at a time, until the subscription ends (Close, the
+// context, an error that retrying cannot fix), and returns Err. Call it from several goroutines
+// to handle deliveries concurrently.
+//
+// A failed handler follows the rule of every window-sidecar client, the same as for a refused
+// command: the delivery is retried after RejectedRetryDelay with the reason "handler failed:
+// <error>", never acked, never dropped, so with MaxDeliveries and DeadLetter a poison entry
+// ends in the dead letter.
+func (sub *Subscription) Run(handler Handler) error {
+	for d := range sub.out {
+		sub.handle(d, handler)
+	}
+	return sub.Err()
+}
+
+func (sub *Subscription) handle(d *Delivery, handler Handler) {
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return handler(d)
+	}()
+	if d.Outcome() != windowv1.OutcomeKind_OUTCOME_KIND_UNSPECIFIED {
+		if err != nil {
+			sub.logf("window: the handler failed on %s after settling it: %v", d.EntryID, err)
+		}
+		return
+	}
+	if err != nil {
+		sub.logf("window: the handler failed on %s: %v; retrying it in %v", d.EntryID, err, RejectedRetryDelay)
+		err = d.RetryAfterReason(RejectedRetryDelay, "handler failed: "+err.Error())
+	} else {
+		err = d.Ack()
+	}
+	if err != nil && err != ErrAlreadySettled {
+		sub.logf("window: %s: the outcome after the handler was not sent: %v", d.EntryID, err)
+	}
+}
+
 // open is the subscription's Open message, or an error unless exactly one source is set.
 func (o *Options) open() (*windowv1.Open, error) {
 	open := &windowv1.Open{
