@@ -3,15 +3,19 @@
 // It wraps the generated WindowService stub (package windowv1 of this module, generated from
 // proto/window_sidecar/v1/window.proto) with:
 //
-//   - Publish: XADD many payload-and-headers entries in one call;
-//   - Subscribe: a subscription whose deliveries arrive on a channel. Each Delivery collects the
-//     Redis commands queued for it (Queue) and one outcome (Ack, Drop, Retry, RetryAfter). When
-//     every delivery of a read is settled, the read's commands and outcomes go to the sidecar in
-//     one batch message, so the sidecar can flush the read in one Redis round trip.
+//   - Dial: the sidecar's address, bearer token and TLS files from the environment
+//     (WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN, WINDOW_SIDECAR_TLS_*) unless given in code;
+//   - Publish, PublishList, PublishChannel, PublishShardedChannel: many payload-and-headers
+//     entries to a stream, a list or a channel in one call;
+//   - Subscribe: a subscription to a stream, a reliable or simple list or pub/sub whose
+//     deliveries arrive on a channel or a handler (Run). Each Delivery collects the Redis
+//     commands queued for it (Queue) and one outcome (Ack, Drop, Retry, RetryAfter). When every
+//     delivery of a read is settled, the read's commands and outcomes go to the sidecar in one
+//     batch message, so the sidecar can flush the read in one Redis round trip.
 //
 // The subscription reconnects and resubscribes with backoff when its stream fails (the sidecar
-// restarts or shuts down, the connection breaks, or the consumer name is still held by an old
-// stream). Deliveries of a lost stream are never settled on a new one: their entries stay
+// restarts, drains or shuts down, the connection breaks, or the consumer name is still held by
+// an old stream). Deliveries of a lost stream are never settled on a new one: their entries stay
 // pending in Redis and the sidecar delivers them again, first thing, on the new stream.
 package window
 
