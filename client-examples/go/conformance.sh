@@ -10,6 +10,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 case ${1:-} in
   build)
+    # shellcheck source=../e2e-lib.sh
+    source "$here/../e2e-lib.sh"
+    # shellcheck source=toolchain.sh
+    source "$here/toolchain.sh"
+    need_go_toolchain
+    install_missing
     cd "$here"
     ./offline-modfile.sh go.mod .offline
     GOFLAGS="-mod=mod -modfile=$here/.offline/go.mod" GOPROXY=off GOSUMDB=off \

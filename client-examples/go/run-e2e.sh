@@ -20,19 +20,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # root, orders, sidecar_bin; e2e_init, check, start_redis, start_sidecar, check_end_state, …
 source "$here/../e2e-lib.sh"
+# shellcheck source=toolchain.sh
+source "$here/toolchain.sh"
 cd "$here"
 e2e_init go
 module=example.invalid/window-sidecar/client-examples/go
 gocode=/usr/share/gocode/src
 
 # --- toolchain: install only what is missing ---------------------------------------------
-need_cmd go golang-go
+need_go_toolchain
 need_cmd protoc protobuf-compiler
 need_cmd protoc-gen-go protoc-gen-go
 need_cmd protoc-gen-go-grpc protoc-gen-go-grpc
-need_path $gocode/google.golang.org/grpc golang-google-grpc-dev
-need_path $gocode/google.golang.org/protobuf golang-google-protobuf-dev
-need_path $gocode/github.com/golang/protobuf golang-github-golang-protobuf-1-5-dev
 need_cmd redis-server redis-server
 need_cmd redis-cli redis-tools
 need_cmd jq jq
