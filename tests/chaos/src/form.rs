@@ -188,7 +188,15 @@ impl Form {
                     .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
                     .await
                     .ok()?;
-                pending + lag_of(&groups)?
+                let stream: Value = redis
+                    .custom(fred::cmd!("XINFO"), vec!["STREAM", STREAM])
+                    .await
+                    .ok()?;
+                // Not XINFO's `lag`: a migrated or failed-over stream may carry an
+                // entries-read count that no longer matches, and the lag is then wrong.
+                let unread = field(&groups_of(&groups)?, "last-delivered-id")
+                    != field(&stream, "last-generated-id");
+                pending + u64::from(unread)
             }
             Form::ReliableList => {
                 let mut held: u64 = redis.llen(LIST).await.ok()?;
@@ -300,29 +308,24 @@ async fn processing_lists(redis: &Client) -> Option<Vec<String>> {
     }
 }
 
-/// The group's lag from XINFO GROUPS (entries not yet read by it).
-fn lag_of(groups: &Value) -> Option<u64> {
+/// The campaign's group in XINFO GROUPS.
+fn groups_of(groups: &Value) -> Option<Value> {
     let Value::Array(groups) = groups else {
         return None;
     };
-    for group in groups {
-        let Value::Array(fields) = group else {
-            continue;
-        };
-        let mut name = None;
-        let mut lag = None;
-        for pair in fields.chunks(2) {
-            if let [k, v] = pair {
-                match k.as_str().as_deref() {
-                    Some("name") => name = v.as_string(),
-                    Some("lag") => lag = v.as_u64(),
-                    _ => {}
-                }
-            }
-        }
-        if name.as_deref() == Some(GROUP) {
-            return lag;
-        }
-    }
-    None
+    groups
+        .iter()
+        .find(|group| field(group, "name").and_then(|n| n.as_string()).as_deref() == Some(GROUP))
+        .cloned()
+}
+
+/// A field of an XINFO reply (a flat list of names and values).
+fn field(reply: &Value, name: &str) -> Option<Value> {
+    let Value::Array(fields) = reply else {
+        return None;
+    };
+    fields.chunks(2).find_map(|pair| match pair {
+        [k, v] if k.as_str().as_deref() == Some(name) => Some(v.clone()),
+        _ => None,
+    })
 }
