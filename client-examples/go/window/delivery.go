@@ -21,7 +21,7 @@ var (
 )
 
 // Delivery is one stream entry handed to the application. Queue commands for it, then settle it
-// exactly once with Ack, Drop, Retry or RetryAfter. Its methods are safe for concurrent use.
+// exactly once with Ack, Drop, Retry or RetryAfter (Extend it meanwhile when handling is long). Its methods are safe for concurrent use.
 type Delivery struct {
 	// Slot is the sidecar's id for this delivery within its stream.
 	Slot uint64
@@ -121,6 +121,26 @@ func (d *Delivery) Reason() string {
 	d.sess.mu.Lock()
 	defer d.sess.mu.Unlock()
 	return d.outcome.GetReason()
+}
+
+// Extend says the delivery is still being worked on (NATS JetStream's in_progress): another
+// consumer does not take it meanwhile (a stream entry is made idle again, a reliable list's
+// lease renewed; simple lists and pub/sub have nothing that could take it). It sends at once,
+// not with the read's batch, and may be called any number of times before the outcome.
+func (d *Delivery) Extend() error {
+	s := d.sess
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.outcome != nil {
+		return ErrAlreadySettled
+	}
+	if s.dead || s.closing {
+		return ErrStale
+	}
+	s.sendLocked(&windowv1.SubscribeRequest{Kind: &windowv1.SubscribeRequest_Batch{
+		Batch: &windowv1.Batch{Extend: []uint64{d.Slot}},
+	}})
+	return nil
 }
 
 func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason string) error {

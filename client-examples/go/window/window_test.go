@@ -273,6 +273,39 @@ func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	}
 }
 
+// Extend goes out at once as the slot in Batch.extend, before the read's outcomes; after the
+// outcome it is refused.
+func TestExtendSendsTheSlotAtOnce(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 7, "1-0", "2-0"))
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			got <- m.GetBatch()
+		}
+	})
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	d := recvDelivery(t, sub)
+	if err := d.Extend(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; len(b.Extend) != 1 || b.Extend[0] != 7 || len(b.Outcomes) != 0 {
+		t.Fatalf("extend batch: %v", b)
+	}
+	d.Ack()
+	if err := d.Extend(); err != ErrAlreadySettled {
+		t.Fatalf("extend after ack: %v", err)
+	}
+}
+
 // Dial sends WINDOW_SIDECAR_TOKEN, when set, as `authorization: Bearer <token>` with every call.
 func TestDialSendsTheTokenOfTheEnvironment(t *testing.T) {
 	auth := make(chan []string, 2)
