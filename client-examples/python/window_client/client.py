@@ -26,6 +26,7 @@ from typing import (
     Dict,
     Iterable,
     List,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -60,6 +61,18 @@ RETRY_DELAY = 1.0
 #: not given (a sidecar started with ``--auth-token-file`` refuses calls without it).
 TOKEN_ENV = "WINDOW_SIDECAR_TOKEN"
 
+#: The environment variable the target is read from when ``WindowClient(target)`` is not given
+#: (``HOST:PORT`` or ``unix:/path``; default :data:`DEFAULT_TARGET`).
+ADDR_ENV = "WINDOW_SIDECAR_ADDR"
+
+#: TLS from the environment (see :class:`TLSConfig`): the PEM CA file that turns TLS on and
+#: verifies the sidecar, the PEM client certificate and key (mutual TLS), and the name to
+#: verify instead of the target's host.
+TLS_CA_ENV = "WINDOW_SIDECAR_TLS_CA"
+TLS_CERT_ENV = "WINDOW_SIDECAR_TLS_CERT"
+TLS_KEY_ENV = "WINDOW_SIDECAR_TLS_KEY"
+TLS_SERVER_NAME_ENV = "WINDOW_SIDECAR_TLS_SERVER_NAME"
+
 # Outcome rejections after which the slot is still open on the sidecar and must be settled again.
 _RESETTLE = frozenset(
     {pb.REJECTION_REASON_INCOMPLETE_SEGMENT, pb.REJECTION_REASON_INVALID_OUTCOME}
@@ -68,7 +81,15 @@ _RESETTLE = frozenset(
 Arg = Union[bytes, str, int, float]
 FlushCallback = Callable[["FlushEvent"], Optional[Awaitable[None]]]
 RejectionCallback = Callable[[pb.Rejection, Optional["Delivery"]], Optional[Awaitable[None]]]
+LifecycleCallback = Callable[["LifecycleEvent"], Optional[Awaitable[None]]]
 Handler = Callable[["Delivery"], Optional[Awaitable[None]]]
+Entry = Union[bytes, str, Dict[str, Any], pb.PublishEntry]
+
+_FRAMING: Dict[Optional[str], "pb.Framing"] = {
+    None: pb.FRAMING_UNSPECIFIED,
+    "frames": pb.FRAMING_FRAMES,
+    "raw": pb.FRAMING_RAW,
+}
 
 
 def _duration(seconds: float) -> Duration:
@@ -101,8 +122,72 @@ def _arg_other(value: Arg) -> bytes:
     raise TypeError(f"unsupported Redis argument type {type(value).__name__}")
 
 
+def _framing(framing: Optional[str]) -> "pb.Framing":
+    try:
+        return _FRAMING[framing]
+    except KeyError:
+        raise ValueError(f"framing is 'frames' or 'raw', not {framing!r}") from None
+
+
 class SettledError(RuntimeError):
     """A command was queued for, or an outcome given to, a delivery that is already settled."""
+
+
+# --------------------------------------------------------------------------------------------
+# TLS
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """TLS to the sidecar: ``ca_file`` is the PEM CA bundle the sidecar's certificate is
+    verified against (None: the system's roots), ``cert_file`` and ``key_file`` the PEM client
+    certificate and its key for mutual TLS (both or neither), ``server_name`` the name to verify
+    instead of the target's host (for example when the target is an IP or a Unix socket)."""
+
+    ca_file: Optional[str] = None
+    cert_file: Optional[str] = None
+    key_file: Optional[str] = None
+    server_name: Optional[str] = None
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional["TLSConfig"]:
+        """The configuration ``WINDOW_SIDECAR_TLS_CA``, ``_CERT``, ``_KEY`` and
+        ``_SERVER_NAME`` give, or None (no TLS) when ``WINDOW_SIDECAR_TLS_CA`` is unset or
+        empty. A certificate, key or server name without the CA is an error rather than a
+        silently plaintext channel."""
+        env = os.environ if environ is None else environ
+        ca = env.get(TLS_CA_ENV) or None
+        cert = env.get(TLS_CERT_ENV) or None
+        key = env.get(TLS_KEY_ENV) or None
+        name = env.get(TLS_SERVER_NAME_ENV) or None
+        if ca is None:
+            given = [n for n, v in ((TLS_CERT_ENV, cert), (TLS_KEY_ENV, key),
+                                    (TLS_SERVER_NAME_ENV, name)) if v]
+            if given:
+                raise ValueError(f"{' and '.join(given)} set without {TLS_CA_ENV}")
+            return None
+        return cls(ca_file=ca, cert_file=cert, key_file=key, server_name=name)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The channel credentials, the files read now."""
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("a TLS client certificate needs its key, and a key its certificate")
+
+        def read(path: Optional[str]) -> Optional[bytes]:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file),
+            private_key=read(self.key_file),
+            certificate_chain=read(self.cert_file),
+        )
+
+    def channel_options(self) -> List[Tuple[str, Any]]:
+        """The channel options it needs (the name to verify, when it is not the target's)."""
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,6 +388,27 @@ class Stats:
     outcomes: Dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class LifecycleEvent:
+    """What happened to a subscription's stream, for ``on_lifecycle``.
+
+    ``kind`` is one of:
+
+    - ``"opened"``: the first stream is open (``opened`` is the sidecar's ``Opened``);
+    - ``"resubscribed"``: a later stream is open, after a reconnect (``opened`` as above);
+    - ``"draining"``: the sidecar began its graceful shutdown (``draining`` is its
+      ``Draining``: the grace and how many deliveries were outstanding). No new deliveries of
+      that stream are handed out; those handed out can still be settled within the grace;
+    - ``"disconnected"``: the stream ended, or an attempt to open one failed, and the client
+      tries again after its backoff (``error`` is the ``grpc.aio.AioRpcError`` it ended with,
+      None when the sidecar ended it without one)."""
+
+    kind: str
+    opened: Optional[pb.Opened] = None
+    draining: Optional[pb.Draining] = None
+    error: Optional[BaseException] = None
+
+
 # --------------------------------------------------------------------------------------------
 # One gRPC stream of a subscription
 
@@ -334,6 +440,7 @@ class _Stream:
         self.call = call
         self.alive = True
         self.half_closed = False
+        self.draining = False  # the sidecar sent Draining: hand nothing more out
         self.opened: Optional[pb.Opened] = None
         self.outbox: asyncio.Queue[Any] = asyncio.Queue()
         self.reads: Dict[int, _Read] = {}
@@ -368,10 +475,12 @@ class Subscription:
         *,
         on_flush: Optional[FlushCallback],
         on_rejection: Optional[RejectionCallback],
+        on_lifecycle: Optional[LifecycleCallback] = None,
         linger: Optional[float],
         backoff: Tuple[float, float],
         rejected_retry_delay: float,
         close_timeout: float,
+        packed_acks: bool = True,
     ) -> None:
         self._client = client
         self._open = open_msg
@@ -379,6 +488,8 @@ class Subscription:
         self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
         self._on_rejection = on_rejection
+        self._on_lifecycle = on_lifecycle
+        self._packed_acks = packed_acks
         self._linger = linger
         self._backoff = backoff
         self._rejected_retry_delay = rejected_retry_delay
@@ -400,6 +511,7 @@ class Subscription:
         self._background: set[asyncio.Task[None]] = set()
         #: The last ``Opened`` message (consumer name and effective settings), or None.
         self.opened: Optional[pb.Opened] = None
+        self._opened_event = asyncio.Event()
         self.stats = Stats()
 
     # -- iteration ------------------------------------------------------------------------
@@ -433,11 +545,34 @@ class Subscription:
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
-            if self._closing or not item._stream.alive:
+            st = item._stream
+            if self._closing or not st.alive or st.draining:
                 # Not handed out: stays outstanding on the sidecar, then pending in Redis, and
                 # comes back on the next stream of this consumer name.
                 continue
             return self._hand_out(item)
+
+    async def wait_opened(self, timeout: Optional[float] = None) -> pb.Opened:
+        """Starts the subscription and waits until its stream is open (the sidecar's
+        ``Opened`` has arrived, so a pub/sub message published from now on reaches it);
+        returns that ``Opened``. Raises the subscription's error when it ended before (for
+        example ``UNAUTHENTICATED``), ``asyncio.TimeoutError`` after ``timeout`` seconds."""
+        task = self.start()._task
+        assert task is not None
+        if self.opened is None:
+            waiter = asyncio.ensure_future(self._opened_event.wait())
+            try:
+                await asyncio.wait({waiter, task}, timeout=timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+        if self.opened is not None:
+            return self.opened
+        if self._error is not None:
+            raise self._error
+        if task.done():
+            raise RuntimeError("the subscription ended before its stream opened")
+        raise asyncio.TimeoutError("the subscription's stream did not open in time")
 
     def _hand_out_all(self, items: Iterable[Any]) -> None:
         self._ready.extend(items)
@@ -498,7 +633,7 @@ class Subscription:
         self._hand_out_all((_END,))
         st = self._stream
         if st is not None and st.alive:
-            self._spawn(self._half_close(st))
+            self._spawn(self._half_close(st, self._close_timeout))
 
     async def close(self, *, drain: bool = True) -> None:
         """:meth:`stop`, then waits until the stream has ended (its flush reports delivered)."""
@@ -540,11 +675,15 @@ class Subscription:
             if not d.settled:
                 d.ack()
 
-    async def _half_close(self, st: _Stream) -> None:
-        if st.handed_unsettled and self._drain:
+    async def _half_close(self, st: _Stream, timeout: float) -> None:
+        """Waits (up to ``timeout``) until the deliveries handed out on ``st`` are settled,
+        sends what is settled and half-closes the stream: the sidecar flushes it, reports and
+        ends the stream; what has no outcome stays pending and comes back."""
+        if st.handed_unsettled and self._drain and st.drained is None:
             st.drained = asyncio.get_running_loop().create_future()
+        if st.drained is not None:
             try:
-                await asyncio.wait_for(st.drained, self._close_timeout)
+                await asyncio.wait_for(asyncio.shield(st.drained), timeout)
             except asyncio.TimeoutError:
                 log.warning(
                     "closing with %d unsettled deliveries: they stay pending and come back",
@@ -596,7 +735,8 @@ class Subscription:
         rd.commands.extend(d._commands)
         rd.outcomes.append(outcome)
         rd.unsettled -= 1
-        if rd.unsettled == 0:
+        if rd.unsettled == 0 or st.draining:
+            # Draining: the grace is running, nothing waits for the rest of the read.
             self._send(st, rd)
         elif rd.timer is None and self._linger is not None:
             rd.timer = asyncio.get_running_loop().call_later(self._linger, self._send, st, rd)
@@ -640,8 +780,12 @@ class Subscription:
                 add_command = batch.commands.add
                 for slot, name, args in commands:
                     add_command(slot=slot, name=name, args=args)
-                acks = [slot for slot, kind, extra in outcomes if kind == _ACK and not extra]
-                if len(acks) == len(outcomes):
+                acks = (
+                    [slot for slot, kind, extra in outcomes if kind == _ACK and not extra]
+                    if self._packed_acks
+                    else []
+                )
+                if outcomes and len(acks) == len(outcomes):
                     # All plain acks (the usual batch): one packed field, filled in one call.
                     batch.acks.extend(acks)
                 else:
@@ -673,6 +817,7 @@ class Subscription:
         try:
             while not self._closing:
                 opened_before = self.stats.opens
+                error: Optional[grpc.aio.AioRpcError] = None
                 try:
                     await self._session()
                     if self._closing:
@@ -688,8 +833,7 @@ class Subscription:
                         log.error("subscription failed: %s: %s", err.code().name, err.details())
                         self._error = err
                         break
-                    if self.stats.opens > opened_before:
-                        attempt = 0
+                    error = err
                     st = self._stream
                     reads = st.reads.values() if st is not None else ()
                     lost = [d for rd in reads for d in rd.deliveries if not d._sent]
@@ -711,6 +855,9 @@ class Subscription:
                     self._lose_stream()
                 if self._closing:
                     break
+                if self.stats.opens > opened_before:
+                    attempt = 0  # that stream opened: the backoff starts over
+                await self._lifecycle(LifecycleEvent("disconnected", error=error))
                 attempt += 1
                 base, cap = self._backoff
                 delay = min(cap, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
@@ -725,6 +872,10 @@ class Subscription:
         finally:
             self._hand_out_all((_END,))
 
+    async def _lifecycle(self, event: LifecycleEvent) -> None:
+        if self._on_lifecycle is not None:
+            await _call(self._on_lifecycle, event)
+
     async def _session(self) -> None:
         self._gen += 1
         call = self._client.stub.Subscribe(metadata=self._client.metadata)
@@ -733,7 +884,7 @@ class Subscription:
         st.outbox.put_nowait(pb.SubscribeRequest(open=self._open))
         writer = asyncio.get_running_loop().create_task(self._writer(st))
         if self._closing:
-            self._spawn(self._half_close(st))
+            self._spawn(self._half_close(st, self._close_timeout))
         try:
             while True:
                 msg = await call.read()
@@ -742,6 +893,9 @@ class Subscription:
                 kind = msg.WhichOneof("kind")
                 if kind == "opened":
                     self._opened(st, msg.opened)
+                    await self._lifecycle(LifecycleEvent(
+                        "opened" if self.stats.opens == 1 else "resubscribed", opened=msg.opened
+                    ))
                 elif kind == "read":
                     read = msg.read
                     if read.HasField("flushed"):
@@ -754,20 +908,33 @@ class Subscription:
                 elif kind == "rejections":
                     await self._rejected(st, msg.rejections)
                 elif kind == "draining":
-                    # The sidecar is shutting down: send what is settled now rather than at
-                    # the end of each read, so it is flushed before the grace period ends.
-                    log.info(
-                        "the sidecar is draining (%d outstanding): sending settled outcomes now",
-                        msg.draining.outstanding,
-                    )
-                    for rd in list(st.reads.values()):
-                        self._send(st, rd)
+                    await self._draining(st, msg.draining)
         finally:
             writer.cancel()
+
+    async def _draining(self, st: _Stream, draining: pb.Draining) -> None:
+        """The sidecar is shutting down: no more reads come on this stream, and what is settled
+        within the grace is still flushed. Nothing more of this stream is handed out (what was
+        read and not handed out comes back on the next stream); what is settled goes out now,
+        and what the handler settles later as soon as it is settled, rather than at the end of
+        its read. The sidecar ends the stream (UNAVAILABLE) once every outstanding delivery is
+        settled or the grace is over, and the subscription resubscribes, to the next
+        sidecar."""
+        grace = draining.grace.ToNanoseconds() / 1e9 if draining.HasField("grace") else 0.0
+        log.info(
+            "the sidecar is draining (%d outstanding, grace %.1f s): sending settled outcomes "
+            "now, handing out nothing more",
+            draining.outstanding, grace,
+        )
+        st.draining = True
+        for rd in list(st.reads.values()):
+            self._send(st, rd)
+        await self._lifecycle(LifecycleEvent("draining", draining=draining))
 
     def _opened(self, st: _Stream, opened: pb.Opened) -> None:
         st.opened = opened
         self.opened = opened
+        self._opened_event.set()
         self.stats.opens += 1
         log.info(
             "%s as consumer %r on %s/%s (count %d, max in flight %d, mode %s, %s)",
@@ -893,13 +1060,17 @@ async def _call(fn: Callable[..., Any], *args: Any) -> None:
 
 
 class WindowClient:
-    """A channel to the sidecar: :meth:`publish`, the ``subscribe*`` methods and
-    :meth:`consume`.
+    """A channel to the sidecar: :meth:`publish` (and :meth:`publish_list`,
+    :meth:`publish_channel`), the ``subscribe*`` methods and :meth:`consume`.
 
     ``target`` is any grpcio target (``HOST:PORT``, ``unix:/path/to.sock``); default: env
     ``WINDOW_SIDECAR_ADDR``, else ``127.0.0.1:50051``. ``token`` is the bearer token every call
     carries as ``authorization: Bearer <token>`` (default: env ``WINDOW_SIDECAR_TOKEN``; none
-    when empty), for a sidecar started with ``--auth-token-file``."""
+    when empty), for a sidecar started with ``--auth-token-file``. ``tls`` is a
+    :class:`TLSConfig`, ``True`` (TLS with the system's roots) or ``False`` (plaintext); by
+    default it comes from the environment (:meth:`TLSConfig.from_env`: TLS when
+    ``WINDOW_SIDECAR_TLS_CA`` is set). ``channel`` replaces all of that with a channel of the
+    caller's own."""
 
     def __init__(
         self,
@@ -908,17 +1079,30 @@ class WindowClient:
         channel: Optional[grpc.aio.Channel] = None,
         options: Sequence[Tuple[str, Any]] = (),
         token: Optional[str] = None,
+        tls: Union[TLSConfig, bool, None] = None,
     ) -> None:
-        self.target = target or os.environ.get("WINDOW_SIDECAR_ADDR") or DEFAULT_TARGET
-        self._channel = channel or grpc.aio.insecure_channel(
-            self.target,
-            options=[
+        self.target = target or os.environ.get(ADDR_ENV) or DEFAULT_TARGET
+        if tls is None:
+            tls = TLSConfig.from_env()
+        elif tls is True:
+            tls = TLSConfig()
+        #: The TLS configuration of the channel (None: plaintext).
+        self.tls: Optional[TLSConfig] = tls or None
+        if channel is None:
+            channel_options = [
                 # Reconnect quickly after a sidecar restart.
                 ("grpc.initial_reconnect_backoff_ms", 100),
                 ("grpc.max_reconnect_backoff_ms", 2000),
+                *(self.tls.channel_options() if self.tls is not None else ()),
                 *options,
-            ],
-        )
+            ]
+            if self.tls is not None:
+                channel = grpc.aio.secure_channel(
+                    self.target, self.tls.credentials(), options=channel_options
+                )
+            else:
+                channel = grpc.aio.insecure_channel(self.target, options=channel_options)
+        self._channel = channel
         token = os.environ.get(TOKEN_ENV, "") if token is None else token
         #: The metadata sent with every call (the bearer token, when there is one).
         self.metadata: Tuple[Tuple[str, str], ...] = (
@@ -938,18 +1122,74 @@ class WindowClient:
     async def publish(
         self,
         stream: str,
-        entries: Iterable[Union[bytes, str, Dict[str, Any], pb.PublishEntry]],
+        entries: Iterable[Entry],
         *,
         max_len: int = 0,
         timeout: float = 30.0,
         inject_trace: bool = True,
     ) -> List[str]:
-        """Appends entries in one call and returns their ids. An entry is a payload (bytes or
-        str, JSON-encoded if it is a dict without a ``payload`` key), a dict with ``payload``,
-        ``headers`` and ``trace`` (``{"traceparent": ..., "tracestate": ...}``), or a
-        ``PublishEntry``. With ``inject_trace`` the current OpenTelemetry context is attached
-        to entries that carry none. Waits for the sidecar to be reachable (``timeout``); it is
-        never retried after it was sent, since XADD is not idempotent."""
+        """Appends entries to a stream in one call and returns their ids. An entry is a payload
+        (bytes or str, JSON-encoded if it is a dict without a ``payload`` key), a dict with
+        ``payload``, ``headers`` and ``trace`` (``{"traceparent": ..., "tracestate": ...}``),
+        or a ``PublishEntry``. With ``inject_trace`` the current OpenTelemetry context is
+        attached to entries that carry none. Waits for the sidecar to be reachable
+        (``timeout``); it is never retried after it was sent, since XADD is not idempotent.
+        ``max_len`` trims the stream to about that many entries."""
+        response = await self._publish(
+            pb.PublishRequest(stream=stream, max_len=max_len), entries, timeout, inject_trace
+        )
+        return list(response.ids)
+
+    async def publish_list(
+        self,
+        key: str,
+        entries: Iterable[Entry],
+        *,
+        framing: Optional[str] = None,
+        timeout: float = 30.0,
+        inject_trace: bool = True,
+    ) -> None:
+        """Pushes entries onto a list (LPUSH, where list subscriptions read them in order), the
+        entries as for :meth:`publish`. ``framing``: ``"frames"`` (the default: an entry with
+        headers or a trace context is written as a frame that carries them) or ``"raw"`` (the
+        payload alone; headers are refused)."""
+        await self._publish(
+            pb.PublishRequest(list=key, framing=_framing(framing)),
+            entries,
+            timeout,
+            inject_trace and framing != "raw",
+        )
+
+    async def publish_channel(
+        self,
+        channel: str,
+        entries: Iterable[Entry],
+        *,
+        sharded: bool = False,
+        framing: Optional[str] = None,
+        timeout: float = 30.0,
+        inject_trace: bool = True,
+    ) -> List[int]:
+        """Publishes entries on a pub/sub channel (PUBLISH; ``sharded``: SPUBLISH on a sharded
+        channel), the entries and ``framing`` as for :meth:`publish_list`; returns how many
+        subscribers received each entry."""
+        request = (
+            pb.PublishRequest(sharded_channel=channel, framing=_framing(framing))
+            if sharded
+            else pb.PublishRequest(channel=channel, framing=_framing(framing))
+        )
+        response = await self._publish(
+            request, entries, timeout, inject_trace and framing != "raw"
+        )
+        return list(response.receivers)
+
+    async def _publish(
+        self,
+        request: pb.PublishRequest,
+        entries: Iterable[Entry],
+        timeout: float,
+        inject_trace: bool,
+    ) -> pb.PublishResponse:
         current = tracing.current_trace() if inject_trace else {}
         msgs = []
         for entry in entries:
@@ -971,13 +1211,14 @@ class WindowClient:
             if current and not msg.HasField("trace"):
                 msg.trace.CopyFrom(pb.TraceContext(**current))
             msgs.append(msg)
-        response = await self.stub.Publish(
-            pb.PublishRequest(stream=stream, entries=msgs, max_len=max_len),
+        request.entries.extend(msgs)
+        response: pb.PublishResponse = await self.stub.Publish(
+            request,
             timeout=timeout,
             wait_for_ready=True,
             metadata=self.metadata,
         )
-        return list(response.ids)
+        return response
 
     def subscribe(
         self,
@@ -1007,20 +1248,31 @@ class WindowClient:
         *,
         consumer: str = "",
         dead_after: Optional[float] = None,
+        framing: Optional[str] = None,
         **options: Any,
     ) -> Subscription:
         """A list read reliably (at least once): a read moves entries to the consumer's
         processing list, which a restarted ``consumer`` gets back first; a consumer silent for
         ``dead_after`` seconds (default 30) is dead and its entries go back to ``key``.
-        ``dead_letter`` names a list here."""
+        ``dead_letter`` names a list here. ``framing``: ``"frames"`` (the default: a value
+        that is a frame is delivered as its payload and headers) or ``"raw"`` (values as they
+        are)."""
         src = pb.ReliableListSource(key=key, consumer=consumer)
         if dead_after is not None:
             src.dead_after.CopyFrom(_duration(dead_after))
-        return self._subscription(pb.Open(reliable_list=src), **options)
+        return self._subscription(
+            pb.Open(reliable_list=src, framing=_framing(framing)), **options
+        )
 
-    def subscribe_list(self, key: str, **options: Any) -> Subscription:
-        """A list read by popping: at most once (a crash loses what was in flight)."""
-        return self._subscription(pb.Open(simple_list=pb.SimpleListSource(key=key)), **options)
+    def subscribe_list(
+        self, key: str, *, framing: Optional[str] = None, **options: Any
+    ) -> Subscription:
+        """A list read by popping: at most once (a crash loses what was in flight).
+        ``framing`` as for :meth:`subscribe_reliable_list`."""
+        return self._subscription(
+            pb.Open(simple_list=pb.SimpleListSource(key=key), framing=_framing(framing)),
+            **options,
+        )
 
     def subscribe_pubsub(
         self,
@@ -1029,14 +1281,16 @@ class WindowClient:
         patterns: Sequence[str] = (),
         sharded_channels: Sequence[str] = (),
         buffer: int = 0,
+        framing: Optional[str] = None,
         **options: Any,
     ) -> Subscription:
         """Pub/sub messages that arrive while subscribed (at most once); ``delivery.channel``
-        names the channel. ``buffer`` (default 10000) bounds what a slow consumer may lag."""
+        names the channel. ``buffer`` (default 10000) bounds what a slow consumer may lag.
+        ``framing`` as for :meth:`subscribe_reliable_list`."""
         src = pb.PubSubSource(
             channels=channels, patterns=patterns, sharded_channels=sharded_channels, buffer=buffer
         )
-        return self._subscription(pb.Open(pubsub=src), **options)
+        return self._subscription(pb.Open(pubsub=src, framing=_framing(framing)), **options)
 
     async def consume(
         self, stream: str, group: str, handler: Handler, **options: Any
@@ -1058,8 +1312,11 @@ class WindowClient:
         atomic: bool = False,
         max_deliveries: int = 0,
         dead_letter: str = "",
+        reports_in_reads: bool = True,
+        packed_acks: bool = True,
         on_flush: Optional[FlushCallback] = None,
         on_rejection: Optional[RejectionCallback] = None,
+        on_lifecycle: Optional[LifecycleCallback] = None,
         linger: Optional[float] = 0.25,
         backoff: Tuple[float, float] = (0.1, 5.0),
         rejected_retry_delay: float = RETRY_DELAY,
@@ -1069,8 +1326,12 @@ class WindowClient:
         twice count) caps unsettled deliveries; ``block`` in seconds. ``atomic``: each acked
         delivery's commands and its settle run as one MULTI/EXEC. ``max_deliveries`` (0: no
         cap) with ``dead_letter`` (a stream for streams, a list for lists): an entry retried at
-        the cap goes there instead. ``on_flush(FlushEvent)`` and ``on_rejection(rejection,
-        delivery)`` may be plain or async functions. A read's commands and outcomes are sent in
+        the cap goes there instead. ``reports_in_reads``: the sidecar sends the report of the
+        flush a read rode on inside that read (one message per read each way under a
+        backlog); ``packed_acks``: a batch of plain acks is sent as the packed ``Batch.acks``.
+        ``on_flush(FlushEvent)``, ``on_rejection(rejection, delivery)`` and
+        ``on_lifecycle(LifecycleEvent)`` (opened, resubscribed, draining, disconnected) may be
+        plain or async functions. A read's commands and outcomes are sent in
         one message once every delivery of the read is settled, or ``linger`` seconds after the
         first of them was settled (None: only when all are). A refused command or outcome
         settles its delivery with ``retry_after(rejected_retry_delay)``."""
@@ -1078,7 +1339,7 @@ class WindowClient:
             raise ValueError("max_deliveries needs a dead_letter target")
         open_msg.count = count
         open_msg.max_in_flight = max_in_flight
-        open_msg.reports_in_reads = True
+        open_msg.reports_in_reads = reports_in_reads
         if block is not None:
             open_msg.block.CopyFrom(_duration(block))
         if atomic:
@@ -1094,10 +1355,12 @@ class WindowClient:
             open_msg,
             on_flush=on_flush,
             on_rejection=on_rejection,
+            on_lifecycle=on_lifecycle,
             linger=linger,
             backoff=backoff,
             rejected_retry_delay=rejected_retry_delay,
             close_timeout=close_timeout,
+            packed_acks=packed_acks,
         )
 
 

@@ -1,0 +1,425 @@
+"""Unit tests of the client against a fake sidecar in the same process (a grpc.aio server
+that plays the sidecar's side of the wire): TLS and the token from the environment, publishing
+to a stream, a list and a channel, the Open's options, packed acks, the rule for a failed
+handler, the lifecycle events, draining and reconnecting. Run against the installed package:
+
+    python -m unittest discover -s tests        (from outside client-examples/python)
+"""
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+from typing import Any, Awaitable, Callable, Dict, List, Optional
+from unittest import mock
+
+import grpc
+
+from window_client import (
+    TLS_CA_ENV,
+    TLS_CERT_ENV,
+    TLS_KEY_ENV,
+    TLS_SERVER_NAME_ENV,
+    TOKEN_ENV,
+    Delivery,
+    LifecycleEvent,
+    TLSConfig,
+    WindowClient,
+    pb,
+    pb_grpc,
+)
+
+Script = Callable[["Stream"], Awaitable[None]]
+
+
+class Stream:
+    """The sidecar's side of one Subscribe call, for a test's script."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+        self.requests: List[pb.SubscribeRequest] = []
+        self.half_closed = False
+
+    async def read(self) -> Optional[pb.SubscribeRequest]:
+        msg = await self.context.read()
+        if msg is grpc.aio.EOF:  # type: ignore[attr-defined]
+            self.half_closed = True
+            return None
+        self.requests.append(msg)
+        return msg  # type: ignore[no-any-return]
+
+    async def write(self, **kind: Any) -> None:
+        await self.context.write(pb.SubscribeResponse(**kind))
+
+    async def batch(self) -> pb.Batch:
+        msg = await self.read()
+        assert msg is not None and msg.HasField("batch"), msg
+        return msg.batch
+
+    async def until_half_closed(self) -> List[pb.Batch]:
+        batches = []
+        while (msg := await self.read()) is not None:
+            batches.append(msg.batch)
+        return batches
+
+
+def delivery(slot: int, payload: str, count: int = 1) -> pb.Delivery:
+    return pb.Delivery(slot=slot, entry_id=f"{slot}-0", payload=payload.encode(),
+                       delivery_count=count)
+
+
+class FakeSidecar(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
+    def __init__(self, scripts: List[Script]) -> None:
+        self.scripts = scripts
+        self.streams: List[Stream] = []
+        self.opens: List[pb.Open] = []
+        self.publishes: List[pb.PublishRequest] = []
+        self.metadata: List[Dict[str, str]] = []
+
+    async def Publish(self, request: pb.PublishRequest, context: Any) -> pb.PublishResponse:
+        self.publishes.append(request)
+        self.metadata.append(dict(context.invocation_metadata()))
+        n = len(request.entries)
+        return pb.PublishResponse(ids=[f"{i}-0" for i in range(n)] if request.stream else [],
+                                  receivers=[1] * n if not request.stream else [])
+
+    async def Subscribe(self, request_iterator: Any, context: Any) -> None:
+        self.metadata.append(dict(context.invocation_metadata()))
+        st = Stream(context)
+        self.streams.append(st)
+        first = await st.read()
+        assert first is not None and first.HasField("open")
+        self.opens.append(first.open)
+        script = self.scripts[min(len(self.streams), len(self.scripts)) - 1]
+        await script(st)
+
+
+async def opened(st: Stream) -> None:
+    await st.write(opened=pb.Opened(subscription_id=f"sub-{id(st)}", consumer="c1", count=4,
+                                    max_in_flight=8))
+
+
+async def serve_until_closed(st: Stream) -> None:
+    await opened(st)
+    await st.until_half_closed()
+
+
+class SidecarTest(unittest.IsolatedAsyncioTestCase):
+    async def start(self, scripts: List[Script], credentials: Any = None) -> str:
+        self.fake = FakeSidecar(scripts)
+        self.server = grpc.aio.server()
+        pb_grpc.add_WindowServiceServicer_to_server(self.fake, self.server)
+        if credentials is None:
+            port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            port = self.server.add_secure_port("127.0.0.1:0", credentials)
+        await self.server.start()
+        return f"127.0.0.1:{port}"
+
+    async def asyncTearDown(self) -> None:
+        await self.server.stop(None)
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "needs openssl to make the certificates")
+class TLSFromTheEnvironment(SidecarTest):
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp()
+        d = lambda name: os.path.join(self.dir, name)  # noqa: E731
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ca",
+                 "-keyout", d("ca.key"), "-out", d("ca.pem"))
+        with open(d("server.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:sidecar.test\n")
+        with open(d("client.ext"), "w") as f:
+            f.write("extendedKeyUsage=clientAuth\n")
+        for name, ext in (("server", "server.ext"), ("client", "client.ext")):
+            _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                     "-keyout", d(f"{name}.key"), "-out", d(f"{name}.csr"))
+            _openssl("x509", "-req", "-in", d(f"{name}.csr"), "-CA", d("ca.pem"),
+                     "-CAkey", d("ca.key"), "-CAcreateserial", "-days", "1",
+                     "-extfile", d(ext), "-out", d(f"{name}.pem"))
+        self.path = d
+
+    def tearDown(self) -> None:
+        shutil.rmtree(self.dir)
+
+    def read(self, name: str) -> bytes:
+        with open(self.path(name), "rb") as f:
+            return f.read()
+
+    async def test_mutual_tls_and_the_token_from_the_environment(self) -> None:
+        creds = grpc.ssl_server_credentials(
+            [(self.read("server.key"), self.read("server.pem"))],
+            root_certificates=self.read("ca.pem"), require_client_auth=True,
+        )
+        target = await self.start([serve_until_closed], creds)
+        env = {TLS_CA_ENV: self.path("ca.pem"), TLS_CERT_ENV: self.path("client.pem"),
+               TLS_KEY_ENV: self.path("client.key"), TOKEN_ENV: "s3cret",
+               "WINDOW_SIDECAR_ADDR": target}
+        with mock.patch.dict(os.environ, env):
+            async with WindowClient() as client:
+                self.assertEqual(client.tls, TLSConfig(self.path("ca.pem"), self.path("client.pem"),
+                                                       self.path("client.key")))
+                self.assertEqual(await client.publish("s", [b"x"]), ["0-0"])
+                sub = client.subscribe("s", "g")
+                async with sub:
+                    await sub.wait_opened(5)
+        self.assertEqual(len(self.fake.publishes), 1)
+        self.assertEqual([m["authorization"] for m in self.fake.metadata], ["Bearer s3cret"] * 2)
+
+    async def test_the_server_name_to_verify(self) -> None:
+        creds = grpc.ssl_server_credentials([(self.read("server.key"), self.read("server.pem"))])
+        target = await self.start([serve_until_closed], creds)
+        env = {TLS_CA_ENV: self.path("ca.pem"), TLS_SERVER_NAME_ENV: "sidecar.test"}
+        with mock.patch.dict(os.environ, env):
+            async with WindowClient(target.replace("127.0.0.1", "localhost"), token="") as client:
+                self.assertEqual(client.tls.server_name if client.tls else None, "sidecar.test")
+                await client.publish("s", [b"x"], timeout=5)
+        # A name the certificate does not carry is refused.
+        env = {TLS_CA_ENV: self.path("ca.pem"), TLS_SERVER_NAME_ENV: "elsewhere.test"}
+        with mock.patch.dict(os.environ, env):
+            async with WindowClient(target, token="") as client:
+                with self.assertRaises(grpc.aio.AioRpcError):
+                    await client.publish("s", [b"x"], timeout=1)
+
+
+class TLSConfiguration(unittest.TestCase):
+    def test_from_the_environment(self) -> None:
+        self.assertIsNone(TLSConfig.from_env({}))
+        self.assertIsNone(TLSConfig.from_env({TLS_CA_ENV: ""}))
+        self.assertEqual(
+            TLSConfig.from_env({TLS_CA_ENV: "ca", TLS_CERT_ENV: "c", TLS_KEY_ENV: "k",
+                                TLS_SERVER_NAME_ENV: "n"}),
+            TLSConfig(ca_file="ca", cert_file="c", key_file="k", server_name="n"),
+        )
+        self.assertEqual(TLSConfig(server_name="n").channel_options(),
+                         [("grpc.ssl_target_name_override", "n")])
+        with self.assertRaisesRegex(ValueError, TLS_CA_ENV):
+            TLSConfig.from_env({TLS_CERT_ENV: "c", TLS_KEY_ENV: "k"})
+
+    def test_a_certificate_needs_its_key(self) -> None:
+        with self.assertRaisesRegex(ValueError, "needs its key"):
+            TLSConfig(cert_file="c").credentials()
+
+    def test_plaintext_unless_asked(self) -> None:
+        async def check() -> None:
+            with mock.patch.dict(os.environ, {TLS_CA_ENV: ""}):
+                async with WindowClient("127.0.0.1:1", token="") as client:
+                    self.assertIsNone(client.tls)
+            with mock.patch.dict(os.environ, {TLS_CA_ENV: "/nonexistent/ca.pem"}):
+                async with WindowClient("127.0.0.1:1", token="", tls=False) as client:
+                    self.assertIsNone(client.tls)
+        asyncio.run(check())
+
+
+class Publishing(SidecarTest):
+    async def test_to_a_stream_a_list_and_a_channel(self) -> None:
+        target = await self.start([serve_until_closed])
+        async with WindowClient(target, token="") as client:
+            entry = {"payload": "a", "headers": {"k": "v"}}
+            self.assertEqual(await client.publish("s", [entry, b"b"], max_len=10), ["0-0", "1-0"])
+            self.assertIsNone(await client.publish_list("l", [entry]))
+            self.assertEqual(await client.publish_channel("c", [entry, "b"]), [1, 1])
+            self.assertEqual(await client.publish_channel("sc", ["b"], sharded=True), [1])
+            await client.publish_list("raw", [b"x"], framing="raw")
+            with self.assertRaises(ValueError):
+                await client.publish_list("l", [b"x"], framing="json")
+        s, l, c, sc, raw = self.fake.publishes
+        self.assertEqual((s.stream, s.max_len, s.entries[0].payload, dict(s.entries[0].headers)),
+                         ("s", 10, b"a", {"k": "v"}))
+        self.assertEqual((l.list, l.stream, dict(l.entries[0].headers)), ("l", "", {"k": "v"}))
+        self.assertEqual((c.channel, c.sharded_channel, len(c.entries)), ("c", "", 2))
+        self.assertEqual((sc.sharded_channel, sc.channel), ("sc", ""))
+        self.assertEqual((raw.list, raw.framing), ("raw", pb.FRAMING_RAW))
+
+
+class Subscribing(SidecarTest):
+    async def test_the_open_message(self) -> None:
+        target = await self.start([serve_until_closed])
+        async with WindowClient(target, token="") as client:
+            for sub in (
+                client.subscribe("s", "g", consumer="c1", start_id="$", min_idle=30, count=4,
+                                 max_in_flight=12, block=2, atomic=True, max_deliveries=3,
+                                 dead_letter="s:dead"),
+                client.subscribe_reliable_list("l", consumer="c1", dead_after=10,
+                                               reports_in_reads=False, max_deliveries=2,
+                                               dead_letter="l:dead", framing="raw"),
+                client.subscribe_list("q"),
+                client.subscribe_pubsub(["ch"], patterns=["p.*"], sharded_channels=["sh"],
+                                        buffer=100),
+            ):
+                async with sub:
+                    await sub.wait_opened(5)
+        s, lst, q, ps = self.fake.opens
+        self.assertEqual((s.stream.key, s.stream.group, s.stream.consumer, s.stream.start_id,
+                          s.stream.min_idle.seconds), ("s", "g", "c1", "$", 30))
+        self.assertEqual((s.count, s.max_in_flight, s.block.seconds, s.mode, s.max_deliveries,
+                          s.dead_letter.stream, s.reports_in_reads),
+                         (4, 12, 2, pb.MODE_ATOMIC, 3, "s:dead", True))
+        self.assertEqual((lst.reliable_list.key, lst.reliable_list.dead_after.seconds,
+                          lst.dead_letter.list, lst.reports_in_reads, lst.framing),
+                         ("l", 10, "l:dead", False, pb.FRAMING_RAW))
+        self.assertEqual((q.simple_list.key, q.count, q.mode), ("q", 16, pb.MODE_UNSPECIFIED))
+        self.assertEqual((list(ps.pubsub.channels), list(ps.pubsub.patterns),
+                          list(ps.pubsub.sharded_channels), ps.pubsub.buffer),
+                         (["ch"], ["p.*"], ["sh"], 100))
+
+    async def outcomes(self, packed_acks: bool) -> pb.Batch:
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"),
+                                                                 delivery(2, "b")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", packed_acks=packed_acks)
+            async with sub:
+                async for d in sub:
+                    d.queue("INCR", "n").ack()
+                    if d.slot == 2:
+                        sub.stop()
+        return self.batch
+
+    async def test_packed_acks(self) -> None:
+        batch = await self.outcomes(packed_acks=True)
+        self.assertEqual((list(batch.acks), len(batch.outcomes), len(batch.commands)),
+                         ([1, 2], 0, 2))
+
+    async def test_acks_as_outcomes_without_packed_acks(self) -> None:
+        batch = await self.outcomes(packed_acks=False)
+        self.assertEqual(list(batch.acks), [])
+        self.assertEqual([(o.slot, o.kind) for o in batch.outcomes],
+                         [(1, pb.OUTCOME_KIND_ACK), (2, pb.OUTCOME_KIND_ACK)])
+
+    async def test_a_failed_handler_is_retried_after_a_second(self) -> None:
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g")
+
+            def handler(d: Delivery) -> None:
+                d.queue("INCR", "n")
+                sub.stop()
+                raise RuntimeError("boom")
+
+            async with sub:
+                await sub.run(handler)
+        [outcome] = self.batch.outcomes
+        self.assertEqual((outcome.slot, outcome.kind, outcome.delay.seconds),
+                         (1, pb.OUTCOME_KIND_RETRY_AFTER, 1))
+        self.assertEqual(outcome.reason, "handler failed: RuntimeError('boom')")
+
+    async def test_an_error_that_is_not_retried_ends_it(self) -> None:
+        async def refuse(st: Stream) -> None:
+            await st.context.abort(grpc.StatusCode.UNAUTHENTICATED, "no token")
+
+        target = await self.start([refuse])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g")
+            with self.assertRaises(grpc.aio.AioRpcError) as err:
+                await sub.wait_opened(5)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            await sub.close()
+            with self.assertRaises(grpc.aio.AioRpcError):
+                async for _ in sub:
+                    pass
+
+
+class Lifecycle(SidecarTest):
+    async def test_draining_then_resubscribed(self) -> None:
+        """The sidecar drains while the handler holds one delivery of a read of two: the
+        client reports the drain, hands the other out no more and sends the held one's ack at
+        once (not waiting for the rest of its read); the sidecar ends the stream with
+        UNAVAILABLE and the client opens again."""
+        first_batches: List[pb.Batch] = []
+
+        async def draining(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "slow"),
+                                                                 delivery(2, "other")]))
+            await asyncio.sleep(0.1)  # "slow" is being handled
+            grace = pb.Draining(outstanding=2)
+            grace.grace.FromSeconds(5)
+            await st.write(draining=grace)
+            first_batches.append(await st.batch())
+            await st.context.abort(grpc.StatusCode.UNAVAILABLE, "shutting down")
+
+        events: List[LifecycleEvent] = []
+        handled: List[str] = []
+        target = await self.start([draining, serve_until_closed])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", backoff=(0.01, 0.05), linger=None,
+                                   on_lifecycle=events.append)
+
+            async def handler(d: Delivery) -> None:
+                handled.append(d.payload.decode())
+                await asyncio.sleep(0.4)
+                d.queue("INCR", "n")  # and run() acks it
+
+            async with sub:
+                task = asyncio.create_task(sub.run(handler))
+                for _ in range(200):
+                    if sub.stats.opens == 2:
+                        break
+                    await asyncio.sleep(0.02)
+                sub.stop()
+                await task
+        self.assertEqual([e.kind for e in events],
+                         ["opened", "draining", "disconnected", "resubscribed"])
+        self.assertEqual(events[1].draining.outstanding if events[1].draining else None, 2)
+        disconnected = events[2].error
+        self.assertIsInstance(disconnected, grpc.aio.AioRpcError)
+        assert isinstance(disconnected, grpc.aio.AioRpcError)
+        self.assertEqual(disconnected.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(handled, ["slow"])  # "other" was not handed out after the drain
+        self.assertEqual([(list(b.acks), [c.name for c in b.commands]) for b in first_batches],
+                         [([1], ["INCR"])])
+        self.assertEqual([o.stream.key for o in self.fake.opens], ["s", "s"])
+
+    async def test_reconnects_with_the_same_open_when_the_stream_is_lost(self) -> None:
+        async def lost(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a")]))
+            await st.context.abort(grpc.StatusCode.UNAVAILABLE, "gone")
+
+        async def busy(st: Stream) -> None:
+            await st.context.abort(grpc.StatusCode.ALREADY_EXISTS, "consumer is busy")
+
+        async def again(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(9, "a", count=2)]))
+            await st.until_half_closed()
+
+        events: List[str] = []
+        target = await self.start([lost, busy, again])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", consumer="c1", backoff=(0.01, 0.05),
+                                   on_lifecycle=lambda e: events.append(e.kind))
+            counts = []
+            async with sub:
+                async for d in sub:
+                    counts.append(d.delivery_count)
+                    if d.delivery_count == 2:
+                        d.ack()
+                        sub.stop()
+        self.assertEqual(counts, [1, 2])
+        self.assertEqual(events, ["opened", "disconnected", "disconnected", "resubscribed"])
+        self.assertEqual(len(self.fake.opens), 3)
+        self.assertTrue(all(o == self.fake.opens[0] for o in self.fake.opens))
+        self.assertEqual(sub.stats.reconnects, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
