@@ -8,14 +8,19 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$here/.conformance-venv"
 case ${1:-} in
   build)
+    # The way a user builds and installs it: pip builds the wheel in an isolated environment
+    # with the build's own requirements (setuptools, the pinned grpcio-tools), then installs
+    # it with its dependencies into the runner's virtualenv.
     [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-    rm -rf "$here/build" "$here/dist-conformance"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check wheel
-    "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
-      -w "$here/dist-conformance" "$here"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
-      "$here"/dist-conformance/window_sidecar_client-*.whl
-    rm -rf "$here/dist-conformance"
+    dist="$(mktemp -d)"
+    trap 'rm -rf "$dist"' EXIT
+    rm -rf "$here/build"  # setuptools' build directory: never a stale file in the wheel
+    "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$dist" "$here"
+    # The same version as the last build: uninstalled first so that this wheel is the one.
+    "$venv/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y \
+      window-sidecar-client 2>/dev/null || true
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+      "$dist"/window_sidecar_client-*.whl
     ;;
   run)
     # From outside the source tree, so that only the installed package is importable.

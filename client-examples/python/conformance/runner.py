@@ -1,23 +1,42 @@
 """The Python client's conformance runner: plays the worker side of one scenario of
 client-examples/conformance/scenarios with the installed ``window_client`` package, and
-prints what it sees as JSON lines (see client-examples/conformance/README.md)."""
+prints what it sees as JSON lines on stdout (see client-examples/conformance/README.md).
+
+Everything the spec gives to the client is the package's: the target, the token and TLS from
+the environment, reconnecting and resubscribing, the rule for a refused command and a failed
+handler (``Subscription.run``), draining, and stopping on SIGTERM (``Subscription.stop``, then
+the close that ``async with`` does). The runner only maps the scenario onto the package's
+options and does what ``handle`` says with each delivery."""
 
 import asyncio
 import json
+import logging
 import signal
 import sys
 from collections import Counter
 from typing import Any, Dict, List
 
-from window_client import Delivery, Subscription, WindowClient
+from window_client import Delivery, LifecycleEvent, Subscription, WindowClient
 
 
 def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
+def on_lifecycle(event: LifecycleEvent) -> None:
+    # "opened" (the first open), "resubscribed" (every later one), "draining", "disconnected".
+    if event.kind in ("opened", "resubscribed", "draining"):
+        emit(event.kind)
+
+
 def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
-    options: Dict[str, Any] = {"count": open_.get("count", 16)}
+    """The scenario's `open` as the client's options; absent fields take its defaults."""
+    options: Dict[str, Any] = {"on_lifecycle": on_lifecycle}
+    for name in ("count", "max_in_flight", "reports_in_reads", "packed_acks"):
+        if name in open_:
+            options[name] = open_[name]
+    if "block_ms" in open_:
+        options["block"] = open_["block_ms"] / 1000
     if open_.get("mode") == "atomic":
         options["atomic"] = True
     if open_.get("max_deliveries"):
@@ -26,7 +45,8 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     form = open_["form"]
     if form == "stream":
         return client.subscribe(
-            open_["key"], open_["group"], consumer=open_.get("consumer", ""), **options
+            open_["key"], open_["group"], consumer=open_.get("consumer", ""),
+            start_id=open_.get("start_id", ""), **options,
         )
     if form == "reliable_list":
         return client.subscribe_reliable_list(
@@ -39,7 +59,18 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     raise SystemExit(f"unknown form {form!r}")
 
 
+async def publish(client: WindowClient, form: str, key: str, entries: List[Dict[str, Any]]) -> None:
+    if form == "stream":
+        await client.publish(key, entries)
+    elif form in ("reliable_list", "simple_list"):
+        await client.publish_list(key, entries)
+    else:
+        await client.publish_channel(key, entries)
+
+
 def action_for(handle: Dict[str, List[str]], payload: str, n: int) -> str:
+    """The n-th delivery of a payload takes the n-th action of its list; past the end, the
+    last one."""
     actions = handle.get(payload) or handle.get("*") or ["ack"]
     return actions[min(n, len(actions)) - 1]
 
@@ -50,53 +81,63 @@ async def main(path: str) -> None:
     open_ = scenario["open"]
     handle: Dict[str, List[str]] = scenario["handle"]
     effects: str = scenario["effects"]
-    seen: Counter[str] = Counter()
-    async with WindowClient() as client:
+    seen: "Counter[str]" = Counter()
+
+    async def handle_one(d: Delivery) -> None:
+        payload = d.payload.decode()
+        seen[payload] += 1
+        emit("delivery", payload=payload, count=d.delivery_count, headers=d.headers)
+        action = action_for(handle, payload, seen[payload])
+        d.queue("HINCRBY", effects, payload, 1)
+        if action == "ack":
+            d.ack()
+        elif action == "drop":
+            d.drop()
+        elif action == "retry":
+            d.retry()
+        elif action.startswith("retry_after:"):
+            d.retry_after(int(action.split(":")[1]) / 1000)
+        elif action == "reject":
+            d.queue("FLUSHALL")  # refused by the sidecar: the client's rule applies
+            d.ack()
+        elif action == "fail":
+            raise RuntimeError("the scenario's handler fails")
+        elif action.startswith("slow_ack:"):
+            await asyncio.sleep(int(action.split(":")[1]) / 1000)
+            d.ack()
+        else:
+            raise SystemExit(f"unknown action {action!r}")
+
+    async with WindowClient() as client:  # target, token and TLS from the environment
         sub = subscription(client, open_)
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, sub.stop)
-        async with sub:
-            worker = asyncio.create_task(
-                sub.run(lambda d: handle_one(d, handle, effects, seen))
-            )
-            while sub.opened is None and not worker.done():
-                await asyncio.sleep(0.01)
-            emit("opened")
-            entries = [
-                {"payload": e["payload"], "headers": e.get("headers", {})}
-                for e in scenario["publish"]
-            ]
-            await client.publish(open_["key"], entries)
-            emit("published", count=len(entries))
+        stopped = False
+
+        def stop() -> None:
+            nonlocal stopped
+            stopped = True
+            sub.stop()  # hands nothing more out; the close below sends and flushes what is held
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+        async with sub:  # leaving it closes the subscription: flushed, reported, ended
+            worker = asyncio.create_task(sub.run(handle_one))
+            try:
+                await sub.wait_opened()
+            except RuntimeError:
+                if not stopped:
+                    raise
+            else:
+                entries = [
+                    {"payload": e["payload"], "headers": e.get("headers", {})}
+                    for e in scenario["publish"]
+                ]
+                await publish(client, open_["form"], open_["key"], entries)
+                emit("published", count=len(entries))
             await worker
 
 
-async def handle_one(
-    d: Delivery, handle: Dict[str, List[str]], effects: str, seen: "Counter[str]"
-) -> None:
-    payload = d.payload.decode()
-    seen[payload] += 1
-    emit("delivery", payload=payload, count=d.delivery_count, headers=d.headers)
-    action = action_for(handle, payload, seen[payload])
-    d.queue("HINCRBY", effects, payload, 1)
-    if action == "ack":
-        d.ack()
-    elif action == "drop":
-        d.drop()
-    elif action == "retry":
-        d.retry()
-    elif action.startswith("retry_after:"):
-        d.retry_after(int(action.split(":")[1]) / 1000)
-    elif action == "reject":
-        d.queue("FLUSHALL")
-        d.ack()
-    elif action == "fail":
-        raise RuntimeError("the scenario's handler fails")
-    elif action.startswith("slow_ack:"):
-        await asyncio.sleep(int(action.split(":")[1]) / 1000)
-        d.ack()
-    else:
-        raise SystemExit(f"unknown action {action!r}")
-
-
 if __name__ == "__main__":
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     asyncio.run(main(sys.argv[1]))
