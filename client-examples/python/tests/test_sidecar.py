@@ -11,12 +11,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import unittest
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 from unittest import mock
 
 import grpc
 
+import window_client
 from window_client import (
     TLS_CA_ENV,
     TLS_CERT_ENV,
@@ -419,6 +421,112 @@ class Lifecycle(SidecarTest):
         self.assertEqual(len(self.fake.opens), 3)
         self.assertTrue(all(o == self.fake.opens[0] for o in self.fake.opens))
         self.assertEqual(sub.stats.reconnects, 2)
+
+
+class Synchronous(unittest.TestCase):
+    """window_client.sync against the fake sidecar, which runs on a loop of its own."""
+
+    def start(self, scripts: List[Script]) -> str:
+        from window_client.sync import _Loop
+
+        self.fake = FakeSidecar(scripts)
+        self.server_loop = _Loop()
+
+        async def serve() -> int:
+            self.server = grpc.aio.server()
+            pb_grpc.add_WindowServiceServicer_to_server(self.fake, self.server)
+            port = self.server.add_insecure_port("127.0.0.1:0")
+            await self.server.start()
+            return port
+
+        port = self.server_loop.run(serve())
+        self.addCleanup(self.server_loop.stop)
+        self.addCleanup(lambda: self.server_loop.run(self.server.stop(None)))
+        return f"127.0.0.1:{port}"
+
+    def test_publish_iterate_settle_and_stop(self) -> None:
+        from window_client import sync
+
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"), delivery(2, "b")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = self.start([script])
+        events: List[str] = []
+        with sync.WindowClient(target, token="t") as client:
+            self.assertEqual(client.publish("s", ["x"]), ["0-0"])
+            self.assertEqual(client.publish_channel("c", ["x"]), [1])
+            client.publish_list("l", ["x"])
+            with client.subscribe("s", "g", on_lifecycle=lambda e: events.append(e.kind)) as sub:
+                self.assertEqual(sub.wait_opened(5).consumer, "c1")
+                seen = []
+                for d in sub:
+                    seen.append((d.payload, d.delivery_count))
+                    self.assertIs(d.subscription, sub)
+                    if d.slot == 1:
+                        d.queue("INCR", "n").ack()
+                    else:
+                        d.retry_after(0.5, "later")
+                        with self.assertRaises(window_client.SettledError):
+                            d.ack()
+                        threading.Timer(0.05, sub.stop).start()  # from another thread
+        self.assertEqual(seen, [(b"a", 1), (b"b", 1)])
+        self.assertEqual(events, ["opened"])
+        self.assertEqual(list(self.batch.commands)[0].name, "INCR")
+        self.assertEqual([(o.slot, o.kind, o.reason) for o in self.batch.outcomes],
+                         [(1, pb.OUTCOME_KIND_ACK, ""), (2, pb.OUTCOME_KIND_RETRY_AFTER, "later")])
+        self.assertEqual([(p.stream, p.channel, p.list) for p in self.fake.publishes],
+                         [("s", "", ""), ("", "c", ""), ("", "", "l")])
+        self.assertEqual(self.fake.metadata[0]["authorization"], "Bearer t")
+
+    @unittest.skipUnless(window_client.tracing.AVAILABLE, "needs opentelemetry-api")
+    def test_the_span_is_current_in_the_callers_thread(self) -> None:
+        from opentelemetry import trace
+
+        from window_client import sync
+
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"), delivery(2, "b")]))
+            await st.until_half_closed()
+
+        target = self.start([script])
+        current = []
+        with self.assertNoLogs("opentelemetry.context", level="ERROR"):
+            with sync.WindowClient(target, token="") as client:
+                with client.subscribe("s", "g") as sub:
+                    for d in sub:
+                        current.append(trace.get_current_span() is d.span)
+                        d.ack()
+                        if d.slot == 2:
+                            sub.stop()
+        self.assertEqual(current, [True, True])
+
+    def test_the_handler_rules(self) -> None:
+        from window_client import sync
+
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "ok"),
+                                                                 delivery(2, "boom")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = self.start([script])
+        with sync.WindowClient(target, token="") as client:
+            def handler(d: sync.Delivery) -> None:
+                d.queue("INCR", "n")
+                if d.payload == b"boom":
+                    d.subscription.stop()
+                    raise ValueError("bad")
+
+            stats = client.consume("s", "g", handler)
+        self.assertEqual(stats.outcomes, {"ack": 1, "retry_after": 1})
+        self.assertEqual([(o.slot, o.kind, o.reason) for o in self.batch.outcomes],
+                         [(1, pb.OUTCOME_KIND_ACK, ""),
+                          (2, pb.OUTCOME_KIND_RETRY_AFTER, "handler failed: ValueError('bad')")])
 
 
 if __name__ == "__main__":

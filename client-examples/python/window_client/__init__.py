@@ -3,10 +3,11 @@
 ``WindowClient(target).subscribe(stream, group, ...)`` is an async iterator of
 :class:`Delivery`; ``delivery.queue("INCR", key)`` queues a side effect and ``ack()``,
 ``drop(reason)``, ``retry()``, ``retry_after(seconds)`` settle it; ``consume(stream, group,
-handler)`` is the handler style. See README.md.
+handler)`` is the handler style; :mod:`window_client.sync` has the same API without asyncio.
+See README.md.
 """
 
-from . import tracing
+from . import sync, tracing
 from ._proto import pb, pb_grpc
 from .client import (
     ADDR_ENV,
@@ -50,5 +51,6 @@ __all__ = [
     "WindowClient",
     "pb",
     "pb_grpc",
+    "sync",
     "tracing",
 ]

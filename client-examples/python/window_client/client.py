@@ -512,6 +512,9 @@ class Subscription:
         #: The last ``Opened`` message (consumer name and effective settings), or None.
         self.opened: Optional[pb.Opened] = None
         self._opened_event = asyncio.Event()
+        # Whether a delivery's span is made current in the iterating task (window_client.sync
+        # makes it current in its caller's thread instead).
+        self._attach_spans = True
         self.stats = Stats()
 
     # -- iteration ------------------------------------------------------------------------
@@ -604,7 +607,7 @@ class Subscription:
             traceparent=trace.traceparent if trace is not None else "",
             tracestate=trace.tracestate if trace is not None else "",
         )
-        if d._span is not None:
+        if d._span is not None and self._attach_spans:
             # Current while the loop body handles it: spans the application starts are children.
             d._span.attach()
         return d
@@ -668,12 +671,20 @@ class Subscription:
                 if inspect.isawaitable(result):
                     await result
             except Exception as err:  # noqa: BLE001 - the entry comes back; the loop goes on
-                log.warning("handler failed on %s", d.entry_id, exc_info=True)
-                if not d.settled:
-                    d.retry_after(self._rejected_retry_delay, f"handler failed: {err!r}")
+                self._handler_failed(d, err)
                 continue
-            if not d.settled:
-                d.ack()
+            self._handler_returned(d)
+
+    def _handler_failed(self, d: Delivery, err: BaseException) -> None:
+        """The rule for a failed handler: retry_after(RETRY_DELAY), "handler failed: …"."""
+        log.warning("handler failed on %s", d.entry_id, exc_info=err)
+        if not d.settled:
+            d.retry_after(self._rejected_retry_delay, f"handler failed: {err!r}")
+
+    def _handler_returned(self, d: Delivery) -> None:
+        """What a handler leaves unsettled is acked."""
+        if not d.settled:
+            d.ack()
 
     async def _half_close(self, st: _Stream, timeout: float) -> None:
         """Waits (up to ``timeout``) until the deliveries handed out on ``st`` are settled,

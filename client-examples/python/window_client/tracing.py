@@ -106,6 +106,24 @@ def start_delivery_span(
     return DeliverySpan(span, otel_trace.set_span_in_context(span, parent))
 
 
+def attach(context: Any) -> Any:
+    """Makes ``context`` current in this thread; returns the token for :func:`detach` (None
+    without OpenTelemetry)."""
+    if not AVAILABLE or context is None:
+        return None
+    return otel_context.attach(context)
+
+
+def detach(token: Any) -> None:
+    """Undoes :func:`attach`."""
+    if token is None:
+        return
+    try:
+        otel_context.detach(token)
+    except Exception:  # noqa: BLE001 - a token from another context
+        log.debug("could not detach a delivery's trace context", exc_info=True)
+
+
 def current_trace() -> Dict[str, str]:
     """The current W3C trace context as ``{"traceparent": ..., "tracestate": ...}`` (empty when
     OpenTelemetry is missing or no span is recording), for ``PublishEntry.trace``."""
