@@ -323,6 +323,29 @@ class Subscribing(SidecarTest):
                          (1, pb.OUTCOME_KIND_RETRY_AFTER, 1))
         self.assertEqual(outcome.reason, "handler failed: RuntimeError('boom')")
 
+    async def test_in_progress_extends_the_slot(self) -> None:
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a")]))
+            self.batches = [await st.batch(), await st.batch()]
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g")
+            async with sub:
+                async for d in sub:
+                    d.in_progress()
+                    await asyncio.sleep(0.1)
+                    d.in_progress()
+                    d.ack()
+                    with self.assertRaises(window_client.SettledError):
+                        d.in_progress()
+                    sub.stop()
+        first, second = self.batches
+        self.assertEqual((list(first.extend), list(first.acks)), ([1], []))
+        self.assertEqual((list(second.extend), list(second.acks)), ([1], [1]))
+
     async def test_an_error_that_is_not_retried_ends_it(self) -> None:
         async def refuse(st: Stream) -> None:
             await st.context.abort(grpc.StatusCode.UNAUTHENTICATED, "no token")

@@ -330,6 +330,20 @@ class Delivery:
             ),
         )
 
+    def in_progress(self) -> None:
+        """Tells the sidecar this delivery is still being worked on (``Batch.extend``, NATS's
+        ``in_progress``): no outcome yet, but other consumers must not take it. A stream's
+        entry is made idle again (another consumer's reclaim waits a whole ``min_idle`` from
+        now), a reliable list's lease is renewed; simple lists and pub/sub accept it and
+        nothing changes. Call it every so often from a handler that takes longer than
+        ``min_idle`` or ``dead_after``; the sidecar passes one per slot every 200 ms on to
+        Redis. It does not block, and does nothing once the delivery's stream is gone."""
+        if self.outcome is not None:
+            raise SettledError(
+                f"delivery {self.entry_id} (slot {self.slot}) is already settled ({self.outcome})"
+            )
+        self._sub._in_progress(self)
+
     def _settle(self, kind: str, outcome: Any) -> None:
         if self.outcome is not None:
             raise SettledError(
@@ -430,6 +444,15 @@ _ACK = pb.OUTCOME_KIND_ACK
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]
 _HALF_CLOSE = object()
 _END = object()
+
+
+class _Extend:
+    """An outbox item: slots to extend (``Batch.extend``)."""
+
+    __slots__ = ("slots",)
+
+    def __init__(self, slots: List[int]) -> None:
+        self.slots = slots
 
 
 class _Stream:
@@ -752,6 +775,11 @@ class Subscription:
         elif rd.timer is None and self._linger is not None:
             rd.timer = asyncio.get_running_loop().call_later(self._linger, self._send, st, rd)
 
+    def _in_progress(self, d: Delivery) -> None:
+        st = d._stream
+        if st.alive and not st.half_closed and d.read_id in st.reads:
+            st.outbox.put_nowait(_Extend([d.slot]))
+
     def _send(self, st: _Stream, rd: _Read) -> None:
         if rd.timer is not None:
             rd.timer.cancel()
@@ -772,17 +800,26 @@ class Subscription:
                 if isinstance(item, pb.SubscribeRequest):
                     await st.call.write(item)
                     continue
-                commands, outcomes = list(item[0]), list(item[1])
+                commands: List[Any] = []
+                outcomes: List[Any] = []
+                extend: List[int] = []
                 half = False
                 # Whatever else is waiting goes in the same message: commands first, then
                 # outcomes, as the sidecar applies them.
-                while not st.outbox.empty():
-                    more = st.outbox.get_nowait()
-                    if more is _HALF_CLOSE:
+                while True:
+                    if isinstance(item, _Extend):
+                        extend.extend(item.slots)
+                    else:
+                        commands.extend(item[0])
+                        outcomes.extend(item[1])
+                    if st.outbox.empty():
+                        break
+                    item = st.outbox.get_nowait()
+                    if item is _HALF_CLOSE:
                         half = True
                         break
-                    commands.extend(more[0])
-                    outcomes.extend(more[1])
+                    if isinstance(item, pb.SubscribeRequest):  # never after the open
+                        raise RuntimeError("an unexpected request in a stream's outbox")
                 # Built in place: constructing each message first and then the batch from them
                 # would copy every one (upb), nearly twice the cost per delivery.
                 request = pb.SubscribeRequest()
@@ -791,6 +828,8 @@ class Subscription:
                 add_command = batch.commands.add
                 for slot, name, args in commands:
                     add_command(slot=slot, name=name, args=args)
+                if extend:
+                    batch.extend.extend(extend)
                 acks = (
                     [slot for slot, kind, extra in outcomes if kind == _ACK and not extra]
                     if self._packed_acks

@@ -82,7 +82,8 @@ class _Loop:
 
 class Delivery:
     """A :class:`window_client.Delivery` for the caller's thread: the same fields, and its
-    ``queue``, ``ack``, ``drop``, ``retry`` and ``retry_after`` run on the client's loop."""
+    ``queue``, ``in_progress``, ``ack``, ``drop``, ``retry`` and ``retry_after`` run on the
+    client's loop."""
 
     __slots__ = ("_d", "_loop", "_sub")
 
@@ -162,6 +163,9 @@ class Delivery:
     def queue(self, name: str, *args: aio.Arg) -> "Delivery":
         self._loop.call(self._d.queue, name, *args)
         return self
+
+    def in_progress(self) -> None:
+        self._loop.call(self._d.in_progress)
 
     def ack(self) -> None:
         self._loop.call(self._d.ack)
