@@ -346,6 +346,43 @@ class Subscribing(SidecarTest):
         self.assertEqual((list(first.extend), list(first.acks)), ([1], []))
         self.assertEqual((list(second.extend), list(second.acks)), ([1], [1]))
 
+    async def test_the_handling_span_goes_back_with_the_outcome(self) -> None:
+        try:
+            from opentelemetry.sdk.trace import TracerProvider
+        except ImportError:
+            self.skipTest("needs opentelemetry-sdk")
+        producer = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+        async def script(st: Stream) -> None:
+            await opened(st)
+            traced = delivery(1, "a")
+            traced.trace.traceparent = producer
+            await st.write(read=pb.Read(read_id=1, deliveries=[traced, delivery(2, "b")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        tracer = TracerProvider().get_tracer("test")
+        with mock.patch.object(window_client.tracing, "_tracer", return_value=tracer):
+            async with WindowClient(target, token="") as client:
+                sub = client.subscribe("s", "g")  # packed acks on: a traced ack is an outcome
+                async with sub:
+                    async for d in sub:
+                        if d.slot == 1:
+                            own = format(d.span.get_span_context().span_id, "016x")
+                            d.ack()
+                        else:
+                            d.drop("no")
+                            sub.stop()
+        self.assertEqual(list(self.batch.acks), [])
+        first, second = self.batch.outcomes
+        self.assertEqual((first.slot, first.kind), (1, pb.OUTCOME_KIND_ACK))
+        # The delivery's own span, a child of the producer's trace.
+        self.assertEqual(first.trace.traceparent.split("-")[1:3],
+                         ["0af7651916cd43dd8448eb211c80319c", own])
+        self.assertEqual((second.slot, second.kind, second.reason), (2, pb.OUTCOME_KIND_DROP, "no"))
+        self.assertTrue(second.trace.traceparent)
+
     async def test_an_error_that_is_not_retried_ends_it(self) -> None:
         async def refuse(st: Stream) -> None:
             await st.context.abort(grpc.StatusCode.UNAUTHENTICATED, "no token")

@@ -349,6 +349,13 @@ class Delivery:
             raise SettledError(
                 f"delivery {self.entry_id} (slot {self.slot}) is already settled ({self.outcome})"
             )
+        if self._span is not None:
+            # The handling span's context goes back with the outcome: the sidecar's flush span
+            # links to it. (An ack that carries one is sent as an outcome, never packed.)
+            trace = tracing.outcome_trace(self._span.span)
+            if trace:
+                slot, outcome_kind, extra = outcome
+                outcome = (slot, outcome_kind, {**(extra or {}), "trace": pb.TraceContext(**trace)})
         self.outcome = kind
         self._sub._settled(self, kind, outcome)
 

@@ -106,6 +106,16 @@ def start_delivery_span(
     return DeliverySpan(span, otel_trace.set_span_in_context(span, parent))
 
 
+def outcome_trace(span: Any) -> Dict[str, str]:
+    """The W3C trace context of a delivery's span while it records, for ``Outcome.trace`` (the
+    sidecar's flush span links to it); empty without OpenTelemetry or a recording span."""
+    if not AVAILABLE or span is None or not span.is_recording():
+        return {}
+    carrier: Dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=otel_trace.set_span_in_context(span))
+    return carrier
+
+
 def attach(context: Any) -> Any:
     """Makes ``context`` current in this thread; returns the token for :func:`detach` (None
     without OpenTelemetry)."""
