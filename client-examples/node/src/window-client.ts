@@ -9,11 +9,14 @@
 //
 // See README.md for the API and the guarantees.
 
+import { readFileSync } from "node:fs";
 import {
   credentials,
   makeClientConstructor,
   Metadata,
   status as Status,
+  type ChannelCredentials,
+  type ChannelOptions,
   type ServiceError,
   type ClientDuplexStream,
 } from "@grpc/grpc-js";
@@ -219,6 +222,7 @@ export interface Stats {
   rejections: number;
   outcomes: Record<string, number>;
 }
+
 
 /** A Redis Stream read through a consumer group (at least once). */
 export interface StreamSourceOptions {
@@ -725,6 +729,20 @@ export interface PublishInput {
   trace?: TraceContext;
 }
 
+/** TLS to the sidecar. PEM contents (`ca`, `cert`, `key`) or the files holding them (`caFile`, …). */
+export interface TlsOptions {
+  /** The CA to verify the sidecar's certificate against (default: the system's roots). */
+  ca?: string | Buffer;
+  caFile?: string;
+  /** The client certificate and its key, for a sidecar that requires one (mutual TLS). */
+  cert?: string | Buffer;
+  certFile?: string;
+  key?: string | Buffer;
+  keyFile?: string;
+  /** The name to verify in the sidecar's certificate instead of the target's host. */
+  serverName?: string;
+}
+
 export interface ClientOptions {
   /**
    * The bearer token of a sidecar started with --auth-token-file, sent on every call as
@@ -732,6 +750,50 @@ export interface ClientOptions {
    * so a deployment sets it next to WINDOW_SIDECAR_ADDR without code changes.
    */
   token?: string;
+  /**
+   * TLS to the sidecar. Default: from the environment, TLS when WINDOW_SIDECAR_TLS_CA (a PEM
+   * CA file) is set, with WINDOW_SIDECAR_TLS_CERT and WINDOW_SIDECAR_TLS_KEY (PEM files) as the
+   * client certificate for mutual TLS and WINDOW_SIDECAR_TLS_SERVER_NAME as the name to verify;
+   * else plaintext. `false`: plaintext whatever the environment says.
+   */
+  tls?: TlsOptions | false;
+}
+
+/** The TLS settings the environment gives (WINDOW_SIDECAR_TLS_*), or undefined for plaintext. */
+export function tlsFromEnv(env: NodeJS.ProcessEnv = process.env): TlsOptions | undefined {
+  const caFile = env.WINDOW_SIDECAR_TLS_CA || undefined;
+  const certFile = env.WINDOW_SIDECAR_TLS_CERT || undefined;
+  const keyFile = env.WINDOW_SIDECAR_TLS_KEY || undefined;
+  const serverName = env.WINDOW_SIDECAR_TLS_SERVER_NAME || undefined;
+  if (!caFile && !certFile && !keyFile) return undefined;
+  return { caFile, certFile, keyFile, serverName };
+}
+
+function pem(value: string | Buffer | undefined, file: string | undefined, what: string): Buffer | null {
+  if (value !== undefined) return Buffer.isBuffer(value) ? value : Buffer.from(value, "utf8");
+  if (file === undefined) return null;
+  try {
+    return readFileSync(file);
+  } catch (e) {
+    throw new Error(`cannot read the TLS ${what} ${file}: ${e instanceof Error ? e.message : e}`);
+  }
+}
+
+/** @internal The channel credentials and options for a TLS setting. */
+export function channelSecurity(tls: TlsOptions | undefined): { creds: ChannelCredentials; options: ChannelOptions } {
+  if (!tls) return { creds: credentials.createInsecure(), options: {} };
+  const ca = pem(tls.ca, tls.caFile, "CA");
+  const cert = pem(tls.cert, tls.certFile, "certificate");
+  const key = pem(tls.key, tls.keyFile, "key");
+  if ((cert === null) !== (key === null)) {
+    throw new Error("TLS: a client certificate needs its key and a key its certificate (WINDOW_SIDECAR_TLS_CERT and WINDOW_SIDECAR_TLS_KEY)");
+  }
+  const options: ChannelOptions = {};
+  if (tls.serverName) {
+    options["grpc.ssl_target_name_override"] = tls.serverName;
+    options["grpc.default_authority"] = tls.serverName;
+  }
+  return { creds: credentials.createSsl(ca, key, cert), options };
 }
 
 const HealthClient = makeClientConstructor(healthService, "grpc.health.v1.Health");
@@ -740,22 +802,33 @@ const HealthClient = makeClientConstructor(healthService, "grpc.health.v1.Health
 export class WindowClient {
   /** @internal */ readonly stub: WindowServiceClient;
   readonly target: string;
+  /** Whether the channel uses TLS. */
+  readonly tls: boolean;
   private readonly token: string | undefined;
+  private readonly creds: ChannelCredentials;
 
-  /** `target`: any grpc-js target (`host:port`, `unix:/path/to.sock`); default WINDOW_SIDECAR_ADDR, then 127.0.0.1:50051. */
+  /**
+   * `target`: any grpc-js target (`host:port`, `unix:/path/to.sock`); default WINDOW_SIDECAR_ADDR,
+   * then 127.0.0.1:50051. The token and TLS come from the environment unless given in `opts`.
+   */
   constructor(target?: string, opts: ClientOptions = {}) {
     this.target = target || process.env.WINDOW_SIDECAR_ADDR || DEFAULT_TARGET;
     this.token = opts.token ?? (process.env.WINDOW_SIDECAR_TOKEN || undefined);
-    this.stub = new WindowServiceClient(this.target, credentials.createInsecure(), {
+    const tls = opts.tls === false ? undefined : (opts.tls ?? tlsFromEnv());
+    const { creds, options } = channelSecurity(tls);
+    this.tls = tls !== undefined;
+    this.creds = creds;
+    this.stub = new WindowServiceClient(this.target, creds, {
       "grpc.initial_reconnect_backoff_ms": 100,
       "grpc.max_reconnect_backoff_ms": 2_000,
+      ...options,
     });
   }
 
   /**
    * The metadata of every call: the bearer token, when there is one. (grpc-js refuses call
-   * credentials on an insecure channel, and the sidecar is reached in plaintext on localhost
-   * or a Unix socket, so the header is set by hand.)
+   * credentials on an insecure channel, and the sidecar is often reached in plaintext on
+   * localhost or a Unix socket, so the header is set by hand, with or without TLS.)
    */
   metadata(opts: { waitForReady?: boolean } = {}): Metadata {
     const md = new Metadata(opts);
@@ -768,7 +841,7 @@ export class WindowClient {
    * (the sidecar has not reached Redis yet), … Health needs no token on the sidecar.
    */
   health(service = "window_sidecar.v1.WindowService", opts: { timeoutMs?: number } = {}): Promise<string> {
-    const health = new HealthClient(this.target, credentials.createInsecure(), { channelOverride: this.stub.getChannel() });
+    const health = new HealthClient(this.target, this.creds, { channelOverride: this.stub.getChannel() });
     return new Promise((resolve, reject) =>
       health.Check({ service }, this.metadata(), { deadline: Date.now() + (opts.timeoutMs ?? 5_000) },
         (err: ServiceError | null, res?: { status: string }) => (err ? reject(err) : resolve(res!.status))),

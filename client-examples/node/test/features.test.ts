@@ -1,0 +1,154 @@
+// Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
+// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS.
+
+//
+//   npm test
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Metadata, Server, ServerCredentials, status, type ServerDuplexStream, type ServerUnaryCall } from "@grpc/grpc-js";
+import {
+  Framing,
+  OutcomeKind,
+  SubscribeResponse,
+  WindowServiceService,
+  type Batch,
+  type DeepPartial,
+  type Opened,
+  type PublishRequest,
+  type PublishResponse,
+  type SubscribeRequest,
+} from "../src/gen/window_sidecar/v1/window";
+import { channelSecurity, REJECTED_RETRY_MS, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger } from "../src/window-client";
+
+const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
+type Call = ServerDuplexStream<SubscribeRequest, SubscribeResponse>;
+
+/** The messages a client sends on one Subscribe call, read one at a time. */
+class Inbox {
+  private readonly items: SubscribeRequest[] = [];
+  private readonly waiting: Array<(r: SubscribeRequest | undefined) => void> = [];
+  ended = false;
+  constructor(call: Call) {
+    call.on("data", (req: SubscribeRequest) => {
+      const w = this.waiting.shift();
+      if (w) w(req);
+      else this.items.push(req);
+    });
+    call.on("end", () => {
+      this.ended = true;
+      for (const w of this.waiting.splice(0)) w(undefined);
+    });
+  }
+  /** The next message, or undefined once the client half-closed. */
+  next(): Promise<SubscribeRequest | undefined> {
+    const r = this.items.shift();
+    if (r) return Promise.resolve(r);
+    if (this.ended) return Promise.resolve(undefined);
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+  async batch(): Promise<Batch> {
+    const r = await this.next();
+    assert.ok(r?.batch, `expected a batch, got ${JSON.stringify(r)}`);
+    return r.batch;
+  }
+}
+
+interface Fake {
+  target: string;
+  server: Server;
+  published: PublishRequest[];
+  metadata: Metadata[];
+}
+
+const send = (call: Call, msg: DeepPartial<SubscribeResponse>) => call.write(SubscribeResponse.fromPartial(msg));
+const opened = (call: Call) => send(call, { opened: { subscriptionId: "sub-1", consumer: "c", count: 4, maxInFlight: 8 } });
+const delivery = (slot: number, payload: string, extra: Record<string, unknown> = {}) => ({
+  slot, entryId: `${slot}-0`, payload: Buffer.from(payload), deliveryCount: 1, ...extra,
+});
+
+/** A fake sidecar; `script(call, inbox, n)` plays the n-th Subscribe call (from 1). */
+async function fake(
+  script: (call: Call, inbox: Inbox, n: number) => void | Promise<void>,
+  creds: ServerCredentials = ServerCredentials.createInsecure(),
+): Promise<Fake> {
+  const server = new Server();
+  const f: Fake = { target: "", server, published: [], metadata: [] };
+  let calls = 0;
+  server.addService(WindowServiceService, {
+    subscribe: (call: Call) => {
+      calls += 1;
+      f.metadata.push(call.metadata);
+      void script(call, new Inbox(call), calls);
+    },
+    publish: (call: ServerUnaryCall<PublishRequest, PublishResponse>, cb: (e: null, r: PublishResponse) => void) => {
+      f.published.push(call.request);
+      f.metadata.push(call.metadata);
+      cb(null, { ids: call.request.stream ? call.request.entries.map((_, i) => `1-${i}`) : [], receivers: call.request.channel ? call.request.entries.map(() => 2) : [] });
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", creds, (err, p) => (err ? reject(err) : resolve(p))),
+  );
+  f.target = `127.0.0.1:${port}`;
+  return f;
+}
+
+test("TLS settings from the environment", () => {
+  assert.equal(tlsFromEnv({}), undefined);
+  assert.deepEqual(tlsFromEnv({ WINDOW_SIDECAR_TLS_CA: "/ca.pem", WINDOW_SIDECAR_TLS_SERVER_NAME: "sidecar" }), {
+    caFile: "/ca.pem", certFile: undefined, keyFile: undefined, serverName: "sidecar",
+  });
+  assert.throws(() => channelSecurity({ cert: "x" }), /needs its key/);
+  assert.throws(() => channelSecurity({ caFile: "/nonexistent/ca.pem" }), /cannot read the TLS CA/);
+  assert.deepEqual(channelSecurity({ ca: "pem", serverName: "sidecar" }).options, {
+    "grpc.ssl_target_name_override": "sidecar", "grpc.default_authority": "sidecar",
+  });
+});
+
+function haveOpenssl(): boolean {
+  try {
+    execFileSync("openssl", ["version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+test("mutual TLS from WINDOW_SIDECAR_TLS_CA/_CERT/_KEY, with the token beside it", { skip: !haveOpenssl() && "no openssl" }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), "window-client-tls-"));
+  const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "ignore" });
+  try {
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.pem");
+    for (const [name, ext] of [["server", "subjectAltName=IP:127.0.0.1,DNS:localhost"], ["client", "extendedKeyUsage=clientAuth"]]) {
+      ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", `/CN=${name}`, "-keyout", `${name}.key`, "-out", `${name}.csr`);
+      writeFileSync(join(dir, `${name}.ext`), ext + "\n");
+      ssl("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1", "-extfile", `${name}.ext`, "-out", `${name}.pem`);
+    }
+    const file = (n: string) => readFileSync(join(dir, n));
+    const f = await fake(() => {}, ServerCredentials.createSsl(file("ca.pem"), [{ private_key: file("server.key"), cert_chain: file("server.pem") }], true));
+    const env = { WINDOW_SIDECAR_TLS_CA: join(dir, "ca.pem"), WINDOW_SIDECAR_TLS_CERT: join(dir, "client.pem"), WINDOW_SIDECAR_TLS_KEY: join(dir, "client.key"), WINDOW_SIDECAR_TOKEN: "t0ken" };
+    Object.assign(process.env, env);
+    const client = new WindowClient(`localhost:${f.target.split(":")[1]}`);
+    const byName = new WindowClient(f.target, { tls: { caFile: env.WINDOW_SIDECAR_TLS_CA, certFile: env.WINDOW_SIDECAR_TLS_CERT, keyFile: env.WINDOW_SIDECAR_TLS_KEY, serverName: "localhost" } });
+    for (const k of Object.keys(env)) delete process.env[k];
+    const plain = new WindowClient(f.target, { tls: false });
+    try {
+      assert.equal(client.tls, true);
+      assert.deepEqual(await client.publish("s", ["x"]), ["1-0"]);
+      assert.equal(f.metadata.at(-1)?.get("authorization")[0], "Bearer t0ken");
+      assert.deepEqual(await byName.publish("s", ["x"]), ["1-0"]);
+      await assert.rejects(plain.publish("s", ["x"], { timeoutMs: 1_000 }), (e: { code?: number }) => e.code === status.UNAVAILABLE || e.code === status.DEADLINE_EXCEEDED);
+    } finally {
+      for (const c of [client, byName, plain]) c.close();
+      f.server.forceShutdown();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
