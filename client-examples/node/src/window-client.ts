@@ -729,6 +729,29 @@ export interface PublishInput {
   trace?: TraceContext;
 }
 
+/**
+ * Where publish() writes: a string is a stream key; otherwise exactly one of a stream (XADD), a
+ * list (LPUSH, where list subscriptions read), a channel (PUBLISH) or a sharded channel (SPUBLISH).
+ */
+export type PublishTarget = string | { stream: string } | { list: string } | { channel: string } | { shardedChannel: string };
+
+export interface PublishOptions {
+  /** Streams: trims the stream to about this many entries (XADD MAXLEN ~). */
+  maxLen?: number;
+  /** How long to wait for the sidecar to be reachable and answer (default 30000). */
+  timeoutMs?: number;
+  /** Lists and channels: write the payload alone, no frame with headers (`FRAMING_RAW`; headers are refused). */
+  raw?: boolean;
+}
+
+/** What the sidecar answers to a publish. */
+export interface PublishResult {
+  /** Streams: the id of each entry, in order. */
+  ids: string[];
+  /** Channels: how many subscribers received each entry, in order. */
+  receivers: number[];
+}
+
 /** TLS to the sidecar. PEM contents (`ca`, `cert`, `key`) or the files holding them (`caFile`, …). */
 export interface TlsOptions {
   /** The CA to verify the sidecar's certificate against (default: the system's roots). */
@@ -849,10 +872,18 @@ export class WindowClient {
   }
 
   /**
-   * Appends entries in one call and returns their ids. Waits for the sidecar to be reachable
-   * (timeoutMs); never retried once sent, since XADD is not idempotent.
+   * Writes entries in one call: appends them to a stream (a string `to` is a stream key),
+   * pushes them onto a list or publishes them on a channel, and returns the stream ids (empty
+   * for lists and channels). Waits for the sidecar to be reachable (timeoutMs); never retried
+   * once sent, since XADD, LPUSH and PUBLISH are not idempotent.
    */
-  publish(stream: string, entries: Array<string | Buffer | PublishInput>, opts: { maxLen?: number; timeoutMs?: number } = {}): Promise<string[]> {
+  async publish(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<string[]> {
+    return (await this.publishResult(to, entries, opts)).ids;
+  }
+
+  /** publish(), answering with the whole result: the stream ids, or the receivers per channel message. */
+  publishResult(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<PublishResult> {
+    const target = typeof to === "string" ? { stream: to } : to;
     const msgs: PublishEntry[] = entries.map((e) => {
       const input: PublishInput = typeof e === "string" || Buffer.isBuffer(e) ? { payload: e } : e;
       return {
@@ -865,17 +896,17 @@ export class WindowClient {
     return new Promise((resolve, reject) => {
       this.stub.publish(
         {
-          stream,
+          stream: "stream" in target ? target.stream : "",
+          list: "list" in target ? target.list : "",
+          channel: "channel" in target ? target.channel : "",
+          shardedChannel: "shardedChannel" in target ? target.shardedChannel : "",
           entries: msgs,
           maxLen: opts.maxLen ?? 0,
-          list: "",
-          channel: "",
-          shardedChannel: "",
-          framing: Framing.FRAMING_UNSPECIFIED,
+          framing: opts.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
         },
         this.metadata({ waitForReady: true }),
         { deadline: Date.now() + (opts.timeoutMs ?? 30_000) },
-        (err, res) => (err ? reject(err) : resolve(res!.ids)),
+        (err, res) => (err ? reject(err) : resolve({ ids: res!.ids, receivers: res!.receivers })),
       );
     });
   }

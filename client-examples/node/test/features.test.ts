@@ -1,5 +1,5 @@
 // Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
-// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS.
+// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS and publish targets.
 
 //
 //   npm test
@@ -97,6 +97,27 @@ async function fake(
   f.target = `127.0.0.1:${port}`;
   return f;
 }
+
+test("publish: to a stream, a list, a channel and a sharded channel, raw or framed", async () => {
+  const f = await fake(() => {});
+  const client = new WindowClient(f.target);
+  try {
+    assert.deepEqual(await client.publish("orders", ["a", { payload: "b", headers: { k: "v" } }], { maxLen: 10 }), ["1-0", "1-1"]);
+    assert.deepEqual(await client.publish({ list: "jobs" }, ["j"]), []);
+    assert.deepEqual(await client.publishResult({ channel: "events" }, ["e"], { raw: true }), { ids: [], receivers: [2] });
+    await client.publish({ shardedChannel: "shard" }, ["s"]);
+  } finally {
+    client.close();
+    f.server.forceShutdown();
+  }
+  const [stream, list, channel, sharded] = f.published;
+  assert.deepEqual([stream.stream, stream.list, stream.channel, stream.shardedChannel, stream.maxLen], ["orders", "", "", "", 10]);
+  assert.deepEqual(stream.entries[1].headers, { k: "v" });
+  assert.deepEqual([list.stream, list.list], ["", "jobs"]);
+  assert.deepEqual([channel.channel, channel.framing], ["events", Framing.FRAMING_RAW]);
+  assert.equal(list.framing, Framing.FRAMING_UNSPECIFIED);
+  assert.equal(sharded.shardedChannel, "shard");
+});
 
 test("TLS settings from the environment", () => {
   assert.equal(tlsFromEnv({}), undefined);
