@@ -220,6 +220,8 @@ export interface Stats {
   flushes: number;
   failedFlushes: number;
   rejections: number;
+  /** Flush reports that came inside a read (`reportsInReads`). */
+  reportsInReads: number;
   outcomes: Record<string, number>;
 }
 
@@ -282,6 +284,17 @@ export interface WindowOptions {
   deadLetter?: string;
   /** Lists and pub/sub: values are opaque payloads, not frames with headers. */
   raw?: boolean;
+  /**
+   * Plain acks (no reason, no trace context) go in the packed `Batch.acks` field instead of one
+   * `Outcome` each: smaller messages under load, the same effect. Default false.
+   */
+  packedAcks?: boolean;
+  /**
+   * Asks the sidecar for `Open.reports_in_reads`: a flush report that rode on the next read
+   * comes inside that read's message (one message per read each way). The client handles such
+   * reports exactly like the others (`onFlush`). Default false.
+   */
+  reportsInReads?: boolean;
   onFlush?: (event: FlushEvent) => void | Promise<void>;
   /**
    * Called for each refused command or outcome, after the helper has applied its rule (a
@@ -307,8 +320,7 @@ export function openMessage(o: SubscribeOptions): Open {
     mode: o.atomic ? Mode.MODE_ATOMIC : Mode.MODE_UNSPECIFIED,
     maxInFlight: o.maxInFlight ?? 0,
     maxDeliveries: o.maxDeliveries ?? 0,
-    // Reports come in messages of their own (this helper does not read `Read.flushed`).
-    reportsInReads: false,
+    reportsInReads: o.reportsInReads ?? false,
     framing: o.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
   };
   if ("stream" in o) {
@@ -365,7 +377,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 export class Subscription implements AsyncIterable<Delivery> {
   opened: Opened | undefined;
   readonly stats: Stats = {
-    opens: 0, reconnects: 0, reads: 0, deliveries: 0, batches: 0, flushes: 0, failedFlushes: 0, rejections: 0, outcomes: {},
+    opens: 0, reconnects: 0, reads: 0, deliveries: 0, batches: 0, flushes: 0, failedFlushes: 0, rejections: 0,
+    reportsInReads: 0, outcomes: {},
   };
   private readonly log: Logger;
   private readonly queue: Delivery[] = [];
@@ -543,8 +556,18 @@ export class Subscription implements AsyncIterable<Delivery> {
       const d = st.slots.get(o.slot);
       if (d) d.sent = true;
     }
-    // Outcomes carry their kind each; the packed `acks` field is for clients that batch acks.
-    st.call.write({ batch: { commands, outcomes, acks: [], extend: [] } });
+    // With packedAcks, plain acks (no reason, no trace) go as bare slots in `acks`. The sidecar
+    // applies them after `outcomes`; outcomes of distinct slots do not depend on their order.
+    const acks: number[] = [];
+    let rest = outcomes;
+    if (this.opts.packedAcks) {
+      rest = [];
+      for (const o of outcomes) {
+        if (o.kind === OutcomeKind.OUTCOME_KIND_ACK && !o.reason && !o.trace) acks.push(o.slot);
+        else rest.push(o);
+      }
+    }
+    st.call.write({ batch: { commands, outcomes: rest, acks, extend: [] } });
     this.stats.batches += 1;
   }
 
@@ -622,8 +645,14 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   private async handle(st: StreamState, msg: SubscribeResponse): Promise<void> {
     if (msg.opened) this.onOpened(st, msg.opened);
-    else if (msg.read) this.onRead(st, msg.read);
-    else if (msg.flush) await this.onFlush(st, msg.flush);
+    else if (msg.read) {
+      if (msg.read.flushed) {
+        // The report of the flush this read rode on (reportsInReads): an earlier read's.
+        this.stats.reportsInReads += 1;
+        await this.onFlush(st, msg.read.flushed);
+      }
+      this.onRead(st, msg.read);
+    } else if (msg.flush) await this.onFlush(st, msg.flush);
     else if (msg.rejections) await this.onRejections(st, msg.rejections.rejections);
   }
 

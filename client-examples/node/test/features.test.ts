@@ -1,5 +1,5 @@
 // Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
-// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS and publish targets.
+// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS, publish targets and packed acks, reports in reads.
 
 //
 //   npm test
@@ -97,6 +97,66 @@ async function fake(
   f.target = `127.0.0.1:${port}`;
   return f;
 }
+
+test("packed acks: plain acks go as slots in Batch.acks, the other outcomes as outcomes", async () => {
+  let batch: Batch | undefined;
+  const f = await fake(async (call, inbox) => {
+    const open = (await inbox.next())!.open!;
+    assert.equal(open.reportsInReads, false);
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "a"), delivery(2, "b"), delivery(3, "c")] } });
+    batch = await inbox.batch();
+    send(call, { flush: { readId: 1, settles: 3, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target, { tls: false });
+  const sub = client.subscribe({ stream: "s", group: "g", packedAcks: true, logger: quiet, onFlush: () => sub.stop() });
+  for await (const d of sub) {
+    if (d.slot === 2) d.drop("bad");
+    else d.queue("INCR", "n").ack();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.ok(batch);
+  assert.deepEqual(batch.acks, [1, 3]);
+  assert.deepEqual(batch.outcomes.map((o) => [o.slot, o.kind, o.reason]), [[2, OutcomeKind.OUTCOME_KIND_DROP, "bad"]]);
+  assert.deepEqual(batch.commands.map((c) => c.slot), [1, 3]);
+});
+
+test("reports in reads: asked for in the Open, and a read's flushed report reaches onFlush before its deliveries", async () => {
+  const order: string[] = [];
+  const f = await fake(async (call, inbox) => {
+    const open = (await inbox.next())!.open!;
+    assert.equal(open.reportsInReads, true);
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "a")] } });
+    await inbox.batch();
+    send(call, { read: { readId: 2, deliveries: [delivery(2, "b")], flushed: { readId: 1, settles: 1, ok: true, segmentsKept: 1 } } });
+    await inbox.batch();
+    send(call, { flush: { readId: 2, settles: 1, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const sub = client.subscribe({
+    stream: "s", group: "g", reportsInReads: true, logger: quiet,
+    onFlush: (ev: FlushEvent) => {
+      order.push(`flush ${ev.report.readId} ${ev.settled.map((d) => d.slot).join(",")}`);
+      if (ev.report.readId === 2) sub.stop();
+    },
+  });
+  for await (const d of sub) {
+    order.push(`delivery ${d.slot}`);
+    d.ack();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(order, ["delivery 1", "flush 1 1", "delivery 2", "flush 2 2"]);
+  assert.equal(sub.stats.reportsInReads, 1);
+});
 
 test("publish: to a stream, a list, a channel and a sharded channel, raw or framed", async () => {
   const f = await fake(() => {});
