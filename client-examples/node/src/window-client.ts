@@ -222,6 +222,8 @@ export interface Stats {
   rejections: number;
   /** Flush reports that came inside a read (`reportsInReads`). */
   reportsInReads: number;
+  /** Deliveries whose handler (`run`) threw: each was settled with retryAfter(REJECTED_RETRY_MS). */
+  handlerFailures: number;
   outcomes: Record<string, number>;
 }
 
@@ -378,7 +380,7 @@ export class Subscription implements AsyncIterable<Delivery> {
   opened: Opened | undefined;
   readonly stats: Stats = {
     opens: 0, reconnects: 0, reads: 0, deliveries: 0, batches: 0, flushes: 0, failedFlushes: 0, rejections: 0,
-    reportsInReads: 0, outcomes: {},
+    reportsInReads: 0, handlerFailures: 0, outcomes: {},
   };
   private readonly log: Logger;
   private readonly queue: Delivery[] = [];
@@ -402,7 +404,7 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   /** Starts the subscription (iterating does it too). */
   start(): this {
-    if (!this.running) this.running = this.run();
+    if (!this.running) this.running = this.loop();
     return this;
   }
 
@@ -434,6 +436,44 @@ export class Subscription implements AsyncIterable<Delivery> {
       d.stream.handedUnsettled += 1;
       return { done: false, value: d };
     }
+  }
+
+  /**
+   * The handler style of `for await (const d of sub)`: calls `handler(d)` (plain or async) for
+   * each delivery until `stop()` (or a subscription error, which it throws). At most
+   * `concurrency` handlers run at once (default 1: one after the other).
+   *
+   * The rule for a failed handler, the same in every language's client: a delivery the handler
+   * returns without settling is acked (so a handler may only queue commands); one whose handler
+   * throws (or whose promise rejects) before settling it is settled with
+   * `retryAfter(REJECTED_RETRY_MS, "handler failed: <error>")`: never acked, never dropped, so
+   * with `maxDeliveries` and `deadLetter` a poison entry ends in the dead letter.
+   */
+  async run(handler: (delivery: Delivery) => void | Promise<void>, opts: { concurrency?: number } = {}): Promise<void> {
+    const limit = Math.max(1, Math.floor(opts.concurrency ?? 1));
+    const active = new Set<Promise<void>>();
+    try {
+      for await (const d of this) {
+        const p: Promise<void> = this.handleOne(handler, d).finally(() => active.delete(p));
+        active.add(p);
+        if (active.size >= limit) await Promise.race(active);
+      }
+    } finally {
+      await Promise.all(active);
+    }
+  }
+
+  private async handleOne(handler: (delivery: Delivery) => void | Promise<void>, d: Delivery): Promise<void> {
+    try {
+      await handler(d);
+    } catch (e) {
+      const message = e instanceof Error ? e.message : String(e);
+      this.stats.handlerFailures += 1;
+      this.log.warn(`handler failed on ${d.entryId} (slot ${d.slot}): ${e instanceof Error ? e.stack ?? message : message}`);
+      if (!d.settled) d.retryAfter(REJECTED_RETRY_MS, `handler failed: ${message}`);
+      return;
+    }
+    if (!d.settled) d.ack();
   }
 
   private wake(): void {
@@ -573,7 +613,7 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   // -- the stream loop ----------------------------------------------------------------------
 
-  private async run(): Promise<void> {
+  private async loop(): Promise<void> {
     let attempt = 0;
     try {
       while (!this.closing) {

@@ -1,5 +1,5 @@
 // Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
-// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS, publish targets and packed acks, reports in reads.
+// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS, publish targets, packed acks, reports in reads and the handler API and its rule for a failed handler.
 
 //
 //   npm test
@@ -156,6 +156,48 @@ test("reports in reads: asked for in the Open, and a read's flushed report reach
   f.server.forceShutdown();
   assert.deepEqual(order, ["delivery 1", "flush 1 1", "delivery 2", "flush 2 2"]);
   assert.equal(sub.stats.reportsInReads, 1);
+});
+
+test("run(): a handler that returns acks, one that throws retries after 1 s with the reason, never acked", async () => {
+  let batch: Batch | undefined;
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "ok"), delivery(2, "boom"), delivery(3, "async-boom"), delivery(4, "settled")] } });
+    batch = await inbox.batch();
+    send(call, { flush: { readId: 1, settles: 4, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const sub = client.subscribe({ stream: "s", group: "g", logger: quiet, onFlush: () => sub.stop() });
+  await sub.run(
+    async (d) => {
+      d.queue("INCR", d.payload.toString());
+      const p = d.payload.toString();
+      if (p === "boom") throw new Error("no such order");
+      if (p === "async-boom") await Promise.reject(new Error("later"));
+      if (p === "settled") {
+        d.drop("gone");
+        throw new Error("after the outcome");
+      }
+    },
+    { concurrency: 4 },
+  );
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.ok(batch);
+  const bySlot = new Map(batch.outcomes.map((o) => [o.slot, o]));
+  assert.equal(bySlot.get(1)?.kind, OutcomeKind.OUTCOME_KIND_ACK);
+  for (const [slot, msg] of [[2, "no such order"], [3, "later"]] as const) {
+    const o = bySlot.get(slot)!;
+    assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_RETRY_AFTER);
+    assert.deepEqual(o.delay, { seconds: REJECTED_RETRY_MS / 1000, nanos: 0 });
+    assert.equal(o.reason, `handler failed: ${msg}`);
+  }
+  assert.equal(bySlot.get(4)?.kind, OutcomeKind.OUTCOME_KIND_DROP);
+  assert.equal(sub.stats.handlerFailures, 3);
 });
 
 test("publish: to a stream, a list, a channel and a sharded channel, raw or framed", async () => {
