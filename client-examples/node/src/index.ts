@@ -16,6 +16,7 @@ export {
   tlsFromEnv,
   type Arg,
   type ClientOptions,
+  type OpenedInfo,
   type PublishOptions,
   type PublishResult,
   type PublishTarget,
@@ -32,7 +33,7 @@ export {
   type PubSubSourceOptions,
   type WindowOptions,
 } from "./window-client";
-export type { FlushReport, Opened, Rejection, TraceContext } from "./gen/window_sidecar/v1/window";
+export type { Draining, FlushReport, Opened, Rejection, TraceContext } from "./gen/window_sidecar/v1/window";
 export { RejectionReason, rejectionReasonToJSON } from "./gen/window_sidecar/v1/window";
 /** The generated messages and the raw @grpc/grpc-js stub (WindowServiceClient), for what the helper does not cover. */
 export * as proto from "./gen/window_sidecar/v1/window";

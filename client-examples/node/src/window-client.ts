@@ -30,6 +30,7 @@ import {
   rejectionReasonToJSON,
   modeToJSON,
   type Delivery as DeliveryMsg,
+  type Draining,
   type FlushReport,
   type Open,
   type Opened,
@@ -222,11 +223,20 @@ export interface Stats {
   rejections: number;
   /** Flush reports that came inside a read (`reportsInReads`). */
   reportsInReads: number;
+  /** Draining messages: sidecars that shut down gracefully under this subscription. */
+  drains: number;
   /** Deliveries whose handler (`run`) threw: each was settled with retryAfter(REJECTED_RETRY_MS). */
   handlerFailures: number;
   outcomes: Record<string, number>;
 }
 
+/** What `onOpened` is told besides the `Opened` message. */
+export interface OpenedInfo {
+  /** False for the subscription's first open, true for every open after it (after a reconnect or a drain). */
+  resubscribed: boolean;
+  /** How many times the subscription has been opened, this one included. */
+  opens: number;
+}
 
 /** A Redis Stream read through a consumer group (at least once). */
 export interface StreamSourceOptions {
@@ -299,6 +309,18 @@ export interface WindowOptions {
   reportsInReads?: boolean;
   onFlush?: (event: FlushEvent) => void | Promise<void>;
   /**
+   * Called each time the sidecar confirms the subscription: after the first open and after every
+   * resubscription (a reconnect, or the next sidecar after a drain; `info.resubscribed`).
+   */
+  onOpened?: (opened: Opened, info: OpenedInfo) => void | Promise<void>;
+  /**
+   * Called when the sidecar starts its graceful shutdown (a `Draining` message): the client
+   * has stopped handing out this stream's deliveries, has sent what was settled, and sends each
+   * outcome of what the application still holds as soon as it is settled, within
+   * `draining.grace`. The stream then ends and the client resubscribes (to the next sidecar).
+   */
+  onDraining?: (draining: Draining) => void | Promise<void>;
+  /**
    * Called for each refused command or outcome, after the helper has applied its rule (a
    * delivery with a refused command is settled with retryAfter(REJECTED_RETRY_MS)): observe, log, count.
    */
@@ -366,6 +388,8 @@ export class StreamState {
   handedUnsettled = 0;
   outbox: Array<{ commands: QueuedCommand[]; outcomes: Outcome[] }> = [];
   outboxScheduled = false;
+  /** The sidecar sent Draining: nothing more is handed out, settled outcomes go out at once. */
+  draining = false;
   drained: Array<() => void> = [];
   constructor(
     readonly gen: number,
@@ -380,7 +404,7 @@ export class Subscription implements AsyncIterable<Delivery> {
   opened: Opened | undefined;
   readonly stats: Stats = {
     opens: 0, reconnects: 0, reads: 0, deliveries: 0, batches: 0, flushes: 0, failedFlushes: 0, rejections: 0,
-    reportsInReads: 0, handlerFailures: 0, outcomes: {},
+    reportsInReads: 0, drains: 0, handlerFailures: 0, outcomes: {},
   };
   private readonly log: Logger;
   private readonly queue: Delivery[] = [];
@@ -430,8 +454,8 @@ export class Subscription implements AsyncIterable<Delivery> {
         await new Promise<void>((resolve) => (this.waiter = resolve));
         continue;
       }
-      // From a lost stream: not handed out, the sidecar delivers it again.
-      if (!d.stream.alive) continue;
+      // From a lost or draining stream: not handed out, the sidecar delivers it again.
+      if (!d.stream.alive || d.stream.draining) continue;
       d.handed = true;
       d.stream.handedUnsettled += 1;
       return { done: false, value: d };
@@ -561,7 +585,9 @@ export class Subscription implements AsyncIterable<Delivery> {
     rd.outcomes.push(outcome);
     rd.unsettled -= 1;
     const linger = this.opts.lingerMs === undefined ? 250 : this.opts.lingerMs;
-    if (rd.unsettled === 0) this.send(st, rd);
+    // Draining: the read will not complete (what was not handed out is abandoned), and the
+    // grace is short, so every outcome goes out as soon as it is settled.
+    if (rd.unsettled === 0 || st.draining) this.send(st, rd);
     else if (rd.timer === undefined && linger !== null) rd.timer = setTimeout(() => this.send(st, rd), linger);
   }
 
@@ -684,7 +710,7 @@ export class Subscription implements AsyncIterable<Delivery> {
   }
 
   private async handle(st: StreamState, msg: SubscribeResponse): Promise<void> {
-    if (msg.opened) this.onOpened(st, msg.opened);
+    if (msg.opened) await this.onOpened(st, msg.opened);
     else if (msg.read) {
       if (msg.read.flushed) {
         // The report of the flush this read rode on (reportsInReads): an earlier read's.
@@ -694,9 +720,30 @@ export class Subscription implements AsyncIterable<Delivery> {
       this.onRead(st, msg.read);
     } else if (msg.flush) await this.onFlush(st, msg.flush);
     else if (msg.rejections) await this.onRejections(st, msg.rejections.rejections);
+    else if (msg.draining) await this.onDraining(st, msg.draining);
   }
 
-  private onOpened(st: StreamState, opened: Opened): void {
+  /**
+   * The sidecar is shutting down: no more reads come, and outcomes sent within the grace are
+   * still flushed. Deliveries not handed out yet are not handed out (the sidecar abandons them:
+   * they stay pending and come back); what is settled goes out now, and what the application
+   * still holds goes out as soon as it is settled. The stream then ends with UNAVAILABLE and the
+   * subscription resubscribes, to the next sidecar.
+   */
+  private async onDraining(st: StreamState, draining: Draining): Promise<void> {
+    st.draining = true;
+    this.stats.drains += 1;
+    const grace = draining.grace ? draining.grace.seconds * 1000 + Math.round(draining.grace.nanos / 1e6) : 0;
+    this.log.info(
+      `the sidecar is draining (grace ${grace} ms, ${draining.outstanding} outstanding, ${st.handedUnsettled} held here): ` +
+        `sending settled outcomes now`,
+    );
+    for (let i = this.queue.length - 1; i >= 0; i--) if (this.queue[i].stream === st) this.queue.splice(i, 1);
+    for (const rd of st.reads.values()) this.send(st, rd);
+    if (this.opts.onDraining) await this.callback(() => this.opts.onDraining!(draining));
+  }
+
+  private async onOpened(st: StreamState, opened: Opened): Promise<void> {
     st.opened = opened;
     this.opened = opened;
     this.stats.opens += 1;
@@ -705,6 +752,8 @@ export class Subscription implements AsyncIterable<Delivery> {
         `${describe(this.opts)} (count ${opened.count}, max in flight ${opened.maxInFlight}, ` +
         `mode ${modeToJSON(opened.mode)}, ${opened.subscriptionId})`,
     );
+    const info: OpenedInfo = { resubscribed: this.stats.opens > 1, opens: this.stats.opens };
+    if (this.opts.onOpened) await this.callback(() => this.opts.onOpened!(opened, info));
   }
 
   private onRead(st: StreamState, read: Read): void {

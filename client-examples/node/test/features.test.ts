@@ -1,5 +1,5 @@
 // Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
-// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS, publish targets, packed acks, reports in reads and the handler API and its rule for a failed handler.
+// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS, publish targets, packed acks, reports in reads, the handler API and its rule for a failed handler and draining and resubscribing.
 
 //
 //   npm test
@@ -22,7 +22,7 @@ import {
   type PublishResponse,
   type SubscribeRequest,
 } from "../src/gen/window_sidecar/v1/window";
-import { channelSecurity, REJECTED_RETRY_MS, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger } from "../src/window-client";
+import { channelSecurity, REJECTED_RETRY_MS, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger, type OpenedInfo } from "../src/window-client";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
@@ -158,6 +158,57 @@ test("reports in reads: asked for in the Open, and a read's flushed report reach
   assert.equal(sub.stats.reportsInReads, 1);
 });
 
+test("draining: nothing more is handed out, the held delivery's outcome goes out at once, then the client resubscribes", async () => {
+  const handled: string[] = [];
+  const events: string[] = [];
+  let drainBatch: Batch | undefined;
+  const f = await fake(async (call, inbox, n) => {
+    await inbox.next(); // open
+    opened(call);
+    if (n === 1) {
+      send(call, { read: { readId: 1, deliveries: [delivery(1, "held"), delivery(2, "queued")] } });
+      await new Promise((r) => setTimeout(r, 50));
+      send(call, { draining: { grace: { seconds: 5, nanos: 0 }, outstanding: 2 } });
+      drainBatch = await inbox.batch();
+      send(call, { flush: { readId: 1, settles: 1, ok: true } });
+      call.emit("error", { code: status.UNAVAILABLE, details: "window-sidecar is shutting down" });
+      return;
+    }
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "queued", { deliveryCount: 2 })] } });
+    await inbox.batch();
+    send(call, { flush: { readId: 1, settles: 1, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const sub = client.subscribe({
+    stream: "s", group: "g", logger: quiet, backoff: { initialMs: 10, maxMs: 20 },
+    lingerMs: null, // only the drain may send the held outcome before the read completes
+    onOpened: (_o: Opened, info: OpenedInfo) => {
+      events.push(info.resubscribed ? "resubscribed" : "opened");
+    },
+    onDraining: (d) => {
+      events.push(`draining ${d.outstanding}`);
+    },
+    onFlush: (ev) => {
+      if (ev.deliveries.some((d) => d.deliveryCount === 2)) sub.stop();
+    },
+  });
+  await sub.run(async (d: Delivery) => {
+    handled.push(`${d.payload} ${d.deliveryCount}`);
+    if (d.payload.toString() === "held") await new Promise((r) => setTimeout(r, 200));
+  });
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(handled, ["held 1", "queued 2"]);
+  assert.deepEqual(events, ["opened", "draining 2", "resubscribed"]);
+  assert.ok(drainBatch);
+  assert.deepEqual(drainBatch.outcomes.map((o) => [o.slot, o.kind]), [[1, OutcomeKind.OUTCOME_KIND_ACK]]);
+  assert.equal(sub.stats.drains, 1);
+  assert.equal(sub.stats.opens, 2);
+});
+
 test("run(): a handler that returns acks, one that throws retries after 1 s with the reason, never acked", async () => {
   let batch: Batch | undefined;
   const f = await fake(async (call, inbox) => {
@@ -198,6 +249,38 @@ test("run(): a handler that returns acks, one that throws retries after 1 s with
   }
   assert.equal(bySlot.get(4)?.kind, OutcomeKind.OUTCOME_KIND_DROP);
   assert.equal(sub.stats.handlerFailures, 3);
+});
+
+test("a subscription whose stream ends with UNAVAILABLE or ALREADY_EXISTS resubscribes with the same Open", async () => {
+  const opens: string[] = [];
+  const f = await fake(async (call, inbox, n) => {
+    const open = (await inbox.next())!.open!;
+    opens.push(JSON.stringify(open));
+    if (n < 3) {
+      call.emit("error", n === 1 ? { code: status.UNAVAILABLE, details: "gone" } : { code: status.ALREADY_EXISTS, details: "consumer c is held" });
+      return;
+    }
+    opened(call);
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const infos: OpenedInfo[] = [];
+  const sub = client.subscribe({
+    stream: "s", group: "g", consumer: "c", logger: quiet, backoff: { initialMs: 5, maxMs: 10 },
+    onOpened: (_o, info) => {
+      infos.push(info);
+      sub.stop();
+    },
+  });
+  await sub.run(() => {});
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.equal(opens.length, 3);
+  assert.equal(new Set(opens).size, 1);
+  assert.deepEqual(infos, [{ resubscribed: false, opens: 1 }]);
+  assert.equal(sub.stats.reconnects, 2);
 });
 
 test("publish: to a stream, a list, a channel and a sharded channel, raw or framed", async () => {
