@@ -80,7 +80,7 @@ check "npm pack made the tarball" "$(basename "$tarball")" "window-sidecar-clien
 tar tzf "$tarball" | sort >"$work/tarball.txt"
 # Exactly the compiled client, its types and the generated code, with package.json and README.md.
 check "the tarball's files" "$(sed 's#^package/##' "$work/tarball.txt" | paste -sd' ')" \
-  "$(printf '%s\n' README.md package.json dist/{index,window-client,gen/google/protobuf/duration,gen/window_sidecar/v1/window}.{d.ts,js} \
+  "$(printf '%s\n' README.md package.json dist/{index,tracing,window-client,gen/google/protobuf/duration,gen/window_sidecar/v1/window}.{d.ts,js} \
     | sort | paste -sd' ')"
 
 app="$work/app"

@@ -44,6 +44,7 @@ import {
   type TraceContext,
 } from "./gen/window_sidecar/v1/window";
 import type { Duration } from "./gen/google/protobuf/duration";
+import { activeTrace, DeliverySpan } from "./tracing";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
@@ -121,6 +122,8 @@ export class Delivery {
   /** @internal */ commands: QueuedCommand[] = [];
   /** @internal */ sent = false;
   /** @internal */ handed = false;
+  /** @internal The OpenTelemetry span of its handling (with @opentelemetry/api installed). */
+  span: DeliverySpan | undefined;
 
   /** @internal */
   constructor(
@@ -152,6 +155,16 @@ export class Delivery {
   /** False once its stream is gone: settling then does nothing, the entry comes back. */
   get live(): boolean {
     return this.stream.alive;
+  }
+
+  /**
+   * Runs `fn` with the delivery's OpenTelemetry context active: a span ("process <source>", kind
+   * CONSUMER) whose parent is the delivery's trace context, so spans the application starts in
+   * `fn` join the producer's trace. `Subscription.run` calls the handler this way. Without
+   * @opentelemetry/api installed it just calls `fn`.
+   */
+  runInContext<T>(fn: () => T): T {
+    return this.span ? this.span.with(fn) : fn();
   }
 
   /** Queues a Redis command as a side effect: it runs only if the delivery is acked. */
@@ -189,6 +202,11 @@ export class Delivery {
       throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`);
     }
     this.outcome = name;
+    if (this.span) {
+      const trace = this.span.outcomeTrace();
+      if (trace) outcome.trace = trace;
+      this.span.end(name);
+    }
     this.sub._settled(this, outcome);
   }
 }
@@ -331,6 +349,12 @@ export interface WindowOptions {
   /** How long close() waits for handed-out deliveries to be settled. */
   closeTimeoutMs?: number;
   logger?: Logger;
+  /**
+   * OpenTelemetry (with @opentelemetry/api installed): a span per delivery handed out, whose
+   * parent is the delivery's trace context, ended when the delivery is settled. Default true;
+   * false: no spans.
+   */
+  tracing?: boolean;
 }
 
 export type SubscribeOptions = SourceOptions & WindowOptions;
@@ -458,14 +482,32 @@ export class Subscription implements AsyncIterable<Delivery> {
       if (!d.stream.alive || d.stream.draining) continue;
       d.handed = true;
       d.stream.handedUnsettled += 1;
+      if (this.opts.tracing !== false) d.span = this.startSpan(d);
       return { done: false, value: d };
     }
   }
 
+  private startSpan(d: Delivery): DeliverySpan | undefined {
+    const o = this.opts;
+    const destination = "stream" in o ? o.stream : "reliableList" in o ? o.reliableList : "simpleList" in o ? o.simpleList : d.channel;
+    const attributes: Record<string, string | number> = {
+      "messaging.system": "redis",
+      "messaging.operation.type": "process",
+      "messaging.destination.name": destination,
+      "messaging.message.id": d.entryId,
+      "window.slot": d.slot,
+      "window.delivery_count": d.deliveryCount,
+    };
+    if ("stream" in o) attributes["messaging.consumer.group.name"] = o.group;
+    if (this.opened?.consumer) attributes["window.consumer"] = this.opened.consumer;
+    return DeliverySpan.start(`process ${destination}`, d.trace, attributes);
+  }
+
   /**
    * The handler style of `for await (const d of sub)`: calls `handler(d)` (plain or async) for
-   * each delivery until `stop()` (or a subscription error, which it throws). At most
-   * `concurrency` handlers run at once (default 1: one after the other).
+   * each delivery until `stop()` (or a subscription error, which it throws), with the
+   * delivery's OpenTelemetry context active (`Delivery.runInContext`). At most `concurrency`
+   * handlers run at once (default 1: one after the other).
    *
    * The rule for a failed handler, the same in every language's client: a delivery the handler
    * returns without settling is acked (so a handler may only queue commands); one whose handler
@@ -489,7 +531,7 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   private async handleOne(handler: (delivery: Delivery) => void | Promise<void>, d: Delivery): Promise<void> {
     try {
-      await handler(d);
+      await d.runInContext(() => handler(d));
     } catch (e) {
       const message = e instanceof Error ? e.message : String(e);
       this.stats.handlerFailures += 1;
@@ -836,7 +878,10 @@ export class Subscription implements AsyncIterable<Delivery> {
     if (!st || !st.alive) return;
     st.alive = false;
     for (const r of st.drained.splice(0)) r();
-    for (const rd of st.reads.values()) if (rd.timer !== undefined) clearTimeout(rd.timer);
+    for (const rd of st.reads.values()) {
+      if (rd.timer !== undefined) clearTimeout(rd.timer);
+      for (const d of rd.deliveries) if (d.outcome === undefined) d.span?.end("abandoned");
+    }
     st.outbox = [];
   }
 }
@@ -844,6 +889,7 @@ export class Subscription implements AsyncIterable<Delivery> {
 export interface PublishInput {
   payload: string | Buffer;
   headers?: Record<string, string>;
+  /** The entry's W3C trace context; default: the active OpenTelemetry context, if any (see `injectTrace`). */
   trace?: TraceContext;
 }
 
@@ -860,6 +906,11 @@ export interface PublishOptions {
   timeoutMs?: number;
   /** Lists and channels: write the payload alone, no frame with headers (`FRAMING_RAW`; headers are refused). */
   raw?: boolean;
+  /**
+   * With @opentelemetry/api installed, entries that carry no `trace` get the active context's
+   * (so a consumer's span continues the producer's trace). Default true.
+   */
+  injectTrace?: boolean;
 }
 
 /** What the sidecar answers to a publish. */
@@ -1002,13 +1053,14 @@ export class WindowClient {
   /** publish(), answering with the whole result: the stream ids, or the receivers per channel message. */
   publishResult(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<PublishResult> {
     const target = typeof to === "string" ? { stream: to } : to;
+    const current = opts.injectTrace === false ? undefined : activeTrace();
     const msgs: PublishEntry[] = entries.map((e) => {
       const input: PublishInput = typeof e === "string" || Buffer.isBuffer(e) ? { payload: e } : e;
       return {
         fields: [],
         payload: Buffer.isBuffer(input.payload) ? input.payload : Buffer.from(input.payload, "utf8"),
         headers: input.headers ?? {},
-        trace: input.trace,
+        trace: input.trace ?? current,
       };
     });
     return new Promise((resolve, reject) => {

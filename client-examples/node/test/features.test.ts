@@ -1,15 +1,18 @@
 // Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
-// in-process grpc-js server whose Subscribe calls a test plays message by message: TLS, publish targets, packed acks, reports in reads, the handler API and its rule for a failed handler and draining and resubscribing.
-
+// in-process grpc-js server whose Subscribe calls a test plays message by message. TLS, packed
+// acks, reports in reads, draining and resubscribing, the handler API and its rule for a failed
+// handler, publish targets, and OpenTelemetry context in and out.
 //
 //   npm test
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Metadata, Server, ServerCredentials, status, type ServerDuplexStream, type ServerUnaryCall } from "@grpc/grpc-js";
+import * as otel from "@opentelemetry/api";
 import {
   Framing,
   OutcomeKind,
@@ -358,3 +361,64 @@ test("mutual TLS from WINDOW_SIDECAR_TLS_CA/_CERT/_KEY, with the token beside it
   }
 });
 
+/** A context manager over AsyncLocalStorage (what @opentelemetry/context-async-hooks provides). */
+class AlsContextManager implements otel.ContextManager {
+  private readonly als = new AsyncLocalStorage<otel.Context>();
+  active(): otel.Context {
+    return this.als.getStore() ?? otel.ROOT_CONTEXT;
+  }
+  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(ctx: otel.Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
+    return this.als.run(ctx, () => fn.call(thisArg, ...args));
+  }
+  bind<T>(_ctx: otel.Context, target: T): T {
+    return target;
+  }
+  enable(): this {
+    return this;
+  }
+  disable(): this {
+    return this;
+  }
+}
+
+test("OpenTelemetry: the handler runs under the delivery's trace context; publish carries the active one", async () => {
+  assert.ok(otel.context.setGlobalContextManager(new AlsContextManager()));
+  const producer = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  let seen: otel.SpanContext | undefined;
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "a", { trace: { traceparent: producer, tracestate: "k=v" } })] } });
+    await inbox.batch();
+    send(call, { flush: { readId: 1, settles: 1, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  try {
+    const sub = client.subscribe({ stream: "s", group: "g", logger: quiet, onFlush: () => sub.stop() });
+    await sub.run(async (d) => {
+      await new Promise((r) => setImmediate(r));
+      seen = otel.trace.getSpanContext(otel.context.active());
+      // Published from the handler: the entry continues the delivery's trace.
+      await client.publish("next", ["b"]);
+    });
+    await sub.close();
+    const mine = otel.trace.setSpanContext(otel.ROOT_CONTEXT, {
+      traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7", traceFlags: 1, isRemote: false,
+    });
+    await otel.context.with(mine, () => client.publish("s", ["c", { payload: "d", trace: { traceparent: "given", tracestate: "" } }]));
+    await client.publish("s", ["e"], { injectTrace: false });
+  } finally {
+    client.close();
+    f.server.forceShutdown();
+    otel.context.disable();
+  }
+  assert.equal(seen?.traceId, "0af7651916cd43dd8448eb211c80319c");
+  assert.equal(seen?.traceState?.get("k"), "v");
+  const [fromHandler, fromContext, none] = f.published;
+  assert.match(fromHandler.entries[0].trace!.traceparent, /^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/);
+  assert.equal(fromContext.entries[0].trace!.traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  assert.equal(fromContext.entries[1].trace!.traceparent, "given");
+  assert.equal(none.entries[0].trace, undefined);
+});
