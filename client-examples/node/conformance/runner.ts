@@ -1,0 +1,124 @@
+// The Node client's conformance runner: plays the worker side of one scenario of
+// client-examples/conformance/scenarios with the installed @window-sidecar/client package, and
+// prints what it sees as JSON lines (see client-examples/conformance/README.md).
+//
+//   node dist/runner.js SCENARIO.json
+//
+// The address, the token and TLS come from the environment (WINDOW_SIDECAR_ADDR,
+// WINDOW_SIDECAR_TOKEN, WINDOW_SIDECAR_TLS_*), read by the client itself; reconnecting,
+// resubscribing, draining and the rules for a refused command and a failed handler are the
+// client's too. The runner only maps the scenario onto the client's API.
+import { readFileSync } from "node:fs";
+import { WindowClient, type Delivery, type PublishTarget, type SubscribeOptions } from "@window-sidecar/client";
+
+interface Scenario {
+  open: {
+    form: "stream" | "reliable_list" | "simple_list" | "pubsub";
+    key: string;
+    group?: string;
+    consumer?: string;
+    count?: number;
+    mode?: "pipeline" | "atomic";
+    max_deliveries?: number;
+    dead_letter?: string;
+    reports_in_reads?: boolean;
+    packed_acks?: boolean;
+  };
+  publish: Array<{ payload: string; headers?: Record<string, string> }>;
+  handle: Record<string, string[]>;
+  effects: string;
+}
+
+function emit(event: string, fields: Record<string, unknown> = {}): void {
+  process.stdout.write(JSON.stringify({ event, ...fields }) + "\n");
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The scenario's `open` as the client's subscribe options, and where its entries are published. */
+function subscription(open: Scenario["open"]): { source: SubscribeOptions; target: PublishTarget } {
+  switch (open.form) {
+    case "stream":
+      return { source: { stream: open.key, group: open.group ?? "", consumer: open.consumer }, target: { stream: open.key } };
+    case "reliable_list":
+      return { source: { reliableList: open.key, consumer: open.consumer }, target: { list: open.key } };
+    case "simple_list":
+      return { source: { simpleList: open.key }, target: { list: open.key } };
+    case "pubsub":
+      return { source: { channels: [open.key] }, target: { channel: open.key } };
+    default:
+      throw new Error(`unknown form ${String((open as { form: unknown }).form)}`);
+  }
+}
+
+function actionFor(handle: Record<string, string[]>, payload: string, n: number): string {
+  const actions = handle[payload] ?? handle["*"] ?? ["ack"];
+  return actions[Math.min(n, actions.length) - 1];
+}
+
+async function main(path: string): Promise<void> {
+  const scenario = JSON.parse(readFileSync(path, "utf8")) as Scenario;
+  const open = scenario.open;
+  const seen = new Map<string, number>();
+  const { source, target } = subscription(open);
+
+  let opened!: () => void;
+  const firstOpen = new Promise<void>((r) => (opened = r));
+  const client = new WindowClient();
+  const sub = client.subscribe({
+    ...source,
+    count: open.count ?? 16,
+    atomic: open.mode === "atomic",
+    maxDeliveries: open.max_deliveries,
+    deadLetter: open.dead_letter,
+    reportsInReads: open.reports_in_reads,
+    packedAcks: open.packed_acks,
+    closeTimeoutMs: 5_000,
+    onOpened: (_opened, info) => {
+      if (info.resubscribed) emit("resubscribed");
+      else opened();
+    },
+    onDraining: () => emit("draining"),
+  });
+  process.on("SIGTERM", () => sub.stop());
+
+  const handle = async (d: Delivery): Promise<void> => {
+    const payload = d.payload.toString("utf8");
+    const n = (seen.get(payload) ?? 0) + 1;
+    seen.set(payload, n);
+    emit("delivery", { payload, count: d.deliveryCount, headers: d.headers });
+    const action = actionFor(scenario.handle, payload, n);
+    d.queue("HINCRBY", scenario.effects, payload, 1);
+    if (action === "ack") d.ack();
+    else if (action === "drop") d.drop();
+    else if (action === "retry") d.retry();
+    else if (action.startsWith("retry_after:")) d.retryAfter(Number(action.split(":")[1]));
+    else if (action === "reject") d.queue("FLUSHALL").ack();
+    else if (action === "fail") throw new Error("the scenario's handler fails");
+    else if (action.startsWith("slow_ack:")) {
+      await sleep(Number(action.split(":")[1]));
+      d.ack();
+    } else throw new Error(`unknown action ${action}`);
+  };
+
+  const worker = sub.run(handle);
+  // Until the first Opened, or the subscription failing first.
+  await Promise.race([firstOpen, worker]);
+  if (sub.stats.opens > 0) {
+    emit("opened");
+    const entries = scenario.publish.map((e) => ({ payload: e.payload, headers: e.headers ?? {} }));
+    await client.publish(target, entries);
+    emit("published", { count: entries.length });
+  }
+  await worker;
+  await sub.close();
+  client.close();
+}
+
+main(process.argv[2]).then(
+  () => process.exit(0),
+  (e: unknown) => {
+    process.stderr.write(`runner failed: ${e instanceof Error ? e.stack : String(e)}\n`);
+    process.exit(1);
+  },
+);
