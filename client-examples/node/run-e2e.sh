@@ -58,7 +58,7 @@ fi
 # ---- 1b. strict checks and unit tests --------------------------------------------------------
 log "tsc --strict --noEmit, unit tests"
 (cd "$here" && npm run --silent generate)
-for project in tsconfig.json examples/tsconfig.json tsconfig.test.json; do
+for project in tsconfig.json examples/tsconfig.json tsconfig.test.json conformance/tsconfig.json; do
   if out="$(cd "$here" && node_modules/.bin/tsc --strict --noEmit -p "$project" 2>&1)"; then
     pass "tsc --strict --noEmit -p $project"
   else
