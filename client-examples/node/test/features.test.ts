@@ -422,3 +422,62 @@ test("OpenTelemetry: the handler runs under the delivery's trace context; publis
   assert.equal(fromContext.entries[1].trace!.traceparent, "given");
   assert.equal(none.entries[0].trace, undefined);
 });
+
+test("OpenTelemetry: a recorded delivery span ends with the outcome and its context goes with the outcome (not packed)", async () => {
+  const ended: Array<{ name: string; parent: string | undefined; attrs: Record<string, unknown> }> = [];
+  class FakeSpan {
+    readonly attrs: Record<string, unknown> = {};
+    private readonly sc: otel.SpanContext;
+    constructor(readonly name: string, readonly parent: otel.SpanContext | undefined, attrs: otel.Attributes = {}) {
+      Object.assign(this.attrs, attrs);
+      this.sc = { traceId: parent?.traceId ?? "1".repeat(32), spanId: "abcdef0123456789", traceFlags: 1 };
+    }
+    spanContext() { return this.sc; }
+    setAttribute(k: string, v: unknown) { this.attrs[k] = v; return this; }
+    setAttributes() { return this; }
+    addEvent() { return this; }
+    addLink() { return this; }
+    addLinks() { return this; }
+    setStatus() { return this; }
+    updateName() { return this; }
+    end() { ended.push({ name: this.name, parent: this.parent?.spanId, attrs: this.attrs }); }
+    isRecording() { return true; }
+    recordException() {}
+  }
+  const tracer = {
+    startSpan: (name: string, opts: otel.SpanOptions = {}, ctx?: otel.Context) =>
+      new FakeSpan(name, ctx ? otel.trace.getSpanContext(ctx) : undefined, opts.attributes) as unknown as otel.Span,
+    startActiveSpan: () => {
+      throw new Error("not used");
+    },
+  } as unknown as otel.Tracer;
+  assert.ok(otel.trace.setGlobalTracerProvider({ getTracer: () => tracer }));
+  let batch: Batch | undefined;
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, {
+      read: { readId: 1, deliveries: [delivery(1, "a", { trace: { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", tracestate: "" } })] },
+    });
+    batch = await inbox.batch();
+    send(call, { flush: { readId: 1, settles: 1, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  try {
+    const sub = client.subscribe({ stream: "orders", group: "g", packedAcks: true, logger: quiet, onFlush: () => sub.stop() });
+    await sub.run(() => {});
+    await sub.close();
+  } finally {
+    client.close();
+    f.server.forceShutdown();
+    otel.trace.disable();
+  }
+  assert.deepEqual(ended.map((s) => [s.name, s.parent, s.attrs["window.outcome"], s.attrs["messaging.destination.name"]]), [
+    ["process orders", "b7ad6b7169203331", "ack", "orders"],
+  ]);
+  assert.ok(batch);
+  assert.deepEqual(batch.acks, []);
+  assert.equal(batch.outcomes[0].trace?.traceparent, "00-0af7651916cd43dd8448eb211c80319c-abcdef0123456789-01");
+});
