@@ -7,8 +7,9 @@
 #
 # 1. installs what is missing (Debian's nodejs, npm, redis-server, redis-tools; npm ci:
 #    @grpc/grpc-js, ts-proto, buf, typescript), runs the strict type checks (tsc --strict
-#    --noEmit of the library, the examples and the tests) and the unit tests (npm test), packs
-#    the package (npm pack: buf generate + tsc into dist/), checks what the tarball holds,
+#    --noEmit of the library, the examples, the tests and the conformance runner) and the unit
+#    tests (npm test), packs the package (npm pack: buf generate + tsc into dist/), checks what
+#    the tarball holds,
 #    creates a scratch project in the work directory, installs the tarball there (npm install)
 #    and compiles the examples (producer, worker, health check, importing
 #    "@window-sidecar/client") against the installed package's types; builds the sidecar when
