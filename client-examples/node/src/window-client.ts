@@ -176,6 +176,22 @@ export class Delivery {
     return this;
   }
 
+  /**
+   * Says the delivery is still being worked on (NATS JetStream's in_progress), so that another
+   * consumer does not take it meanwhile: a stream entry is made idle again (claimed by another
+   * consumer only `minIdleMs` from now), a reliable list's lease is renewed; simple lists and
+   * pub/sub have nothing that could take it. Sent at once (as `Batch.extend`, with whatever else
+   * goes out in the same turn of the event loop), any number of times before the outcome.
+   * Returns false when the delivery's stream is gone (the entry comes back anyway); throws
+   * `SettledError` once the delivery is settled.
+   */
+  extend(): boolean {
+    if (this.outcome !== undefined) {
+      throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`);
+    }
+    return this.sub._extend(this);
+  }
+
   /** Keeps the queued commands and acknowledges the entry. */
   ack(): void {
     this.settle("ack", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_ACK, reason: "" });
@@ -410,7 +426,7 @@ export class StreamState {
   slots = new Map<number, Delivery>();
   unsettled = 0;
   handedUnsettled = 0;
-  outbox: Array<{ commands: QueuedCommand[]; outcomes: Outcome[] }> = [];
+  outbox: Array<{ commands: QueuedCommand[]; outcomes: Outcome[]; extend: number[] }> = [];
   outboxScheduled = false;
   /** The sidecar sent Draining: nothing more is handed out, settled outcomes go out at once. */
   draining = false;
@@ -642,9 +658,17 @@ export class Subscription implements AsyncIterable<Delivery> {
     rd.outcomes = [];
   }
 
+  /** @internal */
+  _extend(d: Delivery): boolean {
+    const st = d.stream;
+    if (!st.alive || st.halfClosed) return false;
+    this.enqueue(st, [], [], [d.slot]);
+    return true;
+  }
+
   // Everything enqueued in one turn of the event loop goes out as one message.
-  private enqueue(st: StreamState, commands: QueuedCommand[], outcomes: Outcome[]): void {
-    st.outbox.push({ commands, outcomes });
+  private enqueue(st: StreamState, commands: QueuedCommand[], outcomes: Outcome[], extend: number[] = []): void {
+    st.outbox.push({ commands, outcomes, extend });
     if (!st.outboxScheduled) {
       st.outboxScheduled = true;
       setImmediate(() => this.flushOutbox(st));
@@ -656,9 +680,11 @@ export class Subscription implements AsyncIterable<Delivery> {
     if (st.outbox.length === 0 || !st.alive) return;
     const commands: QueuedCommand[] = [];
     const outcomes: Outcome[] = [];
+    const extend: number[] = [];
     for (const item of st.outbox.splice(0)) {
       commands.push(...item.commands);
       outcomes.push(...item.outcomes);
+      extend.push(...item.extend);
     }
     for (const o of outcomes) {
       const d = st.slots.get(o.slot);
@@ -675,7 +701,7 @@ export class Subscription implements AsyncIterable<Delivery> {
         else rest.push(o);
       }
     }
-    st.call.write({ batch: { commands, outcomes: rest, acks, extend: [] } });
+    st.call.write({ batch: { commands, outcomes: rest, acks, extend } });
     this.stats.batches += 1;
   }
 

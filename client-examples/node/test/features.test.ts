@@ -25,7 +25,7 @@ import {
   type PublishResponse,
   type SubscribeRequest,
 } from "../src/gen/window_sidecar/v1/window";
-import { channelSecurity, REJECTED_RETRY_MS, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger, type OpenedInfo } from "../src/window-client";
+import { channelSecurity, REJECTED_RETRY_MS, SettledError, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger, type OpenedInfo } from "../src/window-client";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
@@ -126,6 +126,40 @@ test("packed acks: plain acks go as slots in Batch.acks, the other outcomes as o
   assert.deepEqual(batch.acks, [1, 3]);
   assert.deepEqual(batch.outcomes.map((o) => [o.slot, o.kind, o.reason]), [[2, OutcomeKind.OUTCOME_KIND_DROP, "bad"]]);
   assert.deepEqual(batch.commands.map((c) => c.slot), [1, 3]);
+});
+
+test("extend: sent at once as Batch.extend before the outcome, refused once the delivery is settled", async () => {
+  const batches: Batch[] = [];
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "slow"), delivery(2, "fast")] } });
+    batches.push(await inbox.batch());
+    batches.push(await inbox.batch());
+    send(call, { flush: { readId: 1, settles: 2, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const sub = client.subscribe({ stream: "s", group: "g", logger: quiet, lingerMs: null, onFlush: () => sub.stop() });
+  await sub.run(
+    async (d) => {
+      if (d.slot === 1) {
+        assert.equal(d.extend(), true);
+        await new Promise((r) => setTimeout(r, 50));
+        d.ack();
+        assert.throws(() => d.extend(), SettledError);
+      }
+    },
+    { concurrency: 2 },
+  );
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(batches[0].extend, [1]);
+  assert.deepEqual(batches[0].outcomes, []);
+  assert.deepEqual(batches[1].extend, []);
+  assert.deepEqual(batches[1].outcomes.map((o) => [o.slot, o.kind]), [[2, OutcomeKind.OUTCOME_KIND_ACK], [1, OutcomeKind.OUTCOME_KIND_ACK]]);
 });
 
 test("reports in reads: asked for in the Open, and a read's flushed report reaches onFlush before its deliveries", async () => {
