@@ -29,6 +29,8 @@ public final class Delivery {
   List<QueuedCommand> commands = new ArrayList<>();
   Outcome outcome;
   boolean sent;
+  /** The application's own trace context for handling this delivery, sent with its outcome. */
+  TraceContext handlingTrace;
 
   Delivery(dev.windowsidecar.v1.Delivery proto, Session session, Session.ReadState read) {
     this.proto = proto;
@@ -71,9 +73,46 @@ public final class Delivery {
     return proto.getDeliveryCount();
   }
 
-  /** The producer's trace context (empty when there is none). */
+  /**
+   * The W3C trace context to continue when handling this delivery: the producer's (the entry's
+   * {@code traceparent} / {@code tracestate} headers), else the sidecar's read span.
+   */
   public TraceContext trace() {
     return proto.getTrace();
+  }
+
+  /** {@link #trace()}'s {@code traceparent} (empty when there is none). */
+  public String traceparent() {
+    return proto.getTrace().getTraceparent();
+  }
+
+  /** {@link #trace()}'s {@code tracestate} (empty when there is none). */
+  public String tracestate() {
+    return proto.getTrace().getTracestate();
+  }
+
+  /** Pub/sub: the channel the message arrived on (empty for other sources). */
+  public String channel() {
+    return proto.getChannel();
+  }
+
+  /**
+   * The application's own trace context for handling this delivery (its span's {@code
+   * traceparent}, and {@code tracestate} or null), sent with the outcome: the sidecar's flush span
+   * links to it. Call it before the outcome.
+   */
+  public Delivery withHandlingTrace(String traceparent, String tracestate) {
+    TraceContext.Builder t = TraceContext.newBuilder().setTraceparent(traceparent);
+    if (tracestate != null) {
+      t.setTracestate(tracestate);
+    }
+    synchronized (session.lock) {
+      if (outcome != null) {
+        throw new IllegalStateException("delivery " + entryId() + " is already settled");
+      }
+      handlingTrace = t.build();
+    }
+    return this;
   }
 
   /** The delivery as received. */
@@ -158,6 +197,11 @@ public final class Delivery {
           com.google.protobuf.Duration.newBuilder()
               .setSeconds(delay.getSeconds())
               .setNanos(delay.getNano()));
+    }
+    synchronized (session.lock) {
+      if (handlingTrace != null) {
+        o.setTrace(handlingTrace);
+      }
     }
     return session.settle(this, o.build());
   }

@@ -21,10 +21,11 @@ final class UnixSockets {
   record Connection(ManagedChannel channel, EventLoopGroup group) {}
 
   /**
-   * A channel to {@code path} with no other option: the sidecar takes the socket path grpc-java
-   * sends as {@code :authority}.
+   * A channel to {@code path}. Plaintext with no other option: the sidecar takes the socket path
+   * grpc-java sends as {@code :authority}. With TLS the authority (and the name verified) is the
+   * TLS server name, {@code localhost} when none is set.
    */
-  static Connection connect(String path) {
+  static Connection connect(String path, Tls tls) {
     if (!Epoll.isAvailable()) {
       throw new IllegalStateException(
           "unix:" + path + " needs Netty's native epoll library"
@@ -35,13 +36,17 @@ final class UnixSockets {
     }
     EventLoopGroup group = new EpollEventLoopGroup(1);
     try {
-      ManagedChannel channel =
+      NettyChannelBuilder b =
           NettyChannelBuilder.forAddress(new DomainSocketAddress(path))
               .eventLoopGroup(group)
-              .channelType(EpollDomainSocketChannel.class)
-              .usePlaintext()
-              .build();
-      return new Connection(channel, group);
+              .channelType(EpollDomainSocketChannel.class);
+      if (tls == null) {
+        b.usePlaintext();
+      } else {
+        b.sslContext(tls.sslContext())
+            .overrideAuthority(tls.serverName() == null ? "localhost" : tls.serverName());
+      }
+      return new Connection(b.build(), group);
     } catch (RuntimeException e) {
       group.shutdownGracefully(0, 0, TimeUnit.SECONDS);
       throw e;

@@ -4,25 +4,29 @@ import com.google.protobuf.ByteString;
 import dev.windowsidecar.v1.PublishEntry;
 import dev.windowsidecar.v1.PublishRequest;
 import dev.windowsidecar.v1.PublishResponse;
+import dev.windowsidecar.v1.TraceContext;
 import dev.windowsidecar.v1.WindowServiceGrpc;
 import io.grpc.Channel;
 import io.grpc.ClientInterceptors;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
+import io.grpc.netty.NettyChannelBuilder;
 import io.grpc.stub.MetadataUtils;
 import io.grpc.stub.StreamObserver;
 import io.netty.channel.EventLoopGroup;
+import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A connection to one window-sidecar: {@link #publish} entries, {@link #subscribe} to a stream.
+ * A connection to one window-sidecar: {@link #publish} entries, {@link #subscribe} to a stream, a
+ * list or pub/sub.
  *
  * <pre>{@code
- * try (WindowClient client = WindowClient.connect("127.0.0.1:50051");
+ * try (WindowClient client = WindowClient.connect();   // WINDOW_SIDECAR_ADDR, _TOKEN, _TLS_*
  *      Subscription sub = client.subscribe(
  *          SubscribeOptions.builder("orders", "order-service").consumer("worker-1").count(16).build(),
  *          d -> { d.queue("INCR", "seen"); d.ack(); })) {
@@ -30,17 +34,34 @@ import java.util.concurrent.TimeUnit;
  * }
  * }</pre>
  *
- * <p>{@code connect("unix:/run/window-sidecar/grpc.sock")} reaches a sidecar on its Unix socket
- * ({@code --listen unix:PATH}) through Netty's epoll transport, whose native library must be on
- * {@code java.library.path} (see {@code native-epoll.sh}).
+ * <p>Like a deployed worker, {@link #connect()} takes everything from the environment: the target
+ * from {@value #ADDR_ENV} ({@code host:port} or {@code unix:PATH}; default {@value
+ * #DEFAULT_TARGET}), the bearer token from {@value #TOKEN_ENV} (sent as {@code authorization:
+ * Bearer <token>} on every call), and TLS from {@value #TLS_CA_ENV} (a PEM CA: when set the
+ * channel uses TLS and verifies the sidecar against it), {@value #TLS_CERT_ENV} and {@value
+ * #TLS_KEY_ENV} (a PEM client certificate and its key, for mutual TLS) and {@value
+ * #TLS_SERVER_NAME_ENV} (the name to verify instead of the target's host). What {@link
+ * #builder()} is given in code wins over the environment.
  *
- * <p>A sidecar started with {@code --auth-token-file} wants every call to carry its bearer token:
- * {@link #connect(String)} sends the one in the environment variable {@value #TOKEN_ENV} when it is
- * set, as {@code authorization: Bearer <token>}.
+ * <p>{@code unix:/run/window-sidecar/grpc.sock} reaches a sidecar on its Unix socket ({@code
+ * --listen unix:PATH}) through Netty's epoll transport, whose native library must be on {@code
+ * java.library.path} (see {@code native-epoll.sh}).
  */
 public final class WindowClient implements AutoCloseable {
-  /** The environment variable {@link #connect(String)} takes the bearer token from. */
+  /** The environment variable of the sidecar's address. */
+  public static final String ADDR_ENV = "WINDOW_SIDECAR_ADDR";
+  /** The target when neither the code nor {@value #ADDR_ENV} names one. */
+  public static final String DEFAULT_TARGET = "127.0.0.1:50051";
+  /** The environment variable of the bearer token. */
   public static final String TOKEN_ENV = "WINDOW_SIDECAR_TOKEN";
+  /** The environment variable of the PEM CA file; when set, the channel uses TLS. */
+  public static final String TLS_CA_ENV = "WINDOW_SIDECAR_TLS_CA";
+  /** The environment variable of the PEM client certificate (mutual TLS). */
+  public static final String TLS_CERT_ENV = "WINDOW_SIDECAR_TLS_CERT";
+  /** The environment variable of the PEM client key (mutual TLS, PKCS#8). */
+  public static final String TLS_KEY_ENV = "WINDOW_SIDECAR_TLS_KEY";
+  /** The environment variable of the name to verify the sidecar's certificate for. */
+  public static final String TLS_SERVER_NAME_ENV = "WINDOW_SIDECAR_TLS_SERVER_NAME";
 
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
@@ -64,23 +85,138 @@ public final class WindowClient implements AutoCloseable {
     this.async = WindowServiceGrpc.newStub(calls);
   }
 
-  /**
-   * Connects in plaintext to {@code host:port} (a sidecar listens on the pod's loopback), or to
-   * the Unix socket of {@code unix:PATH} / {@code unix:///PATH}, the target syntax of newer
-   * grpc-java (1.41 has no {@code unix:} name resolver).
-   */
-  public static WindowClient connect(String target) {
-    return connect(target, System.getenv(TOKEN_ENV));
+  /** Connects as the environment says: target, token and TLS (see the class comment). */
+  public static WindowClient connect() {
+    return builder().connect();
   }
 
-  /** {@link #connect(String)} with this bearer token (null or empty: none). */
+  /**
+   * Connects to {@code host:port}, or to the Unix socket of {@code unix:PATH} / {@code
+   * unix:///PATH} (the target syntax of newer grpc-java; 1.41 has no {@code unix:} name
+   * resolver), with the token and TLS of the environment. Plaintext unless {@value #TLS_CA_ENV}
+   * (or a client certificate) is set.
+   */
+  public static WindowClient connect(String target) {
+    return builder().target(target).connect();
+  }
+
+  /** {@link #connect(String)} with this bearer token (null or empty: none), TLS from the environment. */
   public static WindowClient connect(String target, String token) {
-    String path = unixSocketPath(target);
-    if (path == null) {
-      ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+    return builder().target(target).token(token).connect();
+  }
+
+  /** Settings that start from the environment ({@link System#getenv}); setters override it. */
+  public static Builder builder() {
+    return new Builder(System.getenv());
+  }
+
+  /** Settings of a connection; {@link #connect} makes it. */
+  public static final class Builder {
+    private String target;
+    private String token;
+    private Path tlsCa;
+    private Path tlsCert;
+    private Path tlsKey;
+    private String tlsServerName;
+    private boolean plaintext;
+
+    Builder(Map<String, String> env) {
+      target = nonEmpty(env.get(ADDR_ENV));
+      if (target == null) {
+        target = DEFAULT_TARGET;
+      }
+      token = nonEmpty(env.get(TOKEN_ENV));
+      tlsCa = path(env.get(TLS_CA_ENV));
+      tlsCert = path(env.get(TLS_CERT_ENV));
+      tlsKey = path(env.get(TLS_KEY_ENV));
+      tlsServerName = nonEmpty(env.get(TLS_SERVER_NAME_ENV));
+    }
+
+    private static String nonEmpty(String s) {
+      return s == null || s.isEmpty() ? null : s;
+    }
+
+    private static Path path(String s) {
+      return nonEmpty(s) == null ? null : Path.of(s);
+    }
+
+    /** {@code host:port}, {@code unix:PATH} or {@code unix:///PATH}, or any grpc-java target. */
+    public Builder target(String target) {
+      if (target == null || target.isEmpty()) {
+        throw new IllegalArgumentException("a target is host:port or unix:PATH");
+      }
+      this.target = target;
+      return this;
+    }
+
+    /** The bearer token sent with every call; null or empty: none. */
+    public Builder token(String token) {
+      this.token = nonEmpty(token);
+      return this;
+    }
+
+    /** TLS, verifying the sidecar against this PEM CA file. */
+    public Builder tlsCa(Path ca) {
+      this.tlsCa = ca;
+      this.plaintext = false;
+      return this;
+    }
+
+    /** Mutual TLS: this PEM client certificate (chain) and its PKCS#8 PEM key. */
+    public Builder tlsClientCertificate(Path cert, Path key) {
+      this.tlsCert = cert;
+      this.tlsKey = key;
+      this.plaintext = false;
+      return this;
+    }
+
+    /** The name the sidecar's certificate must have, instead of the target's host. */
+    public Builder tlsServerName(String serverName) {
+      this.tlsServerName = nonEmpty(serverName);
+      return this;
+    }
+
+    /** Plaintext, whatever the environment's TLS variables say. */
+    public Builder plaintext() {
+      this.plaintext = true;
+      return this;
+    }
+
+    String target() {
+      return target;
+    }
+
+    String token() {
+      return token;
+    }
+
+    /** The TLS settings, or null for plaintext. */
+    Tls tls() {
+      if (plaintext || (tlsCa == null && tlsCert == null && tlsKey == null)) {
+        return null;
+      }
+      return new Tls(tlsCa, tlsCert, tlsKey, tlsServerName);
+    }
+
+    /** Makes the channel (connecting lazily, as gRPC does) and the client that owns it. */
+    public WindowClient connect() {
+      Tls tls = tls();
+      String path = unixSocketPath(target);
+      if (path != null) {
+        return connectUnix(path, token, tls);
+      }
+      ManagedChannel channel;
+      if (tls == null) {
+        channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+      } else {
+        NettyChannelBuilder b = NettyChannelBuilder.forTarget(target).sslContext(tls.sslContext());
+        if (tls.serverName() != null) {
+          b.overrideAuthority(tls.serverName());
+        }
+        channel = b.build();
+      }
       return new WindowClient(channel, true, null, token);
     }
-    return connectUnix(path, token);
   }
 
   /** Uses a channel the caller owns ({@link #close} leaves it open), with no token. */
@@ -116,10 +252,10 @@ public final class WindowClient implements AutoCloseable {
   }
 
   /** A channel to a Unix socket; NoClassDefFoundError means the optional epoll jar is missing. */
-  private static WindowClient connectUnix(String path, String token) {
+  private static WindowClient connectUnix(String path, String token, Tls tls) {
     UnixSockets.Connection c;
     try {
-      c = UnixSockets.connect(path);
+      c = UnixSockets.connect(path, tls);
     } catch (NoClassDefFoundError e) {
       throw new IllegalStateException(
           "unix:" + path + " needs io.netty:netty-transport-native-epoll on the classpath", e);
@@ -132,10 +268,42 @@ public final class WindowClient implements AutoCloseable {
     return async;
   }
 
-  /** One entry to publish: a payload and headers (written as {@code _payload} and {@code h:<name>}). */
-  public record Message(ByteString payload, Map<String, String> headers) {
+  /**
+   * One entry to publish: a payload and headers (a stream entry's {@code _payload} and {@code
+   * h:<name>} fields; a list value or a channel message carries them in a frame), and optionally
+   * a W3C trace context to carry (as the headers {@code traceparent} and {@code tracestate}).
+   */
+  public record Message(ByteString payload, Map<String, String> headers, TraceContext trace) {
+    public Message(ByteString payload, Map<String, String> headers) {
+      this(payload, headers, null);
+    }
+
     public static Message of(String payload, Map<String, String> headers) {
       return new Message(ByteString.copyFromUtf8(payload), headers);
+    }
+
+    public static Message of(String payload) {
+      return of(payload, Map.of());
+    }
+
+    /** This message carrying the trace context {@code traceparent} (and {@code tracestate}, may be null). */
+    public Message withTrace(String traceparent, String tracestate) {
+      TraceContext.Builder t = TraceContext.newBuilder().setTraceparent(traceparent);
+      if (tracestate != null) {
+        t.setTracestate(tracestate);
+      }
+      return new Message(payload, headers, t.build());
+    }
+
+    PublishEntry toEntry() {
+      PublishEntry.Builder e = PublishEntry.newBuilder().setPayload(payload);
+      if (headers != null) {
+        e.putAllHeaders(headers);
+      }
+      if (trace != null && !trace.getTraceparent().isEmpty()) {
+        e.setTrace(trace);
+      }
+      return e.build();
     }
   }
 
@@ -146,15 +314,27 @@ public final class WindowClient implements AutoCloseable {
    * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s.
    */
   public CompletableFuture<List<String>> publish(String stream, List<Message> messages) {
-    PublishRequest.Builder req = PublishRequest.newBuilder().setStream(stream);
-    for (Message m : messages) {
-      PublishEntry.Builder e = PublishEntry.newBuilder().setPayload(m.payload());
-      if (m.headers() != null) {
-        e.putAllHeaders(m.headers());
-      }
-      req.addEntries(e);
+    return publish(PublishTarget.stream(stream), messages).thenApply(Published::ids);
+  }
+
+  /**
+   * Publishes the messages, in order and in one call, to a stream, a list, a channel or a
+   * sharded channel ({@link PublishTarget}). The future completes with the stream ids or the
+   * channel receiver counts, or with the call's {@link io.grpc.StatusRuntimeException}.
+   * Deadline: 30 s.
+   */
+  public CompletableFuture<Published> publish(PublishTarget target, List<Message> messages) {
+    PublishRequest.Builder req = PublishRequest.newBuilder();
+    switch (target.kind()) {
+      case STREAM -> req.setStream(target.name()).setMaxLen(target.maxLen());
+      case LIST -> req.setList(target.name());
+      case CHANNEL -> req.setChannel(target.name());
+      case SHARDED_CHANNEL -> req.setShardedChannel(target.name());
     }
-    CompletableFuture<List<String>> ids = new CompletableFuture<>();
+    for (Message m : messages) {
+      req.addEntries(m.toEntry());
+    }
+    CompletableFuture<Published> result = new CompletableFuture<>();
     async
         .withDeadlineAfter(30, TimeUnit.SECONDS)
         .publish(
@@ -162,20 +342,20 @@ public final class WindowClient implements AutoCloseable {
             new StreamObserver<PublishResponse>() {
               @Override
               public void onNext(PublishResponse r) {
-                ids.complete(r.getIdsList());
+                result.complete(new Published(r.getIdsList(), r.getReceiversList()));
               }
 
               @Override
               public void onError(Throwable t) {
-                ids.completeExceptionally(t);
+                result.completeExceptionally(t);
               }
 
               @Override
               public void onCompleted() {
-                ids.complete(List.of()); // no-op after onNext
+                result.complete(new Published(List.of(), List.of())); // no-op after onNext
               }
             });
-    return ids;
+    return result;
   }
 
   /**
