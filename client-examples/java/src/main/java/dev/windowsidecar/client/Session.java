@@ -1,6 +1,7 @@
 package dev.windowsidecar.client;
 
 import dev.windowsidecar.v1.Batch;
+import dev.windowsidecar.v1.Draining;
 import dev.windowsidecar.v1.FlushReport;
 import dev.windowsidecar.v1.Opened;
 import dev.windowsidecar.v1.Outcome;
@@ -56,6 +57,8 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   private final Map<Long, Delivery> slots = new HashMap<>();
   private boolean dead;
   private boolean closing;
+  /** The sidecar sent {@code draining}: outcomes go out one by one, no delivery is handed out. */
+  private boolean draining;
   private Throwable error;
 
   Session(Subscription sub) {
@@ -75,6 +78,12 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   boolean isDead() {
     synchronized (lock) {
       return dead;
+    }
+  }
+
+  boolean isDraining() {
+    synchronized (lock) {
+      return draining;
     }
   }
 
@@ -118,7 +127,13 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
         sendLocked(batchOf(List.of(d)));
         return true;
       }
-      if (--r.unsettled == 0) {
+      --r.unsettled;
+      if (draining) {
+        // Within the grace every outcome counts: send it now, not with the rest of its read.
+        sendLocked(batchOf(List.of(d)));
+        return true;
+      }
+      if (r.unsettled == 0) {
         r.sent = true;
         sendLocked(batchOf(r.settled));
       }
@@ -126,8 +141,11 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     }
   }
 
-  /** Every command of the (acked) deliveries, then their outcomes in order. Marks them sent. */
-  private static SubscribeRequest batchOf(List<Delivery> ds) {
+  /**
+   * Every command of the (acked) deliveries, then their outcomes in order (with packed acks, the
+   * plain acks as slots in {@code acks}). Marks them sent.
+   */
+  private SubscribeRequest batchOf(List<Delivery> ds) {
     Batch.Builder b = Batch.newBuilder();
     for (Delivery d : ds) {
       if (d.sent) {
@@ -136,10 +154,19 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       if (d.outcome.getKind() == OutcomeKind.OUTCOME_KIND_ACK) {
         b.addAllCommands(d.commands); // commands of other outcomes would be discarded anyway
       }
-      b.addOutcomes(d.outcome);
+      if (sub.options.packedAcks && plainAck(d.outcome)) {
+        b.addAcks(d.outcome.getSlot());
+      } else {
+        b.addOutcomes(d.outcome);
+      }
       d.sent = true;
     }
     return SubscribeRequest.newBuilder().setBatch(b).build();
+  }
+
+  /** An ack with no reason and no trace context: what {@code Batch.acks} carries. */
+  static boolean plainAck(Outcome o) {
+    return o.getKind() == OutcomeKind.OUTCOME_KIND_ACK && o.getReason().isEmpty() && !o.hasTrace();
   }
 
   @Override
@@ -149,11 +176,52 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       case READ -> onRead(msg.getRead());
       case FLUSH -> onFlush(msg.getFlush());
       case REJECTIONS -> onRejections(msg.getRejections().getRejectionsList());
+      case DRAINING -> onDraining(msg.getDraining());
       default -> {}
     }
   }
 
+  /**
+   * The sidecar is shutting down: hand out nothing more (what is not handed out yet stays pending
+   * and comes back on the next stream), send every outcome given so far now, and each later one
+   * as it comes, so that they are flushed within the grace.
+   */
+  private void onDraining(Draining d) {
+    int handedOut;
+    synchronized (lock) {
+      if (dead || draining) {
+        return;
+      }
+      draining = true;
+      inbox.clear();
+      List<Delivery> pending = new ArrayList<>();
+      for (ReadState r : reads.values()) {
+        for (Delivery x : r.settled) {
+          if (!x.sent) {
+            pending.add(x);
+          }
+        }
+      }
+      if (!pending.isEmpty()) {
+        sendLocked(batchOf(pending));
+      }
+      handedOut = d.getOutstanding();
+    }
+    Duration grace = Duration.ofSeconds(d.getGrace().getSeconds(), d.getGrace().getNanos());
+    sub.log(
+        "subscription %s: the sidecar is draining (grace %s, %d outstanding)",
+        sub.options.describe(), grace, handedOut);
+    try {
+      sub.options.listener.draining(grace, handedOut);
+    } catch (RuntimeException e) {
+      sub.log("the draining listener failed: %s", e);
+    }
+  }
+
   private void onRead(Read read) {
+    if (read.hasFlushed()) {
+      onFlush(read.getFlushed()); // about an earlier read: before this one's deliveries
+    }
     ReadState r = new ReadState(read.getReadId());
     for (dev.windowsidecar.v1.Delivery pd : read.getDeliveriesList()) {
       r.deliveries.add(new Delivery(pd, this, r));
@@ -167,7 +235,7 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       for (Delivery d : r.deliveries) {
         slots.put(d.slot(), d);
       }
-      if (!closing) {
+      if (!closing && !draining) {
         inbox.addAll(r.deliveries);
       }
     }
@@ -227,6 +295,9 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
         d.sent = false;
         d.commands = new ArrayList<>();
         d.read.settled.remove(d);
+        if (!d.read.sent) {
+          d.read.unsettled++; // sent alone (draining): open again in its read's count too
+        }
         d.retryAfter(REJECTED_RETRY_DELAY, "rejected: " + rejectionMessage(e.getValue()));
       }
     }

@@ -49,7 +49,10 @@ public final class SubscribeOptions {
   final int maxDeliveries;
   final String deadLetter;
   final boolean atomic;
+  final boolean packedAcks;
+  final boolean reportsInReads;
   final Consumer<Flush> onFlush;
+  final SubscriptionListener listener;
 
   private SubscribeOptions(Builder b) {
     source = b.source;
@@ -73,7 +76,10 @@ public final class SubscribeOptions {
     maxDeliveries = b.maxDeliveries;
     deadLetter = b.deadLetter;
     atomic = b.atomic;
+    packedAcks = b.packedAcks;
+    reportsInReads = b.reportsInReads;
     onFlush = b.onFlush;
+    listener = b.listener == null ? new SubscriptionListener() {} : b.listener;
   }
 
   /** Options for the stream key {@code stream} read through the consumer group {@code group}. */
@@ -116,7 +122,8 @@ public final class SubscribeOptions {
         Open.newBuilder()
             .setCount(count)
             .setMaxInFlight(maxInFlight)
-            .setMode(atomic ? Mode.MODE_ATOMIC : Mode.MODE_PIPELINE);
+            .setMode(atomic ? Mode.MODE_ATOMIC : Mode.MODE_PIPELINE)
+            .setReportsInReads(reportsInReads);
     switch (source) {
       case STREAM -> {
         StreamSource.Builder s =
@@ -191,7 +198,10 @@ public final class SubscribeOptions {
     private int maxDeliveries;
     private String deadLetter = "";
     private boolean atomic;
+    private boolean packedAcks;
+    private boolean reportsInReads;
     private Consumer<Flush> onFlush;
+    private SubscriptionListener listener;
 
     private Builder(Source source, String key, String group) {
       if (source != Source.PUBSUB && (key == null || key.isEmpty())) {
@@ -295,6 +305,31 @@ public final class SubscribeOptions {
      */
     public Builder atomic(boolean atomic) {
       this.atomic = atomic;
+      return this;
+    }
+
+    /**
+     * Packed acks: a plain ack (no reason, no trace context) goes in the batch's {@code acks}
+     * (its slot only) rather than as an {@code Outcome}: smaller batches, the same effect.
+     */
+    public Builder packedAcks(boolean packedAcks) {
+      this.packedAcks = packedAcks;
+      return this;
+    }
+
+    /**
+     * Flush reports in reads: when a flush carried the subscription's next read, the sidecar
+     * sends its report inside that read ({@code Read.flushed}) instead of a message of its own;
+     * the client hands it to {@link #onFlush} before the read's deliveries.
+     */
+    public Builder reportsInReads(boolean reportsInReads) {
+      this.reportsInReads = reportsInReads;
+      return this;
+    }
+
+    /** Sees the subscription's lifecycle: opened, resubscribed, draining, disconnected. */
+    public Builder listener(SubscriptionListener listener) {
+      this.listener = listener;
       return this;
     }
 

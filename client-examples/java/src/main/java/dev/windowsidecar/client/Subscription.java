@@ -48,7 +48,7 @@ public final class Subscription implements AutoCloseable {
     return error;
   }
 
-  /** Streams opened after the first one. */
+  /** Streams opened after the first one (the resubscriptions). */
   public int reconnects() {
     return reconnects;
   }
@@ -105,7 +105,8 @@ public final class Subscription implements AutoCloseable {
   private void run() {
     try {
       Duration backoff = options.minBackoff;
-      for (int attempt = 0; !closing(); attempt++) {
+      boolean everOpened = false;
+      while (!closing()) {
         Throwable failure = null;
         Session s = null;
         try {
@@ -114,8 +115,14 @@ public final class Subscription implements AutoCloseable {
           failure = e;
         }
         if (s != null) {
-          if (attempt > 0) {
-            reconnects++;
+          Opened opened = s.opened.getNow(null);
+          if (everOpened) {
+            int n = ++reconnects;
+            log("subscription %s: resubscribed as consumer '%s'", options.describe(), consumer);
+            listen(() -> options.listener.resubscribed(opened, n));
+          } else {
+            everOpened = true;
+            listen(() -> options.listener.opened(opened));
           }
           backoff = options.minBackoff;
           if (serve(s)) {
@@ -136,6 +143,8 @@ public final class Subscription implements AutoCloseable {
         long wait = half + ThreadLocalRandom.current().nextLong(half + 1);
         log(
             "subscription %s: %s; reconnecting in %d ms", options.describe(), describe(failure), wait);
+        Throwable cause = failure;
+        listen(() -> options.listener.disconnected(cause, Duration.ofMillis(wait)));
         if (closeRequested.await(wait, TimeUnit.MILLISECONDS)) {
           return;
         }
@@ -149,6 +158,15 @@ public final class Subscription implements AutoCloseable {
       Thread.currentThread().interrupt();
     } finally {
       terminated.countDown();
+    }
+  }
+
+  /** Runs a listener method; its exceptions are logged, never the subscription's end. */
+  private void listen(Runnable call) {
+    try {
+      call.run();
+    } catch (RuntimeException e) {
+      LOG.log(Level.WARNING, "the subscription listener failed", e);
     }
   }
 
@@ -168,6 +186,9 @@ public final class Subscription implements AutoCloseable {
       if (s.isDead()) {
         // Not handed out: its entry is pending and comes back on the next stream.
         return false;
+      }
+      if (s.isDraining()) {
+        continue; // not handed out either: the sidecar is draining
       }
       try {
         handler.handle(d);

@@ -38,6 +38,15 @@ public class SubscribeOptionsTest {
     assertEquals(Mode.MODE_PIPELINE, open.getMode());
     assertEquals(0, open.getMaxDeliveries());
     assertFalse(open.hasDeadLetter());
+    assertFalse(open.getReportsInReads());
+  }
+
+  @Test
+  public void reportsInReadsAndPackedAcks() {
+    SubscribeOptions o =
+        SubscribeOptions.builder("orders", "svc").reportsInReads(true).packedAcks(true).build();
+    assertTrue(o.toOpen().getReportsInReads());
+    assertTrue(o.packedAcks);
   }
 
   @Test
