@@ -28,75 +28,19 @@ cd "$here"
 e2e_init java
 
 # --- toolchain: install only what is missing ---------------------------------------------
-need_cmd javac default-jdk-headless
-need_cmd mvn maven
-need_cmd unzip unzip
-need_cmd protoc protobuf-compiler
-command -v protoc-gen-grpc-java >/dev/null 2>&1 || need_cmd grpc_java_plugin protobuf-compiler-grpc-java-plugin
-# The proto imports google/protobuf/duration.proto, which protoc only recommends.
-need_path /usr/include/google/protobuf/duration.proto libprotobuf-dev
-repo=/usr/share/maven-repo
-# need_artifact PATH PACKAGE: PATH (group/artifact[/version]) of Debian's Maven repository.
-need_artifact() { need_path "$repo/$1" "$2"; }
-# The plugins the builds use, pinned in the poms to these Debian versions.
-need_artifact org/apache/maven/plugins/maven-compiler-plugin/3.10.1 libmaven-compiler-plugin-java
-need_artifact org/apache/maven/plugins/maven-resources-plugin/3.3.0 libmaven-resources-plugin-java
-need_artifact org/apache/maven/plugins/maven-jar-plugin/3.3.0 libmaven-jar-plugin-java
-need_artifact org/apache/maven/plugins/maven-surefire-plugin/2.22.3 libsurefire-java
-need_artifact org/apache/maven/plugins/maven-install-plugin/3.1.0 libmaven-install-plugin-java
-need_artifact org/apache/maven/plugins/maven-dependency-plugin/3.5.0 libmaven-dependency-plugin-java
-need_artifact org/codehaus/mojo/exec-maven-plugin/3.1.0 libexec-maven-plugin-java
-need_artifact org/codehaus/mojo/build-helper-maven-plugin/3.3.0 libbuild-helper-maven-plugin-java
-# The dependencies: the poms' own, and what Debian's grpc-java poms name but apt does not pull in.
-need_artifact io/grpc/grpc-netty/1.41.3 libgrpc-java
-need_artifact com/google/protobuf/protobuf-java/3.21.12 libprotobuf-java
-need_artifact io/netty/netty-transport-native-epoll/4.1.48.Final libnetty-java
-need_artifact org/apache/geronimo/specs/geronimo-annotation_1.3_spec/1.3 libgeronimo-annotation-1.3-spec-java
-need_artifact com/google/code/gson/gson/2.10 libgoogle-gson-java
-need_artifact junit/junit/4.13.2 junit4
-need_artifact org/hamcrest/hamcrest libhamcrest-java
-need_artifact com/google/guava/guava libguava-java
-need_artifact com/google/errorprone/error_prone_annotations liberror-prone-java
-need_artifact io/perfmark/perfmark-api libperfmark-java
-need_artifact org/codehaus/mojo/animal-sniffer-annotations libanimal-sniffer-java
-need_artifact com/google/api/grpc/proto-google-common-protos libgoogle-common-protos-java
-need_artifact com/google/code/findbugs/jsr305 libjsr305-java
-need_artifact org/jctools/jctools-core libjctools-java
+# need_java_toolchain, write_maven_settings: maven-debian.sh, shared with conformance.sh.
+source "$here/maven-debian.sh"
+need_java_toolchain
 need_cmd redis-server redis-server
 need_cmd redis-cli redis-tools
 need_cmd jq jq
 install_missing
 
 # --- the package: build, install into a scratch repository, build the application on it ----
-# Maven offline on Debian's repository: a settings file that makes it the only repository
-# ("central"; checksums ignored, Debian ships none), a scratch local repository, and the poms'
-# profile "debian" (Debian's Netty version, no epoll classifier).
+# Maven offline on Debian's repository: a settings file that makes it the only repository, a
+# scratch local repository, and the poms' profile "debian" (maven-debian.sh).
 m2="$work/m2"
-cat >"$work/settings.xml" <<EOF
-<settings>
-  <localRepository>$m2</localRepository>
-  <offline>true</offline>
-  <profiles>
-    <profile>
-      <id>debian-repo</id>
-      <repositories>
-        <repository><id>central</id><url>file://$repo</url>
-          <releases><checksumPolicy>ignore</checksumPolicy></releases>
-          <snapshots><enabled>false</enabled></snapshots></repository>
-      </repositories>
-      <pluginRepositories>
-        <pluginRepository><id>central</id><url>file://$repo</url>
-          <releases><checksumPolicy>ignore</checksumPolicy></releases>
-          <snapshots><enabled>false</enabled></snapshots></pluginRepository>
-      </pluginRepositories>
-    </profile>
-  </profiles>
-  <activeProfiles>
-    <activeProfile>debian-repo</activeProfile>
-    <activeProfile>debian</activeProfile>
-  </activeProfiles>
-</settings>
-EOF
+write_maven_settings "$work/settings.xml" "$m2"
 # Offline, a file: repository is the one kind Maven may still read.
 mvn_o=(mvn -o -B -Dstyle.color=never -s "$work/settings.xml" -Daether.offline.protocols=file)
 

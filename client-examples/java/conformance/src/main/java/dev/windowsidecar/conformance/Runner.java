@@ -1,0 +1,204 @@
+package dev.windowsidecar.conformance;
+
+import com.google.gson.Gson;
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import dev.windowsidecar.client.Delivery;
+import dev.windowsidecar.client.PublishTarget;
+import dev.windowsidecar.client.SubscribeOptions;
+import dev.windowsidecar.client.Subscription;
+import dev.windowsidecar.client.SubscriptionListener;
+import dev.windowsidecar.client.WindowClient;
+import dev.windowsidecar.client.WindowClient.Message;
+import dev.windowsidecar.v1.Opened;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The Java client's conformance runner: plays the worker side of one scenario of
+ * client-examples/conformance/scenarios with the window-sidecar-client package and prints what it
+ * sees as JSON lines (see client-examples/conformance/README.md). The sidecar's address and
+ * credentials come from the environment, read by the client ({@link WindowClient#connect()}).
+ */
+public final class Runner {
+  private static final Gson GSON = new Gson();
+
+  private final Map<String, List<String>> handle = new HashMap<>();
+  private final Map<String, Integer> seen = new HashMap<>();
+  private final String effects;
+
+  private Runner(JsonObject scenario) {
+    for (Map.Entry<String, JsonElement> e : scenario.getAsJsonObject("handle").entrySet()) {
+      List<String> actions = new ArrayList<>();
+      e.getValue().getAsJsonArray().forEach(a -> actions.add(a.getAsString()));
+      handle.put(e.getKey(), actions);
+    }
+    effects = scenario.get("effects").getAsString();
+  }
+
+  static synchronized void emit(String event, Map<String, Object> fields) {
+    Map<String, Object> line = new LinkedHashMap<>();
+    line.put("event", event);
+    line.putAll(fields);
+    System.out.println(GSON.toJson(line));
+    System.out.flush();
+  }
+
+  static void emit(String event) {
+    emit(event, Map.of());
+  }
+
+  public static void main(String[] argv) throws Exception {
+    JsonObject scenario = JsonParser.parseString(Files.readString(Path.of(argv[0]))).getAsJsonObject();
+    JsonObject open = scenario.getAsJsonObject("open");
+    Runner runner = new Runner(scenario);
+    CountDownLatch opened = new CountDownLatch(1);
+    SubscriptionListener listener =
+        new SubscriptionListener() {
+          @Override
+          public void opened(Opened o) {
+            opened.countDown();
+          }
+
+          @Override
+          public void resubscribed(Opened o, int reconnects) {
+            emit("resubscribed");
+          }
+
+          @Override
+          public void draining(Duration grace, int outstanding) {
+            emit("draining");
+          }
+        };
+    String key = open.get("key").getAsString();
+    String form = open.get("form").getAsString();
+    SubscribeOptions.Builder b;
+    PublishTarget target;
+    switch (form) {
+      case "stream" -> {
+        b = SubscribeOptions.builder(key, str(open, "group")).consumer(str(open, "consumer"));
+        target = PublishTarget.stream(key);
+      }
+      case "reliable_list" -> {
+        b = SubscribeOptions.reliableList(key).consumer(str(open, "consumer"));
+        target = PublishTarget.list(key);
+      }
+      case "simple_list" -> {
+        b = SubscribeOptions.simpleList(key);
+        target = PublishTarget.list(key);
+      }
+      case "pubsub" -> {
+        b = SubscribeOptions.pubsub().channels(key);
+        target = PublishTarget.channel(key);
+      }
+      default -> throw new IllegalArgumentException("unknown form " + form);
+    }
+    if (open.has("count")) {
+      b.count(open.get("count").getAsInt());
+    }
+    if ("atomic".equals(str(open, "mode"))) {
+      b.atomic(true);
+    }
+    if (open.has("max_deliveries")) {
+      b.deadLetter(open.get("max_deliveries").getAsInt(), str(open, "dead_letter"));
+    }
+    b.reportsInReads(bool(open, "reports_in_reads")).packedAcks(bool(open, "packed_acks"));
+    b.listener(listener);
+
+    WindowClient client = WindowClient.connect();
+    Subscription sub = client.subscribe(b.build(), runner::handle);
+    // SIGTERM: stop consuming, send what is settled, close, and exit 0.
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  sub.close();
+                  client.close();
+                  System.out.flush();
+                  Runtime.getRuntime().halt(sub.error() == null ? 0 : 1);
+                },
+                "conformance-stop"));
+
+    while (!opened.await(50, TimeUnit.MILLISECONDS)) {
+      if (sub.isTerminated()) {
+        System.err.println("the subscription ended before it opened: " + sub.error());
+        System.exit(1);
+      }
+    }
+    emit("opened");
+    List<Message> messages = new ArrayList<>();
+    for (JsonElement e : scenario.getAsJsonArray("publish")) {
+      JsonObject entry = e.getAsJsonObject();
+      Map<String, String> headers = new LinkedHashMap<>();
+      if (entry.has("headers")) {
+        entry.getAsJsonObject("headers").entrySet().forEach(h -> headers.put(h.getKey(), h.getValue().getAsString()));
+      }
+      messages.add(Message.of(entry.get("payload").getAsString(), headers));
+    }
+    client.publish(target, messages).join();
+    emit("published", Map.of("count", messages.size()));
+    sub.awaitTermination();
+    if (sub.error() != null) {
+      System.err.println("the subscription failed: " + sub.error());
+      System.exit(1);
+    }
+  }
+
+  private static String str(JsonObject o, String name) {
+    return o.has(name) ? o.get(name).getAsString() : "";
+  }
+
+  private static boolean bool(JsonObject o, String name) {
+    return o.has(name) && o.get(name).getAsBoolean();
+  }
+
+  /** The n-th delivery of a payload takes the n-th action of its list; past the end, the last. */
+  private String actionFor(String payload, int n) {
+    List<String> actions = handle.getOrDefault(payload, handle.getOrDefault("*", List.of("ack")));
+    return actions.get(Math.min(n, actions.size()) - 1);
+  }
+
+  private void handle(Delivery d) throws Exception {
+    String payload = d.payloadUtf8();
+    int n = seen.merge(payload, 1, Integer::sum);
+    Map<String, Object> fields = new LinkedHashMap<>();
+    fields.put("payload", payload);
+    fields.put("count", d.deliveryCount());
+    fields.put("headers", new LinkedHashMap<>(d.headers()));
+    emit("delivery", fields);
+    String action = actionFor(payload, n);
+    d.queue("HINCRBY", effects, payload, 1);
+    if (action.equals("ack")) {
+      d.ack();
+    } else if (action.equals("drop")) {
+      d.drop("the scenario drops it");
+    } else if (action.equals("retry")) {
+      d.retry("the scenario retries it");
+    } else if (action.startsWith("retry_after:")) {
+      d.retryAfter(Duration.ofMillis(millis(action)), "the scenario retries it later");
+    } else if (action.equals("reject")) {
+      d.queue("FLUSHALL");
+      d.ack();
+    } else if (action.equals("fail")) {
+      throw new IllegalStateException("the scenario's handler fails");
+    } else if (action.startsWith("slow_ack:")) {
+      Thread.sleep(millis(action));
+      d.ack();
+    } else {
+      throw new IllegalArgumentException("unknown action " + action);
+    }
+  }
+
+  private static long millis(String action) {
+    return Long.parseLong(action.substring(action.indexOf(':') + 1));
+  }
+}
