@@ -147,6 +147,18 @@ public final class Delivery {
     return this;
   }
 
+  /**
+   * Still being worked on (NATS JetStream's {@code in_progress}): asks the sidecar, at once, to
+   * keep other consumers from taking this delivery (a stream entry is made idle again for a
+   * whole {@code min_idle}; a reliable list's lease is renewed). No outcome: settle it later as
+   * usual. Returns false when the stream is gone.
+   *
+   * @throws IllegalStateException when the delivery is already settled
+   */
+  public boolean inProgress() {
+    return session.extend(this);
+  }
+
   /** Keeps the queued commands: they run in the read's flush, with the entry's XACK. */
   public boolean ack() {
     return settle(OutcomeKind.OUTCOME_KIND_ACK, null, "");

@@ -141,6 +141,20 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     }
   }
 
+  /** Sends {@code extend} for an unsettled delivery (see {@link Delivery#inProgress}). */
+  boolean extend(Delivery d) {
+    synchronized (lock) {
+      if (d.outcome != null) {
+        throw new IllegalStateException("delivery " + d.entryId() + " is already settled");
+      }
+      if (!usable()) {
+        return false;
+      }
+      sendLocked(SubscribeRequest.newBuilder().setBatch(Batch.newBuilder().addExtend(d.slot())).build());
+      return true;
+    }
+  }
+
   /**
    * Every command of the (acked) deliveries, then their outcomes in order (with packed acks, the
    * plain acks as slots in {@code acks}). Marks them sent.

@@ -1,6 +1,7 @@
 package dev.windowsidecar.client;
 
 import dev.windowsidecar.v1.DeadLetter;
+import dev.windowsidecar.v1.Framing;
 import dev.windowsidecar.v1.Mode;
 import dev.windowsidecar.v1.Open;
 import dev.windowsidecar.v1.PubSubSource;
@@ -46,6 +47,8 @@ public final class SubscribeOptions {
   final List<String> channels;
   final List<String> patterns;
   final List<String> shardedChannels;
+  final int pubsubBuffer;
+  final Framing framing;
   final int maxDeliveries;
   final String deadLetter;
   final boolean atomic;
@@ -73,6 +76,8 @@ public final class SubscribeOptions {
     channels = List.copyOf(b.channels);
     patterns = List.copyOf(b.patterns);
     shardedChannels = List.copyOf(b.shardedChannels);
+    pubsubBuffer = b.pubsubBuffer;
+    framing = b.framing;
     maxDeliveries = b.maxDeliveries;
     deadLetter = b.deadLetter;
     atomic = b.atomic;
@@ -150,7 +155,11 @@ public final class SubscribeOptions {
               PubSubSource.newBuilder()
                   .addAllChannels(channels)
                   .addAllPatterns(patterns)
-                  .addAllShardedChannels(shardedChannels));
+                  .addAllShardedChannels(shardedChannels)
+                  .setBuffer(pubsubBuffer));
+    }
+    if (framing != null) {
+      open.setFraming(framing);
     }
     if (!block.isZero()) {
       open.setBlock(duration(block));
@@ -195,6 +204,8 @@ public final class SubscribeOptions {
     private final List<String> channels = new ArrayList<>();
     private final List<String> patterns = new ArrayList<>();
     private final List<String> shardedChannels = new ArrayList<>();
+    private int pubsubBuffer;
+    private Framing framing;
     private int maxDeliveries;
     private String deadLetter = "";
     private boolean atomic;
@@ -354,6 +365,28 @@ public final class SubscribeOptions {
     /** Pub/sub: sharded channels to SSUBSCRIBE to (Redis 7). */
     public Builder shardedChannels(String... shardedChannels) {
       this.shardedChannels.addAll(List.of(shardedChannels));
+      return this;
+    }
+
+    /**
+     * Pub/sub: the most messages the sidecar buffers for a slow client; when full the oldest are
+     * dropped. 0 (default): 10000.
+     */
+    public Builder pubsubBuffer(int pubsubBuffer) {
+      if (pubsubBuffer < 0) {
+        throw new IllegalArgumentException("a buffer is a size");
+      }
+      this.pubsubBuffer = pubsubBuffer;
+      return this;
+    }
+
+    /**
+     * Lists and pub/sub: how a value carries headers. {@code FRAMING_FRAMES} (the default): a
+     * value that parses as a frame is its payload and headers, anything else the payload as it
+     * is. {@code FRAMING_RAW}: values are opaque payloads, retried and dead-lettered as stored.
+     */
+    public Builder framing(Framing framing) {
+      this.framing = framing;
       return this;
     }
 

@@ -1,6 +1,7 @@
 package dev.windowsidecar.client;
 
 import com.google.protobuf.ByteString;
+import dev.windowsidecar.v1.Framing;
 import dev.windowsidecar.v1.PublishEntry;
 import dev.windowsidecar.v1.PublishRequest;
 import dev.windowsidecar.v1.PublishResponse;
@@ -330,6 +331,9 @@ public final class WindowClient implements AutoCloseable {
       case LIST -> req.setList(target.name());
       case CHANNEL -> req.setChannel(target.name());
       case SHARDED_CHANNEL -> req.setShardedChannel(target.name());
+    }
+    if (target.raw()) {
+      req.setFraming(Framing.FRAMING_RAW);
     }
     for (Message m : messages) {
       req.addEntries(m.toEntry());

@@ -42,6 +42,22 @@ public class SubscribeOptionsTest {
   }
 
   @Test
+  public void framingAndPubsubBuffer() {
+    Open open =
+        SubscribeOptions.pubsub()
+            .channels("news")
+            .pubsubBuffer(50)
+            .framing(dev.windowsidecar.v1.Framing.FRAMING_RAW)
+            .build()
+            .toOpen();
+    assertEquals(50, open.getPubsub().getBuffer());
+    assertEquals(dev.windowsidecar.v1.Framing.FRAMING_RAW, open.getFraming());
+    assertEquals(
+        dev.windowsidecar.v1.Framing.FRAMING_UNSPECIFIED,
+        SubscribeOptions.simpleList("l").build().toOpen().getFraming());
+  }
+
+  @Test
   public void reportsInReadsAndPackedAcks() {
     SubscribeOptions o =
         SubscribeOptions.builder("orders", "svc").reportsInReads(true).packedAcks(true).build();

@@ -4,6 +4,7 @@ import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertNotNull;
 import static org.junit.Assert.assertNull;
+import static org.junit.Assert.assertThrows;
 import static org.junit.Assert.assertTrue;
 
 import com.google.protobuf.ByteString;
@@ -343,6 +344,38 @@ public class SubscriptionLifecycleTest {
       assertEquals(0, again.getCommandsCount());
       assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, again.getOutcomes(0).getKind());
       assertEquals("rejected: forbidden", again.getOutcomes(0).getReason());
+      assertFalse(sub.isTerminated());
+    }
+  }
+
+  /** inProgress() sends the slot in {@code extend} at once; the outcome follows as usual. */
+  @Test
+  public void inProgressExtends() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (open, out, in) -> {
+              out.onNext(opened());
+              out.onNext(msg(read(1, 1, "1-0")));
+              got.add(next(in));
+              got.add(next(in));
+              awaitEnd(in);
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    try (Subscription sub = client.subscribe(options().build(), ds::add)) {
+      Delivery d = ds.poll(5, TimeUnit.SECONDS);
+      assertNotNull(d);
+      assertTrue(d.inProgress());
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(List.of(1L), b.getExtendList());
+      assertEquals(0, b.getOutcomesCount());
+      assertTrue(d.ack());
+      Batch settled = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(settled);
+      assertEquals(1, settled.getOutcomesCount());
+      assertThrows(IllegalStateException.class, d::inProgress);
       assertFalse(sub.isTerminated());
     }
   }

@@ -191,6 +191,14 @@ public class WindowClientTest {
       assertEquals("orders", req.getStream());
       assertEquals(100, req.getMaxLen());
       assertEquals(List.of("1-0"), st.ids());
+      client.publish(PublishTarget.list("raw").withRawValues(), List.of(WindowClient.Message.of("x")))
+          .get(5, TimeUnit.SECONDS);
+      req = seen.poll(5, TimeUnit.SECONDS);
+      assertEquals(dev.windowsidecar.v1.Framing.FRAMING_RAW, req.getFraming());
+      assertEquals(
+          dev.windowsidecar.v1.Framing.FRAMING_UNSPECIFIED,
+          client.publish(PublishTarget.list("f"), one).thenApply(p -> seen.poll()).get(5, TimeUnit.SECONDS).getFraming());
+      assertThrows(IllegalArgumentException.class, () -> PublishTarget.stream("s").withRawValues());
       assertThrows(IllegalArgumentException.class, () -> PublishTarget.list("l").withMaxLen(5));
       assertThrows(IllegalArgumentException.class, () -> PublishTarget.channel(""));
     } finally {
