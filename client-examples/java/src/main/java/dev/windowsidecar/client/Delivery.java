@@ -31,6 +31,8 @@ public final class Delivery {
   boolean sent;
   /** The application's own trace context for handling this delivery, sent with its outcome. */
   TraceContext handlingTrace;
+  /** The handler's return does not ack it: the application settles it later ({@link #settleLater}). */
+  volatile boolean later;
 
   Delivery(dev.windowsidecar.v1.Delivery proto, Session session, Session.ReadState read) {
     this.proto = proto;
@@ -157,6 +159,16 @@ public final class Delivery {
    */
   public boolean inProgress() {
     return session.extend(this);
+  }
+
+  /**
+   * Tells the subscription that the application settles this delivery later, from another
+   * thread (a worker pool, an asynchronous call): the handler's normal return then does not ack
+   * it. Without it, a delivery the handler returns without settling is acked.
+   */
+  public Delivery settleLater() {
+    later = true;
+    return this;
   }
 
   /** Keeps the queued commands: they run in the read's flush, with the entry's XACK. */

@@ -192,6 +192,13 @@ public final class Subscription implements AutoCloseable {
       }
       try {
         handler.handle(d);
+        if (!d.later && !d.isSettled()) {
+          try {
+            d.ack(); // a handler that only queues commands
+          } catch (IllegalStateException raced) {
+            // settled meanwhile from another thread
+          }
+        }
       } catch (Exception e) {
         LOG.log(Level.WARNING, "handler failed for " + d, e);
         if (!d.isSettled()) {

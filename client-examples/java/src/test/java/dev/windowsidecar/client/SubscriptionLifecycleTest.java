@@ -160,6 +160,11 @@ public class SubscriptionLifecycleTest {
     return SubscribeOptions.builder("s", "g").backoff(Duration.ofMillis(10), Duration.ofMillis(20));
   }
 
+  /** A handler that leaves its deliveries to the test thread to settle. */
+  static DeliveryHandler later(LinkedBlockingQueue<Delivery> ds) {
+    return d -> ds.add(d.settleLater());
+  }
+
   /** Every listener call, as a word. */
   static final class Events implements SubscriptionListener {
     final LinkedBlockingQueue<String> seen = new LinkedBlockingQueue<>();
@@ -271,7 +276,7 @@ public class SubscriptionLifecycleTest {
               out.onCompleted();
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
       Delivery d1 = ds.poll(5, TimeUnit.SECONDS);
       assertNotNull(d1);
       assertTrue(d1.queue("INCR", "k").ack());
@@ -331,7 +336,7 @@ public class SubscriptionLifecycleTest {
             drainSeen.countDown();
           }
         };
-    try (Subscription sub = client.subscribe(options().listener(listener).build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().listener(listener).build(), later(ds))) {
       assertTrue(drainSeen.await(5, TimeUnit.SECONDS));
       Delivery d = ds.poll(5, TimeUnit.SECONDS);
       assertNotNull(d);
@@ -363,7 +368,7 @@ public class SubscriptionLifecycleTest {
               out.onCompleted();
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
       Delivery d = ds.poll(5, TimeUnit.SECONDS);
       assertNotNull(d);
       assertTrue(d.inProgress());
@@ -420,7 +425,7 @@ public class SubscriptionLifecycleTest {
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     String tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-    try (Subscription sub = client.subscribe(options().packedAcks(true).build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().packedAcks(true).build(), later(ds))) {
       ds.take().queue("INCR", "a").ack();
       ds.take().withHandlingTrace(tp, "k=v").ack();
       ds.take().drop("bad");

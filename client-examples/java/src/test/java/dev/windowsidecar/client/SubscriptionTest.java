@@ -162,6 +162,11 @@ public class SubscriptionTest {
     return SubscribeOptions.builder("s", "g").count(16).backoff(Duration.ofMillis(10), Duration.ofMillis(20));
   }
 
+  /** A handler that leaves its deliveries to the test thread to settle. */
+  static DeliveryHandler later(LinkedBlockingQueue<Delivery> ds) {
+    return d -> ds.add(d.settleLater());
+  }
+
   static Delivery take(LinkedBlockingQueue<Delivery> q) throws InterruptedException {
     Delivery d = q.poll(5, TimeUnit.SECONDS);
     assertNotNull("no delivery", d);
@@ -184,7 +189,7 @@ public class SubscriptionTest {
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().onFlush(flushes::add).build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().onFlush(flushes::add).build(), later(ds))) {
       assertFalse(sub.isTerminated());
       Delivery d1 = take(ds);
       Delivery d2 = take(ds);
@@ -237,7 +242,7 @@ public class SubscriptionTest {
               out.onCompleted();
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
       Delivery old1 = take(ds);
       Delivery old2 = take(ds);
       assertTrue(old1.queue("SET", "old", "1").ack()); // half of the read: nothing sent yet
@@ -295,7 +300,7 @@ public class SubscriptionTest {
               out.onCompleted();
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().build(), ds::add)) {
+    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
       Delivery d = take(ds);
       assertTrue(d.queue("FLUSHALL").ack());
       Batch first = got.poll(5, TimeUnit.SECONDS);
@@ -332,7 +337,7 @@ public class SubscriptionTest {
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
-    Subscription sub = client.subscribe(options().onFlush(flushes::add).build(), ds::add);
+    Subscription sub = client.subscribe(options().onFlush(flushes::add).build(), later(ds));
     Delivery d1 = take(ds);
     Delivery d2 = take(ds);
     assertTrue(d1.ack());
@@ -346,6 +351,28 @@ public class SubscriptionTest {
     assertNotNull(f);
     assertEquals(List.of(d1), f.settled());
     assertFalse("settled after close", d2.ack());
+  }
+
+  /** A handler that returns without settling acks its delivery, with the commands it queued. */
+  @Test
+  public void aHandlerThatReturnsAcks() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0"));
+              got.add(in.next());
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    try (Subscription sub = client.subscribe(options().build(), d -> d.queue("INCR", "k"))) {
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(1, b.getCommandsCount());
+      assertEquals(OutcomeKind.OUTCOME_KIND_ACK, b.getOutcomes(0).getKind());
+      assertFalse(sub.isTerminated());
+    }
   }
 
   /** INVALID_ARGUMENT is not retried: the subscription ends with it. */
