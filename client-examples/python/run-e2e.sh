@@ -231,7 +231,7 @@ async def main(addr, n):
                 sub.stop()
 
         sub = client.subscribe("backlog", "g", consumer="c1", count=16,
-                               on_flush=on_flush)
+                               reports_in_reads=True, packed_acks=True, on_flush=on_flush)
         async with sub:
             async for d in sub:
                 d.queue("INCR", "backlog:n")

@@ -104,7 +104,7 @@ class Options(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((o.stream.key, o.stream.group, o.stream.consumer, o.count),
                              ("orders", "g", "c", 4))
             self.assertEqual((o.mode, o.max_deliveries, o.dead_letter.stream, o.reports_in_reads),
-                             (pb.MODE_ATOMIC, 3, "orders:dead", True))
+                             (pb.MODE_ATOMIC, 3, "orders:dead", False))
             lst = client.subscribe_reliable_list("jobs", consumer="w", dead_after=10,
                                                  max_deliveries=2, dead_letter="jobs:dead")._open
             self.assertEqual((lst.reliable_list.key, lst.reliable_list.consumer,

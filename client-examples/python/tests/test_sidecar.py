@@ -247,9 +247,9 @@ class Subscribing(SidecarTest):
             for sub in (
                 client.subscribe("s", "g", consumer="c1", start_id="$", min_idle=30, count=4,
                                  max_in_flight=12, block=2, atomic=True, max_deliveries=3,
-                                 dead_letter="s:dead"),
+                                 dead_letter="s:dead", reports_in_reads=True),
                 client.subscribe_reliable_list("l", consumer="c1", dead_after=10,
-                                               reports_in_reads=False, max_deliveries=2,
+                                               max_deliveries=2,
                                                dead_letter="l:dead", framing="raw"),
                 client.subscribe_list("q"),
                 client.subscribe_pubsub(["ch"], patterns=["p.*"], sharded_channels=["sh"],
@@ -332,7 +332,7 @@ class Subscribing(SidecarTest):
 
         target = await self.start([script])
         async with WindowClient(target, token="") as client:
-            sub = client.subscribe("s", "g")
+            sub = client.subscribe("s", "g", packed_acks=True)
             async with sub:
                 async for d in sub:
                     d.in_progress()
@@ -422,7 +422,7 @@ class Lifecycle(SidecarTest):
         handled: List[str] = []
         target = await self.start([draining, serve_until_closed])
         async with WindowClient(target, token="") as client:
-            sub = client.subscribe("s", "g", backoff=(0.01, 0.05), linger=None,
+            sub = client.subscribe("s", "g", packed_acks=True, backoff=(0.01, 0.05), linger=None,
                                    on_lifecycle=events.append)
 
             async def handler(d: Delivery) -> None:

@@ -510,7 +510,7 @@ class Subscription:
         backoff: Tuple[float, float],
         rejected_retry_delay: float,
         close_timeout: float,
-        packed_acks: bool = True,
+        packed_acks: bool = False,
     ) -> None:
         self._client = client
         self._open = open_msg
@@ -1369,8 +1369,8 @@ class WindowClient:
         atomic: bool = False,
         max_deliveries: int = 0,
         dead_letter: str = "",
-        reports_in_reads: bool = True,
-        packed_acks: bool = True,
+        reports_in_reads: bool = False,
+        packed_acks: bool = False,
         on_flush: Optional[FlushCallback] = None,
         on_rejection: Optional[RejectionCallback] = None,
         on_lifecycle: Optional[LifecycleCallback] = None,
@@ -1385,7 +1385,8 @@ class WindowClient:
         cap) with ``dead_letter`` (a stream for streams, a list for lists): an entry retried at
         the cap goes there instead. ``reports_in_reads``: the sidecar sends the report of the
         flush a read rode on inside that read (one message per read each way under a
-        backlog); ``packed_acks``: a batch of plain acks is sent as the packed ``Batch.acks``.
+        backlog); ``packed_acks``: a batch of plain acks is sent as the packed ``Batch.acks``
+        (both off by default, as in every client of this project; on under load).
         ``on_flush(FlushEvent)``, ``on_rejection(rejection, delivery)`` and
         ``on_lifecycle(LifecycleEvent)`` (opened, resubscribed, draining, disconnected) may be
         plain or async functions. A read's commands and outcomes are sent in

@@ -156,6 +156,7 @@ async def sidecar_python(args: argparse.Namespace) -> dict:
         sub = client.subscribe(
             args.stream, args.group, consumer=args.consumer, count=args.count,
             max_in_flight=args.max_in_flight, block=1.0, on_flush=on_flush,
+            reports_in_reads=True, packed_acks=True,
         )
         if not args.latency:
             # Stamp each read when it reaches the helper (flat-out latency starts there).
