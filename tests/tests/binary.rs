@@ -44,6 +44,48 @@ fn sigterm_drains_and_exits_cleanly() {
     assert!(sidecar.wait().success());
 }
 
+/// A sidecar whose Redis is gone still stops on SIGTERM, within its grace and Redis timeout:
+/// nothing waits for a connection that will not come back.
+#[test]
+fn sigterm_exits_when_redis_is_gone() {
+    for scheme in ["redis", "redis-cluster"] {
+        // Nothing listens there: the sidecar never reaches Redis.
+        let url = format!("{scheme}://127.0.0.1:{}", free_port());
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut sidecar = SidecarProcess::start(&[
+            "--redis-url",
+            &url,
+            "--listen",
+            &listen,
+            "--redis-timeout",
+            "1s",
+            "--shutdown-grace",
+            "1s",
+        ]);
+        sidecar.wait_for("NOT_SERVING");
+        sidecar.signal("TERM");
+        sidecar.wait_for("SIGTERM: shutting down");
+        let status = sidecar.wait_exit();
+        assert!(status.success(), "{scheme}: {status:?}");
+        sidecar.wait_for("window-sidecar stopped");
+    }
+    // Redis that was there and went away.
+    let mut redis = RedisServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = SidecarProcess::start(&[
+        "--redis-url",
+        &redis.url(),
+        "--listen",
+        &listen,
+        "--redis-timeout",
+        "1s",
+    ]);
+    sidecar.wait_for("Redis answers: SERVING");
+    redis.kill();
+    sidecar.signal("TERM");
+    assert!(sidecar.wait_exit().success());
+}
+
 #[test]
 fn a_wrong_redis_password_is_logged_at_start_as_an_authentication_failure_without_the_password() {
     const WRONG: &str = "n0t-the-pa55word-7f3e";
