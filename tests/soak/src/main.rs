@@ -1290,9 +1290,11 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
             )
         },
     );
+    // Tokio's blocking threads (startup's file and DNS work) retire after 10 s idle, so the
+    // baseline may hold some that are gone by the end: a leak is more threads, not fewer.
     checks.check(
-        after.threads == baseline.threads,
-        "the sidecar's threads after every subscription closed as before the first opened",
+        after.threads <= baseline.threads,
+        "the sidecar's threads after every subscription closed at most as before the first opened",
         || format!("{} after vs {} before", after.threads, baseline.threads),
     );
     // At rest the sidecar pings and samples the backlog of the keys it served, read only:
