@@ -218,10 +218,9 @@ pub async fn execute(
             })
             .collect();
     }
-    // fred flushes its socket after every custom command (`CommandKind::should_flush` lists
-    // `_Custom`), and a client's commands can only be custom: N+1 `writev` for a read of N,
-    // whether pipelined, sent one by one or on one thread (strace, in the README). The fix
-    // belongs in fred.
+    // One pipeline is one write to each node it touches (fred as patched in server/vendor:
+    // unpatched, it flushes after every custom command, and a client's commands can only be
+    // custom).
     let deadline = tokio::time::Instant::now() + timeout;
     let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
     for plan in plans {

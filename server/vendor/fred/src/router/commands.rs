@@ -122,6 +122,8 @@ pub async fn write_command(
   if closes_connection {
     router.drain_all(inner).await?;
   }
+  // window-sidecar patch: a pipeline's commands are flushed together by `process_pipeline`.
+  let defer_flush = router.defer_flush && !closes_connection;
   // TODO refactor this
   let (flush, disconnect_from) = {
     if command.is_all_cluster_nodes() {
@@ -155,13 +157,13 @@ pub async fn write_command(
         },
       };
 
-      match utils::write_command(inner, conn, command, false).await {
+      match utils::write_command(inner, conn, command, false, defer_flush).await {
         Ok(flushed) => {
           _trace!(inner, "Sent command to {}. Flushed: {}", conn.server, flushed);
           if is_blocking {
             inner.backchannel.set_blocked(&conn.server);
           }
-          if !flushed && inner.counters.read_cmd_buffer_len() == 0 {
+          if !flushed && !defer_flush && inner.counters.read_cmd_buffer_len() == 0 {
             let _ = conn.flush().await;
           }
 
@@ -234,6 +236,11 @@ async fn process_pipeline(
 ) -> Result<(), Error> {
   _debug!(inner, "Writing pipeline with {} commands", commands.len());
 
+  // window-sidecar patch (see server/vendor/README.md): the commands are buffered and every
+  // socket flushed once after the last, one write per pipeline instead of one per command
+  // (custom commands always flushed, see `CommandKind::should_flush`).
+  router.defer_flush = true;
+  let mut result = Ok(());
   for mut command in commands.into_iter() {
     // trying to pipeline `SSUBSCRIBE` is problematic since successful responses arrive out-of-order via pubsub push
     // frames, but error redirections are returned in-order and the client is expected to follow them. this makes it
@@ -241,10 +248,17 @@ async fn process_pipeline(
     // never pipeline `ssubscribe`, even if the caller asks.
     command.can_pipeline = command.kind != CommandKind::Ssubscribe;
 
-    write_command_t!(inner, router, command)?;
+    if let Err(err) = write_command_t!(inner, router, command) {
+      result = Err(err);
+      break;
+    }
+  }
+  router.defer_flush = false;
+  if let Err(err) = router.flush().await {
+    _debug!(inner, "Failed to flush connections after a pipeline: {:?}", err);
   }
 
-  Ok(())
+  result
 }
 
 /// Send `ASKING` to the provided server, then retry the provided command there.

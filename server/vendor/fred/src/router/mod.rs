@@ -64,6 +64,9 @@ pub struct Router {
   /// The replica routing interface.
   #[cfg(feature = "replicas")]
   pub replicas:             Replicas,
+  /// window-sidecar patch (see server/vendor/README.md): set while the commands of a pipeline
+  /// are written, so that they are buffered and the sockets flushed once after the last.
+  pub defer_flush:          bool,
 }
 
 impl Router {
@@ -83,6 +86,7 @@ impl Router {
       connections,
       #[cfg(feature = "replicas")]
       replicas: Replicas::new(),
+      defer_flush: false,
     }
   }
 

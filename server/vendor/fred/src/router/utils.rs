@@ -67,6 +67,7 @@ pub async fn write_command(
   conn: &mut Connection,
   mut command: Command,
   force_flush: bool,
+  defer_flush: bool,
 ) -> Result<bool, (Error, Option<Command>)> {
   if client_utils::read_bool_atomic(&command.timed_out) {
     _debug!(
@@ -77,7 +78,7 @@ pub async fn write_command(
     return Ok(false);
   }
   let (frame, should_flush) = match prepare_command(inner, &conn.counters, &mut command) {
-    Ok((frame, should_flush)) => (frame, should_flush || force_flush),
+    Ok((frame, should_flush)) => (frame, !defer_flush && (should_flush || force_flush)),
     Err(e) => {
       _warn!(inner, "Frame encoding error for {}", command.kind.to_str_debug());
       // do not retry commands that trigger frame encoding errors
