@@ -2,7 +2,7 @@
 //! what is owed is flushed, a simple list's entries go back), the end of the client's stream
 //! and the wait for the last read.
 
-use super::{Action, Engine, Item, Kind, Phase, Reading, Stop};
+use super::{Action, Engine, Item, Kind, Phase, Stop};
 
 impl<E: Item> Engine<E> {
     /// Starts closing, once.
@@ -10,9 +10,7 @@ impl<E: Item> Engine<E> {
         if !matches!(self.phase, Phase::Open | Phase::Draining { .. }) {
             return;
         }
-        if self.config.kind.waits_for_read_at_close()
-            && matches!(self.reading, Some(Reading::Reader { .. }))
-        {
+        if self.config.kind.waits_for_read_at_close() && self.reader.is_some() {
             self.phase = Phase::ClosingAfterRead { stop };
             return;
         }

@@ -43,15 +43,20 @@ pub(super) fn split_held<E: Item>(entries: Vec<E>, held: &HashSet<E::Id>) -> (Ve
 }
 
 impl<E: Item> Engine<E> {
-    /// Hands a read's entries to the client, less those it must not get. Returns the report
-    /// if it did not ride.
-    pub(super) fn deliver(&mut self, read: Read<E>, report: Option<FlushId>) -> Option<FlushId> {
+    /// Hands a read of `count` entries at most to the client, less those it must not get.
+    /// Returns the report if it did not ride.
+    pub(super) fn deliver(
+        &mut self,
+        read: Read<E>,
+        count: u32,
+        report: Option<FlushId>,
+    ) -> Option<FlushId> {
         let Read {
             entries,
             redelivery,
             lost,
         } = read;
-        self.backlog = !redelivery && entries.len() >= self.last_count as usize;
+        self.backlog = !redelivery && entries.len() >= count as usize;
         let mut entries = entries;
         if redelivery && self.config.kind.rereads_by_id() {
             let held = held_ids(

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, Reading};
+use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, ReaderRead};
 use crate::window::FlushBatch;
 
 /// The wait before the next read after `failures` failed ones in a row.
@@ -16,21 +16,30 @@ impl<E: Item> Engine<E> {
     /// How many more deliveries the window may take.
     pub(super) fn room(&self) -> usize {
         // One read's worth of deliveries waiting for their flush is free, so the next read
-        // overlaps the flush; beyond that they count, so a slow Redis backs up in Redis.
+        // overlaps the flush; beyond that they count, so a slow Redis backs up in Redis. Not
+        // those of a flush with a read riding on it: that read counts in their stead.
+        let riding: usize = self
+            .ahead
+            .keys()
+            .filter_map(|flush| self.flushes.get(flush))
+            .filter(|f| !f.reported)
+            .map(|f| f.deliveries)
+            .sum();
         let waiting = self
             .flushing_deliveries
+            .saturating_sub(riding)
             .saturating_sub(self.config.count as usize);
         // Every delivery of a read not yet flushed is in flight, settled or not: what a crash
-        // can lose on a simple list, and what the window holds in memory.
-        (self.config.max_in_flight as usize).saturating_sub(self.window.held() + waiting)
+        // can lose on a simple list, and what the window holds in memory. Reads under way
+        // count with their COUNT: what they bring fits.
+        let reading = self.reader.map_or(0, |r| r.count as usize)
+            + self.ahead.values().map(|&c| c as usize).sum::<usize>();
+        (self.config.max_in_flight as usize).saturating_sub(self.window.held() + waiting + reading)
     }
 
-    /// Whether a read may start now at all.
+    /// Whether a read may start now at all, as far as the subscription goes.
     fn may_read(&self) -> bool {
-        self.phase == Phase::Open
-            && self.client_here
-            && self.reading.is_none()
-            && self.retry_read_at.is_none()
+        self.phase == Phase::Open && self.client_here && self.retry_read_at.is_none()
     }
 
     /// A re-read of this consumer's own entries can go now. A stream's re-read skips entries
@@ -45,10 +54,12 @@ impl<E: Item> Engine<E> {
         }
     }
 
-    /// Asks the reader for more when the window has room and no read is under way.
+    /// Asks the reader for more when the window has room and no read is under way: while a
+    /// read rides on a flush, the flush's reply brings the next entries, and a read of the
+    /// reader's own would only cost a round trip of its own.
     pub(super) fn maybe_read(&mut self, now: Instant) {
         let room = self.room();
-        if !self.may_read() || room == 0 {
+        if !self.may_read() || self.reader.is_some() || !self.ahead.is_empty() || room == 0 {
             return;
         }
         let reread = self.reread_owed && self.reread_ready();
@@ -60,8 +71,10 @@ impl<E: Item> Engine<E> {
             None => (false, self.config.block),
         };
         let count = room.min(self.config.count as usize) as u32;
-        self.reading = Some(Reading::Reader { count });
-        self.last_count = count;
+        self.reader = Some(ReaderRead {
+            count,
+            fresh: !reread && !recover,
+        });
         self.reader_asked += 1;
         self.actions.push(Action::Read {
             count,
@@ -71,10 +84,11 @@ impl<E: Item> Engine<E> {
         });
     }
 
-    /// The read to send at the end of the flush about to go, when the next read would be
-    /// asked for at once anyway (a stream with a backlog and room in the window) and the reader
-    /// has no work of its own (re-reading its entries, recovering, waiting for replicas).
-    /// Call with the flush's deliveries already counted as flushing.
+    /// The read to send at the end of the flush about to go, when the window has room for it
+    /// and the stream a backlog, and the reader has no work of its own (re-reading its
+    /// entries, recovering). Every flush may carry one, beside other reads under way: under a
+    /// backlog each read then costs one round trip, the flush's, however many reads the window
+    /// holds. Call with the flush's deliveries already counted as flushing.
     pub(super) fn read_ahead(&mut self, now: Instant, flush: FlushId) -> Option<u32> {
         let recovery_due = self.recovery.as_ref().is_some_and(|r| r.due(now));
         let room = self.room();
@@ -85,12 +99,12 @@ impl<E: Item> Engine<E> {
             || recovery_due
             || room == 0
             || !self.may_read()
+            || self.reader.is_some_and(|r| !r.fresh)
         {
             return None;
         }
         let count = room.min(self.config.count as usize) as u32;
-        self.reading = Some(Reading::Ahead { flush, count });
-        self.last_count = count;
+        self.ahead.insert(flush, count);
         Some(count)
     }
 
@@ -139,7 +153,7 @@ impl<E: Item> Engine<E> {
             return;
         };
         debug_assert!(flushing.reported);
-        if !flushing.ids.is_empty() && matches!(self.reading, Some(Reading::Reader { .. })) {
+        if !flushing.ids.is_empty() && self.reader.is_some() {
             // The reader's read under way may have run before this flush's settle; those
             // asked after it cannot return these entries.
             self.settled_during_reads

@@ -226,17 +226,14 @@ enum Phase {
     Done,
 }
 
-/// A read under way.
+/// The reader's read under way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reading {
-    Reader {
-        count: u32,
-    },
-    /// Riding at the end of this flush.
-    Ahead {
-        flush: FlushId,
-        count: u32,
-    },
+struct ReaderRead {
+    count: u32,
+    /// It reads new entries only (no re-read, no recovery): reads riding on flushes may go
+    /// beside it, since Redis hands each new entry to one read. Beside a re-read they may not:
+    /// a re-read returns whatever a read ahead claimed first, and its reply can come first.
+    fresh: bool,
 }
 
 /// The engine of one subscription.
@@ -246,11 +243,11 @@ pub(crate) struct Engine<E: Item> {
     window: Window<E>,
     phase: Phase,
     client_here: bool,
-    reading: Option<Reading>,
+    reader: Option<ReaderRead>,
+    /// Reads riding at the end of flushes under way, by flush, with their COUNT.
+    ahead: BTreeMap<FlushId, u32>,
     /// The last read of new entries came back full: more are waiting.
     backlog: bool,
-    /// The COUNT of the read under way, or of the last one.
-    last_count: u32,
     /// Reads asked of the reader and answers received: it answers in order.
     reader_asked: u64,
     reader_answered: u64,
@@ -286,9 +283,9 @@ impl<E: Item> Engine<E> {
             config,
             phase: Phase::Open,
             client_here: true,
-            reading: None,
+            reader: None,
+            ahead: BTreeMap::new(),
             backlog: false,
-            last_count: 0,
             reader_asked: 0,
             reader_answered: 0,
             settled_during_reads: Vec::new(),
@@ -332,7 +329,7 @@ impl<E: Item> Engine<E> {
     /// A snapshot for the admin view.
     pub(crate) fn view(&self) -> View {
         View {
-            reading: self.reading.is_some(),
+            reading: self.reader.is_some() || !self.ahead.is_empty(),
             open_reads: self.window.open_reads(),
             outstanding: self.window.outstanding(),
             kept_segments: self.window.kept_segments(),
@@ -348,15 +345,13 @@ impl<E: Item> Engine<E> {
 
     /// The reader answered.
     pub(crate) fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
-        if matches!(self.reading, Some(Reading::Reader { .. })) {
-            self.reading = None;
-        }
+        let count = self.reader.take().map_or(u32::MAX, |r| r.count);
         self.reader_answered += 1;
         let answered = self.reader_answered;
         match result {
             Ok(read) if self.phase == Phase::Open && self.client_here => {
                 self.read_failures = 0;
-                self.deliver(read, None);
+                self.deliver(read, count, None);
             }
             // Nobody will see what a read returns once the subscription stops reading: give
             // it back uncounted, so its next delivery is its first.
@@ -452,13 +447,11 @@ impl<E: Item> Engine<E> {
             self.actions.push(Action::Report(flush));
             report = None;
         }
+        let count = self.ahead.remove(&flush).unwrap_or(u32::MAX);
         if let Some(result) = read_ahead {
-            if matches!(self.reading, Some(Reading::Ahead { flush: f, .. }) if f == flush) {
-                self.reading = None;
-            }
             match result {
                 Ok(read) if self.phase == Phase::Open && self.client_here => {
-                    report = self.deliver(read, report);
+                    report = self.deliver(read, count, report);
                 }
                 Ok(read) => self.give_back(read.entries, false),
                 Err(ReadError::Retry { unknown }) => {
@@ -547,7 +540,7 @@ impl<E: Item> Engine<E> {
             self.phase = Phase::Ended;
             self.actions.push(Action::EndStream(stop));
         }
-        if self.phase == Phase::Ended && !matches!(self.reading, Some(Reading::Reader { .. })) {
+        if self.phase == Phase::Ended && self.reader.is_none() {
             self.phase = Phase::Done;
             self.actions.push(Action::Done);
         }

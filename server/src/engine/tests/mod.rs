@@ -287,3 +287,72 @@ fn extending_deliveries_keeps_them_from_others_at_a_bounded_rate() {
     assert!(simple.extend(start, &[1]).is_empty());
     assert_eq!(simple.take_actions(), vec![]);
 }
+
+/// Under a backlog, with a window of four reads, the reader reads only until the window is
+/// full: from then on every read rides on the flush of the one before, also while the client
+/// settles a read before the flush of the previous one is back. One round trip per read.
+#[test]
+fn under_a_backlog_every_read_rides_on_a_flush() {
+    let start = Instant::now();
+    let config = Config {
+        count: 2,
+        max_in_flight: 8,
+        lease_renewal: None,
+        ..config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, start);
+    let mut next_id = 0;
+    let mut full_read = || {
+        let entries = (0..2).map(|_| {
+            next_id += 1;
+            entry(next_id, 1)
+        });
+        Read::new(entries.collect())
+    };
+    let mut reader_reads = 0;
+    let mut held: Vec<SlotId> = Vec::new();
+    let mut riding: Vec<(FlushId, u32)> = Vec::new();
+    let take = |engine: &mut Engine<E>, held: &mut Vec<SlotId>, riding: &mut Vec<_>| {
+        let mut reads = 0;
+        for action in engine.take_actions() {
+            match action {
+                Action::Read { count, .. } => {
+                    assert_eq!(count, 2);
+                    reads += 1;
+                }
+                Action::Deliver { read, entries, .. } => {
+                    held.extend((0..entries.len() as u64).map(|i| read.first_slot + i));
+                }
+                Action::Flush {
+                    flush, read_ahead, ..
+                } => riding.push((flush, read_ahead.expect("a read rides on every flush"))),
+                _ => {}
+            }
+        }
+        reads
+    };
+    reader_reads += take(&mut engine, &mut held, &mut riding);
+    // The reader fills the window: four reads, one after the other.
+    for _ in 0..4 {
+        engine.read_returned(start, Ok(full_read()));
+        reader_reads += take(&mut engine, &mut held, &mut riding);
+    }
+    assert_eq!((reader_reads, held.len()), (4, 8));
+    for round in 0..50 {
+        // The client settles two reads; then the flushes come back, each with its read.
+        for _ in 0..2 {
+            let read: Vec<_> = held.drain(..2).collect();
+            let outcomes = read.iter().map(|&s| settle(s, Outcome::Ack)).collect();
+            engine.apply(start, Vec::new(), outcomes, |_, _| None);
+            reader_reads += take(&mut engine, &mut held, &mut riding);
+        }
+        assert_eq!(riding.len(), 2, "round {round}: both flushes carry a read");
+        for (flush, count) in std::mem::take(&mut riding) {
+            assert_eq!(count, 2);
+            engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+            reader_reads += take(&mut engine, &mut held, &mut riding);
+        }
+        assert_eq!(held.len(), 8, "round {round}: the window is full again");
+    }
+    assert_eq!(reader_reads, 4, "the reader read only to fill the window");
+}

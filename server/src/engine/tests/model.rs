@@ -225,6 +225,10 @@ impl World {
                         batch.read_id
                     );
                     self.flushed_reads.push(batch.read_id);
+                    assert!(
+                        read_ahead.is_none() || !matches!(self.reader, Some((_, true))),
+                        "a read ahead beside a re-read that has not run"
+                    );
                     let settles = batch
                         .settles
                         .iter()
