@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,6 +61,11 @@ pub(crate) struct SidecarClient {
     count: u32,
     max_in_flight: u32,
     atomic: bool,
+    stream: String,
+    /// The side effect's one key, when not the payload's `count:<id mod 1000>`.
+    counter: Option<Bytes>,
+    /// Entries settled so far, for a watcher.
+    progress: Option<Arc<AtomicU64>>,
 }
 
 /// The harness's stream `open` for the bench's group and consumer: BLOCK 1 s, flush reports
@@ -96,12 +103,46 @@ impl SidecarClient {
         max_in_flight: u32,
         atomic: bool,
     ) -> Result<Self, String> {
-        Ok(Self {
-            client: connect_sidecar(addr).await?,
+        Ok(Self::over(
+            connect_sidecar(addr).await?,
             count,
             max_in_flight,
             atomic,
-        })
+        ))
+    }
+
+    /// A client on a channel already open (subscriptions multiplexed on one connection).
+    pub(crate) fn over(
+        client: WindowServiceClient<Channel>,
+        count: u32,
+        max_in_flight: u32,
+        atomic: bool,
+    ) -> Self {
+        Self {
+            client,
+            count,
+            max_in_flight,
+            atomic,
+            stream: STREAM.to_owned(),
+            counter: None,
+            progress: None,
+        }
+    }
+
+    /// Consumes `stream` instead, with `INCR counter` as every entry's side effect, counting
+    /// what is settled into `progress`.
+    pub(crate) fn on_stream(
+        self,
+        stream: String,
+        counter: String,
+        progress: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            stream,
+            counter: Some(Bytes::from(counter)),
+            progress: Some(progress),
+            ..self
+        }
     }
 
     /// Opens the subscription and answers every read with one batch (an INCR and an ack per
@@ -111,7 +152,7 @@ impl SidecarClient {
     pub(crate) async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
         tx.send(open_request(
-            STREAM,
+            &self.stream,
             self.count,
             self.max_in_flight,
             self.atomic,
@@ -137,6 +178,7 @@ impl SidecarClient {
                 Some(Kind::Read(mut read)) => {
                     if let Some(report) = read.flushed.take() {
                         flushed(&mut out, &mut reads, &report, latency)?;
+                        self.report_progress(&out);
                     }
                     let arrived = now_us();
                     let n = read.deliveries.len();
@@ -146,10 +188,14 @@ impl SidecarClient {
                     let mut sent = Vec::with_capacity(if latency { n } else { 0 });
                     for delivery in read.deliveries {
                         let payload = Payload::decode(&delivery.payload)?;
+                        let key = match &self.counter {
+                            Some(key) => key.clone(),
+                            None => Bytes::from(payload.counter_key()),
+                        };
                         commands.push(proto::QueuedCommand {
                             slot: delivery.slot,
                             name: incr.clone(),
-                            args: vec![Bytes::from(payload.counter_key())],
+                            args: vec![key],
                         });
                         acks.push(delivery.slot);
                         if latency {
@@ -168,7 +214,10 @@ impl SidecarClient {
                     .await
                     .map_err(|_| "the request stream closed")?;
                 }
-                Some(Kind::Flush(report)) => flushed(&mut out, &mut reads, &report, latency)?,
+                Some(Kind::Flush(report)) => {
+                    flushed(&mut out, &mut reads, &report, latency)?;
+                    self.report_progress(&out);
+                }
                 Some(Kind::Rejections(rejections)) => {
                     return Err(format!("the sidecar refused: {:?}", rejections.rejections));
                 }
@@ -183,6 +232,14 @@ impl SidecarClient {
         })
         .await;
         Ok(out)
+    }
+}
+
+impl SidecarClient {
+    fn report_progress(&self, out: &ClientOutcome) {
+        if let Some(progress) = &self.progress {
+            progress.store(out.acked, Ordering::Relaxed);
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 //! of the two. See README.md beside this file for the contenders and the figures.
 
 mod client;
+mod many;
 mod procs;
 mod python;
 mod report;
@@ -70,6 +71,10 @@ struct Args {
     /// created and filled from requirements.txt when missing].
     #[arg(long)]
     python: Option<PathBuf>,
+    /// Subscriptions of the many-subscriptions phase (on a single node and on a 3-primary
+    /// cluster), sharing `--entries` [default: 100; --quick 10]; 0 skips it.
+    #[arg(long)]
+    many_subscriptions: Option<usize>,
     /// The window of every sidecar contender, in reads: `max_in_flight` = this × COUNT, so
     /// the client has reads to work on while earlier ones flush.
     #[arg(long, default_value_t = 4)]
@@ -243,6 +248,9 @@ pub struct Record {
 }
 
 /// The sidecar's RSS with idle subscriptions open, and before they were opened (kB).
+/// One run of the many-subscriptions phase: its topology and round.
+pub(crate) type ManyRecord = (many::Topology, u32, Result<many::Many, String>);
+
 pub struct IdleRss {
     pub subscriptions: usize,
     /// Measured on the `--baseline-bin` binary.
@@ -583,7 +591,8 @@ async fn bench(args: Args) -> ExitCode {
     let needs_sidecar = contenders
         .iter()
         .any(|c| c.uses_sidecar() && !c.on_baseline())
-        || args.idle_subscriptions > 0;
+        || args.idle_subscriptions > 0
+        || args.many_subscriptions != Some(0);
     let sidecar_bin = if needs_sidecar {
         sidecar_bin(args.sidecar_bin, &root)
     } else {
@@ -631,6 +640,10 @@ async fn bench(args: Args) -> ExitCode {
     let width = report::name_width(&contenders);
     let mut records = Vec::new();
     let mut idle = Vec::new();
+    let mut many_runs: Vec<ManyRecord> = Vec::new();
+    let many_n = args
+        .many_subscriptions
+        .unwrap_or(if args.quick { 10 } else { 100 });
     for round in 1..=rounds {
         let mut phases = vec![Phase::Throughput];
         if latency_secs > 0.0 {
@@ -680,11 +693,22 @@ async fn bench(args: Args) -> ExitCode {
                 result,
             });
         }
+        if many_n > 0 {
+            for topology in [many::Topology::SingleNode, many::Topology::Cluster] {
+                let result = match &ctx.sidecar_bin {
+                    Ok(bin) => many::run(bin, topology, many_n, entries, ctx.window_reads).await,
+                    Err(err) => Err(err.clone()),
+                };
+                report::many_progress(round, rounds, topology, &result, width);
+                many_runs.push((topology, round, result));
+            }
+        }
     }
-    report::tables(&contenders, &records, &idle, ctx.latency_rate);
+    report::tables(&contenders, &records, &idle, &many_runs, ctx.latency_rate);
     let failed = records.iter().filter(|r| r.result.is_err()).count()
-        + idle.iter().filter(|r| r.result.is_err()).count();
-    let passed = records.len() + idle.len() - failed;
+        + idle.iter().filter(|r| r.result.is_err()).count()
+        + many_runs.iter().filter(|r| r.2.is_err()).count();
+    let passed = records.len() + idle.len() + many_runs.len() - failed;
     println!("bench: {passed} passed, {failed} failed");
     if failed == 0 {
         ExitCode::SUCCESS

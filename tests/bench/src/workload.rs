@@ -66,9 +66,9 @@ pub(crate) async fn connect(url: &str) -> Result<Client, String> {
     Ok(client)
 }
 
-fn xadd_args(id: u64, ts: u64) -> Vec<Value> {
+fn xadd_args(stream: &str, id: u64, ts: u64) -> Vec<Value> {
     vec![
-        Value::from(STREAM),
+        Value::from(stream),
         Value::from("*"),
         Value::from("_payload"),
         Value::Bytes(payload(id, ts)),
@@ -77,10 +77,15 @@ fn xadd_args(id: u64, ts: u64) -> Vec<Value> {
 
 /// Creates the stream and group `g` (at `0`, so it sees every entry).
 pub(crate) async fn create_group(client: &Client) -> Result<(), String> {
+    create_group_on(client, STREAM).await
+}
+
+/// Creates `stream` and its group `g` (at `0`).
+pub(crate) async fn create_group_on(client: &Client, stream: &str) -> Result<(), String> {
     let _: Value = client
         .custom(
             fred::cmd!("XGROUP"),
-            vec!["CREATE", STREAM, GROUP, "0", "MKSTREAM"],
+            vec!["CREATE", stream, GROUP, "0", "MKSTREAM"],
         )
         .await
         .map_err(err("XGROUP CREATE"))?;
@@ -89,12 +94,19 @@ pub(crate) async fn create_group(client: &Client) -> Result<(), String> {
 
 /// Appends `n` entries with ids `0..n`, in pipelines of 2,000.
 pub(crate) async fn fill(client: &Client, n: u64) -> Result<(), String> {
+    fill_stream(client, STREAM, n).await
+}
+
+/// Appends `n` entries with ids `0..n` to `stream`, in pipelines of 2,000.
+pub(crate) async fn fill_stream(client: &Client, stream: &str, n: u64) -> Result<(), String> {
     let mut next = 0;
     while next < n {
         let end = (next + 2_000).min(n);
         let pipeline = client.pipeline();
         for id in next..end {
-            let _: Result<Value, _> = pipeline.custom(fred::cmd!("XADD"), xadd_args(id, 0)).await;
+            let _: Result<Value, _> = pipeline
+                .custom(fred::cmd!("XADD"), xadd_args(stream, id, 0))
+                .await;
         }
         for reply in pipeline.try_all::<Value>().await {
             reply.map_err(err("XADD"))?;
@@ -107,7 +119,7 @@ pub(crate) async fn fill(client: &Client, n: u64) -> Result<(), String> {
 /// One XADD stamped with its send time (the latency phase's producer).
 pub(crate) async fn xadd_now(client: &Client, id: u64) -> Result<(), String> {
     let _: Value = client
-        .custom(fred::cmd!("XADD"), xadd_args(id, now_us()))
+        .custom(fred::cmd!("XADD"), xadd_args(STREAM, id, now_us()))
         .await
         .map_err(err("XADD"))?;
     Ok(())
