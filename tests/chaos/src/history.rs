@@ -205,6 +205,7 @@ pub(crate) fn check(
         .map(|s| s.at_ms)
         .collect();
     let mut first_deliveries: HashMap<String, i64> = HashMap::new();
+    let mut highest_count: HashMap<String, (u64, u32, u32)> = HashMap::new();
     let mut arrived: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
     let mut flushed: HashMap<(u32, u32), Option<(usize, u64)>> = HashMap::new();
     for stamped in history {
@@ -233,6 +234,26 @@ pub(crate) fn check(
                 }
                 if *count == 1 {
                     *first_deliveries.entry(r.clone()).or_default() += 1;
+                }
+                // Redis never lowers a count: a delivery with a lower count than another
+                // worker saw before was read before that one, whose consumer could take the
+                // entry only once it had been idle past min_idle. So this one waited that long
+                // between Redis and its worker: handled past min_idle. Unless Redis lost counts
+                // (a restart, a failover) in between. (One worker seeing its own counts go
+                // back is an anomaly of its own, below.)
+                let highest =
+                    highest_count
+                        .entry(entry.clone())
+                        .or_insert((stamped.at_ms, *count, *worker));
+                if *count < highest.1 && *worker != highest.2 {
+                    let lost_counts = restarts.iter().any(|t| {
+                        (highest.0.saturating_sub(READ_WAITS_MS)..=stamped.at_ms).contains(t)
+                    });
+                    if !lost_counts {
+                        late.insert(r.clone());
+                    }
+                } else if *count >= highest.1 {
+                    *highest = (stamped.at_ms, *count, *worker);
                 }
                 seen.entry((*worker, entry.clone()))
                     .or_default()
@@ -589,6 +610,57 @@ mod tests {
         ));
         let (anomalies, _) = check(&late, &state, promise);
         assert!(!anomalies.iter().any(|a| a.what.contains("in atomic mode")));
+    }
+
+    #[test]
+    fn a_lower_count_seen_after_a_higher_one_was_handled_past_min_idle() {
+        let mut state = end(&[("3-0", None)]);
+        state.kept_effects.insert("3-0".into(), 2);
+        let promise = Promise {
+            exactly_once: true,
+            ..PROMISE
+        };
+        let on = |worker, event| match event {
+            Event::Delivered { entry, count, .. } => Event::Delivered {
+                worker,
+                entry,
+                count,
+            },
+            Event::Decided {
+                entry, decision, ..
+            } => Event::Decided {
+                worker,
+                entry,
+                decision,
+            },
+            other => other,
+        };
+        // Worker 1 claimed it (count 2) while worker 2's first delivery was still on its way.
+        let history = vec![
+            at(0, on(1, delivered("3-0", 2))),
+            at(1, on(1, decided("3-0", Decision::Ack))),
+            at(100, on(2, delivered("3-0", 1))),
+            at(101, on(2, decided("3-0", Decision::Ack))),
+        ];
+        let (anomalies, _) = check(&history, &state, promise);
+        assert_eq!(anomalies, vec![]);
+        // Not after Redis lost its counts: then the lower count says nothing about the order.
+        let mut failover = history.clone();
+        failover.insert(2, at(50, Event::Fault("primary-kill 7000".into())));
+        let (anomalies, _) = check(&failover, &state, promise);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("in atomic mode")),
+            "{anomalies:?}"
+        );
+        // Nor in the order Redis counts: the second delivery is the claim of a quick one.
+        let mut in_order = history;
+        in_order.swap(0, 2);
+        in_order.swap(1, 3);
+        let (anomalies, _) = check(&in_order, &state, promise);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("in atomic mode")),
+            "{anomalies:?}"
+        );
     }
 
     #[test]
