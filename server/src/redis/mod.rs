@@ -398,12 +398,17 @@ impl Redis {
         }
     }
 
-    /// Closes every pool connection.
+    /// Closes every pool connection, waiting one Redis timeout at most in all: with Redis
+    /// gone, each client's QUIT would wait out its own timeout, one pool after the other, and
+    /// a stopping sidecar must not outlast its grace period on them. What is not closed by
+    /// then closes with the process.
     pub async fn quit(&self) {
         self.closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = self.pool.quit().await;
-        let _ = self.flush_pool.quit().await;
+        let both = futures::future::join(self.pool.quit(), self.flush_pool.quit());
+        if tokio::time::timeout(self.timeout, both).await.is_err() {
+            tracing::warn!(timeout = ?self.timeout, "Redis did not answer QUIT in time; closing without it");
+        }
     }
 
     /// Every pool client (for tests that stop one on purpose).
