@@ -58,6 +58,8 @@ struct Info {
     specs: Vec<Spec>,
     /// As Redis spells them: `@write`.
     categories: Vec<String>,
+    /// A container command (`CONFIG`, `XINFO`): its first argument names a subcommand.
+    subcommands: bool,
 }
 
 /// The key specifications and categories of every command a server knows.
@@ -121,12 +123,21 @@ impl KeySpecs {
             Some(Value::Array(list)) => list.iter().filter_map(Value::as_string).collect(),
             _ => Vec::new(),
         };
+        let mut container = false;
         if let Some(Value::Array(subcommands)) = fields.get(9) {
+            container = !subcommands.is_empty();
             for sub in subcommands.clone() {
                 self.add(sub, Some(&name));
             }
         }
-        self.commands.insert(name, Info { specs, categories });
+        self.commands.insert(
+            name,
+            Info {
+                specs,
+                categories,
+                subcommands: container,
+            },
+        );
     }
 
     /// Whether some command is in this ACL category (`write`, without the `@`).
@@ -149,7 +160,14 @@ impl KeySpecs {
     /// (`NAME|SUB` for a subcommand).
     fn lookup(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
         let upper = name.to_ascii_uppercase();
-        if let Some(sub) = args.first() {
+        let Some(info) = self.commands.get(&upper) else {
+            return Err(KeyError::UnknownCommand(upper));
+        };
+        // Only a container's first argument can name a subcommand: for every other command
+        // (the side effects of nearly every flush) it is a key or a value, not worth a lookup.
+        if info.subcommands
+            && let Some(sub) = args.first()
+        {
             let full = format!(
                 "{upper}|{}",
                 String::from_utf8_lossy(sub).to_ascii_uppercase()
@@ -158,10 +176,7 @@ impl KeySpecs {
                 return Ok((full, info));
             }
         }
-        match self.commands.get(&upper) {
-            Some(info) => Ok((upper, info)),
-            None => Err(KeyError::UnknownCommand(upper)),
-        }
+        Ok((upper, info))
     }
 
     /// The full name (`NAME|SUB` for a subcommand) and ACL categories of `name args…`.
