@@ -438,9 +438,8 @@ fn build_pool(
                 conn.max_redirections = 0;
             }
             // Nagle on: writes of the pool that follow each other closely (the flushes and
-            // reads of many subscriptions) leave in one segment and wake Redis once. With a
-            // flush in one write (fred as vendored) TCP_NODELAY still measured worse: sidecar
-            // CPU per delivery 1.4x in pipeline mode, latency at 1,000/s unchanged.
+            // reads of many subscriptions) may leave in one segment. With a flush in one write
+            // (fred as vendored) TCP_NODELAY measured no better (docs/development.md).
             conn.tcp.nodelay = Some(false);
         })
         .set_policy(reconnect_policy())
