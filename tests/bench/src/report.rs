@@ -149,6 +149,14 @@ pub(crate) fn many_progress(
     }
 }
 
+/// Verified runs of the many-subscriptions phase on one topology.
+fn verified_many(many: &[ManyRecord], topology: Topology) -> Vec<&Many> {
+    many.iter()
+        .filter(|(t, _, _)| *t == topology)
+        .filter_map(|(_, _, r)| r.as_ref().ok())
+        .collect()
+}
+
 /// Verified runs of one contender in one phase.
 fn runs(records: &[Record], contender: Contender, phase: Phase) -> Vec<&Measured> {
     records
@@ -316,11 +324,7 @@ pub(crate) fn tables(
             "topology", "subs", "one", "all", "all/one", "slowest share", "peak RSS"
         );
         for topology in [Topology::SingleNode, Topology::Cluster] {
-            let ok: Vec<&Many> = many
-                .iter()
-                .filter(|(t, _, _)| *t == topology)
-                .filter_map(|(_, _, r)| r.as_ref().ok())
-                .collect();
+            let ok = verified_many(many, topology);
             let Some(first) = ok.first() else { continue };
             let med = |f: fn(&Many) -> f64| median(&ok.iter().map(|m| f(m)).collect::<Vec<_>>());
             let hwm = ok.iter().filter_map(|m| m.sidecar_hwm_kb).max();
@@ -457,11 +461,7 @@ pub(crate) fn tables(
         "< 50 MB",
     );
     for topology in [Topology::SingleNode, Topology::Cluster] {
-        let ok: Vec<&Many> = many
-            .iter()
-            .filter(|(t, _, _)| *t == topology)
-            .filter_map(|(_, _, r)| r.as_ref().ok())
-            .collect();
+        let ok = verified_many(many, topology);
         if ok.is_empty() {
             continue;
         }
