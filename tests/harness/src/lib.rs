@@ -44,6 +44,7 @@ pub use process::*;
 pub use sentinel::Sentinels;
 pub use sidecar::Sidecar;
 pub use tls::{TlsMaterial, TlsRedisServer};
+pub use util::info_field;
 pub use util::tail as tail_file;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

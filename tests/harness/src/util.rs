@@ -186,7 +186,7 @@ pub fn tail(path: &Path, lines: usize) -> String {
 }
 
 /// Value of `field:` in an `INFO`-style reply.
-pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines().find_map(|line| {
         line.strip_prefix(field)
             .and_then(|rest| rest.strip_prefix(':'))

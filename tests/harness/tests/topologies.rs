@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use window_sidecar_harness::{
-    RedisCluster, RedisServer, Sentinels, TlsMaterial, TlsRedisServer, acl_user, eventually, resp,
-    slot_of,
+    RedisCluster, RedisServer, Sentinels, TlsMaterial, TlsRedisServer, acl_user, eventually,
+    info_field, resp, slot_of,
 };
 
 fn process_gone(pid: u32) -> bool {
@@ -378,9 +378,8 @@ async fn reads_processed(client: &Client) -> u64 {
         .info(Some(fred::types::InfoKind::Stats))
         .await
         .expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("total_reads_processed:"))
-        .and_then(|n| n.trim().parse().ok())
+    info_field(&info, "total_reads_processed")
+        .and_then(|n| n.parse().ok())
         .expect("total_reads_processed in INFO stats")
 }
 
