@@ -977,3 +977,60 @@ fn an_unknown_otlp_protocol_is_a_configuration_error() {
         }
     }
 }
+
+/// The closing log line says what the close flushed and what it left pending, as
+/// `docs/operations.md` promises: a read with one delivery acked and one still out when
+/// SIGTERM's grace runs out is flushed at the close (the ack), and the other stays pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_closing_log_line_says_what_was_flushed_and_left_pending() {
+    let redis = RedisServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = traced_env(
+        &redis.url(),
+        &listen,
+        &[],
+        &["--shutdown-grace", "300ms"],
+        "info",
+    );
+    let mut client = connect_client(&listen).await;
+    window_sidecar_harness::publish(&mut client, "closing", window_sidecar_harness::numbered(2))
+        .await;
+    let (mut sub, _) = window_sidecar_harness::Subscription::open(
+        &mut client,
+        window_sidecar_harness::stream_open("closing", "g", "c", 2),
+    )
+    .await
+    .unwrap();
+    let read = sub.read().await;
+    assert_eq!(read.deliveries.len(), 2);
+    sub.send(
+        vec![],
+        vec![window_sidecar_harness::outcome(
+            read.deliveries[0].slot,
+            OutcomeKind::Ack,
+        )],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sidecar.terminate();
+
+    let closed: Vec<_> = json_lines(&sidecar)
+        .into_iter()
+        .filter(|l| l["message"] == "subscription closed")
+        .collect();
+    assert_eq!(closed.len(), 1, "{closed:#?}");
+    let line = &closed[0];
+    assert_eq!(line["flushed_at_close"], 1, "{line}");
+    assert_eq!(line["left_pending"], 1, "{line}");
+    for field in [
+        "reads",
+        "deliveries",
+        "flushes",
+        "failed_flushes",
+        "outcomes",
+    ] {
+        assert!(!line[field].is_null(), "no {field} in {line}");
+    }
+    let pending = window_sidecar_harness::pending(&redis.client().await, "closing", "g").await;
+    assert_eq!(pending, 1, "the delivery without an outcome stays pending");
+}

@@ -20,13 +20,16 @@ impl<E: Item> Engine<E> {
     /// Abandons what is outstanding and flushes what is owed.
     pub(super) fn close_now(&mut self, stop: Option<Stop>) {
         self.phase = Phase::Closing { stop };
+        self.closed.left_pending = self.window.outstanding();
         if self.config.kind == Kind::SimpleList {
             // A simple list's entries left without an outcome exist nowhere else: back they
             // go, counted (the client had them).
             let outstanding: Vec<E> = self.window.outstanding_entries().cloned().collect();
             self.give_back(outstanding, true);
         }
-        for batch in self.window.abandon_all() {
+        let owed = self.window.abandon_all();
+        self.closed.flushed_at_close = owed.len();
+        for batch in owed {
             self.flush_batch(batch, None);
         }
     }

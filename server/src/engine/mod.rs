@@ -267,7 +267,20 @@ pub(crate) struct Engine<E: Item> {
     /// When each delivery still outstanding was last extended.
     extended: HashMap<SlotId, Instant>,
     lease_extended: Option<Instant>,
+    /// What closing found, for the closing log line.
+    closed: ClosedCounts,
     actions: Vec<Action<E>>,
+}
+
+/// What a subscription's close did with what it held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClosedCounts {
+    /// Reads flushed by the close itself (what was owed once outstanding deliveries were
+    /// abandoned).
+    pub flushed_at_close: usize,
+    /// Deliveries still outstanding at the close: left pending in Redis (a simple list's are
+    /// pushed back), to be delivered again.
+    pub left_pending: usize,
 }
 
 impl<E: Item> Engine<E> {
@@ -299,6 +312,7 @@ impl<E: Item> Engine<E> {
             recovery,
             extended: HashMap::new(),
             lease_extended: None,
+            closed: ClosedCounts::default(),
             actions: Vec::new(),
         };
         engine.advance(now);
@@ -335,6 +349,7 @@ impl<E: Item> Engine<E> {
             kept_segments: self.window.kept_segments(),
             flushes: self.flushes.len(),
             draining: !matches!(self.phase, Phase::Open),
+            closed: self.closed,
         }
     }
 
@@ -573,6 +588,7 @@ pub(crate) struct View {
     pub kept_segments: usize,
     pub flushes: usize,
     pub draining: bool,
+    pub closed: ClosedCounts,
 }
 
 #[cfg(test)]

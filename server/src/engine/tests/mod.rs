@@ -196,6 +196,29 @@ fn a_deleted_group_ends_the_subscription_after_its_flushes() {
 }
 
 #[test]
+fn closing_counts_what_it_flushed_and_left_pending() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    // One read of three: one acked, two still out when the client goes.
+    engine.read_returned(
+        start,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1), entry(3, 1)])),
+    );
+    engine.take_actions();
+    engine.apply(start, vec![], vec![settle(1, Outcome::Ack)], |_, _| None);
+    assert_eq!(engine.view().closed, ClosedCounts::default());
+    engine.client_gone(start);
+    assert_eq!(
+        engine.view().closed,
+        ClosedCounts {
+            flushed_at_close: 1,
+            left_pending: 2
+        }
+    );
+}
+
+#[test]
 fn a_lost_lease_ends_the_subscription() {
     let start = Instant::now();
     let mut engine: Engine<E> = Engine::new(config(Kind::Stream), start);

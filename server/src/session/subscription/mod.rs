@@ -335,11 +335,14 @@ impl Subscription {
         metrics.outstanding.remove(&self.labels);
         self.shared.views.lock().remove(&self.view.id);
         let c = &self.view.counters;
+        let closed = self.engine.view().closed;
         info!(
             reads = c.reads,
             deliveries = c.deliveries,
             flushes = c.flushes,
             failed_flushes = c.failed_flushes,
+            flushed_at_close = closed.flushed_at_close,
+            left_pending = closed.left_pending,
             outcomes = ?c.outcomes,
             "subscription closed"
         );
