@@ -107,6 +107,8 @@ pub struct Metrics {
     pub list_entries: Family<KeyLabels, Gauge>,
     pub list_processing: Family<KeyLabels, Gauge>,
     pub published: Counter,
+    pub retention_trimmed: Family<KeyLabels, Counter>,
+    pub retention_blocked: Family<GroupLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -139,6 +141,8 @@ impl Metrics {
             list_processing: Family::default(),
             group_lag: Family::default(),
             published: Counter::default(),
+            retention_trimmed: Family::default(),
+            retention_blocked: Family::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -234,6 +238,16 @@ impl Metrics {
             "published_entries",
             "Entries appended through Publish",
             m.published.clone(),
+        );
+        r.register(
+            "retention_trimmed_entries",
+            "Entries the background trim removed from a stream under retention by acknowledgement",
+            m.retention_trimmed.clone(),
+        );
+        r.register(
+            "retention_blocked",
+            "1 while a group's position is unknown to Redis (XINFO GROUPS has no lag), so its stream is not trimmed",
+            m.retention_blocked.clone(),
         );
         // Series that exist from the start read as 0 rather than missing in queries and alerts.
         for reason in crate::window::Reason::ALL {

@@ -246,12 +246,16 @@ pub async fn run(
             replicas: config.wait_replicas,
             timeout: config.wait_timeout,
         }),
+        retention: (!config.ack_retention.is_empty())
+            .then(|| crate::policy::Patterns::new(&config.ack_retention)),
+        retention_interval: config.retention_interval,
     };
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
     for watch in &config.watch {
         let source = watched_source(watch);
         shared.backlog.watch(&source, &Form::new(&source, None));
     }
+    tokio::spawn(learn_server(Arc::clone(&shared)));
     tokio::spawn(crate::session::backlog::run(
         Arc::clone(&shared),
         config.sample_interval,
@@ -453,5 +457,13 @@ fn watched_source(watch: &Watch) -> Source {
             reliable: true,
             framing: Default::default(),
         }),
+    }
+}
+
+/// Loads the command table and what the server offers as soon as Redis answers, so that the
+/// server's product, version and commands are logged at start rather than at the first open.
+async fn learn_server(shared: Arc<Shared>) {
+    while shared.key_specs().await.is_err() {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     }
 }

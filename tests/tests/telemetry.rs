@@ -1034,3 +1034,44 @@ async fn the_closing_log_line_says_what_was_flushed_and_left_pending() {
     let pending = window_sidecar_harness::pending(&redis.client().await, "closing", "g").await;
     assert_eq!(pending, 1, "the delivery without an outcome stays pending");
 }
+
+/// The sidecar says once, at start, which server it reached and whether it has `XACKDEL`: the
+/// line an operator compares with the README's support table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_and_what_it_offers_are_logged_once_at_start() {
+    let redis = RedisServer::start();
+    let info: String = redis
+        .client()
+        .await
+        .info(Some(fred::types::InfoKind::Server))
+        .await
+        .unwrap();
+    let product = window_sidecar_harness::info_field(&info, "server_name").unwrap_or("redis");
+    let version = window_sidecar_harness::info_field(&info, &format!("{product}_version"))
+        .unwrap()
+        .to_owned();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = traced_env(&redis.url(), &listen, &[], &[], "info");
+    let line: serde_json::Value =
+        serde_json::from_str(&sidecar.wait_for("\"redis server\"")).unwrap();
+    assert_eq!(line["product"], product, "{line}");
+    assert_eq!(line["version"], version.as_str(), "{line}");
+    // Redis 8.2 and Valkey 9.2 have XACKDEL; the releases before them do not.
+    let major_minor: Vec<u32> = version
+        .split('.')
+        .take(2)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let has = match product {
+        "valkey" => major_minor >= vec![9, 2],
+        _ => major_minor >= vec![8, 2],
+    };
+    assert_eq!(line["xackdel"], has, "{line}");
+    sidecar.terminate();
+    let again = sidecar
+        .logged_lines()
+        .iter()
+        .filter(|l| l.contains("\"redis server\""))
+        .count();
+    assert_eq!(again, 0, "logged once");
+}

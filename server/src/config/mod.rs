@@ -201,6 +201,18 @@ pub struct Config {
     #[arg(long, env = "WINDOW_RECLAIM_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub reclaim_interval: Duration,
 
+    /// Streams (Redis glob patterns, comma-separated) whose entries leave once every consumer
+    /// group of the stream has acknowledged them (retention by acknowledgement): an entry no
+    /// group still has unread or pending is deleted, whoever consumes the other groups. With
+    /// `XACKDEL` (Redis 8.2, Valkey 9.2) at the settle, and on every server by a background trim
+    /// every --retention-interval. Off (nothing matches) by default.
+    #[arg(long, env = "WINDOW_ACK_RETENTION", value_delimiter = ',')]
+    pub ack_retention: Vec<String>,
+
+    /// How often a stream under --ack-retention is trimmed below what its groups still need.
+    #[arg(long, env = "WINDOW_RETENTION_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub retention_interval: Duration,
+
     /// Stream groups and lists whose backlog gauges are sampled from startup, before (and
     /// whether or not) a subscription opens on them: `stream:<key>:<group>` (the group after
     /// the last colon) or `list:<key>`. Repeatable; comma-separated in the variable. Everything
@@ -441,6 +453,7 @@ impl Config {
         self.policy()?;
         at_least_in("promote-interval", ms(self.promote_interval), 1, " ms")?;
         at_least_in("reclaim-interval", ms(self.reclaim_interval), 1, " ms")?;
+        at_least_in("retention-interval", ms(self.retention_interval), 10, " ms")?;
         at_least_in("sample-interval", ms(self.sample_interval), 10, " ms")?;
         at_least_in("consumer-lease", ms(self.consumer_lease), 300, " ms")?;
         if self

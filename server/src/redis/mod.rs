@@ -21,7 +21,9 @@ pub mod publish;
 pub mod pubsub;
 pub mod redirect;
 mod replication;
+pub mod retention;
 pub mod sample;
+pub mod server;
 pub mod stream;
 
 pub use replication::{Replication, ReplicationWatch};

@@ -26,13 +26,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
 use crate::metrics::Metrics;
-use crate::policy::{Policy, PolicyError};
+use crate::policy::{Patterns, Policy, PolicyError};
 use crate::redis::admit::SlotMismatch;
 use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
 pub use crate::redis::form::Source;
 use crate::redis::keys::KeySpecs;
 use crate::redis::lease::ConsumerLease;
+use crate::redis::server::ServerInfo;
 use crate::redis::stream::Mode;
 use crate::redis::{Redis, RedisError, Replication};
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
@@ -57,6 +58,10 @@ pub struct Settings {
     pub policy: Policy,
     /// Replicas that must have a read's claim before it is delivered.
     pub replication: Option<Replication>,
+    /// Streams whose entries leave once every group has acknowledged them.
+    pub retention: Option<Patterns>,
+    /// How often such a stream is trimmed in the background.
+    pub retention_interval: Duration,
 }
 
 /// What all sessions of the process share.
@@ -84,6 +89,8 @@ pub struct Shared {
     /// Which arguments are keys and the categories of each command: loaded once, when the
     /// first subscription opens, to apply the policy and (on a cluster) route by slot.
     key_specs: tokio::sync::OnceCell<Arc<KeySpecs>>,
+    /// What the server is and offers, learned with the command table.
+    server: std::sync::OnceLock<ServerInfo>,
 }
 
 impl Shared {
@@ -100,15 +107,24 @@ impl Shared {
             consumers: Mutex::new(HashMap::new()),
             views: Mutex::new(BTreeMap::new()),
             key_specs: tokio::sync::OnceCell::new(),
+            server: std::sync::OnceLock::new(),
         }
     }
 
     /// The server's command table (loaded on first use).
-    async fn key_specs(&self) -> Result<Arc<KeySpecs>, RedisError> {
+    pub async fn key_specs(&self) -> Result<Arc<KeySpecs>, RedisError> {
         let specs = self
             .key_specs
             .get_or_try_init(|| async {
                 let specs = KeySpecs::load(self.redis.pool()).await?;
+                let server = ServerInfo::load(self.redis.pool(), &specs).await?;
+                tracing::info!(
+                    product = %server.product,
+                    version = %server.version,
+                    xackdel = server.ack_delete,
+                    "redis server"
+                );
+                let _ = self.server.set(server);
                 let unknown = self
                     .settings
                     .policy
@@ -124,6 +140,19 @@ impl Shared {
             })
             .await?;
         Ok(Arc::clone(specs))
+    }
+
+    /// What the server offers, once the command table is loaded ([`Shared::key_specs`]).
+    pub fn server(&self) -> Option<&ServerInfo> {
+        self.server.get()
+    }
+
+    /// Whether entries of this stream leave once every group has acknowledged them.
+    pub fn retained(&self, key: &str) -> bool {
+        self.settings
+            .retention
+            .as_ref()
+            .is_some_and(|p| p.allows(key.as_bytes()))
     }
 
     /// The admin view of every open subscription.

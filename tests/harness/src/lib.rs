@@ -78,6 +78,16 @@ pub fn free_port() -> u16 {
     panic!("no free port between {low} and {high}")
 }
 
+/// The Redis server binary the tests run: `WINDOW_TEST_REDIS_SERVER` (CI's server matrix runs
+/// the server-dependent suites again against Redis 8 and Valkey through it), else
+/// `redis-server` on the PATH.
+pub fn redis_server_bin() -> String {
+    std::env::var("WINDOW_TEST_REDIS_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
 /// One `redis-server` process.
 #[derive(Debug)]
 pub struct RedisServer {
@@ -119,7 +129,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(redis_server_bin());
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])

@@ -108,7 +108,7 @@ impl Proc {
     /// Spawns the process again with the same arguments (same ports, same dir).
     pub(crate) fn spawn(&mut self) -> bool {
         self.kill();
-        let mut child = Command::new("redis-server")
+        let mut child = Command::new(crate::redis_server_bin())
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -43,6 +43,9 @@ pub struct StreamKeys {
     pub dead_letter: Option<Bytes>,
     /// `key/group`, as dead letters record it.
     pub subscription: String,
+    /// Retention by acknowledgement on a server with `XACKDEL`: a settle deletes what no
+    /// other group still references.
+    pub ack_delete: bool,
 }
 
 impl StreamKeys {
@@ -56,6 +59,7 @@ impl StreamKeys {
             slot: fred::util::redis_keyslot(source.key.as_bytes()),
             dead_letter: None,
             subscription: format!("{}/{}", source.key, source.group),
+            ack_delete: false,
         }
     }
 }
@@ -100,11 +104,22 @@ impl Settling for StreamKeys {
         true
     }
 
-    /// One XACK for all of them.
+    /// One XACK for all of them; under retention with `XACKDEL`, one `XACKDEL … ACKED`, which
+    /// also deletes each entry no other group still needs.
     fn settle(&self, entries: &[&Entry], plan: &mut FlushPlan) {
         let mut args = vec![self.key.clone(), self.group.clone()];
+        let name = if self.ack_delete {
+            args.extend([
+                Bytes::from_static(b"ACKED"),
+                Bytes::from_static(b"IDS"),
+                Bytes::from(entries.len().to_string()),
+            ]);
+            "XACKDEL"
+        } else {
+            "XACK"
+        };
         args.extend(entries.iter().map(|e| e.id.clone()));
-        plan.push("XACK", args, Role::Settle, Some(self.slot));
+        plan.push(name, args, Role::Settle, Some(self.slot));
     }
 
     /// A copy at the end of the stream.

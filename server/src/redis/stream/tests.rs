@@ -97,6 +97,24 @@ fn a_read_ahead_reply_is_a_read_of_first_deliveries() {
 }
 
 #[test]
+fn under_retention_with_xackdel_the_settle_deletes_what_every_group_acked() {
+    let keys = StreamKeys {
+        ack_delete: true,
+        ..keys()
+    };
+    let plan = plan(&keys, &diagram(), Mode::Pipeline, 0);
+    assert_eq!(
+        plan.render(),
+        vec![
+            "INCR k1",
+            "INCR k3",
+            "XACKDEL orders g ACKED IDS 3 1-0 2-0 3-0"
+        ]
+    );
+    assert_eq!(plan.settles, 3);
+}
+
+#[test]
 fn pipeline_mode_is_the_kept_segments_then_one_xack() {
     let plan = plan(&keys(), &diagram(), Mode::Pipeline, 0);
     assert_eq!(

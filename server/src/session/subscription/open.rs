@@ -42,7 +42,12 @@ impl Subscription {
         let redis = &shared.redis;
         let explain = |err: RedisError| SessionError::Redis(redis.explain(err));
         let key_specs = shared.key_specs().await.map_err(explain)?;
-        let form = Form::new(&source, request.dead_letter.as_deref());
+        let mut form = Form::new(&source, request.dead_letter.as_deref());
+        if let (Form::Stream(keys), Source::Stream(stream)) = (&mut form, &source)
+            && shared.retained(&stream.key)
+        {
+            keys.ack_delete = shared.server().is_some_and(|s| s.ack_delete);
+        }
         check_cluster_slots(
             redis.is_cluster(),
             &source,
@@ -119,9 +124,17 @@ impl Subscription {
             .in_current_span(),
         );
         let every = settings.promote_interval;
-        let helpers = vec![tokio::spawn(
+        let mut helpers = vec![tokio::spawn(
             workers::promote(redis.clone(), form.clone(), every).in_current_span(),
         )];
+        if let Source::Stream(stream) = &source
+            && shared.retained(&stream.key)
+        {
+            let (key, every) = (stream.key.clone(), settings.retention_interval);
+            helpers.push(tokio::spawn(
+                workers::retain(Arc::clone(shared), key, every).in_current_span(),
+            ));
+        }
         shared.backlog.watch(&source, &form);
         tokio::spawn(
             crate::session::backlog::sample_now(Arc::clone(shared), source.clone(), form.clone())

@@ -1,0 +1,349 @@
+//! Retention by acknowledgement against a real server: a stream under `--ack-retention` stays
+//! as long as what its slowest group has not acknowledged, and every group still gets every
+//! entry. Runs against `redis-server` (or `WINDOW_TEST_REDIS_SERVER`: CI runs it on Redis 7.0,
+//! where the background trim does the work, and on Redis 8.2, where `XACKDEL` does most of it).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fred::prelude::*;
+use window_sidecar::proto::OutcomeKind;
+use window_sidecar_harness::{
+    Next, RedisServer, Sidecar, Worker, command, eventually, free_port, outcome, sample, scrape,
+    stream_open,
+};
+
+const ENTRIES: usize = 3_000;
+/// The producer writes this many entries every PRODUCE_EVERY.
+const BURST: usize = 50;
+const PRODUCE_EVERY: Duration = Duration::from_millis(25);
+const TRIM_EVERY: &str = "200ms";
+
+async fn xlen(client: &Client, key: &str) -> usize {
+    client.xlen(key).await.unwrap()
+}
+
+async fn server_offers_xackdel(client: &Client) -> bool {
+    let reply: Value = client
+        .custom(
+            fred::types::CustomCommand::new_static(
+                "COMMAND",
+                fred::types::ClusterHash::Random,
+                false,
+            ),
+            vec!["INFO", "XACKDEL"],
+        )
+        .await
+        .unwrap();
+    matches!(reply, Value::Array(items) if items.iter().any(|i| !i.is_null()))
+}
+
+/// Reads up to `count` entries for `group` by hand (a consumer that is not the sidecar) and
+/// acknowledges them with a plain XACK; returns their ids.
+async fn hand_consume(client: &Client, key: &str, group: &str, count: u64) -> Vec<String> {
+    let reply: Value = client
+        .xreadgroup(group, "hand", Some(count), None, false, key, ">")
+        .await
+        .unwrap();
+    let ids = stream_ids(reply);
+    if !ids.is_empty() {
+        let _: i64 = client.xack(key, group, ids.clone()).await.unwrap();
+    }
+    ids
+}
+
+/// The entry ids of an XREADGROUP reply.
+fn stream_ids(reply: Value) -> Vec<String> {
+    let Value::Array(streams) = reply else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    for stream in streams {
+        let Value::Array(mut pair) = stream else {
+            continue;
+        };
+        let Some(Value::Array(entries)) = pair.pop() else {
+            continue;
+        };
+        for entry in entries {
+            if let Value::Array(parts) = entry
+                && let Some(id) = parts.first().and_then(Value::as_string)
+            {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+/// Acks every delivery of one read through the sidecar (an INCR each); returns the entry ids.
+async fn sidecar_consume(worker: &mut Worker, wait: Duration) -> Vec<String> {
+    match worker.next(wait).await {
+        Next::Read(read) => {
+            let mut batch = window_sidecar::proto::Batch::default();
+            for d in &read.deliveries {
+                batch
+                    .commands
+                    .push(command(d.slot, "INCR", &["ret:effects"]));
+                batch.outcomes.push(outcome(d.slot, OutcomeKind::Ack));
+            }
+            worker.send(batch).await;
+            read.deliveries.iter().map(|d| d.entry_id.clone()).collect()
+        }
+        Next::Idle => Vec::new(),
+        other => panic!("the subscription ended: {other:?}"),
+    }
+}
+
+/// A steady producer, a group consumed through the sidecar at full speed and a hand-written
+/// group that lags by thousands of entries. The stream's length stays within what the lagging
+/// group has not acknowledged plus one trim interval of traffic, and both groups get every
+/// entry once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_under_retention_keeps_only_what_some_group_still_needs() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let key = "ret:orders";
+    // Both groups exist before the first entry: retention never deletes what a group has not
+    // read, and a group created later starts where it is created.
+    let _: () = client.xgroup_create(key, "slow", "$", true).await.unwrap();
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &[
+            "--ack-retention",
+            "ret:*",
+            "--retention-interval",
+            TRIM_EVERY,
+        ],
+    )
+    .await;
+    let mut fast = Worker::open(
+        &sidecar.addr.to_string(),
+        stream_open(key, "fast", "c1", 64),
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let groups: Value = client.xinfo_groups(key).await.unwrap();
+            matches!(groups, Value::Array(g) if g.len() == 2)
+        })
+        .await,
+        "the sidecar created its group"
+    );
+
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let producer = {
+        let (client, written) = (redis.client().await, written.clone());
+        tokio::spawn(async move {
+            for start in (0..ENTRIES).step_by(BURST) {
+                let pipeline = client.pipeline();
+                for i in start..start + BURST {
+                    let _: () = pipeline
+                        .xadd(key, false, None, "*", vec![("n", i.to_string())])
+                        .await
+                        .unwrap();
+                }
+                let _: Vec<Value> = pipeline.all().await.unwrap();
+                written.fetch_add(BURST, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(PRODUCE_EVERY).await;
+            }
+        })
+    };
+
+    let (mut fast_ids, mut slow_ids) = (Vec::new(), Vec::new());
+    let mut worst_excess = i64::MIN;
+    let per_interval = (BURST as u128 * 200 / PRODUCE_EVERY.as_millis()) as i64;
+    let started = std::time::Instant::now();
+    for round in 0.. {
+        if fast_ids.len() >= ENTRIES {
+            break;
+        }
+        fast_ids.extend(sidecar_consume(&mut fast, Duration::from_millis(50)).await);
+        // The slow group reads a few entries now and then until the producer is done.
+        if !producer.is_finished() && round % 4 == 0 {
+            slow_ids.extend(hand_consume(&client, key, "slow", 5).await);
+        }
+        // Measured after the count it is compared with: a burst written in between only makes
+        // the excess look larger.
+        let unacked_by_slow =
+            written.load(std::sync::atomic::Ordering::SeqCst) as i64 - slow_ids.len() as i64;
+        let excess = xlen(&client, key).await as i64 - unacked_by_slow;
+        worst_excess = worst_excess.max(excess);
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the fast group got {} of {ENTRIES} entries in 2 minutes",
+            fast_ids.len()
+        );
+    }
+    producer.await.unwrap();
+    let lagging_by = ENTRIES - slow_ids.len();
+    eprintln!(
+        "retention: the slow group lagged by {lagging_by} entries; the stream held at most {worst_excess} entries beyond what it had not acknowledged (one trim interval of traffic: {per_interval})"
+    );
+    assert!(
+        lagging_by > 1_000,
+        "the slow group should lag by thousands, it lags by {lagging_by}"
+    );
+    // The bound: what the slow group has not acknowledged, plus what one trim interval (and
+    // the fast group's window) lets through.
+    assert!(
+        worst_excess <= 2 * per_interval + 256,
+        "the stream held {worst_excess} entries beyond what the slow group had not acknowledged (one interval: {per_interval})"
+    );
+
+    // The slow group catches up: it gets every entry still, none was trimmed before it read.
+    loop {
+        let got = hand_consume(&client, key, "slow", 500).await;
+        if got.is_empty() {
+            break;
+        }
+        slow_ids.extend(got);
+    }
+    let once = |ids: &[String]| ids.iter().collect::<HashSet<_>>().len();
+    assert_eq!((slow_ids.len(), once(&slow_ids)), (ENTRIES, ENTRIES));
+    assert_eq!((fast_ids.len(), once(&fast_ids)), (ENTRIES, ENTRIES));
+    let effects: i64 = client.get("ret:effects").await.unwrap();
+    assert_eq!(effects, ENTRIES as i64, "every side effect ran once");
+
+    // Everything acknowledged by both: the stream empties but for the entry every group last
+    // read (kept so that each group's position stays an entry of the stream).
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            xlen(&client, key).await <= 1
+        })
+        .await,
+        "the stream still holds {} entries after both groups acknowledged everything",
+        xlen(&client, key).await
+    );
+    fast.close();
+    sidecar.stop().await;
+}
+
+/// Where `XACKDEL` exists, two groups consumed through the sidecar empty the stream as they
+/// settle, without waiting for a trim; where it does not, the background trim does it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_settled_by_every_group_leave_the_stream() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let key = "ret:both";
+    for group in ["a", "b"] {
+        let _: () = client.xgroup_create(key, group, "$", true).await.unwrap();
+    }
+    // A long trim interval: on a server with XACKDEL the settles alone must empty the stream.
+    let xackdel = server_offers_xackdel(&client).await;
+    let interval = if xackdel { "1h" } else { "100ms" };
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &["--ack-retention", key, "--retention-interval", interval],
+    )
+    .await;
+    let addr = sidecar.addr.to_string();
+    let mut a = Worker::open(&addr, stream_open(key, "a", "c", 16)).await;
+    let mut b = Worker::open(&addr, stream_open(key, "b", "c", 16)).await;
+    for i in 0..200 {
+        let _: String = client
+            .xadd(key, false, None, "*", vec![("n", i.to_string())])
+            .await
+            .unwrap();
+    }
+    let (mut got_a, mut got_b) = (HashSet::new(), HashSet::new());
+    while got_a.len() < 200 || got_b.len() < 200 {
+        got_a.extend(sidecar_consume(&mut a, Duration::from_millis(100)).await);
+        got_b.extend(sidecar_consume(&mut b, Duration::from_millis(100)).await);
+    }
+    let settled = eventually(Duration::from_secs(5), || async {
+        xlen(&client, key).await <= usize::from(!xackdel)
+    })
+    .await;
+    assert!(
+        settled,
+        "{} entries left after both groups settled everything (XACKDEL: {xackdel})",
+        xlen(&client, key).await
+    );
+    a.close();
+    b.close();
+    sidecar.stop().await;
+}
+
+/// A group whose position Redis cannot tell (created at an id inside the stream: XINFO GROUPS
+/// shows no lag) stops the trim, in a gauge and a log line, until it has read to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_unknown_position_stops_the_trim_until_it_is_known() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let key = "ret:mid";
+    for i in 1..=20 {
+        let _: String = client
+            .xadd(
+                key,
+                false,
+                None,
+                format!("{i}-0"),
+                vec![("n", i.to_string())],
+            )
+            .await
+            .unwrap();
+    }
+    let _: () = client
+        .xgroup_create(key, "mid", "10-0", false)
+        .await
+        .unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &[
+            "--ack-retention",
+            key,
+            "--retention-interval",
+            "100ms",
+            "--metrics-listen",
+            &metrics,
+        ],
+    )
+    .await;
+    let mut worker = Worker::open(&sidecar.addr.to_string(), stream_open(key, "g", "c", 64)).await;
+    let mut got = 0;
+    while got < 20 {
+        got += sidecar_consume(&mut worker, Duration::from_millis(200))
+            .await
+            .len();
+    }
+    let blocked = r#"window_retention_blocked{key="ret:mid",group="mid"}"#;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            sample(&scrape(&metrics).await, blocked) == 1.0
+        })
+        .await,
+        "the gauge says the trim is blocked"
+    );
+    // Entries 11-0 to 20-0 are the group's unread ones: they all stay. Below its position,
+    // XACKDEL (where the server has it) may delete what every group acknowledged or will
+    // never read; the background trim deletes nothing while the position is unknown.
+    let unread: Value = client.xrange(key, "11-0", "+", None).await.unwrap();
+    assert!(
+        matches!(&unread, Value::Array(e) if e.len() == 10),
+        "{unread:?}"
+    );
+    if !server_offers_xackdel(&client).await {
+        assert_eq!(
+            xlen(&client, key).await,
+            20,
+            "nothing trimmed past a group of unknown position"
+        );
+    }
+
+    // The group reads to the end: its position is known again and the trim resumes.
+    let read = hand_consume(&client, key, "mid", 100).await;
+    assert_eq!(read.len(), 10);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            xlen(&client, key).await <= 1 && sample(&scrape(&metrics).await, blocked) == 0.0
+        })
+        .await,
+        "{} entries left, gauge {}",
+        xlen(&client, key).await,
+        sample(&scrape(&metrics).await, blocked)
+    );
+    worker.close();
+    sidecar.stop().await;
+}
