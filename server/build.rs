@@ -3,7 +3,10 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = std::path::PathBuf::from("../proto");
-    let proto = proto_root.join("window_sidecar/v1/window.proto");
+    let protos = [
+        proto_root.join("window_sidecar/v1/window.proto"),
+        proto_root.join("window_sidecar/v1/dead_letters.proto"),
+    ];
     println!("cargo:rerun-if-changed={}", proto_root.display());
 
     let mut config = prost_build::Config::new();
@@ -20,6 +23,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("window_sidecar_descriptor.bin"))
         .bytes(".window_sidecar.v1")
-        .compile_with_config(config, &[proto], &[proto_root, well_known])?;
+        .compile_with_config(config, &protos, &[proto_root, well_known])?;
     Ok(())
 }

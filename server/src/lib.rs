@@ -6,9 +6,11 @@
 //! how to settle) and executes flushes; [`session`] runs one subscription stream by executing
 //! its engine's actions; [`grpc`] is the tonic service and the only
 //! place that converts between proto and domain types; [`config`], [`telemetry`], [`metrics`],
-//! [`http`] and [`server`] wire the process together and make it observable.
+//! [`http`] and [`server`] wire the process together and make it observable; [`cli`] is the
+//! operator's `dead-letters` command, a client of a running sidecar.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub mod dev;
 pub(crate) mod engine;
@@ -22,7 +24,7 @@ pub mod session;
 pub mod telemetry;
 pub mod window;
 
-/// Types generated from `proto/window_sidecar/v1/window.proto`.
+/// Types generated from `proto/window_sidecar/v1/` (`window.proto`, `dead_letters.proto`).
 pub mod proto {
     #![allow(missing_docs, clippy::all, clippy::pedantic)]
     tonic::include_proto!("window_sidecar.v1");

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
+use window_sidecar::cli::{self, DeadLettersCli};
 use window_sidecar::config::{Config, redact_url};
 use window_sidecar::telemetry::{self, TraceExport};
 use window_sidecar::{dev, server};
@@ -19,6 +20,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(cli::DEAD_LETTERS) {
+        return dead_letters();
+    }
     let mut config = match Config::try_parse() {
         Ok(config) => config,
         Err(err) if !err.use_stderr() => err.exit(), // --help, --version
@@ -55,6 +59,31 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(serve(config, traces))
+}
+
+/// `window-sidecar dead-letters …`: 0 done, 1 failed (the sidecar refused or could not be
+/// reached, said on stderr), 64 a usage error.
+fn dead_letters() -> ExitCode {
+    let command = match DeadLettersCli::try_parse_from(std::env::args().skip(1)) {
+        Ok(command) => command,
+        Err(err) if !err.use_stderr() => err.exit(),
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let result = runtime(1).map(|runtime| runtime.block_on(command.run()));
+    match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(err)) => {
+            eprintln!("window-sidecar dead-letters: {err}");
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("window-sidecar dead-letters: cannot start the async runtime: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// One thread by default, as linkerd2-proxy runs with one core unless given more: in a pod

@@ -23,6 +23,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{Config, Listen, Secret, Watch, redact_url};
 use crate::grpc::{self, Numbered, convert::OpenLimits};
+use crate::proto::dead_letter_service_server::DeadLetterServiceServer;
 use crate::proto::window_service_server::WindowServiceServer;
 use crate::redis::form::{Form, Source};
 use crate::redis::list::ListSource;
@@ -335,6 +336,10 @@ pub async fn run(
         WindowServiceServer::new(service).max_decoding_message_size(config.max_message_size),
         auth.clone(),
     );
+    let dead_letters = InterceptedService::new(
+        DeadLetterServiceServer::new(grpc::DeadLetters::new(Arc::clone(&shared))),
+        auth.clone(),
+    );
     let router = builder
         .layer(tower::util::MapResponseLayer::new(
             grpc::too_large_is_resource_exhausted,
@@ -342,7 +347,8 @@ pub async fn run(
         .add_service(health)
         .add_service(InterceptedService::new(reflection_v1, auth.clone()))
         .add_service(InterceptedService::new(reflection_v1alpha, auth))
-        .add_service(window);
+        .add_service(window)
+        .add_service(dead_letters);
     match listener {
         Listener::Tcp(listener) => {
             let incoming = nodelay(listener).map(|accepted| accepted.map(Numbered::new));

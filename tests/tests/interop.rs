@@ -334,6 +334,47 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         .await
         .unwrap();
     assert_eq!((left, theirs, ours), (0, 0, 0), "list, processing lists");
+
+    // The dead-letter service reads both sides' dead letters alike: decoded, with the count
+    // each wrote, the origin where the sidecar wrote it (ruststream-fred's do not say).
+    let mut admin = proto::dead_letter_service_client::DeadLetterServiceClient::connect(format!(
+        "http://{}",
+        sidecar.addr
+    ))
+    .await
+    .unwrap();
+    for target in [
+        proto::dead_letter_target::Kind::Stream("shared:orders:dead".into()),
+        proto::dead_letter_target::Kind::List("shared:jobs:dead".into()),
+    ] {
+        let listed = admin
+            .list(proto::ListDeadLettersRequest {
+                target: Some(proto::DeadLetterTarget {
+                    kind: Some(target.clone()),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(listed.total, u64::from(N), "{target:?}");
+        for letter in &listed.dead_letters {
+            assert_eq!(letter.deliveries, 3, "{letter:?}");
+            assert!(!letter.raw, "{letter:?}");
+            assert!(letter.payload.starts_with(b"{\"n\":"), "{letter:?}");
+            assert!(
+                letter
+                    .headers
+                    .iter()
+                    .any(|h| h.name == "tenant" && h.value == "acme"),
+                "{letter:?}"
+            );
+            assert!(
+                letter.origin.is_empty() || letter.origin.starts_with("shared:"),
+                "{letter:?}"
+            );
+        }
+    }
     sidecar.stop().await;
 }
 

@@ -1,10 +1,13 @@
-//! The tonic service: Subscribe spawns a session per stream, Publish writes entries. Errors
-//! become gRPC statuses here and nowhere else.
+//! The tonic services: Subscribe spawns a session per stream, Publish writes entries, the
+//! dead-letter service ([`DeadLetters`]) inspects, redrives and purges. Errors become gRPC
+//! statuses here and nowhere else.
 
 mod connections;
 pub mod convert;
+mod dead_letters;
 
 pub use connections::{ConnectionId, Connections, Numbered};
+pub use dead_letters::DeadLetters;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -8,6 +8,7 @@
 //! shared pool carries flushes, Publish and the delay promoter.
 
 pub mod admit;
+pub mod dead_letters;
 pub mod delay;
 pub mod entry;
 pub mod flush;

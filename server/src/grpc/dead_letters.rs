@@ -1,0 +1,344 @@
+//! The `DeadLetterService`: the wire side of inspecting, redriving and purging dead letters.
+//! Requests become a [`Store`] and a [`Selection`] here (failing with a [`RequestError`]),
+//! every key is checked against `--allow-keys` before anything is read or written, and the
+//! Redis work is `redis::dead_letters`'.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use thiserror::Error;
+use tonic::{Request, Response, Status};
+
+use super::{policy_status, redis_status};
+use crate::policy::Patterns;
+use crate::proto;
+use crate::proto::dead_letter_service_server::DeadLetterService;
+use crate::proto::dead_letter_target::Kind as TargetKind;
+use crate::redis::RedisError;
+use crate::redis::dead_letters::letter::{Letter, Selection};
+use crate::redis::dead_letters::{self, Redrive, Store};
+use crate::session::Shared;
+
+/// Dead letters listed when a request sets no limit.
+const DEFAULT_LIST: usize = 100;
+/// The most one List returns.
+const MAX_LIST: usize = 10_000;
+/// The most one Redrive or Purge works on when it sets no limit.
+const DEFAULT_BATCH: usize = 10_000;
+
+/// A request that cannot be carried out as sent.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RequestError {
+    #[error("target: name a dead-letter stream (`stream`) or list (`list`)")]
+    NoTarget,
+    #[error(
+        "selection: choose the dead letters by `ids`, `reason`, `older_than`, or `all: true` for every one"
+    )]
+    NoSelection,
+    #[error("limit: at most {MAX_LIST} dead letters per List, got {0}")]
+    LimitTooLarge(u32),
+}
+
+impl From<RequestError> for Status {
+    fn from(err: RequestError) -> Self {
+        Status::invalid_argument(err.to_string())
+    }
+}
+
+impl TryFrom<Option<proto::DeadLetterTarget>> for Store {
+    type Error = RequestError;
+    fn try_from(target: Option<proto::DeadLetterTarget>) -> Result<Self, RequestError> {
+        match target.and_then(|t| t.kind) {
+            Some(TargetKind::Stream(key)) if !key.is_empty() => Ok(Store::Stream(key)),
+            Some(TargetKind::List(key)) if !key.is_empty() => Ok(Store::List(key)),
+            _ => Err(RequestError::NoTarget),
+        }
+    }
+}
+
+impl From<proto::DeadLetterSelection> for Selection {
+    fn from(s: proto::DeadLetterSelection) -> Self {
+        Selection {
+            ids: s.ids,
+            reason: (!s.reason.is_empty()).then(|| Patterns::new(&[s.reason])),
+            older_than_ms: s
+                .older_than
+                .map(|d| (d.seconds.max(0) as u64) * 1000 + (d.nanos.max(0) as u64) / 1_000_000),
+            all: s.all,
+        }
+    }
+}
+
+/// A selection a redrive or purge must give.
+fn required(selection: Option<proto::DeadLetterSelection>) -> Result<Selection, RequestError> {
+    selection
+        .map(Selection::from)
+        .filter(Selection::is_given)
+        .ok_or(RequestError::NoSelection)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// The DeadLetterService implementation.
+#[derive(Debug, Clone)]
+pub struct DeadLetters {
+    shared: Arc<Shared>,
+}
+
+impl DeadLetters {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), Status> {
+        self.shared
+            .settings
+            .policy
+            .check_key(key.as_bytes())
+            .map_err(|e| policy_status(&e, e.to_string()))
+    }
+
+    fn failed(&self, err: RedisError, keys: &[&str]) -> Status {
+        if let RedisError::Refused { message, .. } = &err
+            && message.starts_with("CROSSSLOT")
+        {
+            return Status::failed_precondition(format!(
+                "on a cluster a dead letter is redriven atomically only to a key in its own hash slot, and {} are in different slots; give them one hash tag, such as \"{{orders}}\" and \"{{orders}}:dead\", or redrive with `to` naming a key in the dead letter's slot",
+                keys.join(" and ")
+            ));
+        }
+        redis_status(&self.shared.redis.explain(err))
+    }
+
+    async fn select(
+        &self,
+        store: &Store,
+        selection: &Selection,
+        limit: usize,
+    ) -> Result<Vec<Letter>, Status> {
+        self.check_key(store.key())?;
+        dead_letters::select(self.shared.redis.pool(), store, selection, now_ms(), limit)
+            .await
+            .map_err(|e| self.failed(e, &[store.key()]))
+    }
+}
+
+/// A dead letter on the wire.
+fn letter_message(letter: &Letter, store: &Store, now_ms: u64) -> proto::DeadLetterEntry {
+    let (origin, origin_group) = letter.origin(store.is_stream()).unwrap_or_default();
+    let pair = |(name, value): (String, bytes::Bytes)| proto::DeadLetterHeader { name, value };
+    let in_layout = letter.payload().is_some();
+    proto::DeadLetterEntry {
+        id: letter.id.clone(),
+        origin,
+        origin_group: origin_group.unwrap_or_default(),
+        deliveries: letter.deliveries(),
+        reason: letter.reason().unwrap_or_default(),
+        age: letter.written_ms.map(|written| {
+            let age = Duration::from_millis(now_ms.saturating_sub(written));
+            prost_types::Duration {
+                seconds: age.as_secs() as i64,
+                nanos: age.subsec_nanos() as i32,
+            }
+        }),
+        payload: letter.payload().cloned().unwrap_or_default(),
+        headers: letter.headers().into_iter().map(pair).collect(),
+        fields: if in_layout {
+            Vec::new()
+        } else {
+            letter
+                .fields
+                .iter()
+                .map(|(f, v)| pair((String::from_utf8_lossy(f).into_owned(), v.clone())))
+                .collect()
+        },
+        raw: letter.raw,
+        redriven: letter.redriven(),
+    }
+}
+
+#[tonic::async_trait]
+impl DeadLetterService for DeadLetters {
+    async fn list(
+        &self,
+        request: Request<proto::ListDeadLettersRequest>,
+    ) -> Result<Response<proto::ListDeadLettersResponse>, Status> {
+        let request = request.into_inner();
+        let store = Store::try_from(request.target)?;
+        let limit = match request.limit as usize {
+            0 => DEFAULT_LIST,
+            n if n > MAX_LIST => return Err(RequestError::LimitTooLarge(request.limit).into()),
+            n => n,
+        };
+        let selection = request.selection.map(Selection::from).unwrap_or_default();
+        let letters = self.select(&store, &selection, limit).await?;
+        let total = dead_letters::count(self.shared.redis.pool(), &store)
+            .await
+            .map_err(|e| self.failed(e, &[store.key()]))?;
+        let now = now_ms();
+        Ok(Response::new(proto::ListDeadLettersResponse {
+            dead_letters: letters
+                .iter()
+                .map(|l| letter_message(l, &store, now))
+                .collect(),
+            total,
+        }))
+    }
+
+    async fn redrive(
+        &self,
+        request: Request<proto::RedriveRequest>,
+    ) -> Result<Response<proto::RedriveResponse>, Status> {
+        let request = request.into_inner();
+        let store = Store::try_from(request.target)?;
+        let selection = required(request.selection)?;
+        let limit = match request.limit as usize {
+            0 => DEFAULT_BATCH,
+            n => n,
+        };
+        let letters = self.select(&store, &selection, limit).await?;
+        // Every destination is checked before anything moves: a refused key refuses the call.
+        let destination = |letter: &Letter| -> Option<String> {
+            if !request.to.is_empty() {
+                return Some(request.to.clone());
+            }
+            letter.origin(store.is_stream()).map(|(key, _)| key)
+        };
+        for letter in &letters {
+            if let Some(to) = destination(letter) {
+                self.check_key(&to)?;
+            }
+        }
+        let mut pace = (request.per_second > 0).then(|| {
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / request.per_second);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
+        let mut redriven = Vec::with_capacity(letters.len());
+        for letter in &letters {
+            let Some(to) = destination(letter) else {
+                redriven.push(proto::Redriven {
+                    id: letter.id.clone(),
+                    skipped: "it does not say where it came from (no x-window-subscription header, as ruststream-fred's dead letters); redrive it with `to`".into(),
+                    ..Default::default()
+                });
+                continue;
+            };
+            if request.dry_run {
+                redriven.push(proto::Redriven {
+                    id: letter.id.clone(),
+                    to,
+                    ..Default::default()
+                });
+                continue;
+            }
+            if let Some(tick) = &mut pace {
+                tick.tick().await;
+            }
+            let done =
+                dead_letters::redrive(self.shared.redis.pool(), &store, letter, &to, now_ms())
+                    .await
+                    .map_err(|e| self.failed(e, &[store.key(), &to]))?;
+            redriven.push(match done {
+                Redrive::Written(new_id) => proto::Redriven {
+                    id: letter.id.clone(),
+                    to,
+                    new_id: new_id.unwrap_or_default(),
+                    skipped: String::new(),
+                },
+                Redrive::Gone => proto::Redriven {
+                    id: letter.id.clone(),
+                    to,
+                    skipped: "it was no longer there (redriven or purged meanwhile)".into(),
+                    ..Default::default()
+                },
+            });
+        }
+        let moved = redriven.iter().filter(|r| r.skipped.is_empty()).count();
+        tracing::info!(
+            dead_letter = store.key(),
+            redriven = moved,
+            chosen = letters.len(),
+            dry_run = request.dry_run,
+            "dead letters redriven"
+        );
+        Ok(Response::new(proto::RedriveResponse {
+            redriven,
+            dry_run: request.dry_run,
+        }))
+    }
+
+    async fn purge(
+        &self,
+        request: Request<proto::PurgeRequest>,
+    ) -> Result<Response<proto::PurgeResponse>, Status> {
+        let request = request.into_inner();
+        let store = Store::try_from(request.target)?;
+        let selection = required(request.selection)?;
+        let limit = match request.limit as usize {
+            0 => DEFAULT_BATCH,
+            n => n,
+        };
+        let letters = self.select(&store, &selection, limit).await?;
+        let mut ids = Vec::with_capacity(letters.len());
+        for letter in &letters {
+            if request.dry_run
+                || dead_letters::purge(self.shared.redis.pool(), &store, letter)
+                    .await
+                    .map_err(|e| self.failed(e, &[store.key()]))?
+            {
+                ids.push(letter.id.clone());
+            }
+        }
+        tracing::info!(
+            dead_letter = store.key(),
+            purged = ids.len(),
+            dry_run = request.dry_run,
+            "dead letters purged"
+        );
+        Ok(Response::new(proto::PurgeResponse {
+            ids,
+            dry_run: request.dry_run,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_names_its_target_and_a_redrive_its_selection() {
+        assert_eq!(Store::try_from(None), Err(RequestError::NoTarget));
+        let target = |kind| Some(proto::DeadLetterTarget { kind: Some(kind) });
+        assert_eq!(
+            Store::try_from(target(TargetKind::Stream(String::new()))),
+            Err(RequestError::NoTarget)
+        );
+        assert_eq!(
+            Store::try_from(target(TargetKind::List("jobs:dead".into()))),
+            Ok(Store::List("jobs:dead".into()))
+        );
+        assert_eq!(required(None).unwrap_err(), RequestError::NoSelection);
+        assert_eq!(
+            required(Some(proto::DeadLetterSelection::default())).unwrap_err(),
+            RequestError::NoSelection
+        );
+        let by_age = required(Some(proto::DeadLetterSelection {
+            older_than: Some(prost_types::Duration {
+                seconds: 90,
+                nanos: 500_000_000,
+            }),
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(by_age.older_than_ms, Some(90_500));
+        let status = Status::from(RequestError::NoSelection);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+}

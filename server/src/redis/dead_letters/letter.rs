@@ -1,0 +1,358 @@
+//! One dead letter as it reads: where it came from, how often it was delivered, why, and its
+//! body, decoded from the fields of a dead-letter stream entry or from a dead-letter list's
+//! value (a frame, else raw bytes: shown, never dropped). Also which dead letters a selection
+//! chooses and the fields of a redriven copy. Pure: no I/O.
+
+use bytes::Bytes;
+
+use crate::policy::Patterns;
+use crate::redis::entry::{
+    ATTEMPTS_HEADER, DELIVERIES_HEADER, Entry, HEADER_PREFIX, PAYLOAD_FIELD, REASON_HEADER,
+    RUSTSTREAM_RETRY_HEADER, SUBSCRIPTION_HEADER,
+};
+use crate::redis::frame;
+
+/// Header on redriven copies: `<times redriven>;<unix ms of the last redrive>`.
+pub const REDRIVEN_HEADER: &str = "x-window-redriven";
+
+/// The headers a redriven copy leaves behind: its counts restart, its origin and reason were
+/// about the delivery that gave up.
+const RESET: [&str; 5] = [
+    ATTEMPTS_HEADER,
+    DELIVERIES_HEADER,
+    RUSTSTREAM_RETRY_HEADER,
+    REASON_HEADER,
+    SUBSCRIPTION_HEADER,
+];
+
+/// A dead letter, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Letter {
+    /// A stream entry id, or `<index from the oldest>:<digest>` for a list value.
+    pub id: String,
+    /// The fields: a stream entry's, a frame's (`_payload`, `h:<name>`), or for a raw list
+    /// value only `_payload`.
+    pub fields: Vec<(Bytes, Bytes)>,
+    /// A list value as stored (what LREM must name); empty for stream entries.
+    pub stored: Bytes,
+    /// A list value that is not a frame.
+    pub raw: bool,
+    /// When it was written (the stream id's time), in Unix ms.
+    pub written_ms: Option<u64>,
+}
+
+impl Letter {
+    /// A dead-letter stream entry.
+    pub fn from_entry(entry: Entry) -> Self {
+        let id = String::from_utf8_lossy(&entry.id).into_owned();
+        let written_ms = id.split('-').next().and_then(|ms| ms.parse().ok());
+        Self {
+            id,
+            fields: entry.fields,
+            stored: Bytes::new(),
+            raw: false,
+            written_ms,
+        }
+    }
+
+    /// A dead-letter list value, `index` places from the oldest.
+    pub fn from_value(index: usize, value: Bytes) -> Self {
+        let id = list_id(index, &value);
+        match frame::decode(&value) {
+            Some(fields) => Self {
+                id,
+                fields,
+                stored: value,
+                raw: false,
+                written_ms: None,
+            },
+            None => Self {
+                id,
+                fields: vec![(Bytes::from_static(PAYLOAD_FIELD), value.clone())],
+                stored: value,
+                raw: true,
+                written_ms: None,
+            },
+        }
+    }
+
+    fn entry(&self) -> Entry {
+        Entry {
+            fields: self.fields.clone(),
+            ..Default::default()
+        }
+    }
+
+    fn header_text(&self, name: &str) -> Option<String> {
+        let entry = self.entry();
+        let value = entry.header(name)?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    }
+
+    /// Where it came from: the key (and a stream's group) its `x-window-subscription` names.
+    pub fn origin(&self, stream: bool) -> Option<(String, Option<String>)> {
+        let subscription = self.header_text(SUBSCRIPTION_HEADER)?;
+        if stream && let Some((key, group)) = subscription.rsplit_once('/') {
+            return Some((key.to_owned(), Some(group.to_owned())));
+        }
+        Some((subscription, None))
+    }
+
+    /// Deliveries before it gave up: the sidecar's count, else ruststream-fred's.
+    pub fn deliveries(&self) -> u32 {
+        [DELIVERIES_HEADER, RUSTSTREAM_RETRY_HEADER]
+            .iter()
+            .find_map(|h| self.header_text(h)?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.header_text(REASON_HEADER)
+    }
+
+    /// Times it was redriven before.
+    pub fn redriven(&self) -> u32 {
+        self.header_text(REDRIVEN_HEADER)
+            .and_then(|v| v.split(';').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The payload, when the fields are in the payload-and-headers layout.
+    pub fn payload(&self) -> Option<&Bytes> {
+        self.layout().then(|| &self.fields[0].1)
+    }
+
+    /// `_payload` and `h:<name>` fields only.
+    fn layout(&self) -> bool {
+        matches!(self.fields.first(), Some((f, _)) if f.as_ref() == PAYLOAD_FIELD)
+            && self.fields[1..]
+                .iter()
+                .all(|(f, _)| f.starts_with(HEADER_PREFIX))
+    }
+
+    /// The headers (names without `h:`), when in the layout.
+    pub fn headers(&self) -> Vec<(String, Bytes)> {
+        if !self.layout() {
+            return Vec::new();
+        }
+        self.fields[1..]
+            .iter()
+            .map(|(f, v)| {
+                let name = String::from_utf8_lossy(&f[HEADER_PREFIX.len()..]).into_owned();
+                (name, v.clone())
+            })
+            .collect()
+    }
+
+    /// The fields of the copy a redrive writes: the letter's own without the counts, origin
+    /// and reason of the delivery that gave up, and `x-window-redriven` raised. A stream
+    /// entry's, or a frame's for a list; a raw list value goes back as it is.
+    pub fn redriven_fields(&self, now_ms: u64) -> Vec<(Bytes, Bytes)> {
+        let reset = |f: &Bytes| {
+            f.strip_prefix(HEADER_PREFIX).is_some_and(|name| {
+                RESET
+                    .iter()
+                    .chain([&REDRIVEN_HEADER])
+                    .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
+            })
+        };
+        let mut fields: Vec<_> = self
+            .fields
+            .iter()
+            .filter(|(f, _)| !reset(f))
+            .cloned()
+            .collect();
+        fields.push((
+            Bytes::from(format!("h:{REDRIVEN_HEADER}")),
+            Bytes::from(format!("{};{now_ms}", self.redriven() + 1)),
+        ));
+        fields
+    }
+
+    /// A list value's copy: a frame of [`Letter::redriven_fields`], or the raw value.
+    pub fn redriven_value(&self, now_ms: u64) -> Bytes {
+        if self.raw {
+            self.stored.clone()
+        } else {
+            frame::encode(&self.redriven_fields(now_ms))
+        }
+    }
+}
+
+/// A list value's id: its place from the oldest and a digest of its bytes (FNV-1a, 64 bits):
+/// stable across processes, and a value that moved is still found by its digest.
+pub fn list_id(index: usize, value: &[u8]) -> String {
+    format!("{index}:{:016x}", digest(value))
+}
+
+/// The digest part of a list id.
+pub fn list_digest(id: &str) -> Option<(usize, u64)> {
+    let (index, digest) = id.split_once(':')?;
+    Some((index.parse().ok()?, u64::from_str_radix(digest, 16).ok()?))
+}
+
+pub fn digest(value: &[u8]) -> u64 {
+    value.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Which dead letters a call chooses: those matching every criterion given.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    pub ids: Vec<String>,
+    pub reason: Option<Patterns>,
+    pub older_than_ms: Option<u64>,
+    pub all: bool,
+}
+
+impl Selection {
+    /// Whether it names anything at all (a redrive or purge must).
+    pub fn is_given(&self) -> bool {
+        self.all || !self.ids.is_empty() || self.reason.is_some() || self.older_than_ms.is_some()
+    }
+
+    pub fn chooses(&self, letter: &Letter, now_ms: u64) -> bool {
+        let by_id = self.ids.is_empty() || self.ids.iter().any(|id| same_id(id, &letter.id));
+        let by_reason = self.reason.as_ref().is_none_or(|p| {
+            letter
+                .reason()
+                .is_some_and(|reason| p.allows(reason.as_bytes()))
+        });
+        let by_age = self.older_than_ms.is_none_or(|age| {
+            letter
+                .written_ms
+                .is_some_and(|written| now_ms.saturating_sub(written) >= age)
+        });
+        by_id && by_reason && by_age
+    }
+}
+
+/// A list id names a value by its digest: the index may have moved since it was listed.
+fn same_id(asked: &str, id: &str) -> bool {
+    match (list_digest(asked), list_digest(id)) {
+        (Some((_, a)), Some((_, b))) => a == b,
+        _ => asked == id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn stream_letter() -> Letter {
+        Letter::from_entry(Entry {
+            id: b("1700000000000-0"),
+            fields: vec![
+                (b("_payload"), b("{\"order\":1}")),
+                (b("h:tenant"), b("acme")),
+                (b("h:x-window-original-id"), b("1699999999999-0")),
+                (b("h:x-window-subscription"), b("orders/billing")),
+                (b("h:x-window-deliveries"), b("5")),
+                (b("h:x-ruststream-retry-count"), b("5")),
+                (b("h:x-window-reason"), b("card declined")),
+            ],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_stream_dead_letter_says_where_it_came_from_and_why() {
+        let letter = stream_letter();
+        assert_eq!(
+            letter.origin(true),
+            Some(("orders".into(), Some("billing".into())))
+        );
+        assert_eq!(letter.deliveries(), 5);
+        assert_eq!(letter.reason().as_deref(), Some("card declined"));
+        assert_eq!(letter.payload(), Some(&b("{\"order\":1}")));
+        assert_eq!(letter.headers()[0], ("tenant".into(), b("acme")));
+        assert_eq!(letter.written_ms, Some(1_700_000_000_000));
+        assert_eq!(letter.redriven(), 0);
+    }
+
+    #[test]
+    fn a_redriven_copy_restarts_its_counts_and_says_it_was_redriven() {
+        let copy = stream_letter().redriven_fields(42);
+        let names: Vec<_> = copy.iter().map(|(f, _)| f.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                b("_payload"),
+                b("h:tenant"),
+                b("h:x-window-original-id"),
+                b("h:x-window-redriven")
+            ]
+        );
+        assert_eq!(copy[3].1, b("1;42"));
+        // Redriven again: the count goes on.
+        let again = Letter::from_entry(Entry {
+            id: b("1-0"),
+            fields: copy,
+            ..Default::default()
+        });
+        assert_eq!(again.redriven(), 1);
+        assert_eq!(again.redriven_fields(50).last().unwrap().1, b("2;50"));
+    }
+
+    #[test]
+    fn list_values_are_frames_or_shown_raw() {
+        let framed = frame::encode(&[
+            (b("_payload"), b("p")),
+            (b("h:x-window-subscription"), b("jobs")),
+            (b("h:x-ruststream-retry-count"), b("3")),
+        ]);
+        let letter = Letter::from_value(0, framed);
+        assert!(!letter.raw);
+        assert_eq!(letter.origin(false), Some(("jobs".into(), None)));
+        assert_eq!(letter.deliveries(), 3);
+        assert_eq!(letter.payload(), Some(&b("p")));
+        let copy = Letter::from_value(0, letter.redriven_value(7));
+        assert_eq!(copy.redriven(), 1);
+        assert_eq!(copy.origin(false), None);
+
+        let raw = Letter::from_value(3, b("not a frame"));
+        assert!(raw.raw);
+        assert_eq!(raw.payload(), Some(&b("not a frame")));
+        assert_eq!(raw.redriven_value(7), b("not a frame"));
+        assert!(raw.id.starts_with("3:"));
+    }
+
+    #[test]
+    fn a_selection_matches_every_criterion_given() {
+        let letter = stream_letter();
+        let now = 1_700_000_060_000;
+        let all = Selection {
+            all: true,
+            ..Default::default()
+        };
+        assert!(all.is_given() && all.chooses(&letter, now));
+        assert!(!Selection::default().is_given());
+        let by_reason = |p: &str| Selection {
+            reason: Some(Patterns::new(&[p])),
+            ..Default::default()
+        };
+        assert!(by_reason("card*").chooses(&letter, now));
+        assert!(!by_reason("timeout*").chooses(&letter, now));
+        let older = |ms| Selection {
+            older_than_ms: Some(ms),
+            ..Default::default()
+        };
+        assert!(older(60_000).chooses(&letter, now));
+        assert!(!older(60_001).chooses(&letter, now));
+        let ids = |id: &str| Selection {
+            ids: vec![id.into()],
+            ..Default::default()
+        };
+        assert!(ids("1700000000000-0").chooses(&letter, now));
+        assert!(!ids("1700000000000-1").chooses(&letter, now));
+        // A list id still names its value once the value moved.
+        let value = Letter::from_value(2, b("v"));
+        assert!(ids(&list_id(5, b"v")).chooses(&value, now));
+        assert!(!ids(&list_id(2, b"w")).chooses(&value, now));
+    }
+}

@@ -1,0 +1,579 @@
+//! The dead-letter admin service and the `window-sidecar dead-letters` command against a real
+//! server: dead letters written by subscriptions of every form that has them (and in the
+//! shapes ruststream-fred and plain producers leave), listed decoded, redriven back to their
+//! origin with their counts reset, purged, refused outside `--allow-keys`, and a redrive
+//! killed half-way that leaves each dead letter either still there or redriven once.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use tonic::Code;
+use tonic::transport::Channel;
+use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
+use window_sidecar::proto::dead_letter_target::Kind as TargetKind;
+use window_sidecar::proto::{self, OutcomeKind};
+use window_sidecar::redis::frame;
+use window_sidecar_harness::{
+    Launch, RedisServer, Sidecar, Worker, connect_client, eventually, free_port, outcome,
+    sidecar_bin, stream_open,
+};
+
+const REASON: &str = "card declined";
+
+async fn admin(addr: &str) -> DeadLetterServiceClient<Channel> {
+    // The same connection the window client waits for, so the sidecar is up.
+    drop(connect_client(addr).await);
+    DeadLetterServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+fn stream(key: &str) -> Option<proto::DeadLetterTarget> {
+    Some(proto::DeadLetterTarget {
+        kind: Some(TargetKind::Stream(key.into())),
+    })
+}
+
+fn list(key: &str) -> Option<proto::DeadLetterTarget> {
+    Some(proto::DeadLetterTarget {
+        kind: Some(TargetKind::List(key.into())),
+    })
+}
+
+fn all() -> Option<proto::DeadLetterSelection> {
+    Some(proto::DeadLetterSelection {
+        all: true,
+        ..Default::default()
+    })
+}
+
+/// Opens `open` with a cap of one delivery and `dead` as its dead letter, publishes nothing,
+/// and retries every delivery with REASON until `n` went to the dead letter.
+async fn dead_letter_through(addr: &str, mut open: proto::Open, dead: proto::DeadLetter, n: usize) {
+    open.max_deliveries = 1;
+    open.dead_letter = Some(dead);
+    let mut worker = Worker::open(addr, open).await;
+    let mut handled = 0;
+    while handled < n {
+        let read = worker.next_read().await;
+        let mut batch = proto::Batch::default();
+        for d in &read.deliveries {
+            batch.outcomes.push(proto::Outcome {
+                reason: REASON.into(),
+                ..outcome(d.slot, OutcomeKind::Retry)
+            });
+        }
+        handled += read.deliveries.len();
+        worker.send(batch).await;
+        worker
+            .report_for(read.read_id, Duration::from_secs(5))
+            .await;
+    }
+    worker.close();
+}
+
+fn stream_dead_letter(key: &str) -> proto::DeadLetter {
+    proto::DeadLetter {
+        target: Some(proto::dead_letter::Target::Stream(key.into())),
+    }
+}
+
+fn list_dead_letter(key: &str) -> proto::DeadLetter {
+    proto::DeadLetter {
+        target: Some(proto::dead_letter::Target::List(key.into())),
+    }
+}
+
+fn payloads(letters: &[proto::DeadLetterEntry]) -> Vec<String> {
+    letters
+        .iter()
+        .map(|l| String::from_utf8_lossy(&l.payload).into_owned())
+        .collect()
+}
+
+/// Runs `window-sidecar dead-letters ARGS` against the sidecar at `addr`: (exit code, stdout,
+/// stderr).
+fn cli(addr: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(sidecar_bin())
+        .arg("dead-letters")
+        .args(args)
+        .env("WINDOW_SIDECAR_ADDR", addr)
+        .env_remove("WINDOW_SIDECAR_TOKEN")
+        .output()
+        .expect("the sidecar binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Publishes `payloads` to `target`, which is a `PublishRequest` with its stream or list set.
+async fn publish_payloads(addr: &str, target: proto::PublishRequest, payloads: &[&str]) {
+    let mut client = connect_client(addr).await;
+    let entries = payloads
+        .iter()
+        .map(|p| proto::PublishEntry {
+            payload: Bytes::copy_from_slice(p.as_bytes()),
+            ..Default::default()
+        })
+        .collect();
+    client
+        .publish(proto::PublishRequest { entries, ..target })
+        .await
+        .unwrap();
+}
+
+/// Stream dead letters: listed with origin, count, reason and payload (by the service and the
+/// command), redriven back with their counts reset and delivered again once, the dry run
+/// changing nothing; then purged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_dead_letters_are_listed_redriven_and_purged() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    let target = proto::PublishRequest {
+        stream: "dl:orders".into(),
+        ..Default::default()
+    };
+    publish_payloads(&addr, target, &["a", "b", "c"]).await;
+    dead_letter_through(
+        &addr,
+        stream_open("dl:orders", "billing", "c1", 8),
+        stream_dead_letter("dl:orders:dead"),
+        3,
+    )
+    .await;
+
+    let mut admin = admin(&addr).await;
+    let listed = admin
+        .list(proto::ListDeadLettersRequest {
+            target: stream("dl:orders:dead"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.total, 3);
+    assert_eq!(payloads(&listed.dead_letters), ["a", "b", "c"]);
+    let first = &listed.dead_letters[0];
+    assert_eq!(
+        (first.origin.as_str(), first.origin_group.as_str()),
+        ("dl:orders", "billing")
+    );
+    assert_eq!(first.deliveries, 1);
+    assert_eq!(first.reason, REASON);
+    assert!(first.age.is_some());
+    assert!(
+        first
+            .headers
+            .iter()
+            .any(|h| h.name == "x-window-original-id")
+    );
+
+    // The command shows the same.
+    let (code, out, err) = cli(&addr, &["list", "stream:dl:orders:dead"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("from dl:orders (group billing)"), "{out}");
+    assert!(out.contains("reason \"card declined\""), "{out}");
+    assert!(out.contains("3 shown of 3 dead letters"), "{out}");
+    let (code, out, _) = cli(&addr, &["show", "stream:dl:orders:dead", &first.id]);
+    assert_eq!(code, 0);
+    assert!(out.contains("payload:    a"), "{out}");
+
+    // A dry run changes nothing.
+    let (code, out, err) = cli(
+        &addr,
+        &["redrive", "stream:dl:orders:dead", "--all", "--dry-run"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 of 3 dead letters would redrive"), "{out}");
+    let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    assert_eq!(len, 3);
+
+    // Redrive one by id, then the rest by reason.
+    let (code, out, err) = cli(
+        &addr,
+        &["redrive", "stream:dl:orders:dead", "--id", &first.id],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 of 1 dead letters redriven"), "{out}");
+    let done = admin
+        .redrive(proto::RedriveRequest {
+            target: stream("dl:orders:dead"),
+            selection: Some(proto::DeadLetterSelection {
+                reason: "card*".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(done.redriven.len(), 2);
+    assert!(
+        done.redriven
+            .iter()
+            .all(|r| r.skipped.is_empty() && !r.new_id.is_empty())
+    );
+    let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    assert_eq!(len, 0, "every redriven dead letter left the dead letter");
+
+    // Delivered again, once each, as first deliveries, marked as redriven.
+    let mut worker = Worker::open(&addr, stream_open("dl:orders", "billing", "c1", 8)).await;
+    let mut seen = HashMap::new();
+    while seen.len() < 3 {
+        let read = worker.next_read().await;
+        for d in &read.deliveries {
+            assert_eq!(d.delivery_count, 1, "the count restarts");
+            assert!(d.headers.contains_key("x-window-redriven"), "{d:?}");
+            assert!(!d.headers.contains_key("x-window-reason"));
+            *seen
+                .entry(String::from_utf8_lossy(&d.payload).into_owned())
+                .or_insert(0) += 1;
+        }
+        worker.ack(&read.deliveries).await;
+    }
+    assert_eq!(
+        seen,
+        HashMap::from([("a".into(), 1), ("b".into(), 1), ("c".into(), 1)])
+    );
+    worker.close();
+
+    // Purge: a dry run, then for real.
+    for p in ["x", "y"] {
+        let _: String = client
+            .xadd("dl:orders:dead", false, None, "*", vec![("_payload", p)])
+            .await
+            .unwrap();
+    }
+    let (_, out, _) = cli(
+        &addr,
+        &["purge", "stream:dl:orders:dead", "--all", "--dry-run"],
+    );
+    assert!(out.contains("2 dead letters would purge"), "{out}");
+    let (code, out, _) = cli(&addr, &["purge", "stream:dl:orders:dead", "--all"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("2 dead letters purged"), "{out}");
+    let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    assert_eq!(len, 0);
+    sidecar.stop().await;
+}
+
+/// List dead letters of both list forms, as frames, and values that are no frame (a
+/// producer's, or ruststream-fred's raw framing) shown raw and never dropped; a dead letter
+/// that says nothing of its origin (as ruststream-fred's) is skipped unless `to` names one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    let reliable = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "dl:jobs".into(),
+                consumer: "w1".into(),
+                ..Default::default()
+            },
+        )),
+        count: 4,
+        block: Some(window_sidecar_harness::duration(Duration::from_millis(200))),
+        ..Default::default()
+    };
+    let simple = proto::Open {
+        source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+            key: "dl:mail".into(),
+        })),
+        ..reliable.clone()
+    };
+    let list_target = |k: &str| proto::PublishRequest {
+        list: k.into(),
+        ..Default::default()
+    };
+    publish_payloads(&addr, list_target("dl:jobs"), &["j1", "j2"]).await;
+    dead_letter_through(&addr, reliable, list_dead_letter("dl:jobs:dead"), 2).await;
+    publish_payloads(&addr, list_target("dl:mail"), &["m1"]).await;
+    dead_letter_through(&addr, simple, list_dead_letter("dl:jobs:dead"), 1).await;
+    // A value that is no frame, and a frame without the sidecar's origin header (the shape
+    // ruststream-fred's dead letters have).
+    let _: i64 = client.lpush("dl:jobs:dead", "plain bytes").await.unwrap();
+    let foreign = frame::encode(&[
+        (Bytes::from_static(b"_payload"), Bytes::from_static(b"r1")),
+        (
+            Bytes::from_static(b"h:x-ruststream-retry-count"),
+            Bytes::from_static(b"3"),
+        ),
+    ]);
+    let _: i64 = client
+        .lpush("dl:jobs:dead", foreign.to_vec())
+        .await
+        .unwrap();
+
+    let mut admin = admin(&addr).await;
+    let listed = admin
+        .list(proto::ListDeadLettersRequest {
+            target: list("dl:jobs:dead"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .dead_letters;
+    assert_eq!(payloads(&listed), ["j1", "j2", "m1", "plain bytes", "r1"]);
+    assert_eq!(listed[0].origin, "dl:jobs");
+    assert_eq!(listed[2].origin, "dl:mail");
+    assert_eq!(listed[0].reason, REASON);
+    assert!(listed[3].raw && listed[3].origin.is_empty());
+    assert_eq!((listed[4].origin.as_str(), listed[4].deliveries), ("", 3));
+
+    // Everything back where it came from; the two that do not say are skipped.
+    let done = admin
+        .redrive(proto::RedriveRequest {
+            target: list("dl:jobs:dead"),
+            selection: all(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let skipped: Vec<_> = done
+        .redriven
+        .iter()
+        .filter(|r| !r.skipped.is_empty())
+        .collect();
+    assert_eq!(skipped.len(), 2, "{done:?}");
+    assert!(skipped[0].skipped.contains("redrive it with `to`"));
+    let jobs: Vec<Bytes> = client.lrange("dl:jobs", 0, -1).await.unwrap();
+    let mail: Vec<Bytes> = client.lrange("dl:mail", 0, -1).await.unwrap();
+    assert_eq!((jobs.len(), mail.len()), (2, 1));
+    let copy = frame::decode(&mail[0]).expect("a frame");
+    assert!(
+        copy.iter()
+            .any(|(f, _)| f.as_ref() == b"h:x-window-redriven")
+    );
+    assert!(
+        !copy
+            .iter()
+            .any(|(f, _)| f.as_ref() == b"h:x-window-deliveries")
+    );
+
+    // The two without an origin go where `to` says.
+    let done = admin
+        .redrive(proto::RedriveRequest {
+            target: list("dl:jobs:dead"),
+            selection: all(),
+            to: "dl:jobs".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(done.redriven.len(), 2);
+    let jobs: Vec<Bytes> = client.lrange("dl:jobs", 0, -1).await.unwrap();
+    assert_eq!(jobs.len(), 4);
+    assert!(
+        jobs.contains(&Bytes::from_static(b"plain bytes")),
+        "a raw value goes back as it was"
+    );
+    let left: u64 = client.llen("dl:jobs:dead").await.unwrap();
+    assert_eq!(left, 0);
+    sidecar.stop().await;
+}
+
+/// `--allow-keys` holds for the admin service: a dead letter outside it is not read, and a
+/// redrive to a key outside it is PERMISSION_DENIED naming the key, before anything moves.
+/// Bad requests are INVALID_ARGUMENT saying what to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let _: String = client
+        .xadd(
+            "app:dead",
+            false,
+            None,
+            "*",
+            vec![
+                ("_payload", "p"),
+                ("h:x-window-subscription", "secret:orders/g"),
+            ],
+        )
+        .await
+        .unwrap();
+    let sidecar = Sidecar::start(&redis.url(), &["--allow-keys", "app:*"]).await;
+    let addr = sidecar.addr.to_string();
+    let mut admin = admin(&addr).await;
+    let refused = admin
+        .redrive(proto::RedriveRequest {
+            target: stream("app:dead"),
+            selection: all(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert!(
+        refused.message().contains("secret:orders"),
+        "{}",
+        refused.message()
+    );
+    let len: u64 = client.xlen("app:dead").await.unwrap();
+    assert_eq!(len, 1, "nothing moved");
+    let refused = admin
+        .list(proto::ListDeadLettersRequest {
+            target: stream("other:dead"),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert!(refused.message().contains("other:dead"));
+
+    let no_selection = admin
+        .purge(proto::PurgeRequest {
+            target: stream("app:dead"),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(no_selection.code(), Code::InvalidArgument);
+    assert!(
+        no_selection.message().contains("all: true"),
+        "{}",
+        no_selection.message()
+    );
+    let no_target = admin
+        .list(proto::ListDeadLettersRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(no_target.code(), Code::InvalidArgument);
+
+    // The command says the same and exits 1; a malformed target is a usage error (64).
+    let (code, _, err) = cli(&addr, &["redrive", "stream:app:dead", "--all"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("secret:orders") && err.contains("PermissionDenied"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&addr, &["list", "app:dead"]);
+    assert_eq!(code, 64, "{err}");
+    let (code, _, err) = cli(
+        &format!("127.0.0.1:{}", free_port()),
+        &["list", "stream:app:dead"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot reach the sidecar at 127.0.0.1:"),
+        "{err}"
+    );
+    sidecar.stop().await;
+}
+
+/// A redrive whose sidecar is killed (SIGKILL) half-way leaves every dead letter either still
+/// a dead letter or redriven exactly once; a second redrive finishes the job without doubles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
+    const N: usize = 300;
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    for i in 0..N {
+        let _: String = client
+            .xadd(
+                "kill:dead",
+                false,
+                None,
+                "*",
+                vec![
+                    ("_payload", i.to_string()),
+                    ("h:x-window-subscription", "kill:orders/g".to_owned()),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let start = |listen: &str| {
+        Launch::new()
+            .args(["--redis-url", &redis.url(), "--listen", listen])
+            .start()
+    };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let sidecar = start(&listen);
+    drop(connect_client(&listen).await);
+    let redrive = Command::new(sidecar_bin())
+        .args([
+            "dead-letters",
+            "redrive",
+            "stream:kill:dead",
+            "--all",
+            "--rate",
+            "300",
+        ])
+        .env("WINDOW_SIDECAR_ADDR", &listen)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Half-way at 300/s.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let moved: u64 = client.xlen("kill:orders").await.unwrap_or(0);
+            moved >= 100
+        })
+        .await
+    );
+    sidecar.kill9();
+    let mut redrive = redrive;
+    let _ = redrive.wait();
+
+    let check = |expect_all_moved: bool| {
+        let client = client.clone();
+        async move {
+            let dead: Vec<(String, HashMap<String, String>)> =
+                client.xrange("kill:dead", "-", "+", None).await.unwrap();
+            let moved: Vec<(String, HashMap<String, String>)> =
+                client.xrange("kill:orders", "-", "+", None).await.unwrap();
+            let mut copies: HashMap<String, usize> = HashMap::new();
+            for (_, fields) in &moved {
+                *copies.entry(fields["_payload"].clone()).or_default() += 1;
+            }
+            let still: Vec<String> = dead.iter().map(|(_, f)| f["_payload"].clone()).collect();
+            for i in 0..N {
+                let p = i.to_string();
+                let (n, dead) = (copies.get(&p).copied().unwrap_or(0), still.contains(&p));
+                assert!(
+                    (n == 1 && !dead) || (n == 0 && dead),
+                    "dead letter {p}: {n} copies, still a dead letter: {dead}"
+                );
+            }
+            if expect_all_moved {
+                assert!(still.is_empty());
+            }
+            (moved.len(), still.len())
+        }
+    };
+    let (moved, left) = check(false).await;
+    assert!(
+        moved > 0 && left > 0,
+        "killed half-way: {moved} moved, {left} left"
+    );
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = start(&listen);
+    drop(connect_client(&listen).await);
+    let (code, out, err) = cli(
+        &listen,
+        &["redrive", "stream:kill:dead", "--all", "--rate", "0"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("{left} of {left} dead letters redriven")),
+        "{out}"
+    );
+    check(true).await;
+    sidecar.terminate();
+}
