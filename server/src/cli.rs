@@ -279,10 +279,10 @@ impl DeadLettersCli {
                     .await
                     .map_err(refused)?
                     .into_inner();
-                let verb = if done.dry_run {
-                    "would redrive"
+                let (verb, summary) = if done.dry_run {
+                    ("would redrive", "would be redriven (dry run)")
                 } else {
-                    "redriven"
+                    ("redrove", "redriven")
                 };
                 let mut moved = 0;
                 for r in &done.redriven {
@@ -307,7 +307,7 @@ impl DeadLettersCli {
                 if !self.json {
                     let _ = writeln!(
                         out,
-                        "{moved} of {} dead letters {verb}",
+                        "{moved} of {} dead letters {summary}",
                         done.redriven.len()
                     );
                 }
@@ -328,10 +328,10 @@ impl DeadLettersCli {
                     .await
                     .map_err(refused)?
                     .into_inner();
-                let verb = if done.dry_run {
-                    "would purge"
+                let (verb, summary) = if done.dry_run {
+                    ("would purge", "would be purged (dry run)")
                 } else {
-                    "purged"
+                    ("purged", "purged")
                 };
                 for id in &done.ids {
                     if self.json {
@@ -345,7 +345,7 @@ impl DeadLettersCli {
                     }
                 }
                 if !self.json {
-                    let _ = writeln!(out, "{} dead letters {verb}", done.ids.len());
+                    let _ = writeln!(out, "{} dead letters {summary}", done.ids.len());
                 }
             }
         }
@@ -415,11 +415,12 @@ impl DeadLettersCli {
     }
 }
 
-/// Bytes as text when they are UTF-8, else escaped.
+/// Bytes as text when they are printable UTF-8, else escaped (`\x01`), so that a binary
+/// value cannot garble the terminal.
 fn text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_owned(),
-        Err(_) => bytes.escape_ascii().to_string(),
+        Ok(s) if !s.chars().any(char::is_control) => s.to_owned(),
+        _ => bytes.escape_ascii().to_string(),
     }
 }
 
@@ -456,12 +457,16 @@ fn letter_line(letter: &DeadLetterEntry) -> String {
         body = body.chars().take(57).collect::<String>() + "...";
     }
     format!(
-        "{}  from {}  deliveries {}  age {}  reason {:?}  {}",
+        "{}  from {}  deliveries {}  age {}  reason {}  {}",
         letter.id,
         origin(letter),
         letter.deliveries,
         age(letter),
-        letter.reason,
+        if letter.reason.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("{:?}", letter.reason)
+        },
         body
     )
 }

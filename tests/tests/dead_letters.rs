@@ -191,7 +191,10 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
         &["redrive", "stream:dl:orders:dead", "--all", "--dry-run"],
     );
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("3 of 3 dead letters would redrive"), "{out}");
+    assert!(
+        out.contains("3 of 3 dead letters would be redriven (dry run)"),
+        "{out}"
+    );
     let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
     assert_eq!(len, 3);
 
@@ -255,7 +258,10 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
         &addr,
         &["purge", "stream:dl:orders:dead", "--all", "--dry-run"],
     );
-    assert!(out.contains("2 dead letters would purge"), "{out}");
+    assert!(
+        out.contains("2 dead letters would be purged (dry run)"),
+        "{out}"
+    );
     let (code, out, _) = cli(&addr, &["purge", "stream:dl:orders:dead", "--all"]);
     assert_eq!(code, 0);
     assert!(out.contains("2 dead letters purged"), "{out}");
