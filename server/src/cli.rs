@@ -212,7 +212,7 @@ impl DeadLettersCli {
                 limit,
             } => {
                 let listed = client
-                    .list(self.request(proto::ListDeadLettersRequest {
+                    .list_dead_letters(self.request(proto::ListDeadLettersRequest {
                         target: target.message(),
                         selection: Some(select.message()),
                         limit: *limit,
@@ -238,7 +238,7 @@ impl DeadLettersCli {
             }
             Action::Show { target, id } => {
                 let listed = client
-                    .list(self.request(proto::ListDeadLettersRequest {
+                    .list_dead_letters(self.request(proto::ListDeadLettersRequest {
                         target: target.message(),
                         selection: Some(proto::DeadLetterSelection {
                             ids: vec![id.clone()],
@@ -268,7 +268,7 @@ impl DeadLettersCli {
                 limit,
             } => {
                 let done = client
-                    .redrive(self.request(proto::RedriveRequest {
+                    .redrive_dead_letters(self.request(proto::RedriveDeadLettersRequest {
                         target: target.message(),
                         selection: Some(select.message()),
                         to: to.clone().unwrap_or_default(),
@@ -319,7 +319,7 @@ impl DeadLettersCli {
                 limit,
             } => {
                 let done = client
-                    .purge(self.request(proto::PurgeRequest {
+                    .purge_dead_letters(self.request(proto::PurgeDeadLettersRequest {
                         target: target.message(),
                         selection: Some(select.message()),
                         dry_run: *dry_run,

@@ -151,7 +151,7 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
 
     let mut admin = admin(&addr).await;
     let listed = admin
-        .list(proto::ListDeadLettersRequest {
+        .list_dead_letters(proto::ListDeadLettersRequest {
             target: stream("dl:orders:dead"),
             ..Default::default()
         })
@@ -206,7 +206,7 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("1 of 1 dead letters redriven"), "{out}");
     let done = admin
-        .redrive(proto::RedriveRequest {
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
             target: stream("dl:orders:dead"),
             selection: Some(proto::DeadLetterSelection {
                 reason: "card*".into(),
@@ -322,7 +322,7 @@ async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
 
     let mut admin = admin(&addr).await;
     let listed = admin
-        .list(proto::ListDeadLettersRequest {
+        .list_dead_letters(proto::ListDeadLettersRequest {
             target: list("dl:jobs:dead"),
             ..Default::default()
         })
@@ -339,7 +339,7 @@ async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
 
     // Everything back where it came from; the two that do not say are skipped.
     let done = admin
-        .redrive(proto::RedriveRequest {
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
             target: list("dl:jobs:dead"),
             selection: all(),
             ..Default::default()
@@ -370,7 +370,7 @@ async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
 
     // The two without an origin go where `to` says.
     let done = admin
-        .redrive(proto::RedriveRequest {
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
             target: list("dl:jobs:dead"),
             selection: all(),
             to: "dl:jobs".into(),
@@ -415,7 +415,7 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
     let addr = sidecar.addr.to_string();
     let mut admin = admin(&addr).await;
     let refused = admin
-        .redrive(proto::RedriveRequest {
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
             target: stream("app:dead"),
             selection: all(),
             ..Default::default()
@@ -431,7 +431,7 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
     let len: u64 = client.xlen("app:dead").await.unwrap();
     assert_eq!(len, 1, "nothing moved");
     let refused = admin
-        .list(proto::ListDeadLettersRequest {
+        .list_dead_letters(proto::ListDeadLettersRequest {
             target: stream("other:dead"),
             ..Default::default()
         })
@@ -441,7 +441,7 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
     assert!(refused.message().contains("other:dead"));
 
     let no_selection = admin
-        .purge(proto::PurgeRequest {
+        .purge_dead_letters(proto::PurgeDeadLettersRequest {
             target: stream("app:dead"),
             ..Default::default()
         })
@@ -454,7 +454,7 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
         no_selection.message()
     );
     let no_target = admin
-        .list(proto::ListDeadLettersRequest::default())
+        .list_dead_letters(proto::ListDeadLettersRequest::default())
         .await
         .unwrap_err();
     assert_eq!(no_target.code(), Code::InvalidArgument);

@@ -348,7 +348,7 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         proto::dead_letter_target::Kind::List("shared:jobs:dead".into()),
     ] {
         let listed = admin
-            .list(proto::ListDeadLettersRequest {
+            .list_dead_letters(proto::ListDeadLettersRequest {
                 target: Some(proto::DeadLetterTarget {
                     kind: Some(target.clone()),
                 }),

@@ -164,7 +164,7 @@ fn letter_message(letter: &Letter, store: &Store, now_ms: u64) -> proto::DeadLet
 
 #[tonic::async_trait]
 impl DeadLetterService for DeadLetters {
-    async fn list(
+    async fn list_dead_letters(
         &self,
         request: Request<proto::ListDeadLettersRequest>,
     ) -> Result<Response<proto::ListDeadLettersResponse>, Status> {
@@ -190,10 +190,10 @@ impl DeadLetterService for DeadLetters {
         }))
     }
 
-    async fn redrive(
+    async fn redrive_dead_letters(
         &self,
-        request: Request<proto::RedriveRequest>,
-    ) -> Result<Response<proto::RedriveResponse>, Status> {
+        request: Request<proto::RedriveDeadLettersRequest>,
+    ) -> Result<Response<proto::RedriveDeadLettersResponse>, Status> {
         let request = request.into_inner();
         let store = Store::try_from(request.target)?;
         let selection = required(request.selection)?;
@@ -267,16 +267,16 @@ impl DeadLetterService for DeadLetters {
             dry_run = request.dry_run,
             "dead letters redriven"
         );
-        Ok(Response::new(proto::RedriveResponse {
+        Ok(Response::new(proto::RedriveDeadLettersResponse {
             redriven,
             dry_run: request.dry_run,
         }))
     }
 
-    async fn purge(
+    async fn purge_dead_letters(
         &self,
-        request: Request<proto::PurgeRequest>,
-    ) -> Result<Response<proto::PurgeResponse>, Status> {
+        request: Request<proto::PurgeDeadLettersRequest>,
+    ) -> Result<Response<proto::PurgeDeadLettersResponse>, Status> {
         let request = request.into_inner();
         let store = Store::try_from(request.target)?;
         let selection = required(request.selection)?;
@@ -301,7 +301,7 @@ impl DeadLetterService for DeadLetters {
             dry_run = request.dry_run,
             "dead letters purged"
         );
-        Ok(Response::new(proto::PurgeResponse {
+        Ok(Response::new(proto::PurgeDeadLettersResponse {
             ids,
             dry_run: request.dry_run,
         }))
