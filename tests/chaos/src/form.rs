@@ -5,7 +5,7 @@
 //! values and pub/sub messages by their payload: the producer's number, which a retried copy
 //! keeps.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,6 +24,10 @@ pub(crate) const STREAM: &str = "{chaos}:orders";
 pub(crate) const LIST: &str = "{chaos}:jobs";
 pub(crate) const CHANNEL: &str = "{chaos}:events";
 pub(crate) const GROUP: &str = "chaos";
+/// A second group on the stream, read by the campaign itself behind the workers: retention may
+/// delete an entry only once both groups acknowledged it, and this group's reads are the
+/// record of every entry the stream held.
+pub(crate) const AUDIT_GROUP: &str = "audit";
 pub(crate) const DEAD: &str = "{chaos}:dead";
 pub(crate) const KEPT: &str = "{chaos}:kept";
 pub(crate) const DISCARDED: &str = "{chaos}:discarded";
@@ -212,8 +216,13 @@ impl Form {
     }
 
     /// The state checked at the end. `published` are the numbers whose publish was answered
-    /// (lists: each is a root of its own).
-    pub(crate) async fn end_state(self, redis: &Client, published: &BTreeSet<u64>) -> EndState {
+    /// (lists: each is a root of its own); `audited`, every stream entry the audit group read.
+    pub(crate) async fn end_state(
+        self,
+        redis: &Client,
+        published: &BTreeSet<u64>,
+        audited: &[(String, Fields)],
+    ) -> EndState {
         let kept: HashMap<String, i64> = redis.hgetall(KEPT).await.expect("HGETALL kept");
         let discarded: HashMap<String, i64> =
             redis.hgetall(DISCARDED).await.expect("HGETALL discarded");
@@ -225,23 +234,35 @@ impl Form {
         };
         match self {
             Form::Stream => {
-                type Entries = Vec<(String, HashMap<String, String>)>;
+                type Entries = Vec<(String, Fields)>;
+                // Retention deletes what both groups acknowledged: every entry the stream held
+                // is what the audit group read, and what is still there.
+                let mut all: BTreeMap<String, Fields> = audited.iter().cloned().collect();
                 let entries: Entries = redis.xrange(STREAM, "-", "+", None).await.expect("XRANGE");
-                let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
-                end.entries = entries
-                    .into_iter()
-                    .map(|(id, fields)| (id, fields.get("h:x-window-original-id").cloned()))
+                for (id, fields) in entries {
+                    all.entry(id).or_insert(fields);
+                }
+                let numbers: BTreeSet<u64> = all
+                    .values()
+                    .filter_map(|f| f.get("n")?.parse().ok())
                     .collect();
+                end.unread_by_every_group = published.difference(&numbers).copied().collect();
+                let lineage = Lineage::of(&all);
+                let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
                 end.dead_letters = dead
                     .into_iter()
                     .map(|(_, fields)| {
                         let of = |k: &str| fields.get(k).cloned().unwrap_or_default();
                         (
-                            of("h:x-window-original-id"),
+                            lineage.dead_letter_of(&fields),
                             of("h:x-window-deliveries").parse().unwrap_or(0),
                         )
                     })
                     .collect();
+                // A redriven dead letter is no longer there, but it was one.
+                end.dead_letters.extend(lineage.redriven_dead_letters());
+                end.redriven_twice = lineage.twice.clone();
+                end.entries = lineage.parents;
                 // Effects are counted per delivered entry; the checker counts them per root.
                 let roots = end.roots_of();
                 let by_root = |effects: HashMap<String, i64>| {
@@ -328,4 +349,172 @@ fn field(reply: &Value, name: &str) -> Option<Value> {
         [k, v] if k.as_str().as_deref() == Some(name) => Some(v.clone()),
         _ => None,
     })
+}
+
+/// A stream entry's fields by name.
+pub(crate) type Fields = HashMap<String, String>;
+
+/// The header a redrive writes on its copy: `<times redriven>;<unix ms>`.
+const REDRIVEN: &str = "h:x-window-redriven";
+const ORIGINAL_ID: &str = "h:x-window-original-id";
+const ATTEMPTS: &str = "h:x-window-attempts";
+
+/// The family tree of a stream's entries, through retries and redrives.
+///
+/// A retried copy names its root in `x-window-original-id`. A redriven dead letter comes back
+/// as a fresh entry: a generation of its own, a root for the checker (its counts start again),
+/// known by the root it came from and how many times it was redriven (`x-window-redriven`),
+/// which its own retried copies and dead letters carry along.
+#[derive(Debug, Default)]
+pub(crate) struct Lineage {
+    /// Every entry with its parent (None: a root, or the first entry of a generation).
+    pub parents: Vec<(String, Option<String>)>,
+    /// The first entry of each generation, by (root, times redriven).
+    generations: HashMap<(String, u32), String>,
+    /// Generations with more than one first entry: a dead letter redriven twice.
+    pub twice: Vec<(String, u32)>,
+}
+
+fn redriven_times(fields: &Fields) -> u32 {
+    fields
+        .get(REDRIVEN)
+        .and_then(|v| v.split(';').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Lineage {
+    pub(crate) fn of(all: &BTreeMap<String, Fields>) -> Self {
+        let mut lineage = Lineage::default();
+        // First entries of generations first (ids increase with time: a generation's first
+        // entry comes before its copies).
+        for (id, fields) in all {
+            let times = redriven_times(fields);
+            if times > 0 && !fields.contains_key(ATTEMPTS) {
+                let root = fields
+                    .get(ORIGINAL_ID)
+                    .cloned()
+                    .unwrap_or_else(|| id.clone());
+                if lineage
+                    .generations
+                    .insert((root.clone(), times), id.clone())
+                    .is_some()
+                {
+                    lineage.twice.push((root, times));
+                }
+            }
+        }
+        for (id, fields) in all {
+            let times = redriven_times(fields);
+            let original = fields.get(ORIGINAL_ID).cloned();
+            let parent = match (times, original) {
+                (0, original) => original,
+                (_, None) => None,
+                (times, Some(root)) => {
+                    let first = lineage.generations.get(&(root.clone(), times));
+                    match first {
+                        Some(first) if first == id => None,
+                        Some(first) => Some(first.clone()),
+                        None => Some(root),
+                    }
+                }
+            };
+            lineage.parents.push((id.clone(), parent));
+        }
+        lineage
+    }
+
+    /// What a dead letter was copied from: its generation's first entry, or its root.
+    pub(crate) fn dead_letter_of(&self, fields: &Fields) -> String {
+        let root = fields.get(ORIGINAL_ID).cloned().unwrap_or_default();
+        match redriven_times(fields) {
+            0 => root,
+            times => self
+                .generations
+                .get(&(root.clone(), times))
+                .cloned()
+                .unwrap_or(root),
+        }
+    }
+
+    /// The dead letters redrives consumed: one for the generation before each generation.
+    pub(crate) fn redriven_dead_letters(&self) -> Vec<(String, u32)> {
+        self.generations
+            .keys()
+            .map(|(root, times)| {
+                let before = match times - 1 {
+                    0 => root.clone(),
+                    earlier => self
+                        .generations
+                        .get(&(root.clone(), earlier))
+                        .cloned()
+                        .unwrap_or_else(|| root.clone()),
+                };
+                (before, MAX_DELIVERIES)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> Fields {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_redriven_dead_letter_starts_a_generation_of_its_own() {
+        let all: BTreeMap<String, Fields> = [
+            ("1-0", fields(&[("n", "1")])),
+            // Retried from 1-0.
+            (
+                "2-0",
+                fields(&[("n", "1"), (ORIGINAL_ID, "1-0"), (ATTEMPTS, "1")]),
+            ),
+            // 1-0's dead letter, redriven.
+            (
+                "5-0",
+                fields(&[("n", "1"), (ORIGINAL_ID, "1-0"), (REDRIVEN, "1;9")]),
+            ),
+            // Retried from the redriven copy.
+            (
+                "6-0",
+                fields(&[
+                    ("n", "1"),
+                    (ORIGINAL_ID, "1-0"),
+                    (REDRIVEN, "1;9"),
+                    (ATTEMPTS, "1"),
+                ]),
+            ),
+        ]
+        .into_iter()
+        .map(|(id, f)| (id.to_owned(), f))
+        .collect();
+        let lineage = Lineage::of(&all);
+        let parents: HashMap<_, _> = lineage.parents.iter().cloned().collect();
+        assert_eq!(parents["1-0"], None);
+        assert_eq!(parents["2-0"].as_deref(), Some("1-0"));
+        assert_eq!(parents["5-0"], None);
+        assert_eq!(parents["6-0"].as_deref(), Some("5-0"));
+        // A dead letter of the second generation belongs to it; the redrive consumed one of
+        // the first.
+        let dead = fields(&[(ORIGINAL_ID, "1-0"), (REDRIVEN, "1;9")]);
+        assert_eq!(lineage.dead_letter_of(&dead), "5-0");
+        assert_eq!(
+            lineage.redriven_dead_letters(),
+            vec![("1-0".to_owned(), MAX_DELIVERIES)]
+        );
+        assert!(lineage.twice.is_empty());
+
+        let mut doubled = all;
+        doubled.insert(
+            "7-0".into(),
+            fields(&[("n", "1"), (ORIGINAL_ID, "1-0"), (REDRIVEN, "1;10")]),
+        );
+        assert_eq!(Lineage::of(&doubled).twice, vec![("1-0".to_owned(), 1)]);
+    }
 }

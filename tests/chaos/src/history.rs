@@ -71,6 +71,8 @@ pub(crate) enum Event {
     },
     /// A fault the nemesis injected (its name and target).
     Fault(String),
+    /// The dead-letter service said it redrove dead letter `dead` as stream entry `copy`.
+    Redriven { dead: String, copy: String },
 }
 
 /// A timestamped event (milliseconds since the campaign started).
@@ -95,6 +97,15 @@ pub(crate) struct EndState {
     pub pending: u64,
     /// Entries still in the delay set.
     pub delayed: u64,
+    /// Retention by acknowledgement (streams): published numbers the second group, which
+    /// reads every entry behind the workers, never read: gone before every group had them.
+    pub unread_by_every_group: Vec<u64>,
+    /// Retention: the stream's length once every group had acknowledged everything and the
+    /// trim had time to run (None: not measured, or a group's position was unknown to Redis).
+    pub retained_after_settling: Option<u64>,
+    /// Redrives whose generation (the root and the times redriven) has more than one copy in
+    /// the stream: a dead letter redriven twice.
+    pub redriven_twice: Vec<(String, u32)>,
 }
 
 impl EndState {
@@ -169,6 +180,8 @@ pub(crate) struct Figures {
     pub duplicate_publishes: i64,
     /// At most once: entries neither kept, dropped nor dead-lettered (a crash took them).
     pub lost_at_most_once: usize,
+    /// Dead letters the dead-letter service redrove.
+    pub redriven: usize,
 }
 
 /// Checks the whole history against the end state.
@@ -325,7 +338,38 @@ pub(crate) fn check(
                 let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
                 *figures.faults.entry(kind).or_default() += 1;
             }
+            Event::Redriven { dead, copy } => {
+                figures.redriven += 1;
+                if root(copy).is_none() {
+                    anomalies.push(Anomaly {
+                        root: None,
+                        what: format!(
+                            "dead letter {dead} was redriven as {copy}, which no group read"
+                        ),
+                    });
+                }
+            }
         }
+    }
+    for n in &end.unread_by_every_group {
+        anomalies.push(Anomaly {
+            root: None,
+            what: format!("published entry {n} left the stream before every group had read it"),
+        });
+    }
+    if let Some(left) = end.retained_after_settling.filter(|left| *left > 1) {
+        anomalies.push(Anomaly {
+            root: None,
+            what: format!(
+                "retention kept {left} entries once every group had acknowledged everything"
+            ),
+        });
+    }
+    for (r, times) in &end.redriven_twice {
+        anomalies.push(Anomaly {
+            root: Some(r.clone()),
+            what: format!("its dead letter was redriven twice (generation {times})"),
+        });
     }
 
     for ((worker, entry), seen) in &seen {
@@ -464,7 +508,10 @@ pub(crate) fn around<'a>(
             Event::Delivered { entry, .. }
             | Event::Decided { entry, .. }
             | Event::Late { entry } => about(entry),
-            Event::Fault(_) | Event::Read { .. } | Event::Flushed { .. } => false,
+            Event::Fault(_)
+            | Event::Read { .. }
+            | Event::Flushed { .. }
+            | Event::Redriven { .. } => false,
         })
         .map(|s| s.at_ms)
         .collect();
@@ -474,7 +521,9 @@ pub(crate) fn around<'a>(
             Event::Delivered { entry, .. }
             | Event::Decided { entry, .. }
             | Event::Late { entry } => about(entry),
-            Event::Fault(_) => times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms),
+            Event::Fault(_) | Event::Redriven { .. } => {
+                times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms)
+            }
             Event::Read { .. } | Event::Flushed { .. } => false,
         })
         .collect()
@@ -519,6 +568,42 @@ mod tests {
                 .collect(),
             ..EndState::default()
         }
+    }
+
+    #[test]
+    fn retention_and_redrive_anomalies_are_reported() {
+        let mut e = end(&[("1-0", None), ("2-0", None)]);
+        e.kept_effects = HashMap::from([("1-0".into(), 1), ("2-0".into(), 1)]);
+        let acked = [
+            at(1, delivered("1-0", 1)),
+            at(2, decided("1-0", Decision::Ack)),
+            at(3, delivered("2-0", 1)),
+            at(4, decided("2-0", Decision::Ack)),
+        ];
+        assert!(check(&acked, &e, PROMISE).0.is_empty());
+        e.unread_by_every_group = vec![7];
+        e.retained_after_settling = Some(40);
+        e.redriven_twice = vec![("1-0".into(), 1)];
+        let mut history = acked.to_vec();
+        history.push(at(
+            5,
+            Event::Redriven {
+                dead: "9-0".into(),
+                copy: "8-0".into(),
+            },
+        ));
+        let (anomalies, figures) = check(&history, &e, PROMISE);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        assert_eq!(figures.redriven, 1);
+        assert_eq!(
+            text,
+            [
+                "dead letter 9-0 was redriven as 8-0, which no group read",
+                "published entry 7 left the stream before every group had read it",
+                "retention kept 40 entries once every group had acknowledged everything",
+                "entry 1-0: its dead letter was redriven twice (generation 1)",
+            ]
+        );
     }
 
     #[test]

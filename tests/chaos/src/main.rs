@@ -3,7 +3,9 @@
 //! production loses (sidecars, workers, their TCP connections, Redis connections, Redis itself,
 //! a cluster primary, a slot's owner) at random moments. At the end the whole history is
 //! checked against what Redis holds ([`history::check`]): nothing lost, nothing done twice that
-//! the README does not allow.
+//! the README does not allow. Streams run under retention by acknowledgement, with a second
+//! group the campaign reads itself behind the workers (no entry may leave before both groups
+//! have it), and the nemesis also redrives dead letters through the dead-letter service.
 //!
 //!   cargo run --release -p window-sidecar-chaos -- --quick              CI: fixed seeds + one
 //!   cargo run --release -p window-sidecar-chaos -- --minutes 60         an hour, every form
@@ -28,6 +30,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 use tonic::transport::Channel;
+use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
@@ -36,7 +39,7 @@ use window_sidecar_harness::{
     retry_after, slot_of,
 };
 
-use form::{DISCARDED, Form, KEPT, MAX_DELIVERIES};
+use form::{AUDIT_GROUP, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
 use history::{Decision, Event, Promise, Stamped};
 use proxy::Proxy;
 
@@ -126,13 +129,15 @@ impl Backend {
 struct Sidecars {
     redis_url: String,
     cluster: bool,
+    /// The stream runs under retention by acknowledgement.
+    retain: bool,
     ports: Vec<u16>,
     proxies: Vec<Proxy>,
     running: Mutex<Vec<Option<SidecarProcess>>>,
 }
 
 impl Sidecars {
-    async fn start(redis_url: &str, count: usize, cluster: bool) -> Arc<Self> {
+    async fn start(redis_url: &str, count: usize, cluster: bool, retain: bool) -> Arc<Self> {
         let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
         let mut proxies = Vec::new();
         for port in &ports {
@@ -141,6 +146,7 @@ impl Sidecars {
         let sidecars = Arc::new(Self {
             redis_url: redis_url.to_owned(),
             cluster,
+            retain,
             ports,
             proxies,
             running: Mutex::new((0..count).map(|_| None).collect()),
@@ -176,6 +182,14 @@ impl Sidecars {
             "--redis-timeout",
             "2s",
         ];
+        if self.retain {
+            args.extend([
+                "--ack-retention",
+                form::STREAM,
+                "--retention-interval",
+                "300ms",
+            ]);
+        }
         if self.cluster {
             // Claims reach the replica before entries are delivered: a failover then hands
             // nothing out twice (exactly once in atomic mode).
@@ -507,6 +521,9 @@ async fn nemesis(
                     let _ = node.quit().await;
                 }
             }
+            84..90 if shared.run.form == Form::Stream => {
+                redrive(&sidecars.addr(sidecar), log).await;
+            }
             84..92 if cluster => {
                 let slot = slot_of(form::STREAM);
                 let r = Arc::clone(&redis);
@@ -569,6 +586,157 @@ async fn nemesis(
     }
 }
 
+/// Redrives every dead letter through the dead-letter service of the sidecar at `addr`, and
+/// records what it said it did.
+async fn redrive(addr: &str, log: &Log) {
+    let connect = DeadLetterServiceClient::connect(format!("http://{addr}"));
+    let Ok(Ok(mut client)) = tokio::time::timeout(Duration::from_secs(1), connect).await else {
+        log.push(Event::Fault(format!("redrive (no sidecar at {addr})")));
+        return;
+    };
+    let request = proto::RedriveDeadLettersRequest {
+        target: Some(proto::DeadLetterTarget {
+            kind: Some(proto::dead_letter_target::Kind::Stream(form::DEAD.into())),
+        }),
+        selection: Some(proto::DeadLetterSelection {
+            all: true,
+            ..Default::default()
+        }),
+        limit: 100,
+        ..Default::default()
+    };
+    let call = client.redrive_dead_letters(request);
+    match tokio::time::timeout(Duration::from_secs(5), call).await {
+        Ok(Ok(response)) => {
+            let redriven: Vec<_> = response
+                .into_inner()
+                .redriven
+                .into_iter()
+                .filter(|r| r.skipped.is_empty())
+                .collect();
+            log.push(Event::Fault(format!(
+                "redrive {} dead letters",
+                redriven.len()
+            )));
+            for r in redriven {
+                log.push(Event::Redriven {
+                    dead: r.id,
+                    copy: r.new_id,
+                });
+            }
+        }
+        // A redrive that failed half-way moved some: the end state still shows every copy.
+        Ok(Err(status)) => log.push(Event::Fault(format!("redrive failed: {}", status.code()))),
+        Err(_) => log.push(Event::Fault("redrive timed out".into())),
+    }
+}
+
+/// The audit group's reader: it reads every entry of the stream behind the workers (a few
+/// every half second while the run goes on), records it and acknowledges it; once `drain` is
+/// set it reads the rest and ends. Its own pending entries first: a read whose reply a fault
+/// took stays pending on its consumer.
+async fn audit(redis: Client, drain: Arc<AtomicBool>, record: Arc<Mutex<Vec<(String, Fields)>>>) {
+    loop {
+        let draining = drain.load(Ordering::Relaxed);
+        let count = if draining { 500 } else { 10 };
+        let mut read = 0;
+        for from in ["0", ">"] {
+            let reply: Result<Value, _> = redis
+                .xreadgroup(
+                    AUDIT_GROUP,
+                    "a",
+                    Some(count),
+                    None,
+                    false,
+                    form::STREAM,
+                    from,
+                )
+                .await;
+            let Ok(reply) = reply else { break };
+            let entries = stream_entries(reply);
+            read += entries.len();
+            if entries.is_empty() {
+                continue;
+            }
+            let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+            record.lock().extend(entries);
+            let _: Result<Value, _> = redis.xack(form::STREAM, AUDIT_GROUP, ids).await;
+        }
+        if draining && read == 0 {
+            return;
+        }
+        let pause = if draining { 50 } else { 500 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// The entries of an XREADGROUP reply, with their fields (none for an entry deleted while
+/// pending).
+fn stream_entries(reply: Value) -> Vec<(String, Fields)> {
+    let mut out = Vec::new();
+    let Value::Array(streams) = reply else {
+        return out;
+    };
+    for stream in streams {
+        let Value::Array(mut pair) = stream else {
+            continue;
+        };
+        let Some(Value::Array(entries)) = pair.pop() else {
+            continue;
+        };
+        for entry in entries {
+            let Value::Array(parts) = entry else { continue };
+            let mut parts = parts.into_iter();
+            let Some(id) = parts.next().and_then(|v| v.as_string()) else {
+                continue;
+            };
+            let mut fields = Fields::new();
+            if let Some(Value::Array(flat)) = parts.next() {
+                for pair in flat.chunks(2) {
+                    if let [k, v] = pair
+                        && let (Some(k), Some(v)) = (k.as_string(), v.as_string())
+                    {
+                        fields.insert(k, v);
+                    }
+                }
+            }
+            out.push((id, fields));
+        }
+    }
+    out
+}
+
+/// The stream's length once both groups have acknowledged everything and the trim has had
+/// time to run; None when a group's position is unknown to Redis (the trim waits then, as
+/// documented).
+async fn retained(redis: &Client) -> Option<u64> {
+    let groups: Value = redis
+        .custom(fred::cmd!("XINFO"), vec!["GROUPS", form::STREAM])
+        .await
+        .ok()?;
+    let Value::Array(groups) = groups else {
+        return None;
+    };
+    let lag_known = groups.iter().all(|g| match g {
+        Value::Array(f) => f
+            .chunks(2)
+            .any(|kv| kv[0].as_str().as_deref() == Some("lag") && !kv[1].is_null()),
+        _ => false,
+    });
+    if !lag_known {
+        println!("   retention: a group's position is unknown to Redis; the trim waits");
+        return None;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let len: u64 = redis.xlen(form::STREAM).await.ok()?;
+        if len <= 1 || Instant::now() > deadline {
+            return Some(len);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// One run: one form, one mode, one seed. Returns the number of anomalies.
 async fn run(args: &Args, run: Run) -> usize {
     let Run {
@@ -604,7 +772,22 @@ async fn run(args: &Args, run: Run) -> usize {
         Backend::Cluster(c) => c.client().await,
     };
     let redis = Arc::new(Mutex::new(backend));
-    let sidecars = Sidecars::start(&url, args.sidecars, cluster).await;
+    let retain = form == Form::Stream;
+    if retain {
+        let _: Result<(), _> = admin
+            .xgroup_create(form::STREAM, AUDIT_GROUP, "0", true)
+            .await;
+    }
+    let sidecars = Sidecars::start(&url, args.sidecars, cluster, retain).await;
+    let audited = Arc::new(Mutex::new(Vec::new()));
+    let audit_drain = Arc::new(AtomicBool::new(false));
+    let auditor = retain.then(|| {
+        tokio::spawn(audit(
+            admin.clone(),
+            Arc::clone(&audit_drain),
+            Arc::clone(&audited),
+        ))
+    });
     let workers_stop = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(Shared {
         run,
@@ -691,13 +874,29 @@ async fn run(args: &Args, run: Run) -> usize {
             quiet_since = None;
         }
     }
+    // The audit group reads the rest while the workers' subscriptions are still open: the
+    // trim runs beside them.
+    let mut retained_after_settling = None;
+    if let Some(auditor) = auditor {
+        audit_drain.store(true, Ordering::Relaxed);
+        if tokio::time::timeout(Duration::from_secs(60), auditor)
+            .await
+            .is_err()
+        {
+            println!("   the audit group did not catch up within 60 s");
+        }
+        retained_after_settling = retained(&admin).await;
+    }
     workers_stop.store(true, Ordering::Relaxed);
     for w in workers.lock().drain(..) {
         w.abort();
     }
+
     let history = std::mem::take(&mut *shared.log.events.lock());
     let published = std::mem::take(&mut *published.lock());
-    let mut end = form.end_state(&admin, &published).await;
+    let audited = std::mem::take(&mut *audited.lock());
+    let mut end = form.end_state(&admin, &published, &audited).await;
+    end.retained_after_settling = retained_after_settling;
     if form != Form::Stream {
         form::add_delivered_roots(
             &mut end,
@@ -716,12 +915,13 @@ async fn run(args: &Args, run: Run) -> usize {
     let (anomalies, figures) = history::check(&history, &end, promise);
     println!(
         "   {} entries, {} deliveries, {} flush reports, decisions {:?}, dead letters {}, \
-         duplicate side effects {}, publishes written twice {}{}",
+         redriven {}, duplicate side effects {}, publishes written twice {}{}",
         figures.roots,
         figures.deliveries,
         figures.flushes,
         figures.decisions,
         figures.dead_letters,
+        figures.redriven,
         figures.duplicate_effects,
         figures.duplicate_publishes,
         if promise.at_most_once {
