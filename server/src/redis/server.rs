@@ -5,7 +5,7 @@
 use fred::prelude::*;
 
 use super::keys::KeySpecs;
-use super::{RedisError, call, str_arg};
+use super::{call, str_arg};
 
 /// The server behind the sidecar's Redis URL (on a cluster, the node that answered).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,11 +18,18 @@ pub struct ServerInfo {
 }
 
 impl ServerInfo {
-    /// Asks `INFO server`; the command table is the one already loaded.
-    pub async fn load(client: &Client, specs: &KeySpecs) -> Result<Self, RedisError> {
-        let reply = call(client, "INFO", vec![str_arg("server")], false).await?;
-        let text = reply.as_string().unwrap_or_default();
-        Ok(Self::parse(&text, specs.knows("XACKDEL")))
+    /// Asks `INFO server`; the command table is the one already loaded. An ACL user may be
+    /// refused INFO (it needs no more to consume): the version is then unknown, and what the
+    /// server offers still comes from the command table.
+    pub async fn load(client: &Client, specs: &KeySpecs) -> Self {
+        let text = match call(client, "INFO", vec![str_arg("server")], false).await {
+            Ok(reply) => reply.as_string().unwrap_or_default(),
+            Err(err) => {
+                tracing::debug!(error = %err, "INFO server failed; the server's version is unknown");
+                String::new()
+            }
+        };
+        Self::parse(&text, specs.knows("XACKDEL"))
     }
 
     /// Reads `INFO server` text.

@@ -117,7 +117,7 @@ impl Shared {
             .key_specs
             .get_or_try_init(|| async {
                 let specs = KeySpecs::load(self.redis.pool()).await?;
-                let server = ServerInfo::load(self.redis.pool(), &specs).await?;
+                let server = ServerInfo::load(self.redis.pool(), &specs).await;
                 tracing::info!(
                     product = %server.product,
                     version = %server.version,
