@@ -19,6 +19,7 @@ pub(crate) mod http;
 pub(crate) mod metrics;
 pub mod policy;
 pub mod redis;
+pub mod scale;
 pub mod server;
 pub mod session;
 pub mod telemetry;

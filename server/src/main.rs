@@ -142,6 +142,10 @@ async fn run(mut config: Config, tracing_enabled: bool) -> ExitCode {
     tokio::spawn(on_signal(shutdown.clone()));
     match server::run(config, listener, shutdown, tracing_enabled).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err @ server::ServeError::Keep(_)) => {
+            error!(error = %err, "invalid configuration");
+            ExitCode::from(EXIT_CONFIG)
+        }
         Err(err) => {
             error!(error = %err, "window-sidecar failed");
             ExitCode::FAILURE

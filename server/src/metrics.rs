@@ -109,6 +109,8 @@ pub struct Metrics {
     pub published: Counter,
     pub retention_trimmed: Family<KeyLabels, Counter>,
     pub retention_blocked: Family<GroupLabels, Gauge>,
+    /// Work waiting, keeper and alerting series (crate::scale).
+    pub scale: crate::scale::ScaleMetrics,
 }
 
 impl Default for Metrics {
@@ -119,7 +121,8 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("window");
+        // window_sidecar_…; the former window_… names are kept for one release (crate::scale::names).
+        let mut registry = Registry::with_prefix("window_sidecar");
         let m = Self {
             subscriptions_open: Family::default(),
             reads: Family::default(),
@@ -143,6 +146,7 @@ impl Metrics {
             published: Counter::default(),
             retention_trimmed: Family::default(),
             retention_blocked: Family::default(),
+            scale: Default::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -249,6 +253,7 @@ impl Metrics {
             "1 while a group's position is unknown to Redis (XINFO GROUPS has no lag), so its stream is not trimmed",
             m.retention_blocked.clone(),
         );
+        m.scale.register(r);
         // Series that exist from the start read as 0 rather than missing in queries and alerts.
         for reason in crate::window::Reason::ALL {
             m.rejections
@@ -289,7 +294,7 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
-        out
+        crate::scale::names::with_old_names(out)
     }
 }
 

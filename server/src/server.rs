@@ -57,6 +57,9 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// A kept key of the wrong type: a configuration error (exit 64).
+    #[error(transparent)]
+    Keep(#[from] crate::scale::keeper::KeepError),
 }
 
 /// How to reach Redis, from the configuration (reads the password file, if any).
@@ -255,9 +258,22 @@ pub async fn run(
     for watch in &config.watch {
         let source = watched_source(watch);
         shared.backlog.watch(&source, &Form::new(&source, None));
+        shared
+            .metrics
+            .scale
+            .watch(&source, &Form::new(&source, None));
     }
     tokio::spawn(learn_server(Arc::clone(&shared)));
     tokio::spawn(crate::session::backlog::run(
+        Arc::clone(&shared),
+        config.sample_interval,
+    ));
+    shared.metrics.scale.start_time.set(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+    );
+    tokio::spawn(crate::scale::work::run(
         Arc::clone(&shared),
         config.sample_interval,
     ));
@@ -278,6 +294,14 @@ pub async fn run(
         }
         None => None,
     };
+    // The keeper: kept keys of the wrong type stop the sidecar before it serves.
+    crate::scale::keeper::check_types(&redis, &config.keep, &shutdown).await?;
+    crate::scale::keeper::start(
+        &shared,
+        &config.keep,
+        config.keep_min_idle,
+        config.promote_interval,
+    );
     let sessions = TaskTracker::new();
     let limits = OpenLimits {
         max_count: config.max_count,
@@ -425,6 +449,11 @@ async fn watch_health(shared: Arc<Shared>, reporter: HealthReporter) {
         });
         *shared.unready.lock() = answer.as_ref().err().map(|err| err.to_string());
         shared.ready.store(answer.is_ok(), Ordering::Relaxed);
+        shared
+            .metrics
+            .scale
+            .redis_ready
+            .set(i64::from(answer.is_ok()));
         if last.as_ref() == Some(&now) {
             continue;
         }

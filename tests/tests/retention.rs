@@ -308,7 +308,7 @@ async fn a_group_of_unknown_position_stops_the_trim_until_it_is_known() {
             .await
             .len();
     }
-    let blocked = r#"window_retention_blocked{key="ret:mid",group="mid"}"#;
+    let blocked = r#"window_sidecar_retention_blocked{key="ret:mid",group="mid"}"#;
     assert!(
         eventually(Duration::from_secs(5), || async {
             sample(&scrape(&metrics).await, blocked) == 1.0

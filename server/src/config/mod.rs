@@ -242,6 +242,20 @@ pub struct Config {
     /// Validate the configuration and exit without connecting anywhere (0: valid, 64: not).
     #[arg(long)]
     pub check_config: bool,
+
+    /// Stream groups and lists this sidecar keeps whether or not anything subscribes to them:
+    /// it promotes their due retry_after entries every --promote-interval and samples their
+    /// backlog and work-waiting gauges from startup, holding no consumer. `stream:<key>:<group>`
+    /// or `list:<key>`, repeatable; comma-separated in the variable. Run without an application
+    /// this is the keeper that lets workers scale to zero. Each key must be allowed by
+    /// --allow-keys and, once Redis answers, hold its type or nothing (else exit 64).
+    #[arg(long = "keep", env = "WINDOW_KEEP", value_delimiter = ',', value_parser = parse_watch)]
+    pub keep: Vec<Watch>,
+
+    /// A kept stream group's pending entries idle longer than this count as work waiting (they
+    /// can be reclaimed): the min_idle its workers subscribe with.
+    #[arg(long, env = "WINDOW_KEEP_MIN_IDLE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub keep_min_idle: Duration,
 }
 
 // By hand so the Redis URL is printed without its credentials.
@@ -354,6 +368,8 @@ pub enum ConfigError {
     EmptyConsumerName,
     #[error("--allow-commands: {0}")]
     CommandRules(String),
+    #[error("{0}")]
+    Keep(String),
 }
 
 impl Config {
@@ -463,6 +479,8 @@ impl Config {
         {
             return Err(ConfigError::EmptyConsumerName);
         }
+        crate::scale::keeper::check_allowed(&self.keep, &Patterns::new(&self.allow_keys))
+            .map_err(ConfigError::Keep)?;
         Ok(())
     }
 

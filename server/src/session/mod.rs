@@ -410,6 +410,7 @@ async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), SessionErro
                 Some(true) if waited < closing_bound => {}
                 Some(false) if waited < OPEN_GRACE => {}
                 Some(_) => {
+                    shared.metrics.scale.consumer_refusals.inc();
                     let (key, group, consumer) = claim.clone();
                     return Err(SessionError::ConsumerBusy {
                         key,
@@ -443,6 +444,7 @@ pub(super) async fn take_lease(
             return Ok(());
         }
         if started.elapsed() >= GRACE {
+            shared.metrics.scale.consumer_refusals.inc();
             let (key, group, consumer) = source.describe();
             return Err(SessionError::ConsumerBusy {
                 key,

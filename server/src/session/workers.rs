@@ -130,6 +130,13 @@ pub(super) async fn flush_loop(
                     result: outcome,
                 })
                 .inc();
+            if report.result.ok() && report.dead_lettered > 0 {
+                metrics
+                    .scale
+                    .dead_letters
+                    .get_or_create(&labels)
+                    .inc_by(report.dead_lettered as u64);
+            }
             metrics
                 .flush_commands
                 .get_or_create(&labels)

@@ -136,6 +136,7 @@ impl Subscription {
             ));
         }
         shared.backlog.watch(&source, &form);
+        shared.metrics.scale.watch(&source, &form);
         tokio::spawn(
             crate::session::backlog::sample_now(Arc::clone(shared), source.clone(), form.clone())
                 .in_current_span(),

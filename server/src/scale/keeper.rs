@@ -1,0 +1,228 @@
+//! The keeper: `--keep stream:<key>:<group>` / `--keep list:<key>` (repeatable) makes this
+//! sidecar promote the due `retry_after` entries of those keys and sample their backlog and
+//! work gauges from startup, whether or not a subscription is open on them. Run without an
+//! application, as one small always-on replica, it keeps delayed retries moving and the
+//! backlog visible while every worker is scaled to zero; it holds no consumer and no lease.
+//! Promotion is the delay set's script, which runs alone on the server: keepers and workers'
+//! sidecars promoting the same set move each due entry back exactly once.
+//!
+//! A kept key must be allowed by `--allow-keys` (checked with the configuration, so
+//! `--check-config` refuses it too) and, once Redis answers at startup, hold the right type or
+//! nothing yet: the stream or list itself, and its delay set a sorted set. Otherwise the
+//! sidecar exits with 64 and names the key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::Watch;
+use crate::metrics::FormLabels;
+use crate::policy::Patterns;
+use crate::redis::entry::into_bytes;
+use crate::redis::form::{Form, Source};
+use crate::redis::list::ListSource;
+use crate::redis::stream::StreamSource;
+use crate::redis::{Redis, RedisError, arg, call_at};
+use crate::session::Shared;
+
+/// Delayed entries promoted per script call; a full batch is followed by another at once.
+const PROMOTE_LIMIT: u32 = 256;
+/// How often startup retries the type check while Redis does not answer.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Why a kept key cannot be kept.
+#[derive(Debug, Error)]
+pub enum KeepError {
+    #[error("--keep {spec}: {key:?} holds a {found}, not a {expected} (nor nothing yet)")]
+    WrongType {
+        spec: String,
+        key: String,
+        found: String,
+        expected: &'static str,
+    },
+}
+
+/// How `--keep` names a stream group or list, for messages.
+pub fn spec(keep: &Watch) -> String {
+    match keep {
+        Watch::Stream { key, group } => format!("stream:{key}:{group}"),
+        Watch::List { key } => format!("list:{key}"),
+    }
+}
+
+/// Refuses a kept key that `--allow-keys` does not allow: the keeper would promote into a key
+/// no client of this sidecar may touch.
+pub fn check_allowed(keep: &[Watch], keys: &Patterns) -> Result<(), String> {
+    for kept in keep {
+        let key = match kept {
+            Watch::Stream { key, .. } | Watch::List { key } => key,
+        };
+        if !keys.allows(key.as_bytes()) {
+            return Err(format!(
+                "--keep {}: the key {key:?} is outside --allow-keys",
+                spec(kept)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The source a kept key is promoted and sampled as; `min_idle` decides which pending entries
+/// count as reclaimable work.
+pub fn source(keep: &Watch, min_idle: Duration) -> Source {
+    match keep {
+        Watch::Stream { key, group } => Source::Stream(StreamSource {
+            key: key.clone(),
+            group: group.clone(),
+            consumer: String::new(),
+            start_id: "0".into(),
+            min_idle,
+        }),
+        Watch::List { key } => Source::List(ListSource {
+            key: key.clone(),
+            consumer: String::new(),
+            dead_after: crate::grpc::convert::DEFAULT_DEAD_AFTER,
+            reliable: true,
+            framing: Default::default(),
+        }),
+    }
+}
+
+/// Checks every kept key's type once Redis answers (retrying every second until then, or
+/// until `shutdown`).
+pub async fn check_types(
+    redis: &Redis,
+    keep: &[Watch],
+    shutdown: &CancellationToken,
+) -> Result<(), KeepError> {
+    if keep.is_empty() {
+        return Ok(());
+    }
+    let mut logged = false;
+    loop {
+        match types_now(redis, keep).await {
+            Ok(result) => return result,
+            Err(err) => {
+                if !logged {
+                    warn!(error = %err, "--keep: Redis does not answer yet; the kept keys' types are checked once it does");
+                    logged = true;
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RETRY) => {}
+            () = shutdown.cancelled() => return Ok(()),
+        }
+    }
+}
+
+/// Ok(Err(_)): Redis answered and a key is wrong; Err(_): Redis did not answer.
+async fn types_now(redis: &Redis, keep: &[Watch]) -> Result<Result<(), KeepError>, RedisError> {
+    for kept in keep {
+        let source = source(kept, Duration::ZERO);
+        let form = Form::new(&source, None);
+        let (key, expected, delayed, slot) = match &form {
+            Form::Stream(keys) => (&keys.key, "stream", &keys.delayed, keys.slot),
+            Form::List(keys) => (&keys.key, "list", &keys.delayed, keys.slot),
+            Form::PubSub(_) => continue,
+        };
+        for (name, expected) in [(key, expected), (delayed, "zset")] {
+            let found = key_type(redis, name, slot).await?;
+            if found != "none" && found != expected {
+                return Ok(Err(KeepError::WrongType {
+                    spec: spec(kept),
+                    key: String::from_utf8_lossy(name).into_owned(),
+                    found,
+                    expected,
+                }));
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+async fn key_type(redis: &Redis, key: &Bytes, slot: u16) -> Result<String, RedisError> {
+    let reply = call_at(redis.pool(), "TYPE", vec![arg(key)], false, Some(slot)).await?;
+    Ok(into_bytes(reply)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
+}
+
+/// Starts keeping `keep`: their gauges are sampled from now on and a task per key promotes its
+/// due delayed entries every `every` until the process ends.
+pub fn start(shared: &Arc<Shared>, keep: &[Watch], min_idle: Duration, every: Duration) {
+    for kept in keep {
+        let source = source(kept, min_idle);
+        let form = Form::new(&source, None);
+        shared.backlog.watch(&source, &form);
+        shared.metrics.scale.watch(&source, &form);
+        info!(keep = %spec(kept), "keeping: promoting due delayed entries and sampling the backlog");
+        tokio::spawn(promote(Arc::clone(shared), source, form, every));
+    }
+}
+
+async fn promote(shared: Arc<Shared>, source: Source, form: Form, every: Duration) {
+    let labels = FormLabels {
+        form: source.form(),
+    };
+    let promoted = shared.metrics.scale.promoted.get_or_create(&labels).clone();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        loop {
+            match form
+                .promote_due(&shared.redis, now_ms(), PROMOTE_LIMIT)
+                .await
+            {
+                Ok(n) => {
+                    promoted.inc_by(n);
+                    if n > 0 {
+                        debug!(promoted = n, "keeper: retry_after entries are due again");
+                    }
+                    if n < u64::from(PROMOTE_LIMIT) {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    debug!(error = %err, "keeper: promoting delayed entries failed; will try again");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_key_outside_allow_keys_is_refused_by_name() {
+        let keys = Patterns::new(&["orders:*".to_owned()]);
+        let keep = vec![
+            Watch::Stream {
+                key: "orders:in".into(),
+                group: "g".into(),
+            },
+            Watch::List { key: "jobs".into() },
+        ];
+        let err = check_allowed(&keep, &keys).unwrap_err();
+        assert!(
+            err.contains("list:jobs") && err.contains("outside --allow-keys"),
+            "{err}"
+        );
+        assert!(check_allowed(&keep[..1], &keys).is_ok());
+    }
+}
