@@ -15,6 +15,11 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
       termination grace period, that every file a flag names (--auth-token-file, --tls-*) is a
       read-only mounted Secret key, and that the application's WINDOW_SIDECAR_ADDR reaches the
       listener (a Unix socket: on an emptyDir both mount, with a group they share).
+  assert-scaling RENDERED [--expect KIND]...
+      Checks that each ScaledObject targets a rendered workload with the sidecar (not the
+      keeper, no replicas of its own) and scales on the work waiting from zero; that the
+      PodMonitors select every pod with the sidecar and find its metrics port; and that no
+      other selector picks up the keeper's pods.
   assert-sidecar RENDERED [--has FLAG=VALUE] [--lacks FLAG] [--file PATH=SECRET/KEY]
                  [--socket PATH] [--no-port NAME]
       Checks the sidecar container of every workload: a flag rendered with exactly that value
@@ -125,6 +130,13 @@ def pod_specs(docs):
 
 def is_sidecar(container):
     return any(str(a).startswith("--health-listen=") for a in container.get("args") or [])
+
+
+def is_keeper(spec):
+    """A keeper pod: the sidecar alone, with --keep flags, and no application."""
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    return (len(containers) == 1 and is_sidecar(containers[0])
+            and any(str(a).startswith("--keep=") for a in containers[0].get("args") or []))
 
 
 def sidecars(spec):
@@ -251,14 +263,16 @@ def cmd_assert_pod(args):
     for workload, spec in pod_specs(load_docs(args.rendered)):
         for where, c in sidecars(spec):
             found += 1
-            want = "initContainers" if args.native == "yes" else "containers"
+            keeper = is_keeper(spec)
+            # A keeper has no application to start before: a plain container.
+            want = "initContainers" if args.native == "yes" and not keeper else "containers"
 
             def check(ok, what):
                 if not ok:
                     problems.append(f"{workload} {c['name']}: {what}")
 
             check(where == want, f"is in {where}, expected {want}")
-            check((c.get("restartPolicy") == "Always") == (args.native == "yes"),
+            check((c.get("restartPolicy") == "Always") == (want == "initContainers"),
                   f"restartPolicy is {c.get('restartPolicy')!r}")
             sc = c.get("securityContext") or {}
             check(sc.get("runAsNonRoot") is True, "runAsNonRoot is not true")
@@ -295,8 +309,12 @@ def cmd_assert_pod(args):
                     check(not isinstance(where, str), f"{name}: {where}")
             check(bool(flag(c, "--tls-cert")) == bool(flag(c, "--tls-key")),
                   "--tls-cert and --tls-key are not rendered together")
-            for problem in listener_problems(c, spec):
-                check(False, problem)
+            if keeper:
+                ports = {p.get("name") for p in c.get("ports") or []}
+                check("metrics" in ports, "the keeper exports no metrics port")
+            else:
+                for problem in listener_problems(c, spec):
+                    check(False, problem)
             env = {e["name"]: e for e in c.get("env") or []}
             pod_name = env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
             check(pod_name.get("fieldPath") == "metadata.name", "POD_NAME is not the pod name")
@@ -412,6 +430,8 @@ def cmd_assert_consumer(args):
     if not re.search(r"os\.environ\.get\(\s*[\"']" + re.escape(args.worker_env) + r"[\"']", source):
         problems.append(f"{args.worker_source} does not read {args.worker_env}")
     for workload, spec in pod_specs(load_docs(args.rendered)):
+        if is_keeper(spec):
+            continue  # no worker, no consumer: it holds none
         found += 1
         side = [c for _, c in sidecars(spec)]
         workers = [c for c in spec.get("containers") or [] if c["name"] == args.worker]
@@ -554,6 +574,103 @@ def cmd_check_config(args):
     return 1 if failed else 0
 
 
+def selects(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def cmd_assert_scaling(args):
+    """The scaling and monitoring objects fit the workloads rendered beside them: each
+    ScaledObject targets a rendered Deployment that carries the sidecar and scales on the work
+    waiting, waking from zero on the first entry; the PodMonitors select every pod that carries
+    the sidecar (each at least one) and find its metrics port; no other selector in the stream picks up a keeper's
+    pods."""
+    docs = load_docs(args.rendered)
+    problems, notes = [], []
+    workloads = {}
+    for doc in docs:
+        if doc.get("kind") in WORKLOAD_KINDS - {"Pod"}:
+            workloads[(doc["kind"], doc["metadata"]["name"])] = doc
+    with_sidecar = {key: doc for key, doc in workloads.items()
+                    if list(sidecars(doc["spec"]["template"]["spec"]))}
+    keepers = {key: doc for key, doc in with_sidecar.items()
+               if is_keeper(doc["spec"]["template"]["spec"])}
+    kinds = {doc.get("kind") for doc in docs}
+    scraped = set()
+    for want in args.expect:
+        if want not in kinds and not (want == "keeper" and keepers):
+            problems.append(f"expected a {want} in the stream")
+    for doc in docs:
+        kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
+        if kind == "ScaledObject":
+            ref = doc["spec"]["scaleTargetRef"]
+            target = with_sidecar.get((ref.get("kind", "Deployment"), ref["name"]))
+            if target is None:
+                problems.append(f"ScaledObject/{name} targets {ref}, not a rendered workload "
+                                "that carries the sidecar")
+            elif (ref.get("kind", "Deployment"), ref["name"]) in keepers:
+                problems.append(f"ScaledObject/{name} scales the keeper")
+            elif "replicas" in target["spec"]:
+                problems.append(f"ScaledObject/{name}: its target sets replicas, which KEDA's "
+                                "HPA owns")
+            prom = [tr for tr in doc["spec"]["triggers"] if tr["type"] == "prometheus"]
+            if not prom:
+                problems.append(f"ScaledObject/{name} has no prometheus trigger")
+            for tr in prom:
+                md = tr["metadata"]
+                if "window_sidecar_work_waiting_entries" not in md.get("query", ""):
+                    problems.append(f"ScaledObject/{name}: the query does not read the work "
+                                    f"waiting: {md.get('query')}")
+                if md.get("activationThreshold") != "0":
+                    problems.append(f"ScaledObject/{name}: activationThreshold "
+                                    f"{md.get('activationThreshold')!r}, not \"0\"")
+            if doc["spec"].get("minReplicaCount", 0) == 0 and not keepers:
+                notes.append(f"ScaledObject/{name} scales to zero without a keeper here")
+            notes.append(f"ScaledObject/{name} -> {ref['kind']}/{ref['name']}, triggers "
+                         + ", ".join(tr["type"] for tr in doc["spec"]["triggers"]))
+        if kind == "PodMonitor":
+            selector = doc["spec"]["selector"].get("matchLabels") or {}
+            selected = 0
+            for (wkind, wname), w in with_sidecar.items():
+                labels = w["spec"]["template"]["metadata"].get("labels") or {}
+                if not selects(selector, labels):
+                    continue
+                selected += 1
+                scraped.add((wkind, wname))
+                ports = {p.get("name") for _, c in sidecars(w["spec"]["template"]["spec"])
+                         for p in c.get("ports") or []}
+                for endpoint in doc["spec"]["podMetricsEndpoints"]:
+                    if endpoint.get("port") not in ports:
+                        problems.append(f"PodMonitor/{name}: {wkind}/{wname}'s sidecar has no "
+                                        f"port {endpoint.get('port')!r}")
+                notes.append(f"PodMonitor/{name} scrapes {wkind}/{wname}")
+            if not selected:
+                problems.append(f"PodMonitor/{name} selects no pod with the sidecar ({selector})")
+    if "PodMonitor" in kinds:
+        for wkind, wname in sorted(set(with_sidecar) - scraped):
+            problems.append(f"no PodMonitor selects {wkind}/{wname}'s pods")
+    for (kkind, kname), keeper in keepers.items():
+        labels = keeper["spec"]["template"]["metadata"].get("labels") or {}
+        for doc in docs:
+            if (doc.get("kind"), doc.get("metadata", {}).get("name")) == (kkind, kname):
+                continue
+            spec = doc.get("spec") or {}
+            selector = spec.get("selector")
+            if doc.get("kind") in WORKLOAD_KINDS | {"PodDisruptionBudget"}:
+                selector = (selector or {}).get("matchLabels")
+            elif doc.get("kind") != "Service":
+                continue
+            if selects(selector or {}, labels):
+                problems.append(f"{describe(doc)} selects the keeper's pods {labels}")
+        notes.append(f"keeper {kkind}/{kname}: "
+                     + " ".join(a for _, c in sidecars(keeper["spec"]["template"]["spec"])
+                                for a in c["args"] if a.startswith("--keep")))
+    for n in notes:
+        print(f"  ok {n}")
+    for p in problems:
+        print(f"  FAIL {p}")
+    return 1 if problems else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -586,6 +703,12 @@ def main():
     p.add_argument("--worker-source", required=True)
     p.add_argument("--consumer", default="$(POD_NAME)")
     p.set_defaults(func=cmd_assert_consumer)
+    p = sub.add_parser("assert-scaling")
+    p.add_argument("rendered")
+    p.add_argument("--expect", action="append", default=[],
+                   help="a kind that must be in the stream (ScaledObject, PodMonitor, ...), "
+                   "or keeper")
+    p.set_defaults(func=cmd_assert_scaling)
     p = sub.add_parser("same-sidecar")
     p.add_argument("rendered_a")
     p.add_argument("rendered_b")

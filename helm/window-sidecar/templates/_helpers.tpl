@@ -21,6 +21,13 @@ from a chart that lists the library (Helm 3.14 or later):
                                                 or unix:PATH with sidecar.unixSocket.enabled
   window-sidecar.redisSecret                    the Secret with the Redis connection (a whole
                                                 manifest; empty with redis.existingSecret)
+  window-sidecar.podMonitor                     a PodMonitor (a whole manifest) scraping the
+                                                sidecar's metrics port on the pods that match a
+                                                selector; takes a dict, not the root context:
+                                                "sidecar" (the root context above), "selector"
+                                                (pod labels), and optionally "name", "labels",
+                                                "interval", "scrapeTimeout", "honorLabels",
+                                                "relabelings", "metricRelabelings"
 
 Everything else here is internal.
 */}}
@@ -596,4 +603,55 @@ data:
   {{- end }}
   {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+A Prometheus Operator PodMonitor for the sidecar's metrics port (named "metrics", rendered while
+metrics.enabled) on the pods that match .selector, in the release namespace. A chart that puts
+the sidecar into its own pods (named templates or the library) includes it with its own pod
+labels; this chart's templates/podmonitor.yaml does the same with metrics.podMonitor. A native
+sidecar is an init container: Prometheus discovers its ports like any other container's.
+*/}}
+{{- define "window-sidecar.podMonitor" -}}
+{{- $root := .sidecar }}
+{{- if not .selector }}
+{{- fail "window-sidecar.podMonitor needs a selector: the labels of the pods that carry the sidecar" }}
+{{- end }}
+apiVersion: monitoring.coreos.com/v1
+kind: PodMonitor
+metadata:
+  name: {{ .name | default (include "window-sidecar.fullname" $root) }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "window-sidecar.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: metrics
+    {{- with .labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- toYaml .selector | nindent 6 }}
+  namespaceSelector:
+    matchNames:
+      - {{ $root.Release.Namespace }}
+  podMetricsEndpoints:
+    - port: metrics
+      path: /metrics
+      scheme: http
+      {{- with .interval }}
+      interval: {{ . }}
+      {{- end }}
+      {{- with .scrapeTimeout }}
+      scrapeTimeout: {{ . }}
+      {{- end }}
+      honorLabels: {{ .honorLabels | default false }}
+      {{- with .relabelings }}
+      relabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .metricRelabelings }}
+      metricRelabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
 {{- end }}
