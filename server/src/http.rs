@@ -49,10 +49,14 @@ pub(crate) async fn serve(
     .await
 }
 
-async fn metrics(State(endpoint): State<Endpoint>) -> Response {
+/// With exemplars (trace ids on the duration histograms) when the scraper asks for OpenMetrics.
+async fn metrics(State(endpoint): State<Endpoint>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
     (
         [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
-        endpoint.shared.metrics.encode(),
+        endpoint.shared.metrics.encode_for(accept),
     )
         .into_response()
 }

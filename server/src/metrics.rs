@@ -78,11 +78,6 @@ fn size_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
 }
 
-fn latency_histogram() -> Histogram {
-    // 0.25 ms to about 4 s.
-    Histogram::new(exponential_buckets(0.000_25, 2.0, 15))
-}
-
 /// Every metric the sidecar exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -98,7 +93,7 @@ pub struct Metrics {
     pub flushes: Family<FlushLabels, Counter>,
     pub flush_commands: Family<FormLabels, Histogram, fn() -> Histogram>,
     pub flush_settles: Family<FormLabels, Histogram, fn() -> Histogram>,
-    pub flush_duration: Family<ModeLabels, Histogram, fn() -> Histogram>,
+    pub flush_duration: Family<ModeLabels, LatencyWithExemplars, fn() -> LatencyWithExemplars>,
     pub round_trips: Family<RoundTripLabels, Counter>,
     pub outstanding: Family<SubscriptionLabels, Gauge>,
     pub delay_set_entries: Family<KeyLabels, Gauge>,
@@ -111,7 +106,13 @@ pub struct Metrics {
     pub retention_blocked: Family<GroupLabels, Gauge>,
     /// Work waiting, keeper and alerting series (crate::scale).
     pub scale: crate::scale::ScaleMetrics,
+    pub read_duration: Family<FormLabels, LatencyWithExemplars, fn() -> LatencyWithExemplars>,
 }
+
+/// A latency histogram whose buckets keep the trace id of their last observation.
+pub(crate) type LatencyWithExemplars = prometheus_client::metrics::exemplar::HistogramWithExemplars<
+    crate::scale::exemplar::TraceLabels,
+>;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -135,7 +136,7 @@ impl Metrics {
             flushes: Family::default(),
             flush_commands: Family::new_with_constructor(size_histogram),
             flush_settles: Family::new_with_constructor(size_histogram),
-            flush_duration: Family::new_with_constructor(latency_histogram),
+            flush_duration: Family::new_with_constructor(crate::scale::exemplar::latency_histogram),
             round_trips: Family::default(),
             outstanding: Family::default(),
             delay_set_entries: Family::default(),
@@ -147,6 +148,7 @@ impl Metrics {
             retention_trimmed: Family::default(),
             retention_blocked: Family::default(),
             scale: Default::default(),
+            read_duration: Family::new_with_constructor(crate::scale::exemplar::latency_histogram),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -254,6 +256,12 @@ impl Metrics {
             m.retention_blocked.clone(),
         );
         m.scale.register(r);
+        r.register_with_unit(
+            "read_duration",
+            "Time from asking Redis for entries to the reply of a read that delivered",
+            Unit::Seconds,
+            m.read_duration.clone(),
+        );
         // Series that exist from the start read as 0 rather than missing in queries and alerts.
         for reason in crate::window::Reason::ALL {
             m.rejections
@@ -289,6 +297,17 @@ impl Metrics {
         }
     }
 
+    /// The exposition for a scraper whose `Accept` header is `accept`: with exemplars when it
+    /// asks for OpenMetrics, without otherwise.
+    pub fn encode_for(&self, accept: Option<&str>) -> String {
+        let text = self.encode();
+        if crate::scale::exemplar::wants_openmetrics(accept) {
+            text
+        } else {
+            crate::scale::exemplar::without_exemplars(&text)
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -313,7 +332,7 @@ mod tests {
                 form: "stream",
                 mode: "pipeline",
             })
-            .observe(0.002);
+            .observe(0.002, None, None);
         let text = m.encode();
         assert!(
             text.contains("window_deliveries_total{form=\"stream\"} 3"),

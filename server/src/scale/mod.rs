@@ -5,6 +5,7 @@
 //! sample keys whether or not anything subscribes to them) and the metric names
 //! (`window_sidecar_…`, with the former `window_…` names kept for one release).
 
+pub mod exemplar;
 pub mod keeper;
 pub mod names;
 pub mod work;

@@ -120,7 +120,8 @@ pub(super) async fn flush_loop(
                 ..
             } = job;
             report.result = result;
-            duration.observe(elapsed);
+            let exemplar = crate::scale::exemplar::of_span(span.as_ref());
+            duration.observe(elapsed, exemplar, None);
             let outcome = if report.result.ok() { "ok" } else { "failed" };
             metrics
                 .flushes

@@ -88,6 +88,16 @@ impl Subscription {
             self.shared.settings.tracing.then(|| {
                 observe::read_span(&self.view, read.read_id, &entries, redelivery, started)
             });
+        if let Ok(took) = SystemTime::now().duration_since(started) {
+            metrics
+                .read_duration
+                .get_or_create(&self.form_labels)
+                .observe(
+                    took.as_secs_f64(),
+                    crate::scale::exemplar::of_context(read_span.as_ref()),
+                    None,
+                );
+        }
         let ids = LogIds::of(read_span.as_ref());
         debug!(
             trace_id = ids.trace_id.as_deref(),
