@@ -97,7 +97,10 @@ async fn redis_readiness_and_the_start_time_are_series() {
         sample_within(metrics, "window_sidecar_redis_ready", 1.0).await,
         1.0
     );
-    let started = sample(&scrape_up(metrics).await, "window_sidecar_start_time_seconds");
+    let started = sample(
+        &scrape_up(metrics).await,
+        "window_sidecar_start_time_seconds",
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
