@@ -196,3 +196,52 @@ async fn families_are_window_sidecar_and_the_former_names_stay_for_a_release() {
     }
     sidecar.stop().await;
 }
+
+/// A group created at an id of its own: Redis cannot tell its lag, so the work waiting counts
+/// the entries after the group's last delivered id itself, and says so.
+#[tokio::test]
+async fn an_unknown_lag_is_counted_and_flagged() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    for n in 1..=6 {
+        let _: String = inspect
+            .xadd("jobs", false, None, format!("{n}-0"), ("n", n.to_string()))
+            .await
+            .unwrap();
+    }
+    let _: () = inspect
+        .xgroup_create("jobs", "g", "2-0", false)
+        .await
+        .unwrap();
+    let metrics = metrics_addr();
+    let m = metrics.to_string();
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &[
+            "--metrics-listen",
+            &m,
+            "--keep",
+            "stream:jobs:g",
+            "--sample-interval",
+            "100ms",
+        ],
+    )
+    .await;
+    let work = "window_sidecar_work_waiting_entries{form=\"stream\",key=\"jobs\",group=\"g\"}";
+    assert_eq!(sample_within(metrics, work, 4.0).await, 4.0, "3-0 to 6-0");
+    let text = scrape_up(metrics).await;
+    assert_eq!(
+        sample(
+            &text,
+            "window_sidecar_work_lag_counted{key=\"jobs\",group=\"g\"}"
+        ),
+        1.0,
+        "{text}"
+    );
+    // Redis reports no lag either: the group's lag gauge is absent.
+    assert!(
+        !text.contains("window_sidecar_group_lag_entries{key=\"jobs\""),
+        "{text}"
+    );
+    sidecar.stop().await;
+}
