@@ -110,13 +110,76 @@ expectations() {
     got="$(jq -r --arg e "$e" 'any(.[]; .event == $e)' <<<"$seen")"
     printf 'event %s\t%s\ttrue\n' "$e" "$got"
   done < <(jq -r '.expect.events // [] | .[]' "$file")
+  # The fields of an entry without the payload layout, by its `id` field (among the first
+  # delivery's fields, as for headers).
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -c --arg p "$p" '.expect.fields[$p]' "$file")"
+    got="$(jq -c --arg p "$p" --argjson w "$want" \
+      'first(.[] | select(.event == "delivery" and .payload == $p) | .fields // {}) // {}
+       | with_entries(select(.key as $k | $w | has($k)))' <<<"$seen")"
+    printf 'fields of %s\t%s\t%s\n' "$p" "$(jq -cS . <<<"$got")" "$(jq -cS . <<<"$want")"
+  done < <(jq -r '.expect.fields // {} | keys[]' "$file")
+  # json() of such an entry failed, its message naming what to use instead.
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -r --arg p "$p" '.expect.json_errors[$p]' "$file")"
+    got="$(jq -r --arg p "$p" --arg w "$want" \
+      'first(.[] | select(.event == "delivery" and .payload == $p) | .json_error // "")
+       // "" | ascii_downcase | contains($w | ascii_downcase)' <<<"$seen")"
+    printf 'json() of %s fails naming %s\t%s\ttrue\n' "$p" "$want" "$got"
+  done < <(jq -r '.expect.json_errors // {} | keys[]' "$file")
+  # A call of the typed command API failed in the handler, naming the misspelled command.
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -r --arg p "$p" '.expect.call_errors[$p]' "$file")"
+    got="$(jq -r --arg p "$p" --arg w "$want" \
+      'any(.[]; .event == "call_error" and .payload == $p
+        and ((.message // "") | ascii_downcase | contains($w | ascii_downcase)))' <<<"$seen")"
+    printf 'the call failed at once for %s, naming %s\t%s\ttrue\n' "$p" "$want" "$got"
+  done < <(jq -r '.expect.call_errors // {} | keys[]' "$file")
+  # The error callback got a RejectedError with this reason for this delivery.
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -r --arg p "$p" '.expect.rejected[$p]' "$file")"
+    got="$(jq -r --arg p "$p" \
+      '[.[] | select(.event == "rejected" and .payload == $p and .error == "RejectedError")
+        | .reason] | unique | join(",")' <<<"$seen")"
+    printf 'RejectedError reasons of %s\t%s\t%s\n' "$p" "$got" "$want"
+  done < <(jq -r '.expect.rejected // {} | keys[]' "$file")
+  # Text that must appear nowhere in what the runner printed (stdout and stderr).
+  while read -r e; do
+    [[ -n $e ]] || continue
+    got="$(cat "$out" "${out%.jsonl}.log" 2>/dev/null | grep -ciF -- "$e" || true)"
+    printf 'lines saying "%s"\t%s\t0\n' "$e" "$got"
+  done < <(jq -r '.expect.not_logged // [] | .[]' "$file")
+  # The errors of calls that failed: the library's class, the message's parts ($ADDR: the
+  # address the runner was given), how long the call took.
+  while read -r e; do
+    [[ -n $e ]] || continue
+    local call cls within ok
+    call="$(jq -r .call <<<"$e")"
+    cls="$(jq -r .error <<<"$e")"
+    within="$(jq -r '.within_ms // 30000' <<<"$e")"
+    got="$(jq -c --arg c "$call" 'first(.[] | select(.event == "error" and .call == $c)) // null' <<<"$seen")"
+    printf '%s fails with %s\t%s\t%s\n' "$call" "$cls" "$(jq -r '.error // "no error"' <<<"$got")" "$cls"
+    ok="$(jq -r --arg a "$conf_listen" --argjson e "$e" \
+      '(.message // "") | ascii_downcase as $m
+       | [$e.contains[] | sub("\\$ADDR"; $a) | ascii_downcase | select(($m | contains(.)) | not)]
+       | join(", ")' <<<"$got")"
+    printf '%s error names %s\t%s\t\n' "$call" "$(jq -r '.contains | join(" and ")' <<<"$e")" \
+      "${ok:+missing: $ok in: $(jq -r '.message // ""' <<<"$got")}"
+    printf '%s fails within %s ms\t%s\ttrue\n' "$call" "$within" \
+      "$(jq -r --argjson w "$within" '(.elapsed_ms // 1e9) <= $w' <<<"$got")"
+  done < <(jq -c '.expect.errors // [] | .[]' "$file")
   while read -r e; do
     [[ -n $e ]] || continue
     mapfile -t cmd < <(jq -r '.command[]' <<<"$e")
     got="$(rcli "${cmd[@]}" | paste -sd' ')"
     printf '%s\t%s\t%s\n' "${cmd[*]}" "$got" "$(jq -r .reply <<<"$e")"
   done < <(jq -c '.expect.redis // [] | .[]' "$file")
-  # Nothing left unsettled, whatever the scenario expects besides.
+  # Nothing left unsettled, whatever the scenario expects besides (when there was a sidecar).
+  [[ $(jq -r '.sidecar.listen // "tcp"' "$file") == closed ]] && return 0
   printf 'ZCARD {%s}:window:delayed\t%s\t0\n' "$key" "$(rcli zcard "{$key}:window:delayed")"
   case $form in
     stream)
@@ -177,11 +240,17 @@ run_scenario() {
   out="$work/$lang-$name.jsonl"
   err="$work/$lang-$name.log"
   rcli flushall >/dev/null
-  if [[ $(jq -r '.sidecar.listen // "tcp"' "$file") == unix ]]; then
+  local listen
+  listen="$(jq -r '.sidecar.listen // "tcp"' "$file")"
+  if [[ $listen == unix ]]; then
     conf_listen="unix:$work/$name.sock"
     rm -f "$work/$name.sock"
   else
     conf_listen="127.0.0.1:$(free_port)"
+  fi
+  if [[ $listen == closed ]]; then
+    run_closed_scenario "$lang" "$file"
+    return
   fi
   if ! scenario_sidecar "$file" 1; then
     fail "$lang/$name: the sidecar starts ($(tail -n 3 "$work/$name-sidecar-1.log" | paste -sd' '))"
@@ -199,6 +268,14 @@ run_scenario() {
   if ! wait_published "$out" "$runner"; then
     fail "$lang/$name: the runner opened its subscription and published"
   else
+    # Entries another producer wrote with plain fields (not the payload layout).
+    local xkey fv
+    xkey="$(jq -r .open.key "$file")"
+    while read -r e; do
+      [[ -n $e ]] || continue
+      mapfile -t fv < <(jq -r 'to_entries[] | .key, .value' <<<"$e")
+      rcli xadd "$xkey" '*' "${fv[@]}" >/dev/null
+    done < <(jq -c '.xadd // [] | .[]' "$file")
     if [[ $(jq -r '.fault // empty' "$file") != "" ]]; then
       at_ms="$(jq -r .fault.at_ms "$file")"
       sleep "$(awk -v ms="$at_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
@@ -227,6 +304,32 @@ run_scenario() {
   done < <(expectations "$file" "$out")
   kill -TERM "$conf_pid" 2>/dev/null || true
   wait "$conf_pid" 2>/dev/null || true
+}
+
+# run_closed_scenario LANG FILE: a scenario whose sidecar is never started (`listen:
+# closed`): the runner gets an address nothing listens on ($conf_listen), its calls fail, and it
+# must exit 0 by itself within 40 s; then the expectations are checked.
+run_closed_scenario() {
+  local lang=$1 file=$2 name out err runner status stopped
+  name="$(jq -r .name "$file")"
+  out="$work/$lang-$name.jsonl"
+  err="$work/$lang-$name.log"
+  WINDOW_SIDECAR_ADDR="$conf_listen" bash "$root/client-examples/$lang/conformance.sh" run "$file" \
+    >"$out" 2>"$err" &
+  runner=$!
+  pids+=("$runner")
+  stopped=no
+  for _ in $(seq 400); do
+    if ! kill -0 "$runner" 2>/dev/null; then stopped=yes; break; fi
+    sleep 0.1
+  done
+  [[ $stopped == yes ]] || kill -KILL "$runner" 2>/dev/null || true
+  status=0
+  wait "$runner" 2>/dev/null || status=$?
+  check "$lang/$name: the runner exited 0 by itself within 40 s" "$stopped:$status" "yes:0"
+  while IFS=$'\t' read -r what got want; do
+    check "$lang/$name: $what" "$got" "$want"
+  done < <(expectations "$file" "$out")
 }
 
 for lang in "${langs[@]}"; do
