@@ -14,9 +14,9 @@ import json
 import os
 import sys
 
-import grpc
 
-from window_client import WindowClient, tracing
+from window_client import WindowError, tracing
+from window_client.aio import WindowClient
 
 # The default orders file: the repository's, next to this directory.
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,6 +72,7 @@ async def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(asyncio.run(main()))
-    except grpc.aio.AioRpcError as err:
-        print(f"publish failed: {err.code().name}: {err.details()}", file=sys.stderr)
+    except WindowError as err:
+        status = err.status.name if err.status is not None else type(err).__name__
+        print(f"publish failed: {status}: {err}", file=sys.stderr)
         sys.exit(1)

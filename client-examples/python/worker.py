@@ -21,9 +21,9 @@ import os
 import sys
 import time
 
-import grpc
 
-from window_client import Delivery, FlushEvent, WindowClient, tracing
+from window_client import FlushEvent, WindowError, tracing
+from window_client.aio import Delivery, WindowClient
 
 # The default orders file: the repository's, next to this directory.
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,8 +131,8 @@ class Worker:
             d.retry_after(0.2, "flaky: fails on its first delivery")
         else:
             for line in order["lines"]:
-                d.queue("LPUSH", "picks", f"{oid}:{line['sku']}:{line['qty']}")
-                d.queue("HINCRBY", "sku-totals", line["sku"], line["qty"])
+                d.redis.lpush("picks", f"{oid}:{line['sku']}:{line['qty']}")
+                d.redis.hincrby("sku-totals", line["sku"], line["qty"])
             log.info("ack %s (%s, delivery %d)", oid, d.entry_id, d.delivery_count)
             d.ack()
 
@@ -243,8 +243,9 @@ async def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(asyncio.run(main()))
-    except grpc.aio.AioRpcError as err:
-        print(f"subscription failed: {err.code().name}: {err.details()}", file=sys.stderr)
+    except WindowError as err:
+        status = err.status.name if err.status is not None else type(err).__name__
+        print(f"subscription failed: {status}: {err}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

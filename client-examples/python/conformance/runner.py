@@ -13,10 +13,12 @@ import json
 import logging
 import signal
 import sys
+import time
 from collections import Counter
 from typing import Any, Dict, List
 
-from window_client import Delivery, LifecycleEvent, Subscription, WindowClient
+from window_client import LifecycleEvent, RejectedError, WindowError
+from window_client.aio import Delivery, Subscription, WindowClient
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -29,10 +31,25 @@ def on_lifecycle(event: LifecycleEvent) -> None:
         emit(event.kind)
 
 
+def name_of(d: Delivery) -> str:
+    """A delivery's name in the scenario: its payload, or for an entry without the payload
+    layout the text of its `id` field."""
+    if d.in_layout:
+        return d.payload.decode()
+    return d.text_fields.get("id", "")
+
+
+def on_error(err: WindowError) -> None:
+    if isinstance(err, RejectedError):
+        emit("rejected", payload=name_of(err.delivery) if err.delivery is not None else "",
+             reason=err.reason, error=type(err).__name__, message=str(err))
+
+
 def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     """The scenario's `open` as the client's options; absent fields take its defaults."""
-    options: Dict[str, Any] = {"on_lifecycle": on_lifecycle}
-    for name in ("count", "max_in_flight", "reports_in_reads", "packed_acks"):
+    options: Dict[str, Any] = {"on_lifecycle": on_lifecycle, "on_error": on_error}
+    for name in ("count", "max_in_flight", "reports_in_reads", "packed_acks",
+                 "rejected_outcome", "max_attempts"):
         if name in open_:
             options[name] = open_[name]
     if "block_ms" in open_:
@@ -75,20 +92,57 @@ def action_for(handle: Dict[str, List[str]], payload: str, n: int) -> str:
     return actions[min(n, len(actions)) - 1]
 
 
+async def without_sidecar(scenario: Dict[str, Any]) -> None:
+    """`listen: closed`: publish once, then subscribe until the client gives up; print each
+    call's error."""
+    open_ = scenario["open"]
+    entries = [{"payload": e["payload"]} for e in scenario["publish"]]
+    async with WindowClient() as client:
+        started = time.monotonic()
+        try:
+            await publish(client, open_["form"], open_["key"], entries)
+            emit("published", count=len(entries))
+        except WindowError as err:
+            emit("error", call="publish", error=type(err).__name__, message=str(err),
+                 elapsed_ms=round((time.monotonic() - started) * 1000))
+        started = time.monotonic()
+        async with subscription(client, open_) as sub:
+            try:
+                await sub.wait_opened(timeout=30)
+            except WindowError as err:
+                emit("error", call="subscribe", error=type(err).__name__, message=str(err),
+                     elapsed_ms=round((time.monotonic() - started) * 1000))
+
+
 async def main(path: str) -> None:
     with open(path) as f:
         scenario = json.load(f)
+    if scenario.get("sidecar", {}).get("listen") == "closed":
+        await without_sidecar(scenario)
+        return
     open_ = scenario["open"]
     handle: Dict[str, List[str]] = scenario["handle"]
     effects: str = scenario["effects"]
+    typed = scenario.get("side_effect", "queue") == "typed"
     seen: "Counter[str]" = Counter()
 
     async def handle_one(d: Delivery) -> None:
-        payload = d.payload.decode()
+        payload = name_of(d)
         seen[payload] += 1
-        emit("delivery", payload=payload, count=d.delivery_count, headers=d.headers)
+        extra: Dict[str, Any] = {}
+        if not d.in_layout:
+            extra["fields"] = d.text_fields
+            try:
+                d.json()
+                extra["json_error"] = None
+            except ValueError as err:
+                extra["json_error"] = str(err)
+        emit("delivery", payload=payload, count=d.delivery_count, headers=d.headers, **extra)
         action = action_for(handle, payload, seen[payload])
-        d.queue("HINCRBY", effects, payload, 1)
+        if typed:
+            d.redis.hincrby(effects, payload, 1)
+        else:
+            d.queue("HINCRBY", effects, payload, 1)
         if action == "ack":
             d.ack()
         elif action == "drop":
@@ -102,6 +156,12 @@ async def main(path: str) -> None:
             d.ack()
         elif action == "fail":
             raise RuntimeError("the scenario's handler fails")
+        elif action == "typo":
+            try:
+                getattr(d.redis, "hincrbyy")(effects, payload, 1)
+            except AttributeError as err:  # the call site's error: nothing was queued
+                emit("call_error", payload=payload, message=str(err))
+            d.ack()
         elif action.startswith("slow_ack:"):
             await asyncio.sleep(int(action.split(":")[1]) / 1000)
             d.ack()
@@ -122,7 +182,7 @@ async def main(path: str) -> None:
             worker = asyncio.create_task(sub.run(handle_one))
             try:
                 await sub.wait_opened()
-            except RuntimeError:
+            except (RuntimeError, WindowError):
                 if not stopped:
                     raise
             else:

@@ -1,26 +1,47 @@
-"""Unit tests of the helper that need no sidecar: the rule for a refused command, the options
-of the Open message and the bearer token. Run against the installed package:
+"""Unit tests of the client that need no sidecar: the rule for a refused command, the options
+of the Open message, the bearer token, typed side effects, entries without the payload layout,
+the errors and the import paths. Run against the installed package:
 
     python -m unittest discover -s tests        (from outside client-examples/python)
 """
 
 import asyncio
+import importlib
 import os
+import socket
+import sys
+import time
 import unittest
+import warnings
 from typing import Any, List, Tuple
 from unittest import mock
 
 from google.protobuf.duration_pb2 import Duration
 
-from window_client import RETRY_DELAY, TOKEN_ENV, Delivery, WindowClient, pb
+import window_client
+from window_client import (
+    RETRY_DELAY,
+    TOKEN_ENV,
+    ConnectionError,
+    RejectedError,
+    WindowError,
+    pb,
+)
+from window_client.aio import Delivery, WindowClient
 from window_client.client import Subscription, _Stream
 
 
-def _one_delivery(sub: Subscription) -> Tuple[_Stream, Delivery]:
+def _one_delivery(
+    sub: Subscription, count: int = 1, **fields: str
+) -> Tuple[_Stream, Delivery]:
     """A stream with one read of one delivery (slot 7), handed out as the iterator would."""
     st = _Stream(1, call=None)
     sub._stream = st
-    msg = pb.Delivery(slot=7, entry_id="1-0", payload=b"{}", delivery_count=1)
+    if fields:
+        msg = pb.Delivery(slot=7, entry_id="1-0", delivery_count=count, fields=[
+            pb.Field(name=k.encode(), value=v.encode()) for k, v in fields.items()])
+    else:
+        msg = pb.Delivery(slot=7, entry_id="1-0", payload=b"{}", delivery_count=count)
     sub._read(st, pb.Read(read_id=1, deliveries=[msg]))
     item = sub._ready.popleft()
     assert isinstance(item, Delivery)
@@ -34,17 +55,43 @@ def _sent(st: _Stream) -> List[Any]:
     return items
 
 
+def _forbidden(st: _Stream) -> pb.Rejections:
+    """What the sidecar answers for a batch of slot 7 with FLUSHALL and an ack: the command,
+    then the ack it made incomplete (with the sidecar's advice, never passed on)."""
+    return pb.Rejections(rejections=[
+        pb.Rejection(slot=7, reason=pb.REJECTION_REASON_FORBIDDEN_COMMAND,
+                     message="FLUSHALL is forbidden in a window", command="FLUSHALL"),
+        pb.Rejection(slot=7, reason=pb.REJECTION_REASON_INCOMPLETE_SEGMENT,
+                     message="slot 7 cannot be acked: one of its commands was refused, so its "
+                             "segment is incomplete; settle it with drop, retry or retry_after"),
+    ])
+
+
 class RejectedCommand(unittest.IsolatedAsyncioTestCase):
+    """With rejected_outcome="retry_after": the entry comes back, towards the dead letter."""
+
     async def asyncSetUp(self) -> None:
         self.client = WindowClient("127.0.0.1:1", token="")
         self.seen: List[Any] = []
+        self.errors: List[WindowError] = []
         self.sub = self.client.subscribe(
             "orders", "g", max_deliveries=2, dead_letter="orders:dead",
+            rejected_outcome="retry_after", on_error=self.errors.append,
             on_rejection=lambda rej, d: self.seen.append((rej.reason, d.outcome if d else None)),
         )
 
     async def asyncTearDown(self) -> None:
         await self.client.close()
+
+    async def test_the_delay_grows_per_delivery_up_to_the_cap(self) -> None:
+        self.assertEqual([self.sub.retry_delay(n) for n in (1, 2, 3, 4, 7, 8, 100)],
+                         [1.0, 2.0, 4.0, 8.0, 60.0, 60.0, 60.0])
+        st, d = _one_delivery(self.sub, count=3)
+        d.queue("FLUSHALL").ack()
+        _sent(st)
+        await self.sub._rejected(st, _forbidden(st))
+        [(_, [(_, kind, extra)])] = _sent(st)
+        self.assertEqual((kind, extra["delay"].seconds), (pb.OUTCOME_KIND_RETRY_AFTER, 4))
 
     async def test_a_refused_command_turns_the_ack_into_retry_after(self) -> None:
         st, d = _one_delivery(self.sub)
@@ -52,17 +99,12 @@ class RejectedCommand(unittest.IsolatedAsyncioTestCase):
         [(commands, outcomes)] = _sent(st)
         self.assertEqual(commands, [(7, "FLUSHALL", [])])
         self.assertEqual(outcomes, [(7, pb.OUTCOME_KIND_ACK, None)])
-        # What the sidecar answers for that batch: the command, then the ack it made incomplete.
-        await self.sub._rejected(st, pb.Rejections(rejections=[
-            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_FORBIDDEN_COMMAND,
-                         message="FLUSHALL is forbidden in a window", command="FLUSHALL"),
-            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_INCOMPLETE_SEGMENT,
-                         message="a command of this slot was refused"),
-        ]))
+        await self.sub._rejected(st, _forbidden(st))
         delay = Duration()
         delay.FromNanoseconds(int(RETRY_DELAY * 1e9))
         self.assertEqual(_sent(st), [([], [(7, pb.OUTCOME_KIND_RETRY_AFTER, {
-            "delay": delay, "reason": "rejected: FLUSHALL is forbidden in a window"})])])
+            "delay": delay,
+            "reason": "rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden in a window"})])])
         self.assertEqual(RETRY_DELAY, 1.0)
         self.assertEqual(d.outcome, "retry_after")
         self.assertIsNone(d.rejection)
@@ -71,6 +113,12 @@ class RejectedCommand(unittest.IsolatedAsyncioTestCase):
             (pb.REJECTION_REASON_FORBIDDEN_COMMAND, "ack"),
             (pb.REJECTION_REASON_INCOMPLETE_SEGMENT, "retry_after"),
         ])
+        # One error for the delivery, after the client settled it; no advice passed on.
+        [err] = self.errors
+        assert isinstance(err, RejectedError)
+        self.assertEqual((err.reason, err.slot, err.command, err.outcome, err.delivery),
+                         ("FORBIDDEN_COMMAND", 7, "FLUSHALL", "retry_after", d))
+        self.assertNotIn("settle it with", str(err))
 
     async def test_a_drop_with_a_refused_command_stands(self) -> None:
         st, d = _one_delivery(self.sub)
@@ -92,7 +140,154 @@ class RejectedCommand(unittest.IsolatedAsyncioTestCase):
         ]))
         [(_, [(slot, kind, extra)])] = _sent(st)
         self.assertEqual((slot, kind, extra["reason"]),
-                         (7, pb.OUTCOME_KIND_RETRY_AFTER, "rejected: REJECTION_REASON_INVALID_OUTCOME: bad"))
+                         (7, pb.OUTCOME_KIND_RETRY_AFTER, "rejected: INVALID_OUTCOME: bad"))
+        [err] = self.errors
+        assert isinstance(err, RejectedError)
+        self.assertEqual((err.reason, err.command, err.outcome), ("INVALID_OUTCOME", "", "retry_after"))
+
+
+class RejectedCommandByDefault(unittest.IsolatedAsyncioTestCase):
+    """The default, rejected_outcome="auto": a reason no retry fixes drops the entry at once."""
+
+    async def asyncSetUp(self) -> None:
+        self.client = WindowClient("127.0.0.1:1", token="")
+        self.errors: List[WindowError] = []
+        self.sub = self.client.subscribe("orders", "g", max_deliveries=3, dead_letter="dead",
+                                         on_error=self.errors.append)
+
+    async def asyncTearDown(self) -> None:
+        await self.client.close()
+
+    async def test_a_forbidden_command_drops_the_delivery_at_once(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.queue("FLUSHALL").ack()
+        _sent(st)
+        with self.assertLogs("window_client", "WARNING") as logs:
+            await self.sub._rejected(st, _forbidden(st))
+        self.assertEqual(_sent(st), [([], [(7, pb.OUTCOME_KIND_DROP, {
+            "reason": "rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden in a window"})])])
+        [err] = self.errors
+        assert isinstance(err, RejectedError)
+        self.assertEqual((err.reason, err.outcome), ("FORBIDDEN_COMMAND", "drop"))
+        self.assertIn("the client settled it with drop", str(err))
+        self.assertFalse(any("settle it with" in line for line in logs.output), logs.output)
+
+    async def test_another_reason_is_retried_with_the_growing_delay(self) -> None:
+        st, d = _one_delivery(self.sub, count=2)
+        d.queue("SET", "a", "b").ack()
+        _sent(st)
+        await self.sub._rejected(st, pb.Rejections(rejections=[
+            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_CROSS_SLOT, message="x",
+                         command="SET"),
+            pb.Rejection(slot=7, reason=pb.REJECTION_REASON_INCOMPLETE_SEGMENT, message="y"),
+        ]))
+        [(_, [(_, kind, extra)])] = _sent(st)
+        self.assertEqual((kind, extra["delay"].seconds), (pb.OUTCOME_KIND_RETRY_AFTER, 2))
+
+    async def test_rejected_outcome_is_checked(self) -> None:
+        with self.assertRaises(ValueError):
+            self.client.subscribe("orders", "g", rejected_outcome="dead_letter")
+
+
+class TypedSideEffects(unittest.IsolatedAsyncioTestCase):
+    async def test_redis_py_methods_are_queued(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            st, d = _one_delivery(client.subscribe("orders", "g"))
+            d.redis.hincrby("totals", "apple", 2)
+            d.redis.set("last", "apple", ex=60)
+            d.redis.xadd("audit", {"sku": "apple"})
+            d.redis.zadd("scores", {"apple": 1.5})
+            d.queue("HINCRBY", "totals", "pear", 1)  # by name, for what redis-py lacks
+            d.ack()
+            [(commands, _)] = _sent(st)
+            self.assertEqual(commands, [
+                (7, "HINCRBY", [b"totals", b"apple", b"2"]),
+                (7, "SET", [b"last", b"apple", b"EX", b"60"]),
+                (7, "XADD", [b"audit", b"*", b"sku", b"apple"]),
+                (7, "ZADD", [b"scores", b"1.5", b"apple"]),
+                (7, "HINCRBY", [b"totals", b"pear", b"1"]),
+            ])
+
+    async def test_wrong_names_and_types_fail_at_the_call(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            st, d = _one_delivery(client.subscribe("orders", "g"))
+            with self.assertRaises(AttributeError):
+                d.redis.hincrbyy("totals", "apple", 1)  # type: ignore[attr-defined]
+            with self.assertRaises(AttributeError):
+                d.redis.flushall()  # type: ignore[attr-defined]  # refused anyway: not offered
+            with self.assertRaises(TypeError):
+                d.redis.hset("h", "f", None)  # type: ignore[arg-type]
+            with self.assertRaises(TypeError):
+                d.redis.set("k", {"not": "a value"})  # type: ignore[arg-type]
+            d.ack()
+            [(commands, _)] = _sent(st)
+            self.assertEqual(commands, [])
+
+
+class EntriesFromAnyProducer(unittest.IsolatedAsyncioTestCase):
+    async def test_fields_as_bytes_and_text(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            _, d = _one_delivery(client.subscribe("orders", "g"), sku="apple", qty="2")
+            self.assertFalse(d.in_layout)
+            self.assertEqual(d.fields, {"sku": b"apple", "qty": b"2"})
+            self.assertEqual(d.text_fields, {"sku": "apple", "qty": "2"})
+            self.assertEqual(d.raw_fields, [(b"sku", b"apple"), (b"qty", b"2")])
+            for call in (d.json, d.text):
+                with self.assertRaises(ValueError) as err:
+                    call()
+                self.assertIn("the fields sku, qty", str(err.exception))
+                self.assertIn("delivery.fields", str(err.exception))
+
+    async def test_the_payload_layout(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            _, d = _one_delivery(client.subscribe("orders", "g"))
+            self.assertTrue(d.in_layout)
+            self.assertEqual((d.json(), d.text(), d.fields), ({}, "{}", {}))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+class Unreachable(unittest.IsolatedAsyncioTestCase):
+    async def test_publish_fails_fast_naming_the_address_and_the_cause(self) -> None:
+        target = f"127.0.0.1:{_closed_port()}"
+        async with WindowClient(target, token="", connect_timeout=0.5) as client:
+            started = time.monotonic()
+            with self.assertRaises(ConnectionError) as err:
+                await client.publish("orders", [b"x"])
+            self.assertLess(time.monotonic() - started, 3)
+        self.assertEqual(str(err.exception),
+                         f"cannot reach the sidecar at {target}: connection refused")
+        self.assertIsInstance(err.exception, WindowError)
+        self.assertIsInstance(err.exception, OSError)  # also the builtin ConnectionError
+
+
+class ImportPaths(unittest.TestCase):
+    def test_sync_by_default_and_the_old_paths_with_a_warning(self) -> None:
+        import window_client.aio as aio
+
+        self.assertIsNot(window_client.WindowClient, aio.WindowClient)
+        sys.modules.pop("window_client.sync", None)
+        with self.assertWarns(DeprecationWarning):
+            importlib.import_module("window_client.sync")
+        with self.assertWarns(DeprecationWarning):
+            self.assertIs(window_client.Handler, aio.Handler)  # type: ignore[attr-defined]
+
+    def test_the_top_level_client_in_a_running_loop_is_the_asyncio_one(self) -> None:
+        async def make() -> Any:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                client = window_client.WindowClient("127.0.0.1:1", token="")
+            await client.close()
+            return client, caught
+
+        client, caught = asyncio.run(make())
+        self.assertIsInstance(client, WindowClient)
+        self.assertTrue(any(w.category is DeprecationWarning for w in caught))
 
 
 class Options(unittest.IsolatedAsyncioTestCase):

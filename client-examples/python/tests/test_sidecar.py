@@ -25,13 +25,14 @@ from window_client import (
     TLS_KEY_ENV,
     TLS_SERVER_NAME_ENV,
     TOKEN_ENV,
-    Delivery,
     LifecycleEvent,
+    SubscriptionEndedError,
     TLSConfig,
-    WindowClient,
+    WindowError,
     pb,
     pb_grpc,
 )
+from window_client.aio import Delivery, WindowClient
 
 Script = Callable[["Stream"], Awaitable[None]]
 
@@ -186,8 +187,10 @@ class TLSFromTheEnvironment(SidecarTest):
         env = {TLS_CA_ENV: self.path("ca.pem"), TLS_SERVER_NAME_ENV: "elsewhere.test"}
         with mock.patch.dict(os.environ, env):
             async with WindowClient(target, token="") as client:
-                with self.assertRaises(grpc.aio.AioRpcError):
+                with self.assertRaises(WindowError) as err:
                     await client.publish("s", [b"x"], timeout=1)
+        self.assertIn(f"cannot reach the sidecar at {target}: ", str(err.exception))
+        self.assertIn("Hostname Verification Check failed", str(err.exception))
 
 
 class TLSConfiguration(unittest.TestCase):
@@ -323,7 +326,7 @@ class Subscribing(SidecarTest):
                          (1, pb.OUTCOME_KIND_RETRY_AFTER, 1))
         self.assertEqual(outcome.reason, "handler failed: RuntimeError('boom')")
 
-    async def test_in_progress_extends_the_slot(self) -> None:
+    async def test_extend_extends_the_slot(self) -> None:
         async def script(st: Stream) -> None:
             await opened(st)
             await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a")]))
@@ -335,12 +338,15 @@ class Subscribing(SidecarTest):
             sub = client.subscribe("s", "g", packed_acks=True)
             async with sub:
                 async for d in sub:
-                    d.in_progress()
+                    d.extend()
                     await asyncio.sleep(0.1)
-                    d.in_progress()
+                    with self.assertWarns(DeprecationWarning):
+                        d.in_progress()  # the old name, for one release
                     d.ack()
+                    with self.assertRaises(window_client.AlreadySettledError):
+                        d.extend()
                     with self.assertRaises(window_client.SettledError):
-                        d.in_progress()
+                        d.extend()
                     sub.stop()
         first, second = self.batches
         self.assertEqual((list(first.extend), list(first.acks)), ([1], []))
@@ -390,13 +396,32 @@ class Subscribing(SidecarTest):
         target = await self.start([refuse])
         async with WindowClient(target, token="") as client:
             sub = client.subscribe("s", "g")
-            with self.assertRaises(grpc.aio.AioRpcError) as err:
+            with self.assertRaises(SubscriptionEndedError) as err:
                 await sub.wait_opened(5)
-            self.assertEqual(err.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            self.assertEqual(err.exception.status, grpc.StatusCode.UNAUTHENTICATED)
+            self.assertIn("UNAUTHENTICATED: no token", str(err.exception))
             await sub.close()
-            with self.assertRaises(grpc.aio.AioRpcError):
+            with self.assertRaises(WindowError):
                 async for _ in sub:
                     pass
+
+    async def test_gives_up_after_max_attempts_and_says_so(self) -> None:
+        async def unavailable(st: Stream) -> None:
+            await st.context.abort(grpc.StatusCode.UNAVAILABLE, "not yet")
+
+        target = await self.start([unavailable] * 3)
+        errors: List[WindowError] = []
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", max_attempts=3, backoff=(0.01, 0.02),
+                                   on_error=errors.append)
+            with self.assertRaises(SubscriptionEndedError) as err:
+                await sub.wait_opened(5)
+            await sub.close()
+        self.assertEqual((err.exception.attempts, err.exception.status),
+                         (3, grpc.StatusCode.UNAVAILABLE))
+        self.assertIn("ended after 3 failed attempts: UNAVAILABLE: not yet", str(err.exception))
+        self.assertEqual(errors, [err.exception])
+        self.assertEqual(len(self.fake.opens), 3)
 
 
 class Lifecycle(SidecarTest):
@@ -487,7 +512,7 @@ class Synchronous(unittest.TestCase):
     """window_client.sync against the fake sidecar, which runs on a loop of its own."""
 
     def start(self, scripts: List[Script]) -> str:
-        from window_client.sync import _Loop
+        from window_client._sync import _Loop
 
         self.fake = FakeSidecar(scripts)
         self.server_loop = _Loop()
@@ -505,7 +530,7 @@ class Synchronous(unittest.TestCase):
         return f"127.0.0.1:{port}"
 
     def test_publish_iterate_settle_and_stop(self) -> None:
-        from window_client import sync
+        import window_client as sync
 
         async def script(st: Stream) -> None:
             await opened(st)
@@ -545,7 +570,7 @@ class Synchronous(unittest.TestCase):
     def test_the_span_is_current_in_the_callers_thread(self) -> None:
         from opentelemetry import trace
 
-        from window_client import sync
+        import window_client as sync
 
         async def script(st: Stream) -> None:
             await opened(st)
@@ -565,7 +590,7 @@ class Synchronous(unittest.TestCase):
         self.assertEqual(current, [True, True])
 
     def test_the_handler_rules(self) -> None:
-        from window_client import sync
+        import window_client as sync
 
         async def script(st: Stream) -> None:
             await opened(st)

@@ -1,17 +1,27 @@
-"""window_client: a small asyncio helper over the generated window-sidecar gRPC stub.
+"""window_client: the Python client of window-sidecar.
 
-``WindowClient(target).subscribe(stream, group, ...)`` is an async iterator of
-:class:`Delivery`; ``delivery.queue("INCR", key)`` queues a side effect and ``ack()``,
-``drop(reason)``, ``retry()``, ``retry_after(seconds)`` settle it; ``consume(stream, group,
-handler)`` is the handler style; :mod:`window_client.sync` has the same API without asyncio.
-See README.md.
+``WindowClient(target).subscribe(stream, group, ...)`` is an iterator of :class:`Delivery`;
+``delivery.redis.hincrby(key, field, 1)`` queues a side effect with redis-py's own command
+methods (``delivery.queue(name, *args)`` for what redis-py lacks) and ``ack()``,
+``drop(reason)``, ``retry()``, ``retry_after(seconds)`` settle it. This module is the
+synchronous client; :mod:`window_client.aio` is the same for asyncio (as ``redis`` and
+``redis.asyncio``, ``grpc`` and ``grpc.aio``). Errors are :class:`WindowError` and its
+subclasses. See README.md.
 """
 
-from . import sync, tracing
+import warnings
+from typing import Any
+
+from . import aio, tracing
 from ._proto import pb, pb_grpc
+from ._sync import Delivery, Subscription, SyncHandler, WindowClient
 from .client import (
     ADDR_ENV,
+    CONNECT_TIMEOUT,
     DEFAULT_TARGET,
+    MAX_ATTEMPTS,
+    MAX_RETRY_DELAY,
+    REJECTED_OUTCOMES,
     RETRY_DELAY,
     RETRYABLE,
     TLS_CA_ENV,
@@ -19,38 +29,75 @@ from .client import (
     TLS_KEY_ENV,
     TLS_SERVER_NAME_ENV,
     TOKEN_ENV,
-    Delivery,
+    UNFIXABLE,
     FlushEvent,
-    Handler,
     LifecycleEvent,
-    SettledError,
     Stats,
-    Subscription,
     TLSConfig,
-    WindowClient,
 )
+from .commands import RedisCommands
+from .errors import (
+    AlreadySettledError,
+    ConnectionError,
+    RejectedError,
+    SettledError,
+    SubscriptionEndedError,
+    WindowError,
+)
+
+# The asyncio names this module had when the asyncio client was its default, kept for one
+# release (the ones whose name now means the synchronous class are not: WindowClient, made in
+# a running event loop, still gives the asyncio client, with a warning).
+_MOVED = {"Handler": "Handler"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(
+            f"window_client.{name} is deprecated: use window_client.aio.{_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(aio, _MOVED[name])
+    if name == "sync":
+        from . import sync
+
+        return sync
+    raise AttributeError(f"module 'window_client' has no attribute {name!r}")
+
 
 __all__ = [
     "ADDR_ENV",
+    "CONNECT_TIMEOUT",
     "DEFAULT_TARGET",
-    "RETRY_DELAY",
+    "MAX_ATTEMPTS",
+    "MAX_RETRY_DELAY",
+    "REJECTED_OUTCOMES",
     "RETRYABLE",
+    "RETRY_DELAY",
     "TLS_CA_ENV",
     "TLS_CERT_ENV",
     "TLS_KEY_ENV",
     "TLS_SERVER_NAME_ENV",
     "TOKEN_ENV",
+    "UNFIXABLE",
+    "AlreadySettledError",
+    "ConnectionError",
     "Delivery",
     "FlushEvent",
-    "Handler",
     "LifecycleEvent",
+    "RedisCommands",
+    "RejectedError",
     "SettledError",
     "Stats",
     "Subscription",
+    "SubscriptionEndedError",
+    "SyncHandler",
     "TLSConfig",
     "WindowClient",
+    "WindowError",
+    "aio",
     "pb",
     "pb_grpc",
-    "sync",
     "tracing",
 ]

@@ -1,4 +1,6 @@
-"""An asyncio (grpc.aio) helper over the generated window-sidecar stub.
+"""The asyncio (grpc.aio) client over the generated window-sidecar stub; its public names are
+in :mod:`window_client.aio` (the synchronous client, :mod:`window_client`, runs this one on a
+thread of its own).
 
     async with WindowClient("127.0.0.1:50051") as client:
         async with client.subscribe("orders", "order-service", consumer="worker-1", count=16) as sub:
@@ -18,8 +20,11 @@ import json
 import logging
 import os
 import random
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import (
+    TYPE_CHECKING,
     Any,
     Awaitable,
     Callable,
@@ -39,6 +44,18 @@ from google.protobuf.duration_pb2 import Duration
 
 from . import tracing
 from ._proto import pb, pb_grpc
+from .errors import (
+    AlreadySettledError,
+    RejectedError,
+    SettledError,
+    SubscriptionEndedError,
+    WindowError,
+    from_rpc,
+    unreachable_cause,
+)
+
+if TYPE_CHECKING:
+    from .commands import RedisCommands
 
 log = logging.getLogger("window_client")
 
@@ -51,11 +68,44 @@ RETRYABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.ABORTED}
 )
 
-#: How long an entry waits before it is delivered again when the sidecar refused a command or
-#: the outcome of its delivery, or when a :meth:`Subscription.run` handler raised: long enough
-#: not to spin on a poison entry, short enough that a passing cause costs little. With
-#: ``max_deliveries`` and ``dead_letter`` a poison entry reaches the dead letter at the cap.
+#: The first delay of the client's own ``retry_after`` (a refused command or outcome settled
+#: with ``retry_after``, a :meth:`Subscription.run` handler that raised): it doubles with each
+#: delivery of the entry, up to :data:`MAX_RETRY_DELAY` (the options ``retry_delay`` and
+#: ``max_retry_delay``). With ``max_deliveries`` and ``dead_letter`` a poison entry reaches the
+#: dead letter at the cap.
 RETRY_DELAY = 1.0
+MAX_RETRY_DELAY = 60.0
+
+#: Consecutive failed opens after which a subscription ends with
+#: :class:`~window_client.SubscriptionEndedError` (the option ``max_attempts``; 0: never).
+MAX_ATTEMPTS = 10
+
+#: How long a call waits to reach the sidecar before it fails with
+#: :class:`~window_client.ConnectionError` (``WindowClient(connect_timeout=...)``).
+CONNECT_TIMEOUT = 2.0
+
+#: What the client does with a delivery one of whose commands the sidecar refused
+#: (``rejected_outcome``): ``"auto"`` drops it at once for a reason no retry fixes
+#: (:data:`UNFIXABLE`) and settles it with ``retry_after`` otherwise; ``"drop"`` always drops
+#: it; ``"retry_after"`` always retries it after the growing delay (so that with
+#: ``max_deliveries`` it reaches the dead letter at the cap).
+REJECTED_OUTCOMES = ("auto", "drop", "retry_after")
+
+#: The rejection reasons no retry can fix: the same command is refused again every time.
+UNFIXABLE = frozenset({"INVALID_COMMAND", "FORBIDDEN_COMMAND", "PERMISSION_DENIED"})
+
+# The sidecar's advice in an INCOMPLETE_SEGMENT message: the client has already settled the
+# delivery, so it never passes the advice on.
+_ADVICE = re.compile(r"[;,.]?\s*settle it with [^;]*$", re.IGNORECASE)
+
+
+def _reason_name(reason: int) -> str:
+    """A rejection reason's name without its prefix (``FORBIDDEN_COMMAND``)."""
+    try:
+        name = pb.RejectionReason.Name(reason)
+    except ValueError:
+        return str(reason)
+    return name.removeprefix("REJECTION_REASON_")
 
 #: The environment variable the bearer token is read from when ``WindowClient(token=...)`` is
 #: not given (a sidecar started with ``--auth-token-file`` refuses calls without it).
@@ -82,6 +132,7 @@ Arg = Union[bytes, str, int, float]
 FlushCallback = Callable[["FlushEvent"], Optional[Awaitable[None]]]
 RejectionCallback = Callable[[pb.Rejection, Optional["Delivery"]], Optional[Awaitable[None]]]
 LifecycleCallback = Callable[["LifecycleEvent"], Optional[Awaitable[None]]]
+ErrorCallback = Callable[[WindowError], Optional[Awaitable[None]]]
 Handler = Callable[["Delivery"], Optional[Awaitable[None]]]
 Entry = Union[bytes, str, Dict[str, Any], pb.PublishEntry]
 
@@ -127,10 +178,6 @@ def _framing(framing: Optional[str]) -> "pb.Framing":
         return _FRAMING[framing]
     except KeyError:
         raise ValueError(f"framing is 'frames' or 'raw', not {framing!r}") from None
-
-
-class SettledError(RuntimeError):
-    """A command was queued for, or an outcome given to, a delivery that is already settled."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,7 +244,8 @@ class TLSConfig:
 class Delivery:
     """One stream entry handed to the application.
 
-    Queue side-effect commands with :meth:`queue`, then settle it exactly once with
+    Queue side-effect commands with :attr:`redis` (redis-py's command methods, recorded) or
+    :meth:`queue`, then settle it exactly once with
     :meth:`ack`, :meth:`drop`, :meth:`retry` or :meth:`retry_after`. Settling does not block: the
     helper sends a read's commands and outcomes together once every delivery of the read is
     settled (or after ``linger`` seconds)."""
@@ -210,6 +258,7 @@ class Delivery:
         "outcome",
         "rejection",
         "_command_rejection",
+        "_rejected_error",
         "_msg",
         "_sub",
         "_stream",
@@ -231,7 +280,9 @@ class Delivery:
         #: The sidecar's Rejection when it refused this delivery's outcome.
         self.rejection: Optional[pb.Rejection] = None
         # The message of the first refused command: the reason of the retry_after it causes.
-        self._command_rejection: Optional[str] = None
+        self._command_rejection: Optional[pb.Rejection] = None
+        # The error handed to on_error for that rejection, once the client has settled.
+        self._rejected_error: Optional[RejectedError] = None
         self._msg = msg  # the rest is read from it when asked for
         self._sub = sub
         self._stream = stream
@@ -247,7 +298,32 @@ class Delivery:
         return dict(self._msg.headers)
 
     @property
-    def fields(self) -> List[Tuple[bytes, bytes]]:
+    def in_layout(self) -> bool:
+        """True when the entry is in the payload layout (written by a window-sidecar client:
+        a ``_payload`` field and ``h:<name>`` headers); False for an entry another producer
+        wrote with plain fields (``XADD k * sku apple qty 2``), which has :attr:`fields` and
+        no payload."""
+        return not self._msg.fields
+
+    @property
+    def fields(self) -> Dict[str, bytes]:
+        """An entry's fields, name to value (bytes), when it is not in the payload layout;
+        empty otherwise (read :attr:`payload` and :attr:`headers`). A name that is not UTF-8
+        keeps its bytes as surrogate escapes; a repeated name keeps its last value (all of
+        them, in order, are in :attr:`raw_fields`)."""
+        return {f.name.decode("utf-8", "surrogateescape"): f.value for f in self._msg.fields}
+
+    @property
+    def text_fields(self) -> Dict[str, str]:
+        """:attr:`fields` with each value decoded as UTF-8 (an invalid byte becomes U+FFFD)."""
+        return {
+            f.name.decode("utf-8", "surrogateescape"): f.value.decode("utf-8", "replace")
+            for f in self._msg.fields
+        }
+
+    @property
+    def raw_fields(self) -> List[Tuple[bytes, bytes]]:
+        """The entry's fields as they are, in order: (name, value) pairs of bytes."""
         return [(f.name, f.value) for f in self._msg.fields]
 
     @property
@@ -269,9 +345,38 @@ class Delivery:
         """The producer's W3C trace context (``.traceparent``, ``.tracestate``), or None."""
         return self._msg.trace if self._msg.HasField("trace") else None
 
+    def _need_payload(self, what: str) -> None:
+        if self._msg.fields:
+            names = ", ".join(
+                f.name.decode("utf-8", "replace") for f in list(self._msg.fields)[:8]
+            )
+            raise ValueError(
+                f"{what}: entry {self.entry_id} has no payload: it is not in the payload "
+                f"layout (a _payload field) but has the fields {names}; read them with "
+                f"delivery.fields (bytes) or delivery.text_fields (text)"
+            )
+
+    def text(self) -> str:
+        """The payload decoded as UTF-8. An entry with plain fields has no payload: then it
+        raises ``ValueError`` naming them (read :attr:`fields` or :attr:`text_fields`)."""
+        self._need_payload("text()")
+        return self.payload.decode("utf-8")
+
     def json(self) -> Any:
-        """The payload parsed as JSON."""
+        """The payload parsed as JSON. An entry with plain fields has no payload: then it
+        raises ``ValueError`` naming them (read :attr:`fields` or :attr:`text_fields`)."""
+        self._need_payload("json()")
         return json.loads(self.payload)
+
+    @property
+    def redis(self) -> "RedisCommands":
+        """redis-py's command methods, each queued as a side effect of this delivery instead
+        of being sent: ``d.redis.hincrby("totals", sku, 2)``, ``d.redis.set(k, v, ex=60)``.
+        A misspelled name fails here (``AttributeError``); see :mod:`window_client.commands`.
+        Needs the ``redis`` package (a dependency of this one)."""
+        from .commands import RedisCommands
+
+        return RedisCommands(self.queue)
 
     @property
     def settled(self) -> bool:
@@ -299,7 +404,10 @@ class Delivery:
         """Queues a Redis command as a side effect of this delivery. Its reply is never seen;
         it runs only if the delivery is acked, in the read's flush."""
         if self.outcome is not None:
-            raise SettledError(f"delivery {self.entry_id} (slot {self.slot}) is already settled")
+            raise AlreadySettledError(
+                f"delivery {self.entry_id} (slot {self.slot}) is already settled "
+                f"({self.outcome})", slot=self.slot, outcome=self.outcome,
+            )
         # Kept as a tuple: the writer builds the batch's messages in place, once.
         self._commands.append((self.slot, name, [_arg(a) for a in args]))
         return self
@@ -330,24 +438,32 @@ class Delivery:
             ),
         )
 
-    def in_progress(self) -> None:
-        """Tells the sidecar this delivery is still being worked on (``Batch.extend``, NATS's
-        ``in_progress``): no outcome yet, but other consumers must not take it. A stream's
+    def extend(self) -> None:
+        """Tells the sidecar this delivery is still being worked on (``Batch.extend``): no
+        outcome yet, but other consumers must not take it. A stream's
         entry is made idle again (another consumer's reclaim waits a whole ``min_idle`` from
         now), a reliable list's lease is renewed; simple lists and pub/sub accept it and
         nothing changes. Call it every so often from a handler that takes longer than
         ``min_idle`` or ``dead_after``; the sidecar passes one per slot every 200 ms on to
         Redis. It does not block, and does nothing once the delivery's stream is gone."""
         if self.outcome is not None:
-            raise SettledError(
-                f"delivery {self.entry_id} (slot {self.slot}) is already settled ({self.outcome})"
+            raise AlreadySettledError(
+                f"delivery {self.entry_id} (slot {self.slot}) is already settled "
+                f"({self.outcome})", slot=self.slot, outcome=self.outcome,
             )
         self._sub._in_progress(self)
 
+    def in_progress(self) -> None:
+        """Deprecated: the name of :meth:`extend` before the clients shared one vocabulary."""
+        warnings.warn("Delivery.in_progress() is deprecated: call extend()",
+                      DeprecationWarning, stacklevel=2)
+        self.extend()
+
     def _settle(self, kind: str, outcome: Any) -> None:
         if self.outcome is not None:
-            raise SettledError(
-                f"delivery {self.entry_id} (slot {self.slot}) is already settled ({self.outcome})"
+            raise AlreadySettledError(
+                f"delivery {self.entry_id} (slot {self.slot}) is already settled "
+                f"({self.outcome})", slot=self.slot, outcome=self.outcome,
             )
         if self._span is not None:
             # The handling span's context goes back with the outcome: the sidecar's flush span
@@ -508,10 +624,19 @@ class Subscription:
         on_lifecycle: Optional[LifecycleCallback] = None,
         linger: Optional[float],
         backoff: Tuple[float, float],
-        rejected_retry_delay: float,
+        retry_delay: float = RETRY_DELAY,
+        max_retry_delay: float = MAX_RETRY_DELAY,
+        rejected_outcome: str = "auto",
+        max_attempts: int = MAX_ATTEMPTS,
+        on_error: Optional[ErrorCallback] = None,
         close_timeout: float,
         packed_acks: bool = False,
     ) -> None:
+        if rejected_outcome not in REJECTED_OUTCOMES:
+            raise ValueError(
+                f"rejected_outcome is one of {', '.join(REJECTED_OUTCOMES)}, "
+                f"not {rejected_outcome!r}"
+            )
         self._client = client
         self._open = open_msg
         #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
@@ -522,7 +647,11 @@ class Subscription:
         self._packed_acks = packed_acks
         self._linger = linger
         self._backoff = backoff
-        self._rejected_retry_delay = rejected_retry_delay
+        self._retry_delay = retry_delay
+        self._max_retry_delay = max_retry_delay
+        self._rejected_outcome = rejected_outcome
+        self._max_attempts = max_attempts
+        self._on_error = on_error
         self._close_timeout = close_timeout
         # Deliveries to hand out, and the iterator's waiter when there are none. A deque and a
         # future rather than an asyncio.Queue: this is paid per delivery.
@@ -604,7 +733,7 @@ class Subscription:
         if self._error is not None:
             raise self._error
         if task.done():
-            raise RuntimeError("the subscription ended before its stream opened")
+            raise SubscriptionEndedError("the subscription ended before its stream opened")
         raise asyncio.TimeoutError("the subscription's stream did not open in time")
 
     def _hand_out_all(self, items: Iterable[Any]) -> None:
@@ -692,9 +821,11 @@ class Subscription:
         (plain or async) for each delivery until :meth:`stop`.
 
         A delivery the handler returns without settling is acked, so a handler only queues
-        commands; one whose handler raised is settled with ``retry_after(RETRY_DELAY)`` and the
-        reason ``handler failed: <error>``: never lost, and with ``max_deliveries`` and
-        ``dead_letter`` a poison entry ends in the dead letter."""
+        commands; one whose handler raised is settled with ``retry_after`` (``retry_delay``,
+        doubled per delivery up to ``max_retry_delay``) and the reason ``handler failed:
+        <error>``: never lost, and with ``max_deliveries`` and ``dead_letter`` a poison entry
+        ends in the dead letter. Raises :class:`SubscriptionEndedError` when the subscription
+        ends for good."""
         async for d in self:
             try:
                 result = handler(d)
@@ -705,11 +836,17 @@ class Subscription:
                 continue
             self._handler_returned(d)
 
+    def retry_delay(self, delivery_count: int) -> float:
+        """The delay of the client's own ``retry_after`` for a delivery with this count:
+        ``retry_delay`` doubled per earlier delivery, at most ``max_retry_delay``."""
+        n = max(delivery_count, 1) - 1
+        return min(self._max_retry_delay, self._retry_delay * (2.0 ** min(n, 62)))
+
     def _handler_failed(self, d: Delivery, err: BaseException) -> None:
-        """The rule for a failed handler: retry_after(RETRY_DELAY), "handler failed: …"."""
+        """The rule for a failed handler: retry_after (the growing delay), "handler failed: …"."""
         log.warning("handler failed on %s", d.entry_id, exc_info=err)
         if not d.settled:
-            d.retry_after(self._rejected_retry_delay, f"handler failed: {err!r}")
+            d.retry_after(self.retry_delay(d.delivery_count), f"handler failed: {err!r}")
 
     def _handler_returned(self, d: Delivery) -> None:
         """What a handler leaves unsettled is acked."""
@@ -888,7 +1025,7 @@ class Subscription:
                         break
                     if err.code() not in RETRYABLE:
                         log.error("subscription failed: %s: %s", err.code().name, err.details())
-                        self._error = err
+                        await self._end(err, attempt + 1)
                         break
                     error = err
                     st = self._stream
@@ -916,6 +1053,9 @@ class Subscription:
                     attempt = 0  # that stream opened: the backoff starts over
                 await self._lifecycle(LifecycleEvent("disconnected", error=error))
                 attempt += 1
+                if self._max_attempts and attempt >= self._max_attempts and error is not None:
+                    await self._end(error, attempt)
+                    break
                 base, cap = self._backoff
                 delay = min(cap, base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
                 try:
@@ -928,6 +1068,31 @@ class Subscription:
             raise
         finally:
             self._hand_out_all((_END,))
+
+    async def _end(self, err: grpc.aio.AioRpcError, attempts: int) -> None:
+        """Ends the subscription for good with a SubscriptionEndedError made of ``err``, the
+        last attempt's, and hands it to ``on_error``."""
+        cause = unreachable_cause(err)
+        what = f"the subscription to {self.stream_key or 'its source'}"
+        if cause is not None:
+            why = f"cannot reach the sidecar at {self._client.target}: {cause}"
+        else:
+            why = f"{err.code().name}: {err.details()}" if err.details() else err.code().name
+        if err.code() in RETRYABLE:
+            message = f"{what} ended after {attempts} failed attempts: {why}"
+        else:
+            message = f"{what} ended: {why}"
+        ended = SubscriptionEndedError(
+            message, status=err.code(), details=err.details() or "", attempts=attempts,
+            cause=err,
+        )
+        log.error("%s", message)
+        self._error = ended
+        await self._report(ended)
+
+    async def _report(self, err: WindowError) -> None:
+        if self._on_error is not None:
+            await _call(self._on_error, err)
 
     async def _lifecycle(self, event: LifecycleEvent) -> None:
         if self._on_lifecycle is not None:
@@ -1058,36 +1223,69 @@ class Subscription:
             await _call(self._on_flush, FlushEvent(report, deliveries))
 
     async def _rejected(self, st: _Stream, rejections: pb.Rejections) -> None:
-        """The rule for a refused command or outcome: the delivery is never acked nor lost but
-        settled with ``retry_after(RETRY_DELAY)`` and the reason ``rejected: <message>``.
+        """The rule for a refused command or outcome: the delivery is never acked without its
+        command; the client settles it as ``rejected_outcome`` says and hands ``on_error`` a
+        :class:`RejectedError`.
 
         A batch carries a delivery's commands and its outcome together, so a refused command
         comes back with its ack refused as ``INCOMPLETE_SEGMENT`` (the slot stays open): the
-        helper then settles it again, naming the command's rejection. Its ``delivery_count``
-        grows with every delivery, so with ``max_deliveries`` and ``dead_letter`` a poison
-        entry ends in the dead letter. A drop or retry given with a refused command stands."""
+        client then settles it again, by the command's rejection: with ``"auto"`` dropped for
+        a reason no retry fixes (:data:`UNFIXABLE`), else ``retry_after`` with the growing
+        delay. A drop or retry the application gave with a refused command stands."""
+        reported: List[RejectedError] = []
         for rej in rejections.rejections:
             self.stats.rejections += 1
             d = st.slots.get(rej.slot)
-            reason = pb.RejectionReason.Name(rej.reason)
-            log.warning(
-                "sidecar rejected %s for slot %d (%s): %s",
-                f"command {rej.command}" if rej.command else "an outcome",
-                rej.slot, reason, rej.message,
-            )
+            reason = _reason_name(rej.reason)
+            message = _ADVICE.sub("", rej.message).strip()
             if d is not None and rej.command:
                 if d._command_rejection is None:
-                    d._command_rejection = rej.message
+                    d._command_rejection = rej
+                    d._rejected_error = RejectedError(
+                        f"the sidecar refused {rej.command} of entry {d.entry_id} "
+                        f"(slot {rej.slot}): {reason}: {message}",
+                        reason=reason, slot=rej.slot, command=rej.command, delivery=d,
+                    )
+                    reported.append(d._rejected_error)
+                else:
+                    log.debug("sidecar also refused %s of slot %d (%s): %s",
+                              rej.command, rej.slot, reason, message)
             elif d is not None and rej.reason in _RESETTLE and st.alive and not st.half_closed:
                 # The slot is still open on the sidecar: it needs another outcome.
+                first = d._command_rejection
+                cause = first if first is not None else rej
+                cause_reason = _reason_name(cause.reason)
+                cause_message = _ADVICE.sub("", cause.message).strip()
                 d.rejection = rej
                 d.outcome = None
                 d._sent = False
                 d._commands = []
-                why = d._command_rejection or f"{reason}: {rej.message}"
-                d.retry_after(self._rejected_retry_delay, f"rejected: {why}")
+                policy = self._rejected_outcome
+                drop = policy == "drop" or (policy == "auto" and cause_reason in UNFIXABLE)
+                why = f"rejected: {cause_reason}: {cause_message}"
+                if drop:
+                    d.drop(why)
+                else:
+                    d.retry_after(self.retry_delay(d.delivery_count), why)
+                error = d._rejected_error
+                if error is None:
+                    error = RejectedError(
+                        f"the sidecar refused the outcome of entry {d.entry_id} "
+                        f"(slot {rej.slot}): {reason}: {message}",
+                        reason=reason, slot=rej.slot, delivery=d,
+                    )
+                    reported.append(error)
+                error.outcome = d.outcome
+                error.message = f"{error.message}; the client settled it with {d.outcome}"
+                error.args = (error.message,)
+            elif d is None or not rej.command:
+                log.warning("sidecar refused an outcome for slot %d (%s): %s",
+                            rej.slot, reason, message)
             if self._on_rejection is not None:
                 await _call(self._on_rejection, rej, d)
+        for error in reported:
+            log.warning("%s", error.message)
+            await self._report(error)
 
     def _lose_stream(self) -> None:
         st = self._stream
@@ -1127,7 +1325,9 @@ class WindowClient:
     :class:`TLSConfig`, ``True`` (TLS with the system's roots) or ``False`` (plaintext); by
     default it comes from the environment (:meth:`TLSConfig.from_env`: TLS when
     ``WINDOW_SIDECAR_TLS_CA`` is set). ``channel`` replaces all of that with a channel of the
-    caller's own."""
+    caller's own. ``connect_timeout`` (seconds) bounds how long a call waits to reach the
+    sidecar before it fails with :class:`~window_client.ConnectionError`, which names the
+    address and the cause."""
 
     def __init__(
         self,
@@ -1137,8 +1337,10 @@ class WindowClient:
         options: Sequence[Tuple[str, Any]] = (),
         token: Optional[str] = None,
         tls: Union[TLSConfig, bool, None] = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.target = target or os.environ.get(ADDR_ENV) or DEFAULT_TARGET
+        self.connect_timeout = connect_timeout
         if tls is None:
             tls = TLSConfig.from_env()
         elif tls is True:
@@ -1189,9 +1391,11 @@ class WindowClient:
         (bytes or str, JSON-encoded if it is a dict without a ``payload`` key), a dict with
         ``payload``, ``headers`` and ``trace`` (``{"traceparent": ..., "tracestate": ...}``),
         or a ``PublishEntry``. With ``inject_trace`` the current OpenTelemetry context is
-        attached to entries that carry none. Waits for the sidecar to be reachable
-        (``timeout``); it is never retried after it was sent, since XADD is not idempotent.
-        ``max_len`` trims the stream to about that many entries."""
+        attached to entries that carry none. Waits up to ``connect_timeout`` for the sidecar
+        to be reachable, then raises :class:`~window_client.ConnectionError`; it is never
+        retried after it was sent, since XADD is not idempotent (any other failure raises
+        :class:`~window_client.WindowError` with the call's status). ``timeout`` bounds the
+        whole call. ``max_len`` trims the stream to about that many entries."""
         response = await self._publish(
             pb.PublishRequest(stream=stream, max_len=max_len), entries, timeout, inject_trace
         )
@@ -1269,13 +1473,31 @@ class WindowClient:
                 msg.trace.CopyFrom(pb.TraceContext(**current))
             msgs.append(msg)
         request.entries.extend(msgs)
-        response: pb.PublishResponse = await self.stub.Publish(
-            request,
-            timeout=timeout,
-            wait_for_ready=True,
-            metadata=self.metadata,
-        )
+        response: pb.PublishResponse = await self._unary(self.stub.Publish, request, timeout)
         return response
+
+    async def _unary(self, method: Any, request: Any, timeout: float) -> Any:
+        """One unary call, failing fast: a call that could not connect never left the client,
+        so it is tried again (the channel reconnects with its short backoff) until
+        ``connect_timeout``; then, or on any other failure, the library's error."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        deadline = loop.time() + min(self.connect_timeout, timeout)
+        pause = 0.05
+        while True:
+            try:
+                return await method(
+                    request,
+                    timeout=max(0.001, end - loop.time()),
+                    wait_for_ready=False,
+                    metadata=self.metadata,
+                )
+            except grpc.aio.AioRpcError as err:
+                if unreachable_cause(err) is not None and loop.time() + pause < deadline:
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+                    continue
+                raise from_rpc(err, self.target) from None
 
     def subscribe(
         self,
@@ -1374,9 +1596,14 @@ class WindowClient:
         on_flush: Optional[FlushCallback] = None,
         on_rejection: Optional[RejectionCallback] = None,
         on_lifecycle: Optional[LifecycleCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
         linger: Optional[float] = 0.25,
         backoff: Tuple[float, float] = (0.1, 5.0),
-        rejected_retry_delay: float = RETRY_DELAY,
+        rejected_outcome: str = "auto",
+        retry_delay: float = RETRY_DELAY,
+        max_retry_delay: float = MAX_RETRY_DELAY,
+        max_attempts: int = MAX_ATTEMPTS,
+        rejected_retry_delay: Optional[float] = None,
         close_timeout: float = 10.0,
     ) -> Subscription:
         """The options of every source. ``count`` entries per read; ``max_in_flight`` (0:
@@ -1391,8 +1618,21 @@ class WindowClient:
         ``on_lifecycle(LifecycleEvent)`` (opened, resubscribed, draining, disconnected) may be
         plain or async functions. A read's commands and outcomes are sent in
         one message once every delivery of the read is settled, or ``linger`` seconds after the
-        first of them was settled (None: only when all are). A refused command or outcome
-        settles its delivery with ``retry_after(rejected_retry_delay)``."""
+        first of them was settled (None: only when all are).
+
+        ``rejected_outcome`` says what the client does with a delivery whose command the
+        sidecar refused: ``"auto"`` (drop at once for a reason no retry fixes, else
+        ``retry_after``), ``"drop"`` or ``"retry_after"``; its own ``retry_after`` (also after
+        a failed handler) waits ``retry_delay`` seconds doubled per delivery, at most
+        ``max_retry_delay``. ``on_error(WindowError)`` (plain or async) gets every
+        :class:`RejectedError` and the :class:`SubscriptionEndedError` the subscription ends
+        with: after ``max_attempts`` consecutive failed opens (0: never give up), or at once
+        for a status no retry fixes. ``rejected_retry_delay`` is the deprecated name of
+        ``retry_delay``."""
+        if rejected_retry_delay is not None:
+            warnings.warn("rejected_retry_delay is deprecated: use retry_delay",
+                          DeprecationWarning, stacklevel=3)
+            retry_delay = rejected_retry_delay
         if max_deliveries and not dead_letter:
             raise ValueError("max_deliveries needs a dead_letter target")
         open_msg.count = count
@@ -1414,9 +1654,13 @@ class WindowClient:
             on_flush=on_flush,
             on_rejection=on_rejection,
             on_lifecycle=on_lifecycle,
+            on_error=on_error,
             linger=linger,
             backoff=backoff,
-            rejected_retry_delay=rejected_retry_delay,
+            rejected_outcome=rejected_outcome,
+            retry_delay=retry_delay,
+            max_retry_delay=max_retry_delay,
+            max_attempts=max_attempts,
             close_timeout=close_timeout,
             packed_acks=packed_acks,
         )
