@@ -9,12 +9,11 @@ venv="$here/.conformance-venv"
 case ${1:-} in
   build)
     # The way a user builds and installs it: pip builds the wheel in an isolated environment
-    # with the build's own requirements (setuptools, the pinned grpcio-tools), then installs
+    # with the build's own requirements (hatchling, the pinned grpcio-tools), then installs
     # it with its dependencies into the runner's virtualenv.
     [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
     dist="$(mktemp -d)"
     trap 'rm -rf "$dist"' EXIT
-    rm -rf "$here/build"  # setuptools' build directory: never a stale file in the wheel
     "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$dist" "$here"
     # The same version as the last build: uninstalled first so that this wheel is the one.
     "$venv/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y \

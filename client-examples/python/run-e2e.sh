@@ -5,8 +5,10 @@
 #
 # 1. installs what is missing into .venv (pip only: grpcio-tools, mypy and the stubs), generates
 #    the code into the source tree (./generate.sh) and checks the package with mypy --strict;
-#    builds the wheel (pip wheel: setup.py generates the code into it with the pinned
-#    grpcio-tools), installs it with its `otel` extra into a fresh virtualenv in the work
+#    builds the sdist and, from it, the wheel (python -m build: hatchling, whose hook
+#    hatch_build.py generates the code into a temporary directory with the pinned grpcio-tools),
+#    checks that the build wrote nothing into the checkout, that both carry the LICENSE and pass
+#    `twine check`, installs the wheel with its `otel` extra into a fresh virtualenv in the work
 #    directory and copies producer.py and worker.py to a directory of their own there: every
 #    program below runs from it, with that virtualenv's python, on the installed package; the
 #    unit tests (tests/test_*.py) run the same way; builds the sidecar when WINDOW_SIDECAR_BIN
@@ -26,8 +28,9 @@
 #    the producer and the worker on a fresh stream; asserts the same end state.
 # 8. scenario "atomic": the worker in atomic mode (MULTI/EXEC per acked order): same end state.
 # 9. scenario "poison": a handler (Subscription.run) queues FLUSHALL, which the sidecar refuses;
-#    with max_deliveries 2 and a dead-letter stream the entry is retried once (retry_after 1 s,
-#    "rejected: …") and then dead-lettered: XLEN of the dead letter 1, nothing pending.
+#    with rejected_outcome "retry_after", max_deliveries 2 and a dead-letter stream the entry is
+#    retried once (retry_after 1 s, "rejected: …") and then dead-lettered: XLEN of the dead
+#    letter 1, nothing pending.
 # 10. scenario "token": a sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer
 #    and the worker work, without it both fail with UNAUTHENTICATED.
 # Prints "N passed, 0 failed" last and exits non-zero on any failure.
@@ -45,7 +48,7 @@ if [[ ! -x "$py" ]]; then
   log "creating $here/.venv"
   python3 -m venv "$here/.venv"
 fi
-if ! "$py" -c 'import grpc, grpc_tools, google.protobuf, mypy, opentelemetry.trace' 2>/dev/null ||
+if ! "$py" -c 'import grpc, grpc_tools, google.protobuf, mypy, opentelemetry.trace, redis, build, twine' 2>/dev/null ||
   [[ "$("$py" -c 'import grpc_tools.protoc, importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" != 1.72.1 ]] ||
   ! "$py" -m pip show --quiet grpc-stubs types-protobuf >/dev/null 2>&1; then
   log "installing the development packages (requirements.txt)"
@@ -61,12 +64,29 @@ else
   fail "mypy --strict window_client"
 fi
 
-log "building the wheel (pip wheel --no-deps)"
-rm -rf "$here/build"  # setuptools' build directory: never a stale file in the wheel
-"$py" -m pip wheel "${pip_q[@]}" --no-deps -w "$work/dist" "$here" >"$work/wheel.log" 2>&1 ||
+log "building the sdist, then the wheel from it (python -m build)"
+# The checkout's files before and after the build: the build must write nothing into it.
+tree_state() {
+  (cd "$here" && find . \( -path ./.venv -o -path ./.conformance-venv -o -path ./.mypy_cache \
+    -o -name __pycache__ \) -prune -o -print | sort)
+}
+tree_state >"$work/tree-before.txt"
+"$py" -m build --outdir "$work/dist" "$here" >"$work/wheel.log" 2>&1 ||
   { cat "$work/wheel.log"; exit 1; }
+tree_state >"$work/tree-after.txt"
+check "build: wrote nothing into the checkout (no build/, *.egg-info, dist/, _generated/)" \
+  "$(diff "$work/tree-before.txt" "$work/tree-after.txt" | grep -c '^[<>]' || true)" 0
 wheels=("$work"/dist/window_sidecar_client-*.whl)
 wheel="${wheels[0]}"
+sdists=("$work"/dist/window_sidecar_client-*.tar.gz)
+check "sdist: one built, carrying the proto, the LICENSE and no generated code" \
+  "${#sdists[@]}:$(tar tzf "${sdists[0]}" | grep -cE '^[^/]+/(proto/window_sidecar/v1/window\.proto|LICENSE)$'):$(tar tzf "${sdists[0]}" | grep -c _generated || true)" "1:2:0"
+check "wheel: carries the LICENSE, the same as the repository's" \
+  "$("$py" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = [f for f in z.namelist() if f.endswith(".dist-info/licenses/LICENSE")]; print(len(n) == 1 and z.read(n[0]) == open(sys.argv[2], "rb").read())' "$wheel" "$root/LICENSE")" True
+check "wheel: SPDX licence, Python >= 3.10, project URLs" \
+  "$("$py" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); m = z.read([f for f in z.namelist() if f.endswith("METADATA")][0]).decode(); print("License-Expression: Apache-2.0" in m, "Requires-Python: >=3.10" in m, m.count("Project-URL: ") >= 2)' "$wheel")" "True True True"
+check "twine check of the sdist and the wheel" \
+  "$("$py" -m twine check --strict "$work"/dist/* >"$work/twine.log" 2>&1 && echo clean)" clean
 check "wheel: one built, named window_sidecar_client-VERSION-py3-none-any" \
   "${#wheels[@]}:$([[ $(basename "$wheel") =~ ^window_sidecar_client-[0-9.]+-py3-none-any\.whl$ ]] && echo ok)" "1:ok"
 check "wheel: carries the generated code, its .pyi and py.typed" \
@@ -84,9 +104,9 @@ mkdir -p "$app"
 cp "$here/producer.py" "$here/worker.py" "$app/"
 check "the programs import the installed package" \
   "$(cd "$app" && "$vpy" -c 'import window_client, sys; print(window_client.__file__.startswith(sys.prefix))')" True
-check "the package declares grpcio, protobuf and the otel extra" \
+check "the package declares grpcio, protobuf, redis and the otel extra" \
   "$("$vpy" -c 'import importlib.metadata as m, re; print(sorted({re.split(r"[ <>=!~;\[]", r)[0] for r in m.requires("window-sidecar-client")}))')" \
-  "['grpcio', 'opentelemetry-api', 'protobuf']"
+  "['grpcio', 'opentelemetry-api', 'protobuf', 'redis']"
 log "unit tests (tests/test_*.py, on the installed package)"
 if (cd "$app" && "$vpy" -m unittest discover -s "$here/tests" -v) >"$work/unit.log" 2>&1; then
   pass "unit tests: $(grep -E '^Ran [0-9]+ tests' "$work/unit.log")"
@@ -216,7 +236,7 @@ rc=0
 (cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 60 "$vpy" - "$addr" 3000) \
   >"$work/backlog.log" 2>&1 <<'PY' || rc=$?
 import asyncio, sys
-from window_client import WindowClient
+from window_client.aio import WindowClient
 
 async def main(addr, n):
     settled = failed = 0
@@ -325,7 +345,7 @@ rc=0
 (cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 60 "$vpy" - "$addr") \
   >"$work/poison.log" 2>&1 <<'PY' || rc=$?
 import asyncio, sys
-from window_client import WindowClient
+from window_client.aio import WindowClient
 
 async def main(addr):
     counts = []
@@ -341,8 +361,11 @@ async def main(addr):
                 print(f"dead-lettered {ev.report.dead_lettered}")
                 sub.stop()
 
+        # retry_after rather than the default (a FORBIDDEN_COMMAND is dropped at once): the
+        # choice that takes a poison entry to the dead letter at max_deliveries.
         sub = client.subscribe("poison", "g", consumer="p1", max_deliveries=2,
-                               dead_letter="poison:dead", on_flush=on_flush)
+                               dead_letter="poison:dead", on_flush=on_flush,
+                               rejected_outcome="retry_after")
         async with sub:
             await sub.run(handler)
     print("deliveries", " ".join(map(str, counts)))
