@@ -215,13 +215,13 @@ check "restart: traced deliveries" "$([[ "${counted%=*}" -ge 12 && "$tps" == 12 
 log "scenario duplicate consumer: ALREADY_EXISTS, backoff, then subscribed"
 echo '{"stream": "'"$stream"'", "group": "'"$group"'", "orders": []}' >"$work/none.json"
 (cd "$app" && exec timeout 60 "$vpy" worker.py --sidecar "$addr" --orders "$work/none.json" \
-  --consumer twin --idle-exit 3) >"$work/twin-1.log" 2>&1 &
+  --consumer twin --idle-exit 6) >"$work/twin-1.log" 2>&1 &
 twin1=$!
 pids+=("$twin1")
 wait_for "the first twin's subscription" grep -q "subscribed as consumer 'twin'" "$work/twin-1.log" || true
 rc2=0
 (cd "$app" && timeout 60 "$vpy" worker.py --sidecar "$addr" --orders "$work/none.json" \
-  --consumer twin --idle-exit 8) >"$work/twin-2.log" 2>&1 || rc2=$?
+  --consumer twin --idle-exit 12) >"$work/twin-2.log" 2>&1 || rc2=$?
 rc1=0
 wait "$twin1" || rc1=$?
 check "duplicate consumer: both workers exit 0" "$rc1:$rc2" "0:0"

@@ -10,7 +10,7 @@ subclasses. See README.md.
 """
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import aio, tracing
 from ._proto import pb, pb_grpc
@@ -35,7 +35,6 @@ from .client import (
     Stats,
     TLSConfig,
 )
-from .commands import RedisCommands
 from .errors import (
     AlreadySettledError,
     ConnectionError,
@@ -44,6 +43,9 @@ from .errors import (
     SubscriptionEndedError,
     WindowError,
 )
+
+if TYPE_CHECKING:
+    from .commands import RedisCommands
 
 # The asyncio names this module had when the asyncio client was its default, kept for one
 # release (the ones whose name now means the synchronous class are not: WindowClient, made in
@@ -59,6 +61,11 @@ def __getattr__(name: str) -> Any:
             stacklevel=2,
         )
         return getattr(aio, _MOVED[name])
+    if name == "RedisCommands":
+        # Imported on first use: redis-py costs the import of a client that never uses it.
+        from .commands import RedisCommands
+
+        return RedisCommands
     if name == "sync":
         from . import sync
 

@@ -27,6 +27,7 @@ import concurrent.futures
 import threading
 import warnings
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Coroutine,
@@ -42,7 +43,9 @@ from typing import (
 from . import client as aio
 from . import tracing
 from ._proto import pb
-from .commands import RedisCommands
+
+if TYPE_CHECKING:
+    from .commands import RedisCommands
 
 T = TypeVar("T")
 
@@ -180,9 +183,11 @@ class Delivery:
         return self._d.text()
 
     @property
-    def redis(self) -> RedisCommands:
+    def redis(self) -> "RedisCommands":
         """redis-py's command methods, queued on this delivery (see the asyncio
         :attr:`window_client.aio.Delivery.redis`)."""
+        from .commands import RedisCommands
+
         return RedisCommands(self.queue)
 
     def queue(self, name: str, *args: aio.Arg) -> "Delivery":
