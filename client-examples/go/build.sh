@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 ./offline-modfile.sh go.mod .offline
 export GOFLAGS="-mod=mod -modfile=$PWD/.offline/go.mod" GOPROXY=off
 
-unformatted=$(gofmt -l window orders cmd windowv1 example-app)
+unformatted=$(gofmt -l window orders cmd windowv1 example-app internal)
 if [[ -n "$unformatted" ]]; then
   echo "build.sh: not gofmt-ed: $unformatted" >&2
   exit 1

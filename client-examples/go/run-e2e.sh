@@ -72,19 +72,29 @@ check "go.mod requires google.golang.org/grpc at Debian's version" \
 check "go.mod requires google.golang.org/protobuf at Debian's version" \
   "$(go mod edit -json go.mod | jq -r '.Require[] | select(.Path == "google.golang.org/protobuf") | .Version')" \
   "v$(awk '/^\t(Major|Minor|Patch) *=/ {printf "%s%s", sep, $3; sep="."}' $gocode/google.golang.org/protobuf/internal/version/version.go)"
-check "gofmt -l (nothing unformatted)" "$(gofmt -l window orders cmd windowv1 example-app)" ""
+check "gofmt -l (nothing unformatted)" "$(gofmt -l window orders cmd windowv1 example-app internal)" ""
+# The typed commands are what the generator makes of the checked-in specification.
+go run ./internal/gencommands -spec rediscommands/redis-7.0.15.json -lang go -out "$work/commands_gen.go"
+check "window/commands_gen.go is generated from rediscommands/ (go generate ./window)" \
+  "$(cmp -s window/commands_gen.go "$work/commands_gen.go" && echo same || echo "differs: run go generate ./window")" same
+# The module carries the licence: its own copy of the repository's (a module cannot reach above
+# its root).
+check "LICENSE is the repository's" \
+  "$(cmp -s LICENSE "$root/LICENSE" && echo same || echo "differs: cp ../../LICENSE LICENSE")" same
 gocheck "go vet ./..." "$work/go-vet.log" go vet ./...
 gocheck "go build ./..." "$work/go-build.log" go build ./...
 gocheck "helper unit tests (go test ./...)" "$work/go-test.log" go test -count=1 ./...
 check "go.mod untouched by the build" "$(sha256sum go.mod)" "$gomod_sum"
 
 # --- the module installed outside the repository, used by a user's module --------------------
-# What a module zip holds: go.mod, README.md and the packages' files (not the nested
+# What a module zip holds: go.mod, LICENSE, README.md and the packages' files (not the nested
 # example-app module, not build output).
 install="$work/install/$module"
 mkdir -p "$install"
 find . \( -path ./example-app -o -path './.*' -o -path ./bin \) -prune -o \
-  \( -name '*.go' -o -name go.mod -o -name README.md \) -print0 | xargs -0 cp --parents -t "$install"
+  \( -name '*.go' -o -name go.mod -o -name README.md -o -name LICENSE -o -name '*.json' \) -print0 |
+  xargs -0 cp --parents -t "$install"
+check "the installed module carries LICENSE" "$(cmp -s "$install/LICENSE" "$root/LICENSE" && echo yes)" yes
 app="$work/example-app"
 mkdir -p "$app"
 cp example-app/go.mod example-app/main.go "$app/"
@@ -124,13 +134,14 @@ check "worker exit status" "$worker_rc" 0
 check_summary_counts "" "$work/worker.log"
 check_end_state
 
-# --- the rejection rule -----------------------------------------------------------------------
-# The example app's handler queues FLUSHALL (forbidden) and acks: the sidecar rejects the
-# command and the ack, the helper settles with retry_after 1 s "rejected: …", and the second
-# delivery, at the cap of 2, goes to the dead letter.
+# --- a refused command ------------------------------------------------------------------------
+# The example app's handler queues FLUSHALL (forbidden) and acks: the sidecar refuses the
+# command and the ack. With RejectedOutcome retry_after the helper settles with retry_after 1 s
+# "rejected: FORBIDDEN_COMMAND: …", and the second delivery, at the cap of 2, goes to the dead
+# letter.
 set +e
 timeout 60 "$bin/example-app" -addr "$addr" -stream poison -dead-letter poison:dead \
-  -max-deliveries 2 -command FLUSHALL >"$work/example-app.log" 2>&1
+  -max-deliveries 2 -command FLUSHALL -rejected-outcome retry_after >"$work/example-app.log" 2>&1
 app_rc=$?
 set -e
 grep -E '^deliveries=' "$work/example-app.log" || true
@@ -141,7 +152,23 @@ check "rejected command: XLEN poison:dead" "$(rcli xlen poison:dead)" 1
 check "rejected command: XPENDING poison example-app" "$(rcli xpending poison example-app | head -1)" 0
 check "rejected command: ZCARD {poison}:window:delayed" "$(rcli zcard '{poison}:window:delayed')" 0
 check "rejected command: the dead letter's reason is the rejection" \
-  "$(rcli xrange poison:dead - + | awk 'prev == "x-window-reason" || prev == "h:x-window-reason" {print} {prev = $0}' | grep -c '^rejected: ')" 1
+  "$(rcli xrange poison:dead - + | awk 'prev == "x-window-reason" || prev == "h:x-window-reason" {print} {prev = $0}' | grep -c '^rejected: FORBIDDEN_COMMAND: ')" 1
+# With the default (auto), FORBIDDEN_COMMAND, which no retry fixes, drops the delivery at once:
+# one delivery, nothing dead-lettered or delayed, the error callback told, and no line repeats
+# the sidecar's advice to settle it otherwise.
+set +e
+timeout 60 "$bin/example-app" -addr "$addr" -stream poison2 -dead-letter poison2:dead \
+  -max-deliveries 2 -command FLUSHALL -rejected-outcome auto >"$work/example-app-auto.log" 2>&1
+app_rc=$?
+set -e
+grep -E '^deliveries=' "$work/example-app-auto.log" || true
+check "refused command, auto: example app exit status" "$app_rc" 0
+check "refused command, auto: delivered once, dropped, the callback told FORBIDDEN_COMMAND" \
+  "$(grep -E '^deliveries=' "$work/example-app-auto.log")" "deliveries=1 dropped=1 reason=FORBIDDEN_COMMAND"
+check "refused command, auto: XLEN poison2:dead" "$(rcli xlen poison2:dead)" 0
+check "refused command, auto: XPENDING poison2 example-app" "$(rcli xpending poison2 example-app | head -1)" 0
+check "refused command, auto: ZCARD {poison2}:window:delayed" "$(rcli zcard '{poison2}:window:delayed')" 0
+check "refused command, auto: no line says \"settle it with\"" "$(grep -ci 'settle it with' "$work/example-app-auto.log" || true)" 0
 
 # --- the Unix socket ----------------------------------------------------------------------
 # The recommended sidecar setup: a second sidecar on --listen unix:PATH, reached with grpc-go's

@@ -1,17 +1,21 @@
 // Command example-app is a program outside the helper's module, as a team would write one: its
 // go.mod requires example.invalid/window-sidecar/client-examples/go and imports the window
 // package. run-e2e.sh builds it in a scratch copy outside the repository, against the helper
-// module installed there, and uses it to check the rejection rule end to end.
+// module installed there, and uses it to check the rule for a refused command end to end.
 //
 // It publishes one order to -stream, then consumes it with a cap of -max-deliveries and the
 // dead-letter stream -dead-letter. Its handler queues a command the sidecar refuses (-command,
-// FLUSHALL by default), so every ack is rejected and the helper retries the delivery after a
-// second, until the cap sends the entry to the dead letter. It prints the deliveries it saw and
-// the entries the flushes dead-lettered, and exits 0 once one was.
+// FLUSHALL by default) and acks, so every ack is refused. With -rejected-outcome retry_after the
+// helper retries the delivery after the growing delay until the cap sends the entry to the dead
+// letter; it prints the deliveries it saw and the entries the flushes dead-lettered, and exits 0
+// once one was. With -rejected-outcome auto (the helper's default) FLUSHALL, which no retry
+// fixes (FORBIDDEN_COMMAND), is dropped at once: it prints the deliveries, the drop and the
+// reason the error callback got, and exits 0.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -28,11 +32,19 @@ func main() {
 	deadLetter := flag.String("dead-letter", "poison:dead", "dead-letter stream")
 	maxDeliveries := flag.Uint("max-deliveries", 2, "deliveries before the dead letter")
 	command := flag.String("command", "FLUSHALL", "the refused command the handler queues (name and arguments)")
+	outcome := flag.String("rejected-outcome", "retry_after", "how the helper settles a refused delivery: auto, drop or retry_after")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	log.SetPrefix("example-app: ")
 
+	rejectedOutcome := map[string]window.RejectedOutcome{
+		"auto": window.RejectedAuto, "drop": window.RejectedDrop, "retry_after": window.RejectedRetryAfter,
+	}
+	ro, ok := rejectedOutcome[*outcome]
+	if !ok {
+		log.Fatalf("-rejected-outcome %q: auto, drop or retry_after", *outcome)
+	}
 	client, err := window.Dial(*addr)
 	if err != nil {
 		log.Fatal(err)
@@ -45,12 +57,23 @@ func main() {
 		log.Fatalf("publish: %v", err)
 	}
 	deadLettered := make(chan uint32, 1)
+	dropped := make(chan *window.RejectedError, 1)
 	sub, err := client.Subscribe(ctx, window.Options{
 		Stream: *stream, Group: "example-app", Consumer: "example-1", Count: 1,
 		MaxDeliveries: uint32(*maxDeliveries), DeadLetter: *deadLetter,
+		RejectedOutcome: ro,
 		OnFlush: func(f window.Flush) {
 			if n := f.Report.GetDeadLettered(); n > 0 {
 				deadLettered <- n
+			}
+		},
+		OnError: func(err error) {
+			var re *window.RejectedError
+			if errors.As(err, &re) {
+				log.Printf("error callback: %v", err)
+				if re.Outcome == "drop" {
+					dropped <- re
+				}
 			}
 		},
 	})
@@ -78,10 +101,17 @@ func main() {
 				log.Fatal(err)
 			}
 		case n := <-deadLettered:
-			if err := sub.Close(); err != nil {
+			if err := sub.Close(ctx); err != nil {
 				log.Printf("close: %v", err)
 			}
 			fmt.Printf("deliveries=%d dead_lettered=%d\n", deliveries, n)
+			return
+		case re := <-dropped:
+			// The drop went out with the rejection's answer; Close flushes it.
+			if err := sub.Close(ctx); err != nil {
+				log.Printf("close: %v", err)
+			}
+			fmt.Printf("deliveries=%d dropped=1 reason=%s\n", deliveries, re.Reason)
 			return
 		case <-ctx.Done():
 			fmt.Printf("deliveries=%d dead_lettered=0\n", deliveries)

@@ -41,6 +41,21 @@ type Client struct {
 	conn  *grpc.ClientConn
 	stub  windowv1.WindowServiceClient
 	owned bool
+	addr  string // the address dialled, for the errors that name it
+}
+
+// DefaultConnectTimeout is how long a call waits to reach the sidecar without
+// WithConnectTimeout.
+const DefaultConnectTimeout = 5 * time.Second
+
+// WithConnectTimeout is a Dial option: how long one attempt to reach the sidecar may take
+// before a call fails with a *ConnectionError (5 s by default). A sidecar that refuses the
+// connection fails the call at once.
+func WithConnectTimeout(d time.Duration) grpc.DialOption { return connectTimeout{d: d} }
+
+type connectTimeout struct {
+	grpc.EmptyDialOption
+	d time.Duration
 }
 
 // The environment a deployed worker is configured by (the same in every window-sidecar client).
@@ -85,27 +100,36 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if addr == "" {
 		addr = DefaultAddr
 	}
-	if len(opts) == 0 {
+	timeout := DefaultConnectTimeout
+	transport := false
+	for _, o := range opts {
+		if ct, ok := o.(connectTimeout); ok && ct.d > 0 {
+			timeout = ct.d
+		} else if !ok {
+			transport = true
+		}
+	}
+	if !transport {
 		creds, err := Environment()
 		if err != nil {
 			return nil, err
 		}
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		opts = append(opts, grpc.WithTransportCredentials(creds))
 	}
 	opts = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 		Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: 5 * time.Second,
 		},
-		MinConnectTimeout: 5 * time.Second,
+		MinConnectTimeout: timeout,
 	})}, opts...)
 	if token := os.Getenv(TokenEnv); token != "" {
 		opts = append(opts, BearerToken(token))
 	}
 	conn, err := grpc.Dial(addr, opts...)
 	if err != nil {
-		return nil, err
+		return nil, &WindowError{Op: "dial " + addr, Err: err}
 	}
-	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true}, nil
+	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true, addr: addr}, nil
 }
 
 // TLSFiles names the PEM files of a TLS connection to the sidecar.
@@ -187,9 +211,11 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (bearer) RequireTransportSecurity() bool { return false }
 
 // Plaintext is transport credentials without security, for a sidecar on loopback or a Unix
-// socket. It is what grpc-go's credentials/insecure provides from v1.34 on; the grpc-go this
-// module is built and tested with (v1.33, Debian 12's) has no such package, and its
-// grpc.WithInsecure is deprecated in later versions.
+// socket. It is what grpc-go's credentials/insecure provides from v1.34 on
+// (insecure.NewCredentials()); the grpc-go this module is built and tested with, v1.33 (Debian
+// 12's, the only one reachable offline), has no such package, and its grpc.WithInsecure is
+// deprecated in later versions. A project on grpc-go 1.34 or newer may pass
+// grpc.WithTransportCredentials(insecure.NewCredentials()) to Dial instead: the same thing.
 func Plaintext() credentials.TransportCredentials { return plaintext{} }
 
 type plaintext struct{}
@@ -216,8 +242,11 @@ func (plaintextInfo) AuthType() string { return "insecure" }
 
 // NewClient uses a connection the caller owns (Close leaves it open).
 func NewClient(conn *grpc.ClientConn) *Client {
-	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn)}
+	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), addr: conn.Target()}
 }
+
+// Addr is the address the client dialled.
+func (c *Client) Addr() string { return c.addr }
 
 // Conn is the connection, for other services of the sidecar (grpc.health.v1).
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
@@ -253,7 +282,9 @@ type Target struct {
 }
 
 // PublishTo writes the messages to the target in one call, in order. The response has the
-// stream ids (streams) or the receivers of each message (channels).
+// stream ids (streams) or the receivers of each message (channels). A sidecar that cannot be
+// reached fails the call with a *ConnectionError naming the address and the cause, any other
+// failure with a *WindowError carrying the status.
 func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*windowv1.PublishResponse, error) {
 	n := 0
 	for _, k := range []string{t.Stream, t.List, t.Channel, t.ShardedChannel} {
@@ -275,7 +306,11 @@ func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*win
 		}
 		req.Entries = append(req.Entries, &windowv1.PublishEntry{Payload: m.Payload, Headers: m.Headers, Trace: tr})
 	}
-	return c.stub.Publish(ctx, req)
+	resp, err := c.stub.Publish(ctx, req)
+	if err != nil {
+		return nil, callError("publish", c.addr, err)
+	}
+	return resp, nil
 }
 
 // Publish appends the messages to a stream in one call and returns the ids Redis gave them.

@@ -1,9 +1,11 @@
 package window
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -11,14 +13,10 @@ import (
 	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
 
-var (
-	// ErrAlreadySettled: the delivery already has an outcome.
-	ErrAlreadySettled = errors.New("window: delivery already settled")
-	// ErrStale: the stream that delivered this is gone (the sidecar restarted, the connection
-	// broke, or the subscription was closed). Nothing is sent for it: the entry stays pending in
-	// Redis and is delivered again on the next stream.
-	ErrStale = errors.New("window: the stream that delivered this is gone; the entry stays pending and will be delivered again")
-)
+// ErrStale: the stream that delivered this is gone (the sidecar restarted, the connection
+// broke, or the subscription was closed). Nothing is sent for it: the entry stays pending in
+// Redis and is delivered again on the next stream.
+var ErrStale = errors.New("window: the stream that delivered this is gone; the entry stays pending and will be delivered again")
 
 // Delivery is one stream entry handed to the application. Queue commands for it, then settle it
 // exactly once with Ack, Drop, Retry or RetryAfter (Extend it meanwhile when handling is long). Its methods are safe for concurrent use.
@@ -27,11 +25,16 @@ type Delivery struct {
 	Slot uint64
 	// EntryID is the Redis entry id.
 	EntryID string
-	// Payload and Headers: the entry in the payload-and-headers layout (what Publish writes).
+	// Payload and Headers: the entry in the payload-and-headers layout (what Publish writes:
+	// the stream fields `_payload` and `h:<name>`).
 	Payload []byte
 	Headers map[string]string
-	// Fields: the entry's raw fields when it is not in the payload-and-headers layout.
-	Fields []*windowv1.Field
+	// Fields: an entry not in the payload layout (another producer's `XADD k * sku apple qty
+	// 2`), its fields by name (the last value of a repeated name); nil for an entry in the
+	// layout. TextFields has them as text.
+	Fields map[string][]byte
+	// RawFields: the same fields as received, in order, repeated names included.
+	RawFields []*windowv1.Field
 	// DeliveryCount: deliveries of this entry and its earlier retried copies, this one
 	// included (1 on the first delivery).
 	DeliveryCount uint32
@@ -47,6 +50,9 @@ type Delivery struct {
 	sent     bool // the outcome went to the sidecar
 	handed   bool // handed to the application and not settled
 	trace    *windowv1.TraceContext
+	// rejection is the sidecar's refusal of one of its commands, kept to explain the refused
+	// ack that follows it.
+	rejection *windowv1.Rejection
 }
 
 // readState is one Read: its deliveries and whether its batch was sent.
@@ -56,6 +62,74 @@ type readState struct {
 	unsettled  int
 	settled    []*Delivery // in the order of their outcomes (the sidecar keeps acks in this order)
 	sent       bool
+}
+
+// HasPayload says whether the entry is in the payload layout (what the clients publish): false
+// for an entry another producer wrote with plain fields, which has Fields instead.
+func (d *Delivery) HasPayload() bool { return len(d.RawFields) == 0 }
+
+// Text is the payload as UTF-8 text. For an entry not in the payload layout it returns an
+// error naming the fields to read instead (see JSON).
+func (d *Delivery) Text() (string, error) {
+	if !d.HasPayload() {
+		return "", d.noPayload("Text")
+	}
+	return string(d.Payload), nil
+}
+
+// JSON decodes the payload as JSON into v (encoding/json). For an entry not in the payload
+// layout it fails with an error that says so and names the entry's fields (read them from
+// Fields or TextFields); a payload that is not JSON fails with encoding/json's error, wrapped
+// with the entry id.
+func (d *Delivery) JSON(v any) error {
+	if !d.HasPayload() {
+		return d.noPayload("JSON")
+	}
+	if err := json.Unmarshal(d.Payload, v); err != nil {
+		return fmt.Errorf("window: the payload of entry %s is not JSON: %w", d.EntryID, err)
+	}
+	return nil
+}
+
+// TextFields is Fields as text (invalid UTF-8 replaced); nil for an entry in the payload layout.
+func (d *Delivery) TextFields() map[string]string {
+	if d.Fields == nil {
+		return nil
+	}
+	m := make(map[string]string, len(d.Fields))
+	for k, v := range d.Fields {
+		m[k] = strings.ToValidUTF8(string(v), "\uFFFD")
+	}
+	return m
+}
+
+func (d *Delivery) noPayload(call string) error {
+	names := make([]string, 0, len(d.RawFields))
+	for _, f := range d.RawFields {
+		names = append(names, string(f.GetName()))
+	}
+	return fmt.Errorf("window: %s: entry %s is not in the payload layout (no _payload field; another producer wrote it with plain fields %s): read d.Fields or d.TextFields() instead",
+		call, d.EntryID, strings.Join(names, ", "))
+}
+
+func fieldMap(fs []*windowv1.Field) map[string][]byte {
+	if len(fs) == 0 {
+		return nil
+	}
+	m := make(map[string][]byte, len(fs))
+	for _, f := range fs {
+		m[string(f.GetName())] = f.GetValue()
+	}
+	return m
+}
+
+// Settled says whether the delivery has an outcome.
+func (d *Delivery) Settled() bool {
+	return d.Outcome() != windowv1.OutcomeKind_OUTCOME_KIND_UNSPECIFIED
+}
+
+func (d *Delivery) settledError() error {
+	return &AlreadySettledError{Slot: d.Slot, EntryID: d.EntryID, Outcome: d.outcome.GetKind()}
 }
 
 // Queue adds a Redis command to the delivery's side effects. It runs only if the delivery is
@@ -73,7 +147,7 @@ func (d *Delivery) Queue(name string, args ...any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d.outcome != nil {
-		return ErrAlreadySettled
+		return d.settledError()
 	}
 	if s.dead || s.closing {
 		return ErrStale
@@ -132,7 +206,7 @@ func (d *Delivery) Extend() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d.outcome != nil {
-		return ErrAlreadySettled
+		return d.settledError()
 	}
 	if s.dead || s.closing {
 		return ErrStale
@@ -153,7 +227,7 @@ func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason
 		o.Delay = durationpb.New(delay)
 	}
 	if d.outcome != nil {
-		return ErrAlreadySettled
+		return d.settledError()
 	}
 	if s.dead || s.closing {
 		return ErrStale

@@ -43,7 +43,7 @@ func TestDraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	if o := <-opens; o.Resubscribed || o.Consumer != "c" {
 		t.Fatalf("first open: %+v", o)
 	}
@@ -91,7 +91,7 @@ func TestCloseWaitsForHeldDeliveries(t *testing.T) {
 	}
 	d := recvDelivery(t, sub)
 	closed := make(chan error, 1)
-	go func() { closed <- sub.Close() }()
+	go func() { closed <- sub.Close(context.Background()) }()
 	time.Sleep(100 * time.Millisecond)
 	select {
 	case err := <-closed:

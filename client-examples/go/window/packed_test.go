@@ -47,7 +47,7 @@ func TestPackedAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	d1, d2, d3 := recvDelivery(t, sub), recvDelivery(t, sub), recvDelivery(t, sub)
 	d1.Queue("INCR", "a")
 	d1.Ack()
@@ -92,7 +92,7 @@ func TestReportsInReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	if open, _ := sub.opts.open(); !open.GetReportsInReads() {
 		t.Fatal("Open without reports_in_reads")
 	}

@@ -19,7 +19,7 @@ func TestRunHandlerRule(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- sub.Run(func(d *Delivery) error {
+		done <- sub.Run(func(_ context.Context, d *Delivery) error {
 			d.Queue("INCR", d.EntryID)
 			switch d.EntryID {
 			case "err":
@@ -53,7 +53,7 @@ func TestRunHandlerRule(t *testing.T) {
 			t.Fatalf("outcome %d: delay %v", i, o.GetDelay().AsDuration())
 		}
 	}
-	if err := sub.Close(); err != nil {
+	if err := sub.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

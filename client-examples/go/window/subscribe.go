@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"math/rand"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,31 @@ type Options struct {
 	// reach OnFlush the same way.
 	ReportsInReads bool
 
+	// RejectedOutcome is how a delivery is settled when the sidecar refuses one of its
+	// commands or its outcome: RejectedAuto (the default) drops it at once for a reason no
+	// retry fixes (INVALID_COMMAND, FORBIDDEN_COMMAND, PERMISSION_DENIED) and settles it with
+	// retry_after otherwise; RejectedDrop always drops; RejectedRetryAfter always retries after
+	// the delay (with MaxDeliveries and DeadLetter, a poison entry then ends in the dead
+	// letter). Either way OnError gets a *RejectedError.
+	RejectedOutcome RejectedOutcome
+	// RetryDelay is the first delay of a retry_after the client gives (a refused command, a
+	// failed handler): RetryDelay × 2^(DeliveryCount−1), at most MaxRetryDelay. 0: 1 s.
+	RetryDelay time.Duration
+	// MaxRetryDelay caps that delay. 0: 1 min.
+	MaxRetryDelay time.Duration
+	// MaxAttempts is how many consecutive opens may fail (the sidecar unreachable, a stream
+	// that ends before `opened`) before the subscription gives up with a
+	// *SubscriptionEndedError. 0: 10; negative: never give up.
+	MaxAttempts int
+	// OnError, when set, gets the errors of the subscription that the application did not
+	// cause by a call: a *RejectedError for each delivery the sidecar refused something of
+	// (after the client settled it), and the *SubscriptionEndedError it ends with. Called on
+	// the subscription's goroutines: keep it short.
+	OnError func(error)
+	// OnDisconnected, when set, is called when a stream ended or could not be opened and the
+	// subscription will try again after RetryIn.
+	OnDisconnected func(Disconnected)
+
 	// MinBackoff and MaxBackoff bound the wait between reconnection attempts (100 ms and 5 s
 	// by default; the wait doubles after each failed attempt, with jitter).
 	MinBackoff, MaxBackoff time.Duration
@@ -82,6 +108,30 @@ type Options struct {
 	OnDraining func(Draining)
 	// Logf logs reconnections and rejections. nil: log.Printf.
 	Logf func(format string, args ...any)
+}
+
+// RejectedOutcome says how the client settles a delivery whose command or outcome the sidecar
+// refused (Options.RejectedOutcome).
+type RejectedOutcome int
+
+const (
+	// RejectedAuto drops the delivery at once for INVALID_COMMAND, FORBIDDEN_COMMAND and
+	// PERMISSION_DENIED (no retry can fix them) and retries it after the delay otherwise.
+	RejectedAuto RejectedOutcome = iota
+	// RejectedDrop always drops the delivery at once.
+	RejectedDrop
+	// RejectedRetryAfter always settles it with retry_after: with MaxDeliveries and
+	// DeadLetter a poison entry ends in the dead letter at the cap.
+	RejectedRetryAfter
+)
+
+// Disconnected is a stream that ended, or an open that failed, and will be tried again.
+type Disconnected struct {
+	// Err is why: a *ConnectionError, or the stream's gRPC status error.
+	Err error
+	// RetryIn is the wait before the next attempt; Attempts the consecutive failed opens.
+	RetryIn  time.Duration
+	Attempts int
 }
 
 // Opened is the sidecar's confirmation of a subscription stream.
@@ -126,9 +176,22 @@ type PubSub struct {
 	Buffer uint32
 }
 
-// RejectedRetryDelay is how long a delivery waits before coming back after the sidecar rejected
-// one of its commands or its outcome (see Subscribe).
+// RejectedRetryDelay is the default of Options.RetryDelay.
+//
+// Deprecated: set Options.RetryDelay; the delay now doubles with each delivery.
 const RejectedRetryDelay = time.Second
+
+// retryDelay is the delay of a retry_after the client gives for the count-th delivery.
+func (o *Options) retryDelay(count uint32) time.Duration {
+	d := o.RetryDelay
+	for i := uint32(1); i < count && d < o.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	if d > o.MaxRetryDelay {
+		d = o.MaxRetryDelay
+	}
+	return d
+}
 
 // Flush is the result of one read's flush.
 type Flush struct {
@@ -193,6 +256,18 @@ func (c *Client) Subscribe(ctx context.Context, opts Options) (*Subscription, er
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 10 * time.Second
 	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = time.Second
+	}
+	if opts.MaxRetryDelay <= 0 {
+		opts.MaxRetryDelay = time.Minute
+	}
+	if opts.MaxRetryDelay < opts.RetryDelay {
+		opts.MaxRetryDelay = opts.RetryDelay
+	}
+	if opts.MaxAttempts == 0 {
+		opts.MaxAttempts = 10
+	}
 	sub := &Subscription{
 		client:   c,
 		opts:     opts,
@@ -235,6 +310,13 @@ func (sub *Subscription) Consumer() string {
 	return sub.consumer
 }
 
+// Stop starts Close's graceful end and returns at once: no delivery is handed out any more;
+// Run returns and Deliveries is closed once it is done. Safe from any goroutine, more than once.
+func (sub *Subscription) Stop() { sub.closeOnce.Do(func() { close(sub.closing) }) }
+
+// Done is closed when the subscription has ended.
+func (sub *Subscription) Done() <-chan struct{} { return sub.finished }
+
 // Close ends the subscription gracefully: it stops handing out deliveries, waits for the ones
 // already handed out to be settled (their outcomes are sent at once), sends the outcomes already
 // given (also of reads not completely settled), half-closes the stream and waits for the sidecar
@@ -242,11 +324,45 @@ func (sub *Subscription) Consumer() string {
 // CloseTimeout for the sidecar. Deliveries without an outcome
 // by then, and those never handed out, stay pending in Redis and are delivered again. Deliveries
 // is closed when Close returns. Safe to call from any goroutine (a SIGTERM handler), more than
-// once.
-func (sub *Subscription) Close() error {
-	sub.closeOnce.Do(func() { close(sub.closing) })
-	<-sub.finished
-	return sub.Err()
+// once. ctx bounds the wait: when it ends first, Close returns ctx's error and the end goes on in
+// the background (Done tells when).
+func (sub *Subscription) Close(ctx context.Context) error {
+	sub.Stop()
+	select {
+	case <-sub.finished:
+		return sub.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// end records the error the subscription ends with and hands it to OnError (the caller's to
+// report: Err and Run return it too, so it is not logged here).
+func (sub *Subscription) end(err error) {
+	sub.setErr(err)
+	sub.onError(err)
+}
+
+func (sub *Subscription) onError(err error) {
+	if sub.opts.OnError != nil {
+		sub.opts.OnError(err)
+	}
+}
+
+// describe names the subscription's source, for log lines.
+func (sub *Subscription) describe() string {
+	o := sub.opts
+	switch {
+	case o.Stream != "":
+		return o.Stream + "/" + o.Group
+	case o.ReliableList != nil:
+		return "reliable list " + o.ReliableList.Key
+	case o.SimpleList != "":
+		return "list " + o.SimpleList
+	case o.PubSub != nil:
+		return "pub/sub"
+	}
+	return "?"
 }
 
 func (sub *Subscription) setErr(err error) {
@@ -259,9 +375,15 @@ func (sub *Subscription) run() {
 	defer close(sub.finished)
 	defer close(sub.out)
 	backoff := sub.opts.MinBackoff
+	failedOpens := 0
 	for attempt := 0; ; attempt++ {
 		s, err := sub.open()
+		if err != nil {
+			failedOpens++
+			err = callError("subscribe", sub.client.addr, err)
+		}
 		if err == nil {
+			failedOpens = 0
 			sub.mu.Lock()
 			if attempt > 0 {
 				sub.reconnects++
@@ -282,7 +404,7 @@ func (sub *Subscription) run() {
 			if sub.serve(s) {
 				s.shutdown(sub.opts.CloseTimeout)
 				if err := s.endErr(); err != nil {
-					sub.setErr(err)
+					sub.setErr(callError("subscribe", sub.client.addr, err))
 				}
 				return
 			}
@@ -295,12 +417,19 @@ func (sub *Subscription) run() {
 			sub.setErr(sub.ctx.Err())
 			return
 		}
-		if !retryable(err) {
-			sub.setErr(err)
+		if !retryable(unwrapStatus(err)) {
+			sub.end(&SubscriptionEndedError{Attempts: failedOpens, Err: err})
+			return
+		}
+		if sub.opts.MaxAttempts > 0 && failedOpens >= sub.opts.MaxAttempts {
+			sub.end(&SubscriptionEndedError{Attempts: failedOpens, Err: err})
 			return
 		}
 		wait := backoff/2 + time.Duration(rand.Int63n(int64(backoff/2)+1))
-		sub.logf("window: subscription %s/%s: %v; reconnecting in %v", sub.opts.Stream, sub.opts.Group, describe(err), wait.Round(time.Millisecond))
+		sub.logf("window: subscription %s: %v; reconnecting in %v", sub.describe(), errString(err), wait.Round(time.Millisecond))
+		if sub.opts.OnDisconnected != nil {
+			sub.opts.OnDisconnected(Disconnected{Err: err, RetryIn: wait, Attempts: failedOpens})
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -358,20 +487,28 @@ func (sub *Subscription) serve(s *session) bool {
 	}
 }
 
-// Handler handles one delivery: it queues the delivery's commands and may settle it. A handler
-// that returns nil without settling it acks it; one that returns an error (or panics) without
-// settling it has it settled with RetryAfterReason(RejectedRetryDelay, "handler failed:
-// <error>").
-type Handler func(d *Delivery) error
+// Handler handles one delivery: it queues the delivery's commands and may settle it. ctx is the
+// subscription's context carrying the delivery's trace context (d.Context): start the handling
+// span from it. A handler that returns nil without settling the delivery acks it; one that
+// returns an error (or panics) without settling it has it settled with retry_after (the
+// growing delay of Options.RetryDelay) and the reason "handler failed: <error>".
+type Handler func(ctx context.Context, d *Delivery) error
+
+// HandlerWithoutContext adapts a handler of the earlier signature.
+//
+// Deprecated: write a Handler, which gets a context.
+func HandlerWithoutContext(h func(d *Delivery) error) Handler {
+	return func(_ context.Context, d *Delivery) error { return h(d) }
+}
 
 // Run hands every delivery to handler, one at a time, until the subscription ends (Close, the
 // context, an error that retrying cannot fix), and returns Err. Call it from several goroutines
 // to handle deliveries concurrently.
 //
-// A failed handler follows the rule of every window-sidecar client, the same as for a refused
-// command: the delivery is retried after RejectedRetryDelay with the reason "handler failed:
-// <error>", never acked, never dropped, so with MaxDeliveries and DeadLetter a poison entry
-// ends in the dead letter.
+// A failed handler follows the rule of every window-sidecar client: the delivery is retried
+// after the growing delay (Options.RetryDelay) with the reason "handler failed: <error>",
+// never acked, never dropped, so with MaxDeliveries and DeadLetter a poison entry ends in the
+// dead letter.
 func (sub *Subscription) Run(handler Handler) error {
 	for d := range sub.out {
 		sub.handle(d, handler)
@@ -386,7 +523,7 @@ func (sub *Subscription) handle(d *Delivery, handler Handler) {
 				err = fmt.Errorf("panic: %v", r)
 			}
 		}()
-		return handler(d)
+		return handler(d.Context(sub.ctx), d)
 	}()
 	if d.Outcome() != windowv1.OutcomeKind_OUTCOME_KIND_UNSPECIFIED {
 		if err != nil {
@@ -395,12 +532,13 @@ func (sub *Subscription) handle(d *Delivery, handler Handler) {
 		return
 	}
 	if err != nil {
-		sub.logf("window: the handler failed on %s: %v; retrying it in %v", d.EntryID, err, RejectedRetryDelay)
-		err = d.RetryAfterReason(RejectedRetryDelay, "handler failed: "+err.Error())
+		delay := sub.opts.retryDelay(d.DeliveryCount)
+		sub.logf("window: the handler failed on %s: %v; retrying it in %v", d.EntryID, err, delay)
+		err = d.RetryAfterReason(delay, "handler failed: "+err.Error())
 	} else {
 		err = d.Ack()
 	}
-	if err != nil && err != ErrAlreadySettled {
+	if err != nil && !errors.Is(err, ErrAlreadySettled) {
 		sub.logf("window: %s: the outcome after the handler was not sent: %v", d.EntryID, err)
 	}
 }
@@ -664,7 +802,8 @@ func (s *session) onRead(r *windowv1.Read) {
 			EntryID:       pd.GetEntryId(),
 			Payload:       pd.GetPayload(),
 			Headers:       pd.GetHeaders(),
-			Fields:        pd.GetFields(),
+			Fields:        fieldMap(pd.GetFields()),
+			RawFields:     pd.GetFields(),
 			DeliveryCount: pd.GetDeliveryCount(),
 			Trace:         pd.GetTrace(),
 			Channel:       pd.GetChannel(),
@@ -758,12 +897,17 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 		}
 		bySlot[r.GetSlot()] = append(bySlot[r.GetSlot()], r)
 	}
+	opts := &s.sub.opts
 	for _, slot := range order {
 		rs := bySlot[slot]
 		s.mu.Lock()
 		d := s.slots[slot]
 		reopened := false
+		var why *windowv1.Rejection
 		for _, r := range rs {
+			if r.GetCommand() != "" && why == nil {
+				why = r
+			}
 			switch r.GetReason() {
 			case windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT,
 				windowv1.RejectionReason_REJECTION_REASON_INVALID_OUTCOME:
@@ -777,39 +921,58 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 				}
 			}
 		}
-		s.mu.Unlock()
-		for _, r := range rs {
-			s.sub.logf("window: the sidecar rejected %s for slot %d: %s: %s", what(r), r.GetSlot(), r.GetReason(), r.GetMessage())
+		if d != nil {
+			// A refused command explains the refused ack that follows, also in a later message.
+			if why != nil {
+				d.rejection = why
+			} else if d.rejection != nil {
+				why = d.rejection
+			}
 		}
+		s.mu.Unlock()
+		if why == nil {
+			why = rs[0]
+		}
+		reason := strings.TrimPrefix(why.GetReason().String(), "REJECTION_REASON_")
+		rerr := &RejectedError{Reason: reason, Slot: slot, Command: why.GetCommand(), Message: why.GetMessage(),
+			Delivery: d, Rejection: why}
 		if !reopened {
+			if why.GetCommand() != "" && d != nil && d.Outcome() == windowv1.OutcomeKind_OUTCOME_KIND_ACK {
+				// The ack's refusal (INCOMPLETE_SEGMENT) follows in its own message: reported then.
+				continue
+			}
+			s.sub.logf("window: %v", rerr)
+			s.sub.onError(rerr)
 			continue
 		}
-		// The rule of every window-sidecar helper: retry later, never drop (the entry would be
-		// lost) and never ack without the refused command. A handler that keeps queuing it
-		// ends in the dead letter once MaxDeliveries is reached.
-		reason := "rejected: " + cause(rs).GetMessage()
-		if err := d.RetryAfterReason(RejectedRetryDelay, reason); err != nil {
-			s.sub.logf("window: slot %d: retry_after after the rejection not sent: %v", d.Slot, err)
+		// The caller's error, not a retry loop: settled as RejectedOutcome says, reported to
+		// OnError; the sidecar's advice (settle it otherwise) is what this does.
+		settleReason := "rejected: " + reason + ": " + why.GetMessage()
+		drop := opts.RejectedOutcome == RejectedDrop
+		if opts.RejectedOutcome == RejectedAuto {
+			switch why.GetReason() {
+			case windowv1.RejectionReason_REJECTION_REASON_INVALID_COMMAND,
+				windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND,
+				windowv1.RejectionReason_REJECTION_REASON_PERMISSION_DENIED:
+				drop = true
+			}
 		}
-	}
-}
-
-// cause is the rejection that explains a slot's: its refused command's, when one was refused
-// (the ack's INCOMPLETE_SEGMENT only follows from it), else the first.
-func cause(rs []*windowv1.Rejection) *windowv1.Rejection {
-	for _, r := range rs {
-		if r.GetCommand() != "" {
-			return r
+		var err error
+		if drop {
+			rerr.Outcome = "drop"
+			err = d.Drop(settleReason)
+		} else {
+			delay := opts.retryDelay(d.DeliveryCount)
+			rerr.Outcome = fmt.Sprintf("retry_after %v", delay)
+			err = d.RetryAfterReason(delay, settleReason)
 		}
+		if err != nil {
+			rerr.Outcome = ""
+			s.sub.logf("window: slot %d: the outcome after the rejection was not sent: %v", d.Slot, err)
+		}
+		s.sub.logf("%v", rerr)
+		s.sub.onError(rerr)
 	}
-	return rs[0]
-}
-
-func what(r *windowv1.Rejection) string {
-	if r.GetCommand() != "" {
-		return "command " + r.GetCommand()
-	}
-	return "the outcome"
 }
 
 func removeDelivery(ds []*Delivery, d *Delivery) []*Delivery {

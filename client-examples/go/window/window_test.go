@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -117,7 +118,7 @@ func TestOneBatchPerRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	d1, d2, d3 := recvDelivery(t, sub), recvDelivery(t, sub), recvDelivery(t, sub)
 	d2.Queue("INCR", "k", 5)
 	if err := d2.Ack(); err != nil {
@@ -133,7 +134,7 @@ func TestOneBatchPerRead(t *testing.T) {
 	if err := d3.RetryAfter(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := d3.Ack(); err != ErrAlreadySettled {
+	if err := d3.Ack(); !errors.Is(err, ErrAlreadySettled) {
 		t.Fatalf("second outcome: %v", err)
 	}
 	b := <-got
@@ -183,7 +184,7 @@ func TestReconnectNeverResendsOldSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	old1, old2 := recvDelivery(t, sub), recvDelivery(t, sub)
 	old1.Queue("SET", "old", "1")
 	old1.Ack()                    // half of the read: nothing is sent yet
@@ -194,7 +195,7 @@ func TestReconnectNeverResendsOldSlots(t *testing.T) {
 	if err := old2.Ack(); err != ErrStale {
 		t.Fatalf("a delivery of the lost stream was settled: %v", err)
 	}
-	if err := old1.Drop("late"); err != ErrAlreadySettled {
+	if err := old1.Drop("late"); !errors.Is(err, ErrAlreadySettled) {
 		t.Fatalf("old delivery: %v", err)
 	}
 	again.Queue("SET", "k", "v")
@@ -221,8 +222,9 @@ func TestReconnectNeverResendsOldSlots(t *testing.T) {
 }
 
 // A rejected command (FORBIDDEN_COMMAND, then the ack's INCOMPLETE_SEGMENT) reopens the
-// delivery, and the helper settles it with retry_after 1 s, "rejected: <message>": never
-// dropped, never acked, its commands not sent again.
+// delivery; with RejectedOutcome RejectedRetryAfter the helper settles it with retry_after 1 s
+// (the first delivery's delay), "rejected: FORBIDDEN_COMMAND: <message>": never acked, its
+// commands not sent again.
 func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
 	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
@@ -248,11 +250,12 @@ func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 			}
 		}
 	})
-	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet})
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		RejectedOutcome: RejectedRetryAfter})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	d := recvDelivery(t, sub)
 	d.Queue("FLUSHALL")
 	d.Ack()
@@ -265,7 +268,7 @@ func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	}
 	o := b.Outcomes[0]
 	if o.GetSlot() != 1 || o.GetKind() != windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER ||
-		o.GetDelay().AsDuration() != time.Second || o.GetReason() != "rejected: forbidden" {
+		o.GetDelay().AsDuration() != time.Second || o.GetReason() != "rejected: FORBIDDEN_COMMAND: forbidden" {
 		t.Fatalf("after the rejection: %v", o)
 	}
 	if d.Outcome() != windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER {
@@ -292,7 +295,7 @@ func TestExtendSendsTheSlotAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	defer sub.Close(context.Background())
 	d := recvDelivery(t, sub)
 	if err := d.Extend(); err != nil {
 		t.Fatal(err)
@@ -301,7 +304,7 @@ func TestExtendSendsTheSlotAtOnce(t *testing.T) {
 		t.Fatalf("extend batch: %v", b)
 	}
 	d.Ack()
-	if err := d.Extend(); err != ErrAlreadySettled {
+	if err := d.Extend(); !errors.Is(err, ErrAlreadySettled) {
 		t.Fatalf("extend after ack: %v", err)
 	}
 }
@@ -412,7 +415,7 @@ func TestCloseSendsPartialOutcomes(t *testing.T) {
 	d := recvDelivery(t, sub)
 	recvDelivery(t, sub) // left unsettled: stays pending
 	d.Ack()
-	if err := sub.Close(); err != nil {
+	if err := sub.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	<-ended
@@ -425,7 +428,7 @@ func TestCloseSendsPartialOutcomes(t *testing.T) {
 	if len(settled) != 1 {
 		t.Fatalf("flush after close: %v", settled)
 	}
-	if err := d.Drop("x"); err != ErrAlreadySettled {
+	if err := d.Drop("x"); !errors.Is(err, ErrAlreadySettled) {
 		t.Fatal(err)
 	}
 }

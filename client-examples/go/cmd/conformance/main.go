@@ -14,6 +14,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,18 +26,24 @@ import (
 
 type scenario struct {
 	Open struct {
-		Form           string `json:"form"`
-		Key            string `json:"key"`
-		Group          string `json:"group"`
-		Consumer       string `json:"consumer"`
-		Count          uint32 `json:"count"`
-		Mode           string `json:"mode"`
-		MaxDeliveries  uint32 `json:"max_deliveries"`
-		DeadLetter     string `json:"dead_letter"`
-		ReportsInReads bool   `json:"reports_in_reads"`
-		PackedAcks     bool   `json:"packed_acks"`
+		Form            string `json:"form"`
+		Key             string `json:"key"`
+		Group           string `json:"group"`
+		Consumer        string `json:"consumer"`
+		Count           uint32 `json:"count"`
+		Mode            string `json:"mode"`
+		MaxDeliveries   uint32 `json:"max_deliveries"`
+		DeadLetter      string `json:"dead_letter"`
+		ReportsInReads  bool   `json:"reports_in_reads"`
+		PackedAcks      bool   `json:"packed_acks"`
+		RejectedOutcome string `json:"rejected_outcome"`
+		MaxAttempts     int    `json:"max_attempts"`
 	} `json:"open"`
-	Publish []struct {
+	Sidecar struct {
+		Listen string `json:"listen"`
+	} `json:"sidecar"`
+	SideEffect string `json:"side_effect"`
+	Publish    []struct {
 		Payload string            `json:"payload"`
 		Headers map[string]string `json:"headers"`
 	} `json:"publish"`
@@ -78,11 +85,28 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Close()
+	if sc.Sidecar.Listen == "closed" {
+		closedSidecar(client, &sc)
+		return
+	}
 
 	opened := make(chan struct{})
 	var openOnce sync.Once
 	o := sc.Open
+	var names sync.Map // *window.Delivery -> its name, for the error callback
 	opts := window.Options{
+		RejectedOutcome: rejectedOutcome(o.RejectedOutcome),
+		MaxAttempts:     o.MaxAttempts,
+		OnError: func(err error) {
+			var re *window.RejectedError
+			if errors.As(err, &re) {
+				name := ""
+				if n, ok := names.Load(re.Delivery); ok {
+					name = n.(string)
+				}
+				emit("rejected", map[string]any{"payload": name, "reason": re.Reason, "error": errorClass(err), "message": err.Error()})
+			}
+		},
 		Count:          o.Count,
 		Atomic:         o.Mode == "atomic",
 		MaxDeliveries:  o.MaxDeliveries,
@@ -123,15 +147,28 @@ func main() {
 	signal.Notify(terms, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-terms
-		sub.Close()
+		sub.Stop()
 	}()
 
 	var seenMu sync.Mutex
 	seen := map[string]int{}
 	done := make(chan error, 1)
 	go func() {
-		done <- sub.Run(func(d *window.Delivery) error {
+		done <- sub.Run(func(_ context.Context, d *window.Delivery) error {
+			// An entry another producer wrote with plain fields is named by its id field.
 			payload := string(d.Payload)
+			fields := map[string]any{}
+			if !d.HasPayload() {
+				payload = d.TextFields()["id"]
+				var v any
+				jsonErr := any(nil)
+				if err := d.JSON(&v); err != nil {
+					jsonErr = err.Error()
+				}
+				fields["fields"] = d.TextFields()
+				fields["json_error"] = jsonErr
+			}
+			names.Store(d, payload)
 			seenMu.Lock()
 			seen[payload]++
 			n := seen[payload]
@@ -140,8 +177,9 @@ func main() {
 			if headers == nil {
 				headers = map[string]string{}
 			}
-			emit("delivery", map[string]any{"payload": payload, "count": d.DeliveryCount, "headers": headers})
-			return handle(d, action(sc.Handle, payload, n), sc.Effects)
+			fields["payload"], fields["count"], fields["headers"] = payload, d.DeliveryCount, headers
+			emit("delivery", fields)
+			return handle(d, payload, action(sc.Handle, payload, n), sc.Effects, sc.SideEffect == "typed")
 		})
 	}()
 
@@ -187,11 +225,17 @@ func action(handle map[string][]string, payload string, n int) string {
 	return actions[n-1]
 }
 
-func handle(d *window.Delivery, action, effects string) error {
-	if err := d.Queue("HINCRBY", effects, string(d.Payload), 1); err != nil {
+func handle(d *window.Delivery, name, action, effects string, typed bool) error {
+	var err error
+	if typed {
+		err = d.Redis().HINCRBY(effects, name, 1)
+	} else {
+		err = d.Queue("HINCRBY", effects, name, 1)
+	}
+	if err != nil {
 		return err
 	}
-	name, arg, _ := strings.Cut(action, ":")
+	verb, arg, _ := strings.Cut(action, ":")
 	ms := func() time.Duration {
 		v, err := strconv.Atoi(arg)
 		if err != nil {
@@ -199,7 +243,7 @@ func handle(d *window.Delivery, action, effects string) error {
 		}
 		return time.Duration(v) * time.Millisecond
 	}
-	switch name {
+	switch verb {
 	case "ack":
 		return d.Ack()
 	case "drop":
@@ -215,10 +259,125 @@ func handle(d *window.Delivery, action, effects string) error {
 		return d.Ack()
 	case "fail":
 		return errors.New("the scenario's handler fails")
+	case "typo":
+		// A literal d.Redis().HINCRBYY(...) does not compile; looked up by a name known only at
+		// run time (reflection), the misspelled command is no method: the call fails here, in
+		// the handler, and nothing reaches the sidecar.
+		if err := callByName(d.Redis(), "HINCRBYY", effects, name, int64(1)); err != nil {
+			emit("call_error", map[string]any{"payload": name, "message": err.Error()})
+		}
+		return d.Ack()
 	case "slow_ack":
 		time.Sleep(ms())
 		return d.Ack()
 	}
 	log.Fatalf("unknown action %q", action)
 	return fmt.Errorf("unknown action %q", action)
+}
+
+// callByName calls the typed command method of that name, as a caller that knows the name only
+// at run time must: through reflection. An unknown name is an error naming it.
+func callByName(r *window.Commands, method string, args ...any) error {
+	m := reflect.ValueOf(r).MethodByName(method)
+	if !m.IsValid() {
+		return fmt.Errorf("window.Commands has no method %s: Redis %s has no command %s (a literal d.Redis().%s(...) does not compile)",
+			method, window.RedisSpecVersion, method, method)
+	}
+	in := make([]reflect.Value, len(args))
+	for i, a := range args {
+		in[i] = reflect.ValueOf(a)
+	}
+	out := m.Call(in)
+	if err, _ := out[0].Interface().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+func rejectedOutcome(s string) window.RejectedOutcome {
+	switch s {
+	case "", "auto":
+		return window.RejectedAuto
+	case "drop":
+		return window.RejectedDrop
+	case "retry_after":
+		return window.RejectedRetryAfter
+	}
+	log.Fatalf("unknown rejected_outcome %q", s)
+	return 0
+}
+
+// errorClass is the vocabulary's name of one of the window package's errors.
+func errorClass(err error) string {
+	var (
+		ce *window.ConnectionError
+		re *window.RejectedError
+		se *window.SubscriptionEndedError
+		ae *window.AlreadySettledError
+		we *window.WindowError
+	)
+	switch {
+	case errors.As(err, &se):
+		return "SubscriptionEndedError"
+	case errors.As(err, &ce):
+		return "ConnectionError"
+	case errors.As(err, &re):
+		return "RejectedError"
+	case errors.As(err, &ae):
+		return "AlreadySettledError"
+	case errors.As(err, &we):
+		return "WindowError"
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// closedSidecar plays a scenario with no sidecar at the address: one publish, then a
+// subscription that must give up; each failure printed as an error line.
+func closedSidecar(client *window.Client, sc *scenario) {
+	ctx := context.Background()
+	o := sc.Open
+	msgs := make([]window.Message, len(sc.Publish))
+	for i, p := range sc.Publish {
+		msgs[i] = window.Message{Payload: []byte(p.Payload), Headers: p.Headers}
+	}
+	began := time.Now()
+	var err error
+	switch o.Form {
+	case "stream":
+		_, err = client.Publish(ctx, o.Key, msgs...)
+	case "reliable_list", "simple_list":
+		err = client.PublishList(ctx, o.Key, msgs...)
+	case "pubsub":
+		_, err = client.PublishChannel(ctx, o.Key, msgs...)
+	}
+	failed("publish", err, began)
+
+	opts := window.Options{Count: o.Count, MaxAttempts: o.MaxAttempts, Stream: o.Key, Group: o.Group, Consumer: o.Consumer}
+	if opts.Count == 0 {
+		opts.Count = 16
+	}
+	reported := make(chan error, 2)
+	opts.OnError = func(err error) { reported <- err }
+	began = time.Now()
+	sub, err := client.Subscribe(ctx, opts)
+	if err != nil {
+		failed("subscribe", err, began)
+		return
+	}
+	runErr := sub.Run(func(context.Context, *window.Delivery) error { return nil })
+	select {
+	case err := <-reported:
+		failed("subscribe", err, began)
+	default:
+		failed("subscribe", runErr, began)
+	}
+}
+
+func failed(call string, err error, began time.Time) {
+	if err == nil {
+		emit("error", map[string]any{"call": call, "error": "none", "message": "", "elapsed_ms": time.Since(began).Milliseconds()})
+		return
+	}
+	log.Printf("%s: %v", call, err)
+	emit("error", map[string]any{"call": call, "error": errorClass(err), "message": err.Error(), "elapsed_ms": time.Since(began).Milliseconds()})
 }

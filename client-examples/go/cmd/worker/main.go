@@ -114,7 +114,7 @@ loop:
 			break loop
 		}
 	}
-	if err := sub.Close(); err != nil && ctx.Err() == nil {
+	if err := sub.Close(context.Background()); err != nil && ctx.Err() == nil && exit != 1 {
 		log.Printf("closing the subscription: %v", err)
 	}
 	acked, dropped, retried := tally.counts()
@@ -139,11 +139,13 @@ func handle(d *window.Delivery, retryDelay time.Duration) {
 		return
 	}
 	for _, l := range o.Lines {
-		if err := d.Queue("LPUSH", "picks", fmt.Sprintf("%s:%s:%d", o.ID, l.SKU, l.Qty)); err != nil {
+		// The typed command API (generated from Redis's command specification): a misspelled
+		// name or a wrong argument type does not compile.
+		if err := d.Redis().LPUSH("picks", fmt.Sprintf("%s:%s:%d", o.ID, l.SKU, l.Qty)); err != nil {
 			report(d, o.ID, "ack", err)
 			return
 		}
-		if err := d.Queue("HINCRBY", "sku-totals", l.SKU, l.Qty); err != nil {
+		if err := d.Redis().HINCRBY("sku-totals", l.SKU, l.Qty); err != nil {
 			report(d, o.ID, "ack", err)
 			return
 		}
