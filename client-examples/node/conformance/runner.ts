@@ -9,7 +9,15 @@
 // resubscribing, draining and the rules for a refused command and a failed handler are the
 // client's too. The runner only maps the scenario onto the client's API.
 import { readFileSync } from "node:fs";
-import { WindowClient, type Delivery, type PublishTarget, type SubscribeOptions } from "@window-sidecar/client";
+import {
+  RejectedError,
+  WindowClient,
+  WindowError,
+  type Delivery,
+  type PublishTarget,
+  type RejectedOutcome,
+  type SubscribeOptions,
+} from "@window-sidecar/client";
 
 interface Scenario {
   open: {
@@ -23,7 +31,11 @@ interface Scenario {
     dead_letter?: string;
     reports_in_reads?: boolean;
     packed_acks?: boolean;
+    rejected_outcome?: RejectedOutcome;
+    max_attempts?: number;
   };
+  sidecar?: { listen?: string };
+  side_effect?: "queue" | "typed";
   publish: Array<{ payload: string; headers?: Record<string, string> }>;
   handle: Record<string, string[]>;
   effects: string;
@@ -51,6 +63,41 @@ function subscription(open: Scenario["open"]): { source: SubscribeOptions; targe
   }
 }
 
+/** A delivery's name in the scenario: its payload, or for an entry without the payload layout the text of its `id` field. */
+function nameOf(d: Delivery): string {
+  return d.inLayout ? d.payload.toString("utf8") : (d.textFields.id ?? "");
+}
+
+function onError(err: WindowError): void {
+  if (err instanceof RejectedError) {
+    emit("rejected", { payload: err.delivery ? nameOf(err.delivery) : "", reason: err.reason, error: err.name, message: err.message });
+  }
+}
+
+/** `listen: closed`: publish once, then subscribe until the client gives up; print each call's error. */
+async function withoutSidecar(scenario: Scenario): Promise<void> {
+  const { source, target } = subscription(scenario.open);
+  const client = new WindowClient();
+  let started = Date.now();
+  try {
+    await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })));
+    emit("published", { count: scenario.publish.length });
+  } catch (e) {
+    if (!(e instanceof WindowError)) throw e;
+    emit("error", { call: "publish", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+  }
+  started = Date.now();
+  const sub = client.subscribe({ ...source, maxAttempts: scenario.open.max_attempts, closeTimeoutMs: 5_000 });
+  try {
+    await sub.run(() => undefined);
+  } catch (e) {
+    if (!(e instanceof WindowError)) throw e;
+    emit("error", { call: "subscribe", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+  }
+  await sub.close();
+  client.close();
+}
+
 function actionFor(handle: Record<string, string[]>, payload: string, n: number): string {
   const actions = handle[payload] ?? handle["*"] ?? ["ack"];
   return actions[Math.min(n, actions.length) - 1];
@@ -58,7 +105,9 @@ function actionFor(handle: Record<string, string[]>, payload: string, n: number)
 
 async function main(path: string): Promise<void> {
   const scenario = JSON.parse(readFileSync(path, "utf8")) as Scenario;
+  if (scenario.sidecar?.listen === "closed") return withoutSidecar(scenario);
   const open = scenario.open;
+  const typed = scenario.side_effect === "typed";
   const seen = new Map<string, number>();
   const { source, target } = subscription(open);
 
@@ -73,6 +122,9 @@ async function main(path: string): Promise<void> {
     deadLetter: open.dead_letter,
     reportsInReads: open.reports_in_reads,
     packedAcks: open.packed_acks,
+    rejectedOutcome: open.rejected_outcome,
+    maxAttempts: open.max_attempts,
+    onError,
     closeTimeoutMs: 5_000,
     onOpened: (_opened, info) => {
       if (info.resubscribed) emit("resubscribed");
@@ -83,18 +135,39 @@ async function main(path: string): Promise<void> {
   process.on("SIGTERM", () => sub.stop());
 
   const handle = async (d: Delivery): Promise<void> => {
-    const payload = d.payload.toString("utf8");
+    const payload = nameOf(d);
     const n = (seen.get(payload) ?? 0) + 1;
     seen.set(payload, n);
-    emit("delivery", { payload, count: d.deliveryCount, headers: d.headers });
+    const extra: Record<string, unknown> = {};
+    if (!d.inLayout) {
+      extra.fields = d.textFields;
+      try {
+        d.json();
+        extra.json_error = null;
+      } catch (e) {
+        extra.json_error = e instanceof Error ? e.message : String(e);
+      }
+    }
+    emit("delivery", { payload, count: d.deliveryCount, headers: d.headers, ...extra });
     const action = actionFor(scenario.handle, payload, n);
-    d.queue("HINCRBY", scenario.effects, payload, 1);
+    if (typed) d.redis.hIncrBy(scenario.effects, payload, 1);
+    else d.queue("HINCRBY", scenario.effects, payload, 1);
     if (action === "ack") d.ack();
     else if (action === "drop") d.drop();
     else if (action === "retry") d.retry();
     else if (action.startsWith("retry_after:")) d.retryAfter(Number(action.split(":")[1]));
     else if (action === "reject") d.queue("FLUSHALL").ack();
     else if (action === "fail") throw new Error("the scenario's handler fails");
+    else if (action === "typo") {
+      // A name known only at run time, looked up as JavaScript does: a literal typo would not compile.
+      const commands = d.redis as unknown as Record<string, (...args: unknown[]) => void>;
+      try {
+        commands["hIncrByy"](scenario.effects, payload, 1);
+      } catch (e) {
+        emit("call_error", { payload, message: e instanceof Error ? e.message : String(e) });
+      }
+      d.ack();
+    }
     else if (action.startsWith("slow_ack:")) {
       await sleep(Number(action.split(":")[1]));
       d.ack();

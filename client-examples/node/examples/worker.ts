@@ -7,14 +7,14 @@
 //
 // With --max-deliveries N --dead-letter KEY an order retried N times ends in the dead letter,
 // which settles it for good too; --poison-command "NAME ARG…" queues that command for every
-// order as well (a command the sidecar refuses shows the rejection rule: retry, then the dead
-// letter). --atomic flushes each ack as one MULTI/EXEC. --reliable-list KEY reads the orders
+// order as well (a command the sidecar refuses shows the rejection rule: dropped at once by
+// default, or with --rejected-outcome retry_after retried, then the dead letter). --atomic flushes each ack as one MULTI/EXEC. --reliable-list KEY reads the orders
 // from that list (pushed with LPUSH) instead of the stream.
 //
 // Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (read by the client), WINDOW_CONSUMER,
 // WINDOW_ORDERS, WORKER_DELAY_MS (sleep per delivery).
 import { readFileSync } from "node:fs";
-import { Delivery, FlushEvent, Status, WindowClient, type SourceOptions } from "@window-sidecar/client";
+import { Delivery, FlushEvent, Status, WindowClient, WindowError, type RejectedOutcome, type SourceOptions } from "@window-sidecar/client";
 import { parseArgs } from "./args";
 
 interface Line {
@@ -62,6 +62,7 @@ async function main(): Promise<number> {
     "max-deliveries": "0",
     "dead-letter": "",
     "poison-command": "",
+    "rejected-outcome": "auto",
     "reliable-list": "",
   });
   const spec = JSON.parse(readFileSync(args.orders, "utf8"));
@@ -91,6 +92,7 @@ async function main(): Promise<number> {
     atomic: args.atomic === "true",
     maxDeliveries,
     deadLetter: args["dead-letter"] || undefined,
+    rejectedOutcome: args["rejected-outcome"] as RejectedOutcome,
     onFlush: (ev: FlushEvent) => {
       const r = ev.report;
       log(
@@ -143,8 +145,8 @@ async function main(): Promise<number> {
       } else {
         if (poison.length > 0) d.queue(poison[0], ...poison.slice(1));
         for (const line of order.lines!) {
-          d.queue("LPUSH", "picks", `${id}:${line.sku}:${line.qty}`);
-          d.queue("HINCRBY", "sku-totals", line.sku!, line.qty as number);
+          d.redis.lPush("picks", `${id}:${line.sku}:${line.qty}`);
+          d.redis.hIncrBy("sku-totals", line.sku!, line.qty as number);
         }
         log(`ack ${id} (${d.entryId}, delivery ${d.deliveryCount})`);
         d.ack();
@@ -174,8 +176,8 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (err) => {
-    if (typeof err?.code === "number" && err.details !== undefined) {
-      console.error(`subscription failed: ${Status[err.code]}: ${err.details}`);
+    if (err instanceof WindowError) {
+      console.error(`subscription failed: ${err.status !== undefined ? Status[err.status] : err.name}: ${err.message}`);
     } else {
       console.error(`worker failed: ${err?.stack ?? err}`);
     }

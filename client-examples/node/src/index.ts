@@ -1,19 +1,24 @@
 // @window-sidecar/client: the Node/TypeScript client of window-sidecar.
 //
-// WindowClient (publish, subscribe, health), its Subscription of Deliveries, and the generated
+// WindowClient (publish, subscribe, health), its Subscription of Deliveries, the errors, and the generated
 // protocol types, so a user needs no code of their own from the .proto file.
 export {
   WindowClient,
   Subscription,
   Delivery,
   FlushEvent,
-  SettledError,
   consoleLogger,
   openMessage,
   DEFAULT_TARGET,
+  CONNECT_TIMEOUT_MS,
+  MAX_ATTEMPTS,
+  MAX_RETRY_DELAY_MS,
   REJECTED_RETRY_MS,
+  RETRY_DELAY_MS,
   RETRYABLE,
+  UNFIXABLE,
   tlsFromEnv,
+  type RejectedOutcome,
   type Arg,
   type ClientOptions,
   type OpenedInfo,
@@ -33,6 +38,15 @@ export {
   type PubSubSourceOptions,
   type WindowOptions,
 } from "./window-client";
+export {
+  WindowError,
+  ConnectionError,
+  RejectedError,
+  SubscriptionEndedError,
+  AlreadySettledError,
+  SettledError,
+} from "./errors";
+export type { RedisCommands } from "./commands";
 export type { Draining, FlushReport, Opened, Rejection, TraceContext } from "./gen/window_sidecar/v1/window";
 export { RejectionReason, rejectionReasonToJSON } from "./gen/window_sidecar/v1/window";
 /** The generated messages and the raw @grpc/grpc-js stub (WindowServiceClient), for what the helper does not cover. */

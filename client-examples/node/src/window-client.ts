@@ -3,7 +3,7 @@
 //   const client = new WindowClient("127.0.0.1:50051");
 //   const sub = client.subscribe({ stream: "orders", group: "order-service", consumer: "worker-1", count: 16 });
 //   for await (const delivery of sub) {
-//     delivery.queue("INCR", "orders:seen");
+//     delivery.redis.incr("orders:seen");
 //     delivery.ack();
 //   }
 //
@@ -45,16 +45,51 @@ import {
 } from "./gen/window_sidecar/v1/window";
 import type { Duration } from "./gen/google/protobuf/duration";
 import { activeTrace, DeliverySpan } from "./tracing";
+import { redisCommands, type RedisCommands } from "./commands";
+import {
+  AlreadySettledError,
+  RejectedError,
+  SubscriptionEndedError,
+  WindowError,
+  fromServiceError,
+  unreachableCause,
+} from "./errors";
 
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 
 /**
- * The delay of the retry_after that settles a delivery one of whose commands the sidecar
- * refused. The same in every language's helper: the entry is never lost (an ack would be
- * refused too, a drop would lose it) and, with `maxDeliveries` and `deadLetter`, a poison entry
- * reaches the dead letter after the cap instead of being retried forever.
+ * The first delay of the client's own retryAfter (a refused command or outcome settled with
+ * retry_after, a `run` handler that threw): it doubles with each delivery of the entry, up to
+ * MAX_RETRY_DELAY_MS (the options `retryDelayMs` and `maxRetryDelayMs`). The same in every
+ * language's client.
  */
-export const REJECTED_RETRY_MS = 1_000;
+export const RETRY_DELAY_MS = 1_000;
+export const MAX_RETRY_DELAY_MS = 60_000;
+/** @deprecated The name of RETRY_DELAY_MS before the clients shared one vocabulary. */
+export const REJECTED_RETRY_MS = RETRY_DELAY_MS;
+/** Consecutive failed opens after which a subscription ends with SubscriptionEndedError (`maxAttempts`; 0: never). */
+export const MAX_ATTEMPTS = 10;
+/** How long a call waits to reach the sidecar before it fails with ConnectionError (`connectTimeoutMs`). */
+export const CONNECT_TIMEOUT_MS = 2_000;
+/**
+ * What the client does with a delivery one of whose commands the sidecar refused
+ * (`rejectedOutcome`): "auto" drops it at once for a reason no retry fixes (UNFIXABLE) and
+ * settles it with retry_after otherwise; "drop" always drops it; "retry_after" always retries it
+ * after the growing delay (so that with `maxDeliveries` it reaches the dead letter at the cap).
+ */
+export type RejectedOutcome = "auto" | "drop" | "retry_after";
+/** The rejection reasons no retry can fix: the same command is refused again every time. */
+export const UNFIXABLE: ReadonlySet<string> = new Set(["INVALID_COMMAND", "FORBIDDEN_COMMAND", "PERMISSION_DENIED"]);
+
+/** A rejection reason's name without its prefix ("FORBIDDEN_COMMAND"). */
+function reasonName(reason: RejectionReason): string {
+  return rejectionReasonToJSON(reason).replace(/^REJECTION_REASON_/, "");
+}
+
+// The sidecar's advice in an INCOMPLETE_SEGMENT message: the client has already settled the
+// delivery, so it never passes the advice on.
+const ADVICE = /[;,.]?\s*settle it with [^;]*$/i;
+const withoutAdvice = (message: string) => message.replace(ADVICE, "").trim();
 
 /** Stream errors after which a subscription reconnects and resubscribes. */
 export const RETRYABLE: ReadonlySet<number> = new Set([Status.UNAVAILABLE, Status.ALREADY_EXISTS, Status.ABORTED]);
@@ -98,15 +133,17 @@ function arg(value: Arg): Buffer {
   throw new TypeError(`unsupported Redis argument ${typeof value}`);
 }
 
-export class SettledError extends Error {}
-
-/** One stream entry handed to the application. Queue side effects, then settle it once. */
+/**
+ * One stream entry handed to the application. Queue side effects (`redis`: node-redis's
+ * commands, recorded; `queue(name, ...args)`), then settle it once.
+ */
 export class Delivery {
   readonly slot: number;
   readonly entryId: string;
   readonly payload: Buffer;
   readonly headers: Record<string, string>;
-  readonly fields: Array<{ name: Buffer; value: Buffer }>;
+  /** The entry's fields as they are, in order (entries not in the payload layout). */
+  readonly rawFields: Array<{ name: Buffer; value: Buffer }>;
   readonly deliveryCount: number;
   /** The producer's W3C trace context, when the entry carries one. */
   readonly trace: TraceContext | undefined;
@@ -119,6 +156,8 @@ export class Delivery {
   rejection: Rejection | undefined;
   /** The first of this delivery's commands the sidecar refused, if any: why it was not acked. */
   commandRejection: Rejection | undefined;
+  /** @internal The error handed to onError for that rejection. */
+  rejectedError: RejectedError | undefined;
   /** @internal */ commands: QueuedCommand[] = [];
   /** @internal */ sent = false;
   /** @internal */ handed = false;
@@ -136,16 +175,66 @@ export class Delivery {
     this.entryId = msg.entryId;
     this.payload = msg.payload;
     this.headers = msg.headers;
-    this.fields = msg.fields;
+    this.rawFields = msg.fields;
     this.deliveryCount = msg.deliveryCount;
     this.trace = msg.trace;
     this.channel = msg.channel;
     this.readId = readId;
   }
 
-  /** The payload parsed as JSON. */
+  /**
+   * True when the entry is in the payload layout (written by a window-sidecar client: a
+   * `_payload` field and `h:<name>` headers); false for an entry another producer wrote with
+   * plain fields (`XADD k * sku apple qty 2`), which has `fields` and no payload.
+   */
+  get inLayout(): boolean {
+    return this.rawFields.length === 0;
+  }
+
+  /**
+   * The entry's fields, name to value, when it is not in the payload layout; empty otherwise
+   * (read `payload` and `headers`). A repeated name keeps its last value (all are in `rawFields`).
+   */
+  get fields(): Record<string, Buffer> {
+    const out: Record<string, Buffer> = {};
+    for (const f of this.rawFields) out[f.name.toString("utf8")] = f.value;
+    return out;
+  }
+
+  /** `fields` with each value decoded as UTF-8. */
+  get textFields(): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const f of this.rawFields) out[f.name.toString("utf8")] = f.value.toString("utf8");
+    return out;
+  }
+
+  private needPayload(what: string): void {
+    if (this.rawFields.length === 0) return;
+    const names = this.rawFields.slice(0, 8).map((f) => f.name.toString("utf8")).join(", ");
+    throw new TypeError(
+      `${what}: entry ${this.entryId} has no payload: it is not in the payload layout (a _payload field) ` +
+        `but has the fields ${names}; read them with delivery.fields (Buffers) or delivery.textFields (strings)`,
+    );
+  }
+
+  /** The payload decoded as UTF-8; throws a TypeError naming the fields for an entry with plain fields. */
+  text(): string {
+    this.needPayload("text()");
+    return this.payload.toString("utf8");
+  }
+
+  /** The payload parsed as JSON; throws a TypeError naming the fields for an entry with plain fields. */
   json<T = unknown>(): T {
+    this.needPayload("json()");
     return JSON.parse(this.payload.toString("utf8")) as T;
+  }
+
+  /**
+   * node-redis's commands (@redis/client), each queued as a side effect of this delivery
+   * instead of being sent: `d.redis.hIncrBy("totals", sku, 2)`, `d.redis.set(k, v, { EX: 60 })`.
+   */
+  get redis(): RedisCommands {
+    return redisCommands((name, ...args) => this.queue(name, ...args));
   }
 
   get settled(): boolean {
@@ -170,24 +259,24 @@ export class Delivery {
   /** Queues a Redis command as a side effect: it runs only if the delivery is acked. */
   queue(name: string, ...args: Arg[]): this {
     if (this.outcome !== undefined) {
-      throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled`);
+      throw new AlreadySettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`, this.slot, this.outcome);
     }
     this.commands.push({ slot: this.slot, name, args: args.map(arg) });
     return this;
   }
 
   /**
-   * Says the delivery is still being worked on (NATS JetStream's in_progress), so that another
+   * Says the delivery is still being worked on (`Batch.extend`), so that another
    * consumer does not take it meanwhile: a stream entry is made idle again (claimed by another
    * consumer only `minIdleMs` from now), a reliable list's lease is renewed; simple lists and
    * pub/sub have nothing that could take it. Sent at once (as `Batch.extend`, with whatever else
    * goes out in the same turn of the event loop), any number of times before the outcome.
    * Returns false when the delivery's stream is gone (the entry comes back anyway); throws
-   * `SettledError` once the delivery is settled.
+   * `AlreadySettledError` once the delivery is settled.
    */
   extend(): boolean {
     if (this.outcome !== undefined) {
-      throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`);
+      throw new AlreadySettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`, this.slot, this.outcome);
     }
     return this.sub._extend(this);
   }
@@ -215,7 +304,7 @@ export class Delivery {
 
   private settle(name: OutcomeName, outcome: Outcome): void {
     if (this.outcome !== undefined) {
-      throw new SettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`);
+      throw new AlreadySettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`, this.slot, this.outcome);
     }
     this.outcome = name;
     if (this.span) {
@@ -355,10 +444,30 @@ export interface WindowOptions {
    */
   onDraining?: (draining: Draining) => void | Promise<void>;
   /**
-   * Called for each refused command or outcome, after the helper has applied its rule (a
-   * delivery with a refused command is settled with retryAfter(REJECTED_RETRY_MS)): observe, log, count.
+   * Called for each refused command or outcome with the sidecar's raw Rejection, after the
+   * client has applied `rejectedOutcome`: observe, log, count. (`onError` gets the same as a
+   * RejectedError, one per delivery.)
    */
   onRejection?: (rejection: Rejection, delivery: Delivery | undefined) => void | Promise<void>;
+  /**
+   * The errors of the subscription: a RejectedError for each delivery the sidecar refused a
+   * command or outcome of (after the client settled it), and the SubscriptionEndedError it ends
+   * with (also thrown by the iteration and `run`).
+   */
+  onError?: (error: WindowError) => void | Promise<void>;
+  /**
+   * What the client does with a delivery whose command the sidecar refused: "auto" (default:
+   * drop at once for INVALID_COMMAND, FORBIDDEN_COMMAND and PERMISSION_DENIED, which no retry
+   * fixes; retry_after otherwise), "drop" or "retry_after" (with maxDeliveries and deadLetter, a
+   * poison entry then reaches the dead letter at the cap).
+   */
+  rejectedOutcome?: RejectedOutcome;
+  /** The client's own retryAfter (refused command, failed handler): this delay doubled per delivery (default 1000)… */
+  retryDelayMs?: number;
+  /** …up to this (default 60000). */
+  maxRetryDelayMs?: number;
+  /** Consecutive failed opens before the subscription ends with SubscriptionEndedError (default 10; 0: never). */
+  maxAttempts?: number;
   /** Send a read's settled outcomes after this long even if the read is not complete (default 250; null: only complete reads). */
   lingerMs?: number | null;
   backoff?: { initialMs: number; maxMs: number };
@@ -377,6 +486,9 @@ export type SubscribeOptions = SourceOptions & WindowOptions;
 
 /** The Open message of a subscription: its source, its dead letter and its windowing. */
 export function openMessage(o: SubscribeOptions): Open {
+  if (o.rejectedOutcome !== undefined && !["auto", "drop", "retry_after"].includes(o.rejectedOutcome)) {
+    throw new RangeError(`rejectedOutcome is "auto", "drop" or "retry_after", not ${JSON.stringify(o.rejectedOutcome)}`);
+  }
   const ms = (v: number | undefined) => (v !== undefined ? duration(v) : undefined);
   const open: Open = {
     count: o.count ?? 16,
@@ -528,7 +640,7 @@ export class Subscription implements AsyncIterable<Delivery> {
    * The rule for a failed handler, the same in every language's client: a delivery the handler
    * returns without settling is acked (so a handler may only queue commands); one whose handler
    * throws (or whose promise rejects) before settling it is settled with
-   * `retryAfter(REJECTED_RETRY_MS, "handler failed: <error>")`: never acked, never dropped, so
+   * `retryAfter(<the growing delay>, "handler failed: <error>")`: never acked, never dropped, so
    * with `maxDeliveries` and `deadLetter` a poison entry ends in the dead letter.
    */
   async run(handler: (delivery: Delivery) => void | Promise<void>, opts: { concurrency?: number } = {}): Promise<void> {
@@ -552,10 +664,17 @@ export class Subscription implements AsyncIterable<Delivery> {
       const message = e instanceof Error ? e.message : String(e);
       this.stats.handlerFailures += 1;
       this.log.warn(`handler failed on ${d.entryId} (slot ${d.slot}): ${e instanceof Error ? e.stack ?? message : message}`);
-      if (!d.settled) d.retryAfter(REJECTED_RETRY_MS, `handler failed: ${message}`);
+      if (!d.settled) d.retryAfter(this.retryDelay(d.deliveryCount), `handler failed: ${message}`);
       return;
     }
     if (!d.settled) d.ack();
+  }
+
+  /** The delay of the client's own retryAfter for a delivery with this count: retryDelayMs doubled per earlier delivery, at most maxRetryDelayMs. */
+  retryDelay(deliveryCount: number): number {
+    const base = this.opts.retryDelayMs ?? RETRY_DELAY_MS;
+    const cap = this.opts.maxRetryDelayMs ?? MAX_RETRY_DELAY_MS;
+    return Math.min(cap, base * 2 ** Math.min(Math.max(deliveryCount, 1) - 1, 52));
   }
 
   private wake(): void {
@@ -709,6 +828,7 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   private async loop(): Promise<void> {
     let attempt = 0;
+    let lastError: ServiceError | undefined;
     try {
       while (!this.closing) {
         const opensBefore = this.stats.opens;
@@ -720,11 +840,11 @@ export class Subscription implements AsyncIterable<Delivery> {
           const err = e as ServiceError;
           if (this.closing && (err.code === Status.CANCELLED || err.code === Status.UNAVAILABLE)) break;
           if (typeof err.code !== "number" || !RETRYABLE.has(err.code)) {
-            this.log.error(`subscription failed: ${err.code !== undefined ? Status[err.code] : ""} ${err.details ?? err.message}`);
-            this.error = err;
+            await this.end(err, attempt + 1);
             break;
           }
           if (this.stats.opens > opensBefore) attempt = 0;
+          lastError = err;
           const st = this.stream!;
           const lost = [...st.reads.values()].flatMap((rd) => rd.deliveries).filter((d) => !d.sent);
           const held = lost.filter((d) => d.outcome !== undefined).length;
@@ -737,6 +857,12 @@ export class Subscription implements AsyncIterable<Delivery> {
         }
         if (this.closing) break;
         attempt += 1;
+        const maxAttempts = this.opts.maxAttempts ?? MAX_ATTEMPTS;
+        if (maxAttempts > 0 && attempt >= maxAttempts && lastError !== undefined) {
+          await this.end(lastError, attempt);
+          break;
+        }
+        lastError = undefined;
         const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 100, maxMs: 5_000 };
         const delay = Math.min(maxMs, initialMs * 2 ** (attempt - 1)) * (0.5 + Math.random() / 2);
         await new Promise<void>((resolve) => {
@@ -753,6 +879,23 @@ export class Subscription implements AsyncIterable<Delivery> {
       this.ended = true;
       this.wake();
     }
+  }
+
+  /** Ends the subscription for good with a SubscriptionEndedError made of `err`, the last attempt's, and hands it to onError. */
+  private async end(err: ServiceError, attempts: number): Promise<void> {
+    const cause = unreachableCause(err);
+    const what = `the subscription to ${describe(this.opts)}`;
+    const name = typeof err.code === "number" ? (Status[err.code] ?? String(err.code)) : "UNKNOWN";
+    const why = cause !== undefined ? `cannot reach the sidecar at ${this.client.target}: ${cause}` : err.details ? `${name}: ${err.details}` : name;
+    const message = typeof err.code === "number" && RETRYABLE.has(err.code) ? `${what} ended after ${attempts} failed attempts: ${why}` : `${what} ended: ${why}`;
+    this.log.error(message);
+    const ended = new SubscriptionEndedError(message, attempts, { status: err.code, details: err.details, cause: err });
+    this.error = ended;
+    await this.report(ended);
+  }
+
+  private async report(err: WindowError): Promise<void> {
+    if (this.opts.onError) await this.callback(() => this.opts.onError!(err));
   }
 
   private session(): Promise<void> {
@@ -863,31 +1006,60 @@ export class Subscription implements AsyncIterable<Delivery> {
   }
 
   /**
-   * The rejection rule, the same in every language's helper: a delivery one of whose commands
-   * was refused is settled with retryAfter(REJECTED_RETRY_MS, "rejected: <the message>"), never
-   * acked (its segment is incomplete) nor dropped (the entry would be lost). The helper sends a
+   * The rejection rule, the same in every language's client: a delivery one of whose commands
+   * was refused is never acked (its segment is incomplete); the client settles it as
+   * `rejectedOutcome` says ("auto": dropped at once for a reason no retry fixes, else
+   * retryAfter with the growing delay) and hands onError a RejectedError. The client sends a
    * delivery's commands with its outcome, so the sidecar has refused the ack too
    * (INCOMPLETE_SEGMENT) and the slot is open again; a drop or retry was accepted and stands.
    */
   private async onRejections(st: StreamState, rejections: Rejection[]): Promise<void> {
+    const reported: RejectedError[] = [];
     // Commands first: the refused ack may come before or after its command in the message.
     for (const rej of rejections) {
       const d = st.slots.get(rej.slot);
-      if (d !== undefined && rej.command && d.commandRejection === undefined) d.commandRejection = rej;
+      if (d !== undefined && rej.command && d.commandRejection === undefined) {
+        d.commandRejection = rej;
+        d.rejectedError = new RejectedError(
+          `the sidecar refused ${rej.command} of entry ${d.entryId} (slot ${rej.slot}): ${reasonName(rej.reason)}: ${withoutAdvice(rej.message)}`,
+          reasonName(rej.reason), rej.slot, rej.command, d,
+        );
+        reported.push(d.rejectedError);
+      }
     }
     for (const rej of rejections) {
       this.stats.rejections += 1;
       const d = st.slots.get(rej.slot);
-      const reason = rejectionReasonToJSON(rej.reason);
-      this.log.warn(`sidecar rejected ${rej.command ? `command ${rej.command}` : "an outcome"} for slot ${rej.slot} (${reason}): ${rej.message}`);
+      const reason = reasonName(rej.reason);
       if (d !== undefined && !rej.command && RESETTLE.has(rej.reason) && st.alive) {
+        const cause = d.commandRejection ?? rej;
+        const causeReason = reasonName(cause.reason);
         d.rejection = rej;
         d.outcome = undefined;
         d.sent = false;
         d.commands = [];
-        d.retryAfter(REJECTED_RETRY_MS, `rejected: ${(d.commandRejection ?? rej).message}`);
+        const policy = this.opts.rejectedOutcome ?? "auto";
+        const why = `rejected: ${causeReason}: ${withoutAdvice(cause.message)}`;
+        if (policy === "drop" || (policy === "auto" && UNFIXABLE.has(causeReason))) d.drop(why);
+        else d.retryAfter(this.retryDelay(d.deliveryCount), why);
+        let error = d.rejectedError;
+        if (error === undefined) {
+          error = new RejectedError(
+            `the sidecar refused the outcome of entry ${d.entryId} (slot ${rej.slot}): ${reason}: ${withoutAdvice(rej.message)}`,
+            reason, rej.slot, "", d,
+          );
+          reported.push(error);
+        }
+        error.outcome = d.outcome;
+        error.message = `${error.message}; the client settled it with ${d.outcome}`;
+      } else if (d === undefined || !rej.command) {
+        this.log.warn(`the sidecar refused an outcome for slot ${rej.slot} (${reason}): ${withoutAdvice(rej.message)}`);
       }
       if (this.opts.onRejection) await this.callback(() => this.opts.onRejection!(rej, d));
+    }
+    for (const error of reported) {
+      this.log.warn(error.message);
+      await this.report(error);
     }
   }
 
@@ -928,7 +1100,7 @@ export type PublishTarget = string | { stream: string } | { list: string } | { c
 export interface PublishOptions {
   /** Streams: trims the stream to about this many entries (XADD MAXLEN ~). */
   maxLen?: number;
-  /** How long to wait for the sidecar to be reachable and answer (default 30000). */
+  /** How long the whole call may take (default 30000); reaching the sidecar is bounded by the client's connectTimeoutMs. */
   timeoutMs?: number;
   /** Lists and channels: write the payload alone, no frame with headers (`FRAMING_RAW`; headers are refused). */
   raw?: boolean;
@@ -975,6 +1147,11 @@ export interface ClientOptions {
    * else plaintext. `false`: plaintext whatever the environment says.
    */
   tls?: TlsOptions | false;
+  /**
+   * How long a call waits to reach the sidecar before it fails with ConnectionError, which
+   * names the address and the cause (default CONNECT_TIMEOUT_MS, 2000).
+   */
+  connectTimeoutMs?: number;
 }
 
 /** The TLS settings the environment gives (WINDOW_SIDECAR_TLS_*), or undefined for plaintext. */
@@ -1024,6 +1201,7 @@ export class WindowClient {
   readonly tls: boolean;
   private readonly token: string | undefined;
   private readonly creds: ChannelCredentials;
+  private readonly connectTimeoutMs: number;
 
   /**
    * `target`: any grpc-js target (`host:port`, `unix:/path/to.sock`); default WINDOW_SIDECAR_ADDR,
@@ -1032,6 +1210,7 @@ export class WindowClient {
   constructor(target?: string, opts: ClientOptions = {}) {
     this.target = target || process.env.WINDOW_SIDECAR_ADDR || DEFAULT_TARGET;
     this.token = opts.token ?? (process.env.WINDOW_SIDECAR_TOKEN || undefined);
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? CONNECT_TIMEOUT_MS;
     const tls = opts.tls === false ? undefined : (opts.tls ?? tlsFromEnv());
     const { creds, options } = channelSecurity(tls);
     this.tls = tls !== undefined;
@@ -1069,8 +1248,9 @@ export class WindowClient {
   /**
    * Writes entries in one call: appends them to a stream (a string `to` is a stream key),
    * pushes them onto a list or publishes them on a channel, and returns the stream ids (empty
-   * for lists and channels). Waits for the sidecar to be reachable (timeoutMs); never retried
-   * once sent, since XADD, LPUSH and PUBLISH are not idempotent.
+   * for lists and channels). Fails with ConnectionError when the sidecar cannot be reached
+   * within the client's connectTimeoutMs, with WindowError (its `status`) otherwise; never
+   * retried once sent, since XADD, LPUSH and PUBLISH are not idempotent.
    */
   async publish(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<string[]> {
     return (await this.publishResult(to, entries, opts)).ids;
@@ -1089,22 +1269,43 @@ export class WindowClient {
         trace: input.trace ?? current,
       };
     });
-    return new Promise((resolve, reject) => {
-      this.stub.publish(
-        {
-          stream: "stream" in target ? target.stream : "",
-          list: "list" in target ? target.list : "",
-          channel: "channel" in target ? target.channel : "",
-          shardedChannel: "shardedChannel" in target ? target.shardedChannel : "",
-          entries: msgs,
-          maxLen: opts.maxLen ?? 0,
-          framing: opts.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
-        },
-        this.metadata({ waitForReady: true }),
-        { deadline: Date.now() + (opts.timeoutMs ?? 30_000) },
-        (err, res) => (err ? reject(err) : resolve({ ids: res!.ids, receivers: res!.receivers })),
-      );
-    });
+    const request = {
+      stream: "stream" in target ? target.stream : "",
+      list: "list" in target ? target.list : "",
+      channel: "channel" in target ? target.channel : "",
+      shardedChannel: "shardedChannel" in target ? target.shardedChannel : "",
+      entries: msgs,
+      maxLen: opts.maxLen ?? 0,
+      framing: opts.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
+    };
+    return this.unary(opts.timeoutMs ?? 30_000, (deadline, done) =>
+      this.stub.publish(request, this.metadata(), { deadline }, (err, res) =>
+        done(err, res ? { ids: res.ids, receivers: res.receivers } : undefined)),
+    );
+  }
+
+  /**
+   * One unary call, failing fast: a call that could not connect never left the client, so it is
+   * tried again (the channel reconnects with its short backoff) until connectTimeoutMs; then,
+   * or on any other failure, the library's error (ConnectionError, WindowError).
+   */
+  private async unary<T>(timeoutMs: number, call: (deadline: number, done: (err: ServiceError | null, res: T | undefined) => void) => void): Promise<T> {
+    const end = Date.now() + timeoutMs;
+    const connectBy = Date.now() + Math.min(this.connectTimeoutMs, timeoutMs);
+    let pause = 50;
+    for (;;) {
+      try {
+        return await new Promise<T>((resolve, reject) => call(end, (err, res) => (err ? reject(err) : resolve(res as T))));
+      } catch (e) {
+        const err = e as ServiceError;
+        if (unreachableCause(err) !== undefined && Date.now() + pause < connectBy) {
+          await sleep(pause);
+          pause = Math.min(pause * 2, 500);
+          continue;
+        }
+        throw fromServiceError(err, this.target);
+      }
+    }
   }
 
   subscribe(opts: SubscribeOptions): Subscription {

@@ -16,7 +16,9 @@ import {
   type Batch,
   type SubscribeRequest,
 } from "../src/gen/window_sidecar/v1/window";
-import { openMessage, REJECTED_RETRY_MS, WindowClient, type Logger } from "../src/window-client";
+import { openMessage, RETRY_DELAY_MS, WindowClient, type Delivery, type Logger, type RejectedOutcome } from "../src/window-client";
+import { ConnectionError, RejectedError, SubscriptionEndedError, WindowError } from "../src/errors";
+import { createServer } from "node:net";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 const FORBIDDEN = "FLUSHALL is forbidden in a window";
@@ -64,14 +66,20 @@ async function fakeSidecar(onCall: (call: Call, batches: AsyncIterator<Batch>) =
 /** The command FLUSHALL refused and the ack of slot 7 refused with it, in either order. */
 function rejections(commandFirst: boolean): SubscribeResponse {
   const command = { slot: 7, reason: RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND, message: FORBIDDEN, command: "FLUSHALL" };
-  const ack = { slot: 7, reason: RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT, message: "slot 7 has a refused command", command: "" };
+  const ack = {
+    slot: 7, reason: RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT, command: "",
+    message: "slot 7 cannot be acked: one of its commands was refused, so its segment is incomplete; settle it with drop, retry or retry_after",
+  };
   return SubscribeResponse.fromPartial({ rejections: { rejections: commandFirst ? [command, ack] : [ack, command] } });
 }
 
-for (const commandFirst of [true, false]) {
-  test(`a refused command settles its delivery with retry_after 1 s (command ${commandFirst ? "before" : "after"} the refused ack)`, async () => {
+for (const [commandFirst, rejectedOutcome] of [[true, "retry_after"], [false, "retry_after"], [true, undefined], [false, "drop"]] as const) {
+  const expected = rejectedOutcome === "retry_after" ? "retry_after" : "drop";
+  test(`a refused command settles its delivery with ${expected} (rejectedOutcome ${rejectedOutcome ?? "auto, the default"}, command ${commandFirst ? "before" : "after"} the refused ack)`, async () => {
     let second: Batch | undefined;
     const seen: string[] = [];
+    const errors: WindowError[] = [];
+    const logged: string[] = [];
     const { target, server } = await fakeSidecar(async (call, batches) => {
       const first = (await batches.next()).value as Batch;
       assert.deepEqual(first.commands.map((c) => c.name), ["FLUSHALL"]);
@@ -82,9 +90,13 @@ for (const commandFirst of [true, false]) {
     });
     const client = new WindowClient(target);
     const sub = client.subscribe({
-      stream: "s", group: "g", count: 1, logger: quiet,
+      stream: "s", group: "g", count: 1, rejectedOutcome: rejectedOutcome as RejectedOutcome | undefined,
+      logger: { ...quiet, warn: (m) => logged.push(m), error: (m) => logged.push(m) },
       onRejection: (rej, d) => {
         seen.push(`${rej.reason}:${d?.outcome}`);
+      },
+      onError: (e) => {
+        errors.push(e);
       },
       onFlush: () => sub.stop(),
     });
@@ -98,14 +110,101 @@ for (const commandFirst of [true, false]) {
     assert.equal(second.outcomes.length, 1);
     const o = second.outcomes[0];
     assert.equal(o.slot, 7);
-    assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_RETRY_AFTER);
-    assert.deepEqual(o.delay, { seconds: REJECTED_RETRY_MS / 1000, nanos: 0 });
-    assert.equal(o.reason, `rejected: ${FORBIDDEN}`);
+    if (expected === "retry_after") {
+      assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_RETRY_AFTER);
+      assert.deepEqual(o.delay, { seconds: RETRY_DELAY_MS / 1000, nanos: 0 });
+    } else {
+      assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_DROP);
+    }
+    assert.equal(o.reason, `rejected: FORBIDDEN_COMMAND: ${FORBIDDEN}`);
     // The callback observes; by the refused ack the helper has already settled the delivery.
-    assert.ok(seen.includes(`${RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT}:retry_after`), seen.join(" "));
-    assert.equal(sub.stats.outcomes.retry_after, 1);
+    assert.ok(seen.includes(`${RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT}:${expected}`), seen.join(" "));
+    assert.equal(sub.stats.outcomes[expected], 1);
+    // One RejectedError for the delivery, after the client settled it; the sidecar's advice is never repeated.
+    assert.equal(errors.length, 1);
+    const err = errors[0] as RejectedError;
+    assert.ok(err instanceof RejectedError && err instanceof WindowError);
+    assert.deepEqual([err.reason, err.slot, err.command, err.outcome], ["FORBIDDEN_COMMAND", 7, "FLUSHALL", expected]);
+    assert.match(err.message, new RegExp(`the client settled it with ${expected}$`));
+    assert.ok(!logged.some((m) => /settle it with/i.test(m)), logged.join("\n"));
   });
 }
+
+test("the client's retry delay doubles per delivery up to its cap", () => {
+  const client = new WindowClient("127.0.0.1:1");
+  const sub = client.subscribe({ stream: "s", group: "g" });
+  assert.deepEqual([1, 2, 3, 4, 7, 8, 100].map((n) => sub.retryDelay(n)), [1000, 2000, 4000, 8000, 60000, 60000, 60000]);
+  const small = client.subscribe({ stream: "s", group: "g", retryDelayMs: 10, maxRetryDelayMs: 25 });
+  assert.deepEqual([1, 2, 3].map((n) => small.retryDelay(n)), [10, 20, 25]);
+  assert.throws(() => openMessage({ stream: "s", group: "g", rejectedOutcome: "dead_letter" as RejectedOutcome }), RangeError);
+  client.close();
+});
+
+function delivery(fields?: Record<string, string>): Delivery {
+  // A Delivery as the subscription makes it, without a stream: enough for its own methods.
+  const client = new WindowClient("127.0.0.1:1");
+  const sub = client.subscribe({ stream: "s", group: "g" });
+  client.close();
+  const msg = {
+    slot: 7, entryId: "1-0", payload: fields ? Buffer.alloc(0) : Buffer.from("{\"a\":1}"), headers: {}, deliveryCount: 1, channel: "", trace: undefined,
+    fields: Object.entries(fields ?? {}).map(([name, value]) => ({ name: Buffer.from(name), value: Buffer.from(value) })),
+  };
+  const { Delivery: D } = require("../src/window-client") as typeof import("../src/window-client");
+  return new D(sub, { alive: true } as never, 1, msg);
+}
+
+test("typed side effects: node-redis's commands, queued on the delivery; a wrong name fails at the call", () => {
+  const d = delivery();
+  d.redis.hIncrBy("totals", "apple", 2);
+  d.redis.HINCRBY("totals", "pear", 1);
+  d.redis.set("last", "apple", { expiration: { type: "EX", value: 60 } });
+  d.redis.xAdd("audit", "*", { sku: "apple" });
+  d.queue("HINCRBY", "totals", "fig", 1);
+  assert.deepEqual(d.commands.map((c) => [c.name, ...c.args.map(String)]), [
+    ["HINCRBY", "totals", "apple", "2"],
+    ["HINCRBY", "totals", "pear", "1"],
+    ["SET", "last", "apple", "EX", "60"],
+    ["XADD", "audit", "*", "sku", "apple"],
+    ["HINCRBY", "totals", "fig", "1"],
+  ]);
+  // @ts-expect-error: a misspelled command is a type error, and a TypeError at run time
+  assert.throws(() => d.redis.hIncrByy("totals", "apple", 1), TypeError);
+  // @ts-expect-error: a wrong argument type is a type error, and fails at the call where it can
+  assert.throws(() => d.redis.hIncrBy("totals", "apple", undefined), TypeError);
+  assert.equal(d.commands.length, 5);
+});
+
+test("an entry with plain fields: fields as Buffers and text, json() and text() say what to use", () => {
+  const d = delivery({ sku: "apple", qty: "2" });
+  assert.equal(d.inLayout, false);
+  assert.deepEqual(d.fields, { sku: Buffer.from("apple"), qty: Buffer.from("2") });
+  assert.deepEqual(d.textFields, { sku: "apple", qty: "2" });
+  for (const call of [() => d.json(), () => d.text()]) {
+    assert.throws(call, (e: Error) => e instanceof TypeError && /the fields sku, qty/.test(e.message) && /delivery\.fields/.test(e.message));
+  }
+  const p = delivery();
+  assert.equal(p.inLayout, true);
+  assert.deepEqual([p.json(), p.text(), p.fields], [{ a: 1 }, "{\"a\":1}", {}]);
+});
+
+test("publish to an address nothing listens on fails fast, naming the address and the cause", async () => {
+  const port = await new Promise<number>((resolve) => {
+    const srv = createServer().listen(0, "127.0.0.1", () => {
+      const p = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(p));
+    });
+  });
+  const target = `127.0.0.1:${port}`;
+  const client = new WindowClient(target, { connectTimeoutMs: 500 });
+  const started = Date.now();
+  await assert.rejects(client.publish("s", ["x"]), (e: Error) => {
+    assert.ok(e instanceof ConnectionError && e instanceof WindowError);
+    assert.equal(e.message, `cannot reach the sidecar at ${target}: connection refused`);
+    return true;
+  });
+  assert.ok(Date.now() - started < 3_000);
+  client.close();
+});
 
 test("a refused command of a dropped delivery leaves the drop as it is", async () => {
   let extra = false;
@@ -157,4 +256,36 @@ test("openMessage: each kind of source, its dead letter and the window options",
   assert.deepEqual(openMessage({ simpleList: "q" }).simpleList, { key: "q" });
   const pubsub = openMessage({ channels: ["a"], patterns: ["b.*"] }).pubsub;
   assert.deepEqual(pubsub, { channels: ["a"], patterns: ["b.*"], shardedChannels: [], buffer: 0 });
+});
+
+test("a subscription that cannot open gives up after maxAttempts and says why, to onError and the iteration", async () => {
+  const port = await new Promise<number>((resolve) => {
+    const srv = createServer().listen(0, "127.0.0.1", () => {
+      const p = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(p));
+    });
+  });
+  const target = `127.0.0.1:${port}`;
+  const client = new WindowClient(target);
+  const errors: WindowError[] = [];
+  const sub = client.subscribe({
+    stream: "s", group: "g", maxAttempts: 3, backoff: { initialMs: 10, maxMs: 20 }, logger: quiet,
+    onError: (e) => {
+      errors.push(e);
+    },
+  });
+  await assert.rejects(
+    (async () => {
+      for await (const _ of sub) void _;
+    })(),
+    (e: Error) => {
+      assert.ok(e instanceof SubscriptionEndedError);
+      assert.equal(e.attempts, 3);
+      assert.equal(e.message, `the subscription to stream s/g ended after 3 failed attempts: cannot reach the sidecar at ${target}: connection refused`);
+      return true;
+    },
+  );
+  assert.equal(errors.length, 1);
+  assert.equal(sub.stats.reconnects, 2);
+  client.close();
 });

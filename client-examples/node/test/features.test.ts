@@ -25,7 +25,8 @@ import {
   type PublishResponse,
   type SubscribeRequest,
 } from "../src/gen/window_sidecar/v1/window";
-import { channelSecurity, REJECTED_RETRY_MS, SettledError, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger, type OpenedInfo } from "../src/window-client";
+import { channelSecurity, RETRY_DELAY_MS, tlsFromEnv, WindowClient, type Delivery, type FlushEvent, type Logger, type OpenedInfo } from "../src/window-client";
+import { AlreadySettledError, SettledError, WindowError } from "../src/errors";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
@@ -148,7 +149,8 @@ test("extend: sent at once as Batch.extend before the outcome, refused once the 
         assert.equal(d.extend(), true);
         await new Promise((r) => setTimeout(r, 50));
         d.ack();
-        assert.throws(() => d.extend(), SettledError);
+        assert.throws(() => d.extend(), AlreadySettledError);
+        assert.throws(() => d.extend(), SettledError); // the old name, for one release
       }
     },
     { concurrency: 2 },
@@ -281,7 +283,7 @@ test("run(): a handler that returns acks, one that throws retries after 1 s with
   for (const [slot, msg] of [[2, "no such order"], [3, "later"]] as const) {
     const o = bySlot.get(slot)!;
     assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_RETRY_AFTER);
-    assert.deepEqual(o.delay, { seconds: REJECTED_RETRY_MS / 1000, nanos: 0 });
+    assert.deepEqual(o.delay, { seconds: RETRY_DELAY_MS / 1000, nanos: 0 });
     assert.equal(o.reason, `handler failed: ${msg}`);
   }
   assert.equal(bySlot.get(4)?.kind, OutcomeKind.OUTCOME_KIND_DROP);
@@ -385,7 +387,7 @@ test("mutual TLS from WINDOW_SIDECAR_TLS_CA/_CERT/_KEY, with the token beside it
       assert.deepEqual(await client.publish("s", ["x"]), ["1-0"]);
       assert.equal(f.metadata.at(-1)?.get("authorization")[0], "Bearer t0ken");
       assert.deepEqual(await byName.publish("s", ["x"]), ["1-0"]);
-      await assert.rejects(plain.publish("s", ["x"], { timeoutMs: 1_000 }), (e: { code?: number }) => e.code === status.UNAVAILABLE || e.code === status.DEADLINE_EXCEEDED);
+      await assert.rejects(plain.publish("s", ["x"], { timeoutMs: 1_000 }), (e: WindowError) => e instanceof WindowError && (e.status === status.UNAVAILABLE || e.status === status.DEADLINE_EXCEEDED));
     } finally {
       for (const c of [client, byName, plain]) c.close();
       f.server.forceShutdown();
