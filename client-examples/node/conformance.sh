@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The conformance runner of the Node client (see ../conformance/README.md).
 #
-#   conformance.sh build            npm pack of the package, installed into the scratch project
+#   conformance.sh build            the package's tarball (pack.sh), installed into the scratch project
 #                                   .conformance/ (gitignored), where conformance/runner.ts is
 #                                   compiled (tsc, strict) against the installed package
 #   conformance.sh run SCENARIO     runs the compiled runner on the installed package
@@ -15,8 +15,9 @@ case ${1:-} in
       npm ci --no-audit --no-fund --loglevel=error
     rm -rf "$app"
     mkdir -p "$app/src"
-    # npm pack runs the build (buf generate + tsc): the tarball a user installs.
-    tarball="$app/$(npm pack --silent --pack-destination "$app" | tail -1)"
+    # pack.sh builds in a temporary copy (buf generate + tsc + the ESM wrapper): the tarball a
+    # user installs.
+    tarball="$(bash "$here/pack.sh" "$app" | tail -1)"
     cp conformance/runner.ts "$app/src/"
     ts_version="$(node -p "require('./node_modules/typescript/package.json').version")"
     types_version="$(node -p "require('./node_modules/@types/node/package.json').version")"

@@ -8,8 +8,10 @@
 # 1. installs what is missing (Debian's nodejs, npm, redis-server, redis-tools; npm ci:
 #    @grpc/grpc-js, ts-proto, buf, typescript), runs the strict type checks (tsc --strict
 #    --noEmit of the library, the examples, the tests and the conformance runner) and the unit
-#    tests (npm test), packs the package (npm pack: buf generate + tsc into dist/), checks what
-#    the tarball holds,
+#    tests (npm test), packs the package outside the checkout (pack.sh: a temporary copy runs
+#    npm pack, whose build is buf generate + tsc into dist/ + the ESM wrapper), checks that the
+#    checkout is untouched, what the tarball holds (the LICENSE among it), `npm publish
+#    --dry-run`, and that the package loads with both require and import,
 #    creates a scratch project in the work directory, installs the tarball there (npm install)
 #    and compiles the examples (producer, worker, health check, importing
 #    "@window-sidecar/client") against the installed package's types; builds the sidecar when
@@ -23,8 +25,8 @@
 #    target "unix:PATH" and no channel option: a health Check, then the producer and the worker
 #    on a fresh stream; asserts the same end state;
 # 6. scenario "rejected command": an order whose handler also queues FLUSHALL, which the sidecar
-#    refuses, with --max-deliveries 2 and a dead-letter stream: retried after 1 s, then
-#    dead-lettered;
+#    refuses, with --rejected-outcome retry_after, --max-deliveries 2 and a dead-letter stream:
+#    retried after 1 s, then dead-lettered;
 # 7. scenario "token": a third sidecar with --auth-token-file; without WINDOW_SIDECAR_TOKEN the
 #    producer and the worker fail with UNAUTHENTICATED, with it they work (the worker in atomic
 #    mode) and give the same end state;
@@ -48,7 +50,7 @@ install_missing
 need_install=no
 for f in node_modules/.bin/buf node_modules/.bin/tsc node_modules/.bin/protoc-gen-ts_proto \
   node_modules/@grpc/grpc-js/package.json node_modules/@bufbuild/protobuf/package.json \
-  node_modules/grpc-health-check/package.json; do
+  node_modules/grpc-health-check/package.json node_modules/@redis/client/package.json; do
   [[ -e "$here/$f" ]] || need_install=yes
 done
 if [[ $need_install == yes ]]; then
@@ -75,14 +77,28 @@ else
 fi
 
 # ---- 1c. the package: npm pack, installed into a scratch project outside the repository ------
-log "npm pack"
-tarball="$work/$(cd "$here" && npm pack --silent --pack-destination "$work" | tail -1)"
+log "pack.sh: the tarball built in a temporary copy, and npm publish --dry-run"
+tree_state() {
+  (cd "$here" && find . \( -path ./node_modules -o -path ./build-test -o -path ./.conformance \) -prune -o -print | sort)
+}
+tree_state >"$work/tree-before.txt"
+tarball="$(bash "$here/pack.sh" "$work" --publish-dry-run 2>"$work/pack.log" | tail -1)" ||
+  { cat "$work/pack.log"; fail "pack.sh"; }
+tree_state >"$work/tree-after.txt"
+check "pack.sh wrote nothing into the checkout (no dist/, no src/gen/)" \
+  "$(diff "$work/tree-before.txt" "$work/tree-after.txt" | grep -c '^[<>]' || true)" 0
+check "npm publish --dry-run: the package, no warning but the missing login" \
+  "$(grep -c '^publish --dry-run: + @window-sidecar/client@' "$work/pack.log"):$(grep -i 'publish --dry-run: npm warn' "$work/pack.log" | grep -vc 'requires you to be logged in' || true)" "1:0"
 check "npm pack made the tarball" "$(basename "$tarball")" "window-sidecar-client-$(node -p "require('$here/package.json').version").tgz"
 tar tzf "$tarball" | sort >"$work/tarball.txt"
-# Exactly the compiled client, its types and the generated code, with package.json and README.md.
+# Exactly the compiled client, its types, the generated code and the ES module entry, with
+# package.json, README.md and the LICENSE.
 check "the tarball's files" "$(sed 's#^package/##' "$work/tarball.txt" | paste -sd' ')" \
-  "$(printf '%s\n' README.md package.json dist/{index,tracing,window-client,gen/google/protobuf/duration,gen/window_sidecar/v1/window}.{d.ts,js} \
+  "$(printf '%s\n' LICENSE README.md package.json dist/esm/index.{mjs,d.mts} \
+    dist/{index,tracing,window-client,commands,errors,gen/google/protobuf/duration,gen/window_sidecar/v1/window}.{d.ts,js} \
     | sort | paste -sd' ')"
+check "the tarball's LICENSE is the repository's" \
+  "$(tar xzf "$tarball" -O package/LICENSE | cmp -s - "$root/LICENSE" && echo same)" same
 
 app="$work/app"
 log "scratch project $app: npm install the tarball, compile the examples"
@@ -113,6 +129,8 @@ EOF
   || { cat "$work/app-install.log"; fail "npm install of the tarball"; }
 check "the package resolves by name from the scratch project's node_modules" \
   "$(cd "$app" && node -p 'require.resolve("@window-sidecar/client")')" "$app/node_modules/@window-sidecar/client/dist/index.js"
+check "require and import give the same classes (one CommonJS build, an ES module wrapper)" \
+  "$(cd "$app" && node --input-type=module -e 'import { WindowClient, ConnectionError, WindowError } from "@window-sidecar/client"; import { createRequire } from "node:module"; const c = createRequire(import.meta.url)("@window-sidecar/client"); console.log(c.WindowClient === WindowClient && new ConnectionError("a", "b") instanceof c.WindowError && typeof WindowError)')" function
 # Without skipLibCheck: the package's .d.ts files must type-check too.
 if out="$(cd "$app" && node_modules/.bin/tsc -p tsconfig.json 2>&1)"; then
   pass "the examples compile (strict) against the installed package"
@@ -217,9 +235,10 @@ check_no_invalid_picks "unix socket"
 [[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
 
 # ---- 6. scenario "rejected command" -------------------------------------------------------------
-# The rejection rule: a delivery with a command the sidecar refuses is settled with retry_after
-# 1 s and the reason "rejected: <message>", never acked nor dropped; with a cap of 2 deliveries
-# the poison order reaches the dead letter on its second delivery.
+# The rejection rule with rejectedOutcome "retry_after" (the default drops a FORBIDDEN_COMMAND at
+# once; the conformance suite checks that): a delivery with a command the sidecar refuses is
+# settled with retry_after 1 s and the reason "rejected: <reason>: <message>", never acked; with
+# a cap of 2 deliveries the poison order reaches the dead letter on its second delivery.
 log "scenario rejected command: every order also queues FLUSHALL, max 2 deliveries, a dead letter"
 rcli flushdb >/dev/null
 rcli set sentinel still-here >/dev/null
@@ -236,7 +255,7 @@ run producer --sidecar "$addr" --orders "$work/poison.json" >"$work/poison-produ
 cat "$work/poison-producer.log"
 rc=0
 run_for 60 worker --sidecar "$addr" --orders "$work/poison.json" --consumer poison-1 \
-  --max-deliveries 2 --dead-letter "$dead_letter" --poison-command FLUSHALL --idle-exit 15 \
+  --max-deliveries 2 --dead-letter "$dead_letter" --poison-command FLUSHALL --rejected-outcome retry_after --idle-exit 15 \
   >"$work/poison-worker.log" 2>&1 || rc=$?
 grep -E '^poison-1:|^not settled' "$work/poison-worker.log" || true
 check "rejected command: worker exit code" "$rc" 0
@@ -244,7 +263,7 @@ check "rejected command: worker summary" \
   "$(grep -Eo '^poison-1: acked [0-9]+, dropped [0-9]+, retried [0-9]+, dead-lettered [0-9]+' "$work/poison-worker.log")" \
   "poison-1: acked 0, dropped 0, retried 1, dead-lettered 1"
 check "rejected command: the sidecar refused FLUSHALL twice" \
-  "$(grep -c 'sidecar rejected command FLUSHALL' "$work/poison-worker.log")" 2
+  "$(grep -c 'the sidecar refused FLUSHALL of entry' "$work/poison-worker.log")" 2
 check "rejected command: FLUSHALL never ran" "$(rcli get sentinel)" still-here
 check "rejected command: XLEN $dead_letter" "$(rcli xlen "$dead_letter")" 1
 dead_fields="$(rcli xrange "$dead_letter" - + | tail -n +2)"
