@@ -14,8 +14,12 @@
 #      native-epoll.sh builds from Debian's source (Debian ships none), and no other option;
 #   5. a third sidecar with --auth-token-file: with WINDOW_SIDECAR_TOKEN the producer and the
 #      worker work, without it their calls fail with UNAUTHENTICATED;
-#   6. a poison order whose handler queues FLUSHALL, which the sidecar refuses: the helper settles
-#      it with retry_after 1 s, and with a cap of 2 deliveries it ends in the dead-letter stream.
+#   6. a poison order whose handler queues FLUSHALL, which the sidecar refuses: with
+#      --rejected-outcome retry_after the helper settles it with retry_after 1 s, and with a cap
+#      of 2 deliveries it ends in the dead-letter stream; with the default (auto) it is dropped
+#      at once, and no line repeats the sidecar's advice to settle it otherwise.
+#   Besides: RedisCommands.java is what generate-commands.sh makes of the checked-in command
+#   specification, and the jar carries the repository's LICENSE.
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -58,6 +62,14 @@ check "helper unit tests (JUnit: ${tests_line:-none run})" \
 installed="$m2/dev/windowsidecar/window-sidecar-client/0.1.0/window-sidecar-client-0.1.0.jar"
 check "the installed jar holds the generated stub and the helper" \
   "$(unzip -l "$installed" 2>/dev/null | grep -cE 'dev/windowsidecar/(v1/WindowServiceGrpc|client/WindowClient)\.class$' || true)" 2
+check "the installed jar carries the repository's LICENSE (META-INF/LICENSE)" \
+  "$(unzip -p "$installed" META-INF/LICENSE 2>/dev/null | cmp -s - "$root/LICENSE" && echo same)" same
+# The typed command API is what the generator makes of the checked-in specification.
+need_cmd go golang-go
+install_missing
+./generate-commands.sh "$work/RedisCommands.java"
+check "RedisCommands.java is generated from ../go/rediscommands (generate-commands.sh)" \
+  "$(cmp -s src/main/java/dev/windowsidecar/client/RedisCommands.java "$work/RedisCommands.java" && echo same || echo "differs: run generate-commands.sh")" same
 
 # The application, outside the repository, on the package by its coordinates.
 app="$work/app"
@@ -173,8 +185,8 @@ check_end_state "token" "$auth_stream"
 
 # --- a refused command --------------------------------------------------------------------
 # A poison order: its handler queues FLUSHALL, which the sidecar refuses (and with it the ack).
-# The helper settles it with retry_after 1 s (never a drop); the worker's cap of 2 deliveries
-# and dead-letter stream end it there on the second refusal.
+# With --rejected-outcome retry_after the helper settles it with retry_after 1 s; the worker's
+# cap of 2 deliveries and dead-letter stream end it there on the second refusal.
 poison_stream=poison-orders
 dead=poison-orders-dead
 jq -n --arg s "$poison_stream" \
@@ -186,7 +198,8 @@ timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
 producer_rc=$?
 timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
   --orders "$work/poison.json" --stream "$poison_stream" --consumer poison-1 --expect -1 \
-  --idle-timeout 4s --max-deliveries 2 --dead-letter "$dead" >"$work/poison-worker.log" 2>&1
+  --idle-timeout 4s --max-deliveries 2 --dead-letter "$dead" --rejected-outcome retry_after \
+  >"$work/poison-worker.log" 2>&1
 worker_rc=$?
 set -e
 check "refused command: producer exit status" "$producer_rc" 0
@@ -196,12 +209,40 @@ check "refused command: the helper logged the sidecar's refusal of FLUSHALL" \
 check "refused command: XLEN $dead (dead-lettered after 2 deliveries)" "$(rcli xlen "$dead")" 1
 dead_fields=$(rcli xrange "$dead" - + | paste -sd' ')
 check "refused command: the dead letter says 2 deliveries and the rejection as reason" \
-  "$(rcli --no-raw xrange "$dead" - + | awk '/x-window-deliveries/ {getline; d=$0} /x-window-reason/ {getline; r=$0} END {print (d ~ /"2"/) ":" (r ~ /rejected: /)}')" 1:1
+  "$(rcli --no-raw xrange "$dead" - + | awk '/x-window-deliveries/ {getline; d=$0} /x-window-reason/ {getline; r=$0} END {print (d ~ /"2"/) ":" (r ~ /rejected: FORBIDDEN_COMMAND: /)}')" 1:1
 check "refused command: XPENDING $poison_stream order-service" \
   "$(rcli xpending "$poison_stream" order-service | head -1)" 0
 check "refused command: ZCARD {$poison_stream}:window:delayed" "$(rcli zcard "{$poison_stream}:window:delayed")" 0
 check "refused command: its other commands never ran (no HGET sku-totals poison)" \
   "$(rcli hget sku-totals poison)" ""
 echo "   dead letter: $dead_fields"
+
+# The default (auto): FORBIDDEN_COMMAND, which no retry fixes, drops the poison order at once:
+# one delivery, nothing dead-lettered, pending or delayed, and no line repeats the sidecar's
+# advice to settle it otherwise.
+auto_stream=poison-auto
+auto_dead=poison-auto-dead
+jq -n --arg s "$auto_stream" \
+  '{stream: $s, group: "order-service", orders: [{id: "p-2", poison: true, lines: [{sku: "poison", qty: 1}]}]}' \
+  >"$work/poison-auto.json"
+set +e
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
+  --orders "$work/poison-auto.json" >"$work/poison-auto-producer.log" 2>&1
+producer_rc=$?
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
+  --orders "$work/poison-auto.json" --stream "$auto_stream" --consumer poison-2 --expect -1 \
+  --idle-timeout 4s --max-deliveries 2 --dead-letter "$auto_dead" >"$work/poison-auto-worker.log" 2>&1
+worker_rc=$?
+set -e
+check "refused command, auto: producer exit status" "$producer_rc" 0
+check "refused command, auto: worker exit status" "$worker_rc" 0
+check "refused command, auto: delivered once, dropped with the reason" \
+  "$(grep -c '(delivery 1)' "$work/poison-auto-worker.log"):$(grep -c '(delivery 2)' "$work/poison-auto-worker.log"):$(grep -c 'settled it with drop' "$work/poison-auto-worker.log")" 1:0:1
+check "refused command, auto: XLEN $auto_dead" "$(rcli xlen "$auto_dead")" 0
+check "refused command, auto: XPENDING $auto_stream order-service" \
+  "$(rcli xpending "$auto_stream" order-service | head -1)" 0
+check "refused command, auto: ZCARD {$auto_stream}:window:delayed" "$(rcli zcard "{$auto_stream}:window:delayed")" 0
+check "refused command, auto: no line says \"settle it with\"" \
+  "$(grep -ci 'settle it with' "$work/poison-auto-worker.log" || true)" 0
 
 e2e_summary

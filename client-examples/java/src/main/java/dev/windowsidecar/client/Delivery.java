@@ -9,6 +9,8 @@ import dev.windowsidecar.v1.TraceContext;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -19,7 +21,11 @@ import java.util.Map;
  * <p>The outcome methods return {@code true} when the outcome will reach the sidecar, {@code
  * false} when the stream that delivered this entry is gone (the sidecar restarted, the connection
  * broke, the subscription closed): nothing is sent, the entry stays pending in Redis and is
- * delivered again on the next stream. A second outcome throws {@link IllegalStateException}.
+ * delivered again on the next stream. A second outcome throws {@link AlreadySettledException}.
+ *
+ * <p>An entry in the payload layout (what the clients publish) has a {@link #payload()}, read with
+ * {@link #text()} or {@link #json(Class)}; one another producer wrote with plain fields ({@code
+ * XADD k * sku apple qty 2}) has {@link #fields()} / {@link #textFields()} instead.
  */
 public final class Delivery {
   private final dev.windowsidecar.v1.Delivery proto;
@@ -31,6 +37,8 @@ public final class Delivery {
   boolean sent;
   /** The application's own trace context for handling this delivery, sent with its outcome. */
   TraceContext handlingTrace;
+  /** The sidecar's refusal of one of its commands, kept to explain the refused ack after it. */
+  dev.windowsidecar.v1.Rejection rejection;
   /** The handler's return does not ack it: the application settles it later ({@link #settleLater}). */
   volatile boolean later;
 
@@ -55,9 +63,60 @@ public final class Delivery {
     return proto.getPayload();
   }
 
-  /** The payload as UTF-8 text. */
+  /** The payload as UTF-8 text (empty for an entry not in the payload layout). */
   public String payloadUtf8() {
     return proto.getPayload().toStringUtf8();
+  }
+
+  /** Whether the entry is in the payload layout; false for one written with plain fields. */
+  public boolean hasPayload() {
+    return proto.getFieldsCount() == 0;
+  }
+
+  /**
+   * The payload as UTF-8 text.
+   *
+   * @throws WindowException for an entry not in the payload layout, naming its fields (read
+   *     {@link #fields()} or {@link #textFields()} instead)
+   */
+  public String text() {
+    if (!hasPayload()) {
+      throw noPayload("text()");
+    }
+    return proto.getPayload().toStringUtf8();
+  }
+
+  /**
+   * The payload decoded as JSON into {@code type} (Gson, the JSON library grpc-java depends on).
+   *
+   * @throws WindowException for an entry not in the payload layout, naming its fields (read
+   *     {@link #fields()} or {@link #textFields()} instead), or when the payload is not JSON of
+   *     that type
+   */
+  public <T> T json(Class<T> type) {
+    if (!hasPayload()) {
+      throw noPayload("json()");
+    }
+    try {
+      return new com.google.gson.Gson().fromJson(proto.getPayload().toStringUtf8(), type);
+    } catch (com.google.gson.JsonParseException e) {
+      throw new WindowException("the payload of entry " + entryId() + " is not JSON of " + type.getSimpleName() + ": " + e.getMessage());
+    }
+  }
+
+  private WindowException noPayload(String call) {
+    List<String> names = new ArrayList<>();
+    for (Field f : proto.getFieldsList()) {
+      names.add(f.getName().toStringUtf8());
+    }
+    return new WindowException(
+        call
+            + ": entry "
+            + entryId()
+            + " is not in the payload layout (no _payload field; another producer wrote it with"
+            + " plain fields "
+            + String.join(", ", names)
+            + "): read fields() or textFields() instead");
   }
 
   /** The headers, by name without the {@code h:} prefix. */
@@ -65,9 +124,39 @@ public final class Delivery {
     return proto.getHeadersMap();
   }
 
-  /** The raw fields, when the entry is not in the payload-and-headers layout. */
-  public List<Field> fields() {
+  /**
+   * An entry not in the payload layout: its fields by name (the last value of a repeated name),
+   * in order; empty for an entry in the layout.
+   */
+  public Map<String, ByteString> fields() {
+    Map<String, ByteString> m = new LinkedHashMap<>();
+    for (Field f : proto.getFieldsList()) {
+      m.put(f.getName().toStringUtf8(), f.getValue());
+    }
+    return Collections.unmodifiableMap(m);
+  }
+
+  /** {@link #fields()} as UTF-8 text. */
+  public Map<String, String> textFields() {
+    Map<String, String> m = new LinkedHashMap<>();
+    for (Field f : proto.getFieldsList()) {
+      m.put(f.getName().toStringUtf8(), f.getValue().toStringUtf8());
+    }
+    return Collections.unmodifiableMap(m);
+  }
+
+  /** The fields as received, in order, repeated names included. */
+  public List<Field> rawFields() {
     return proto.getFieldsList();
+  }
+
+  /**
+   * The typed command API: {@code d.redis().hincrby("totals", "apple", 2)} queues {@code HINCRBY
+   * totals apple 2} as {@link #queue} does, the name and the argument types checked by the
+   * compiler (see {@link RedisCommands}).
+   */
+  public RedisCommands redis() {
+    return new RedisCommands(this);
   }
 
   /** Deliveries of this entry and of its earlier retried copies, this one included. */
@@ -110,7 +199,7 @@ public final class Delivery {
     }
     synchronized (session.lock) {
       if (outcome != null) {
-        throw new IllegalStateException("delivery " + entryId() + " is already settled");
+        throw new AlreadySettledException(this, outcome.getKind());
       }
       handlingTrace = t.build();
     }
@@ -128,7 +217,7 @@ public final class Delivery {
    * booleans (1/0), anything else by {@code toString()}. Ignored (returns this) when the stream
    * is gone.
    *
-   * @throws IllegalStateException when the delivery is already settled
+   * @throws AlreadySettledException when the delivery is already settled
    */
   public Delivery queue(String name, Object... args) {
     if (name == null || name.isEmpty()) {
@@ -140,7 +229,7 @@ public final class Delivery {
     }
     synchronized (session.lock) {
       if (outcome != null) {
-        throw new IllegalStateException("delivery " + entryId() + " is already settled");
+        throw new AlreadySettledException(this, outcome.getKind());
       }
       if (session.usable()) {
         commands.add(cmd.build());
@@ -155,10 +244,20 @@ public final class Delivery {
    * whole {@code min_idle}; a reliable list's lease is renewed). No outcome: settle it later as
    * usual. Returns false when the stream is gone.
    *
-   * @throws IllegalStateException when the delivery is already settled
+   * @throws AlreadySettledException when the delivery is already settled
    */
-  public boolean inProgress() {
+  public boolean extend() {
     return session.extend(this);
+  }
+
+  /**
+   * {@link #extend()}.
+   *
+   * @deprecated the name every client uses is {@code extend}
+   */
+  @Deprecated
+  public boolean inProgress() {
+    return extend();
   }
 
   /**

@@ -9,7 +9,7 @@ package dev.windowsidecar.client;
  * all its deliveries are settled.
  *
  * <p>When the handler throws and the delivery is still unsettled, it is settled with {@code
- * retry_after} ({@link SubscribeOptions.Builder#errorRetryDelay}, 1 s) and the reason {@code
+ * retry_after} ({@link SubscribeOptions.Builder#retryDelay}, 1 s doubling per delivery) and the reason {@code
  * handler failed: <the exception>}: never acked, never dropped.
  */
 @FunctionalInterface

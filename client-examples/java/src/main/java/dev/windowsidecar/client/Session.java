@@ -27,13 +27,6 @@ import java.util.concurrent.TimeUnit;
 
 /** One Subscribe stream. Everything mutable is guarded by {@link #lock}. */
 final class Session implements ClientResponseObserver<SubscribeRequest, SubscribeResponse> {
-  /**
-   * The delay of a delivery whose command or outcome the sidecar refused. Retried, not dropped:
-   * the entry is never lost, and with {@code maxDeliveries} and a dead letter a poison entry
-   * ends up in the dead letter once the cap is reached. The same in every window-sidecar helper.
-   */
-  static final Duration REJECTED_RETRY_DELAY = Duration.ofSeconds(1);
-
   /** One Read: its deliveries and whether its batch went out. */
   static final class ReadState {
     final long id;
@@ -114,7 +107,7 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   boolean settle(Delivery d, Outcome outcome) {
     synchronized (lock) {
       if (d.outcome != null) {
-        throw new IllegalStateException("delivery " + d.entryId() + " is already settled");
+        throw new AlreadySettledException(d, d.outcome.getKind());
       }
       if (!usable()) {
         return false;
@@ -145,7 +138,7 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   boolean extend(Delivery d) {
     synchronized (lock) {
       if (d.outcome != null) {
-        throw new IllegalStateException("delivery " + d.entryId() + " is already settled");
+        throw new AlreadySettledException(d, d.outcome.getKind());
       }
       if (!usable()) {
         return false;
@@ -281,40 +274,86 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   }
 
   /**
-   * Settles every delivery whose outcome the sidecar refused (an ack after a refused command is
-   * refused as INCOMPLETE_SEGMENT; the slot stays open) with retry_after {@link
-   * #REJECTED_RETRY_DELAY}, the rejection as its reason. Never a drop: the entry outlives a
-   * handler that queues a bad command (fix the handler and the entry is still there), and a
-   * delivery cap with a dead letter ends a poison entry.
+   * A refused command or outcome is the caller's error, not a retry loop: every delivery whose
+   * outcome the sidecar refused (an ack after a refused command is refused as INCOMPLETE_SEGMENT;
+   * the slot stays open) is settled as {@link SubscribeOptions#rejectedOutcome} says, without its
+   * commands, and the listener's {@code error} gets a {@link RejectedException} naming the cause
+   * (the refused command's reason, not the ack's). The sidecar's advice to settle it otherwise is
+   * what this does: it is not passed on.
    */
   private void onRejections(List<Rejection> rejections) {
     Map<Long, List<Rejection>> bySlot = new LinkedHashMap<>();
     for (Rejection r : rejections) {
       bySlot.computeIfAbsent(r.getSlot(), k -> new ArrayList<>()).add(r);
-      sub.log(
-          "the sidecar refused %s for slot %d: %s: %s",
-          r.getCommand().isEmpty() ? "the outcome" : "command " + r.getCommand(),
-          r.getSlot(),
-          r.getReason(),
-          r.getMessage());
     }
     for (Map.Entry<Long, List<Rejection>> e : bySlot.entrySet()) {
+      Delivery d;
+      Rejection why;
+      boolean reopened = false;
+      String outcome = "";
       synchronized (lock) {
-        Delivery d = slots.get(e.getKey());
-        if (d == null || d.outcome == null || !d.sent || !outcomeRefused(e.getValue())) {
-          continue; // nothing of ours is open on the sidecar
+        d = slots.get(e.getKey());
+        why = cause(e.getValue());
+        if (d != null) {
+          if (!why.getCommand().isEmpty()) {
+            d.rejection = why;
+          } else if (d.rejection != null) {
+            why = d.rejection; // a refused command explains the refused ack that follows it
+          }
         }
-        // The slot is still open on the sidecar: settle it anew, without its commands.
-        d.outcome = null;
-        d.sent = false;
-        d.commands = new ArrayList<>();
-        d.read.settled.remove(d);
-        if (!d.read.sent) {
-          d.read.unsettled++; // sent alone (draining): open again in its read's count too
+        if (d != null && d.outcome != null && d.sent && outcomeRefused(e.getValue())) {
+          // The slot is still open on the sidecar: settle it anew, without its commands.
+          d.outcome = null;
+          d.sent = false;
+          d.commands = new ArrayList<>();
+          d.read.settled.remove(d);
+          if (!d.read.sent) {
+            d.read.unsettled++; // sent alone (draining): open again in its read's count too
+          }
+          reopened = true;
+        } else if (d != null
+            && !why.getCommand().isEmpty()
+            && d.outcome != null
+            && d.outcome.getKind() == OutcomeKind.OUTCOME_KIND_ACK) {
+          continue; // the ack's refusal follows in a message of its own: reported then
         }
-        d.retryAfter(REJECTED_RETRY_DELAY, "rejected: " + rejectionMessage(e.getValue()));
+      }
+      if (reopened) {
+        String reason = "rejected: " + RejectedException.reasonName(why) + ": " + why.getMessage();
+        boolean drop = sub.options.rejectedOutcome == RejectedOutcome.DROP;
+        if (sub.options.rejectedOutcome == RejectedOutcome.AUTO) {
+          drop =
+              why.getReason() == RejectionReason.REJECTION_REASON_INVALID_COMMAND
+                  || why.getReason() == RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND
+                  || why.getReason() == RejectionReason.REJECTION_REASON_PERMISSION_DENIED;
+        }
+        boolean sent;
+        if (drop) {
+          outcome = "drop";
+          sent = d.drop(reason);
+        } else {
+          Duration delay = sub.options.retryDelay(d.deliveryCount());
+          outcome = "retry_after " + delay;
+          sent = d.retryAfter(delay, reason);
+        }
+        if (!sent) {
+          outcome = "";
+        }
+      }
+      RejectedException error = new RejectedException(why, d, outcome);
+      sub.log("%s", error.getMessage());
+      sub.reportError(error);
+    }
+  }
+
+  /** The rejection that explains a slot's: a refused command's, else the first. */
+  private static Rejection cause(List<Rejection> rejections) {
+    for (Rejection r : rejections) {
+      if (!r.getCommand().isEmpty()) {
+        return r;
       }
     }
+    return rejections.get(0);
   }
 
   private static boolean outcomeRefused(List<Rejection> rejections) {
@@ -325,19 +364,6 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       }
     }
     return false;
-  }
-
-  /**
-   * The message of the rejection that explains a slot's refusal: a refused command's (the cause)
-   * rather than the INCOMPLETE_SEGMENT of the ack that followed it.
-   */
-  static String rejectionMessage(List<Rejection> rejections) {
-    for (Rejection r : rejections) {
-      if (!r.getCommand().isEmpty()) {
-        return r.getMessage();
-      }
-    }
-    return rejections.get(0).getMessage();
   }
 
   @Override

@@ -42,7 +42,10 @@ public final class SubscribeOptions {
   final Duration maxBackoff;
   final Duration openTimeout;
   final Duration closeTimeout;
-  final Duration errorRetryDelay;
+  final Duration retryDelay;
+  final Duration maxRetryDelay;
+  final int maxAttempts;
+  final RejectedOutcome rejectedOutcome;
   final Duration deadAfter;
   final List<String> channels;
   final List<String> patterns;
@@ -71,7 +74,10 @@ public final class SubscribeOptions {
     maxBackoff = b.maxBackoff.compareTo(b.minBackoff) < 0 ? b.minBackoff : b.maxBackoff;
     openTimeout = b.openTimeout;
     closeTimeout = b.closeTimeout;
-    errorRetryDelay = b.errorRetryDelay;
+    retryDelay = b.retryDelay;
+    maxRetryDelay = b.maxRetryDelay.compareTo(b.retryDelay) < 0 ? b.retryDelay : b.maxRetryDelay;
+    maxAttempts = b.maxAttempts;
+    rejectedOutcome = b.rejectedOutcome;
     deadAfter = b.deadAfter;
     channels = List.copyOf(b.channels);
     patterns = List.copyOf(b.patterns);
@@ -177,6 +183,15 @@ public final class SubscribeOptions {
     return open.build();
   }
 
+  /** The client's retry_after delay for the {@code count}-th delivery. */
+  Duration retryDelay(int count) {
+    Duration d = retryDelay;
+    for (int i = 1; i < count && d.compareTo(maxRetryDelay) < 0; i++) {
+      d = d.multipliedBy(2);
+    }
+    return d.compareTo(maxRetryDelay) > 0 ? maxRetryDelay : d;
+  }
+
   static com.google.protobuf.Duration duration(Duration d) {
     return com.google.protobuf.Duration.newBuilder()
         .setSeconds(d.getSeconds())
@@ -199,7 +214,10 @@ public final class SubscribeOptions {
     private Duration maxBackoff = Duration.ofSeconds(5);
     private Duration openTimeout = Duration.ofSeconds(10);
     private Duration closeTimeout = Duration.ofSeconds(10);
-    private Duration errorRetryDelay = Duration.ofSeconds(1);
+    private Duration retryDelay = Duration.ofSeconds(1);
+    private Duration maxRetryDelay = Duration.ofMinutes(1);
+    private int maxAttempts = 10;
+    private RejectedOutcome rejectedOutcome = RejectedOutcome.AUTO;
     private Duration deadAfter = Duration.ZERO;
     private final List<String> channels = new ArrayList<>();
     private final List<String> patterns = new ArrayList<>();
@@ -281,9 +299,55 @@ public final class SubscribeOptions {
       return this;
     }
 
-    /** The retry_after delay for a delivery whose handler threw (default 1 s). */
+    /**
+     * The first delay of a {@code retry_after} the client gives (a refused command, a handler that
+     * threw): {@code retryDelay × 2^(deliveryCount − 1)}, at most {@link #maxRetryDelay} (default
+     * 1 s).
+     */
+    public Builder retryDelay(Duration retryDelay) {
+      if (retryDelay == null || retryDelay.toMillis() < 1) {
+        throw new IllegalArgumentException("a retry delay is at least 1 ms");
+      }
+      this.retryDelay = retryDelay;
+      return this;
+    }
+
+    /**
+     * The retry_after delay for a delivery whose handler threw.
+     *
+     * @deprecated {@link #retryDelay}, which now doubles with the delivery count
+     */
+    @Deprecated
     public Builder errorRetryDelay(Duration errorRetryDelay) {
-      this.errorRetryDelay = errorRetryDelay;
+      return retryDelay(errorRetryDelay);
+    }
+
+    /** The cap of the client's retry delay (default 1 min). */
+    public Builder maxRetryDelay(Duration maxRetryDelay) {
+      this.maxRetryDelay = Objects.requireNonNull(maxRetryDelay, "maxRetryDelay");
+      return this;
+    }
+
+    /**
+     * How many consecutive opens may fail (the sidecar unreachable, a stream that ends before
+     * {@code opened}) before the subscription gives up with a {@link SubscriptionEndedException}
+     * (default 10; 0: never give up).
+     */
+    public Builder maxAttempts(int maxAttempts) {
+      if (maxAttempts < 0) {
+        throw new IllegalArgumentException("maxAttempts is 0 (never give up) or more");
+      }
+      this.maxAttempts = maxAttempts;
+      return this;
+    }
+
+    /**
+     * How a delivery is settled when the sidecar refuses one of its commands or its outcome
+     * (default {@link RejectedOutcome#AUTO}); the listener's {@code error} gets a {@link
+     * RejectedException} either way.
+     */
+    public Builder rejectedOutcome(RejectedOutcome rejectedOutcome) {
+      this.rejectedOutcome = Objects.requireNonNull(rejectedOutcome, "rejectedOutcome");
       return this;
     }
 
@@ -338,7 +402,7 @@ public final class SubscribeOptions {
       return this;
     }
 
-    /** Sees the subscription's lifecycle: opened, resubscribed, draining, disconnected. */
+    /** Sees the subscription's lifecycle (opened, resubscribed, draining, disconnected) and errors. */
     public Builder listener(SubscriptionListener listener) {
       this.listener = listener;
       return this;

@@ -43,7 +43,10 @@ public final class Subscription implements AutoCloseable {
     thread.start();
   }
 
-  /** The error that ended the subscription (null while running and after {@link #close}). */
+  /**
+   * The error that ended the subscription, a {@link SubscriptionEndedException} (null while
+   * running and after {@link #close}).
+   */
   public Throwable error() {
     return error;
   }
@@ -92,6 +95,11 @@ public final class Subscription implements AutoCloseable {
     }
   }
 
+  /** Hands an error to the listener; its exceptions are logged, never the subscription's end. */
+  void reportError(WindowException e) {
+    listen(() -> options.listener.error(e));
+  }
+
   void log(String format, Object... args) {
     if (LOG.isLoggable(Level.INFO)) {
       LOG.info(String.format(format, args));
@@ -106,15 +114,18 @@ public final class Subscription implements AutoCloseable {
     try {
       Duration backoff = options.minBackoff;
       boolean everOpened = false;
+      int failedOpens = 0;
       while (!closing()) {
         Throwable failure = null;
         Session s = null;
         try {
           s = open();
         } catch (StatusRuntimeException e) {
-          failure = e;
+          failedOpens++;
+          failure = WindowException.of("subscribe", client.address(), e);
         }
         if (s != null) {
+          failedOpens = 0;
           Opened opened = s.opened.getNow(null);
           if (everOpened) {
             int n = ++reconnects;
@@ -134,9 +145,11 @@ public final class Subscription implements AutoCloseable {
             failure = Status.UNAVAILABLE.withDescription("the stream ended").asRuntimeException();
           }
         }
-        if (!retryable(failure)) {
-          error = failure;
-          log("subscription %s failed: %s", options.describe(), failure);
+        if (!retryable(failure) || (options.maxAttempts > 0 && failedOpens >= options.maxAttempts)) {
+          SubscriptionEndedException ended = new SubscriptionEndedException(failedOpens, failure);
+          error = ended;
+          log("subscription %s: %s", options.describe(), ended.getMessage());
+          reportError(ended);
           return;
         }
         long half = Math.max(1, backoff.toMillis() / 2);
@@ -203,7 +216,7 @@ public final class Subscription implements AutoCloseable {
         LOG.log(Level.WARNING, "handler failed for " + d, e);
         if (!d.isSettled()) {
           try {
-            d.retryAfter(options.errorRetryDelay, "handler failed: " + e);
+            d.retryAfter(options.retryDelay(d.deliveryCount()), "handler failed: " + e);
           } catch (IllegalStateException raced) {
             // settled meanwhile
           }
@@ -246,6 +259,9 @@ public final class Subscription implements AutoCloseable {
   }
 
   private static String describe(Throwable t) {
+    if (t instanceof WindowException) {
+      return t.getMessage();
+    }
     Status st = Status.fromThrowable(t);
     return st.getCode() + ": " + st.getDescription();
   }

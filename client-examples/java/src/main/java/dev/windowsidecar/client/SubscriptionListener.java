@@ -37,4 +37,12 @@ public interface SubscriptionListener {
    * tries again after {@code retryIn}.
    */
   default void disconnected(Throwable cause, Duration retryIn) {}
+
+  /**
+   * An error of the subscription that no call of the application raised: a {@link
+   * RejectedException} for each delivery the sidecar refused something of (after the client
+   * settled it), and the {@link SubscriptionEndedException} the subscription ends with. Runs on
+   * a gRPC thread or the subscription's.
+   */
+  default void error(WindowException error) {}
 }

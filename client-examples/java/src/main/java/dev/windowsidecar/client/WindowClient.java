@@ -10,7 +10,6 @@ import dev.windowsidecar.v1.WindowServiceGrpc;
 import io.grpc.Channel;
 import io.grpc.ClientInterceptors;
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
 import io.grpc.netty.NettyChannelBuilder;
 import io.grpc.stub.MetadataUtils;
@@ -67,14 +66,20 @@ public final class WindowClient implements AutoCloseable {
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
 
+  /** How long a call waits to reach the sidecar without {@link Builder#connectTimeout}. */
+  public static final java.time.Duration DEFAULT_CONNECT_TIMEOUT = java.time.Duration.ofSeconds(5);
+
   private final ManagedChannel channel;
   private final boolean owned;
+  private final String address;
   /** The event loop of a Unix socket channel, shut down after it; else null. */
   private final EventLoopGroup group;
   final WindowServiceGrpc.WindowServiceStub async;
 
-  private WindowClient(ManagedChannel channel, boolean owned, EventLoopGroup group, String token) {
+  private WindowClient(
+      ManagedChannel channel, boolean owned, EventLoopGroup group, String token, String address) {
     this.channel = channel;
+    this.address = address;
     this.owned = owned;
     this.group = group;
     Channel calls = channel;
@@ -120,6 +125,7 @@ public final class WindowClient implements AutoCloseable {
     private Path tlsKey;
     private String tlsServerName;
     private boolean plaintext;
+    private java.time.Duration connectTimeout = DEFAULT_CONNECT_TIMEOUT;
 
     Builder(Map<String, String> env) {
       target = nonEmpty(env.get(ADDR_ENV));
@@ -177,6 +183,18 @@ public final class WindowClient implements AutoCloseable {
       return this;
     }
 
+    /**
+     * How long one attempt to reach the sidecar may take before a call fails with a {@link
+     * ConnectionException} (default 5 s). A refused connection fails the call at once.
+     */
+    public Builder connectTimeout(java.time.Duration connectTimeout) {
+      if (connectTimeout == null || connectTimeout.toMillis() < 1) {
+        throw new IllegalArgumentException("a connect timeout is at least 1 ms");
+      }
+      this.connectTimeout = connectTimeout;
+      return this;
+    }
+
     /** Plaintext, whatever the environment's TLS variables say. */
     public Builder plaintext() {
       this.plaintext = true;
@@ -204,19 +222,22 @@ public final class WindowClient implements AutoCloseable {
       Tls tls = tls();
       String path = unixSocketPath(target);
       if (path != null) {
-        return connectUnix(path, token, tls);
+        return connectUnix(path, token, tls, target);
       }
-      ManagedChannel channel;
+      NettyChannelBuilder b =
+          NettyChannelBuilder.forTarget(target)
+              .withOption(
+                  io.netty.channel.ChannelOption.CONNECT_TIMEOUT_MILLIS,
+                  (int) Math.min(Integer.MAX_VALUE, connectTimeout.toMillis()));
       if (tls == null) {
-        channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+        b.usePlaintext();
       } else {
-        NettyChannelBuilder b = NettyChannelBuilder.forTarget(target).sslContext(tls.sslContext());
+        b.sslContext(tls.sslContext());
         if (tls.serverName() != null) {
           b.overrideAuthority(tls.serverName());
         }
-        channel = b.build();
       }
-      return new WindowClient(channel, true, null, token);
+      return new WindowClient(b.build(), true, null, token, target);
     }
   }
 
@@ -227,7 +248,12 @@ public final class WindowClient implements AutoCloseable {
 
   /** Uses a channel the caller owns, every call carrying this bearer token. */
   public static WindowClient of(ManagedChannel channel, String token) {
-    return new WindowClient(channel, false, null, token);
+    return new WindowClient(channel, false, null, token, channel.authority());
+  }
+
+  /** The address the client dialled (its target), as its errors name it. */
+  public String address() {
+    return address;
   }
 
   /**
@@ -253,7 +279,7 @@ public final class WindowClient implements AutoCloseable {
   }
 
   /** A channel to a Unix socket; NoClassDefFoundError means the optional epoll jar is missing. */
-  private static WindowClient connectUnix(String path, String token, Tls tls) {
+  private static WindowClient connectUnix(String path, String token, Tls tls, String target) {
     UnixSockets.Connection c;
     try {
       c = UnixSockets.connect(path, tls);
@@ -261,7 +287,7 @@ public final class WindowClient implements AutoCloseable {
       throw new IllegalStateException(
           "unix:" + path + " needs io.netty:netty-transport-native-epoll on the classpath", e);
     }
-    return new WindowClient(c.channel(), true, c.group(), token);
+    return new WindowClient(c.channel(), true, c.group(), token, target);
   }
 
   /** The generated asynchronous stub, for anything this helper does not cover. */
@@ -310,8 +336,9 @@ public final class WindowClient implements AutoCloseable {
 
   /**
    * Appends the messages to a stream in one call. The future completes with the ids Redis gave
-   * them, or with the call's {@link io.grpc.StatusRuntimeException} (for example UNAUTHENTICATED
-   * without the sidecar's token). Asynchronous, so that a producer can keep publishing while
+   * them, or with a {@link ConnectionException} (the sidecar cannot be reached: it names the
+   * address and the cause) or a {@link WindowException} carrying the call's status (for example
+   * UNAUTHENTICATED without the sidecar's token). Asynchronous, so that a producer can keep publishing while
    * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s.
    */
   public CompletableFuture<List<String>> publish(String stream, List<Message> messages) {
@@ -321,7 +348,8 @@ public final class WindowClient implements AutoCloseable {
   /**
    * Publishes the messages, in order and in one call, to a stream, a list, a channel or a
    * sharded channel ({@link PublishTarget}). The future completes with the stream ids or the
-   * channel receiver counts, or with the call's {@link io.grpc.StatusRuntimeException}.
+   * channel receiver counts, or with a {@link ConnectionException} or a {@link WindowException}
+   * carrying the call's status.
    * Deadline: 30 s.
    */
   public CompletableFuture<Published> publish(PublishTarget target, List<Message> messages) {
@@ -351,7 +379,7 @@ public final class WindowClient implements AutoCloseable {
 
               @Override
               public void onError(Throwable t) {
-                result.completeExceptionally(t);
+                result.completeExceptionally(WindowException.of("publish", address, t));
               }
 
               @Override

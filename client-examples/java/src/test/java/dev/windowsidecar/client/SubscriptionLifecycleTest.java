@@ -336,7 +336,10 @@ public class SubscriptionLifecycleTest {
             drainSeen.countDown();
           }
         };
-    try (Subscription sub = client.subscribe(options().listener(listener).build(), later(ds))) {
+    try (Subscription sub =
+        client.subscribe(
+            options().listener(listener).rejectedOutcome(RejectedOutcome.RETRY_AFTER).build(),
+            later(ds))) {
       assertTrue(drainSeen.await(5, TimeUnit.SECONDS));
       Delivery d = ds.poll(5, TimeUnit.SECONDS);
       assertNotNull(d);
@@ -348,14 +351,14 @@ public class SubscriptionLifecycleTest {
       assertNotNull(again);
       assertEquals(0, again.getCommandsCount());
       assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, again.getOutcomes(0).getKind());
-      assertEquals("rejected: forbidden", again.getOutcomes(0).getReason());
+      assertEquals("rejected: FORBIDDEN_COMMAND: forbidden", again.getOutcomes(0).getReason());
       assertFalse(sub.isTerminated());
     }
   }
 
-  /** inProgress() sends the slot in {@code extend} at once; the outcome follows as usual. */
+  /** extend() sends the slot in {@code extend} at once; the outcome follows as usual. */
   @Test
-  public void inProgressExtends() throws Exception {
+  public void extendSendsTheSlot() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
     WindowClient client =
         start(
@@ -371,7 +374,7 @@ public class SubscriptionLifecycleTest {
     try (Subscription sub = client.subscribe(options().build(), later(ds))) {
       Delivery d = ds.poll(5, TimeUnit.SECONDS);
       assertNotNull(d);
-      assertTrue(d.inProgress());
+      assertTrue(d.extend());
       Batch b = got.poll(5, TimeUnit.SECONDS);
       assertNotNull(b);
       assertEquals(List.of(1L), b.getExtendList());
@@ -380,7 +383,7 @@ public class SubscriptionLifecycleTest {
       Batch settled = got.poll(5, TimeUnit.SECONDS);
       assertNotNull(settled);
       assertEquals(1, settled.getOutcomesCount());
-      assertThrows(IllegalStateException.class, d::inProgress);
+      assertThrows(AlreadySettledException.class, d::extend);
       assertFalse(sub.isTerminated());
     }
   }

@@ -126,8 +126,10 @@ public class SubscriptionTest {
 
   @After
   public void stop() throws Exception {
-    channel.shutdownNow();
-    server.shutdownNow();
+    if (channel != null) {
+      channel.shutdownNow();
+      server.shutdownNow();
+    }
     if (scriptFailure.get() != null) {
       throw new AssertionError("the fake sidecar failed", scriptFailure.get());
     }
@@ -199,7 +201,7 @@ public class SubscriptionTest {
       assertTrue(d1.drop("bad"));
       assertNull("a batch before the read was settled", got.poll(100, TimeUnit.MILLISECONDS));
       assertTrue(d3.retryAfter(Duration.ofSeconds(1)));
-      assertThrows(IllegalStateException.class, d3::ack);
+      assertThrows(AlreadySettledException.class, d3::ack);
       Batch b = got.poll(5, TimeUnit.SECONDS);
       assertNotNull(b);
       assertEquals(1, b.getCommandsCount());
@@ -250,7 +252,7 @@ public class SubscriptionTest {
       assertNotSame(old2, again);
       assertEquals("2-0", again.entryId());
       assertFalse("settled on a lost stream", old2.ack());
-      assertThrows(IllegalStateException.class, () -> old1.drop("late"));
+      assertThrows(AlreadySettledException.class, () -> old1.drop("late"));
       assertTrue(again.queue("SET", "k", "v").ack());
       Batch b = second.poll(5, TimeUnit.SECONDS);
       assertNotNull(b);
@@ -300,7 +302,9 @@ public class SubscriptionTest {
               out.onCompleted();
             });
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
+    try (Subscription sub =
+        client.subscribe(
+            options().rejectedOutcome(RejectedOutcome.RETRY_AFTER).build(), later(ds))) {
       Delivery d = take(ds);
       assertTrue(d.queue("FLUSHALL").ack());
       Batch first = got.poll(5, TimeUnit.SECONDS);
@@ -314,7 +318,8 @@ public class SubscriptionTest {
       assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, b.getOutcomes(0).getKind());
       assertEquals(1, b.getOutcomes(0).getDelay().getSeconds());
       assertEquals(0, b.getOutcomes(0).getDelay().getNanos());
-      assertEquals("rejected: FLUSHALL is forbidden", b.getOutcomes(0).getReason());
+      assertEquals(
+          "rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden", b.getOutcomes(0).getReason());
       assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, d.outcome());
       assertFalse(sub.isTerminated());
     }
@@ -399,7 +404,7 @@ public class SubscriptionTest {
               in.awaitEnd();
               out.onCompleted();
             });
-    SubscribeOptions opts = options().errorRetryDelay(Duration.ofMillis(250)).build();
+    SubscribeOptions opts = options().retryDelay(Duration.ofMillis(250)).build();
     try (Subscription sub =
         client.subscribe(
             opts,
@@ -412,6 +417,227 @@ public class SubscriptionTest {
       assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, b.getOutcomes(0).getKind());
       assertEquals(250_000_000, b.getOutcomes(0).getDelay().getNanos());
       assertTrue(b.getOutcomes(0).getReason().contains("boom"));
+    }
+  }
+
+  /**
+   * The typed command API queues what Redis's specification describes (arguments in its order,
+   * optional ones only when set); the default rejected outcome drops a FORBIDDEN_COMMAND at once,
+   * with the cause as the reason, and hands the listener a RejectedException naming it, never
+   * the sidecar's advice; a reason a retry may fix is retried after the growing delay.
+   */
+  @Test
+  public void typedCommandsAndTheRefusedCommandRule() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              SubscribeResponse r = read(1, 1, "1-0", "2-0");
+              Read.Builder rb = r.getRead().toBuilder();
+              rb.setDeliveries(1, rb.getDeliveries(1).toBuilder().setDeliveryCount(3));
+              out.onNext(SubscribeResponse.newBuilder().setRead(rb).build());
+              got.add(in.next());
+              out.onNext(
+                  SubscribeResponse.newBuilder()
+                      .setRejections(
+                          Rejections.newBuilder()
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(1)
+                                      .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
+                                      .setCommand("FLUSHALL")
+                                      .setMessage("FLUSHALL is forbidden"))
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(1)
+                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+                                      .setMessage("settle it with drop, retry or retry_after"))
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(2)
+                                      .setReason(RejectionReason.REJECTION_REASON_LIMIT_EXCEEDED)
+                                      .setCommand("SET")
+                                      .setMessage("too large"))
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(2)
+                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+                                      .setMessage("settle it with drop, retry or retry_after")))
+                      .build());
+              while (true) {
+                Batch b = in.next();
+                if (b == null) {
+                  break;
+                }
+                got.add(b);
+              }
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
+    SubscriptionListener listener =
+        new SubscriptionListener() {
+          @Override
+          public void error(WindowException e) {
+            errors.add(e);
+          }
+        };
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    try (Subscription sub = client.subscribe(options().listener(listener).build(), later(ds))) {
+      Delivery d1 = take(ds);
+      Delivery d2 = take(ds);
+      d1.redis()
+          .hincrby("totals", "apple", 2)
+          .set("k", "v", new RedisCommands.SetOptions().condition(RedisCommands.SetCondition.NX)
+              .expiration(RedisCommands.SetExpiration.ex(60)))
+          .xadd(
+              "s",
+              "*",
+              new RedisCommands.XaddOptions()
+                  .trim(
+                      new RedisCommands.XaddTrim(RedisCommands.XaddTrimStrategy.MAXLEN, 1000)
+                          .operator(RedisCommands.XaddTrimOperator.APPROXIMATELY)),
+              new RedisCommands.XaddFieldValue("sku", "apple"),
+              new RedisCommands.XaddFieldValue("qty", 2))
+          .zunionstore("dst", new RedisCommands.ZunionstoreOptions().weight(List.of(1L, 2L)), "a", "b")
+          .del("a", "b")
+          .lpop("l", new RedisCommands.LpopOptions().count(2L));
+      d1.queue("FLUSHALL");
+      assertTrue(d1.ack());
+      d2.queue("SET", "k", "v");
+      assertTrue(d2.ack());
+      Batch first = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(first);
+      List<String> want =
+          List.of(
+              "HINCRBY totals apple 2",
+              "SET k v NX EX 60",
+              "XADD s MAXLEN ~ 1000 * sku apple qty 2",
+              "ZUNIONSTORE dst 2 a b WEIGHTS 1 2",
+              "DEL a b",
+              "LPOP l 2",
+              "FLUSHALL",
+              "SET k v");
+      for (int i = 0; i < want.size(); i++) {
+        StringBuilder line = new StringBuilder(first.getCommands(i).getName());
+        first.getCommands(i).getArgsList().forEach(a -> line.append(' ').append(a.toStringUtf8()));
+        assertEquals(want.get(i), line.toString());
+      }
+      List<dev.windowsidecar.v1.Outcome> outcomes = new java.util.ArrayList<>();
+      while (outcomes.size() < 2) {
+        Batch b = got.poll(5, TimeUnit.SECONDS);
+        assertNotNull(b);
+        assertEquals(0, b.getCommandsCount());
+        outcomes.addAll(b.getOutcomesList());
+      }
+      assertEquals(OutcomeKind.OUTCOME_KIND_DROP, outcomes.get(0).getKind());
+      assertEquals("rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden", outcomes.get(0).getReason());
+      assertEquals(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, outcomes.get(1).getKind());
+      assertEquals("third delivery: 1 s doubled twice", 4, outcomes.get(1).getDelay().getSeconds());
+      for (String reason : List.of("FORBIDDEN_COMMAND", "LIMIT_EXCEEDED")) {
+        WindowException e = errors.poll(5, TimeUnit.SECONDS);
+        assertTrue(String.valueOf(e), e instanceof RejectedException);
+        assertEquals(reason, ((RejectedException) e).reason());
+        assertFalse(e.getMessage(), e.getMessage().contains("settle it with"));
+      }
+      assertThrows(AlreadySettledException.class, () -> d1.redis().incr("k"));
+      assertTrue(RedisCommands.COMMAND_NAMES.contains("HINCRBY"));
+      assertFalse(sub.isTerminated());
+    }
+  }
+
+  /** An entry in the payload layout reads as text and JSON; one with plain fields has fields. */
+  @Test
+  public void payloadAndFields() throws Exception {
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              Read.Builder r = Read.newBuilder().setReadId(1);
+              r.addDeliveries(
+                  dev.windowsidecar.v1.Delivery.newBuilder()
+                      .setSlot(1)
+                      .setEntryId("1-0")
+                      .setPayload(ByteString.copyFromUtf8("{\"sku\":\"apple\"}"))
+                      .setDeliveryCount(1));
+              r.addDeliveries(
+                  dev.windowsidecar.v1.Delivery.newBuilder()
+                      .setSlot(2)
+                      .setEntryId("2-0")
+                      .addFields(
+                          dev.windowsidecar.v1.Field.newBuilder()
+                              .setName(ByteString.copyFromUtf8("sku"))
+                              .setValue(ByteString.copyFromUtf8("pear")))
+                      .addFields(
+                          dev.windowsidecar.v1.Field.newBuilder()
+                              .setName(ByteString.copyFromUtf8("qty"))
+                              .setValue(ByteString.copyFromUtf8("10")))
+                      .setDeliveryCount(1));
+              out.onNext(SubscribeResponse.newBuilder().setRead(r).build());
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
+      Delivery d = take(ds);
+      Delivery f = take(ds);
+      assertTrue(d.hasPayload());
+      assertEquals("{\"sku\":\"apple\"}", d.text());
+      assertEquals("apple", d.json(Sku.class).sku);
+      assertTrue(d.fields().isEmpty());
+      assertFalse(f.hasPayload());
+      assertEquals(java.util.Map.of("sku", "pear", "qty", "10"), f.textFields());
+      assertEquals(ByteString.copyFromUtf8("10"), f.fields().get("qty"));
+      WindowException e = assertThrows(WindowException.class, () -> f.json(Sku.class));
+      assertTrue(e.getMessage(), e.getMessage().contains("fields()") && e.getMessage().contains("sku, qty"));
+      assertThrows(WindowException.class, f::text);
+      d.ack();
+      f.ack();
+      assertFalse(sub.isTerminated());
+    }
+  }
+
+  static final class Sku {
+    String sku;
+  }
+
+  /**
+   * Nothing listens at the address: publish fails fast with a ConnectionException naming the
+   * address and the cause; a subscription gives up after maxAttempts with a
+   * SubscriptionEndedException, given to the listener and kept as error().
+   */
+  @Test
+  public void aClosedAddressFailsFast() throws Exception {
+    int port;
+    try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+      port = s.getLocalPort();
+    }
+    String addr = "127.0.0.1:" + port;
+    try (WindowClient client = WindowClient.builder().target(addr).plaintext().connect()) {
+      long began = System.nanoTime();
+      java.util.concurrent.CompletionException failed =
+          assertThrows(
+              java.util.concurrent.CompletionException.class,
+              () -> client.publish("s", List.of(WindowClient.Message.of("a"))).join());
+      assertTrue(System.nanoTime() - began < TimeUnit.SECONDS.toNanos(5));
+      assertTrue(String.valueOf(failed.getCause()), failed.getCause() instanceof ConnectionException);
+      assertEquals("cannot reach the sidecar at " + addr + ": connection refused", failed.getCause().getMessage());
+      assertEquals(Status.Code.UNAVAILABLE, ((WindowException) failed.getCause()).getStatus().getCode());
+
+      LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
+      SubscriptionListener listener =
+          new SubscriptionListener() {
+            @Override
+            public void error(WindowException e) {
+              errors.add(e);
+            }
+          };
+      Subscription sub = client.subscribe(options().maxAttempts(3).listener(listener).build(), d -> {});
+      assertTrue(sub.awaitTermination(Duration.ofSeconds(20)));
+      assertTrue(String.valueOf(sub.error()), sub.error() instanceof SubscriptionEndedException);
+      assertEquals(3, ((SubscriptionEndedException) sub.error()).attempts());
+      assertTrue(sub.error().getMessage(), sub.error().getMessage().contains(addr + ": connection refused"));
+      assertEquals(sub.error(), errors.poll(5, TimeUnit.SECONDS));
     }
   }
 }

@@ -4,7 +4,14 @@ import com.google.gson.Gson;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import dev.windowsidecar.client.AlreadySettledException;
+import dev.windowsidecar.client.ConnectionException;
 import dev.windowsidecar.client.Delivery;
+import dev.windowsidecar.client.RedisCommands;
+import dev.windowsidecar.client.RejectedException;
+import dev.windowsidecar.client.RejectedOutcome;
+import dev.windowsidecar.client.SubscriptionEndedException;
+import dev.windowsidecar.client.WindowException;
 import dev.windowsidecar.client.PublishTarget;
 import dev.windowsidecar.client.SubscribeOptions;
 import dev.windowsidecar.client.Subscription;
@@ -34,7 +41,10 @@ public final class Runner {
 
   private final Map<String, List<String>> handle = new HashMap<>();
   private final Map<String, Integer> seen = new HashMap<>();
+  /** Each delivery's name (its payload, or the id field of an entry without the payload layout). */
+  private final Map<Delivery, String> names = new java.util.concurrent.ConcurrentHashMap<>();
   private final String effects;
+  private final boolean typed;
 
   private Runner(JsonObject scenario) {
     for (Map.Entry<String, JsonElement> e : scenario.getAsJsonObject("handle").entrySet()) {
@@ -43,6 +53,7 @@ public final class Runner {
       handle.put(e.getKey(), actions);
     }
     effects = scenario.get("effects").getAsString();
+    typed = "typed".equals(str(scenario, "side_effect"));
   }
 
   static synchronized void emit(String event, Map<String, Object> fields) {
@@ -61,6 +72,10 @@ public final class Runner {
     JsonObject scenario = JsonParser.parseString(Files.readString(Path.of(argv[0]))).getAsJsonObject();
     JsonObject open = scenario.getAsJsonObject("open");
     Runner runner = new Runner(scenario);
+    if (scenario.has("sidecar") && "closed".equals(str(scenario.getAsJsonObject("sidecar"), "listen"))) {
+      closedSidecar(scenario);
+      System.exit(0);
+    }
     CountDownLatch opened = new CountDownLatch(1);
     SubscriptionListener listener =
         new SubscriptionListener() {
@@ -77,6 +92,18 @@ public final class Runner {
           @Override
           public void draining(Duration grace, int outstanding) {
             emit("draining");
+          }
+
+          @Override
+          public void error(WindowException e) {
+            if (e instanceof RejectedException r) {
+              Map<String, Object> f = new LinkedHashMap<>();
+              f.put("payload", r.delivery() == null ? "" : runner.names.getOrDefault(r.delivery(), ""));
+              f.put("reason", r.reason());
+              f.put("error", errorClass(e));
+              f.put("message", e.getMessage());
+              emit("rejected", f);
+            }
           }
         };
     String key = open.get("key").getAsString();
@@ -112,6 +139,10 @@ public final class Runner {
       b.deadLetter(open.get("max_deliveries").getAsInt(), str(open, "dead_letter"));
     }
     b.reportsInReads(bool(open, "reports_in_reads")).packedAcks(bool(open, "packed_acks"));
+    b.rejectedOutcome(rejectedOutcome(str(open, "rejected_outcome")));
+    if (open.has("max_attempts")) {
+      b.maxAttempts(open.get("max_attempts").getAsInt());
+    }
     b.listener(listener);
 
     WindowClient client = WindowClient.connect();
@@ -169,14 +200,31 @@ public final class Runner {
 
   private void handle(Delivery d) throws Exception {
     String payload = d.payloadUtf8();
-    int n = seen.merge(payload, 1, Integer::sum);
     Map<String, Object> fields = new LinkedHashMap<>();
+    if (!d.hasPayload()) {
+      // An entry another producer wrote with plain fields: named by its id field.
+      payload = d.textFields().getOrDefault("id", "");
+      String jsonError = null;
+      try {
+        d.json(Object.class);
+      } catch (WindowException e) {
+        jsonError = e.getMessage();
+      }
+      fields.put("fields", new LinkedHashMap<>(d.textFields()));
+      fields.put("json_error", jsonError);
+    }
+    names.put(d, payload);
+    int n = seen.merge(payload, 1, Integer::sum);
     fields.put("payload", payload);
     fields.put("count", d.deliveryCount());
     fields.put("headers", new LinkedHashMap<>(d.headers()));
     emit("delivery", fields);
     String action = actionFor(payload, n);
-    d.queue("HINCRBY", effects, payload, 1);
+    if (typed) {
+      d.redis().hincrby(effects, payload, 1);
+    } else {
+      d.queue("HINCRBY", effects, payload, 1);
+    }
     if (action.equals("ack")) {
       d.ack();
     } else if (action.equals("drop")) {
@@ -190,6 +238,25 @@ public final class Runner {
       d.ack();
     } else if (action.equals("fail")) {
       throw new IllegalStateException("the scenario's handler fails");
+    } else if (action.equals("typo")) {
+      // A literal d.redis().hincrbyy(...) does not compile; looked up by a name known only at run
+      // time (reflection), the misspelled command is no method: the call fails here, in the
+      // handler, and nothing reaches the sidecar.
+      try {
+        RedisCommands.class
+            .getMethod("hincrbyy", String.class, Object.class, long.class)
+            .invoke(d.redis(), effects, payload, 1L);
+      } catch (NoSuchMethodException e) {
+        Map<String, Object> f = new LinkedHashMap<>();
+        f.put("payload", payload);
+        f.put(
+            "message",
+            "RedisCommands has no method hincrbyy: Redis "
+                + RedisCommands.REDIS_SPEC_VERSION
+                + " has no command HINCRBYY (a literal d.redis().hincrbyy(...) does not compile)");
+        emit("call_error", f);
+      }
+      d.ack();
     } else if (action.startsWith("slow_ack:")) {
       Thread.sleep(millis(action));
       d.ack();
@@ -200,5 +267,92 @@ public final class Runner {
 
   private static long millis(String action) {
     return Long.parseLong(action.substring(action.indexOf(':') + 1));
+  }
+
+  private static RejectedOutcome rejectedOutcome(String s) {
+    return switch (s) {
+      case "", "auto" -> RejectedOutcome.AUTO;
+      case "drop" -> RejectedOutcome.DROP;
+      case "retry_after" -> RejectedOutcome.RETRY_AFTER;
+      default -> throw new IllegalArgumentException("unknown rejected_outcome " + s);
+    };
+  }
+
+  /** The vocabulary's name of one of the client's exceptions. */
+  static String errorClass(Throwable t) {
+    if (t instanceof java.util.concurrent.CompletionException && t.getCause() != null) {
+      t = t.getCause();
+    }
+    if (t instanceof SubscriptionEndedException) {
+      return "SubscriptionEndedError";
+    }
+    if (t instanceof ConnectionException) {
+      return "ConnectionError";
+    }
+    if (t instanceof RejectedException) {
+      return "RejectedError";
+    }
+    if (t instanceof AlreadySettledException) {
+      return "AlreadySettledError";
+    }
+    if (t instanceof WindowException) {
+      return "WindowError";
+    }
+    return t.getClass().getName();
+  }
+
+  /**
+   * A scenario with no sidecar at the address: one publish, then a subscription that must give
+   * up; each failure printed as an error line.
+   */
+  private static void closedSidecar(JsonObject scenario) throws Exception {
+    JsonObject open = scenario.getAsJsonObject("open");
+    String key = open.get("key").getAsString();
+    List<Message> messages = new ArrayList<>();
+    for (JsonElement e : scenario.getAsJsonArray("publish")) {
+      messages.add(Message.of(e.getAsJsonObject().get("payload").getAsString()));
+    }
+    try (WindowClient client = WindowClient.connect()) {
+      long began = System.nanoTime();
+      Throwable failure = null;
+      try {
+        client.publish(PublishTarget.stream(key), messages).join();
+      } catch (RuntimeException e) {
+        failure = e instanceof java.util.concurrent.CompletionException ? e.getCause() : e;
+      }
+      failed("publish", failure, began);
+      java.util.concurrent.LinkedBlockingQueue<WindowException> errors =
+          new java.util.concurrent.LinkedBlockingQueue<>();
+      SubscribeOptions.Builder b =
+          SubscribeOptions.builder(key, str(open, "group"))
+              .consumer(str(open, "consumer"))
+              .listener(
+                  new SubscriptionListener() {
+                    @Override
+                    public void error(WindowException e) {
+                      errors.add(e);
+                    }
+                  });
+      if (open.has("max_attempts")) {
+        b.maxAttempts(open.get("max_attempts").getAsInt());
+      }
+      began = System.nanoTime();
+      Subscription sub = client.subscribe(b.build(), d -> d.ack());
+      sub.awaitTermination();
+      WindowException reported = errors.poll();
+      failed("subscribe", reported != null ? reported : sub.error(), began);
+    }
+  }
+
+  private static void failed(String call, Throwable t, long began) {
+    Map<String, Object> f = new LinkedHashMap<>();
+    f.put("call", call);
+    f.put("error", t == null ? "none" : errorClass(t));
+    f.put("message", t == null ? "" : t.getMessage());
+    f.put("elapsed_ms", (System.nanoTime() - began) / 1_000_000);
+    if (t != null) {
+      System.err.println(call + ": " + t);
+    }
+    emit("error", f);
   }
 }

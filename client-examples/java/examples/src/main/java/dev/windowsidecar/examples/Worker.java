@@ -2,6 +2,7 @@ package dev.windowsidecar.examples;
 
 import dev.windowsidecar.client.Delivery;
 import dev.windowsidecar.client.Flush;
+import dev.windowsidecar.client.RejectedOutcome;
 import dev.windowsidecar.client.SubscribeOptions;
 import dev.windowsidecar.client.Subscription;
 import dev.windowsidecar.client.WindowClient;
@@ -21,8 +22,10 @@ import java.util.concurrent.TimeUnit;
  * on its first delivery is retried after a delay; otherwise it queues, per line, {@code LPUSH
  * picks "<id>:<sku>:<qty>"} and {@code HINCRBY sku-totals <sku> <qty>}, and acks. The side
  * effects run in Redis only for acked orders, together with the XACK of their read. A {@code
- * "poison"} order also queues {@code FLUSHALL}, which the sidecar refuses: the helper then retries
- * it after 1 s, and with {@code --max-deliveries N --dead-letter KEY} it ends in the dead letter.
+ * "poison"} order also queues {@code FLUSHALL}, which the sidecar refuses: by default the helper
+ * drops it at once (no retry fixes FORBIDDEN_COMMAND); with {@code --rejected-outcome retry_after}
+ * it retries it after 1 s, and with {@code --max-deliveries N --dead-letter KEY} it ends in the
+ * dead letter.
  *
  * <p>It exits when every order is settled for good (acked + dropped == number of orders, counted
  * from the sidecar's flush reports), or after {@code --idle-timeout} without a delivery.
@@ -33,7 +36,9 @@ import java.util.concurrent.TimeUnit;
  * {@code --expect N} (0: as many as in --orders; -1: until idle), {@code --retry-delay 200ms},
  * {@code --idle-timeout 30s}, {@code --work-time 0ms} (simulated handling time per order),
  * {@code --max-deliveries 0} and {@code --dead-letter KEY} (the delivery cap and where entries past
- * it go), {@code --atomic false} (each order's commands and XACK in one MULTI/EXEC).
+ * it go), {@code --atomic false} (each order's commands and XACK in one MULTI/EXEC), {@code
+ * --rejected-outcome auto} (auto, drop or retry_after: how the helper settles a delivery whose
+ * command the sidecar refused).
  */
 public final class Worker {
   private Worker() {}
@@ -55,6 +60,8 @@ public final class Worker {
     int maxDeliveries = args.getInt("max-deliveries", 0);
     String deadLetter = args.get("dead-letter", "");
     boolean atomic = Boolean.parseBoolean(args.get("atomic", "false"));
+    RejectedOutcome rejectedOutcome =
+        RejectedOutcome.valueOf(args.get("rejected-outcome", "auto").toUpperCase(java.util.Locale.ROOT));
     args.done();
 
     int want = expect != 0 ? expect : Orders.load(Path.of(ordersPath)).payloads().size();
@@ -68,6 +75,7 @@ public final class Worker {
               .consumer(consumer)
               .count(count)
               .atomic(atomic)
+              .rejectedOutcome(rejectedOutcome)
               .onFlush(tally::flushed);
       if (maxDeliveries > 0) {
         builder.deadLetter(maxDeliveries, deadLetter);
@@ -142,11 +150,14 @@ public final class Worker {
       return;
     }
     for (Orders.Line l : o.lines) {
-      d.queue("LPUSH", "picks", o.id + ":" + l.sku + ":" + l.qty);
-      d.queue("HINCRBY", "sku-totals", l.sku, l.qty);
+      // The typed command API (generated from Redis's command specification): a misspelled
+      // name or a wrong argument type does not compile.
+      d.redis().lpush("picks", o.id + ":" + l.sku + ":" + l.qty).hincrby("sku-totals", l.sku, l.qty);
     }
     if (o.poison) {
-      d.queue("FLUSHALL"); // refused by the sidecar: the helper settles it with retry_after
+      // Refused by the sidecar (FORBIDDEN_COMMAND): the helper drops the delivery at once, or with
+      // --rejected-outcome retry_after retries it until the cap sends it to the dead letter.
+      d.queue("FLUSHALL");
     }
     report(d, o.id, "ack (" + o.lines.size() + " lines)", d.ack());
   }
