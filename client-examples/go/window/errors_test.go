@@ -162,3 +162,13 @@ func TestRefusedCommandAuto(t *testing.T) {
 		}
 	}
 }
+
+// The client's retry delay doubles with each delivery, from RetryDelay up to MaxRetryDelay.
+func TestRetryDelayDoublesUpToTheCap(t *testing.T) {
+	o := Options{RetryDelay: time.Second, MaxRetryDelay: 5 * time.Second}
+	for count, want := range map[uint32]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 5 * time.Second, 60: 5 * time.Second} {
+		if got := o.retryDelay(count); got != want {
+			t.Errorf("delivery %d: %v, want %v", count, got, want)
+		}
+	}
+}
