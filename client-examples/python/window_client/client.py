@@ -173,6 +173,20 @@ def _arg_other(value: Arg) -> bytes:
     raise TypeError(f"unsupported Redis argument type {type(value).__name__}")
 
 
+_REDIS_COMMANDS: Any = None
+
+
+def _redis_commands() -> Any:
+    """The RedisCommands class, imported on first use: redis-py costs the import of a client
+    that never uses it."""
+    global _REDIS_COMMANDS
+    if _REDIS_COMMANDS is None:
+        from .commands import RedisCommands
+
+        _REDIS_COMMANDS = RedisCommands
+    return _REDIS_COMMANDS
+
+
 def _framing(framing: Optional[str]) -> "pb.Framing":
     try:
         return _FRAMING[framing]
@@ -374,9 +388,10 @@ class Delivery:
         of being sent: ``d.redis.hincrby("totals", sku, 2)``, ``d.redis.set(k, v, ex=60)``.
         A misspelled name fails here (``AttributeError``); see :mod:`window_client.commands`.
         Needs the ``redis`` package (a dependency of this one)."""
-        from .commands import RedisCommands
-
-        return RedisCommands(self.queue)
+        # A new recorder per use, not kept on the delivery: kept, it would make a reference
+        # cycle (delivery -> recorder -> bound queue -> delivery) for the cyclic GC per entry.
+        commands: "RedisCommands" = _redis_commands()(self.queue)
+        return commands
 
     @property
     def settled(self) -> bool:

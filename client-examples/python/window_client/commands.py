@@ -40,11 +40,14 @@ class RedisCommands(DataAccessCommands, PubSubCommands, ScriptCommands, Function
         """Queues the command redis-py built (its options, e.g. the keys a cluster client
         routes by, are not needed here). redis-py names some commands as two words in one
         string (``"XINFO STREAM"``): they are split as it splits them on the wire."""
-        name, *rest = args
+        name = args[0]
+        if type(name) is str and " " not in name:  # the usual case, first
+            self._queue(*args)
+            return None
         if isinstance(name, (bytes, bytearray)):
             name = bytes(name).decode()
         words = str(name).split()
-        self._queue(words[0], *words[1:], *rest)
+        self._queue(words[0], *words[1:], *args[1:])
         return None
 
 
