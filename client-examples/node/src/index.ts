@@ -21,6 +21,7 @@ export {
   type RejectedOutcome,
   type Arg,
   type ClientOptions,
+  type DisconnectedInfo,
   type OpenedInfo,
   type PublishOptions,
   type PublishResult,

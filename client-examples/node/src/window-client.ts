@@ -361,6 +361,16 @@ export interface OpenedInfo {
   opens: number;
 }
 
+/** What `onDisconnected` is told: a stream ended, or an attempt to open one failed, and the client tries again. */
+export interface DisconnectedInfo {
+  /** The error the stream ended with (a grpc-js ServiceError), or undefined when the sidecar ended it without one. */
+  error: Error | undefined;
+  /** How long the client waits before the next attempt. */
+  retryInMs: number;
+  /** Consecutive failed attempts so far (the subscription gives up at `maxAttempts`). */
+  attempts: number;
+}
+
 /** A Redis Stream read through a consumer group (at least once). */
 export interface StreamSourceOptions {
   stream: string;
@@ -443,6 +453,11 @@ export interface WindowOptions {
    * `draining.grace`. The stream then ends and the client resubscribes (to the next sidecar).
    */
   onDraining?: (draining: Draining) => void | Promise<void>;
+  /**
+   * Called when a stream ended, or an attempt to open one failed, and the client tries again
+   * after its backoff (not when the subscription ends for good: that goes to onError).
+   */
+  onDisconnected?: (info: DisconnectedInfo) => void | Promise<void>;
   /**
    * Called for each refused command or outcome with the sidecar's raw Rejection, after the
    * client has applied `rejectedOutcome`: observe, log, count. (`onError` gets the same as a
@@ -829,9 +844,11 @@ export class Subscription implements AsyncIterable<Delivery> {
   private async loop(): Promise<void> {
     let attempt = 0;
     let lastError: ServiceError | undefined;
+    let disconnectedBy: Error | undefined;
     try {
       while (!this.closing) {
         const opensBefore = this.stats.opens;
+        disconnectedBy = undefined;
         try {
           await this.session();
           if (this.closing) break;
@@ -845,6 +862,7 @@ export class Subscription implements AsyncIterable<Delivery> {
           }
           if (this.stats.opens > opensBefore) attempt = 0;
           lastError = err;
+          disconnectedBy = err;
           const st = this.stream!;
           const lost = [...st.reads.values()].flatMap((rd) => rd.deliveries).filter((d) => !d.sent);
           const held = lost.filter((d) => d.outcome !== undefined).length;
@@ -865,6 +883,10 @@ export class Subscription implements AsyncIterable<Delivery> {
         lastError = undefined;
         const { initialMs, maxMs } = this.opts.backoff ?? { initialMs: 100, maxMs: 5_000 };
         const delay = Math.min(maxMs, initialMs * 2 ** (attempt - 1)) * (0.5 + Math.random() / 2);
+        if (this.opts.onDisconnected) {
+          const info: DisconnectedInfo = { error: disconnectedBy, retryInMs: delay, attempts: attempt };
+          await this.callback(() => this.opts.onDisconnected!(info));
+        }
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, delay);
           this.wakeBackoff = () => {

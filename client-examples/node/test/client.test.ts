@@ -268,10 +268,15 @@ test("a subscription that cannot open gives up after maxAttempts and says why, t
   const target = `127.0.0.1:${port}`;
   const client = new WindowClient(target);
   const errors: WindowError[] = [];
+  const disconnects: number[] = [];
   const sub = client.subscribe({
     stream: "s", group: "g", maxAttempts: 3, backoff: { initialMs: 10, maxMs: 20 }, logger: quiet,
     onError: (e) => {
       errors.push(e);
+    },
+    onDisconnected: (info) => {
+      assert.ok(info.error instanceof Error && info.retryInMs > 0);
+      disconnects.push(info.attempts);
     },
   });
   await assert.rejects(
@@ -287,5 +292,6 @@ test("a subscription that cannot open gives up after maxAttempts and says why, t
   );
   assert.equal(errors.length, 1);
   assert.equal(sub.stats.reconnects, 2);
+  assert.deepEqual(disconnects, [1, 2]); // the third failure ends it: onError, not onDisconnected
   client.close();
 });
