@@ -101,13 +101,15 @@ export function unreachableCause(err: { code?: number; details?: string; message
     text.includes("connection refused") ||
     text.includes("no connection established") ||
     text.includes("dns resolution failed") ||
+    text.includes("name resolution failed") ||
+    text.includes("errors resolving") ||
     text.includes("no such file or directory") ||
     text.includes("econnrefused") ||
     text.includes("enoent");
   if (!connecting) return undefined;
   if (text.includes("connection refused") || text.includes("econnrefused")) return "connection refused";
   if (text.includes("no such file or directory") || text.includes("enoent")) return "no such socket";
-  if (text.includes("dns resolution failed") || text.includes("enotfound")) return "the host name does not resolve";
+  if (text.includes("resolution failed") || text.includes("errors resolving") || text.includes("enotfound")) return "the host name does not resolve";
   const m = /last error: (?:Error: )?(.*)$/i.exec(details);
   return m ? m[1] : details;
 }

@@ -11,6 +11,7 @@
 
 import { readFileSync } from "node:fs";
 import {
+  connectivityState,
   credentials,
   makeClientConstructor,
   Metadata,
@@ -48,6 +49,7 @@ import { activeTrace, DeliverySpan } from "./tracing";
 import { redisCommands, type RedisCommands } from "./commands";
 import {
   AlreadySettledError,
+  ConnectionError,
   RejectedError,
   SubscriptionEndedError,
   WindowError,
@@ -69,8 +71,14 @@ export const MAX_RETRY_DELAY_MS = 60_000;
 export const REJECTED_RETRY_MS = RETRY_DELAY_MS;
 /** Consecutive failed opens after which a subscription ends with SubscriptionEndedError (`maxAttempts`; 0: never). */
 export const MAX_ATTEMPTS = 10;
-/** How long a call waits to reach the sidecar before it fails with ConnectionError (`connectTimeoutMs`). */
-export const CONNECT_TIMEOUT_MS = 2_000;
+/**
+ * How long a call waits for a connection to the sidecar that is neither made nor refused (an
+ * address that drops packets) before it fails with ConnectionError (`connectTimeoutMs`). A
+ * refused connection fails the call at once.
+ */
+export const CONNECT_TIMEOUT_MS = 5_000;
+// The causes after which a call fails at once: nothing listens there.
+const REFUSED: ReadonlySet<string> = new Set(["connection refused", "no such socket"]);
 /**
  * What the client does with a delivery one of whose commands the sidecar refused
  * (`rejectedOutcome`): "auto" drops it at once for a reason no retry fixes (UNFIXABLE) and
@@ -1170,8 +1178,9 @@ export interface ClientOptions {
    */
   tls?: TlsOptions | false;
   /**
-   * How long a call waits to reach the sidecar before it fails with ConnectionError, which
-   * names the address and the cause (default CONNECT_TIMEOUT_MS, 2000).
+   * How long a call waits for a connection to the sidecar that is neither made nor refused
+   * before it fails with ConnectionError, which names the address and the cause (default
+   * CONNECT_TIMEOUT_MS, 5000). A refused connection fails the call at once.
    */
   connectTimeoutMs?: number;
 }
@@ -1307,23 +1316,34 @@ export class WindowClient {
   }
 
   /**
-   * One unary call, failing fast: a call that could not connect never left the client, so it is
-   * tried again (the channel reconnects with its short backoff) until connectTimeoutMs; then,
-   * or on any other failure, the library's error (ConnectionError, WindowError).
+   * One unary call, failing fast: a refused connection (nothing listens at the target) fails it
+   * at once; a connection that is neither made nor refused is waited for connectTimeoutMs; any
+   * other failure of a call that could not connect (it never left the client) is tried again
+   * until then. Then, or on any other failure, the library's error (never retried once sent).
    */
   private async unary<T>(timeoutMs: number, call: (deadline: number, done: (err: ServiceError | null, res: T | undefined) => void) => void): Promise<T> {
     const end = Date.now() + timeoutMs;
     const connectBy = Date.now() + Math.min(this.connectTimeoutMs, timeoutMs);
+    const channel = this.stub.getChannel();
     let pause = 50;
     for (;;) {
+      const ready = channel.getConnectivityState(true) === connectivityState.READY;
+      const deadline = ready ? end : Math.min(end, connectBy);
       try {
-        return await new Promise<T>((resolve, reject) => call(end, (err, res) => (err ? reject(err) : resolve(res as T))));
+        return await new Promise<T>((resolve, reject) => call(deadline, (err, res) => (err ? reject(err) : resolve(res as T))));
       } catch (e) {
         const err = e as ServiceError;
-        if (unreachableCause(err) !== undefined && Date.now() + pause < connectBy) {
+        const cause = unreachableCause(err);
+        if (cause !== undefined) {
+          if (REFUSED.has(cause) || Date.now() + pause >= connectBy) throw new ConnectionError(this.target, cause, { details: err.details, cause: err });
           await sleep(pause);
           pause = Math.min(pause * 2, 500);
           continue;
+        }
+        if (err.code === Status.DEADLINE_EXCEEDED && !ready && channel.getConnectivityState(false) !== connectivityState.READY) {
+          throw new ConnectionError(this.target, `no connection within ${this.connectTimeoutMs / 1000} s`, {
+            status: Status.DEADLINE_EXCEEDED, details: err.details, cause: err,
+          });
         }
         throw fromServiceError(err, this.target);
       }

@@ -46,6 +46,7 @@ from . import tracing
 from ._proto import pb, pb_grpc
 from .errors import (
     AlreadySettledError,
+    ConnectionError,
     RejectedError,
     SettledError,
     SubscriptionEndedError,
@@ -80,9 +81,14 @@ MAX_RETRY_DELAY = 60.0
 #: :class:`~window_client.SubscriptionEndedError` (the option ``max_attempts``; 0: never).
 MAX_ATTEMPTS = 10
 
-#: How long a call waits to reach the sidecar before it fails with
-#: :class:`~window_client.ConnectionError` (``WindowClient(connect_timeout=...)``).
-CONNECT_TIMEOUT = 2.0
+#: How long a call waits for a connection to the sidecar that is neither made nor refused
+#: (an address that drops packets) before it fails with
+#: :class:`~window_client.ConnectionError` (``WindowClient(connect_timeout=...)``). A refused
+#: connection fails the call at once.
+CONNECT_TIMEOUT = 5.0
+
+# The causes after which a call fails at once: nothing listens there.
+_REFUSED = frozenset({"connection refused", "no such socket"})
 
 #: What the client does with a delivery one of whose commands the sidecar refused
 #: (``rejected_outcome``): ``"auto"`` drops it at once for a reason no retry fixes
@@ -1492,26 +1498,45 @@ class WindowClient:
         return response
 
     async def _unary(self, method: Any, request: Any, timeout: float) -> Any:
-        """One unary call, failing fast: a call that could not connect never left the client,
-        so it is tried again (the channel reconnects with its short backoff) until
-        ``connect_timeout``; then, or on any other failure, the library's error."""
+        """One unary call, failing fast: a refused connection (nothing listens at the target)
+        fails it at once; a connection that is neither made nor refused is waited for
+        ``connect_timeout``; any other failure of a call that could not connect (it never
+        left the client) is tried again until then. Then, or on any other failure, the
+        library's error (never retried once sent)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
-        deadline = loop.time() + min(self.connect_timeout, timeout)
+        connect_by = loop.time() + min(self.connect_timeout, timeout)
         pause = 0.05
         while True:
+            ready = self._channel.get_state(True) == grpc.ChannelConnectivity.READY
+            deadline = end if ready else min(end, connect_by)
             try:
                 return await method(
                     request,
-                    timeout=max(0.001, end - loop.time()),
+                    timeout=max(0.001, deadline - loop.time()),
                     wait_for_ready=False,
                     metadata=self.metadata,
                 )
             except grpc.aio.AioRpcError as err:
-                if unreachable_cause(err) is not None and loop.time() + pause < deadline:
+                cause = unreachable_cause(err)
+                if cause is not None:
+                    if cause in _REFUSED or loop.time() + pause >= connect_by:
+                        raise ConnectionError(self.target, cause,
+                                              details=err.details() or "") from None
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, 0.5)
                     continue
+                if (
+                    err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    and not ready
+                    and self._channel.get_state() != grpc.ChannelConnectivity.READY
+                ):
+                    raise ConnectionError(
+                        self.target,
+                        f"no connection within {self.connect_timeout:g} s",
+                        status=grpc.StatusCode.DEADLINE_EXCEEDED,
+                        details=err.details() or "",
+                    ) from None
                 raise from_rpc(err, self.target) from None
 
     def subscribe(

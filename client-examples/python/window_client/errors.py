@@ -132,6 +132,7 @@ def unreachable_cause(err: Any) -> Optional[str]:
         or "connect failed" in text
         or "connection refused" in text
         or "dns resolution failed" in text
+        or "errors resolving" in text
         or "no such file or directory" in text
     )
     if not connecting:
@@ -140,7 +141,7 @@ def unreachable_cause(err: Any) -> Optional[str]:
         return "connection refused"
     if "no such file or directory" in text:
         return "no such socket"
-    if "dns resolution failed" in text or "name or service not known" in text:
+    if "dns resolution failed" in text or "errors resolving" in text:
         return "the host name does not resolve"
     # "failed to connect to all addresses; last error: UNKNOWN: ipv4:1.2.3.4:5: <cause>"
     m = re.search(r"last error: [A-Z_]+: (?:(?:ipv4|ipv6|unix):\S+?: )?(.*)$", details)
