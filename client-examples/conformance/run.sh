@@ -3,15 +3,23 @@
 # redis-server and a real sidecar, its worker side played by one language's runner
 # (client-examples/<lang>/conformance.sh). See README.md beside this script.
 #
-#   run.sh LANG [SCENARIO...]     LANG: python, node, go, java or all
+#   run.sh LANG... [SCENARIO...]     LANG: python, node, go, java or all (one or more)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../e2e-lib.sh
 source "$here/../e2e-lib.sh"
 
-(($# >= 1)) || { echo "usage: $0 python|node|go|java|all [SCENARIO...]" >&2; exit 2; }
-if [[ $1 == all ]]; then langs=(python node go java); else langs=("$1"); fi
-shift
+(($# >= 1)) || { echo "usage: $0 python|node|go|java|all... [SCENARIO...]" >&2; exit 2; }
+langs=()
+while (($#)); do
+  case $1 in
+    all) langs+=(python node go java) ;;
+    python | node | go | java) langs+=("$1") ;;
+    *) break ;;
+  esac
+  shift
+done
+((${#langs[@]})) || { echo "usage: $0 python|node|go|java|all... [SCENARIO...]" >&2; exit 2; }
 if (($#)); then
   scenarios=()
   for name in "$@"; do scenarios+=("$here/scenarios/$name.json"); done
