@@ -214,7 +214,8 @@ def worker_image_problems(root, values):
     with open(os.path.join(here, "Dockerfile.dockerignore"), encoding="utf-8") as f:
         patterns = [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
     needed = ["client-examples/orders.json", "client-examples/python/pyproject.toml",
-              "client-examples/python/setup.py", "client-examples/python/generate.sh",
+              "client-examples/python/hatch_build.py", "client-examples/python/LICENSE",
+              "client-examples/python/generate.sh",
               "client-examples/python/window_client/py.typed"]
     needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(here, "*.py"))]
     needed += [os.path.relpath(p, root) for p in glob.glob(os.path.join(here, "window_client/*.py"))]

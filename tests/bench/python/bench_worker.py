@@ -121,7 +121,7 @@ def redis_py(args: argparse.Namespace, pipelined: bool) -> dict:
 async def sidecar_python(args: argparse.Namespace) -> dict:
     sys.path.insert(0, PY_CLIENT)
     import grpc
-    from window_client import WindowClient
+    from window_client.aio import WindowClient
 
     channel = grpc.aio.insecure_channel(args.sidecar)
     await asyncio.wait_for(channel.channel_ready(), 30)
