@@ -341,6 +341,7 @@ fi
 NEW_FLAGS=(--allow-keys --allow-channels --allow-commands --max-message-size --max-arg-size
   --max-subscriptions-per-connection --wait-replicas --wait-timeout --client-keepalive
   --auth-token-file --tls-cert --tls-key --tls-client-ca --worker-threads --admin-view --watch
+  --ack-retention --retention-interval
   --sample-interval)
 lacks_new_flags() {
   local f
@@ -365,6 +366,9 @@ if [[ -s $WORK/policy.yaml ]]; then
     tool assert-sidecar "$WORK/policy.yaml" --has=--admin-view=open \
     '--has=--watch=stream:{orders}:order-service' '--has=--watch=list:{jobs}' \
     --has=--sample-interval=2s
+  check_show "policy: one --ack-retention per retained stream pattern, --retention-interval rendered" \
+    tool assert-sidecar "$WORK/policy.yaml" \
+    '--has=--ack-retention={orders}:*' '--has=--ack-retention=audit' --has=--retention-interval=500ms
   check_show "policy: --check-config refuses --max-message-size=512 (exit 64)" \
     tool check-config "$WORK/policy.yaml" "$BIN" --expect 64 --set-arg=--max-message-size=512
   check_show "policy: --check-config refuses --client-keepalive=50ms (exit 64)" \

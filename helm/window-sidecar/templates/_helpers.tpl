@@ -307,6 +307,12 @@ so extraArgs can override any of them (clap refuses a flag given twice).
 {{- if ne $s.backlog.sampleInterval "5s" }}
 {{- $flags = append $flags (list "--sample-interval" $s.backlog.sampleInterval) }}
 {{- end }}
+{{- range $s.retention.streams }}
+{{- $flags = append $flags (list "--ack-retention" .) }}
+{{- end }}
+{{- if ne $s.retention.interval "1s" }}
+{{- $flags = append $flags (list "--retention-interval" $s.retention.interval) }}
+{{- end }}
 {{- $args := list }}
 {{- range $flags }}
 {{- if not (has (index . 0) $overridden) }}
