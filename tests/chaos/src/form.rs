@@ -16,7 +16,7 @@ use window_sidecar::proto::{self, Mode};
 use window_sidecar::redis::{companion_key, frame};
 use window_sidecar_harness::{duration, stream_open};
 
-use crate::history::EndState;
+use crate::history::{EndState, Held, Place};
 
 /// Every key shares one hash tag, so that on a cluster they live in one slot: an atomic
 /// transaction may write the side effects with the settle.
@@ -215,6 +215,137 @@ impl Form {
         Some(held + delayed)
     }
 
+    /// Where each entry Redis still holds sits: on the list, in the delay set with its due
+    /// time, on a processing list, pending or unread in the group. For a pending anomaly's
+    /// report: best effort, a read that fails leaves its part out.
+    pub(crate) async fn locate(self, redis: &Client) -> Vec<Held> {
+        let mut held = Vec::new();
+        let at = |entry: String, place| Held { entry, place };
+        match self {
+            Form::Stream => {
+                let pending: Value = redis
+                    .custom(
+                        fred::cmd!("XPENDING"),
+                        vec![STREAM, GROUP, "-", "+", "1000"],
+                    )
+                    .await
+                    .unwrap_or(Value::Null);
+                if let Value::Array(rows) = pending {
+                    for row in rows {
+                        let Value::Array(row) = row else { continue };
+                        let text = |i: usize| row.get(i).and_then(Value::as_string);
+                        let number = |i: usize| row.get(i).and_then(Value::as_u64);
+                        let place = Place::Pending {
+                            consumer: text(1).unwrap_or_default(),
+                            idle_ms: number(2).unwrap_or_default(),
+                            deliveries: number(3).unwrap_or_default(),
+                        };
+                        held.push(at(text(0).unwrap_or_default(), place));
+                    }
+                }
+                let groups: Value = redis
+                    .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
+                    .await
+                    .unwrap_or(Value::Null);
+                let last = groups_of(&groups)
+                    .and_then(|g| field(&g, "last-delivered-id"))
+                    .and_then(|id| id.as_string());
+                if let Some(last) = last {
+                    let unread: Value = redis
+                        .custom(
+                            fred::cmd!("XRANGE"),
+                            vec![STREAM.to_owned(), format!("({last}"), "+".into()],
+                        )
+                        .await
+                        .unwrap_or(Value::Null);
+                    if let Value::Array(entries) = unread {
+                        for entry in entries {
+                            if let Value::Array(entry) = entry
+                                && let Some(id) = entry.first().and_then(Value::as_string)
+                            {
+                                held.push(at(id, Place::Unread));
+                            }
+                        }
+                    }
+                }
+            }
+            Form::ReliableList | Form::SimpleList => {
+                let values: Vec<Bytes> = redis.lrange(LIST, 0, -1).await.unwrap_or_default();
+                let len = values.len();
+                for (i, value) in values.iter().enumerate() {
+                    // Read from the right: the rightmost is read next.
+                    let place = Place::List { ahead: len - 1 - i };
+                    held.push(at(payload_of(value), place));
+                }
+                if self == Form::ReliableList {
+                    for list in processing_lists(redis).await.unwrap_or_default() {
+                        let values: Vec<Bytes> =
+                            redis.lrange(&list, 0, -1).await.unwrap_or_default();
+                        let prefix = companion_key(LIST, "window:processing:");
+                        let consumer = list.strip_prefix(&prefix).unwrap_or(&list).to_owned();
+                        for value in values.iter().rev() {
+                            let place = Place::Processing {
+                                consumer: consumer.clone(),
+                            };
+                            held.push(at(payload_of(value), place));
+                        }
+                    }
+                }
+            }
+            Form::Pubsub => {}
+        }
+        let delayed: Vec<(Bytes, f64)> = redis
+            .zrange(
+                companion_key(self.key(), "window:delayed"),
+                0,
+                -1,
+                None,
+                false,
+                None,
+                true,
+            )
+            .await
+            .unwrap_or_default();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for (member, due_ms) in delayed {
+            let place = Place::Delayed {
+                due_in_ms: due_ms as i64 - now_ms,
+            };
+            held.push(at(self.delayed_entry(&member), place));
+        }
+        held
+    }
+
+    /// The entry a delay-set member carries: a stream copy names the id it was copied from (its
+    /// token), a list value or a message is known by its payload.
+    fn delayed_entry(self, member: &Bytes) -> String {
+        let Some(newline) = member.iter().position(|b| *b == b'\n') else {
+            return String::from_utf8_lossy(member).into_owned();
+        };
+        if self == Form::Stream {
+            return String::from_utf8_lossy(&member[..newline]).into_owned();
+        }
+        // The parts, each `<length>:<bytes>`: a list's value, or a message's channel then
+        // the message.
+        let mut parts = Vec::new();
+        let mut rest = &member[newline + 1..];
+        while let Some(colon) = rest.iter().position(|b| *b == b':') {
+            let len: usize = std::str::from_utf8(&rest[..colon])
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let end = (colon + 1 + len).min(rest.len());
+            parts.push(member.slice_ref(&rest[colon + 1..end]));
+            rest = &rest[end..];
+        }
+        parts
+            .last()
+            .map(payload_of)
+            .unwrap_or_else(|| String::from_utf8_lossy(member).into_owned())
+    }
+
     /// The state checked at the end. `published` are the numbers whose publish was answered
     /// (lists: each is a root of its own); `audited`, every stream entry the audit group read.
     pub(crate) async fn end_state(
@@ -232,6 +363,9 @@ impl Form {
             pending: self.unsettled(redis).await.expect("the unsettled count"),
             ..EndState::default()
         };
+        if end.pending != 0 {
+            end.held = self.locate(redis).await;
+        }
         match self {
             Form::Stream => {
                 type Entries = Vec<(String, Fields)>;
@@ -309,6 +443,18 @@ impl Form {
         }
         end
     }
+}
+
+/// A list value or message as the history names it: the payload of a frame, else the value.
+fn payload_of(value: &Bytes) -> String {
+    frame::decode(value)
+        .and_then(|fields| {
+            fields
+                .into_iter()
+                .find(|(name, _)| name.as_ref() == b"_payload")
+                .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+        })
+        .unwrap_or_else(|| String::from_utf8_lossy(value).into_owned())
 }
 
 /// The numbers delivered in a history that are not roots yet (a list value published by a
@@ -516,5 +662,33 @@ mod tests {
             fields(&[("n", "1"), (ORIGINAL_ID, "1-0"), (REDRIVEN, "1;10")]),
         );
         assert_eq!(Lineage::of(&doubled).twice, vec![("1-0".to_owned(), 1)]);
+    }
+
+    use window_sidecar::redis::delay;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn a_delay_set_member_names_the_entry_the_history_knows() {
+        // A stream copy: the id it was copied from is the member's token.
+        let member = delay::encode(
+            b"17-0",
+            [b("n"), b("4711"), b("h:x-window-attempts"), b("2")],
+        );
+        assert_eq!(Form::Stream.delayed_entry(&member), "17-0");
+        // A raw list value, and one in a frame (a retried copy carries its count in headers).
+        let member = delay::encode(&delay::unique_token(), [b("4711")]);
+        assert_eq!(Form::SimpleList.delayed_entry(&member), "4711");
+        let framed = frame::encode(&[
+            (b("_payload"), b("4712")),
+            (b("h:x-window-attempts"), b("1")),
+        ]);
+        let member = delay::encode(&delay::unique_token(), [framed]);
+        assert_eq!(Form::ReliableList.delayed_entry(&member), "4712");
+        // A message: its channel, then the message.
+        let member = delay::encode(&delay::unique_token(), [b(CHANNEL), b("4713")]);
+        assert_eq!(Form::Pubsub.delayed_entry(&member), "4713");
     }
 }

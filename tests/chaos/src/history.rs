@@ -106,6 +106,61 @@ pub(crate) struct EndState {
     /// Redrives whose generation (the root and the times redriven) has more than one copy in
     /// the stream: a dead letter redriven twice.
     pub redriven_twice: Vec<(String, u32)>,
+    /// Where each entry Redis still holds sits (read with the end state; it may miss one that
+    /// moved meanwhile).
+    pub held: Vec<Held>,
+}
+
+/// An entry Redis still holds at the end, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// As the history names it: a stream id, a list value's or a message's number.
+    pub entry: String,
+    pub place: Place,
+}
+
+/// Where an entry still held at the end sits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// On the list, with `ahead` entries to be read before it (0: it is read next).
+    List { ahead: usize },
+    /// In the delay set, due `due_in_ms` after the end state was read (negative: overdue,
+    /// which only a promoter that does not run explains).
+    Delayed { due_in_ms: i64 },
+    /// On a reliable-list consumer's processing list.
+    Processing { consumer: String },
+    /// Pending in the stream's group on `consumer`: idle that long, delivered that often.
+    Pending {
+        consumer: String,
+        idle_ms: u64,
+        deliveries: u64,
+    },
+    /// In the stream after the group's last-delivered id.
+    Unread,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::List { ahead: 0 } => f.write_str("on the list, read next"),
+            Place::List { ahead: 1 } => f.write_str("on the list, 1 entry read before it"),
+            Place::List { ahead } => write!(f, "on the list, {ahead} entries read before it"),
+            Place::Delayed { due_in_ms } if *due_in_ms < 0 => {
+                write!(f, "in the delay set, overdue by {} ms", -due_in_ms)
+            }
+            Place::Delayed { due_in_ms } => write!(f, "in the delay set, due in {due_in_ms} ms"),
+            Place::Processing { consumer } => write!(f, "on {consumer}'s processing list"),
+            Place::Pending {
+                consumer,
+                idle_ms,
+                deliveries,
+            } => write!(
+                f,
+                "pending on {consumer}, idle {idle_ms} ms, delivered {deliveries} times"
+            ),
+            Place::Unread => f.write_str("unread in the stream"),
+        }
+    }
 }
 
 impl EndState {
@@ -480,7 +535,11 @@ pub(crate) fn check(
     if end.pending != 0 {
         anomalies.push(Anomaly {
             root: None,
-            what: format!("{} entries still pending at the end", end.pending),
+            what: format!(
+                "{} entries still pending at the end{}",
+                end.pending,
+                where_held(history, end)
+            ),
         });
     }
     if end.delayed != 0 {
@@ -490,6 +549,64 @@ pub(crate) fn check(
         });
     }
     (anomalies, figures)
+}
+
+/// How many of the entries still held sit where, then one line per entry: where, and its last
+/// events (deliveries and decisions), so that a pending anomaly says what happened to each.
+fn where_held(history: &[Stamped], end: &EndState) -> String {
+    /// The events shown per entry, the last ones.
+    const EVENTS: usize = 6;
+    if end.held.is_empty() {
+        return " (where: not found when the end state was read)".to_owned();
+    }
+    let mut places: BTreeMap<&str, usize> = BTreeMap::new();
+    for held in &end.held {
+        let kind = match held.place {
+            Place::List { .. } => "on the list",
+            Place::Delayed { .. } => "in the delay set",
+            Place::Processing { .. } => "on a processing list",
+            Place::Pending { .. } => "pending in the group",
+            Place::Unread => "unread",
+        };
+        *places.entry(kind).or_default() += 1;
+    }
+    let counts: Vec<String> = places.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let mut out = format!(" ({})", counts.join(", "));
+    let roots_of = end.roots_of();
+    let root = |entry: &str| roots_of.get(entry).map_or(entry, String::as_str).to_owned();
+    for held in &end.held {
+        let r = root(&held.entry);
+        let events: Vec<String> = history
+            .iter()
+            .filter_map(|s| {
+                let (worker, entry, what) = match &s.event {
+                    Event::Delivered {
+                        worker,
+                        entry,
+                        count,
+                    } => (worker, entry, format!("delivered #{count}")),
+                    Event::Decided {
+                        worker,
+                        entry,
+                        decision,
+                    } => (worker, entry, format!("{decision:?}")),
+                    _ => return None,
+                };
+                (root(entry) == r).then(|| format!("{} ms w{worker} {what}", s.at_ms))
+            })
+            .collect();
+        let last = &events[events.len().saturating_sub(EVENTS)..];
+        let events = if last.is_empty() {
+            "never delivered".to_owned()
+        } else {
+            last.join(", ")
+        };
+        out.push_str(&format!(
+            "\n       {}: {}; {events}",
+            held.entry, held.place
+        ));
+    }
+    out
 }
 
 /// The events about `root` (any of its copies) and every fault within `window_ms` of them,
@@ -890,6 +1007,61 @@ mod tests {
         ];
         let (anomalies, _) = check(&later, &state, PROMISE);
         assert!(anomalies.iter().any(|a| a.what.contains("backwards")));
+    }
+
+    #[test]
+    fn a_pending_anomaly_says_where_each_entry_sits_and_what_happened_to_it() {
+        let promise = Promise {
+            at_most_once: true,
+            by_payload: true,
+            ..PROMISE
+        };
+        let mut state = end(&[("7", None), ("8", None), ("9", None)]);
+        state.kept_effects.insert("9".into(), 1);
+        state.pending = 3;
+        state.held = vec![
+            Held {
+                entry: "8".into(),
+                place: Place::List { ahead: 0 },
+            },
+            Held {
+                entry: "7".into(),
+                place: Place::List { ahead: 1 },
+            },
+            Held {
+                entry: "9".into(),
+                place: Place::Delayed { due_in_ms: -5_000 },
+            },
+        ];
+        let history = vec![
+            at(100, delivered("7", 1)),
+            at(101, decided("7", Decision::SlowAck)),
+            at(200, delivered("9", 1)),
+            at(201, decided("9", Decision::RetryAfter)),
+            at(900, delivered("9", 2)),
+            at(901, decided("9", Decision::Ack)),
+        ];
+        let (anomalies, _) = check(&history, &state, promise);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        println!("{}", text.join("\n"));
+        assert_eq!(
+            text,
+            [
+                "3 entries still pending at the end (1 in the delay set, 2 on the list)\n       \
+                 8: on the list, read next; never delivered\n       \
+                 7: on the list, 1 entry read before it; 100 ms w1 delivered #1, 101 ms w1 \
+                 SlowAck\n       \
+                 9: in the delay set, overdue by 5000 ms; 200 ms w1 delivered #1, 201 ms w1 \
+                 RetryAfter, 900 ms w1 delivered #2, 901 ms w1 Ack"
+            ]
+        );
+        // Nothing found where it sits: said so.
+        state.held.clear();
+        let (anomalies, _) = check(&history, &state, promise);
+        assert_eq!(
+            anomalies[0].what,
+            "3 entries still pending at the end (where: not found when the end state was read)"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! A run prints its seed first; the same seed replays the same decisions and faults (the
 //! moments they land on still depend on the machine's timing).
 
+mod admin;
 mod form;
 mod history;
 mod proxy;
@@ -36,9 +37,10 @@ use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
     RedisCluster, RedisServer, SidecarProcess, Subscription, command, free_port, outcome,
-    retry_after, slot_of,
+    retry_after, slot_of, try_http_get,
 };
 
+use admin::{SubscriptionState, describe_subscriptions};
 use form::{AUDIT_GROUP, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
 use history::{Decision, Event, Promise, Stamped};
 use proxy::Proxy;
@@ -132,6 +134,8 @@ struct Sidecars {
     /// The stream runs under retention by acknowledgement.
     retain: bool,
     ports: Vec<u16>,
+    /// Each sidecar's `--metrics-listen` port: its admin view of open subscriptions.
+    admin_ports: Vec<u16>,
     proxies: Vec<Proxy>,
     running: Mutex<Vec<Option<SidecarProcess>>>,
 }
@@ -139,6 +143,7 @@ struct Sidecars {
 impl Sidecars {
     async fn start(redis_url: &str, count: usize, cluster: bool, retain: bool) -> Arc<Self> {
         let ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let admin_ports: Vec<u16> = (0..count).map(|_| free_port()).collect();
         let mut proxies = Vec::new();
         for port in &ports {
             proxies.push(Proxy::start(([127, 0, 0, 1], *port).into()).await);
@@ -148,6 +153,7 @@ impl Sidecars {
             cluster,
             retain,
             ports,
+            admin_ports,
             proxies,
             running: Mutex::new((0..count).map(|_| None).collect()),
         });
@@ -170,7 +176,10 @@ impl Sidecars {
 
     fn restart(&self, i: usize) {
         let listen = self.addr(i);
+        let admin = format!("127.0.0.1:{}", self.admin_ports[i]);
         let mut args = vec![
+            "--metrics-listen",
+            &admin,
             "--reclaim-interval",
             "500ms",
             "--promote-interval",
@@ -197,6 +206,23 @@ impl Sidecars {
         }
         let process = SidecarProcess::serve(&self.redis_url, &listen, &args);
         self.running.lock()[i] = Some(process);
+    }
+
+    /// Every sidecar's open subscriptions, from its admin view (None: it did not answer).
+    async fn subscriptions(&self) -> Vec<Option<Vec<SubscriptionState>>> {
+        let mut all = Vec::new();
+        for port in &self.admin_ports {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(2),
+                try_http_get(format!("127.0.0.1:{port}"), "/subscriptions"),
+            )
+            .await;
+            all.push(match answer {
+                Ok(Ok((200, body))) => SubscriptionState::parse(&body),
+                _ => None,
+            });
+        }
+        all
     }
 
     /// Takes sidecar `i` out (SIGKILL, or SIGTERM and its drain), then starts it again.
@@ -737,6 +763,71 @@ async fn retained(redis: &Client) -> Option<u64> {
     }
 }
 
+/// How the quiesce ended.
+#[derive(Clone, Copy, Debug)]
+struct Quiesce {
+    /// Quiet: nothing unsettled in Redis for 2 s.
+    quiet: bool,
+    took: Duration,
+    /// At the last look: entries unsettled in Redis (None: Redis did not answer) and
+    /// deliveries outstanding at the sidecars (None: one did not answer).
+    unsettled: Option<u64>,
+    outstanding: Option<u64>,
+}
+
+impl std::fmt::Display for Quiesce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let took = self.took.as_secs_f64();
+        if self.quiet {
+            return write!(f, "quiet after {took:.1} s");
+        }
+        let known = |n: Option<u64>| n.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+        write!(
+            f,
+            "NOT quiet after {took:.1} s: {} unsettled in Redis, {} deliveries outstanding at \
+             the sidecars",
+            known(self.unsettled),
+            known(self.outstanding)
+        )
+    }
+}
+
+/// Waits (90 s at most) until Redis has nothing unsettled for 2 s.
+async fn quiesce(form: Form, admin: &Client, sidecars: &Sidecars) -> Quiesce {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(90);
+    let mut quiet_since = None;
+    let mut last = Quiesce {
+        quiet: false,
+        took: Duration::ZERO,
+        unsettled: None,
+        outstanding: None,
+    };
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let subscriptions = sidecars.subscriptions().await;
+        last.unsettled = form.unsettled(admin).await;
+        last.outstanding = subscriptions
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .map(|s| s.iter().map(|s| s.outstanding).sum::<u64>())
+            })
+            .sum();
+        last.took = started.elapsed();
+        if last.unsettled == Some(0) {
+            let since = *quiet_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(2) {
+                last.quiet = true;
+                return last;
+            }
+        } else {
+            quiet_since = None;
+        }
+    }
+    last
+}
+
 /// One run: one form, one mode, one seed. Returns the number of anomalies.
 async fn run(args: &Args, run: Run) -> usize {
     let Run {
@@ -861,19 +952,8 @@ async fn run(args: &Args, run: Run) -> usize {
     }
     // Quiesce: everything still out is acked, until Redis has nothing unsettled for 2 s.
     shared.settle.store(true, Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut quiet_since = None;
-    while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if form.unsettled(&admin).await == Some(0) {
-            let since = *quiet_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > Duration::from_secs(2) {
-                break;
-            }
-        } else {
-            quiet_since = None;
-        }
-    }
+    let quiesce = quiesce(form, &admin, &sidecars).await;
+    let at_quiet = sidecars.subscriptions().await;
     // The audit group reads the rest while the workers' subscriptions are still open: the
     // trim runs beside them.
     let mut retained_after_settling = None;
@@ -891,7 +971,17 @@ async fn run(args: &Args, run: Run) -> usize {
     for w in workers.lock().drain(..) {
         w.abort();
     }
-
+    // The workers' subscriptions close (what they still held goes back) before Redis is read.
+    let closed_by = Instant::now() + Duration::from_secs(15);
+    let mut after_stop = sidecars.subscriptions().await;
+    while Instant::now() < closed_by
+        && after_stop
+            .iter()
+            .any(|s| s.as_ref().is_none_or(|s| !s.is_empty()))
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        after_stop = sidecars.subscriptions().await;
+    }
     let history = std::mem::take(&mut *shared.log.events.lock());
     let published = std::mem::take(&mut *published.lock());
     let audited = std::mem::take(&mut *audited.lock());
@@ -934,6 +1024,7 @@ async fn run(args: &Args, run: Run) -> usize {
         }
     );
     println!("   faults {:?}", figures.faults);
+    println!("   quiesce: {quiesce}");
     for anomaly in &anomalies {
         println!(
             "ANOMALY (seed {seed}, {}, {mode}, {topology}): {anomaly}",
@@ -943,6 +1034,17 @@ async fn run(args: &Args, run: Run) -> usize {
             for event in history::around(&history, &end, root, 2_000) {
                 println!("     {:>7} ms  {:?}", event.at_ms, event.event);
             }
+        }
+    }
+    // What held the entries still pending: every sidecar's subscriptions.
+    if end.pending != 0 || !quiesce.quiet {
+        println!("   subscriptions open at the end of the quiesce:");
+        for line in describe_subscriptions(&at_quiet) {
+            println!("     {line}");
+        }
+        println!("   subscriptions open once the workers stopped (15 s at most):");
+        for line in describe_subscriptions(&after_stop) {
+            println!("     {line}");
         }
     }
     let _ = admin.quit().await;
