@@ -1,6 +1,7 @@
 //! What the campaign reads of a sidecar's admin view (`/subscriptions` on `--metrics-listen`):
 //! the subscriptions open on it and what each still holds. A simple list's popped entries exist
-//! only there until they are settled: a pending anomaly prints who held what.
+//! only there until they are settled, so the quiesce waits for every sidecar to hold nothing,
+//! and a pending anomaly prints who held what.
 
 use std::fmt;
 
@@ -23,7 +24,7 @@ pub(crate) struct SubscriptionState {
 
 impl SubscriptionState {
     /// The subscriptions of a `/subscriptions` answer; None when it is not one, or lacks a
-    /// figure of what a subscription holds (a renamed field must not read as "holds nothing").
+    /// figure the quiesce depends on (a renamed field must not read as "holds nothing").
     pub(crate) fn parse(body: &str) -> Option<Vec<Self>> {
         let json: serde_json::Value = serde_json::from_str(body).ok()?;
         json.get("subscriptions")?
@@ -48,6 +49,28 @@ impl SubscriptionState {
             })
             .collect()
     }
+
+    /// Whether it holds anything the sidecar still has to settle or give back: deliveries
+    /// without an outcome (a simple list's exist nowhere else), acks not yet flushed, flushes
+    /// under way. A read under way is not: a blocking read waits on an empty source.
+    pub(crate) fn busy(&self) -> bool {
+        self.outstanding > 0
+            || self.open_reads > 0
+            || self.kept_segments > 0
+            || self.flushes_in_flight > 0
+    }
+}
+
+/// Whether a run is at rest: Redis holds nothing unsettled (`unsettled`, None: it did not
+/// answer) and every sidecar answered that none of its subscriptions holds anything. Redis
+/// alone is not enough: a simple list's popped entries are in no key until settled, and go
+/// back to the list when their worker leaves.
+pub(crate) fn at_rest(unsettled: Option<u64>, sidecars: &[Option<Vec<SubscriptionState>>]) -> bool {
+    unsettled == Some(0)
+        && sidecars.iter().all(|s| {
+            s.as_ref()
+                .is_some_and(|s| !s.iter().any(SubscriptionState::busy))
+        })
 }
 
 impl fmt::Display for SubscriptionState {
@@ -113,10 +136,12 @@ mod tests {
          "flushes":230,"failed_flushes":0,"rejections":0,"outcomes":{"ack":1826}}}]}"#;
 
     #[test]
-    fn an_answer_reads_as_one_line_per_subscription() {
+    fn a_subscription_with_outstanding_deliveries_is_busy_a_blocking_read_is_not() {
         let all = SubscriptionState::parse(ANSWER).expect("an answer");
         assert_eq!(all.len(), 2);
+        assert!(all[0].busy());
         assert_eq!((all[0].outstanding, all[0].open_reads), (16, 2));
+        assert!(!all[1].busy(), "{:?}", all[1]);
         assert_eq!(all[1].deliveries, 1826);
         let lines = describe_subscriptions(&[Some(all), None, Some(Vec::new())]);
         assert!(
@@ -132,7 +157,21 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_without_a_figure_of_what_is_held_is_no_answer() {
+    fn a_run_is_at_rest_only_when_no_sidecar_holds_a_delivery_redis_does_not_show() {
+        let all = SubscriptionState::parse(ANSWER).expect("an answer");
+        let idle = vec![all[1].clone()];
+        // A worker sleeps on a slow ack with a full window of a simple list: Redis shows
+        // nothing, the sidecar holds 16 deliveries that go back to the list when it leaves.
+        assert!(!at_rest(Some(0), &[Some(idle.clone()), Some(all)]));
+        assert!(at_rest(Some(0), &[Some(idle.clone()), Some(Vec::new())]));
+        assert!(!at_rest(Some(3), &[Some(idle.clone()), Some(Vec::new())]));
+        // A sidecar that does not answer may hold anything.
+        assert!(!at_rest(Some(0), &[Some(idle), None]));
+        assert!(!at_rest(None, &[]));
+    }
+
+    #[test]
+    fn an_answer_without_a_figure_the_quiesce_reads_is_no_answer() {
         let renamed = ANSWER.replace("outstanding_deliveries", "outstanding");
         assert_eq!(SubscriptionState::parse(&renamed), None);
         assert_eq!(SubscriptionState::parse("not json"), None);

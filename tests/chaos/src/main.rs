@@ -40,7 +40,7 @@ use window_sidecar_harness::{
     retry_after, slot_of, try_http_get,
 };
 
-use admin::{SubscriptionState, describe_subscriptions};
+use admin::{SubscriptionState, at_rest, describe_subscriptions};
 use form::{AUDIT_GROUP, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
 use history::{Decision, Event, Promise, Stamped};
 use proxy::Proxy;
@@ -766,7 +766,7 @@ async fn retained(redis: &Client) -> Option<u64> {
 /// How the quiesce ended.
 #[derive(Clone, Copy, Debug)]
 struct Quiesce {
-    /// Quiet: nothing unsettled in Redis for 2 s.
+    /// Quiet: nothing unsettled in Redis and nothing held by a sidecar, for 2 s.
     quiet: bool,
     took: Duration,
     /// At the last look: entries unsettled in Redis (None: Redis did not answer) and
@@ -792,7 +792,8 @@ impl std::fmt::Display for Quiesce {
     }
 }
 
-/// Waits (90 s at most) until Redis has nothing unsettled for 2 s.
+/// Waits (90 s at most) until, for 2 s, Redis has nothing unsettled and no sidecar holds
+/// anything of a subscription.
 async fn quiesce(form: Form, admin: &Client, sidecars: &Sidecars) -> Quiesce {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(90);
@@ -815,7 +816,7 @@ async fn quiesce(form: Form, admin: &Client, sidecars: &Sidecars) -> Quiesce {
             })
             .sum();
         last.took = started.elapsed();
-        if last.unsettled == Some(0) {
+        if at_rest(last.unsettled, &subscriptions) {
             let since = *quiet_since.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(2) {
                 last.quiet = true;
@@ -950,7 +951,11 @@ async fn run(args: &Args, run: Run) -> usize {
     for p in producers {
         p.await.expect("producer");
     }
-    // Quiesce: everything still out is acked, until Redis has nothing unsettled for 2 s.
+    // Quiesce: everything still out is acked, until for 2 s Redis has nothing unsettled and
+    // no sidecar holds a delivery without an outcome, an ack not yet flushed or a flush. Redis
+    // alone is not enough: a simple list's popped entries exist only in their sidecar until
+    // settled, and go back to the list when their worker leaves (a slow ack when the quiesce
+    // began, a worker that left while its sidecar's blocking read was under way).
     shared.settle.store(true, Ordering::Relaxed);
     let quiesce = quiesce(form, &admin, &sidecars).await;
     let at_quiet = sidecars.subscriptions().await;
