@@ -273,6 +273,12 @@ pub(crate) fn check(
         .map(|s| s.at_ms)
         .collect();
     let mut first_deliveries: HashMap<String, i64> = HashMap::new();
+    // Known by payload, a value's copies share one delivery count, so a second copy's first
+    // delivery need not be fresh; but two deliveries of a value in one read are two copies
+    // (a read takes each list element once). Per root, the most deliveries one read had.
+    let mut in_read: HashMap<(u32, u32, u64, String), i64> = HashMap::new();
+    let mut reading: HashMap<u32, (u32, u64)> = HashMap::new();
+    let mut same_read: HashMap<String, i64> = HashMap::new();
     let mut highest_count: HashMap<String, (u64, u32, u32)> = HashMap::new();
     let mut arrived: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
     let mut flushed: HashMap<(u32, u32), Option<(usize, u64)>> = HashMap::new();
@@ -302,6 +308,15 @@ pub(crate) fn check(
                 }
                 if *count == 1 {
                     *first_deliveries.entry(r.clone()).or_default() += 1;
+                }
+                // A worker's deliveries follow the read they came in.
+                if let Some(&(stream, read_id)) = reading.get(worker) {
+                    let n = in_read
+                        .entry((*worker, stream, read_id, r.clone()))
+                        .or_default();
+                    *n += 1;
+                    let most = same_read.entry(r.clone()).or_default();
+                    *most = (*most).max(*n);
                 }
                 // Redis never lowers a count: a delivery with a lower count than another
                 // worker saw before was read before that one, whose consumer could take the
@@ -357,6 +372,7 @@ pub(crate) fn check(
                     });
                 }
                 reads.push(*read_id);
+                reading.insert(*worker, (*stream, *read_id));
             }
             Event::Flushed {
                 worker,
@@ -493,7 +509,8 @@ pub(crate) fn check(
         // by the consumer that reclaimed it past the cap): the README allows it.
         let slow = decided.contains(&Decision::SlowAck) || late.contains(r);
         let copies = if promise.by_payload {
-            first_deliveries.get(r).copied().unwrap_or(0).max(1)
+            let fresh = first_deliveries.get(r).copied().unwrap_or(0);
+            fresh.max(same_read.get(r).copied().unwrap_or(0)).max(1)
         } else {
             1
         };
@@ -511,7 +528,8 @@ pub(crate) fn check(
         }
         figures.duplicate_effects += (ran - copies).max(0);
         figures.duplicate_publishes += copies - 1;
-        if dead_letters > 1 && !slow {
+        // One dead letter per copy.
+        if dead_letters as i64 > copies && !slow {
             anomalies.push(Anomaly {
                 root: Some(r.clone()),
                 what: format!("dead-lettered {dead_letters} times"),
@@ -937,6 +955,79 @@ mod tests {
         );
         assert_eq!(figures.lost_at_most_once, 1);
         assert_eq!(figures.duplicate_publishes, 1);
+    }
+
+    #[test]
+    fn two_deliveries_of_a_value_in_one_read_are_two_copies_whatever_their_count() {
+        let promise = Promise {
+            at_most_once: true,
+            by_payload: true,
+            ..PROMISE
+        };
+        let mut state = end(&[("775", None), ("776", None)]);
+        state.kept_effects.insert("775".into(), 2);
+        state.dead_letters.push(("776".into(), 4));
+        state.dead_letters.push(("776".into(), 4));
+        let read = |worker, read_id| Event::Read {
+            worker,
+            stream: 3,
+            read_id,
+        };
+        // A publish written twice (its reply lost to a reconnect, then resent): two copies of
+        // 775 side by side. Both went to a worker that never saw them and came back counted,
+        // each raising the count the copies share, so neither is ever delivered fresh. Both
+        // then come in one read: two copies, each kept once. Same for two dead letters of 776.
+        let history = vec![
+            at(0, read(1, 9)),
+            at(1, delivered("775", 3)),
+            at(1, delivered("775", 3)),
+            at(1, delivered("776", 4)),
+            at(1, delivered("776", 4)),
+            at(2, decided("775", Decision::Ack)),
+            at(2, decided("775", Decision::Ack)),
+            at(2, decided("776", Decision::Retry)),
+            at(2, decided("776", Decision::Retry)),
+        ];
+        let (anomalies, figures) = check(&history, &state, promise);
+        assert_eq!(anomalies, vec![]);
+        assert_eq!(figures.duplicate_publishes, 2);
+        // One copy delivered twice, in two reads, is no second copy.
+        let history = vec![
+            at(0, read(1, 9)),
+            at(1, delivered("775", 3)),
+            at(2, decided("775", Decision::Ack)),
+            at(3, read(1, 10)),
+            at(4, delivered("775", 4)),
+            at(5, decided("775", Decision::Ack)),
+        ];
+        let (anomalies, _) = check(&history, &state, promise);
+        let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "entry 775: its side effect ran 2 times, at most once promised",
+                "entry 776: dead-lettered 2 times"
+            ]
+        );
+        // Another worker's read in between does not join the two.
+        let history = vec![
+            at(0, read(1, 9)),
+            at(1, read(2, 4)),
+            at(2, delivered("775", 3)),
+            at(
+                3,
+                Event::Delivered {
+                    worker: 2,
+                    entry: "775".into(),
+                    count: 3,
+                },
+            ),
+        ];
+        let (anomalies, _) = check(&history, &state, promise);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("ran 2 times")),
+            "{anomalies:?}"
+        );
     }
 
     #[test]
