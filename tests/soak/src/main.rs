@@ -14,7 +14,8 @@
 //!   0, no per-subscription series is left and the backlog gauges of the keys served read 0;
 //!   the sidecar is back to the Redis connections, file descriptors and threads it had before
 //!   the first subscription opened, and for 12 s sends Redis nothing but its health `PING` and
-//!   the read-only backlog sampling (a reader or promoter task left running would);
+//!   the read-only sampling of the backlog and the work waiting (a reader or promoter task left
+//!   running would);
 //! * every produced entry was settled exactly once: acked (its side effects ran once, counted
 //!   in Redis) or dropped (its side effects never ran); retried ones came back and were acked;
 //!   nothing is pending, waiting in a list or a processing list, delayed, or left in the
@@ -1297,9 +1298,19 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
         "the sidecar's threads after every subscription closed at most as before the first opened",
         || format!("{} after vs {} before", after.threads, baseline.threads),
     );
-    // At rest the sidecar pings and samples the backlog of the keys it served, read only:
-    // no read, claim, write or script.
-    let at_rest = ["ping", "xinfo|groups", "llen", "smembers", "zcard"];
+    // At rest the sidecar pings and samples the backlog and the work waiting of the keys it
+    // served, read only: no read, claim, write or script.
+    let at_rest = [
+        "ping",
+        "xinfo|groups",
+        "llen",
+        "smembers",
+        "zcard",
+        "zcount",
+        "xlen",
+        "xrange",
+        "xpending",
+    ];
     checks.check(
         idle_commands.keys().all(|c| at_rest.contains(&c.as_str())),
         "with no subscription open the sidecar sends only pings and backlog samples",
