@@ -91,11 +91,12 @@ check "npm publish --dry-run: the package, no warning but the missing login" \
   "$(grep -c '^publish --dry-run: + @window-sidecar/client@' "$work/pack.log"):$(grep -i 'publish --dry-run: npm warn' "$work/pack.log" | grep -vc 'requires you to be logged in' || true)" "1:0"
 check "npm pack made the tarball" "$(basename "$tarball")" "window-sidecar-client-$(node -p "require('$here/package.json').version").tgz"
 tar tzf "$tarball" | sort >"$work/tarball.txt"
-# Exactly the compiled client, its types, the generated code and the ES module entry, with
+# Exactly the compiled client, its types, the generated code (the window and dead-letter
+# services) and the ES module entry, with
 # package.json, README.md and the LICENSE.
 check "the tarball's files" "$(sed 's#^package/##' "$work/tarball.txt" | paste -sd' ')" \
   "$(printf '%s\n' LICENSE README.md package.json dist/esm/index.{mjs,d.mts} \
-    dist/{index,tracing,window-client,commands,errors,gen/google/protobuf/duration,gen/window_sidecar/v1/window}.{d.ts,js} \
+    dist/{index,tracing,window-client,commands,errors,gen/google/protobuf/duration,gen/window_sidecar/v1/window,gen/window_sidecar/v1/dead_letters}.{d.ts,js} \
     | sort | paste -sd' ')"
 check "the tarball's LICENSE is the repository's" \
   "$(tar xzf "$tarball" -O package/LICENSE | cmp -s - "$root/LICENSE" && echo same)" same
