@@ -1,11 +1,10 @@
 //! window-sidecar: a gRPC sidecar that holds the window of a pipelined Redis subscription.
 //!
-//! Layers, from the inside out: [`window`] is the pure state machine (what is kept, what is
-//! settled, when to flush); [`engine`] the pure state machine around it (when to read, what to
-//! hand out, leases, recovery, dead letters, draining); [`redis`] knows the forms (how to read,
-//! how to settle) and executes flushes; [`session`] runs one subscription stream by executing
-//! its engine's actions; [`grpc`] is the tonic service and the only
-//! place that converts between proto and domain types; [`config`], [`telemetry`], [`metrics`],
+//! Layers, from the inside out: the core crate (`window-sidecar-core`, re-exported here as
+//! [`window`], [`engine`], [`policy`] and [`domain`]) makes every decision and does no I/O;
+//! [`redis`] knows the forms (how to read, how to settle) and executes flushes; [`session`]
+//! runs one subscription stream by executing its engine's actions; [`grpc`] is the tonic
+//! service and the only place that converts between proto and domain types; [`config`], [`telemetry`], [`metrics`],
 //! [`http`] and [`server`] wire the process together and make it observable; [`cli`] is the
 //! operator's `dead-letters` command, a client of a running sidecar.
 #![forbid(unsafe_code)]
@@ -13,17 +12,16 @@
 pub mod cli;
 pub mod config;
 pub mod dev;
-pub(crate) mod engine;
 pub mod grpc;
 pub(crate) mod http;
 pub(crate) mod metrics;
-pub mod policy;
 pub mod redis;
 pub mod scale;
 pub mod server;
 pub mod session;
 pub mod telemetry;
-pub mod window;
+
+pub use window_sidecar_core::{domain, engine, policy, window};
 
 /// Types generated from `proto/window_sidecar/v1/` (`window.proto`, `dead_letters.proto`).
 pub mod proto {

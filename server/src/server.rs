@@ -22,12 +22,11 @@ use tonic_health::server::HealthReporter;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, Listen, Secret, Watch, redact_url};
+use crate::domain::{ListSource, Source, StreamSource};
 use crate::grpc::{self, Numbered, convert::OpenLimits};
 use crate::proto::dead_letter_service_server::DeadLetterServiceServer;
 use crate::proto::window_service_server::WindowServiceServer;
-use crate::redis::form::{Form, Source};
-use crate::redis::list::ListSource;
-use crate::redis::stream::StreamSource;
+use crate::redis::form::Form;
 use crate::redis::{ConnectOptions, Redis, RedisError, Replication, TlsFiles};
 use crate::session::{Settings, Shared};
 

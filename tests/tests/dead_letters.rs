@@ -12,10 +12,10 @@ use bytes::Bytes;
 use fred::prelude::*;
 use tonic::Code;
 use tonic::transport::Channel;
+use window_sidecar::domain::frame;
 use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 use window_sidecar::proto::dead_letter_target::Kind as TargetKind;
 use window_sidecar::proto::{self, OutcomeKind};
-use window_sidecar::redis::frame;
 use window_sidecar_harness::{
     Launch, RedisServer, Sidecar, Worker, connect_client, eventually, free_port, outcome,
     sidecar_bin, stream_open,

@@ -573,7 +573,7 @@ async fn an_entry_delivered_past_the_cap_without_outcomes_is_dead_lettered_unrea
     // A frame of the value with where it came from, how often and why.
     let dead: Vec<bytes::Bytes> = inspect.lrange("jobs:dead", 0, -1).await.unwrap();
     assert_eq!(dead.len(), 1);
-    let letter = window_sidecar::redis::frame::decode(&dead[0]).expect("a frame");
+    let letter = window_sidecar::domain::frame::decode(&dead[0]).expect("a frame");
     let text = |s: &str| bytes::Bytes::copy_from_slice(s.as_bytes());
     assert_eq!(letter[0], (text("_payload"), text("poison")));
     assert!(letter.contains(&(text("h:x-window-subscription"), text("jobs"))));

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use fred::prelude::{Client, ListInterface, PubsubInterface, StreamsInterface, Value};
 use ruststream::runtime::RETRY_COUNT_HEADER;
 use ruststream_fred::prelude::*;
+use window_sidecar::domain::frame;
 use window_sidecar::proto::OutcomeKind::{Ack, Retry};
 use window_sidecar::proto::{self, subscribe_response::Kind};
-use window_sidecar::redis::frame;
 use window_sidecar_harness::*;
 
 /// The fields of every entry of a stream, in order.

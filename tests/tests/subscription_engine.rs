@@ -377,7 +377,7 @@ async fn an_abandoned_simple_list_entry_is_counted_and_reaches_the_dead_letter()
     // The dead letter is a frame of the value that says how often it was delivered.
     let dead: Vec<bytes::Bytes> = inspect.lrange("dead", 0, -1).await.unwrap();
     assert_eq!(dead.len(), 1);
-    let letter = window_sidecar::redis::frame::decode(&dead[0]).expect("a frame");
+    let letter = window_sidecar::domain::frame::decode(&dead[0]).expect("a frame");
     let text = |s: &str| bytes::Bytes::copy_from_slice(s.as_bytes());
     assert_eq!(letter[0], (text("_payload"), text("poison")));
     assert!(

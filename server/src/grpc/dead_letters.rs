@@ -10,13 +10,13 @@ use thiserror::Error;
 use tonic::{Request, Response, Status};
 
 use super::{policy_status, redis_status};
+use crate::domain::letter::{Letter, Redrive, Selection, Store};
 use crate::policy::Patterns;
 use crate::proto;
 use crate::proto::dead_letter_service_server::DeadLetterService;
 use crate::proto::dead_letter_target::Kind as TargetKind;
 use crate::redis::RedisError;
-use crate::redis::dead_letters::letter::{Letter, Selection};
-use crate::redis::dead_letters::{self, Redrive, Store};
+use crate::redis::dead_letters;
 use crate::session::Shared;
 
 /// Dead letters listed when a request sets no limit.
@@ -45,14 +45,12 @@ impl From<RequestError> for Status {
     }
 }
 
-impl TryFrom<Option<proto::DeadLetterTarget>> for Store {
-    type Error = RequestError;
-    fn try_from(target: Option<proto::DeadLetterTarget>) -> Result<Self, RequestError> {
-        match target.and_then(|t| t.kind) {
-            Some(TargetKind::Stream(key)) if !key.is_empty() => Ok(Store::Stream(key)),
-            Some(TargetKind::List(key)) if !key.is_empty() => Ok(Store::List(key)),
-            _ => Err(RequestError::NoTarget),
-        }
+/// The store a request names.
+fn store(target: Option<proto::DeadLetterTarget>) -> Result<Store, RequestError> {
+    match target.and_then(|t| t.kind) {
+        Some(TargetKind::Stream(key)) if !key.is_empty() => Ok(Store::Stream(key)),
+        Some(TargetKind::List(key)) if !key.is_empty() => Ok(Store::List(key)),
+        _ => Err(RequestError::NoTarget),
     }
 }
 
@@ -169,7 +167,7 @@ impl DeadLetterService for DeadLetters {
         request: Request<proto::ListDeadLettersRequest>,
     ) -> Result<Response<proto::ListDeadLettersResponse>, Status> {
         let request = request.into_inner();
-        let store = Store::try_from(request.target)?;
+        let store = store(request.target)?;
         let limit = match request.limit as usize {
             0 => DEFAULT_LIST,
             n if n > MAX_LIST => return Err(RequestError::LimitTooLarge(request.limit).into()),
@@ -195,7 +193,7 @@ impl DeadLetterService for DeadLetters {
         request: Request<proto::RedriveDeadLettersRequest>,
     ) -> Result<Response<proto::RedriveDeadLettersResponse>, Status> {
         let request = request.into_inner();
-        let store = Store::try_from(request.target)?;
+        let store = store(request.target)?;
         let selection = required(request.selection)?;
         let limit = match request.limit as usize {
             0 => DEFAULT_BATCH,
@@ -278,7 +276,7 @@ impl DeadLetterService for DeadLetters {
         request: Request<proto::PurgeDeadLettersRequest>,
     ) -> Result<Response<proto::PurgeDeadLettersResponse>, Status> {
         let request = request.into_inner();
-        let store = Store::try_from(request.target)?;
+        let store = store(request.target)?;
         let selection = required(request.selection)?;
         let limit = match request.limit as usize {
             0 => DEFAULT_BATCH,
@@ -314,14 +312,14 @@ mod tests {
 
     #[test]
     fn a_request_names_its_target_and_a_redrive_its_selection() {
-        assert_eq!(Store::try_from(None), Err(RequestError::NoTarget));
+        assert_eq!(store(None), Err(RequestError::NoTarget));
         let target = |kind| Some(proto::DeadLetterTarget { kind: Some(kind) });
         assert_eq!(
-            Store::try_from(target(TargetKind::Stream(String::new()))),
+            store(target(TargetKind::Stream(String::new()))),
             Err(RequestError::NoTarget)
         );
         assert_eq!(
-            Store::try_from(target(TargetKind::List("jobs:dead".into()))),
+            store(target(TargetKind::List("jobs:dead".into()))),
             Ok(Store::List("jobs:dead".into()))
         );
         assert_eq!(required(None).unwrap_err(), RequestError::NoSelection);

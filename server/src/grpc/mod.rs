@@ -21,10 +21,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::domain::Target;
 use crate::policy::PolicyError;
 use crate::proto;
 use crate::proto::window_service_server::WindowService;
-use crate::redis::publish::Target;
 use crate::redis::{self, RedisError};
 use crate::session::{self, InboundError, SessionError, Shared};
 use crate::telemetry::{TRACER, format_traceparent, parse_traceparent};

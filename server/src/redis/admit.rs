@@ -9,10 +9,11 @@ use bytes::Bytes;
 use fred::util::redis_keyslot;
 use thiserror::Error;
 
-use super::form::{Form, Source};
+use super::form::Form;
 use super::hash_tag;
 use super::keys::KeySpecs;
-use super::plan::{Mode, Settling};
+use super::plan::Settling;
+use crate::domain::{Mode, Source};
 use crate::policy::Policy;
 use crate::window::{Command, CommandError};
 

@@ -9,69 +9,16 @@ use bytes::Bytes;
 use fred::prelude::Client;
 
 use super::delay::{self, Target};
-use super::entry::Entry;
 use super::flush::FlushPlan;
 use super::lease::{ConsumerLease, LeaseHolder};
-use super::list::{self, ListKeys, ListReader, ListSource};
+use super::list::{self, ListKeys, ListReader};
 use super::plan::Settling;
-use super::pubsub::{PubSubForm, PubSubReader, PubSubSource};
-use super::stream::{self, ReadBatch, StreamKeys, StreamReader, StreamSource};
+use super::pubsub::{PubSubForm, PubSubReader};
+use super::stream::{self, StreamKeys, StreamReader};
 use super::{Redis, RedisError, Replication, companion_key};
+use crate::domain::{Entry, ReadBatch, Source};
 use crate::engine::{Kind, ReadError, Stop};
 use crate::window::Outcome;
-
-/// What a subscription reads.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Source {
-    /// A stream through a consumer group. An empty consumer means the sidecar's default.
-    Stream(StreamSource),
-    /// A list, reliable (processing list) or simple (pop).
-    List(ListSource),
-    /// Pub/sub channels, patterns and sharded channels.
-    PubSub(PubSubSource),
-}
-
-impl Source {
-    /// The form's name in logs, metrics and spans.
-    pub fn form(&self) -> &'static str {
-        match self {
-            Source::Stream(_) => "stream",
-            Source::List(list) if list.reliable => "reliable_list",
-            Source::List(_) => "simple_list",
-            Source::PubSub(_) => "pubsub",
-        }
-    }
-
-    /// The consumer name, for forms that have one.
-    pub fn consumer_mut(&mut self) -> Option<&mut String> {
-        match self {
-            Source::Stream(stream) => Some(&mut stream.consumer),
-            Source::List(list) if list.reliable => Some(&mut list.consumer),
-            _ => None,
-        }
-    }
-
-    /// (key, group or form, consumer): what must be unique among open subscriptions of one
-    /// sidecar, for forms whose readers own pending entries.
-    pub fn claim(&self) -> Option<(String, String, String)> {
-        match self {
-            Source::Stream(s) => Some((s.key.clone(), s.group.clone(), s.consumer.clone())),
-            Source::List(l) if l.reliable => {
-                Some((l.key.clone(), "reliable_list".into(), l.consumer.clone()))
-            }
-            _ => None,
-        }
-    }
-
-    /// The key (or channels) and the group (or form), for logs, metrics and the admin view.
-    pub fn describe(&self) -> (String, String, String) {
-        match self {
-            Source::Stream(s) => (s.key.clone(), s.group.clone(), s.consumer.clone()),
-            Source::List(l) => (l.key.clone(), String::new(), l.consumer.clone()),
-            Source::PubSub(p) => (p.describe(), String::new(), String::new()),
-        }
-    }
-}
 
 /// How a subscription settles, requeues and dead-letters, by form.
 #[derive(Clone, Debug)]

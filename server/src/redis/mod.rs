@@ -13,7 +13,6 @@ pub mod delay;
 pub mod entry;
 pub mod flush;
 pub mod form;
-pub mod frame;
 pub mod keys;
 pub mod lease;
 pub mod list;

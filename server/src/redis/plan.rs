@@ -12,28 +12,10 @@
 use std::borrow::Borrow;
 use std::time::Duration;
 
-use super::entry::Entry;
 use super::flush::{FlushPlan, Role};
+use crate::domain::{Entry, Mode};
 use crate::engine::exhausted;
 use crate::window::{FlushBatch, Outcome};
-
-/// How kept segments are sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Kept segments in commit order, then the settles, in one pipeline.
-    Pipeline,
-    /// Each kept segment as MULTI, its commands, its own settle, EXEC.
-    Atomic,
-}
-
-impl Mode {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Mode::Pipeline => "pipeline",
-            Mode::Atomic => "atomic",
-        }
-    }
-}
 
 /// What a form writes for settles and requeues.
 pub trait Settling {

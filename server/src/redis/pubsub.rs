@@ -17,38 +17,15 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::delay;
-use super::entry::{Entry, into_bytes};
+use super::entry::into_bytes;
 use super::flush::{FlushPlan, Role};
-use super::frame::Framing;
 use super::plan::Settling;
-use super::stream::ReadBatch;
 use super::{Redis, RedisError};
+use crate::domain::{Entry, PubSubSource, ReadBatch};
 
 /// The delay set of every pub/sub subscription (classic channels are cluster-wide, so one set
 /// serves them all).
 pub const DELAYED_KEY: &str = "window:pubsub:delayed";
-
-/// What a pub/sub subscription listens to.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PubSubSource {
-    pub channels: Vec<String>,
-    pub patterns: Vec<String>,
-    pub sharded_channels: Vec<String>,
-    /// The most messages buffered for a slow client.
-    pub buffer: usize,
-    /// Whether messages in ruststream-fred's frame are delivered as payload and headers.
-    pub framing: Framing,
-}
-
-impl PubSubSource {
-    /// A name for logs, metrics and the admin view.
-    pub fn describe(&self) -> String {
-        let mut parts: Vec<String> = self.channels.clone();
-        parts.extend(self.patterns.iter().map(|p| format!("pattern:{p}")));
-        parts.extend(self.sharded_channels.iter().map(|c| format!("shard:{c}")));
-        parts.join(",")
-    }
-}
 
 /// How a pub/sub subscription requeues.
 #[derive(Clone, Debug)]

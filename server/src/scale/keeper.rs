@@ -20,12 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::Watch;
+use crate::domain::{ListSource, Source, StreamSource};
 use crate::metrics::FormLabels;
 use crate::policy::Patterns;
 use crate::redis::entry::into_bytes;
-use crate::redis::form::{Form, Source};
-use crate::redis::list::ListSource;
-use crate::redis::stream::StreamSource;
+use crate::redis::form::Form;
 use crate::redis::{Redis, RedisError, arg, call_at};
 use crate::session::Shared;
 

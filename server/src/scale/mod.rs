@@ -20,8 +20,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::domain::Source;
 use crate::metrics::{FormLabels, GroupLabels, KeyLabels};
-use crate::redis::form::{Form, Source};
+use crate::redis::form::Form;
 
 /// Labels of the work-waiting gauge: `form` is `stream` (with its group) or `list` (group
 /// empty).

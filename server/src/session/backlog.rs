@@ -9,8 +9,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::Duration;
 
+use crate::domain::Source;
 use crate::metrics::{GroupLabels, KeyLabels, Metrics};
-use crate::redis::form::{Form, Source};
+use crate::redis::form::Form;
 use crate::redis::sample::{self, Group, Sample};
 
 use super::Shared;

@@ -25,16 +25,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span};
 
+use crate::domain::{Entry, MAX_BLOCK, Mode, Source};
 use crate::metrics::Metrics;
 use crate::policy::{Patterns, Policy, PolicyError};
 use crate::redis::admit::SlotMismatch;
-use crate::redis::entry::Entry;
 use crate::redis::flush::FlushResult;
-pub use crate::redis::form::Source;
 use crate::redis::keys::KeySpecs;
 use crate::redis::lease::ConsumerLease;
 use crate::redis::server::ServerInfo;
-use crate::redis::stream::Mode;
 use crate::redis::{Redis, RedisError, Replication};
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
 use subscription::Subscription;
@@ -455,9 +453,6 @@ pub(super) async fn take_lease(
         tokio::time::sleep(POLL).await;
     }
 }
-
-/// The longest a read may block.
-pub const MAX_BLOCK: Duration = Duration::from_secs(60);
 
 /// Frees a consumer name on this sidecar when its session ends, however it ends.
 pub(super) struct Release(Arc<Shared>, Claim);

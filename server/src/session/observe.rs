@@ -10,7 +10,7 @@ use opentelemetry::trace::{Link, Span, SpanContext, SpanKind, Status, TraceConte
 use opentelemetry::{Context, KeyValue};
 use serde::Serialize;
 
-use crate::redis::entry::Entry;
+use crate::domain::Entry;
 use crate::redis::flush::FlushResult;
 use crate::telemetry::{TRACER, parse_traceparent};
 use crate::window::{FlushBatch, Outcome, ReadId};

@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::observe;
 use super::{FlushReport, Shared};
+use crate::domain::{Mode, ReadBatch};
 use crate::engine::FlushId;
 use crate::metrics::{
     FlushLabels, FormLabels, GroupLabels, KeyLabels, ModeLabels, RoundTripLabels,
@@ -20,7 +21,7 @@ use crate::metrics::{
 use crate::redis::flush::{self, FlushPlan};
 use crate::redis::form::{Form, Reader};
 use crate::redis::retention::{self, Trim};
-use crate::redis::stream::{self, Mode, ReadBatch};
+use crate::redis::stream;
 use crate::redis::{Redis, RedisError};
 
 /// A read the engine asked for.

@@ -11,9 +11,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::*;
 use tonic::transport::Channel;
+use window_sidecar::domain::frame;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, Mode};
-use window_sidecar::redis::{companion_key, frame};
+use window_sidecar::redis::companion_key;
 use window_sidecar_harness::{duration, stream_open};
 
 use crate::history::{EndState, Held, Place};

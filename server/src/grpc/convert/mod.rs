@@ -9,15 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
+use crate::domain::{Body, Entry, Framing, ListSource, Mode, PubSubSource, Source, StreamSource};
 use crate::proto;
-use crate::redis::entry::{Body, Entry};
-use crate::redis::frame::Framing;
-use crate::redis::list::ListSource;
-use crate::redis::pubsub::PubSubSource;
-use crate::redis::stream::{Mode, StreamSource};
 use crate::session::{
     ClientBatch, ClientMessage, Event, FlushReport, InboundError, OpenRequest, Opened,
-    SettleRequest, Source,
+    SettleRequest,
 };
 use crate::telemetry::parse_traceparent;
 use crate::window::{Command, Outcome, Reason, SlotError};
@@ -57,7 +53,7 @@ pub struct OpenLimits {
 /// BLOCK when the client sets none.
 pub const DEFAULT_BLOCK: Duration = Duration::from_secs(5);
 /// The longest BLOCK a client may ask for: longer only delays shutdown and reconnects.
-pub use crate::session::MAX_BLOCK;
+pub use crate::domain::MAX_BLOCK;
 /// min_idle when the client sets none.
 pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(60);
 /// A reliable list's dead_after when the client sets none.

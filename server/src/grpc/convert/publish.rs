@@ -4,9 +4,8 @@
 use bytes::Bytes;
 
 use super::{ConvertError, framing};
+use crate::domain::{Framing, Target};
 use crate::proto;
-use crate::redis::frame::Framing;
-use crate::redis::publish::Target;
 
 /// Where a Publish writes, and how its entries become values there.
 pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framing), ConvertError> {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::redis::publish::Target;
+use crate::domain::Target;
 
 const LIMITS: OpenLimits = OpenLimits {
     max_count: 100,

@@ -20,26 +20,11 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::delay;
-use super::entry::{Entry, into_bytes};
+use super::entry::into_bytes;
 use super::flush::{FlushPlan, Role};
-use super::frame::{self, Framing};
 use super::plan::Settling;
-use super::stream::ReadBatch;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key};
-
-/// A list subscription's identity in Redis.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListSource {
-    pub key: String,
-    /// Reliable lists only: the consumer whose processing list this is.
-    pub consumer: String,
-    /// Reliable lists only: a consumer whose heartbeat (its lease) is older than this is dead.
-    pub dead_after: Duration,
-    /// Whether entries move to a processing list (at least once) or are popped (at most once).
-    pub reliable: bool,
-    /// Whether values in ruststream-fred's frame are delivered as payload and headers.
-    pub framing: Framing,
-}
+use crate::domain::{Entry, Framing, ListSource, ReadBatch, frame};
 
 /// The Redis names a list subscription uses; all share the list's hash slot.
 #[derive(Clone, Debug)]

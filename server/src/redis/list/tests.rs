@@ -1,5 +1,6 @@
 use super::*;
-use crate::redis::plan::{Mode, PlanContext, plan_flush};
+use crate::domain::Mode;
+use crate::redis::plan::{PlanContext, plan_flush};
 use crate::window::{Command, Limits, Outcome, Window};
 
 fn keys(reliable: bool) -> ListKeys {

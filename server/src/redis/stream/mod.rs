@@ -10,24 +10,12 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use super::delay;
-use super::entry::{Entry, into_bytes, parse_entries};
+use super::entry::{into_bytes, parse_entries};
 use super::flush::{FlushPlan, Planned, Role};
 use super::plan::Settling;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key, str_arg};
 
-pub use super::plan::Mode;
-
-/// A stream subscription's identity in Redis.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamSource {
-    pub key: String,
-    pub group: String,
-    pub consumer: String,
-    /// Where a newly created group starts.
-    pub start_id: String,
-    /// Pending entries idle longer than this are claimed and delivered again.
-    pub min_idle: Duration,
-}
+use crate::domain::{Entry, ReadBatch, StreamSource};
 
 /// The Redis names a stream subscription uses.
 #[derive(Clone, Debug)]
@@ -183,22 +171,6 @@ enum Cursor {
     Pending(Bytes),
     /// New entries (`>`).
     New,
-}
-
-/// What a read returned and where it came from.
-#[derive(Debug, Default)]
-pub struct ReadBatch {
-    pub entries: Vec<Entry>,
-    /// Whether the entries may already be outstanding in this window (pending or claimed).
-    pub redelivery: bool,
-    /// Entries claimed from idle consumers (or recovered from dead ones).
-    pub claimed: usize,
-    /// Pub/sub: messages dropped for a slow client since the previous read.
-    pub lost: u64,
-    /// Round trips this read made: XREADGROUP calls, XAUTOCLAIM calls, XPENDING look-ups.
-    pub reads: u32,
-    pub claims: u32,
-    pub count_lookups: u32,
 }
 
 /// The entries of an XREADGROUP reply; ids of deleted entries (pending history only) go to

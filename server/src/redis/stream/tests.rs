@@ -1,4 +1,5 @@
 use super::*;
+use crate::domain::Mode;
 use crate::redis::plan::{PlanContext, plan_flush};
 use crate::window::{Command, FlushBatch, Limits, Outcome, Window};
 

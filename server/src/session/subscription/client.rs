@@ -9,12 +9,12 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::{Item, Subscription, observe};
+use crate::domain::ReadBatch;
 use crate::engine::{self, Read, ReadError};
 use crate::metrics::{OutcomeLabels, ReasonLabels, RoundTripLabels};
 use crate::redis::RedisError;
 use crate::redis::admit::Admission;
 use crate::redis::form::read_error;
-use crate::redis::stream::ReadBatch;
 use crate::session::{ClientBatch, Event, FlushReport};
 use crate::telemetry::{LogIds, format_traceparent};
 

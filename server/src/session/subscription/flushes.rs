@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::{Item, Subscription, observe};
+use crate::domain::Entry;
 use crate::engine::{FlushId, FlushStatus, Read, ReadError};
-use crate::redis::entry::Entry;
 use crate::redis::flush::{FlushPlan, FlushResult};
 use crate::redis::form::{Form, read_error};
 use crate::redis::plan::{PlanContext, plan_dead_letters, plan_flush};

@@ -25,14 +25,13 @@ use super::{
     ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Outbound, Release,
     SessionError, Shared,
 };
+use crate::domain::{Entry, ReadBatch, Source};
 use crate::engine::{Action, Engine, FlushId, LeaseRenewal, Stop};
 use crate::metrics::{FormLabels, SubscriptionLabels};
 use crate::redis::RedisError;
-use crate::redis::entry::Entry;
-use crate::redis::form::{Form, Source};
+use crate::redis::form::Form;
 use crate::redis::keys::KeySpecs;
 use crate::redis::lease::ConsumerLease;
-use crate::redis::stream::ReadBatch;
 use crate::window::{ReadId, SlotId};
 
 type Item = Arc<Entry>;

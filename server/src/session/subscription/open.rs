@@ -9,11 +9,12 @@ use tokio::time::Instant;
 use tracing::{Instrument, info};
 
 use super::Subscription;
+use crate::domain::Source;
 use crate::engine::{Config, Engine};
 use crate::metrics::{FormLabels, SubscriptionLabels};
 use crate::redis::RedisError;
 use crate::redis::admit::check_cluster_slots;
-use crate::redis::form::{Form, Reader, Source};
+use crate::redis::form::{Form, Reader};
 use crate::redis::keys::KeySpecs;
 use crate::redis::lease::{ConsumerLease, LeaseHolder};
 use crate::redis::stream;

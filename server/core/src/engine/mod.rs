@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 
 use crate::window::{Command, CommandError, Limits, Outcome, SlotError, SlotId, Window};
 
-pub(crate) use action::Action;
-pub(crate) use counts::exhausted;
+pub use action::Action;
+pub use counts::exhausted;
 use liveness::{Lease, Recovery};
 
 /// What the engine needs of an entry.
-pub(crate) trait Item: Clone {
+pub trait Item: Clone {
     /// What identifies an entry in Redis across reads (a stream entry id).
     type Id: Clone + Eq + Hash + std::fmt::Debug;
     fn id(&self) -> Self::Id;
@@ -92,7 +92,7 @@ enum Extension {
 
 /// A subscription's settings.
 #[derive(Clone, Debug)]
-pub(crate) struct Config {
+pub struct Config {
     pub kind: Kind,
     /// The most entries one read asks for.
     pub count: u32,
@@ -117,11 +117,11 @@ pub(crate) struct Config {
 }
 
 /// Identifies one flush handed out by [`Action::Flush`] or [`Action::DeadLetter`].
-pub(crate) type FlushId = u64;
+pub type FlushId = u64;
 
 /// What a read returned.
 #[derive(Clone, Debug)]
-pub(crate) struct Read<E> {
+pub struct Read<E> {
     pub entries: Vec<E>,
     /// The entries may already be held by this window (pending, claimed or own entries).
     pub redelivery: bool,
@@ -131,7 +131,7 @@ pub(crate) struct Read<E> {
 
 #[cfg(test)]
 impl<E> Read<E> {
-    pub(crate) fn new(entries: Vec<E>) -> Self {
+    pub fn new(entries: Vec<E>) -> Self {
         Self {
             entries,
             redelivery: false,
@@ -152,7 +152,7 @@ pub enum ReadError {
 
 /// How a flush ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FlushStatus {
+pub enum FlushStatus {
     Ok,
     /// Some commands failed. `settle_failed`: the read's entries are still pending.
     Failed {
@@ -177,7 +177,7 @@ pub enum Stop {
 
 /// An outcome for a slot, as the client sent it.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct SettleRequest {
+pub struct SettleRequest {
     pub slot: SlotId,
     pub outcome: Outcome,
     pub reason: Option<String>,
@@ -185,7 +185,7 @@ pub(crate) struct SettleRequest {
 
 /// What renewing the lease found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LeaseRenewal {
+pub enum LeaseRenewal {
     Held,
     /// Another holder has it.
     Lost,
@@ -238,7 +238,7 @@ struct ReaderRead {
 
 /// The engine of one subscription.
 #[derive(Debug)]
-pub(crate) struct Engine<E: Item> {
+pub struct Engine<E: Item> {
     config: Config,
     window: Window<E>,
     phase: Phase,
@@ -274,7 +274,7 @@ pub(crate) struct Engine<E: Item> {
 
 /// What a subscription's close did with what it held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ClosedCounts {
+pub struct ClosedCounts {
     /// Reads flushed by the close itself (what was owed once outstanding deliveries were
     /// abandoned).
     pub flushed_at_close: usize,
@@ -285,7 +285,7 @@ pub(crate) struct ClosedCounts {
 
 impl<E: Item> Engine<E> {
     /// A subscription that just opened (its lease taken, if it has one).
-    pub(crate) fn new(config: Config, now: Instant) -> Self {
+    pub fn new(config: Config, now: Instant) -> Self {
         let lease = config.lease_renewal.map(|every| Lease::new(every, now));
         let recovery = config
             .kind
@@ -320,12 +320,12 @@ impl<E: Item> Engine<E> {
     }
 
     /// The actions decided since the last call, in the order to execute them.
-    pub(crate) fn take_actions(&mut self) -> Vec<Action<E>> {
+    pub fn take_actions(&mut self) -> Vec<Action<E>> {
         std::mem::take(&mut self.actions)
     }
 
     /// When [`Engine::tick`] has something to do next, if ever.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+    pub fn next_deadline(&self) -> Option<Instant> {
         let draining = match self.phase {
             Phase::Draining { until } => Some(until),
             _ => None,
@@ -341,7 +341,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// A snapshot for the admin view.
-    pub(crate) fn view(&self) -> View {
+    pub fn view(&self) -> View {
         View {
             reading: self.reader.is_some() || !self.ahead.is_empty(),
             open_reads: self.window.open_reads(),
@@ -354,12 +354,12 @@ impl<E: Item> Engine<E> {
     }
 
     /// Whether the engine has stopped.
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.phase == Phase::Done
     }
 
     /// The reader answered.
-    pub(crate) fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
+    pub fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
         let count = self.reader.take().map_or(u32::MAX, |r| r.count);
         self.reader_answered += 1;
         let answered = self.reader_answered;
@@ -390,7 +390,7 @@ impl<E: Item> Engine<E> {
 
     /// The client's commands (admitted or refused by the session) and outcomes. Returns the
     /// rejections, and for each outcome whether the window took it.
-    pub(crate) fn apply(
+    pub fn apply(
         &mut self,
         now: Instant,
         commands: Vec<(SlotId, Result<Command, CommandError>)>,
@@ -430,7 +430,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// A flush was reported, with what its read-ahead read.
-    pub(crate) fn flushed(
+    pub fn flushed(
         &mut self,
         now: Instant,
         flush: FlushId,
@@ -484,7 +484,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// A flush reported with an unknown outcome can no longer run.
-    pub(crate) fn flush_settled(&mut self, now: Instant, flush: FlushId) {
+    pub fn flush_settled(&mut self, now: Instant, flush: FlushId) {
         if self.flushes.get(&flush).is_some_and(|f| f.unknown) {
             self.flush_ended(flush);
         }
@@ -492,7 +492,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// Timers: a read's backoff, the drain deadline, the lease.
-    pub(crate) fn tick(&mut self, now: Instant) {
+    pub fn tick(&mut self, now: Instant) {
         if self.retry_read_at.is_some_and(|at| at <= now) {
             self.retry_read_at = None;
         }
@@ -505,7 +505,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// What renewing the lease found.
-    pub(crate) fn lease_renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
+    pub fn lease_renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
         if let Some(lease) = &mut self.lease {
             lease.renewed(now, renewal);
         }
@@ -516,7 +516,7 @@ impl<E: Item> Engine<E> {
     }
 
     /// Shutdown began.
-    pub(crate) fn shutdown(&mut self, now: Instant) {
+    pub fn shutdown(&mut self, now: Instant) {
         if self.phase == Phase::Open {
             let grace = self.config.shutdown_grace;
             self.phase = Phase::Draining { until: now + grace };
@@ -530,13 +530,13 @@ impl<E: Item> Engine<E> {
 
     /// The client half-closed its stream, or sent something that ends it: it gets the reports
     /// of what it settled, then the end.
-    pub(crate) fn client_closed(&mut self, now: Instant) {
+    pub fn client_closed(&mut self, now: Instant) {
         self.close(None);
         self.advance(now);
     }
 
     /// The client is gone: nothing more can be sent to it.
-    pub(crate) fn client_gone(&mut self, now: Instant) {
+    pub fn client_gone(&mut self, now: Instant) {
         self.client_here = false;
         self.close(None);
         self.advance(now);
@@ -573,7 +573,7 @@ impl<E: Item> Engine<E> {
 
 /// What [`Engine::apply`] did with a client batch.
 #[derive(Debug, Default)]
-pub(crate) struct Applied {
+pub struct Applied {
     /// The outcomes the window took, in order.
     pub settled: Vec<(SlotId, Outcome)>,
     pub rejected: Vec<SlotError>,
@@ -581,7 +581,7 @@ pub(crate) struct Applied {
 
 /// What the admin view shows of an engine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct View {
+pub struct View {
     pub reading: bool,
     pub open_reads: usize,
     pub outstanding: usize,

@@ -7,7 +7,7 @@ use crate::window::{FlushBatch, OpenedRead};
 
 /// What the I/O task must do, in order.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Action<E> {
+pub enum Action<E> {
     /// Read up to `count` entries on the reader, blocking at most `block`. `reread`: go
     /// through this consumer's own pending entries first; `recover`: first recover entries of
     /// idle or dead consumers.

@@ -9,7 +9,7 @@ use super::{Action, Engine, Item, Read};
 
 /// Whether an entry delivered `delivery_count` times has used up its deliveries: a retry of it
 /// becomes a dead letter. `max_deliveries` 0 is no cap.
-pub(crate) fn exhausted(delivery_count: u32, max_deliveries: u32) -> bool {
+pub fn exhausted(delivery_count: u32, max_deliveries: u32) -> bool {
     max_deliveries > 0 && delivery_count >= max_deliveries
 }
 

@@ -9,7 +9,7 @@ impl<E: Item> Engine<E> {
     /// The client is still working on these deliveries: keep other consumers from taking them
     /// (a stream's entries idle again, a reliable list's lease renewed), at most once per
     /// `extend_every` for each, and never settling anything. Returns the slots refused.
-    pub(crate) fn extend(&mut self, now: Instant, slots: &[SlotId]) -> Vec<SlotError> {
+    pub fn extend(&mut self, now: Instant, slots: &[SlotId]) -> Vec<SlotError> {
         let mut rejected = Vec::new();
         let mut due = Vec::new();
         for &slot in slots {

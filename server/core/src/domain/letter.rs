@@ -1,16 +1,17 @@
 //! One dead letter as it reads: where it came from, how often it was delivered, why, and its
 //! body, decoded from the fields of a dead-letter stream entry or from a dead-letter list's
 //! value (a frame, else raw bytes: shown, never dropped). Also which dead letters a selection
-//! chooses and the fields of a redriven copy. Pure: no I/O.
+//! chooses, the fields of a redriven copy, where dead letters are kept ([`Store`]) and what a
+//! redrive did ([`Redrive`]).
 
 use bytes::Bytes;
 
-use crate::policy::Patterns;
-use crate::redis::entry::{
+use super::entry::{
     ATTEMPTS_HEADER, DELIVERIES_HEADER, Entry, HEADER_PREFIX, PAYLOAD_FIELD, REASON_HEADER,
     RUSTSTREAM_RETRY_HEADER, SUBSCRIPTION_HEADER,
 };
-use crate::redis::frame;
+use super::frame;
+use crate::policy::Patterns;
 
 /// Header on redriven copies: `<times redriven>;<unix ms of the last redrive>`.
 pub const REDRIVEN_HEADER: &str = "x-window-redriven";
@@ -234,6 +235,34 @@ fn same_id(asked: &str, id: &str) -> bool {
         (Some((_, a)), Some((_, b))) => a == b,
         _ => asked == id,
     }
+}
+
+/// Where dead letters are kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Store {
+    Stream(String),
+    List(String),
+}
+
+impl Store {
+    pub fn key(&self) -> &str {
+        match self {
+            Store::Stream(key) | Store::List(key) => key,
+        }
+    }
+
+    pub fn is_stream(&self) -> bool {
+        matches!(self, Store::Stream(_))
+    }
+}
+
+/// What one redrive did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Redrive {
+    /// The copy was written (with its stream id).
+    Written(Option<String>),
+    /// The dead letter was gone already (redriven or purged by someone else).
+    Gone,
 }
 
 #[cfg(test)]

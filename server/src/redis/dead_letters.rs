@@ -1,38 +1,17 @@
 //! Dead letters as Redis keeps them: a dead-letter stream's entries or a dead-letter list's
-//! values, read oldest first and decoded ([`letter`]), and the scripts that redrive or purge
+//! values, read oldest first and decoded (as [`Letter`]s), and the scripts that redrive or purge
 //! one. A redrive removes the dead letter and writes its copy in one script, so a crash
 //! leaves each dead letter either still there or redriven once, and two redrives of the same
 //! one write one copy.
-
-pub mod letter;
 
 use std::sync::LazyLock;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use self::letter::{Letter, Selection};
 use super::entry::parse_entries;
 use super::{RedisError, call, str_arg};
-
-/// Where dead letters are kept.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Store {
-    Stream(String),
-    List(String),
-}
-
-impl Store {
-    pub fn key(&self) -> &str {
-        match self {
-            Store::Stream(key) | Store::List(key) => key,
-        }
-    }
-
-    pub fn is_stream(&self) -> bool {
-        matches!(self, Store::Stream(_))
-    }
-}
+use crate::domain::letter::{Letter, Redrive, Selection, Store};
 
 /// Dead letters read per round trip while scanning.
 const PAGE: usize = 1_000;
@@ -147,15 +126,6 @@ return 1
 "#,
     )
 });
-
-/// What one redrive did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Redrive {
-    /// The copy was written (with its stream id).
-    Written(Option<String>),
-    /// The dead letter was gone already (redriven or purged by someone else).
-    Gone,
-}
 
 /// Redrives one dead letter to `to`, atomically.
 pub async fn redrive(
