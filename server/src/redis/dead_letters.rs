@@ -17,7 +17,7 @@ use crate::domain::letter::{Letter, Redrive, Selection, Store};
 const PAGE: usize = 1_000;
 
 /// How many dead letters the store holds.
-pub async fn count(client: &Client, store: &Store) -> Result<u64, RedisError> {
+pub(crate) async fn count(client: &Client, store: &Store) -> Result<u64, RedisError> {
     let (name, key) = match store {
         Store::Stream(key) => ("XLEN", key),
         Store::List(key) => ("LLEN", key),
@@ -27,7 +27,7 @@ pub async fn count(client: &Client, store: &Store) -> Result<u64, RedisError> {
 }
 
 /// The dead letters `selection` chooses, oldest first, at most `limit`.
-pub async fn select(
+pub(crate) async fn select(
     client: &Client,
     store: &Store,
     selection: &Selection,
@@ -128,7 +128,7 @@ return 1
 });
 
 /// Redrives one dead letter to `to`, atomically.
-pub async fn redrive(
+pub(crate) async fn redrive(
     client: &Client,
     store: &Store,
     letter: &Letter,
@@ -171,7 +171,11 @@ pub async fn redrive(
 }
 
 /// Removes one dead letter; returns whether it was still there.
-pub async fn purge(client: &Client, store: &Store, letter: &Letter) -> Result<bool, RedisError> {
+pub(crate) async fn purge(
+    client: &Client,
+    store: &Store,
+    letter: &Letter,
+) -> Result<bool, RedisError> {
     let (name, args) = match store {
         Store::Stream(key) => ("XDEL", vec![str_arg(key), str_arg(&letter.id)]),
         Store::List(key) => (

@@ -9,7 +9,7 @@ use crate::domain::Entry;
 
 /// The entries of an XREADGROUP or XAUTOCLAIM entry list: `[[id, [field, value, ...]], ...]`.
 /// Entries deleted while pending come back with no fields; their ids go to `deleted`.
-pub fn parse_entries(
+pub(crate) fn parse_entries(
     command: &'static str,
     list: Value,
     deleted: &mut Vec<Bytes>,
@@ -59,7 +59,7 @@ pub fn parse_entries(
 }
 
 /// A bulk or simple string, or an integer, as bytes.
-pub fn into_bytes(value: Value) -> Option<Bytes> {
+pub(crate) fn into_bytes(value: Value) -> Option<Bytes> {
     match value {
         Value::Bytes(b) => Some(b),
         Value::String(s) => Some(s.into_inner()),

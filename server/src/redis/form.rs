@@ -10,9 +10,9 @@ use fred::prelude::Client;
 
 use super::delay::{self, Target};
 use super::flush::FlushPlan;
+use super::flush::Settling;
 use super::lease::{ConsumerLease, LeaseHolder};
 use super::list::{self, ListKeys, ListReader};
-use super::plan::Settling;
 use super::pubsub::{PubSubForm, PubSubReader};
 use super::stream::{self, StreamKeys, StreamReader};
 use super::{Redis, RedisError, Replication, companion_key};
@@ -186,7 +186,7 @@ impl Settling for Form {
 }
 
 /// Reads a subscription on its own connection.
-pub enum Reader {
+pub(crate) enum Reader {
     Stream(StreamReader),
     List(ListReader),
     PubSub(PubSubReader),
@@ -194,7 +194,7 @@ pub enum Reader {
 
 impl Reader {
     /// Opens the reader of a form: a dedicated connection (a subscriber one for pub/sub).
-    pub async fn open(
+    pub(crate) async fn open(
         redis: &Redis,
         source: &Source,
         form: &Form,
@@ -217,7 +217,7 @@ impl Reader {
     }
 
     /// One read as the engine asked for it (see [`crate::engine::Action::Read`]).
-    pub async fn read(
+    pub(crate) async fn read(
         &mut self,
         count: u32,
         block: Duration,
@@ -245,7 +245,7 @@ impl Reader {
         }
     }
 
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         match self {
             Reader::Stream(r) => r.close().await,
             Reader::List(r) => r.close().await,
@@ -258,7 +258,7 @@ impl Reader {
 /// reads, or a consumer group deleted under it, ends it (retrying cannot help, and recreating
 /// the group at its start would hand out settled history again; a group lost in a failover is
 /// the stream reader's to recreate: see [`StreamReader::read`]); anything else is tried again.
-pub fn read_error(err: &RedisError) -> ReadError {
+pub(crate) fn read_error(err: &RedisError) -> ReadError {
     match err {
         RedisError::Refused { message, .. } if message.starts_with("NOGROUP") => {
             ReadError::Fatal(Stop::GroupDeleted)

@@ -11,7 +11,7 @@ use crate::domain::{Framing, Target, frame};
 
 /// What each entry became.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Published {
+pub(crate) struct Published {
     /// Streams: the ids Redis gave the entries.
     pub ids: Vec<Bytes>,
     /// Channels: the subscribers each entry reached.
@@ -20,7 +20,7 @@ pub struct Published {
 
 /// One entry as the value a list or a channel holds: a frame when it has headers (and the
 /// framing allows them), else the bare payload. `fields` are in the payload-and-headers layout.
-pub fn value_of(fields: &[(Bytes, Bytes)], framing: Framing) -> Bytes {
+pub(crate) fn value_of(fields: &[(Bytes, Bytes)], framing: Framing) -> Bytes {
     match fields {
         [(_, payload)] => payload.clone(),
         [(_, payload), ..] if framing == Framing::Raw => payload.clone(),
@@ -29,7 +29,7 @@ pub fn value_of(fields: &[(Bytes, Bytes)], framing: Framing) -> Bytes {
 }
 
 /// Writes entries (one field list each) in one pipeline.
-pub async fn publish(
+pub(crate) async fn publish(
     client: &Client,
     target: &Target,
     entries: Vec<Vec<(Bytes, Bytes)>>,

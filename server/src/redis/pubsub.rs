@@ -18,14 +18,14 @@ use tokio::task::JoinHandle;
 
 use super::delay;
 use super::entry::into_bytes;
+use super::flush::Settling;
 use super::flush::{FlushPlan, Role};
-use super::plan::Settling;
 use super::{Redis, RedisError};
 use crate::domain::{Entry, PubSubSource, ReadBatch};
 
 /// The delay set of every pub/sub subscription (classic channels are cluster-wide, so one set
 /// serves them all).
-pub const DELAYED_KEY: &str = "window:pubsub:delayed";
+pub(crate) const DELAYED_KEY: &str = "window:pubsub:delayed";
 
 /// How a pub/sub subscription requeues.
 #[derive(Clone, Debug)]
@@ -113,7 +113,7 @@ struct Buffer {
 }
 
 /// Listens on a dedicated subscriber connection and hands out what arrived.
-pub struct PubSubReader {
+pub(crate) struct PubSubReader {
     client: SubscriberClient,
     buffer: Arc<Mutex<Buffer>>,
     arrived: Arc<Notify>,
@@ -122,7 +122,7 @@ pub struct PubSubReader {
 
 impl PubSubReader {
     /// Subscribes and starts buffering.
-    pub async fn open(redis: &Redis, source: &PubSubSource) -> Result<Self, RedisError> {
+    pub(crate) async fn open(redis: &Redis, source: &PubSubSource) -> Result<Self, RedisError> {
         let client = redis.subscriber_client().await?;
         let buffer = Arc::new(Mutex::new(Buffer {
             capacity: source.buffer.max(1),
@@ -192,7 +192,11 @@ impl PubSubReader {
     }
 
     /// The messages that have arrived, up to `count`; waits up to `block` for the first.
-    pub async fn read(&mut self, count: u32, block: Duration) -> Result<ReadBatch, RedisError> {
+    pub(crate) async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+    ) -> Result<ReadBatch, RedisError> {
         let deadline = tokio::time::Instant::now() + block;
         loop {
             {
@@ -216,7 +220,7 @@ impl PubSubReader {
     }
 
     /// Unsubscribes and closes the connection.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         for task in &self.tasks {
             task.abort();
         }

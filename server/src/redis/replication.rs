@@ -1,7 +1,12 @@
 //! Waiting for replicas: a read's claim reaches `--wait-replicas` replicas before its entries
 //! are delivered.
 
-use super::*;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::{ClusterHash, CustomCommand};
+
+use super::error::RedisError;
 
 /// How many replicas must have a read's claim (the pending entry of a stream, the move to a
 /// processing list) before its entries are delivered. Redis replicates asynchronously: without

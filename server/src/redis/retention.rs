@@ -59,7 +59,7 @@ return {'trimmed', n, floor}
 
 /// What one trim did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trim {
+pub(crate) enum Trim {
     /// `entries` left the stream; every entry from `floor` on is still needed by some group.
     Trimmed { entries: u64, floor: String },
     /// This group's position is unknown (`XINFO GROUPS` has no `lag`): nothing was trimmed.
@@ -69,7 +69,7 @@ pub enum Trim {
 }
 
 /// Trims `key` below what its groups still need.
-pub async fn trim_acknowledged(client: &Client, key: &Bytes) -> Result<Trim, RedisError> {
+pub(crate) async fn trim_acknowledged(client: &Client, key: &Bytes) -> Result<Trim, RedisError> {
     let reply: Value = TRIM
         .evalsha_with_reload(client, vec![Key::from(key.clone())], Vec::<String>::new())
         .await

@@ -12,7 +12,7 @@ use super::{RedisError, arg, call, call_at};
 
 /// One sample; `None` where Redis did not say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Streams: the group, if it exists.
     pub group: Option<Group>,
     /// Lists: entries waiting in the list, and entries on consumers' processing lists.
@@ -22,7 +22,7 @@ pub struct Sample {
 
 /// What XINFO GROUPS says of one group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Group {
+pub(crate) enum Group {
     /// The stream has no such group (or no longer).
     Missing,
     /// Its pending entries and its lag (nil when Redis cannot tell).
@@ -30,7 +30,7 @@ pub enum Group {
 }
 
 /// Samples a subscription's keys; what fails is left out (and logged at debug).
-pub async fn sample(client: &Client, form: &Form) -> Sample {
+pub(crate) async fn sample(client: &Client, form: &Form) -> Sample {
     let mut sample = Sample::default();
     match form {
         Form::Stream(keys) => match group_info(client, keys).await {

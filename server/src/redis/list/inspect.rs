@@ -9,7 +9,7 @@ use super::ListKeys;
 
 /// The list's length and the entries its consumers hold on their processing lists (reliable
 /// lists; 0 for a simple list), for the backlog gauges.
-pub async fn depth(client: &Client, keys: &ListKeys) -> Result<(i64, i64), RedisError> {
+pub(crate) async fn depth(client: &Client, keys: &ListKeys) -> Result<(i64, i64), RedisError> {
     let at = |name, args| call_at(client, name, args, false, Some(keys.slot));
     let waiting = at("LLEN", vec![arg(&keys.key)])
         .await?
@@ -30,7 +30,7 @@ pub async fn depth(client: &Client, keys: &ListKeys) -> Result<(i64, i64), Redis
 }
 
 /// Refuses to read a key that holds something other than a list (or nothing yet).
-pub async fn check_type(client: &Client, keys: &ListKeys) -> Result<(), RedisError> {
+pub(crate) async fn check_type(client: &Client, keys: &ListKeys) -> Result<(), RedisError> {
     let reply = call_at(client, "TYPE", vec![arg(&keys.key)], false, Some(keys.slot)).await?;
     match into_bytes(reply).as_deref() {
         Some(b"list") | Some(b"none") => Ok(()),

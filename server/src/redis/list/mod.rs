@@ -21,8 +21,8 @@ use fred::types::scripts::Script;
 
 use super::delay;
 use super::entry::into_bytes;
+use super::flush::Settling;
 use super::flush::{FlushPlan, Role};
-use super::plan::Settling;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key};
 use crate::domain::{Entry, Framing, ListSource, ReadBatch, frame};
 
@@ -133,7 +133,7 @@ impl ListKeys {
 }
 
 /// The list value an entry carries, as stored.
-pub fn value(entry: &Entry) -> &Bytes {
+pub(crate) fn value(entry: &Entry) -> &Bytes {
     entry.value()
 }
 
@@ -278,7 +278,7 @@ return #ARGV
 /// entries go back to its consumer end in their order, counted when the client had them
 /// (`seen`: abandoned, not settled). A reliable list's entries that nobody got leave the
 /// processing list the same way; seen ones stay there, pending on this consumer.
-pub async fn give_back(
+pub(crate) async fn give_back(
     client: &Client,
     keys: &ListKeys,
     entries: &[&Entry],
@@ -333,7 +333,7 @@ pub async fn give_back(
 }
 
 /// Reads one list subscription on its dedicated connection.
-pub struct ListReader {
+pub(crate) struct ListReader {
     client: Client,
     keys: ListKeys,
     /// Entries of this consumer's processing list left by its previous run, oldest first,
@@ -344,7 +344,7 @@ pub struct ListReader {
 }
 
 impl ListReader {
-    pub fn new(client: Client, keys: ListKeys, replication: Option<Replication>) -> Self {
+    pub(crate) fn new(client: Client, keys: ListKeys, replication: Option<Replication>) -> Self {
         Self {
             replication,
             replication_watch: ReplicationWatch::default(),
@@ -364,7 +364,7 @@ impl ListReader {
     }
 
     /// Makes the next read deliver this consumer's processing list again.
-    pub fn reread_own(&mut self) {
+    pub(crate) fn reread_own(&mut self) {
         if self.keys.reliable {
             self.own = None;
         }
@@ -373,7 +373,7 @@ impl ListReader {
     /// One read of up to `count` entries: a reliable list's own processing list first, then
     /// (when `recover`) dead consumers' entries are moved back, then new entries, blocking up
     /// to `block` when the list is empty.
-    pub async fn read(
+    pub(crate) async fn read(
         &mut self,
         count: u32,
         block: Duration,
@@ -570,13 +570,13 @@ impl ListReader {
     }
 
     /// Closes the dedicated connection.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.client.quit().await;
     }
 }
 
 mod inspect;
-pub use inspect::{check_type, depth};
+pub(crate) use inspect::{check_type, depth};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 use super::*;
 use crate::domain::Mode;
-use crate::redis::plan::{PlanContext, plan_flush};
+use crate::redis::flush::{PlanContext, plan_flush};
 use crate::window::{Command, Limits, Outcome, Window};
 
 fn keys(reliable: bool) -> ListKeys {

@@ -11,8 +11,8 @@ use fred::types::scripts::Script;
 
 use super::delay;
 use super::entry::{into_bytes, parse_entries};
+use super::flush::Settling;
 use super::flush::{FlushPlan, Planned, Role};
-use super::plan::Settling;
 use super::{RedisError, Replication, ReplicationWatch, arg, call_at, companion_key, str_arg};
 
 use crate::domain::{Entry, ReadBatch, StreamSource};
@@ -62,7 +62,7 @@ fn group_start(source: &StreamSource) -> &str {
 }
 
 /// Creates the consumer group (and the stream) unless it exists.
-pub async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), RedisError> {
+pub(crate) async fn ensure_group(client: &Client, source: &StreamSource) -> Result<(), RedisError> {
     let keys = StreamKeys::new(source);
     create_group(client, &keys, group_start(source).as_bytes()).await
 }
@@ -198,7 +198,7 @@ fn first_deliveries(entries: &mut [Entry]) {
 
 /// A read of new entries to send at the end of a flush's pipeline, so that under a backlog a
 /// read costs no round trip of its own. Without BLOCK: it never holds the pool connection.
-pub fn read_ahead(keys: &StreamKeys, count: u32) -> Planned {
+pub(crate) fn read_ahead(keys: &StreamKeys, count: u32) -> Planned {
     Planned {
         hash_slot: Some(keys.slot),
         ..Planned::new(
@@ -219,7 +219,7 @@ pub fn read_ahead(keys: &StreamKeys, count: u32) -> Planned {
 }
 
 /// The reply of a [`read_ahead`] as a read.
-pub fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
+pub(crate) fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
     // `>` delivers entries that exist: deleted ones show only in pending history.
     let mut deleted = Vec::new();
     let mut entries = parse_read(reply, &mut deleted)?;
@@ -232,7 +232,7 @@ pub fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
 
 /// The reply of a [`read_ahead`] as a read; `Err` with whether Redis may have delivered
 /// entries no reply named (no reply came).
-pub fn read_ahead_reply(
+pub(crate) fn read_ahead_reply(
     reply: Result<Value, fred::error::Error>,
 ) -> Result<ReadBatch, (RedisError, bool)> {
     match reply {
@@ -264,7 +264,7 @@ fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
 /// consumer with its count one lower (`XCLAIM … RETRYCOUNT n JUSTID`), so its next delivery
 /// counts as if that read had not happened. An entry settled meanwhile is left alone (XCLAIM
 /// without FORCE claims only pending entries).
-pub async fn uncount(
+pub(crate) async fn uncount(
     client: &Client,
     keys: &StreamKeys,
     entries: &[&Entry],
@@ -299,7 +299,7 @@ pub async fn uncount(
 
 /// Makes pending entries of this consumer idle again, without a delivery counted (`JUSTID`):
 /// another consumer's `XAUTOCLAIM` waits a whole `min_idle` from now. One `XCLAIM`.
-pub async fn extend(
+pub(crate) async fn extend(
     client: &Client,
     keys: &StreamKeys,
     entries: &[&Entry],
@@ -317,7 +317,7 @@ pub async fn extend(
 }
 
 /// Reads one stream subscription on its dedicated connection.
-pub struct StreamReader {
+pub(crate) struct StreamReader {
     client: Client,
     keys: StreamKeys,
     /// Where a group lost in a failover is created again: the open's start id.
@@ -335,7 +335,11 @@ pub struct StreamReader {
 
 impl StreamReader {
     /// A reader that first delivers the consumer's own pending entries.
-    pub fn new(client: Client, source: &StreamSource, replication: Option<Replication>) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        source: &StreamSource,
+        replication: Option<Replication>,
+    ) -> Self {
         Self {
             replication,
             replication_watch: ReplicationWatch::default(),
@@ -352,14 +356,14 @@ impl StreamReader {
 
     /// Makes the next reads go through this consumer's pending entries again (after a
     /// settle failed, so its entries come back).
-    pub fn reread_pending(&mut self) {
+    pub(crate) fn reread_pending(&mut self) {
         self.cursor = Cursor::Pending(Bytes::from_static(b"0"));
     }
 
     /// One read of up to `count` entries: claimed idle entries first when `reclaim`, then this
     /// consumer's own pending entries, then new ones, blocking up to `block` when none are
     /// there.
-    pub async fn read(
+    pub(crate) async fn read(
         &mut self,
         count: u32,
         block: Duration,
@@ -566,7 +570,7 @@ impl StreamReader {
     }
 
     /// Closes the dedicated connection.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         let _ = self.client.quit().await;
     }
 }

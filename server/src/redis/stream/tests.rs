@@ -1,6 +1,6 @@
 use super::*;
 use crate::domain::Mode;
-use crate::redis::plan::{PlanContext, plan_flush};
+use crate::redis::flush::{PlanContext, plan_flush};
 use crate::window::{Command, FlushBatch, Limits, Outcome, Window};
 
 fn plan(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -> FlushPlan {

@@ -13,8 +13,8 @@ use crate::domain::ReadBatch;
 use crate::engine::{self, Read, ReadError};
 use crate::metrics::{OutcomeLabels, ReasonLabels, RoundTripLabels};
 use crate::redis::RedisError;
-use crate::redis::admit::Admission;
 use crate::redis::form::read_error;
+use crate::redis::keys::admit::Admission;
 use crate::session::{ClientBatch, Event, FlushReport};
 use crate::telemetry::{LogIds, format_traceparent};
 

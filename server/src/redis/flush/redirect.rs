@@ -1,5 +1,5 @@
 //! Cluster redirections of a flush. A flush's pipeline follows no redirection itself (it goes
-//! out on [`super::Redis::flush_client`], whose pool is built without redirections): fred
+//! out on [`crate::redis::Redis::flush_client`], whose pool is built without redirections): fred
 //! follows `-ASK` and `-MOVED` command by command, which inside a `MULTI` would run the
 //! redirected command on its own, outside the transaction, while the rest of it is discarded
 //! (`EXECABORT`), so a settle could run without its copy or a side effect twice. Instead, what
@@ -16,7 +16,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use tokio::time::Instant;
 
-use super::flush::{FAIL_FAST, FlushPlan, Planned, Role, custom};
+use super::plan::{FlushPlan, Planned, Role};
+use super::wire::{FAIL_FAST, custom};
 
 /// The wait between tries of a command refused with `TRYAGAIN`.
 const TRY_AGAIN_EVERY: Duration = Duration::from_millis(50);
@@ -50,7 +51,7 @@ fn units(commands: &[Planned]) -> Vec<Unit> {
 /// The reply says the command did not run here and may elsewhere, or later: a redirection
 /// (the reply itself, which fred hands back when a command has no redirections left, or
 /// fred's own refusal) or `TRYAGAIN`.
-pub fn refused_by_migration(reply: &Result<Value, Error>) -> bool {
+pub(super) fn refused_by_migration(reply: &Result<Value, Error>) -> bool {
     let Err(err) = reply else { return false };
     let details = err.details();
     *err.kind() == ErrorKind::Routing
@@ -63,7 +64,7 @@ pub fn refused_by_migration(reply: &Result<Value, Error>) -> bool {
 /// `replies` (one per command of `plan`, as `flush_client` got them), where it lives now, and
 /// puts the new replies in their place. Gives up on `TRYAGAIN` at `deadline`, leaving that
 /// reply.
-pub async fn follow(
+pub(super) async fn follow(
     flush_client: &Client,
     client: &Client,
     plan: &FlushPlan,

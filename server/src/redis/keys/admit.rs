@@ -9,12 +9,12 @@ use bytes::Bytes;
 use fred::util::redis_keyslot;
 use thiserror::Error;
 
-use super::form::Form;
+use super::KeySpecs;
 use super::hash_tag;
-use super::keys::KeySpecs;
-use super::plan::Settling;
 use crate::domain::{Mode, Source};
 use crate::policy::Policy;
+use crate::redis::flush::Settling;
+use crate::redis::form::Form;
 use crate::window::{Command, CommandError};
 
 /// A subscription whose own keys cannot be written atomically with its settles on a cluster.
@@ -32,7 +32,7 @@ pub struct SlotMismatch {
 
 /// What admitting a subscription's commands depends on.
 #[derive(Clone, Copy, Debug)]
-pub struct Admission<'a> {
+pub(crate) struct Admission<'a> {
     pub key_specs: &'a KeySpecs,
     pub policy: &'a Policy,
     pub cluster: bool,
@@ -43,7 +43,7 @@ pub struct Admission<'a> {
 
 impl Admission<'_> {
     /// Applies the policy to a command and, on a cluster, finds where it must run.
-    pub fn admit(&self, mut command: Command) -> Result<Command, CommandError> {
+    pub(crate) fn admit(&self, mut command: Command) -> Result<Command, CommandError> {
         let specs = self.key_specs;
         let unknown = |_| CommandError::Unknown(command.name.clone());
         let (full_name, categories) = specs
@@ -94,7 +94,7 @@ impl Admission<'_> {
 
 /// On a cluster, everything a subscription writes atomically must share the slot of its key:
 /// refuse to open otherwise, with the fix.
-pub fn check_cluster_slots(
+pub(crate) fn check_cluster_slots(
     cluster: bool,
     source: &Source,
     form: &Form,

@@ -1,104 +1,22 @@
-//! Flush plans and their execution: the exact command sequence of one flush, sent as one
-//! pipeline on a pool connection (together with the flushes queued behind it, each keeping
-//! its own replies), and what its replies mean for the read's entries.
+//! A flush, one direction: [`plan`] turns what the window decided into the exact commands
+//! (pure), this module sends them as one pipeline on a pool connection (together with the
+//! flushes queued behind it, each keeping its own replies) and reads what the replies mean
+//! for the read's entries, [`redirect`] runs again what a cluster slot migration refused,
+//! and [`wire`] is how a planned command goes to fred. Each file uses only those after it in
+//! that order: plan ← wire ← redirect ← here.
 
-use bytes::Bytes;
+pub(crate) mod plan;
+mod redirect;
+pub(crate) mod wire;
+
 use fred::clients::Pipeline;
 use fred::prelude::*;
-use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand};
 
-use super::redirect;
-
-/// What a planned command is for; decides what its failure means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// A client's queued command.
-    SideEffect,
-    /// A write that makes a retry durable (a copy, a delay-set member).
-    Requeue,
-    /// The settle of one or more entries (XACK, LREM).
-    Settle,
-    /// Housekeeping whose failure loses nothing (forgetting delivery counts).
-    Bookkeeping,
-    /// MULTI.
-    Begin,
-    /// EXEC; `settles` when the transaction carries a settle.
-    Commit { settles: bool },
-    /// The next read, sent after everything else (see [`FlushPlan::read_ahead`]).
-    ReadAhead,
-}
-
-/// One command of a flush.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Planned {
-    pub name: String,
-    pub args: Vec<Bytes>,
-    pub role: Role,
-    /// On a cluster, the hash slot whose node runs it; `None`: its first argument decides.
-    pub hash_slot: Option<u16>,
-}
-
-impl Planned {
-    pub fn new(name: impl Into<String>, args: Vec<Bytes>, role: Role) -> Self {
-        Self {
-            name: name.into(),
-            args,
-            role,
-            hash_slot: None,
-        }
-    }
-}
-
-/// The exact commands of one flush, in order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FlushPlan {
-    pub commands: Vec<Planned>,
-    /// Side-effect commands in the plan.
-    pub side_effects: usize,
-    /// Entries the plan settles.
-    pub settles: usize,
-    /// Entries the plan moves to the dead letter.
-    pub dead_lettered: usize,
-    /// A read sent after the flush's commands, in the same pipeline: the subscription's next
-    /// read without a round trip of its own. Not part of the flush: its reply is returned apart.
-    pub read_ahead: Option<Planned>,
-}
-
-impl FlushPlan {
-    pub fn push(
-        &mut self,
-        name: impl Into<String>,
-        args: Vec<Bytes>,
-        role: Role,
-        hash_slot: Option<u16>,
-    ) {
-        if role == Role::SideEffect {
-            self.side_effects += 1;
-        }
-        self.commands.push(Planned {
-            hash_slot,
-            ..Planned::new(name, args, role)
-        });
-    }
-
-    /// Commands as `NAME arg arg` lines, for tests and debug logs.
-    pub fn render(&self) -> Vec<String> {
-        self.commands
-            .iter()
-            .map(|c| {
-                std::iter::once(c.name.clone())
-                    .chain(
-                        c.args
-                            .iter()
-                            .map(|a| String::from_utf8_lossy(a).into_owned()),
-                    )
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect()
-    }
-}
+pub(crate) use plan::{
+    FlushPlan, PlanContext, Planned, Role, Settling, plan_dead_letters, plan_flush,
+};
+use wire::custom;
+pub(crate) use wire::{FAIL_FAST, unanswered};
 
 /// What the replies of a flush said.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -162,26 +80,8 @@ impl FlushResult {
     }
 }
 
-/// The error says no reply came (a timeout, a broken connection), not that Redis refused:
-/// the command may have run, or may still run.
-pub fn unanswered(err: &Error) -> bool {
-    matches!(
-        err.kind(),
-        ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
-    )
-}
-
-/// Options of writes whose failure is reported rather than retried (flushes, Publish). Fail
-/// fast: when the connection breaks or is down, the write fails now instead of being written
-/// again (or late) after a reconnect, when its entries may already have been reported failed
-/// and read again, which would apply side effects twice.
-pub static FAIL_FAST: std::sync::LazyLock<Options> = std::sync::LazyLock::new(|| Options {
-    fail_fast: true,
-    ..Default::default()
-});
-
 /// The reply of a plan's read-ahead: `None` when the plan had none.
-pub type ReadAheadReply = Option<Result<Value, Error>>;
+pub(crate) type ReadAheadReply = Option<Result<Value, Error>>;
 
 /// Sends the plans as one pipeline, in order (each plan's commands, then its read-ahead), and
 /// interprets each plan's replies apart: one round trip for flushes that queued behind one
@@ -189,7 +89,7 @@ pub type ReadAheadReply = Option<Result<Value, Error>>;
 /// started, or Redis is coming back), then fails as not sent: its entries stay pending and
 /// come back. `client` follows no cluster redirection; what a slot migration refused runs
 /// again on `follower`, which does (see [`redirect`]).
-pub async fn execute(
+pub(crate) async fn execute(
     client: &Client,
     follower: &Client,
     plans: &[&FlushPlan],
@@ -274,7 +174,7 @@ fn split_replies(
 /// stale flush has run or never will; only then may its entries be read again (a transaction
 /// of the stale flush running after its entry was handled again would apply side effects
 /// twice).
-pub async fn settle_unknown(client: &Client, bound: std::time::Duration) {
+pub(crate) async fn settle_unknown(client: &Client, bound: std::time::Duration) {
     let barrier = async {
         loop {
             if client.wait_for_connect().await.is_ok() && client.ping::<Value>(None).await.is_ok() {
@@ -289,15 +189,6 @@ pub async fn settle_unknown(client: &Client, bound: std::time::Duration) {
             "a flush with an unknown outcome may still be written after Redis comes back; its entries are read again now"
         );
     }
-}
-
-pub(super) fn custom(planned: &Planned) -> (CustomCommand, Vec<Value>) {
-    let hash = planned
-        .hash_slot
-        .map_or(ClusterHash::FirstKey, ClusterHash::Custom);
-    let command = CustomCommand::new(planned.name.clone(), hash, false);
-    let args = planned.args.iter().cloned().map(Value::Bytes).collect();
-    (command, args)
 }
 
 #[cfg(test)]

@@ -2,7 +2,10 @@
 //! specifications of Redis 7, with the legacy first/last/step triple as a fallback) and the ACL
 //! categories of each command. Used to route side effects on a cluster, to check that every key
 //! of an atomic segment lives in the subscription's hash slot, and to apply the operator's
-//! policy (key patterns, command rules) when a command is queued.
+//! policy (key patterns, command rules) when a command is queued ([`admit`]); and the names
+//! of keys that live beside a subscription's key in its hash slot ([`companion_key`]).
+
+pub(crate) mod admit;
 
 use std::collections::HashMap;
 
@@ -316,6 +319,25 @@ fn parse_spec(spec: &Value) -> Option<Spec> {
     Some(Spec { begin, find })
 }
 
+/// The name of a key that lives beside `key` and, on a cluster, in the same hash slot: the
+/// key's own hash tag is reused, or the whole key becomes the tag.
+pub fn companion_key(key: &str, suffix: &str) -> String {
+    if hash_tag(key).is_some() {
+        format!("{key}:{suffix}")
+    } else {
+        format!("{{{key}}}:{suffix}")
+    }
+}
+
+/// A key's hash tag: the content of its first `{…}` when non-empty, which is all Redis hashes.
+pub fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    rest.find('}')
+        .filter(|&len| len > 0)
+        .map(|len| &rest[..len])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,5 +505,24 @@ mod tests {
             .unwrap();
         assert_eq!(name, "OBJECT|FREQ");
         assert!(categories.contains(&"@keyspace".to_string()));
+    }
+
+    #[test]
+    fn companion_keys_share_the_slot_of_their_key() {
+        use fred::util::redis_keyslot;
+        for key in ["orders", "{orders}", "{orders}:stream", "a{b}c"] {
+            let companion = companion_key(key, "window:delayed");
+            assert_eq!(
+                redis_keyslot(companion.as_bytes()),
+                redis_keyslot(key.as_bytes()),
+                "{key} -> {companion}"
+            );
+        }
+        assert_eq!(companion_key("orders", "x"), "{orders}:x");
+        assert_eq!(hash_tag("{orders}:dead"), Some("orders"));
+        assert_eq!(hash_tag("a{b}c{d}"), Some("b"));
+        assert_eq!(hash_tag("orders"), None);
+        assert_eq!(hash_tag("{}x"), None, "an empty tag hashes the whole key");
+        assert_eq!(companion_key("{o}:s", "x"), "{o}:s:x");
     }
 }

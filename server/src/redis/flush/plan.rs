@@ -12,13 +12,105 @@
 use std::borrow::Borrow;
 use std::time::Duration;
 
-use super::flush::{FlushPlan, Role};
+use bytes::Bytes;
+
 use crate::domain::{Entry, Mode};
 use crate::engine::exhausted;
 use crate::window::{FlushBatch, Outcome};
 
+/// What a planned command is for; decides what its failure means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A client's queued command.
+    SideEffect,
+    /// A write that makes a retry durable (a copy, a delay-set member).
+    Requeue,
+    /// The settle of one or more entries (XACK, LREM).
+    Settle,
+    /// Housekeeping whose failure loses nothing (forgetting delivery counts).
+    Bookkeeping,
+    /// MULTI.
+    Begin,
+    /// EXEC; `settles` when the transaction carries a settle.
+    Commit { settles: bool },
+    /// The next read, sent after everything else (see [`FlushPlan::read_ahead`]).
+    ReadAhead,
+}
+
+/// One command of a flush.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub name: String,
+    pub args: Vec<Bytes>,
+    pub role: Role,
+    /// On a cluster, the hash slot whose node runs it; `None`: its first argument decides.
+    pub hash_slot: Option<u16>,
+}
+
+impl Planned {
+    pub fn new(name: impl Into<String>, args: Vec<Bytes>, role: Role) -> Self {
+        Self {
+            name: name.into(),
+            args,
+            role,
+            hash_slot: None,
+        }
+    }
+}
+
+/// The exact commands of one flush, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FlushPlan {
+    pub commands: Vec<Planned>,
+    /// Side-effect commands in the plan.
+    pub side_effects: usize,
+    /// Entries the plan settles.
+    pub settles: usize,
+    /// Entries the plan moves to the dead letter.
+    pub dead_lettered: usize,
+    /// A read sent after the flush's commands, in the same pipeline: the subscription's next
+    /// read without a round trip of its own. Not part of the flush: its reply is returned apart.
+    pub read_ahead: Option<Planned>,
+}
+
+impl FlushPlan {
+    pub(crate) fn push(
+        &mut self,
+        name: impl Into<String>,
+        args: Vec<Bytes>,
+        role: Role,
+        hash_slot: Option<u16>,
+    ) {
+        if role == Role::SideEffect {
+            self.side_effects += 1;
+        }
+        self.commands.push(Planned {
+            hash_slot,
+            ..Planned::new(name, args, role)
+        });
+    }
+
+    /// Commands as `NAME arg arg` lines, for tests.
+    #[cfg(test)]
+    pub(crate) fn render(&self) -> Vec<String> {
+        self.commands
+            .iter()
+            .map(|c| {
+                std::iter::once(c.name.clone())
+                    .chain(
+                        c.args
+                            .iter()
+                            .map(|a| String::from_utf8_lossy(a).into_owned()),
+                    )
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+}
+
 /// What a form writes for settles and requeues.
-pub trait Settling {
+pub(crate) trait Settling {
     /// The hash slot of the subscription's key, where its settles and transactions run.
     fn slot(&self) -> Option<u16>;
     /// Whether entries are settled in Redis at all (streams and reliable lists).
@@ -37,7 +129,7 @@ pub trait Settling {
 
 /// What else a plan depends on.
 #[derive(Clone, Copy, Debug)]
-pub struct PlanContext {
+pub(crate) struct PlanContext {
     pub mode: Mode,
     /// Now, in Unix ms, for retry_after due times.
     pub now_ms: u64,
@@ -69,7 +161,7 @@ fn requeue<'a>(
 }
 
 /// Builds the exact commands of one flush.
-pub fn plan_flush<E: Borrow<Entry>>(
+pub(crate) fn plan_flush<E: Borrow<Entry>>(
     form: &impl Settling,
     batch: &FlushBatch<E>,
     ctx: &PlanContext,
@@ -160,7 +252,11 @@ pub fn plan_flush<E: Borrow<Entry>>(
 
 /// The plan that moves entries read beyond the delivery cap to the dead letter, atomically
 /// with their settle, without delivering them.
-pub fn plan_dead_letters(form: &impl Settling, entries: &[&Entry], reason: &str) -> FlushPlan {
+pub(crate) fn plan_dead_letters(
+    form: &impl Settling,
+    entries: &[&Entry],
+    reason: &str,
+) -> FlushPlan {
     let mut plan = FlushPlan::default();
     let slot = form.slot();
     plan.push("MULTI", vec![], Role::Begin, slot);
