@@ -4,9 +4,10 @@
 //! [`window`], [`engine`], [`policy`] and [`domain`]) makes every decision and does no I/O;
 //! [`redis`] knows the forms (how to read, how to settle) and executes flushes; [`session`]
 //! runs one subscription stream by executing its engine's actions; [`grpc`] is the tonic
-//! service and the only place that converts between proto and domain types; [`config`], [`telemetry`], [`metrics`],
-//! [`http`] and [`server`] wire the process together and make it observable; [`cli`] is the
-//! operator's `dead-letters` command, a client of a running sidecar.
+//! service and the only place that converts between proto and domain types; [`config`],
+//! [`telemetry`], `metrics`, `http`, [`scale`] and [`server`] wire the process together and
+//! make it observable; [`cli`] is the operator's `dead-letters` command, a client of a running
+//! sidecar.
 #![forbid(unsafe_code)]
 
 pub mod cli;

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 use crate::domain::Mode;
 use crate::redis::flush::{PlanContext, plan_flush};

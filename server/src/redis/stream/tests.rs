@@ -1,6 +1,12 @@
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::Value;
+
+use super::read::{counted, read_ahead_batch};
 use super::*;
-use crate::domain::Mode;
-use crate::redis::flush::{PlanContext, plan_flush};
+use crate::domain::{Entry, Mode, StreamSource};
+use crate::redis::flush::{FlushPlan, PlanContext, Role, plan_flush};
 use crate::window::{Command, FlushBatch, Limits, Outcome, Window};
 
 fn plan(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -> FlushPlan {

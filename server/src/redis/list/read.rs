@@ -1,0 +1,375 @@
+//! How a list subscription reads: values taken onto its processing list (reliable) or
+//! popped (simple), a dead consumer's processing list recovered, and values given back.
+
+use std::collections::VecDeque;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use super::{ListKeys, entry, value};
+use crate::domain::{Entry, ReadBatch};
+use crate::redis::entry::into_bytes;
+use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at};
+
+/// Moves (reliable) or pops (simple) up to ARGV[1] entries and returns each value with its
+/// earlier deliveries: one round trip per read.
+static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local out = {}
+for _ = 1, tonumber(ARGV[1]) do
+  local v
+  if ARGV[2] == '1' then
+    v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  else
+    v = redis.call('RPOP', KEYS[1])
+  end
+  if not v then break end
+  out[#out + 1] = v
+  out[#out + 1] = redis.call('HGET', KEYS[3], v) or '0'
+end
+return out
+"#,
+    )
+});
+
+/// Moves a dead consumer's processing list back to the consumer end of the list, oldest
+/// first, one atomic LMOVE each, counting a delivery for each; forgets the consumer once its
+/// list is empty.
+static RECOVER: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local moved = 0
+for _ = 1, tonumber(ARGV[2]) do
+  local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'RIGHT')
+  if not v then break end
+  redis.call('HINCRBY', KEYS[3], v, 1)
+  moved = moved + 1
+end
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('SREM', KEYS[4], ARGV[1])
+end
+return moved
+"#,
+    )
+});
+
+/// Moves values of a reliable list that a read took but nobody got from the processing list
+/// KEYS[1] back to the consumer end of the list KEYS[2], newest first, so the oldest is read
+/// first again; their counts are untouched (taking them counted nothing).
+static UNTAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+for i = 1, #ARGV do
+  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[i])
+  end
+end
+return #ARGV
+"#,
+    )
+});
+
+/// Gives entries back to the list as if they had not been taken. A simple list's popped
+/// entries go back to its consumer end in their order, counted when the client had them
+/// (`seen`: abandoned, not settled). A reliable list's entries that nobody got leave the
+/// processing list the same way; seen ones stay there, pending on this consumer.
+pub(crate) async fn give_back(
+    client: &Client,
+    keys: &ListKeys,
+    entries: &[&Entry],
+    seen: bool,
+) -> Result<(), RedisError> {
+    if entries.is_empty() || (keys.reliable && seen) {
+        return Ok(());
+    }
+    // The first entry read was the rightmost: pushed back last, it is rightmost again.
+    let newest_first = entries.iter().rev().map(|e| arg(value(e)));
+    if keys.reliable {
+        let _: Value = UNTAKE
+            .evalsha_with_reload(
+                client,
+                vec![
+                    Key::from(keys.processing.clone()),
+                    Key::from(keys.key.clone()),
+                ],
+                newest_first.collect::<Vec<_>>(),
+            )
+            .await
+            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        return Ok(());
+    }
+    let pipeline = client.pipeline();
+    let mut push = vec![arg(&keys.key)];
+    push.extend(newest_first);
+    let rpush = fred::types::CustomCommand::new_static(
+        "RPUSH",
+        fred::types::ClusterHash::Custom(keys.slot),
+        false,
+    );
+    let hincrby = fred::types::CustomCommand::new_static(
+        "HINCRBY",
+        fred::types::ClusterHash::Custom(keys.slot),
+        false,
+    );
+    if seen {
+        // The delivery each had is recorded now, so a client that keeps crashing on an entry
+        // sees its count rise and the cap catches it.
+        for entry in entries {
+            let args = vec![arg(&keys.counts), arg(value(entry)), Value::Integer(1)];
+            let _: Result<Value, _> = pipeline.custom(hincrby.clone(), args).await;
+        }
+    }
+    let _: Result<Value, _> = pipeline.custom(rpush, push).await;
+    pipeline
+        .all::<Value>()
+        .await
+        .map(|_| ())
+        .map_err(|e| RedisError::from_fred("RPUSH", &e))
+}
+
+/// Reads one list subscription on its dedicated connection.
+pub(crate) struct ListReader {
+    client: Client,
+    keys: ListKeys,
+    /// Entries of this consumer's processing list left by its previous run, oldest first,
+    /// delivered before anything new.
+    own: Option<VecDeque<Entry>>,
+    replication: Option<Replication>,
+    replication_watch: ReplicationWatch,
+}
+
+impl ListReader {
+    pub(crate) fn new(client: Client, keys: ListKeys, replication: Option<Replication>) -> Self {
+        Self {
+            replication,
+            replication_watch: ReplicationWatch::default(),
+            client,
+            keys,
+            own: None,
+        }
+    }
+
+    async fn call(
+        &self,
+        name: &'static str,
+        args: Vec<Value>,
+        blocking: bool,
+    ) -> Result<Value, RedisError> {
+        call_at(&self.client, name, args, blocking, Some(self.keys.slot)).await
+    }
+
+    /// Makes the next read deliver this consumer's processing list again.
+    pub(crate) fn reread_own(&mut self) {
+        if self.keys.reliable {
+            self.own = None;
+        }
+    }
+
+    /// One read of up to `count` entries: a reliable list's own processing list first, then
+    /// (when `recover`) dead consumers' entries are moved back, then new entries, blocking up
+    /// to `block` when the list is empty.
+    pub(crate) async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+        recover: bool,
+    ) -> Result<ReadBatch, RedisError> {
+        let mut batch = ReadBatch::default();
+        if self.keys.reliable {
+            if self.own.is_none() {
+                batch.reads += 1;
+                self.own = Some(self.own_entries().await?);
+            }
+            if let Some(own) = self.own.as_mut().filter(|own| !own.is_empty()) {
+                let n = (count as usize).min(own.len());
+                batch.entries = own.drain(..n).collect();
+                batch.redelivery = true;
+                return Ok(batch);
+            }
+            if recover {
+                batch.claims += 1;
+                batch.claimed = self.recover_dead().await?;
+            }
+        }
+        batch.reads += 1;
+        batch.entries = self.take(count).await?;
+        if batch.entries.is_empty() {
+            batch.reads += 1;
+            batch.entries = self.take_blocking(block).await?;
+        }
+        if !batch.entries.is_empty()
+            && let Some(replication) = &self.replication
+        {
+            self.replication_watch
+                .wait(&self.client, self.keys.slot, replication)
+                .await?;
+        }
+        Ok(batch)
+    }
+
+    async fn own_entries(&self) -> Result<VecDeque<Entry>, RedisError> {
+        let reply = self
+            .call(
+                "LRANGE",
+                vec![
+                    arg(&self.keys.processing),
+                    Value::Integer(0),
+                    Value::Integer(-1),
+                ],
+                false,
+            )
+            .await?;
+        let Value::Array(values) = reply else {
+            return Ok(VecDeque::new());
+        };
+        // The processing list's right end holds the oldest entry.
+        let values: Vec<Bytes> = values.into_iter().rev().filter_map(into_bytes).collect();
+        let mut entries = VecDeque::with_capacity(values.len());
+        for value in values {
+            // The delivery that moved it here was not recorded (that would cost a write per
+            // delivery): record it now, so a consumer that keeps crashing on an entry sees its
+            // count rise and the cap can catch it.
+            let args = vec![arg(&self.keys.counts), arg(&value), Value::Integer(1)];
+            let earlier = self
+                .call("HINCRBY", args, false)
+                .await?
+                .as_u64()
+                .unwrap_or(1) as u32;
+            entries.push_back(entry(value, earlier, self.keys.framing));
+        }
+        Ok(entries)
+    }
+
+    async fn counts(&self, values: &[Bytes]) -> Result<Vec<u32>, RedisError> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut args = vec![arg(&self.keys.counts)];
+        args.extend(values.iter().map(arg));
+        let Value::Array(counts) = self.call("HMGET", args, false).await? else {
+            return Ok(vec![0; values.len()]);
+        };
+        Ok(counts
+            .into_iter()
+            .map(|c| c.as_u64().unwrap_or(0) as u32)
+            .collect())
+    }
+
+    async fn take(&self, count: u32) -> Result<Vec<Entry>, RedisError> {
+        let keys = vec![
+            Key::from(self.keys.key.clone()),
+            Key::from(self.keys.processing.clone()),
+            Key::from(self.keys.counts.clone()),
+        ];
+        let reliable = if self.keys.reliable { "1" } else { "0" };
+        let reply: Value = TAKE
+            .evalsha_with_reload(
+                &self.client,
+                keys,
+                vec![count.to_string(), reliable.to_owned()],
+            )
+            .await
+            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        let Value::Array(flat) = reply else {
+            return Ok(Vec::new());
+        };
+        let mut entries = Vec::with_capacity(flat.len() / 2);
+        let mut flat = flat.into_iter();
+        while let (Some(v), Some(c)) = (flat.next(), flat.next()) {
+            let earlier = c.as_u64().unwrap_or(0) as u32;
+            if let Some(v) = into_bytes(v) {
+                entries.push(entry(v, earlier, self.keys.framing));
+            }
+        }
+        Ok(entries)
+    }
+
+    /// One blocking move or pop, when the list is empty.
+    async fn take_blocking(&self, block: Duration) -> Result<Vec<Entry>, RedisError> {
+        let timeout = Value::Double(block.as_secs_f64().max(0.001));
+        let value = if self.keys.reliable {
+            let args = vec![
+                arg(&self.keys.key),
+                arg(&self.keys.processing),
+                Value::from("RIGHT"),
+                Value::from("LEFT"),
+                timeout,
+            ];
+            into_bytes(self.call("BLMOVE", args, true).await?)
+        } else {
+            match self
+                .call("BRPOP", vec![arg(&self.keys.key), timeout], true)
+                .await?
+            {
+                Value::Array(pair) => pair.into_iter().nth(1).and_then(into_bytes),
+                _ => None,
+            }
+        };
+        let Some(value) = value else {
+            return Ok(Vec::new());
+        };
+        let earlier = self.counts(std::slice::from_ref(&value)).await?;
+        let earlier = earlier.first().copied().unwrap_or(0);
+        Ok(vec![entry(value, earlier, self.keys.framing)])
+    }
+
+    /// Moves the processing lists of dead consumers back to the list. Returns how many
+    /// entries it moved.
+    async fn recover_dead(&self) -> Result<usize, RedisError> {
+        let Value::Array(members) = self
+            .call("SMEMBERS", vec![arg(&self.keys.consumers)], false)
+            .await?
+        else {
+            return Ok(0);
+        };
+        let mut moved = 0;
+        for consumer in members.into_iter().filter_map(into_bytes) {
+            if consumer == self.keys.consumer {
+                continue;
+            }
+            let alive = self
+                .call(
+                    "EXISTS",
+                    vec![arg(&self.keys.heartbeat_of(&consumer))],
+                    false,
+                )
+                .await?;
+            if alive.as_u64().unwrap_or(0) > 0 {
+                continue;
+            }
+            let keys = vec![
+                Key::from(self.keys.processing_of(&consumer)),
+                Key::from(self.keys.key.clone()),
+                Key::from(self.keys.counts.clone()),
+                Key::from(self.keys.consumers.clone()),
+            ];
+            loop {
+                let n: u64 = RECOVER
+                    .evalsha_with_reload(
+                        &self.client,
+                        keys.clone(),
+                        vec![Value::Bytes(consumer.clone()), Value::from("1000")],
+                    )
+                    .await
+                    .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+                moved += n as usize;
+                if n < 1000 {
+                    break;
+                }
+            }
+        }
+        if moved > 0 {
+            tracing::info!(moved, "moved entries of dead consumers back to the list");
+        }
+        Ok(moved)
+    }
+
+    /// Closes the dedicated connection.
+    pub(crate) async fn close(self) {
+        let _ = self.client.quit().await;
+    }
+}

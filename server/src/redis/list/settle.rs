@@ -1,0 +1,80 @@
+//! How a list subscription settles, requeues and dead-letters: its part of every flush plan
+//! (LREM from the processing list, retry copies, the delay set, the dead-letter list).
+
+use bytes::Bytes;
+
+use super::{ListKeys, value};
+use crate::domain::{Entry, Framing, frame};
+use crate::redis::delay;
+use crate::redis::flush::{FlushPlan, Role, Settling};
+
+impl Settling for ListKeys {
+    fn slot(&self) -> Option<u16> {
+        Some(self.slot)
+    }
+
+    fn settles_in_redis(&self) -> bool {
+        self.reliable
+    }
+
+    /// One `LREM <processing> 1 <value>` per entry (reliable lists); identical values are
+    /// interchangeable, so removing one occurrence per entry is exact.
+    fn settle(&self, entries: &[&Entry], plan: &mut FlushPlan) {
+        if self.reliable {
+            for entry in entries {
+                let args = vec![
+                    self.processing.clone(),
+                    Bytes::from_static(b"1"),
+                    value(entry).clone(),
+                ];
+                plan.push("LREM", args, Role::Settle, Some(self.slot));
+            }
+        }
+    }
+
+    fn finished(&self, entries: &[&Entry], plan: &mut FlushPlan) {
+        self.forget_counts(entries, plan);
+    }
+
+    /// The value pushed back where producers push, before its LREM.
+    fn retry(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
+        plan.push(
+            "LPUSH",
+            vec![self.key.clone(), self.copy(entry, reason)],
+            Role::Requeue,
+            Some(self.slot),
+        );
+        self.recount(entry, plan);
+    }
+
+    fn retry_after(&self, entry: &Entry, reason: Option<&str>, due_ms: u64, plan: &mut FlushPlan) {
+        let member = delay::encode(&delay::unique_token(), [self.copy(entry, reason)]);
+        let args = vec![
+            self.delayed.clone(),
+            Bytes::from(due_ms.to_string()),
+            member,
+        ];
+        plan.push("ZADD", args, Role::Requeue, Some(self.slot));
+        self.recount(entry, plan);
+    }
+
+    /// A frame of the entry's payload and headers with where it came from, its deliveries and
+    /// the reason, which ruststream-fred and the sidecar both read; the value as it was when
+    /// the subscription reads values raw.
+    fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
+        if let Some(target) = &self.dead_letter {
+            let letter = match self.framing {
+                Framing::Frames => {
+                    frame::encode(&entry.dead_letter_fields(&self.subscription(), reason))
+                }
+                Framing::Raw => value(entry).clone(),
+            };
+            plan.push(
+                "LPUSH",
+                vec![target.clone(), letter],
+                Role::Requeue,
+                Some(self.slot),
+            );
+        }
+    }
+}

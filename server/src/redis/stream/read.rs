@@ -1,0 +1,443 @@
+//! How a stream subscription reads: new entries, its own pending history after a failure,
+//! entries claimed from idle consumers, the read-ahead a flush carries, and what it gives
+//! back or extends of its pending entries.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use crate::redis::entry::{into_bytes, parse_entries};
+use crate::redis::flush::{Planned, Role};
+use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at, str_arg};
+
+use super::{StreamKeys, create_group, group_start};
+use crate::domain::{Entry, ReadBatch, StreamSource};
+
+/// The group's delivery count of each id in ARGV[2..] (0 when it is not pending), for the
+/// stream KEYS[1] and group ARGV[1].
+static PENDING_COUNTS: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local counts = {}
+for i = 2, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  counts[#counts + 1] = row and row[4] or 0
+end
+return counts
+"#,
+    )
+});
+
+/// Where the next read comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Cursor {
+    /// This consumer's own pending entries after this id.
+    Pending(Bytes),
+    /// New entries (`>`).
+    New,
+}
+
+/// The entries of an XREADGROUP reply; ids of deleted entries (pending history only) go to
+/// `deleted`.
+fn parse_read(reply: Value, deleted: &mut Vec<Bytes>) -> Result<Vec<Entry>, RedisError> {
+    let Value::Array(streams) = reply else {
+        return Ok(Vec::new()); // nil: BLOCK timed out, or nothing new
+    };
+    let mut entries = Vec::new();
+    for stream in streams {
+        let Value::Array(pair) = stream else { continue };
+        if let Some(list) = pair.into_iter().nth(1) {
+            entries.extend(parse_entries("XREADGROUP", list, deleted)?);
+        }
+    }
+    Ok(entries)
+}
+
+/// New entries are on their first delivery, unless they are retry copies.
+fn first_deliveries(entries: &mut [Entry]) {
+    for entry in entries {
+        entry.delivery_count = 1 + entry.earlier_attempts();
+    }
+}
+
+/// A read of new entries to send at the end of a flush's pipeline, so that under a backlog a
+/// read costs no round trip of its own. Without BLOCK: it never holds the pool connection.
+pub(crate) fn read_ahead(keys: &StreamKeys, count: u32) -> Planned {
+    Planned {
+        hash_slot: Some(keys.slot),
+        ..Planned::new(
+            "XREADGROUP",
+            vec![
+                Bytes::from_static(b"GROUP"),
+                keys.group.clone(),
+                keys.consumer.clone(),
+                Bytes::from_static(b"COUNT"),
+                Bytes::from(count.to_string()),
+                Bytes::from_static(b"STREAMS"),
+                keys.key.clone(),
+                Bytes::from_static(b">"),
+            ],
+            Role::ReadAhead,
+        )
+    }
+}
+
+/// The reply of a [`read_ahead`] as a read.
+pub(crate) fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
+    // `>` delivers entries that exist: deleted ones show only in pending history.
+    let mut deleted = Vec::new();
+    let mut entries = parse_read(reply, &mut deleted)?;
+    first_deliveries(&mut entries);
+    Ok(ReadBatch {
+        entries,
+        ..Default::default()
+    })
+}
+
+/// The reply of a [`read_ahead`] as a read; `Err` with whether Redis may have delivered
+/// entries no reply named (no reply came).
+pub(crate) fn read_ahead_reply(
+    reply: Result<Value, fred::error::Error>,
+) -> Result<ReadBatch, (RedisError, bool)> {
+    match reply {
+        Ok(reply) => read_ahead_batch(reply).map_err(|err| (err, false)),
+        Err(err) => Err((
+            RedisError::from_fred("XREADGROUP", &err),
+            crate::redis::flush::unanswered(&err),
+        )),
+    }
+}
+
+/// Redelivered entries with their counts from the group's pending entries list. An entry gone
+/// from that list between the read and the look-up was settled meanwhile (acked by a flush of
+/// an earlier delivery): it is not delivered again, where it would otherwise come back with a
+/// count of 1, lower than the count of the delivery that settled it.
+pub(super) fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
+    entries
+        .into_iter()
+        .zip(counts)
+        .filter_map(|(mut entry, count)| {
+            let pel = count.as_u64().filter(|&n| n > 0)? as u32;
+            entry.delivery_count = pel + entry.earlier_attempts();
+            Some(entry)
+        })
+        .collect()
+}
+
+/// Takes back the delivery a read made of entries nobody got: each stays pending on this
+/// consumer with its count one lower (`XCLAIM … RETRYCOUNT n JUSTID`), so its next delivery
+/// counts as if that read had not happened. An entry settled meanwhile is left alone (XCLAIM
+/// without FORCE claims only pending entries).
+pub(crate) async fn uncount(
+    client: &Client,
+    keys: &StreamKeys,
+    entries: &[&Entry],
+) -> Result<(), RedisError> {
+    let mut by_count: std::collections::BTreeMap<u32, Vec<Value>> = Default::default();
+    for entry in entries {
+        let pel = entry
+            .delivery_count
+            .saturating_sub(entry.earlier_attempts());
+        by_count
+            .entry(pel.saturating_sub(1))
+            .or_default()
+            .push(Value::Bytes(entry.id.clone()));
+    }
+    for (retry_count, ids) in by_count {
+        let mut args = vec![
+            arg(&keys.key),
+            arg(&keys.group),
+            arg(&keys.consumer),
+            Value::Integer(0),
+        ];
+        args.extend(ids);
+        args.extend([
+            str_arg("RETRYCOUNT"),
+            Value::Integer(retry_count.into()),
+            str_arg("JUSTID"),
+        ]);
+        call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
+    }
+    Ok(())
+}
+
+/// Makes pending entries of this consumer idle again, without a delivery counted (`JUSTID`):
+/// another consumer's `XAUTOCLAIM` waits a whole `min_idle` from now. One `XCLAIM`.
+pub(crate) async fn extend(
+    client: &Client,
+    keys: &StreamKeys,
+    entries: &[&Entry],
+) -> Result<(), RedisError> {
+    let mut args = vec![
+        arg(&keys.key),
+        arg(&keys.group),
+        arg(&keys.consumer),
+        Value::Integer(0),
+    ];
+    args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
+    args.push(str_arg("JUSTID"));
+    call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
+    Ok(())
+}
+
+/// Reads one stream subscription on its dedicated connection.
+pub(crate) struct StreamReader {
+    client: Client,
+    keys: StreamKeys,
+    /// Where a group lost in a failover is created again: the open's start id.
+    start: Bytes,
+    /// A read failed since the last that succeeded (the connection or its node went away).
+    interrupted: bool,
+    /// The dedicated connection's reconnections (fred retries a read on the new connection).
+    reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+    min_idle: Duration,
+    cursor: Cursor,
+    claim_cursor: Bytes,
+    replication: Option<Replication>,
+    replication_watch: ReplicationWatch,
+}
+
+impl StreamReader {
+    /// A reader that first delivers the consumer's own pending entries.
+    pub(crate) fn new(
+        client: Client,
+        source: &StreamSource,
+        replication: Option<Replication>,
+    ) -> Self {
+        Self {
+            replication,
+            replication_watch: ReplicationWatch::default(),
+            reconnects: client.reconnect_rx(),
+            client,
+            keys: StreamKeys::new(source),
+            start: Bytes::copy_from_slice(group_start(source).as_bytes()),
+            interrupted: false,
+            min_idle: source.min_idle,
+            cursor: Cursor::Pending(Bytes::from_static(b"0")),
+            claim_cursor: Bytes::from_static(b"0-0"),
+        }
+    }
+
+    /// Makes the next reads go through this consumer's pending entries again (after a
+    /// settle failed, so its entries come back).
+    pub(crate) fn reread_pending(&mut self) {
+        self.cursor = Cursor::Pending(Bytes::from_static(b"0"));
+    }
+
+    /// One read of up to `count` entries: claimed idle entries first when `reclaim`, then this
+    /// consumer's own pending entries, then new ones, blocking up to `block` when none are
+    /// there.
+    pub(crate) async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+        reclaim: bool,
+    ) -> Result<ReadBatch, RedisError> {
+        let read = match self.read_once(count, block, reclaim).await {
+            Err(RedisError::Refused { message, .. })
+                if message.starts_with("NOGROUP") && (self.reconnected() || self.interrupted) =>
+            {
+                // Missing after this reader lost its node: created so shortly before a
+                // failover that the new primary never got it, with the history since. Created
+                // again at the start id, that history is delivered again (at least once); on a
+                // node that never went away, the group was deleted, and the read fails.
+                tracing::warn!(
+                    start = %String::from_utf8_lossy(&self.start),
+                    "the consumer group was lost with the node that had it; creating it again"
+                );
+                create_group(&self.client, &self.keys, &self.start).await?;
+                self.reread_pending();
+                self.read_once(count, block, reclaim).await
+            }
+            read => read,
+        };
+        self.interrupted = matches!(
+            read,
+            Err(RedisError::Unavailable(_) | RedisError::Timeout(_))
+        );
+        if read.is_ok() {
+            self.reconnected();
+        }
+        read
+    }
+
+    /// Whether the connection was made again since this was last asked.
+    fn reconnected(&mut self) -> bool {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut any = false;
+        loop {
+            match self.reconnects.try_recv() {
+                Ok(_) | Err(TryRecvError::Lagged(_)) => any = true,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return any,
+            }
+        }
+    }
+
+    async fn read_once(
+        &mut self,
+        count: u32,
+        block: Duration,
+        reclaim: bool,
+    ) -> Result<ReadBatch, RedisError> {
+        let mut batch = ReadBatch::default();
+        if reclaim {
+            batch.claims += 1;
+            let claimed = self.autoclaim(count).await?;
+            if !claimed.is_empty() {
+                self.replicate().await?;
+                batch.claimed = claimed.len();
+                batch.count_lookups += 1;
+                batch.entries = self.with_delivery_counts(claimed).await?;
+                batch.redelivery = true;
+                return Ok(batch);
+            }
+        }
+        if let Cursor::Pending(after) = &self.cursor {
+            let after = after.clone();
+            batch.reads += 1;
+            let entries = self.xreadgroup(count, None, after).await?;
+            match entries.last() {
+                Some(last) => {
+                    self.cursor = Cursor::Pending(last.id.clone());
+                    batch.count_lookups += 1;
+                    batch.entries = self.with_delivery_counts(entries).await?;
+                    batch.redelivery = true;
+                    return Ok(batch);
+                }
+                None => self.cursor = Cursor::New,
+            }
+        }
+        batch.reads += 1;
+        batch.entries = self
+            .xreadgroup(count, Some(block), Bytes::from_static(b">"))
+            .await?;
+        if !batch.entries.is_empty() {
+            self.replicate().await?;
+        }
+        first_deliveries(&mut batch.entries);
+        Ok(batch)
+    }
+
+    /// Waits until the configured replicas have this reader's claims.
+    async fn replicate(&mut self) -> Result<(), RedisError> {
+        match &self.replication {
+            Some(replication) => {
+                self.replication_watch
+                    .wait(&self.client, self.keys.slot, replication)
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn xreadgroup(
+        &self,
+        count: u32,
+        block: Option<Duration>,
+        id: Bytes,
+    ) -> Result<Vec<Entry>, RedisError> {
+        let mut args = vec![
+            str_arg("GROUP"),
+            arg(&self.keys.group),
+            arg(&self.keys.consumer),
+            str_arg("COUNT"),
+            Value::Integer(count.into()),
+        ];
+        if let Some(block) = block {
+            args.push(str_arg("BLOCK"));
+            args.push(Value::Integer(block.as_millis().max(1) as i64));
+        }
+        args.extend([str_arg("STREAMS"), arg(&self.keys.key), Value::Bytes(id)]);
+        let slot = Some(self.keys.slot);
+        let reply = call_at(&self.client, "XREADGROUP", args, block.is_some(), slot).await?;
+        let mut deleted = Vec::new();
+        let entries = parse_read(reply, &mut deleted)?;
+        self.ack_deleted(deleted).await?;
+        Ok(entries)
+    }
+
+    /// Claims entries idle longer than `min_idle` from any consumer of the group.
+    async fn autoclaim(&mut self, count: u32) -> Result<Vec<Entry>, RedisError> {
+        let args = vec![
+            arg(&self.keys.key),
+            arg(&self.keys.group),
+            arg(&self.keys.consumer),
+            Value::Integer(self.min_idle.as_millis() as i64),
+            Value::Bytes(self.claim_cursor.clone()),
+            str_arg("COUNT"),
+            Value::Integer(count.into()),
+        ];
+        let reply = call_at(
+            &self.client,
+            "XAUTOCLAIM",
+            args,
+            false,
+            Some(self.keys.slot),
+        )
+        .await?;
+        let Value::Array(parts) = reply else {
+            return Err(RedisError::Protocol {
+                command: "XAUTOCLAIM",
+                detail: "reply is not an array".into(),
+            });
+        };
+        let mut parts = parts.into_iter();
+        self.claim_cursor = parts
+            .next()
+            .and_then(into_bytes)
+            .unwrap_or_else(|| Bytes::from_static(b"0-0"));
+        let mut deleted = Vec::new();
+        let entries = match parts.next() {
+            Some(list) => parse_entries("XAUTOCLAIM", list, &mut deleted)?,
+            None => Vec::new(),
+        };
+        // Redis 7 removes deleted entries from the pending list itself and lists them third.
+        Ok(entries)
+    }
+
+    /// Fills in the delivery counts of redelivered entries from the group's pending entries
+    /// list, each looked up by its own id (one script, one round trip): a range look-up would
+    /// also return this consumer's other pending entries between them and miss some.
+    async fn with_delivery_counts(
+        &self,
+        mut entries: Vec<Entry>,
+    ) -> Result<Vec<Entry>, RedisError> {
+        if entries.is_empty() {
+            return Ok(entries);
+        }
+        let keys = vec![Key::from(self.keys.key.clone())];
+        let mut args = vec![Value::Bytes(self.keys.group.clone())];
+        args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
+        let reply: Value = PENDING_COUNTS
+            .evalsha_with_reload(&self.client, keys, args)
+            .await
+            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        let Value::Array(counts) = reply else {
+            return Err(RedisError::Protocol {
+                command: "XPENDING",
+                detail: "the counts are not an array".into(),
+            });
+        };
+        Ok(counted(std::mem::take(&mut entries), counts))
+    }
+
+    /// Entries deleted from the stream while pending cannot be delivered: settle them.
+    async fn ack_deleted(&self, deleted: Vec<Bytes>) -> Result<(), RedisError> {
+        if deleted.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec![arg(&self.keys.key), arg(&self.keys.group)];
+        args.extend(deleted.into_iter().map(Value::Bytes));
+        call_at(&self.client, "XACK", args, false, Some(self.keys.slot))
+            .await
+            .map(|_| ())
+    }
+
+    /// Closes the dedicated connection.
+    pub(crate) async fn close(self) {
+        let _ = self.client.quit().await;
+    }
+}
