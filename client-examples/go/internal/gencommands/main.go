@@ -67,7 +67,7 @@ var groups = map[string]bool{
 	"generic": true, "hyperloglog": true, "geo": true, "bitmap": true,
 }
 
-// refused are the commands the sidecar never runs in a window (server/src/window/command.rs):
+// refused are the commands the sidecar never runs in a window (server/core/src/window/command.rs):
 // a typed method for them could only fail at the flush.
 var refused = map[string]bool{
 	"blpop": true, "brpop": true, "brpoplpush": true, "blmove": true, "blmpop": true,
