@@ -285,7 +285,7 @@ impl Metrics {
         ] {
             family.get_or_create(&f).inc_by(0);
         }
-        for outcome in ["ack", "drop", "retry", "retry_after"] {
+        for outcome in ["ack", "drop", "retry", "retry_after", "dead_letter"] {
             self.outcomes
                 .get_or_create(&OutcomeLabels { form, outcome })
                 .inc_by(0);

@@ -59,6 +59,17 @@ impl Form {
             (Form::PubSub(form), Outcome::RetryAfter(_)) if form.is_sharded(entry) => Some(
                 "retry_after is not offered on sharded channels (its delay set would have to live in the channel's slot); use retry, which republishes now",
             ),
+            (Form::PubSub(_), Outcome::DeadLetter) => Some(
+                "dead_letter is not offered on pub/sub, which has no dead-letter target; use drop",
+            ),
+            (Form::Stream(StreamKeys { dead_letter, .. }), Outcome::DeadLetter)
+            | (Form::List(ListKeys { dead_letter, .. }), Outcome::DeadLetter)
+                if dead_letter.is_none() =>
+            {
+                Some(
+                    "dead_letter needs a dead-letter target: open the subscription with open.dead_letter (and open.max_deliveries), or settle it with drop",
+                )
+            }
             _ => None,
         }
     }

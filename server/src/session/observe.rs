@@ -151,6 +151,10 @@ pub(super) fn flush_span(
             "window.outcomes.retry_after",
             count(|o| matches!(o, Outcome::RetryAfter(_))),
         ),
+        KeyValue::new(
+            "window.outcomes.dead_letter",
+            count(|o| *o == Outcome::DeadLetter),
+        ),
     ]);
     let parent = match read {
         Some(read) => Context::new().with_remote_span_context(read),

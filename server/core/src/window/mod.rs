@@ -33,6 +33,8 @@ pub enum Outcome {
     Retry,
     /// Discard the segment; the entry comes back after the delay.
     RetryAfter(Duration),
+    /// Discard the segment, write the entry to the dead-letter target and settle it.
+    DeadLetter,
 }
 
 impl Outcome {
@@ -43,6 +45,7 @@ impl Outcome {
             Outcome::Drop => "drop",
             Outcome::Retry => "retry",
             Outcome::RetryAfter(_) => "retry_after",
+            Outcome::DeadLetter => "dead_letter",
         }
     }
 }

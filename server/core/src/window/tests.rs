@@ -208,7 +208,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (1u8..5).prop_map(Op::Read),
         (any::<usize>(), any::<u8>()).prop_map(|(pick, key)| Op::Queue { pick, key }),
-        (any::<usize>(), 0u8..5).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
+        (any::<usize>(), 0u8..6).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
         Just(Op::AbandonAll),
     ]
 }
@@ -276,7 +276,8 @@ proptest! {
                         0 | 1 => Outcome::Ack,
                         2 => Outcome::Drop,
                         3 => Outcome::Retry,
-                        _ => Outcome::RetryAfter(Duration::from_millis(5)),
+                        4 => Outcome::RetryAfter(Duration::from_millis(5)),
+                        _ => Outcome::DeadLetter,
                     };
                     // An ack of a slot one of whose commands was refused is refused.
                     if incomplete.contains(&slot) && outcome == Outcome::Ack {

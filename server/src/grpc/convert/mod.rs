@@ -371,9 +371,10 @@ fn outcome(o: proto::Outcome) -> Result<SettleRequest, SlotError> {
             }
             Outcome::RetryAfter(delay)
         }
+        Ok(proto::OutcomeKind::DeadLetter) => Outcome::DeadLetter,
         Ok(proto::OutcomeKind::Unspecified) => {
             return Err(invalid(
-                "the outcome has no kind: set ack, drop, retry or retry_after".into(),
+                "the outcome has no kind: set ack, drop, retry, retry_after or dead_letter".into(),
             ));
         }
         Err(_) => return Err(invalid(format!("outcome kind {} is not known", o.kind))),

@@ -137,6 +137,19 @@ fn outcomes_need_a_kind_and_retry_after_a_delay() {
 }
 
 #[test]
+fn a_dead_letter_outcome_keeps_its_reason() {
+    let settle = outcome(proto::Outcome {
+        slot: 4,
+        kind: proto::OutcomeKind::DeadLetter as i32,
+        reason: "bad sku".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(settle.outcome, Outcome::DeadLetter);
+    assert_eq!(settle.reason.as_deref(), Some("bad sku"));
+}
+
+#[test]
 fn packed_acks_are_acks_after_the_outcomes() {
     let batch = client_batch(proto::Batch {
         outcomes: vec![proto::Outcome {

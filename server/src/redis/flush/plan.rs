@@ -154,6 +154,7 @@ fn requeue<'a>(
     let capped = exhausted(entry.delivery_count, ctx.max_deliveries);
     match outcome {
         Outcome::Ack | Outcome::Drop => Requeue::None,
+        Outcome::DeadLetter => Requeue::DeadLetter(reason),
         Outcome::Retry | Outcome::RetryAfter(_) if capped => Requeue::DeadLetter(reason),
         Outcome::Retry => Requeue::Retry(reason),
         Outcome::RetryAfter(delay) => Requeue::RetryAfter(reason, delay),

@@ -214,6 +214,34 @@ fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
 }
 
 #[test]
+fn a_dead_letter_outcome_writes_the_dead_letter_with_the_settle_below_the_cap() {
+    let mut keys = keys();
+    keys.dead_letter = Some(Bytes::from_static(b"orders:dead"));
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w.open_read(vec![entry("1-0"), entry("2-0")]).unwrap();
+    w.queue(read.first_slot, incr("k1")).unwrap();
+    w.settle(read.first_slot, Outcome::DeadLetter, Some("bad".into()))
+        .unwrap();
+    let batch = w
+        .settle(read.first_slot + 1, Outcome::Ack, None)
+        .unwrap()
+        .unwrap();
+    let plan = plan(&keys, &batch, Mode::Pipeline, 0);
+    assert_eq!(plan.dead_lettered, 1);
+    assert_eq!(
+        plan.render(),
+        [
+            "MULTI",
+            "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 1 h:x-ruststream-retry-count 1 h:x-window-reason bad",
+            "XACK orders g 1-0 2-0",
+            "EXEC",
+        ]
+    );
+}
+
+#[test]
 fn a_redelivered_entry_settled_before_its_count_was_looked_up_is_not_delivered_again() {
     let entry = |id: &'static str| Entry {
         id: Bytes::from_static(id.as_bytes()),

@@ -457,7 +457,8 @@ impl World {
             }
             self.settled.insert(e.id);
             let retry = matches!(outcome, Outcome::Retry | Outcome::RetryAfter(_));
-            if dead_letter || (retry && exhausted(e.count, CAP)) {
+            let dead = *outcome == Outcome::DeadLetter || (retry && exhausted(e.count, CAP));
+            if dead_letter || dead {
                 self.dead.insert(e.id);
             } else if retry {
                 // A copy that carries the deliveries so far.

@@ -27,11 +27,12 @@ impl World {
             .iter()
             .enumerate()
             .map(|(i, &slot)| {
-                let outcome = match (pick as usize + i) % 5 {
+                let outcome = match (pick as usize + i) % 6 {
                     0 | 1 => Outcome::Ack,
                     2 => Outcome::Drop,
                     3 => Outcome::Retry,
-                    _ => Outcome::RetryAfter(Duration::from_millis(10)),
+                    4 => Outcome::RetryAfter(Duration::from_millis(10)),
+                    _ => Outcome::DeadLetter,
                 };
                 Ok(SettleRequest {
                     slot,
