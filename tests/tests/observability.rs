@@ -71,6 +71,10 @@ async fn metrics_count_what_happened() {
         7.0
     );
     assert_eq!(
+        s("window_outcomes_total{form=\"stream\",outcome=\"dead_letter\"}"),
+        0.0
+    );
+    assert_eq!(
         s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
         1.0
     );

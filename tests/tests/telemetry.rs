@@ -409,6 +409,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
         ("window.settles", 1),
         ("window.outcomes.ack", 1),
         ("window.outcomes.drop", 0),
+        ("window.outcomes.dead_letter", 0),
     ] {
         assert_eq!(int(flush1, key), value, "{key}");
     }
