@@ -21,6 +21,10 @@ from window_client import LifecycleEvent, RejectedError, WindowError
 from window_client.aio import Delivery, Subscription, WindowClient
 
 
+#: The reason the action `dead_letter` gives (the dead letter's `x-window-reason`).
+DEAD_LETTER_REASON = "conformance: dead_letter"
+
+
 def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
@@ -149,6 +153,8 @@ async def main(path: str) -> None:
             d.drop()
         elif action == "retry":
             d.retry()
+        elif action == "dead_letter":
+            d.dead_letter(DEAD_LETTER_REASON)
         elif action.startswith("retry_after:"):
             d.retry_after(int(action.split(":")[1]) / 1000)
         elif action == "reject":

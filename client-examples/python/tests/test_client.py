@@ -147,7 +147,8 @@ class RejectedCommand(unittest.IsolatedAsyncioTestCase):
 
 
 class RejectedCommandByDefault(unittest.IsolatedAsyncioTestCase):
-    """The default, rejected_outcome="auto": a reason no retry fixes drops the entry at once."""
+    """The default, rejected_outcome="auto": a reason no retry fixes dead-letters the entry at
+    once (drops it on a subscription without a dead-letter target)."""
 
     async def asyncSetUp(self) -> None:
         self.client = WindowClient("127.0.0.1:1", token="")
@@ -158,19 +159,44 @@ class RejectedCommandByDefault(unittest.IsolatedAsyncioTestCase):
     async def asyncTearDown(self) -> None:
         await self.client.close()
 
-    async def test_a_forbidden_command_drops_the_delivery_at_once(self) -> None:
+    async def test_a_forbidden_command_dead_letters_the_delivery_at_once(self) -> None:
         st, d = _one_delivery(self.sub)
         d.queue("FLUSHALL").ack()
         _sent(st)
         with self.assertLogs("window_client", "WARNING") as logs:
             await self.sub._rejected(st, _forbidden(st))
+        self.assertEqual(_sent(st), [([], [(7, pb.OUTCOME_KIND_DEAD_LETTER, {
+            "reason": "rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden in a window"})])])
+        [err] = self.errors
+        assert isinstance(err, RejectedError)
+        self.assertEqual((err.reason, err.outcome), ("FORBIDDEN_COMMAND", "dead_letter"))
+        self.assertIn("the client settled it with dead_letter", str(err))
+        self.assertFalse(any("settle it with" in line for line in logs.output), logs.output)
+
+    async def test_without_a_dead_letter_target_it_is_dropped_at_once(self) -> None:
+        sub = self.client.subscribe("orders", "g2", on_error=self.errors.append)
+        self.assertFalse(sub.has_dead_letter)
+        st, d = _one_delivery(sub)
+        d.queue("FLUSHALL").ack()
+        _sent(st)
+        await sub._rejected(st, _forbidden(st))
         self.assertEqual(_sent(st), [([], [(7, pb.OUTCOME_KIND_DROP, {
             "reason": "rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden in a window"})])])
         [err] = self.errors
         assert isinstance(err, RejectedError)
         self.assertEqual((err.reason, err.outcome), ("FORBIDDEN_COMMAND", "drop"))
-        self.assertIn("the client settled it with drop", str(err))
-        self.assertFalse(any("settle it with" in line for line in logs.output), logs.output)
+
+    async def test_dead_letter_needs_a_target(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.queue("SET", "a", "b").dead_letter("bad sku")
+        self.assertEqual(_sent(st), [([(7, "SET", [b"a", b"b"])], [(7, pb.OUTCOME_KIND_DEAD_LETTER, {
+            "reason": "bad sku"})])])
+        self.assertEqual(d.outcome, "dead_letter")
+        bare = self.client.subscribe("orders", "g2")
+        _, d = _one_delivery(bare)
+        with self.assertRaisesRegex(ValueError, "dead-letter target"):
+            d.dead_letter("bad sku")
+        self.assertIsNone(d.outcome)
 
     async def test_another_reason_is_retried_with_the_growing_delay(self) -> None:
         st, d = _one_delivery(self.sub, count=2)

@@ -215,6 +215,9 @@ class Delivery:
     def retry_after(self, seconds: float, reason: str = "") -> None:
         self._loop.call(self._d.retry_after, seconds, reason)
 
+    def dead_letter(self, reason: str = "") -> None:
+        self._loop.call(self._d.dead_letter, reason)
+
     def __repr__(self) -> str:
         return repr(self._d)
 

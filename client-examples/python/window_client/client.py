@@ -91,9 +91,10 @@ CONNECT_TIMEOUT = 5.0
 _REFUSED = frozenset({"connection refused", "no such socket"})
 
 #: What the client does with a delivery one of whose commands the sidecar refused
-#: (``rejected_outcome``): ``"auto"`` drops it at once for a reason no retry fixes
-#: (:data:`UNFIXABLE`) and settles it with ``retry_after`` otherwise; ``"drop"`` always drops
-#: it; ``"retry_after"`` always retries it after the growing delay (so that with
+#: (``rejected_outcome``): ``"auto"`` settles it at once for a reason no retry fixes
+#: (:data:`UNFIXABLE`), with ``dead_letter`` when the subscription has a dead-letter target and
+#: ``drop`` when it has none, and with ``retry_after`` otherwise; ``"drop"`` always drops it;
+#: ``"retry_after"`` always retries it after the growing delay (so that with
 #: ``max_deliveries`` it reaches the dead letter at the cap).
 REJECTED_OUTCOMES = ("auto", "drop", "retry_after")
 
@@ -295,7 +296,8 @@ class Delivery:
         self.entry_id: str = msg.entry_id
         self.payload: bytes = msg.payload
         self.read_id = read_id
-        #: "ack", "drop", "retry" or "retry_after" once settled; None while open or abandoned.
+        #: "ack", "drop", "retry", "retry_after" or "dead_letter" once settled; None while open
+        #: or abandoned.
         self.outcome: Optional[str] = None
         #: The sidecar's Rejection when it refused this delivery's outcome.
         self.rejection: Optional[pb.Rejection] = None
@@ -458,6 +460,19 @@ class Delivery:
                 {"delay": _duration(seconds), "reason": reason},
             ),
         )
+
+    def dead_letter(self, reason: str = "") -> None:
+        """Discards the queued commands and writes the entry to the subscription's dead-letter
+        target at once, whatever its delivery count, with ``reason`` (the dead letter's
+        ``x-window-reason``): for an entry no retry can fix. Raises ``ValueError`` on a
+        subscription without a dead-letter target (``max_deliveries`` and ``dead_letter``), and
+        on pub/sub, which has none."""
+        if not self._sub.has_dead_letter:
+            raise ValueError(
+                "dead_letter needs a dead-letter target: subscribe with max_deliveries and "
+                "dead_letter, or settle it with drop"
+            )
+        self._settle("dead_letter", (self.slot, pb.OUTCOME_KIND_DEAD_LETTER, {"reason": reason}))
 
     def extend(self) -> None:
         """Tells the sidecar this delivery is still being worked on (``Batch.extend``): no
@@ -857,6 +872,12 @@ class Subscription:
                 continue
             self._handler_returned(d)
 
+    @property
+    def has_dead_letter(self) -> bool:
+        """True when the subscription has a dead-letter target (``max_deliveries`` with
+        ``dead_letter``): :meth:`Delivery.dead_letter` needs one."""
+        return self._open.dead_letter.WhichOneof("target") is not None
+
     def retry_delay(self, delivery_count: int) -> float:
         """The delay of the client's own ``retry_after`` for a delivery with this count:
         ``retry_delay`` doubled per earlier delivery, at most ``max_retry_delay``."""
@@ -1250,9 +1271,10 @@ class Subscription:
 
         A batch carries a delivery's commands and its outcome together, so a refused command
         comes back with its ack refused as ``INCOMPLETE_SEGMENT`` (the slot stays open): the
-        client then settles it again, by the command's rejection: with ``"auto"`` dropped for
-        a reason no retry fixes (:data:`UNFIXABLE`), else ``retry_after`` with the growing
-        delay. A drop or retry the application gave with a refused command stands."""
+        client then settles it again, by the command's rejection: with ``"auto"`` dead-lettered
+        (or, without a dead-letter target, dropped) for a reason no retry fixes
+        (:data:`UNFIXABLE`), else ``retry_after`` with the growing delay. A drop or retry the
+        application gave with a refused command stands."""
         reported: List[RejectedError] = []
         for rej in rejections.rejections:
             self.stats.rejections += 1
@@ -1282,9 +1304,11 @@ class Subscription:
                 d._sent = False
                 d._commands = []
                 policy = self._rejected_outcome
-                drop = policy == "drop" or (policy == "auto" and cause_reason in UNFIXABLE)
+                unfixable = policy == "auto" and cause_reason in UNFIXABLE
                 why = f"rejected: {cause_reason}: {cause_message}"
-                if drop:
+                if unfixable and self.has_dead_letter:
+                    d.dead_letter(why)
+                elif policy == "drop" or unfixable:
                     d.drop(why)
                 else:
                     d.retry_after(self.retry_delay(d.delivery_count), why)
@@ -1661,8 +1685,9 @@ class WindowClient:
         first of them was settled (None: only when all are).
 
         ``rejected_outcome`` says what the client does with a delivery whose command the
-        sidecar refused: ``"auto"`` (drop at once for a reason no retry fixes, else
-        ``retry_after``), ``"drop"`` or ``"retry_after"``; its own ``retry_after`` (also after
+        sidecar refused: ``"auto"`` (for a reason no retry fixes, dead-letter at once with a
+        ``dead_letter`` target, else drop at once; ``retry_after`` for any other reason),
+        ``"drop"`` or ``"retry_after"``; its own ``retry_after`` (also after
         a failed handler) waits ``retry_delay`` seconds doubled per delivery, at most
         ``max_retry_delay``. ``on_error(WindowError)`` (plain or async) gets every
         :class:`RejectedError` and the :class:`SubscriptionEndedError` the subscription ends

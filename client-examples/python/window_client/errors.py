@@ -61,8 +61,8 @@ class RejectedError(WindowError):
     """The sidecar refused a command or an outcome of ``delivery`` (slot ``slot``):
     ``reason`` is the proto's ``RejectionReason`` name without its prefix (e.g.
     ``FORBIDDEN_COMMAND``), ``command`` the refused command's name (empty for an outcome),
-    ``outcome`` what the client settled the delivery with because of it (``"drop"``,
-    ``"retry_after"``, or None when the application's own drop or retry stood)."""
+    ``outcome`` what the client settled the delivery with because of it (``"dead_letter"``,
+    ``"drop"``, ``"retry_after"``, or None when the application's own drop or retry stood)."""
 
     def __init__(
         self,
