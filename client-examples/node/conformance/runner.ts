@@ -155,6 +155,7 @@ async function main(path: string): Promise<void> {
     if (action === "ack") d.ack();
     else if (action === "drop") d.drop();
     else if (action === "retry") d.retry();
+    else if (action === "dead_letter") d.deadLetter("conformance: dead_letter");
     else if (action.startsWith("retry_after:")) d.retryAfter(Number(action.split(":")[1]));
     else if (action === "reject") d.queue("FLUSHALL").ack();
     else if (action === "fail") throw new Error("the scenario's handler fails");

@@ -81,9 +81,10 @@ export const CONNECT_TIMEOUT_MS = 5_000;
 const REFUSED: ReadonlySet<string> = new Set(["connection refused", "no such socket"]);
 /**
  * What the client does with a delivery one of whose commands the sidecar refused
- * (`rejectedOutcome`): "auto" drops it at once for a reason no retry fixes (UNFIXABLE) and
- * settles it with retry_after otherwise; "drop" always drops it; "retry_after" always retries it
- * after the growing delay (so that with `maxDeliveries` it reaches the dead letter at the cap).
+ * (`rejectedOutcome`): "auto" settles it at once for a reason no retry fixes (UNFIXABLE), with
+ * deadLetter when the subscription has a dead-letter target and drop when it has none, and with
+ * retry_after otherwise; "drop" always drops it; "retry_after" always retries it after the
+ * growing delay (so that with `maxDeliveries` it reaches the dead letter at the cap).
  */
 export type RejectedOutcome = "auto" | "drop" | "retry_after";
 /** The rejection reasons no retry can fix: the same command is refused again every time. */
@@ -109,7 +110,7 @@ const RESETTLE: ReadonlySet<number> = new Set([
 ]);
 
 export type Arg = string | number | bigint | Buffer | Uint8Array;
-export type OutcomeName = "ack" | "drop" | "retry" | "retry_after";
+export type OutcomeName = "ack" | "drop" | "retry" | "retry_after" | "dead_letter";
 
 export interface Logger {
   debug(msg: string): void;
@@ -310,6 +311,19 @@ export class Delivery {
     this.settle("retry_after", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_RETRY_AFTER, delay: duration(ms), reason });
   }
 
+  /**
+   * Discards the queued commands and writes the entry to the subscription's dead-letter target
+   * at once, whatever its delivery count, with `reason` (the dead letter's `x-window-reason`):
+   * for an entry no retry can fix. Throws a TypeError on a subscription without a dead-letter
+   * target (`maxDeliveries` and `deadLetter`), and on pub/sub, which has none.
+   */
+  deadLetter(reason = ""): void {
+    if (!this.sub.hasDeadLetter) {
+      throw new TypeError("deadLetter needs a dead-letter target: subscribe with maxDeliveries and deadLetter, or settle it with drop");
+    }
+    this.settle("dead_letter", { slot: this.slot, kind: OutcomeKind.OUTCOME_KIND_DEAD_LETTER, reason });
+  }
+
   private settle(name: OutcomeName, outcome: Outcome): void {
     if (this.outcome !== undefined) {
       throw new AlreadySettledError(`delivery ${this.entryId} (slot ${this.slot}) is already settled (${this.outcome})`, this.slot, this.outcome);
@@ -480,8 +494,8 @@ export interface WindowOptions {
   onError?: (error: WindowError) => void | Promise<void>;
   /**
    * What the client does with a delivery whose command the sidecar refused: "auto" (default:
-   * drop at once for INVALID_COMMAND, FORBIDDEN_COMMAND and PERMISSION_DENIED, which no retry
-   * fixes; retry_after otherwise), "drop" or "retry_after" (with maxDeliveries and deadLetter, a
+   * for INVALID_COMMAND, FORBIDDEN_COMMAND and PERMISSION_DENIED, which no retry fixes,
+   * deadLetter at once with a `deadLetter` target, else drop at once; retry_after otherwise), "drop" or "retry_after" (with maxDeliveries and deadLetter, a
    * poison entry then reaches the dead letter at the cap).
    */
   rejectedOutcome?: RejectedOutcome;
@@ -599,6 +613,12 @@ export class Subscription implements AsyncIterable<Delivery> {
     private readonly opts: SubscribeOptions,
   ) {
     this.log = opts.logger ?? consoleLogger;
+  }
+
+  /** True when the subscription has a dead-letter target (`deadLetter`): Delivery.deadLetter needs one. */
+  get hasDeadLetter(): boolean {
+    const o = this.opts;
+    return Boolean(o.deadLetter) && ("stream" in o || "reliableList" in o || "simpleList" in o);
   }
 
   /** Starts the subscription (iterating does it too). */
@@ -1038,8 +1058,8 @@ export class Subscription implements AsyncIterable<Delivery> {
   /**
    * The rejection rule, the same in every language's client: a delivery one of whose commands
    * was refused is never acked (its segment is incomplete); the client settles it as
-   * `rejectedOutcome` says ("auto": dropped at once for a reason no retry fixes, else
-   * retryAfter with the growing delay) and hands onError a RejectedError. The client sends a
+   * `rejectedOutcome` says ("auto": dead-lettered at once for a reason no retry fixes, or
+   * dropped without a dead-letter target; else retryAfter with the growing delay) and hands onError a RejectedError. The client sends a
    * delivery's commands with its outcome, so the sidecar has refused the ack too
    * (INCOMPLETE_SEGMENT) and the slot is open again; a drop or retry was accepted and stands.
    */
@@ -1070,7 +1090,9 @@ export class Subscription implements AsyncIterable<Delivery> {
         d.commands = [];
         const policy = this.opts.rejectedOutcome ?? "auto";
         const why = `rejected: ${causeReason}: ${withoutAdvice(cause.message)}`;
-        if (policy === "drop" || (policy === "auto" && UNFIXABLE.has(causeReason))) d.drop(why);
+        const unfixable = policy === "auto" && UNFIXABLE.has(causeReason);
+        if (unfixable && this.hasDeadLetter) d.deadLetter(why);
+        else if (policy === "drop" || unfixable) d.drop(why);
         else d.retryAfter(this.retryDelay(d.deliveryCount), why);
         let error = d.rejectedError;
         if (error === undefined) {

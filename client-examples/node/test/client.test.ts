@@ -73,9 +73,12 @@ function rejections(commandFirst: boolean): SubscribeResponse {
   return SubscribeResponse.fromPartial({ rejections: { rejections: commandFirst ? [command, ack] : [ack, command] } });
 }
 
-for (const [commandFirst, rejectedOutcome] of [[true, "retry_after"], [false, "retry_after"], [true, undefined], [false, "drop"]] as const) {
-  const expected = rejectedOutcome === "retry_after" ? "retry_after" : "drop";
-  test(`a refused command settles its delivery with ${expected} (rejectedOutcome ${rejectedOutcome ?? "auto, the default"}, command ${commandFirst ? "before" : "after"} the refused ack)`, async () => {
+for (const [commandFirst, rejectedOutcome, deadLetter] of [
+  [true, "retry_after", false], [false, "retry_after", false], [true, undefined, false], [false, "drop", false],
+  [true, undefined, true], [false, undefined, true], [true, "drop", true],
+] as const) {
+  const expected = rejectedOutcome === "retry_after" ? "retry_after" : rejectedOutcome === undefined && deadLetter ? "dead_letter" : "drop";
+  test(`a refused command settles its delivery with ${expected} (rejectedOutcome ${rejectedOutcome ?? "auto, the default"}, ${deadLetter ? "a" : "no"} dead letter, command ${commandFirst ? "before" : "after"} the refused ack)`, async () => {
     let second: Batch | undefined;
     const seen: string[] = [];
     const errors: WindowError[] = [];
@@ -91,6 +94,7 @@ for (const [commandFirst, rejectedOutcome] of [[true, "retry_after"], [false, "r
     const client = new WindowClient(target);
     const sub = client.subscribe({
       stream: "s", group: "g", count: 1, rejectedOutcome: rejectedOutcome as RejectedOutcome | undefined,
+      ...(deadLetter ? { maxDeliveries: 5, deadLetter: "s:dead" } : {}),
       logger: { ...quiet, warn: (m) => logged.push(m), error: (m) => logged.push(m) },
       onRejection: (rej, d) => {
         seen.push(`${rej.reason}:${d?.outcome}`);
@@ -113,6 +117,8 @@ for (const [commandFirst, rejectedOutcome] of [[true, "retry_after"], [false, "r
     if (expected === "retry_after") {
       assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_RETRY_AFTER);
       assert.deepEqual(o.delay, { seconds: RETRY_DELAY_MS / 1000, nanos: 0 });
+    } else if (expected === "dead_letter") {
+      assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_DEAD_LETTER);
     } else {
       assert.equal(o.kind, OutcomeKind.OUTCOME_KIND_DROP);
     }
@@ -152,6 +158,13 @@ function delivery(fields?: Record<string, string>): Delivery {
   const { Delivery: D } = require("../src/window-client") as typeof import("../src/window-client");
   return new D(sub, { alive: true } as never, 1, msg);
 }
+
+test("deadLetter needs a dead-letter target: without one it throws at the call and settles nothing", () => {
+  const d = delivery();
+  assert.throws(() => d.deadLetter("bad sku"), (e: Error) => e instanceof TypeError && /dead-letter target/.test(e.message));
+  assert.equal(d.outcome, undefined);
+  assert.equal(d.settled, false);
+});
 
 test("typed side effects: node-redis's commands, queued on the delivery; a wrong name fails at the call", () => {
   const d = delivery();
