@@ -153,9 +153,9 @@ check "rejected command: XPENDING poison example-app" "$(rcli xpending poison ex
 check "rejected command: ZCARD {poison}:window:delayed" "$(rcli zcard '{poison}:window:delayed')" 0
 check "rejected command: the dead letter's reason is the rejection" \
   "$(rcli xrange poison:dead - + | awk 'prev == "x-window-reason" || prev == "h:x-window-reason" {print} {prev = $0}' | grep -c '^rejected: FORBIDDEN_COMMAND: ')" 1
-# With the default (auto), FORBIDDEN_COMMAND, which no retry fixes, drops the delivery at once:
-# one delivery, nothing dead-lettered or delayed, the error callback told, and no line repeats
-# the sidecar's advice to settle it otherwise.
+# With the default (auto), FORBIDDEN_COMMAND, which no retry fixes, dead-letters the delivery at
+# once: one delivery, in the dead letter with the rejection as its reason, nothing delayed, and
+# no line repeats the sidecar's advice to settle it otherwise.
 set +e
 timeout 60 "$bin/example-app" -addr "$addr" -stream poison2 -dead-letter poison2:dead \
   -max-deliveries 2 -command FLUSHALL -rejected-outcome auto >"$work/example-app-auto.log" 2>&1
@@ -163,12 +163,27 @@ app_rc=$?
 set -e
 grep -E '^deliveries=' "$work/example-app-auto.log" || true
 check "refused command, auto: example app exit status" "$app_rc" 0
-check "refused command, auto: delivered once, dropped, the callback told FORBIDDEN_COMMAND" \
-  "$(grep -E '^deliveries=' "$work/example-app-auto.log")" "deliveries=1 dropped=1 reason=FORBIDDEN_COMMAND"
-check "refused command, auto: XLEN poison2:dead" "$(rcli xlen poison2:dead)" 0
+check "refused command, auto: delivered once, then dead-lettered" \
+  "$(grep -E '^deliveries=' "$work/example-app-auto.log")" "deliveries=1 dead_lettered=1"
+check "refused command, auto: XLEN poison2:dead" "$(rcli xlen poison2:dead)" 1
+check "refused command, auto: the dead letter's reason is the rejection" \
+  "$(rcli xrange poison2:dead - + | awk 'prev == "h:x-window-reason" {print} {prev = $0}' | grep -c '^rejected: FORBIDDEN_COMMAND: ')" 1
 check "refused command, auto: XPENDING poison2 example-app" "$(rcli xpending poison2 example-app | head -1)" 0
 check "refused command, auto: ZCARD {poison2}:window:delayed" "$(rcli zcard '{poison2}:window:delayed')" 0
 check "refused command, auto: no line says \"settle it with\"" "$(grep -ci 'settle it with' "$work/example-app-auto.log" || true)" 0
+# Without a dead letter, auto drops it at once: one delivery, nothing delayed, the error
+# callback told.
+set +e
+timeout 60 "$bin/example-app" -addr "$addr" -stream poison3 -dead-letter "" \
+  -max-deliveries 0 -command FLUSHALL -rejected-outcome auto >"$work/example-app-drop.log" 2>&1
+app_rc=$?
+set -e
+grep -E '^deliveries=' "$work/example-app-drop.log" || true
+check "refused command, auto, no dead letter: example app exit status" "$app_rc" 0
+check "refused command, auto, no dead letter: delivered once, dropped, the callback told FORBIDDEN_COMMAND" \
+  "$(grep -E '^deliveries=' "$work/example-app-drop.log")" "deliveries=1 dropped=1 reason=FORBIDDEN_COMMAND"
+check "refused command, auto, no dead letter: XPENDING poison3 example-app" "$(rcli xpending poison3 example-app | head -1)" 0
+check "refused command, auto, no dead letter: ZCARD {poison3}:window:delayed" "$(rcli zcard '{poison3}:window:delayed')" 0
 
 # --- the Unix socket ----------------------------------------------------------------------
 # The recommended sidecar setup: a second sidecar on --listen unix:PATH, reached with grpc-go's

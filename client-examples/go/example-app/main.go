@@ -9,8 +9,9 @@
 // helper retries the delivery after the growing delay until the cap sends the entry to the dead
 // letter; it prints the deliveries it saw and the entries the flushes dead-lettered, and exits 0
 // once one was. With -rejected-outcome auto (the helper's default) FLUSHALL, which no retry
-// fixes (FORBIDDEN_COMMAND), is dropped at once: it prints the deliveries, the drop and the
-// reason the error callback got, and exits 0.
+// fixes (FORBIDDEN_COMMAND), is dead-lettered at once (the same line, after one delivery); with
+// auto and no dead letter (-max-deliveries 0 -dead-letter "") it is dropped at once: it prints
+// the deliveries, the drop and the reason the error callback got, and exits 0.
 package main
 
 import (

@@ -183,6 +183,18 @@ func (d *Delivery) RetryAfterReason(delay time.Duration, reason string) error {
 	return d.settle(windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER, delay, reason)
 }
 
+// DeadLetter settles the delivery and discards its commands, as Drop does; the entry is
+// written to the subscription's dead-letter target at once, whatever its delivery count, with
+// reason (the dead letter's x-window-reason): for an entry no retry can fix. It needs a
+// dead-letter target (Options.MaxDeliveries and DeadLetter; pub/sub has none): without one it
+// returns an error and settles nothing.
+func (d *Delivery) DeadLetter(reason string) error {
+	if !d.sess.sub.opts.hasDeadLetter() {
+		return errors.New("window: DeadLetter needs a dead-letter target: subscribe with MaxDeliveries and DeadLetter, or settle it with Drop")
+	}
+	return d.settle(windowv1.OutcomeKind_OUTCOME_KIND_DEAD_LETTER, 0, reason)
+}
+
 // Outcome is the delivery's outcome so far (OUTCOME_KIND_UNSPECIFIED while unsettled).
 func (d *Delivery) Outcome() windowv1.OutcomeKind {
 	d.sess.mu.Lock()

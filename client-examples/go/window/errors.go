@@ -106,8 +106,8 @@ type RejectedError struct {
 	Message string
 	// Delivery is the delivery it belongs to (nil if it was no longer known).
 	Delivery *Delivery
-	// Outcome is what the client settled the delivery with ("drop", "retry_after"; "" when the
-	// delivery needed no new outcome).
+	// Outcome is what the client settled the delivery with ("dead_letter", "drop",
+	// "retry_after"; "" when the delivery needed no new outcome).
 	Outcome string
 	// Rejection is the sidecar's message as received.
 	Rejection *windowv1.Rejection

@@ -63,8 +63,9 @@ type Options struct {
 	ReportsInReads bool
 
 	// RejectedOutcome is how a delivery is settled when the sidecar refuses one of its
-	// commands or its outcome: RejectedAuto (the default) drops it at once for a reason no
-	// retry fixes (INVALID_COMMAND, FORBIDDEN_COMMAND, PERMISSION_DENIED) and settles it with
+	// commands or its outcome: RejectedAuto (the default) settles it at once for a reason no
+	// retry fixes (INVALID_COMMAND, FORBIDDEN_COMMAND, PERMISSION_DENIED), with dead_letter
+	// when the subscription has a DeadLetter and with drop when it has none, and with
 	// retry_after otherwise; RejectedDrop always drops; RejectedRetryAfter always retries after
 	// the delay (with MaxDeliveries and DeadLetter, a poison entry then ends in the dead
 	// letter). Either way OnError gets a *RejectedError.
@@ -115,8 +116,9 @@ type Options struct {
 type RejectedOutcome int
 
 const (
-	// RejectedAuto drops the delivery at once for INVALID_COMMAND, FORBIDDEN_COMMAND and
-	// PERMISSION_DENIED (no retry can fix them) and retries it after the delay otherwise.
+	// RejectedAuto dead-letters the delivery at once for INVALID_COMMAND, FORBIDDEN_COMMAND
+	// and PERMISSION_DENIED (no retry can fix them), or drops it when the subscription has no
+	// DeadLetter, and retries it after the delay otherwise.
 	RejectedAuto RejectedOutcome = iota
 	// RejectedDrop always drops the delivery at once.
 	RejectedDrop
@@ -180,6 +182,10 @@ type PubSub struct {
 //
 // Deprecated: set Options.RetryDelay; the delay now doubles with each delivery.
 const RejectedRetryDelay = time.Second
+
+// hasDeadLetter says whether the subscription has a dead-letter target (Delivery.DeadLetter
+// needs one).
+func (o *Options) hasDeadLetter() bool { return o.DeadLetter != "" && o.PubSub == nil }
 
 // retryDelay is the delay of a retry_after the client gives for the count-th delivery.
 func (o *Options) retryDelay(count uint32) time.Duration {
@@ -949,16 +955,21 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 		// OnError; the sidecar's advice (settle it otherwise) is what this does.
 		settleReason := "rejected: " + reason + ": " + why.GetMessage()
 		drop := opts.RejectedOutcome == RejectedDrop
+		deadLetter := false
 		if opts.RejectedOutcome == RejectedAuto {
 			switch why.GetReason() {
 			case windowv1.RejectionReason_REJECTION_REASON_INVALID_COMMAND,
 				windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND,
 				windowv1.RejectionReason_REJECTION_REASON_PERMISSION_DENIED:
-				drop = true
+				deadLetter = opts.hasDeadLetter()
+				drop = !deadLetter
 			}
 		}
 		var err error
-		if drop {
+		if deadLetter {
+			rerr.Outcome = "dead_letter"
+			err = d.DeadLetter(settleReason)
+		} else if drop {
 			rerr.Outcome = "drop"
 			err = d.Drop(settleReason)
 		} else {

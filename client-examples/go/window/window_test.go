@@ -276,6 +276,73 @@ func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	}
 }
 
+// By default (RejectedAuto) a command no retry fixes dead-letters its delivery at once when the
+// subscription has a dead letter, and drops it when it has none. DeadLetter itself needs one.
+func TestRejectedCommandByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		deadLetter string
+		want       windowv1.OutcomeKind
+		outcome    string
+	}{
+		{"s:dead", windowv1.OutcomeKind_OUTCOME_KIND_DEAD_LETTER, "dead_letter"},
+		{"", windowv1.OutcomeKind_OUTCOME_KIND_DROP, "drop"},
+	} {
+		t.Run(tc.outcome, func(t *testing.T) {
+			got := make(chan *windowv1.Batch, 4)
+			c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+				s.Send(opened())
+				s.Send(read(1, 1, "1-0"))
+				if _, err := s.Recv(); err != nil {
+					return nil
+				}
+				s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
+					{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
+					{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
+				}}}})
+				m, err := s.Recv()
+				if err != nil {
+					return nil
+				}
+				got <- m.GetBatch()
+				for {
+					if _, err := s.Recv(); err != nil {
+						return nil
+					}
+				}
+			})
+			errs := make(chan error, 4)
+			opts := Options{Stream: "s", Group: "g", Count: 16, Logf: quiet, OnError: func(err error) { errs <- err }}
+			if tc.deadLetter != "" {
+				opts.MaxDeliveries, opts.DeadLetter = 5, tc.deadLetter
+			}
+			sub, err := c.Subscribe(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close(context.Background())
+			d := recvDelivery(t, sub)
+			if tc.deadLetter == "" {
+				if err := d.DeadLetter("bad"); err == nil || d.Settled() {
+					t.Fatalf("DeadLetter without a dead letter: %v, settled %v", err, d.Settled())
+				}
+			}
+			d.Queue("FLUSHALL")
+			d.Ack()
+			b := <-got
+			if len(b.Commands) != 0 || len(b.Outcomes) != 1 {
+				t.Fatalf("after the rejection: %v", b)
+			}
+			if o := b.Outcomes[0]; o.GetKind() != tc.want || o.GetReason() != "rejected: FORBIDDEN_COMMAND: forbidden" {
+				t.Fatalf("after the rejection: %v", o)
+			}
+			var re *RejectedError
+			if err := <-errs; !errors.As(err, &re) || re.Reason != "FORBIDDEN_COMMAND" || re.Outcome != tc.outcome {
+				t.Fatalf("OnError: %v", err)
+			}
+		})
+	}
+}
+
 // Extend goes out at once as the slot in Batch.extend, before the read's outcomes; after the
 // outcome it is refused.
 func TestExtendSendsTheSlotAtOnce(t *testing.T) {

@@ -250,6 +250,8 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 		return d.Drop("")
 	case "retry":
 		return d.Retry("")
+	case "dead_letter":
+		return d.DeadLetter("conformance: dead_letter")
 	case "retry_after":
 		return d.RetryAfter(ms())
 	case "reject":
