@@ -16,8 +16,9 @@
 #      worker work, without it their calls fail with UNAUTHENTICATED;
 #   6. a poison order whose handler queues FLUSHALL, which the sidecar refuses: with
 #      --rejected-outcome retry_after the helper settles it with retry_after 1 s, and with a cap
-#      of 2 deliveries it ends in the dead-letter stream; with the default (auto) it is dropped
-#      at once, and no line repeats the sidecar's advice to settle it otherwise.
+#      of 2 deliveries it ends in the dead-letter stream; with the default (auto) it is
+#      dead-lettered at once (dropped at once without a dead letter), and no line repeats the
+#      sidecar's advice to settle it otherwise.
 #   Besides: RedisCommands.java is what generate-commands.sh makes of the checked-in command
 #   specification, and the jar carries the repository's LICENSE.
 #
@@ -217,9 +218,9 @@ check "refused command: its other commands never ran (no HGET sku-totals poison)
   "$(rcli hget sku-totals poison)" ""
 echo "   dead letter: $dead_fields"
 
-# The default (auto): FORBIDDEN_COMMAND, which no retry fixes, drops the poison order at once:
-# one delivery, nothing dead-lettered, pending or delayed, and no line repeats the sidecar's
-# advice to settle it otherwise.
+# The default (auto): FORBIDDEN_COMMAND, which no retry fixes, dead-letters the poison order at
+# once: one delivery, in the dead letter with the rejection as its reason, nothing pending or
+# delayed, and no line repeats the sidecar's advice to settle it otherwise.
 auto_stream=poison-auto
 auto_dead=poison-auto-dead
 jq -n --arg s "$auto_stream" \
@@ -236,13 +237,38 @@ worker_rc=$?
 set -e
 check "refused command, auto: producer exit status" "$producer_rc" 0
 check "refused command, auto: worker exit status" "$worker_rc" 0
-check "refused command, auto: delivered once, dropped with the reason" \
-  "$(grep -c '(delivery 1)' "$work/poison-auto-worker.log"):$(grep -c '(delivery 2)' "$work/poison-auto-worker.log"):$(grep -c 'settled it with drop' "$work/poison-auto-worker.log")" 1:0:1
-check "refused command, auto: XLEN $auto_dead" "$(rcli xlen "$auto_dead")" 0
+check "refused command, auto: delivered once, dead-lettered with the reason" \
+  "$(grep -c '(delivery 1)' "$work/poison-auto-worker.log"):$(grep -c '(delivery 2)' "$work/poison-auto-worker.log"):$(grep -c 'settled it with dead_letter' "$work/poison-auto-worker.log")" 1:0:1
+check "refused command, auto: XLEN $auto_dead" "$(rcli xlen "$auto_dead")" 1
+check "refused command, auto: the dead letter says 1 delivery and the rejection as reason" \
+  "$(rcli --no-raw xrange "$auto_dead" - + | awk '/x-window-deliveries/ {getline; d=$0} /x-window-reason/ {getline; r=$0} END {print (d ~ /"1"/) ":" (r ~ /rejected: FORBIDDEN_COMMAND: /)}')" 1:1
 check "refused command, auto: XPENDING $auto_stream order-service" \
   "$(rcli xpending "$auto_stream" order-service | head -1)" 0
 check "refused command, auto: ZCARD {$auto_stream}:window:delayed" "$(rcli zcard "{$auto_stream}:window:delayed")" 0
 check "refused command, auto: no line says \"settle it with\"" \
   "$(grep -ci 'settle it with' "$work/poison-auto-worker.log" || true)" 0
+
+# auto without a dead letter: the poison order is dropped at once, nothing pending or delayed.
+drop_stream=poison-drop
+jq -n --arg s "$drop_stream" \
+  '{stream: $s, group: "order-service", orders: [{id: "p-3", poison: true, lines: [{sku: "poison", qty: 1}]}]}' \
+  >"$work/poison-drop.json"
+set +e
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer \
+  --orders "$work/poison-drop.json" >"$work/poison-drop-producer.log" 2>&1
+producer_rc=$?
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Worker \
+  --orders "$work/poison-drop.json" --stream "$drop_stream" --consumer poison-3 --expect -1 \
+  --idle-timeout 4s >"$work/poison-drop-worker.log" 2>&1
+worker_rc=$?
+set -e
+check "refused command, auto, no dead letter: producer exit status" "$producer_rc" 0
+check "refused command, auto, no dead letter: worker exit status" "$worker_rc" 0
+check "refused command, auto, no dead letter: delivered once, dropped with the reason" \
+  "$(grep -c '(delivery 1)' "$work/poison-drop-worker.log"):$(grep -c '(delivery 2)' "$work/poison-drop-worker.log"):$(grep -c 'settled it with drop' "$work/poison-drop-worker.log")" 1:0:1
+check "refused command, auto, no dead letter: XPENDING $drop_stream order-service" \
+  "$(rcli xpending "$drop_stream" order-service | head -1)" 0
+check "refused command, auto, no dead letter: ZCARD {$drop_stream}:window:delayed" \
+  "$(rcli zcard "{$drop_stream}:window:delayed")" 0
 
 e2e_summary

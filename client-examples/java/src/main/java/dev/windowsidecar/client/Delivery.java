@@ -298,6 +298,23 @@ public final class Delivery {
     return settle(OutcomeKind.OUTCOME_KIND_RETRY_AFTER, delay, reason);
   }
 
+  /**
+   * Discards the queued commands, as {@link #drop} does; the entry is written to the
+   * subscription's dead-letter target at once, whatever its delivery count, with {@code reason}
+   * (the dead letter's x-window-reason): for an entry no retry can fix.
+   *
+   * @throws IllegalStateException on a subscription without a dead-letter target ({@link
+   *     SubscribeOptions.Builder#deadLetter}), and on pub/sub, which has none
+   */
+  public boolean deadLetter(String reason) {
+    if (!session.hasDeadLetter()) {
+      throw new IllegalStateException(
+          "deadLetter needs a dead-letter target: subscribe with deadLetter(maxDeliveries, key),"
+              + " or settle it with drop");
+    }
+    return settle(OutcomeKind.OUTCOME_KIND_DEAD_LETTER, null, reason);
+  }
+
   /** The outcome given so far ({@code OUTCOME_KIND_UNSPECIFIED} while unsettled). */
   public OutcomeKind outcome() {
     synchronized (session.lock) {

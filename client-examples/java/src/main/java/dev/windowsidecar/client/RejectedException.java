@@ -63,7 +63,10 @@ public class RejectedException extends WindowException {
     return delivery;
   }
 
-  /** What the client settled the delivery with ({@code drop}, {@code retry_after 1s}; empty: nothing). */
+  /**
+   * What the client settled the delivery with ({@code dead_letter}, {@code drop}, {@code
+   * retry_after 1s}; empty: nothing).
+   */
   public String outcome() {
     return outcome;
   }

@@ -7,9 +7,10 @@ package dev.windowsidecar.client;
  */
 public enum RejectedOutcome {
   /**
-   * The default: drop at once for {@code INVALID_COMMAND}, {@code FORBIDDEN_COMMAND} and {@code
-   * PERMISSION_DENIED}, which no retry fixes; {@code retry_after} with the growing delay for any
-   * other reason.
+   * The default: for {@code INVALID_COMMAND}, {@code FORBIDDEN_COMMAND} and {@code
+   * PERMISSION_DENIED}, which no retry fixes, dead-letter at once when the subscription has a
+   * dead letter ({@link SubscribeOptions.Builder#deadLetter}) and drop at once when it has none;
+   * {@code retry_after} with the growing delay for any other reason.
    */
   AUTO,
   /** Always drop at once. */

@@ -321,14 +321,20 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       if (reopened) {
         String reason = "rejected: " + RejectedException.reasonName(why) + ": " + why.getMessage();
         boolean drop = sub.options.rejectedOutcome == RejectedOutcome.DROP;
+        boolean deadLetter = false;
         if (sub.options.rejectedOutcome == RejectedOutcome.AUTO) {
-          drop =
+          boolean unfixable =
               why.getReason() == RejectionReason.REJECTION_REASON_INVALID_COMMAND
                   || why.getReason() == RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND
                   || why.getReason() == RejectionReason.REJECTION_REASON_PERMISSION_DENIED;
+          deadLetter = unfixable && hasDeadLetter();
+          drop = unfixable && !deadLetter;
         }
         boolean sent;
-        if (drop) {
+        if (deadLetter) {
+          outcome = "dead_letter";
+          sent = d.deadLetter(reason);
+        } else if (drop) {
           outcome = "drop";
           sent = d.drop(reason);
         } else {
@@ -344,6 +350,11 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       sub.log("%s", error.getMessage());
       sub.reportError(error);
     }
+  }
+
+  /** Whether the subscription has a dead-letter target. */
+  boolean hasDeadLetter() {
+    return sub.options.hasDeadLetter();
   }
 
   /** The rejection that explains a slot's: a refused command's, else the first. */

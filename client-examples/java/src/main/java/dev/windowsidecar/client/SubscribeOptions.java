@@ -183,6 +183,11 @@ public final class SubscribeOptions {
     return open.build();
   }
 
+  /** Whether the subscription has a dead-letter target ({@link Delivery#deadLetter} needs one). */
+  boolean hasDeadLetter() {
+    return maxDeliveries > 0 && source != Source.PUBSUB;
+  }
+
   /** The client's retry_after delay for the {@code count}-th delivery. */
   Duration retryDelay(int count) {
     Duration d = retryDelay;

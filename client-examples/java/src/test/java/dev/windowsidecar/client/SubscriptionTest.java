@@ -325,6 +325,92 @@ public class SubscriptionTest {
     }
   }
 
+  /**
+   * By default (AUTO) a subscription with a dead letter dead-letters a delivery whose command no
+   * retry fixes at once, the cause as the reason; deadLetter without a dead letter is refused at
+   * the call and settles nothing.
+   */
+  @Test
+  public void aRefusedCommandIsDeadLetteredByDefault() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0"));
+              got.add(in.next());
+              out.onNext(
+                  SubscribeResponse.newBuilder()
+                      .setRejections(
+                          Rejections.newBuilder()
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(1)
+                                      .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
+                                      .setCommand("FLUSHALL")
+                                      .setMessage("FLUSHALL is forbidden"))
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(1)
+                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+                                      .setMessage("incomplete")))
+                      .build());
+              got.add(in.next());
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
+    SubscriptionListener listener =
+        new SubscriptionListener() {
+          @Override
+          public void error(WindowException e) {
+            errors.add(e);
+          }
+        };
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    try (Subscription sub =
+        client.subscribe(
+            options().deadLetter(5, "s:dead").listener(listener).build(), later(ds))) {
+      Delivery d = take(ds);
+      assertTrue(d.queue("FLUSHALL").ack());
+      Batch first = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(first);
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(0, b.getCommandsCount());
+      assertEquals(1, b.getOutcomesCount());
+      assertEquals(OutcomeKind.OUTCOME_KIND_DEAD_LETTER, b.getOutcomes(0).getKind());
+      assertEquals(
+          "rejected: FORBIDDEN_COMMAND: FLUSHALL is forbidden", b.getOutcomes(0).getReason());
+      WindowException e = errors.poll(5, TimeUnit.SECONDS);
+      assertTrue(String.valueOf(e), e instanceof RejectedException);
+      assertEquals("dead_letter", ((RejectedException) e).outcome());
+      assertFalse(sub.isTerminated());
+    }
+  }
+
+  /** deadLetter needs a dead letter: without one it throws at the call and settles nothing. */
+  @Test
+  public void deadLetterNeedsADeadLetter() throws Exception {
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0"));
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    try (Subscription sub = client.subscribe(options().build(), later(ds))) {
+      Delivery d = take(ds);
+      IllegalStateException e = assertThrows(IllegalStateException.class, () -> d.deadLetter("bad"));
+      assertTrue(e.getMessage(), e.getMessage().contains("dead-letter target"));
+      assertFalse(d.isSettled());
+      assertTrue(d.drop("bad"));
+      assertFalse(sub.isTerminated());
+    }
+  }
+
   /** close() sends the outcomes given so far, also of a read not completely settled. */
   @Test
   public void closeSendsPartialOutcomes() throws Exception {

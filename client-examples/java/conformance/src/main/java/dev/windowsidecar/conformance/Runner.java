@@ -231,6 +231,8 @@ public final class Runner {
       d.drop("the scenario drops it");
     } else if (action.equals("retry")) {
       d.retry("the scenario retries it");
+    } else if (action.equals("dead_letter")) {
+      d.deadLetter("conformance: dead_letter");
     } else if (action.startsWith("retry_after:")) {
       d.retryAfter(Duration.ofMillis(millis(action)), "the scenario retries it later");
     } else if (action.equals("reject")) {
