@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds the module offline against Debian's Go packages (/usr/share/gocode, no module proxy):
-# writes the CI-only modfile .offline/go.mod (offline-modfile.sh: go.mod plus a replace of every
-# dependency by its Debian directory), checks gofmt, runs go vet ./... and go build ./..., and
-# builds bin/producer, bin/worker and bin/healthcheck. The user-facing go.mod is not touched.
+# writes the CI-only modfile <build dir>/offline/go.mod (offline-modfile.sh: go.mod plus a
+# replace of every dependency by its Debian directory), checks gofmt, runs go vet ./... and go
+# build ./..., and builds <build dir>/bin/producer, worker and healthcheck. The build directory is
+# outside the checkout (../build-dir.sh: $WINDOW_BUILD_DIR/go, else one under ${TMPDIR:-/tmp}):
+# the checkout is only read, and go.mod is never touched.
 #
-# Source it, or run it and then `export GOFLAGS="-mod=mod -modfile=$PWD/.offline/go.mod"
-# GOPROXY=off` to run go test ./... and the like the same way.
+# Source it, or run it and then export the GOFLAGS it prints last (with GOPROXY=off) to run go
+# test ./... and the like the same way.
 set -euo pipefail
 cd "$(dirname "$0")"
+# shellcheck source=../build-dir.sh
+source ../build-dir.sh
+out="$(build_dir go)"
 
-./offline-modfile.sh go.mod .offline
-export GOFLAGS="-mod=mod -modfile=$PWD/.offline/go.mod" GOPROXY=off
+./offline-modfile.sh go.mod "$out/offline"
+export GOFLAGS="-mod=mod -modfile=$out/offline/go.mod" GOPROXY=off
 
 unformatted=$(gofmt -l window orders cmd windowv1 example-app internal)
 if [[ -n "$unformatted" ]]; then
@@ -19,6 +24,7 @@ if [[ -n "$unformatted" ]]; then
 fi
 go vet ./...
 go build ./...
-mkdir -p bin
-for cmd in producer worker healthcheck; do go build -o "bin/$cmd" "./cmd/$cmd"; done
-echo "built bin/producer bin/worker bin/healthcheck"
+mkdir -p "$out/bin"
+for cmd in producer worker healthcheck; do go build -o "$out/bin/$cmd" "./cmd/$cmd"; done
+echo "built $out/bin/producer $out/bin/worker $out/bin/healthcheck"
+echo "GOFLAGS=\"$GOFLAGS\""

@@ -16,7 +16,9 @@ out=$(mkdir -p "$2" && cd "$2" && pwd)
 gocode=${GOCODE:-/usr/share/gocode/src}
 
 rm -rf "$out/stubs"
-cp "$src_mod" "$out/go.mod"
+# Written, not copied: a copy of a read-only checkout's go.mod would be read-only too, and the
+# go command writes the modfile it is given.
+cat "$src_mod" >"$out/go.mod"
 rm -f "$out/go.sum"
 
 # requires GO_MOD: the module paths GO_MOD requires, one a line.

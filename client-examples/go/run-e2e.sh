@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # End-to-end test of the Go helper module: installs what is missing (Debian packages); checks
 # the module in module mode, offline, against Debian's Go sources (the generated code matches
-# the proto, gofmt, go vet, go build, go test; go.mod untouched); installs the module into a
-# fresh directory outside the repository and builds, in a scratch copy of example-app (a
-# user's module whose go.mod requires the helper and replaces it by that copy), the example
-# app and the helper's producer, worker and healthcheck. With those binaries it starts a
-# redis-server on a free port and the sidecar, runs the producer then the worker and checks the
-# Redis end state of ../orders.json with redis-cli; checks the rejection rule (a handler that
-# queues a refused command, with a cap of 2 deliveries, ends in the dead letter); does the
+# the proto, gofmt, go vet, go build, go test, build.sh; go.mod untouched, and nothing written
+# into the checkout: the offline modfile and the binaries go to a temp dir); installs the
+# module into a fresh directory outside the repository and builds, in a scratch copy of
+# example-app (a user's module whose go.mod requires the helper and replaces it by that copy),
+# the example app and the helper's producer, worker and healthcheck. With those binaries it
+# starts a redis-server on a free port and the sidecar, runs the producer then the worker and
+# checks the Redis end state of ../orders.json with redis-cli; checks the rejection rule (a
+# handler that queues a refused command: with retry_after and a cap of 2 deliveries it ends in
+# the dead letter, by default it is dead-lettered at once, or dropped without one); does the
 # order run again through a second sidecar on a Unix socket (--listen unix:PATH, grpc-go's
 # target unix:///PATH, no other dial option), and through a third one started with
 # --auth-token-file (the token from WINDOW_SIDECAR_TOKEN; without it, UNAUTHENTICATED), the
@@ -54,8 +56,11 @@ gocheck() {
 # The go command reads the CI-only modfile (go.mod plus Debian replaces) and never the network.
 export GOPROXY=off GOSUMDB=off
 gomod_sum=$(sha256sum go.mod)
-./offline-modfile.sh go.mod .offline
-export GOFLAGS="-mod=mod -modfile=$here/.offline/go.mod"
+# In the work directory, as every file this script writes: the checkout is only read.
+tree_state() { (cd "$here" && find . | sort); }
+tree_state >"$work/tree-before.txt"
+./offline-modfile.sh go.mod "$work/offline"
+export GOFLAGS="-mod=mod -modfile=$work/offline/go.mod"
 
 ./generate.sh "$work/gen" >/dev/null
 # The committed generated code is the proto's (the version comments aside).
@@ -85,6 +90,14 @@ gocheck "go vet ./..." "$work/go-vet.log" go vet ./...
 gocheck "go build ./..." "$work/go-build.log" go build ./...
 gocheck "helper unit tests (go test ./...)" "$work/go-test.log" go test -count=1 ./...
 check "go.mod untouched by the build" "$(sha256sum go.mod)" "$gomod_sum"
+# build.sh, as a developer runs it, builds into the build directory (../build-dir.sh).
+gocheck "build.sh (gofmt, vet, build, the binaries)" "$work/build-sh.log" \
+  env WINDOW_BUILD_DIR="$work/build-dir" ./build.sh
+check "build.sh built its binaries outside the checkout" \
+  "$(ls "$work/build-dir/go/bin" 2>/dev/null | paste -sd' ')" "healthcheck producer worker"
+tree_state >"$work/tree-after.txt"
+check "the builds wrote nothing into the checkout (no .offline/, no bin/)" \
+  "$(diff "$work/tree-before.txt" "$work/tree-after.txt" | grep -c '^[<>]' || true)" 0
 
 # --- the module installed outside the repository, used by a user's module --------------------
 # What a module zip holds: go.mod, LICENSE, README.md and the packages' files (not the nested

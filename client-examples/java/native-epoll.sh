@@ -3,15 +3,19 @@
 # Debian's own source of the installed libnetty-java: Debian ships netty-transport-native-epoll.jar
 # without it. Prints the directory to pass as -Djava.library.path:
 #
-#   java -Djava.library.path="$(./native-epoll.sh)" -cp build/window-examples.jar ...
+#   java -Djava.library.path="$(./native-epoll.sh)" -cp window-examples.jar ...
 #
-# The library is cached as build/native/libnetty_transport_native_epoll_<arch>.so (the name
-# Netty's NativeLibraryLoader looks for); a second run only prints the directory. Installs only
+# The library is cached as <build dir>/native/libnetty_transport_native_epoll_<arch>.so (the
+# name Netty's NativeLibraryLoader looks for), outside the checkout (../build-dir.sh:
+# $WINDOW_BUILD_DIR/java, else one under ${TMPDIR:-/tmp}); a second run only prints the
+# directory. Installs only
 # what is missing (gcc, dpkg-dev, the JDK's JNI headers) and, when apt knows no source package,
 # adds a deb-src twin of the system's Debian sources. Messages go to stderr.
 set -euo pipefail
 cd "$(dirname "$0")"
-out="$PWD/build/native"
+# shellcheck source=../build-dir.sh
+source ../build-dir.sh
+out="$(build_dir java)/native"
 
 # Netty's PlatformDependent.normalizedArch() names.
 case $(uname -m) in

@@ -3,8 +3,9 @@
 # Maven, its plugins and the Java libraries, which put their artefacts in /usr/share/maven-repo),
 # then, offline (mvn -o, no Maven Central):
 #   1. builds the package with Maven (pom.xml: protoc + the grpc-java plugin, javac -Xlint:all
-#      -Werror, the JUnit tests) and installs dev.windowsidecar:window-sidecar-client:0.1.0 into a
-#      scratch local repository in a temp dir outside the repository;
+#      -Werror, the JUnit tests) into a temp dir outside the repository (-Dwindow.build.directory:
+#      the build writes nothing into the checkout, checked) and installs
+#      dev.windowsidecar:window-sidecar-client:0.1.0 into a scratch local repository there;
 #   2. copies the example application (examples/, which depends on the package by those
 #      coordinates) into that temp dir and builds it there against the scratch repository;
 #   3. starts a redis-server on a free port and the sidecar, runs the application's producer then
@@ -50,8 +51,11 @@ write_maven_settings "$work/settings.xml" "$m2"
 mvn_o=(mvn -o -B -Dstyle.color=never -s "$work/settings.xml" -Daether.offline.protocols=file)
 
 log "mvn -o install: the package, into $m2"
+# The checkout's files before and after the builds: they write into the work directory only.
+tree_state() { (cd "$here" && find . | sort); }
+tree_state >"$work/tree-before.txt"
 set +e
-"${mvn_o[@]}" install >"$work/mvn-install.log" 2>&1
+"${mvn_o[@]}" -Dwindow.build.directory="$work/target" install >"$work/mvn-install.log" 2>&1
 install_rc=$?
 set -e
 check "mvn -o install of the package (protoc, javac -Xlint:all -Werror, JUnit)" "$install_rc" 0
@@ -88,8 +92,12 @@ check "the application's classpath takes the package from the scratch repository
   "$(tr ':' '\n' <"$app/cp.txt" 2>/dev/null | grep -cxF "$installed" || true)" 1
 app_cp="$app/target/window-sidecar-examples-0.1.0.jar:$(cat "$app/cp.txt" 2>/dev/null || true)"
 
-# Netty's native epoll library, for the Unix socket (cached in build/native).
+# Netty's native epoll library, for the Unix socket (cached outside the checkout, see
+# ../build-dir.sh).
 native_dir=$(./native-epoll.sh)
+tree_state >"$work/tree-after.txt"
+check "the builds wrote nothing into the checkout (no target/, no build/)" \
+  "$(diff "$work/tree-before.txt" "$work/tree-after.txt" | grep -c '^[<>]' || true)" 0
 ensure_sidecar
 
 # --- processes ------------------------------------------------------------------------------
