@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Where the Go and Java builds write (the offline modfile, binaries, Maven's target directories,
-# Netty's native library), so that a build leaves the checkout untouched and a read-only
+# Netty's native library) and the Node and Python conformance runners are installed, so that a build leaves the checkout untouched and a read-only
 # checkout builds, as the Python (hatchling) and Node (pack.sh) builds do. Sourced by
-# go/build.sh, go/conformance.sh, java/conformance.sh and java/native-epoll.sh.
+# go/build.sh, go/conformance.sh, java/conformance.sh, java/native-epoll.sh,
+# node/conformance.sh and python/conformance.sh.
 #
 #   WINDOW_BUILD_DIR   the directory to build in (created when missing); default
 #                      ${TMPDIR:-/tmp}/window-sidecar-build-<uid>/<a hash of the checkout's path>:

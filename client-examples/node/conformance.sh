@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The conformance runner of the Node client (see ../conformance/README.md).
 #
-#   conformance.sh build            the package's tarball (pack.sh), installed into the scratch project
-#                                   .conformance/ (gitignored), where conformance/runner.ts is
-#                                   compiled (tsc, strict) against the installed package
+#   conformance.sh build            the package's tarball (pack.sh), installed into a scratch project
+#                                   in the build directory (../build-dir.sh: outside the
+#                                   checkout), where conformance/runner.ts is compiled (tsc,
+#                                   strict) against the installed package
 #   conformance.sh run SCENARIO     runs the compiled runner on the installed package
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-app="$here/.conformance"
+# shellcheck source=../build-dir.sh
+source "$here/../build-dir.sh"
+app="$(build_dir node-conformance)"
 case ${1:-} in
   build)
     cd "$here"

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The conformance runner of the Python client (see ../conformance/README.md).
 #
-#   conformance.sh build            builds the wheel and installs it into .conformance-venv
+#   conformance.sh build            builds the wheel and installs it into a virtualenv in the
+#                                   build directory (../build-dir.sh: outside the checkout)
 #   conformance.sh run SCENARIO     runs conformance/runner.py on the installed package
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-venv="$here/.conformance-venv"
+# shellcheck source=../build-dir.sh
+source "$here/../build-dir.sh"
+venv="$(build_dir python-conformance-venv)"
 case ${1:-} in
   build)
     # The way a user builds and installs it: pip builds the wheel in an isolated environment
     # with the build's own requirements (hatchling, the pinned grpcio-tools), then installs
     # it with its dependencies into the runner's virtualenv.
-    [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
+    [[ -x $venv/bin/python ]] || python3 -m venv --clear "$venv"
     dist="$(mktemp -d)"
     trap 'rm -rf "$dist"' EXIT
     "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$dist" "$here"
