@@ -179,98 +179,134 @@ fn open_request(source: proto::open::Source, mode: proto::Mode) -> proto::Open {
 
 /// The targets and the subscriptions reading them.
 fn plan() -> (Vec<Arc<Target>>, Vec<Sub>) {
-    let mut targets = Vec::new();
-    let mut subs = Vec::new();
-    let target = |name: String, form: Form, produce_to: String, via_publish: bool| {
-        Arc::new(Target {
+    let mut plan = Plan::default();
+    plan.streams();
+    plan.reliable_lists();
+    plan.simple_lists();
+    plan.pubsub();
+    let Plan { targets, subs } = plan;
+    assert_eq!(subs.len(), SUBSCRIPTIONS);
+    assert_eq!(subs.iter().filter(|s| s.churn.is_some()).count(), CHURNERS);
+    (targets, subs)
+}
+
+/// The targets and subscriptions planned so far, a form at a time.
+#[derive(Default)]
+struct Plan {
+    targets: Vec<Arc<Target>>,
+    subs: Vec<Sub>,
+}
+
+impl Plan {
+    fn target(
+        &mut self,
+        name: String,
+        form: Form,
+        produce_to: String,
+        via_publish: bool,
+    ) -> Arc<Target> {
+        let target = Arc::new(Target {
             name,
             form,
             produce_to,
             via_publish,
             tally: Tally::default(),
-        })
-    };
-    for i in 0..STREAM_KEYS {
-        let key = format!("soak:stream:{i}");
-        let t = target(key.clone(), Form::Stream, key.clone(), i % 2 == 1);
-        let mode = if i % 5 == 4 {
-            proto::Mode::Atomic
-        } else {
-            proto::Mode::Pipeline
-        };
-        for c in 0..2 {
-            let source = proto::open::Source::Stream(proto::StreamSource {
-                key: key.clone(),
-                group: "g".into(),
-                consumer: format!("c{c}"),
-                start_id: "0".into(),
-                min_idle: Some(duration(MIN_IDLE)),
-            });
-            subs.push(Sub {
-                label: format!("{key}/c{c}"),
-                target: Arc::clone(&t),
-                open: open_request(source, mode),
-                churn: (c == 0 && i < 3).then(|| Duration::from_secs(5 + 3 * i as u64)),
-            });
-        }
-        targets.push(t);
+        });
+        self.targets.push(Arc::clone(&target));
+        target
     }
-    for i in 0..RELIABLE_KEYS {
-        let key = format!("soak:reliable:{i}");
-        let t = target(key.clone(), Form::Reliable, key.clone(), false);
-        for c in 0..2 {
-            let source = proto::open::Source::ReliableList(proto::ReliableListSource {
-                key: key.clone(),
-                consumer: format!("c{c}"),
-                dead_after: None,
-            });
-            subs.push(Sub {
-                label: format!("{key}/c{c}"),
-                target: Arc::clone(&t),
+
+    /// Two consumers per stream; every other stream's producer uses `Publish`, every fifth
+    /// stream is read in atomic mode, and the first consumer of the first three churns.
+    fn streams(&mut self) {
+        for i in 0..STREAM_KEYS {
+            let key = format!("soak:stream:{i}");
+            let t = self.target(key.clone(), Form::Stream, key.clone(), i % 2 == 1);
+            let mode = if i % 5 == 4 {
+                proto::Mode::Atomic
+            } else {
+                proto::Mode::Pipeline
+            };
+            for c in 0..2 {
+                let source = proto::open::Source::Stream(proto::StreamSource {
+                    key: key.clone(),
+                    group: "g".into(),
+                    consumer: format!("c{c}"),
+                    start_id: "0".into(),
+                    min_idle: Some(duration(MIN_IDLE)),
+                });
+                self.subs.push(Sub {
+                    label: format!("{key}/c{c}"),
+                    target: Arc::clone(&t),
+                    open: open_request(source, mode),
+                    churn: (c == 0 && i < 3).then(|| Duration::from_secs(5 + 3 * i as u64)),
+                });
+            }
+        }
+    }
+
+    /// Two consumers per reliable list; the first one of the first list churns.
+    fn reliable_lists(&mut self) {
+        for i in 0..RELIABLE_KEYS {
+            let key = format!("soak:reliable:{i}");
+            let t = self.target(key.clone(), Form::Reliable, key.clone(), false);
+            for c in 0..2 {
+                let source = proto::open::Source::ReliableList(proto::ReliableListSource {
+                    key: key.clone(),
+                    consumer: format!("c{c}"),
+                    dead_after: None,
+                });
+                self.subs.push(Sub {
+                    label: format!("{key}/c{c}"),
+                    target: Arc::clone(&t),
+                    open: open_request(source, proto::Mode::Pipeline),
+                    churn: (c == 0 && i == 0).then(|| Duration::from_secs(7)),
+                });
+            }
+        }
+    }
+
+    /// One consumer per simple list; the first list's churns.
+    fn simple_lists(&mut self) {
+        for i in 0..SIMPLE_KEYS {
+            let key = format!("soak:simple:{i}");
+            let t = self.target(key.clone(), Form::Simple, key.clone(), false);
+            let source =
+                proto::open::Source::SimpleList(proto::SimpleListSource { key: key.clone() });
+            self.subs.push(Sub {
+                label: key.clone(),
+                target: t,
                 open: open_request(source, proto::Mode::Pipeline),
-                churn: (c == 0 && i == 0).then(|| Duration::from_secs(7)),
+                churn: (i == 0).then(|| Duration::from_secs(12)),
             });
         }
-        targets.push(t);
     }
-    for i in 0..SIMPLE_KEYS {
-        let key = format!("soak:simple:{i}");
-        let t = target(key.clone(), Form::Simple, key.clone(), false);
-        let source = proto::open::Source::SimpleList(proto::SimpleListSource { key: key.clone() });
-        subs.push(Sub {
-            label: key.clone(),
-            target: Arc::clone(&t),
-            open: open_request(source, proto::Mode::Pipeline),
-            churn: (i == 0).then(|| Duration::from_secs(12)),
-        });
-        targets.push(t);
+
+    /// A channel and a pattern (produced to through a channel it matches); neither churns.
+    fn pubsub(&mut self) {
+        for (name, produce_to, pattern) in [
+            ("soak:channel:0", "soak:channel:0", false),
+            ("soak:pattern:*", "soak:pattern:x", true),
+        ] {
+            let t = self.target(name.into(), Form::PubSub, produce_to.into(), false);
+            let (channels, patterns) = if pattern {
+                (vec![], vec![name.to_owned()])
+            } else {
+                (vec![name.to_owned()], vec![])
+            };
+            let source = proto::open::Source::Pubsub(proto::PubSubSource {
+                channels,
+                patterns,
+                ..Default::default()
+            });
+            self.subs.push(Sub {
+                label: name.into(),
+                target: t,
+                open: open_request(source, proto::Mode::Pipeline),
+                churn: None,
+            });
+        }
     }
-    for (name, produce_to, pattern) in [
-        ("soak:channel:0", "soak:channel:0", false),
-        ("soak:pattern:*", "soak:pattern:x", true),
-    ] {
-        let t = target(name.into(), Form::PubSub, produce_to.into(), false);
-        let (channels, patterns) = if pattern {
-            (vec![], vec![name.to_owned()])
-        } else {
-            (vec![name.to_owned()], vec![])
-        };
-        let source = proto::open::Source::Pubsub(proto::PubSubSource {
-            channels,
-            patterns,
-            ..Default::default()
-        });
-        subs.push(Sub {
-            label: name.into(),
-            target: Arc::clone(&t),
-            open: open_request(source, proto::Mode::Pipeline),
-            churn: None,
-        });
-        targets.push(t);
-    }
-    assert_eq!(subs.len(), SUBSCRIPTIONS);
-    assert_eq!(subs.iter().filter(|s| s.churn.is_some()).count(), CHURNERS);
-    (targets, subs)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -490,8 +526,7 @@ fn handle(
     message: proto::SubscribeResponse,
     answer: bool,
 ) -> Option<(proto::Batch, Pending)> {
-    let target = &sub.target;
-    let tally = &target.tally;
+    let tally = &sub.target.tally;
     match message.kind {
         Some(Response::Read(read)) => {
             tally.lost.fetch_add(read.lost, Relaxed);
@@ -504,69 +539,7 @@ fn handle(
                     .fetch_add(read.deliveries.len() as u64, Relaxed);
                 return None;
             }
-            let mut batch = proto::Batch::default();
-            let mut pending = Pending::default();
-            let mut settled = tally.settled.lock().expect("not poisoned");
-            for d in &read.deliveries {
-                let token = String::from_utf8_lossy(&d.payload).into_owned();
-                assert!(
-                    token.starts_with(&target.produce_to),
-                    "{}: a delivery that is not one of ours: {d:?}",
-                    sub.label
-                );
-                let choice = if settled.deferred.contains(&token) {
-                    Choice::Ack
-                } else {
-                    let choice = first_choice(&token);
-                    if choice != Choice::Ack {
-                        settled.deferred.insert(token.clone());
-                    }
-                    choice
-                };
-                let command = |name: &str, args: Vec<String>| proto::QueuedCommand {
-                    slot: d.slot,
-                    name: name.into(),
-                    args: args.into_iter().map(Into::into).collect(),
-                };
-                let (kind, delay) = match choice {
-                    Choice::Ack => {
-                        batch
-                            .commands
-                            .push(command("SADD", vec![target.seen_key(), token.clone()]));
-                        batch
-                            .commands
-                            .push(command("INCR", vec![target.acked_key()]));
-                        pending.acked.push(token);
-                        (OutcomeKind::Ack, None)
-                    }
-                    other => {
-                        batch
-                            .commands
-                            .push(command("INCR", vec![target.never_key()]));
-                        match other {
-                            Choice::Drop => {
-                                pending.dropped.push(token);
-                                (OutcomeKind::Drop, None)
-                            }
-                            Choice::Retry => {
-                                pending.retries += 1;
-                                (OutcomeKind::Retry, None)
-                            }
-                            _ => {
-                                pending.retry_afters += 1;
-                                (OutcomeKind::RetryAfter, Some(duration(RETRY_AFTER)))
-                            }
-                        }
-                    }
-                };
-                batch.outcomes.push(proto::Outcome {
-                    slot: d.slot,
-                    kind: kind as i32,
-                    delay,
-                    ..Default::default()
-                });
-            }
-            Some((batch, pending))
+            Some(answer_read(sub, &read))
         }
         Some(Response::Flush(report)) => {
             if !report.ok {
@@ -587,6 +560,88 @@ fn handle(
             None
         }
     }
+}
+
+/// The batch answering every delivery of a read, each with its choice: a token deferred once
+/// is acked when it comes again.
+fn answer_read(sub: &Sub, read: &proto::Read) -> (proto::Batch, Pending) {
+    let target = &sub.target;
+    let mut batch = proto::Batch::default();
+    let mut pending = Pending::default();
+    let mut settled = target.tally.settled.lock().expect("not poisoned");
+    for d in &read.deliveries {
+        let token = String::from_utf8_lossy(&d.payload).into_owned();
+        assert!(
+            token.starts_with(&target.produce_to),
+            "{}: a delivery that is not one of ours: {d:?}",
+            sub.label
+        );
+        let choice = if settled.deferred.contains(&token) {
+            Choice::Ack
+        } else {
+            let choice = first_choice(&token);
+            if choice != Choice::Ack {
+                settled.deferred.insert(token.clone());
+            }
+            choice
+        };
+        answer(target, d.slot, token, choice, &mut batch, &mut pending);
+    }
+    (batch, pending)
+}
+
+/// Adds one delivery's outcome and side effects to the batch: an ack's run once, counted; a
+/// drop's or retry's segment increments the key that must never change.
+fn answer(
+    target: &Target,
+    slot: u64,
+    token: String,
+    choice: Choice,
+    batch: &mut proto::Batch,
+    pending: &mut Pending,
+) {
+    let command = |name: &str, args: Vec<String>| proto::QueuedCommand {
+        slot,
+        name: name.into(),
+        args: args.into_iter().map(Into::into).collect(),
+    };
+    let (kind, delay) = match choice {
+        Choice::Ack => {
+            batch
+                .commands
+                .push(command("SADD", vec![target.seen_key(), token.clone()]));
+            batch
+                .commands
+                .push(command("INCR", vec![target.acked_key()]));
+            pending.acked.push(token);
+            (OutcomeKind::Ack, None)
+        }
+        other => {
+            batch
+                .commands
+                .push(command("INCR", vec![target.never_key()]));
+            match other {
+                Choice::Drop => {
+                    pending.dropped.push(token);
+                    (OutcomeKind::Drop, None)
+                }
+                Choice::Retry => {
+                    pending.retries += 1;
+                    (OutcomeKind::Retry, None)
+                }
+                _ => {
+                    pending.retry_afters += 1;
+                    (OutcomeKind::RetryAfter, Some(duration(RETRY_AFTER)))
+                }
+            }
+        }
+    };
+    batch.outcomes.push(proto::Outcome {
+        slot,
+        kind: kind as i32,
+        delay,
+        ..Default::default()
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1011,6 +1066,21 @@ fn main() -> std::process::ExitCode {
 
 async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
     let wall = Instant::now();
+    print_plan(soak);
+    let rig = Rig::start(&bin).await;
+    let mut load = Load::open(&rig).await;
+    let (samples, load_secs) = load.run(&rig, soak).await;
+    let phases = load.drain(&rig, load_secs).await;
+    let rest = AfterRest::observe(&rig).await;
+    report(&rig, &load, &samples, soak, &phases, &rest, wall).await;
+    check_under_load(&checks, &rig, &samples, soak);
+    check_at_rest(&checks, &rig, &rest);
+    check_clients(&checks, &rig, &load).await;
+    println!("soak done in {:.0} s", wall.elapsed().as_secs_f64());
+    drop(rig);
+}
+
+fn print_plan(soak: Duration) {
     println!(
         "soak: {} s of load, {SUBSCRIPTIONS} subscriptions ({CHURNERS} reopening every {} s), {} entries/s produced, samples every {} s",
         soak.as_secs(),
@@ -1019,173 +1089,282 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
             / TICK.as_millis() as usize,
         SAMPLE_EVERY.as_secs()
     );
+}
 
-    let redis = RedisServer::start();
-    let inspect = named_client(&redis, "soak-inspect").await;
-    let producers_redis = named_client(&redis, "soak-producers").await;
-    let listen = format!("127.0.0.1:{}", free_port());
-    let metrics_addr = format!("127.0.0.1:{}", free_port());
-    let url = redis.url();
-    let sidecar = Launch::with_bin(&bin)
-        .args([
-            "--redis-url",
-            &url,
-            "--listen",
-            &listen,
-            "--metrics-listen",
-            &metrics_addr,
-            "--reclaim-interval",
-            "2s",
-            // Generous for a loaded 2-core machine: a flush slower than this would be reported
-            // failed, which this soak treats as a defect.
-            "--redis-timeout",
-            "15s",
-        ])
-        .start();
-    sidecar.wait_for("Redis answers: SERVING");
-    let baseline = settled_rest(&sidecar, &inspect).await;
-    let baseline_rss = sidecar.rss_kib();
-    println!(
-        "before any subscription: {} sidecar connections to Redis, {} fds, {} threads, RSS {baseline_rss} KiB",
-        baseline.redis_connections, baseline.fds, baseline.threads
-    );
+/// Redis, the sidecar and the soak's own clients, with the sidecar's figures before the first
+/// subscription opened. Fields drop in order: the sidecar goes before the Redis it talks to.
+struct Rig {
+    sidecar: SidecarProcess,
+    listen: String,
+    metrics_addr: String,
+    /// At rest before any subscription.
+    baseline: Rest,
+    baseline_rss: u64,
+    producers_redis: Client,
+    /// Named so that `CLIENT LIST` tells the test's connections from the sidecar's.
+    inspect: Client,
+    _redis: RedisServer,
+}
 
-    // Subscriptions first (pub/sub hears only what is published after it subscribed).
-    let (targets, subs) = plan();
-    let global = Arc::new(Global::default());
-    let (stop_subs, stop_rx) = watch::channel(false);
-    let mut sub_tasks: Vec<JoinHandle<()>> = subs
-        .into_iter()
-        .map(|sub| {
-            tokio::spawn(subscription(
-                listen.clone(),
-                sub,
-                Arc::clone(&global),
-                stop_rx.clone(),
-            ))
-        })
-        .collect();
-    let deadline = Instant::now() + DEADLINE;
-    while global.opened.load(Relaxed) < SUBSCRIPTIONS as u64 {
-        fail_fast(&mut sub_tasks).await;
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {SUBSCRIPTIONS} subscriptions opened",
-            global.opened.load(Relaxed)
+impl Rig {
+    /// Starts Redis and the sidecar, and waits until the idle sidecar's figures settle.
+    async fn start(bin: &std::path::Path) -> Rig {
+        let redis = RedisServer::start();
+        let inspect = named_client(&redis, "soak-inspect").await;
+        let producers_redis = named_client(&redis, "soak-producers").await;
+        let listen = format!("127.0.0.1:{}", free_port());
+        let metrics_addr = format!("127.0.0.1:{}", free_port());
+        let url = redis.url();
+        let sidecar = Launch::with_bin(bin)
+            .args([
+                "--redis-url",
+                &url,
+                "--listen",
+                &listen,
+                "--metrics-listen",
+                &metrics_addr,
+                "--reclaim-interval",
+                "2s",
+                // Generous for a loaded 2-core machine: a flush slower than this would be
+                // reported failed, which this soak treats as a defect.
+                "--redis-timeout",
+                "15s",
+            ])
+            .start();
+        sidecar.wait_for("Redis answers: SERVING");
+        let baseline = settled_rest(&sidecar, &inspect).await;
+        let baseline_rss = sidecar.rss_kib();
+        println!(
+            "before any subscription: {} sidecar connections to Redis, {} fds, {} threads, RSS {baseline_rss} KiB",
+            baseline.redis_connections, baseline.fds, baseline.threads
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (stop_producers, producers_rx) = watch::channel(false);
-    let producer_tasks: Vec<JoinHandle<()>> = targets
-        .iter()
-        .map(|t| {
-            tokio::spawn(producer(
-                Arc::clone(t),
-                producers_redis.clone(),
-                listen.clone(),
-                producers_rx.clone(),
-            ))
-        })
-        .collect();
-
-    // The load, sampled.
-    let started = Instant::now();
-    let mut samples: Vec<Sample> = Vec::new();
-    print_header();
-    loop {
-        let s = sample(
-            started,
-            samples.last(),
-            &sidecar,
-            &inspect,
-            &metrics_addr,
-            &targets,
-        )
-        .await;
-        print_sample(&s);
-        samples.push(s);
-        let elapsed = started.elapsed();
-        if elapsed >= soak {
-            break;
+        Rig {
+            sidecar,
+            listen,
+            metrics_addr,
+            baseline,
+            baseline_rss,
+            producers_redis,
+            inspect,
+            _redis: redis,
         }
-        let next = (SAMPLE_EVERY * samples.len() as u32).min(soak);
-        let wake = Instant::now() + next.saturating_sub(elapsed);
-        while Instant::now() < wake {
+    }
+}
+
+/// The subscriptions and producers under way, and what they share.
+struct Load {
+    targets: Vec<Arc<Target>>,
+    global: Arc<Global>,
+    stop_subs: watch::Sender<bool>,
+    sub_tasks: Vec<JoinHandle<()>>,
+    stop_producers: watch::Sender<bool>,
+    producer_tasks: Vec<JoinHandle<()>>,
+}
+
+/// How long each phase after the load took.
+struct Phases {
+    load_secs: f64,
+    settle_secs: f64,
+    close_secs: f64,
+}
+
+impl Load {
+    /// Opens every subscription, then starts the producers (pub/sub hears only what is
+    /// published after it subscribed).
+    async fn open(rig: &Rig) -> Load {
+        let (targets, subs) = plan();
+        let global = Arc::new(Global::default());
+        let (stop_subs, stop_rx) = watch::channel(false);
+        let mut sub_tasks: Vec<JoinHandle<()>> = subs
+            .into_iter()
+            .map(|sub| {
+                tokio::spawn(subscription(
+                    rig.listen.clone(),
+                    sub,
+                    Arc::clone(&global),
+                    stop_rx.clone(),
+                ))
+            })
+            .collect();
+        let deadline = Instant::now() + DEADLINE;
+        while global.opened.load(Relaxed) < SUBSCRIPTIONS as u64 {
             fail_fast(&mut sub_tasks).await;
-            tokio::time::sleep(
-                wake.saturating_duration_since(Instant::now())
-                    .min(Duration::from_secs(1)),
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {SUBSCRIPTIONS} subscriptions opened",
+                global.opened.load(Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (stop_producers, producers_rx) = watch::channel(false);
+        let producer_tasks: Vec<JoinHandle<()>> = targets
+            .iter()
+            .map(|t| {
+                tokio::spawn(producer(
+                    Arc::clone(t),
+                    rig.producers_redis.clone(),
+                    rig.listen.clone(),
+                    producers_rx.clone(),
+                ))
+            })
+            .collect();
+        Load {
+            targets,
+            global,
+            stop_subs,
+            sub_tasks,
+            stop_producers,
+            producer_tasks,
+        }
+    }
+
+    /// The load for `soak`, sampled every `SAMPLE_EVERY` (and once at its end); a subscription
+    /// task's panic ends it early.
+    async fn run(&mut self, rig: &Rig, soak: Duration) -> (Vec<Sample>, f64) {
+        let started = Instant::now();
+        let mut samples: Vec<Sample> = Vec::new();
+        print_header();
+        loop {
+            let s = sample(
+                started,
+                samples.last(),
+                &rig.sidecar,
+                &rig.inspect,
+                &rig.metrics_addr,
+                &self.targets,
             )
             .await;
+            print_sample(&s);
+            samples.push(s);
+            let elapsed = started.elapsed();
+            if elapsed >= soak {
+                break;
+            }
+            let next = (SAMPLE_EVERY * samples.len() as u32).min(soak);
+            let wake = Instant::now() + next.saturating_sub(elapsed);
+            while Instant::now() < wake {
+                fail_fast(&mut self.sub_tasks).await;
+                tokio::time::sleep(
+                    wake.saturating_duration_since(Instant::now())
+                        .min(Duration::from_secs(1)),
+                )
+                .await;
+            }
+        }
+        (samples, started.elapsed().as_secs_f64())
+    }
+
+    /// Producers stop; the clients go on until everything produced is settled; then every
+    /// subscription closes (half-close, then the stream ends).
+    async fn drain(&mut self, rig: &Rig, load_secs: f64) -> Phases {
+        self.stop_producers.send(true).expect("producers listen");
+        for task in self.producer_tasks.drain(..) {
+            task.await.expect("a producer");
+        }
+        let quiet = Instant::now();
+        wait_until_settled(&rig.inspect, &self.targets, &mut self.sub_tasks).await;
+        let settle_secs = quiet.elapsed().as_secs_f64();
+
+        let closing = Instant::now();
+        self.stop_subs.send(true).expect("subscriptions listen");
+        for task in self.sub_tasks.drain(..) {
+            task.await.expect("a subscription task");
+        }
+        Phases {
+            load_secs,
+            settle_secs,
+            close_secs: closing.elapsed().as_secs_f64(),
         }
     }
-    let load_secs = started.elapsed().as_secs_f64();
+}
 
-    // Producers stop; the clients go on until everything produced is settled.
-    stop_producers.send(true).expect("producers listen");
-    for task in producer_tasks {
-        task.await.expect("a producer");
-    }
-    let quiet = Instant::now();
-    wait_until_settled(&inspect, &targets, &mut sub_tasks).await;
-    let settle_secs = quiet.elapsed().as_secs_f64();
+/// The sidecar once every subscription closed: what the metrics and admin view still show,
+/// its connections, fds and threads, and what it sends to Redis.
+struct AfterRest {
+    leftover: Vec<String>,
+    rest: Rest,
+    idle_commands: BTreeMap<String, u64>,
+    rss: u64,
+}
 
-    // Every subscription closes (half-close, then the stream ends).
-    let closing = Instant::now();
-    stop_subs.send(true).expect("subscriptions listen");
-    for task in sub_tasks {
-        task.await.expect("a subscription task");
-    }
-    let close_secs = closing.elapsed().as_secs_f64();
-
-    // After: the admin view and gauges, then the sidecar's connections, fds and threads, then
-    // what it still sends to Redis.
-    let deadline = Instant::now() + DEADLINE;
-    let leftover = loop {
-        let leftover = leftovers(&metrics_addr).await;
-        if leftover.is_empty() || Instant::now() >= deadline {
-            break leftover;
+impl AfterRest {
+    /// Waits (up to `DEADLINE`) for the admin view and gauges to empty and for the sidecar to
+    /// be back to its baseline, then watches the commands it sends for `IDLE_LOOK`.
+    async fn observe(rig: &Rig) -> AfterRest {
+        let deadline = Instant::now() + DEADLINE;
+        let leftover = loop {
+            let leftover = leftovers(&rig.metrics_addr).await;
+            if leftover.is_empty() || Instant::now() >= deadline {
+                break leftover;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let deadline = Instant::now() + DEADLINE;
+        let rest = loop {
+            let now = at_rest(&rig.sidecar, &rig.inspect).await;
+            if now == rig.baseline || Instant::now() >= deadline {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        // A task left running (a reader or promoter) would go on sending commands: with no
+        // subscription open, the sidecar only pings and samples the backlog.
+        let _: Value = rig
+            .inspect
+            .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+            .await
+            .expect("CONFIG RESETSTAT");
+        tokio::time::sleep(IDLE_LOOK).await;
+        let idle_commands = commands_run(&rig.inspect).await;
+        AfterRest {
+            leftover,
+            rest,
+            idle_commands,
+            rss: rig.sidecar.rss_kib(),
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    let deadline = Instant::now() + DEADLINE;
-    let after = loop {
-        let now = at_rest(&sidecar, &inspect).await;
-        if now == baseline || Instant::now() >= deadline {
-            break now;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    // A task left running (a reader or promoter) would go on sending commands: with no
-    // subscription open, the sidecar only pings and samples the backlog.
-    let _: Value = inspect
-        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
-        .await
-        .expect("CONFIG RESETSTAT");
-    tokio::time::sleep(IDLE_LOOK).await;
-    let idle_commands = commands_run(&inspect).await;
-    let after_rss = sidecar.rss_kib();
+    }
+}
 
-    // The figures.
-    // The end of the first minute (of the first half, for a soak shorter than 2 minutes).
+/// The sample the end of the load is compared with: the end of the first minute (of the first
+/// half, for a soak shorter than 2 minutes).
+fn reference(samples: &[Sample], soak: Duration) -> &Sample {
     let reference_at = 60f64.min(soak.as_secs_f64() / 2.0);
-    let reference = samples
+    samples
         .iter()
         .find(|s| s.t + 0.5 >= reference_at)
-        .expect("a sample after the first minute");
+        .expect("a sample after the first minute")
+}
+
+/// Prints the run's figures: phases, memory, connections, fds and threads, the idle commands,
+/// the subscriptions' ends, the sidecar's counters, the clients' tallies and its warnings.
+async fn report(
+    rig: &Rig,
+    load: &Load,
+    samples: &[Sample],
+    soak: Duration,
+    phases: &Phases,
+    after: &AfterRest,
+    wall: Instant,
+) {
+    let (baseline, baseline_rss) = (&rig.baseline, rig.baseline_rss);
+    let reference = reference(samples, soak);
     let last = samples.last().expect("samples");
     println!();
     println!(
-        "load {load_secs:.0} s; settled {settle_secs:.1} s after the producers stopped; all closed in {close_secs:.1} s; wall {:.0} s",
+        "load {:.0} s; settled {:.1} s after the producers stopped; all closed in {:.1} s; wall {:.0} s",
+        phases.load_secs,
+        phases.settle_secs,
+        phases.close_secs,
         wall.elapsed().as_secs_f64()
     );
     println!(
-        "RSS KiB: before {baseline_rss}, at {:.0} s (reference) {}, at {:.0} s (last) {} ({:+.1} %), after closing {after_rss}; peak {}",
+        "RSS KiB: before {baseline_rss}, at {:.0} s (reference) {}, at {:.0} s (last) {} ({:+.1} %), after closing {}; peak {}",
         reference.t,
         reference.rss_kib,
         last.t,
         last.rss_kib,
         (last.rss_kib as f64 / reference.rss_kib as f64 - 1.0) * 100.0,
+        after.rss,
         samples.iter().map(|s| s.rss_kib).max().unwrap_or(0)
     );
     println!(
@@ -1198,22 +1377,24 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
             .map(|s| s.sidecar_connections)
             .max()
             .unwrap_or(0),
-        after.redis_connections
+        after.rest.redis_connections
     );
     println!(
         "fds: before {}, reference {}, last {}, after closing {}; threads: before {}, last {}, after closing {}",
         baseline.fds,
         reference.fds,
         last.fds,
-        after.fds,
+        after.rest.fds,
         baseline.threads,
         last.threads,
-        after.threads
+        after.rest.threads
     );
     println!(
-        "Redis commands in {} s with no subscription open (ours excluded): {idle_commands:?}",
-        IDLE_LOOK.as_secs()
+        "Redis commands in {} s with no subscription open (ours excluded): {:?}",
+        IDLE_LOOK.as_secs(),
+        after.idle_commands
     );
+    let global = &load.global;
     println!(
         "subscriptions: {} opened, {} reopened, {} ALREADY_EXISTS retries, {} unexpected ends",
         global.opened.load(Relaxed),
@@ -1221,9 +1402,10 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
         global.already_exists.load(Relaxed),
         global.unexpected.load(Relaxed)
     );
-    print_counters(&ok_body(&metrics_addr, "/metrics").await);
-    print_tallies(&targets);
-    let warnings: Vec<String> = sidecar
+    print_counters(&ok_body(&rig.metrics_addr, "/metrics").await);
+    print_tallies(&load.targets);
+    let warnings: Vec<String> = rig
+        .sidecar
         .logged_lines()
         .into_iter()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
@@ -1232,8 +1414,13 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
     for line in warnings.iter().take(20) {
         println!("  {line}");
     }
+}
 
-    // Stable under load: memory and Redis connections from the first minute to the last.
+/// Stable under load: memory and Redis connections from the first minute to the last, and
+/// never more connections than the pool and one per subscription.
+fn check_under_load(checks: &Checks, rig: &Rig, samples: &[Sample], soak: Duration) {
+    let reference = reference(samples, soak);
+    let last = samples.last().expect("samples");
     checks.check(
         last.rss_kib <= reference.rss_kib * 3 / 2 + 8 * 1024,
         "RSS at the end of the load at most 1.5x (+ 8 MiB) the reference",
@@ -1256,7 +1443,7 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
             )
         },
     );
-    let most = baseline.redis_connections + SUBSCRIPTIONS;
+    let most = rig.baseline.redis_connections + SUBSCRIPTIONS;
     let too_many: Vec<String> = samples
         .iter()
         .filter(|s| s.sidecar_connections > most)
@@ -1267,40 +1454,45 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
         "never more sidecar connections to Redis than the pool and one per subscription",
         || format!("sidecar connections to Redis: {too_many:?}, more than {most}"),
     );
+}
 
-    // Nothing left once every subscription closed.
+/// Nothing left once every subscription closed: no series, gauge or view entry, the sidecar
+/// back to its connections, fds and threads, and sending Redis only read-only samples.
+fn check_at_rest(checks: &Checks, rig: &Rig, after: &AfterRest) {
+    let (baseline, rest) = (&rig.baseline, &after.rest);
+    let leftover = &after.leftover;
     checks.check(
         leftover.is_empty(),
         "no subscription series, gauge or admin view entry left after every subscription closed",
         || format!("left after every subscription closed: {leftover:#?}"),
     );
     checks.check(
-        after.redis_connections == baseline.redis_connections,
+        rest.redis_connections == baseline.redis_connections,
         "the sidecar's Redis connections after every subscription closed as before the first opened",
-        || format!("{} after vs {} before", after.redis_connections, baseline.redis_connections),
+        || format!("{} after vs {} before", rest.redis_connections, baseline.redis_connections),
     );
     checks.check(
-        after.fds == baseline.fds,
+        rest.fds == baseline.fds,
         "the sidecar's file descriptors after every subscription closed as before the first opened",
         || {
             format!(
                 "{} after vs {} before; now: {:#?}",
-                after.fds,
+                rest.fds,
                 baseline.fds,
-                sidecar.fd_targets()
+                rig.sidecar.fd_targets()
             )
         },
     );
     // Tokio's blocking threads (startup's file and DNS work) retire after 10 s idle, so the
     // baseline may hold some that are gone by the end: a leak is more threads, not fewer.
     checks.check(
-        after.threads <= baseline.threads,
+        rest.threads <= baseline.threads,
         "the sidecar's threads after every subscription closed at most as before the first opened",
-        || format!("{} after vs {} before", after.threads, baseline.threads),
+        || format!("{} after vs {} before", rest.threads, baseline.threads),
     );
     // At rest the sidecar pings and samples the backlog and the work waiting of the keys it
     // served, read only: no read, claim, write or script.
-    let at_rest = [
+    let read_only = [
         "ping",
         "xinfo|groups",
         "llen",
@@ -1311,8 +1503,11 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
         "xrange",
         "xpending",
     ];
+    let idle_commands = &after.idle_commands;
     checks.check(
-        idle_commands.keys().all(|c| at_rest.contains(&c.as_str())),
+        idle_commands
+            .keys()
+            .all(|c| read_only.contains(&c.as_str())),
         "with no subscription open the sidecar sends only pings and backlog samples",
         || {
             format!(
@@ -1321,21 +1516,15 @@ async fn soak(soak: Duration, bin: PathBuf, checks: Arc<Checks>) {
             )
         },
     );
+}
 
-    // The clients saw no failure, and every entry was settled exactly once.
-    checks.check(
-        global.unexpected.load(Relaxed) == 0,
-        "no stream ended unasked",
-        || {
-            format!(
-                "{} streams ended unasked (see stderr)",
-                global.unexpected.load(Relaxed)
-            )
-        },
-    );
-    check_every_entry(&inspect, &targets, &checks).await;
-    println!("soak done in {:.0} s", wall.elapsed().as_secs_f64());
-    drop(sidecar);
+/// The clients saw no failure, and every entry was settled exactly once.
+async fn check_clients(checks: &Checks, rig: &Rig, load: &Load) {
+    let unexpected = load.global.unexpected.load(Relaxed);
+    checks.check(unexpected == 0, "no stream ended unasked", || {
+        format!("{unexpected} streams ended unasked (see stderr)")
+    });
+    check_every_entry(&rig.inspect, &load.targets, checks).await;
 }
 
 /// Waits until every entry produced has been acked or dropped, its side effects are in Redis
@@ -1414,47 +1603,56 @@ async fn leftovers(metrics_addr: &str) -> Vec<String> {
 /// with no failed flush, rejection or double settle; nothing is left pending, in a list, in a
 /// processing list or delay set, or in the delivery-count bookkeeping.
 async fn check_every_entry(inspect: &Client, targets: &[Arc<Target>], checks: &Checks) {
-    // For each property, the targets that break it.
-    let mut failed_flushes = Vec::new();
-    let mut rejections = Vec::new();
-    let mut duplicates = Vec::new();
-    let mut unsettled = Vec::new();
-    let mut incr_vs_acks = Vec::new();
-    let mut never_ran = Vec::new();
-    let mut missing_entries = Vec::new();
-    let mut xpending = Vec::new();
+    let mut breaches = Breaches::default();
     for t in targets {
+        breaches.of_clients(t);
+        breaches.in_redis(inspect, t).await;
+    }
+    breaches.check(checks);
+    let bookkeeping: BTreeMap<String, u64> = window_keys(inspect)
+        .await
+        .into_iter()
+        .filter(|(_, size)| *size > 0)
+        .collect();
+    checks.check(
+        bookkeeping.is_empty(),
+        "no delay set, processing list or delivery count left",
+        || format!("{bookkeeping:#?}"),
+    );
+}
+
+/// For each property of every entry settled exactly once, the targets that break it.
+#[derive(Default)]
+struct Breaches {
+    failed_flushes: Vec<String>,
+    rejections: Vec<String>,
+    duplicates: Vec<String>,
+    unsettled: Vec<String>,
+    incr_vs_acks: Vec<String>,
+    never_ran: Vec<String>,
+    missing_entries: Vec<String>,
+    xpending: Vec<String>,
+}
+
+impl Breaches {
+    /// What the target's clients saw: failed flushes, rejections, tokens settled twice, and
+    /// tokens produced that were neither acked nor dropped.
+    fn of_clients(&mut self, t: &Target) {
         let tally = &t.tally;
         let flushes = tally.failed_flushes.load(Relaxed);
         if flushes != 0 {
-            failed_flushes.push(format!("{}: {flushes} failed flushes", t.name));
+            self.failed_flushes
+                .push(format!("{}: {flushes} failed flushes", t.name));
         }
         let rejected = tally.rejections.load(Relaxed);
         if rejected != 0 {
-            rejections.push(format!("{}: {rejected} rejections", t.name));
+            self.rejections
+                .push(format!("{}: {rejected} rejections", t.name));
         }
         let twice = tally.duplicates.load(Relaxed);
         if twice != 0 {
-            duplicates.push(format!("{}: {twice} settled twice", t.name));
-        }
-        let s = state(inspect, t).await;
-        if !s.settled() {
-            unsettled.push(format!("{}: {s:?}", t.name));
-        }
-        let acked_counter: Option<u64> = inspect.get(t.acked_key()).await.expect("GET");
-        let acks = tally.acks.load(Relaxed);
-        if acked_counter.unwrap_or(0) != acks {
-            incr_vs_acks.push(format!(
-                "{}: the INCR side effects {acked_counter:?} vs the acks sent {acks}",
-                t.name
-            ));
-        }
-        let never: Option<u64> = inspect.get(t.never_key()).await.expect("GET");
-        if never.is_some() {
-            never_ran.push(format!(
-                "{}: a dropped or retried segment ran: {never:?}",
-                t.name
-            ));
+            self.duplicates
+                .push(format!("{}: {twice} settled twice", t.name));
         }
         let missing: Vec<String> = {
             let settled = tally.settled.lock().expect("not poisoned");
@@ -1470,51 +1668,72 @@ async fn check_every_entry(inspect: &Client, targets: &[Arc<Target>], checks: &C
             0
         };
         if missing.len() as u64 != may_miss {
-            missing_entries.push(format!(
+            self.missing_entries.push(format!(
                 "{}: {} produced and neither acked nor dropped (may miss {may_miss}): {:?}",
                 t.name,
                 missing.len(),
                 &missing[..missing.len().min(10)]
             ));
         }
+    }
+
+    /// What Redis holds of the target: every entry settled and seen once, the acked side
+    /// effects once per ack, no dropped or retried one run, nothing pending in the group.
+    async fn in_redis(&mut self, inspect: &Client, t: &Target) {
+        let s = state(inspect, t).await;
+        if !s.settled() {
+            self.unsettled.push(format!("{}: {s:?}", t.name));
+        }
+        let acked_counter: Option<u64> = inspect.get(t.acked_key()).await.expect("GET");
+        let acks = t.tally.acks.load(Relaxed);
+        if acked_counter.unwrap_or(0) != acks {
+            self.incr_vs_acks.push(format!(
+                "{}: the INCR side effects {acked_counter:?} vs the acks sent {acks}",
+                t.name
+            ));
+        }
+        let never: Option<u64> = inspect.get(t.never_key()).await.expect("GET");
+        if never.is_some() {
+            self.never_ran.push(format!(
+                "{}: a dropped or retried segment ran: {never:?}",
+                t.name
+            ));
+        }
         if t.form == Form::Stream {
             let left = pending(inspect, &t.name, "g").await;
             if left != 0 {
-                xpending.push(format!("{}: XPENDING {left}", t.name));
+                self.xpending.push(format!("{}: XPENDING {left}", t.name));
             }
         }
     }
-    for (broken, what) in [
-        (failed_flushes, "no flush failed"),
-        (rejections, "nothing was rejected"),
-        (duplicates, "no entry was settled twice"),
-        (
-            unsettled,
-            "every entry produced is settled, seen once in Redis, none waiting",
-        ),
-        (incr_vs_acks, "the acked side effects ran once per ack sent"),
-        (
-            never_ran,
-            "no dropped or retried delivery's side effects ran",
-        ),
-        (
-            missing_entries,
-            "every entry produced was acked or dropped (pub/sub: or reported lost)",
-        ),
-        (xpending, "nothing is pending in any stream's group"),
-    ] {
-        checks.check(broken.is_empty(), what, || format!("{broken:#?}"));
+
+    /// One check per property, in this order.
+    fn check(self, checks: &Checks) {
+        for (broken, what) in [
+            (self.failed_flushes, "no flush failed"),
+            (self.rejections, "nothing was rejected"),
+            (self.duplicates, "no entry was settled twice"),
+            (
+                self.unsettled,
+                "every entry produced is settled, seen once in Redis, none waiting",
+            ),
+            (
+                self.incr_vs_acks,
+                "the acked side effects ran once per ack sent",
+            ),
+            (
+                self.never_ran,
+                "no dropped or retried delivery's side effects ran",
+            ),
+            (
+                self.missing_entries,
+                "every entry produced was acked or dropped (pub/sub: or reported lost)",
+            ),
+            (self.xpending, "nothing is pending in any stream's group"),
+        ] {
+            checks.check(broken.is_empty(), what, || format!("{broken:#?}"));
+        }
     }
-    let bookkeeping: BTreeMap<String, u64> = window_keys(inspect)
-        .await
-        .into_iter()
-        .filter(|(_, size)| *size > 0)
-        .collect();
-    checks.check(
-        bookkeeping.is_empty(),
-        "no delay set, processing list or delivery count left",
-        || format!("{bookkeeping:#?}"),
-    );
 }
 
 fn print_counters(metrics: &str) {
