@@ -239,148 +239,308 @@ pub(crate) struct Figures {
     pub redriven: usize,
 }
 
-/// Checks the whole history against the end state.
+/// Checks the whole history against the end state: each invariant on its own, in this order,
+/// over the facts one reading of the history gathered.
 pub(crate) fn check(
     history: &[Stamped],
     end: &EndState,
     promise: Promise,
 ) -> (Vec<Anomaly>, Figures) {
-    let roots_of = end.roots_of();
-    let root = |entry: &str| roots_of.get(entry).cloned();
+    let facts = Facts::gather(history, end);
     let mut anomalies = Vec::new();
-    let mut figures = Figures::default();
-    let all_roots: BTreeSet<String> = end
-        .entries
-        .iter()
-        .filter(|(_, parent)| parent.is_none())
-        .map(|(id, _)| id.clone())
-        .collect();
-    figures.roots = all_roots.len();
+    anomalies.extend(lineage(history, end, &facts));
+    anomalies.extend(counts_within_the_cap(history, &facts, promise));
+    anomalies.extend(flushes_follow_reads(history));
+    anomalies.extend(reads_in_order(history));
+    anomalies.extend(retention(end));
+    anomalies.extend(generations(end));
+    anomalies.extend(counts_never_go_back(&facts));
+    anomalies.extend(dead_letters_at_the_cap(end, &facts, promise));
+    anomalies.extend(discarded_effects_never_ran(end));
+    anomalies.extend(effects_follow_acks(end, &facts));
+    anomalies.extend(once_in_atomic_mode(end, &facts, promise));
+    anomalies.extend(at_most_once(end, &facts, promise));
+    anomalies.extend(one_dead_letter_per_copy(&facts, promise));
+    anomalies.extend(at_least_once(end, &facts, promise));
+    anomalies.extend(nothing_left(history, end));
+    let figures = figures(history, end, &facts, promise);
+    (anomalies, figures)
+}
 
-    // Per root: its decisions in order, and per (worker, entry) the counts seen in order.
-    let mut decisions: HashMap<String, Vec<Decision>> = HashMap::new();
-    let mut late: BTreeSet<String> = BTreeSet::new();
-    let mut seen: HashMap<(u32, String), Vec<(u64, u32)>> = HashMap::new();
-    // Redis writes a re-read of a consumer's own pending entries (XREADGROUP 0) to neither its
-    // AOF nor its replicas, so a restart from the AOF, or a failover to a replica, takes those
-    // counts back.
-    let restarts: Vec<u64> = history
+/// What one reading of the history (with the end state's lineage) says about each root, for
+/// the invariants to check.
+struct Facts {
+    roots_of: HashMap<String, String>,
+    all_roots: BTreeSet<String>,
+    /// Per root: its decisions in order.
+    decisions: HashMap<String, Vec<Decision>>,
+    /// Roots handled past `min_idle` (said so, or shown by the counts seen).
+    late: BTreeSet<String>,
+    /// Per (worker, entry): the counts it saw, in order, with when.
+    seen: HashMap<(u32, String), Vec<(u64, u32)>>,
+    /// When Redis may have lost delivery counts: a restart from the AOF, or a failover.
+    restarts: Vec<u64>,
+    /// Per root: its deliveries with count 1.
+    first_deliveries: HashMap<String, i64>,
+    /// Per root: the most deliveries one read had.
+    same_read: HashMap<String, i64>,
+    /// Per root: its dead letters.
+    dead: HashMap<String, usize>,
+}
+
+impl Facts {
+    fn gather(history: &[Stamped], end: &EndState) -> Facts {
+        let roots_of = end.roots_of();
+        let all_roots = end
+            .entries
+            .iter()
+            .filter(|(_, parent)| parent.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Redis writes a re-read of a consumer's own pending entries (XREADGROUP 0) to
+        // neither its AOF nor its replicas, so a restart from the AOF, or a failover to a
+        // replica, takes those counts back.
+        let restarts = history
+            .iter()
+            .filter(|s| {
+                matches!(&s.event, Event::Fault(f)
+                    if f.starts_with("redis-restart") || f.starts_with("primary-kill"))
+            })
+            .map(|s| s.at_ms)
+            .collect();
+        let mut facts = Facts {
+            roots_of,
+            all_roots,
+            decisions: HashMap::new(),
+            late: BTreeSet::new(),
+            seen: HashMap::new(),
+            restarts,
+            first_deliveries: HashMap::new(),
+            same_read: HashMap::new(),
+            dead: HashMap::new(),
+        };
+        facts.read_history(history);
+        for (copied_from, _) in &end.dead_letters {
+            if let Some(r) = facts.root(copied_from) {
+                *facts.dead.entry(r).or_default() += 1;
+            }
+        }
+        facts
+    }
+
+    fn root(&self, entry: &str) -> Option<String> {
+        self.roots_of.get(entry).cloned()
+    }
+
+    fn read_history(&mut self, history: &[Stamped]) {
+        // Known by payload, a value's copies share one delivery count, so a second copy's
+        // first delivery need not be fresh; but two deliveries of a value in one read are two
+        // copies (a read takes each list element once).
+        let mut in_read: HashMap<(u32, u32, u64, String), i64> = HashMap::new();
+        let mut reading: HashMap<u32, (u32, u64)> = HashMap::new();
+        let mut highest_count: HashMap<String, (u64, u32, u32)> = HashMap::new();
+        for stamped in history {
+            match &stamped.event {
+                Event::Delivered {
+                    worker,
+                    entry,
+                    count,
+                } => {
+                    let Some(r) = self.root(entry) else { continue };
+                    if *count == 1 {
+                        *self.first_deliveries.entry(r.clone()).or_default() += 1;
+                    }
+                    // A worker's deliveries follow the read they came in.
+                    if let Some(&(stream, read_id)) = reading.get(worker) {
+                        let n = in_read
+                            .entry((*worker, stream, read_id, r.clone()))
+                            .or_default();
+                        *n += 1;
+                        let most = self.same_read.entry(r.clone()).or_default();
+                        *most = (*most).max(*n);
+                    }
+                    let highest = highest_count.entry(entry.clone()).or_insert((
+                        stamped.at_ms,
+                        *count,
+                        *worker,
+                    ));
+                    self.note_order(stamped.at_ms, *worker, *count, highest, &r);
+                    self.seen
+                        .entry((*worker, entry.clone()))
+                        .or_default()
+                        .push((stamped.at_ms, *count));
+                }
+                Event::Decided {
+                    entry, decision, ..
+                } => {
+                    if let Some(r) = self.root(entry) {
+                        self.decisions.entry(r).or_default().push(*decision);
+                    }
+                }
+                Event::Late { entry } => {
+                    if let Some(r) = self.root(entry) {
+                        self.late.insert(r);
+                    }
+                }
+                Event::Read {
+                    worker,
+                    stream,
+                    read_id,
+                } => {
+                    reading.insert(*worker, (*stream, *read_id));
+                }
+                Event::Flushed { .. } | Event::Fault(_) | Event::Redriven { .. } => {}
+            }
+        }
+    }
+
+    /// Redis never lowers a count: a delivery with a lower count than another worker saw
+    /// before was read before that one, whose consumer could take the entry only once it had
+    /// been idle past min_idle. So this one waited that long between Redis and its worker:
+    /// handled past min_idle. Unless Redis lost counts (a restart, a failover) in between.
+    /// (One worker seeing its own counts go back is an anomaly of its own.)
+    fn note_order(
+        &mut self,
+        at_ms: u64,
+        worker: u32,
+        count: u32,
+        highest: &mut (u64, u32, u32),
+        root: &str,
+    ) {
+        if count < highest.1 && worker != highest.2 {
+            let lost_counts = self
+                .restarts
+                .iter()
+                .any(|t| (highest.0.saturating_sub(READ_WAITS_MS)..=at_ms).contains(t));
+            if !lost_counts {
+                self.late.insert(root.to_owned());
+            }
+        } else if count >= highest.1 {
+            *highest = (at_ms, count, worker);
+        }
+    }
+
+    fn decided(&self, root: &str) -> &[Decision] {
+        self.decisions
+            .get(root)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    fn dead_letters(&self, root: &str) -> usize {
+        self.dead.get(root).copied().unwrap_or(0)
+    }
+
+    /// Handled past min_idle, an entry may be handled twice, or dead-lettered twice (once by
+    /// the consumer that reclaimed it past the cap): the README allows it.
+    fn slow(&self, root: &str) -> bool {
+        self.decided(root).contains(&Decision::SlowAck) || self.late.contains(root)
+    }
+
+    /// How many copies of the root were written: one, unless known by payload, where each
+    /// fresh delivery, or each delivery of one read, is a copy of its own.
+    fn copies(&self, root: &str, promise: Promise) -> i64 {
+        if promise.by_payload {
+            let fresh = self.first_deliveries.get(root).copied().unwrap_or(0);
+            fresh
+                .max(self.same_read.get(root).copied().unwrap_or(0))
+                .max(1)
+        } else {
+            1
+        }
+    }
+
+    /// Neither its side effect ran, nor was it dropped or dead-lettered. Not the last drop
+    /// decided: a worker whose stream broke, or whose entry another consumer reclaimed, may
+    /// decide after the decision that took effect.
+    fn unsettled(&self, end: &EndState, root: &str) -> bool {
+        kept_runs(end, root) == 0
+            && self.dead_letters(root) == 0
+            && !self.decided(root).contains(&Decision::Drop)
+    }
+}
+
+/// How many times the root's kept side effect ran.
+fn kept_runs(end: &EndState, root: &str) -> i64 {
+    end.kept_effects.get(root).copied().unwrap_or(0)
+}
+
+fn anomaly(root: Option<String>, what: String) -> Anomaly {
+    Anomaly { root, what }
+}
+
+/// Lineage: every entry delivered, redriven or dead-lettered is in the stream.
+fn lineage(history: &[Stamped], end: &EndState, facts: &Facts) -> Vec<Anomaly> {
+    let mut anomalies: Vec<Anomaly> = history
         .iter()
-        .filter(|s| {
-            matches!(&s.event, Event::Fault(f)
-                if f.starts_with("redis-restart") || f.starts_with("primary-kill"))
+        .filter_map(|s| match &s.event {
+            Event::Delivered { worker, entry, .. } if facts.root(entry).is_none() => Some(anomaly(
+                None,
+                format!("worker {worker} got {entry}, which is not in the stream"),
+            )),
+            Event::Redriven { dead, copy } if facts.root(copy).is_none() => Some(anomaly(
+                None,
+                format!("dead letter {dead} was redriven as {copy}, which no group read"),
+            )),
+            _ => None,
         })
-        .map(|s| s.at_ms)
         .collect();
-    let mut first_deliveries: HashMap<String, i64> = HashMap::new();
-    // Known by payload, a value's copies share one delivery count, so a second copy's first
-    // delivery need not be fresh; but two deliveries of a value in one read are two copies
-    // (a read takes each list element once). Per root, the most deliveries one read had.
-    let mut in_read: HashMap<(u32, u32, u64, String), i64> = HashMap::new();
-    let mut reading: HashMap<u32, (u32, u64)> = HashMap::new();
-    let mut same_read: HashMap<String, i64> = HashMap::new();
-    let mut highest_count: HashMap<String, (u64, u32, u32)> = HashMap::new();
+    anomalies.extend(
+        end.dead_letters
+            .iter()
+            .filter(|(copied_from, _)| facts.root(copied_from).is_none())
+            .map(|(copied_from, _)| {
+                anomaly(
+                    None,
+                    format!("a dead letter of {copied_from}, which is not in the stream"),
+                )
+            }),
+    );
+    anomalies
+}
+
+/// Every delivery's count is 1 to `max_deliveries`.
+fn counts_within_the_cap(history: &[Stamped], facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+    history
+        .iter()
+        .filter_map(|s| match &s.event {
+            Event::Delivered { entry, count, .. }
+                if *count == 0 || *count > promise.max_deliveries =>
+            {
+                Some(anomaly(
+                    Some(facts.root(entry)?),
+                    format!(
+                        "delivered with count {count} (allowed 1 to max_deliveries {})",
+                        promise.max_deliveries
+                    ),
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The worker finishes its reads in the order they came, so their flushes must be reported in
+/// that order on each subscription stream.
+fn flushes_follow_reads(history: &[Stamped]) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
     let mut arrived: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
     let mut flushed: HashMap<(u32, u32), Option<(usize, u64)>> = HashMap::new();
     for stamped in history {
         match &stamped.event {
-            Event::Delivered {
-                worker,
-                entry,
-                count,
-            } => {
-                figures.deliveries += 1;
-                let Some(r) = root(entry) else {
-                    anomalies.push(Anomaly {
-                        root: None,
-                        what: format!("worker {worker} got {entry}, which is not in the stream"),
-                    });
-                    continue;
-                };
-                if *count == 0 || *count > promise.max_deliveries {
-                    anomalies.push(Anomaly {
-                        root: Some(r.clone()),
-                        what: format!(
-                            "delivered with count {count} (allowed 1 to max_deliveries {})",
-                            promise.max_deliveries
-                        ),
-                    });
-                }
-                if *count == 1 {
-                    *first_deliveries.entry(r.clone()).or_default() += 1;
-                }
-                // A worker's deliveries follow the read they came in.
-                if let Some(&(stream, read_id)) = reading.get(worker) {
-                    let n = in_read
-                        .entry((*worker, stream, read_id, r.clone()))
-                        .or_default();
-                    *n += 1;
-                    let most = same_read.entry(r.clone()).or_default();
-                    *most = (*most).max(*n);
-                }
-                // Redis never lowers a count: a delivery with a lower count than another
-                // worker saw before was read before that one, whose consumer could take the
-                // entry only once it had been idle past min_idle. So this one waited that long
-                // between Redis and its worker: handled past min_idle. Unless Redis lost counts
-                // (a restart, a failover) in between. (One worker seeing its own counts go
-                // back is an anomaly of its own, below.)
-                let highest =
-                    highest_count
-                        .entry(entry.clone())
-                        .or_insert((stamped.at_ms, *count, *worker));
-                if *count < highest.1 && *worker != highest.2 {
-                    let lost_counts = restarts.iter().any(|t| {
-                        (highest.0.saturating_sub(READ_WAITS_MS)..=stamped.at_ms).contains(t)
-                    });
-                    if !lost_counts {
-                        late.insert(r.clone());
-                    }
-                } else if *count >= highest.1 {
-                    *highest = (stamped.at_ms, *count, *worker);
-                }
-                seen.entry((*worker, entry.clone()))
-                    .or_default()
-                    .push((stamped.at_ms, *count));
-            }
-            Event::Decided {
-                entry, decision, ..
-            } => {
-                *figures.decisions.entry(*decision).or_default() += 1;
-                if let Some(r) = root(entry) {
-                    decisions.entry(r).or_default().push(*decision);
-                }
-            }
-            Event::Late { entry } => {
-                if let Some(r) = root(entry) {
-                    late.insert(r);
-                }
-            }
             Event::Read {
                 worker,
                 stream,
                 read_id,
-            } => {
-                // Read ids increase within a subscription (the proto's promise).
-                let reads = arrived.entry((*worker, *stream)).or_default();
-                if let Some(last) = reads.last().filter(|last| *read_id <= **last) {
-                    anomalies.push(Anomaly {
-                        root: None,
-                        what: format!(
-                            "worker {worker} got read {read_id} after read {last} on its \
-                             subscription stream {stream}"
-                        ),
-                    });
-                }
-                reads.push(*read_id);
-                reading.insert(*worker, (*stream, *read_id));
-            }
+            } => arrived
+                .entry((*worker, *stream))
+                .or_default()
+                .push(*read_id),
             Event::Flushed {
                 worker,
                 stream,
                 read_id,
             } => {
-                // The worker finishes its reads in the order they came, so their flushes
-                // must be reported in that order.
                 let key = (*worker, *stream);
                 let at = arrived
                     .get(&key)
@@ -392,181 +552,295 @@ pub(crate) fn check(
                     None => {}
                     Some(at) if last.is_some_and(|(last_at, _)| at <= last_at) => {
                         let (_, before) = last.expect("checked");
-                        anomalies.push(Anomaly {
-                            root: None,
-                            what: format!(
+                        anomalies.push(anomaly(
+                            None,
+                            format!(
                                 "worker {worker} got the flush report of read {read_id} after \
                                  that of read {before}, which came later, on its \
                                  subscription stream {stream}"
                             ),
-                        });
+                        ));
                     }
                     Some(at) => *last = Some((at, *read_id)),
                 }
-                figures.flushes += 1;
             }
-            Event::Fault(name) => {
-                let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
-                *figures.faults.entry(kind).or_default() += 1;
-            }
-            Event::Redriven { dead, copy } => {
-                figures.redriven += 1;
-                if root(copy).is_none() {
-                    anomalies.push(Anomaly {
-                        root: None,
-                        what: format!(
-                            "dead letter {dead} was redriven as {copy}, which no group read"
-                        ),
-                    });
-                }
-            }
+            _ => {}
         }
     }
-    for n in &end.unread_by_every_group {
-        anomalies.push(Anomaly {
-            root: None,
-            what: format!("published entry {n} left the stream before every group had read it"),
-        });
-    }
-    if let Some(left) = end.retained_after_settling.filter(|left| *left > 1) {
-        anomalies.push(Anomaly {
-            root: None,
-            what: format!(
-                "retention kept {left} entries once every group had acknowledged everything"
-            ),
-        });
-    }
-    for (r, times) in &end.redriven_twice {
-        anomalies.push(Anomaly {
-            root: Some(r.clone()),
-            what: format!("its dead letter was redriven twice (generation {times})"),
-        });
-    }
+    anomalies
+}
 
-    for ((worker, entry), seen) in &seen {
+/// Read ids increase within a subscription (the proto's promise).
+fn reads_in_order(history: &[Stamped]) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    let mut last_read: HashMap<(u32, u32), u64> = HashMap::new();
+    for stamped in history {
+        let Event::Read {
+            worker,
+            stream,
+            read_id,
+        } = &stamped.event
+        else {
+            continue;
+        };
+        if let Some(last) = last_read
+            .insert((*worker, *stream), *read_id)
+            .filter(|last| read_id <= last)
+        {
+            anomalies.push(anomaly(
+                None,
+                format!(
+                    "worker {worker} got read {read_id} after read {last} on its subscription \
+                     stream {stream}"
+                ),
+            ));
+        }
+    }
+    anomalies
+}
+
+/// Retention by acknowledgement: nothing leaves the stream before every group read it, and
+/// once every group acknowledged everything, the trim leaves at most one entry.
+fn retention(end: &EndState) -> Vec<Anomaly> {
+    let mut anomalies: Vec<Anomaly> = end
+        .unread_by_every_group
+        .iter()
+        .map(|n| {
+            anomaly(
+                None,
+                format!("published entry {n} left the stream before every group had read it"),
+            )
+        })
+        .collect();
+    if let Some(left) = end.retained_after_settling.filter(|left| *left > 1) {
+        anomalies.push(anomaly(
+            None,
+            format!("retention kept {left} entries once every group had acknowledged everything"),
+        ));
+    }
+    anomalies
+}
+
+/// Generations: each dead letter is redriven at most once.
+fn generations(end: &EndState) -> Vec<Anomaly> {
+    end.redriven_twice
+        .iter()
+        .map(|(r, times)| {
+            anomaly(
+                Some(r.clone()),
+                format!("its dead letter was redriven twice (generation {times})"),
+            )
+        })
+        .collect()
+}
+
+/// A worker never sees an entry's count go back, unless Redis lost counts in between.
+fn counts_never_go_back(facts: &Facts) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    for ((worker, entry), seen) in &facts.seen {
         let backwards = seen.windows(2).any(|w| {
             let ((before, earlier), (after, later)) = (w[0], w[1]);
             // The earlier delivery may have been read well before the worker saw it (its
             // read waited in the stream behind a slow one): a restart shortly before it counts.
-            let restarted = restarts
+            let restarted = facts
+                .restarts
                 .iter()
                 .any(|t| (before.saturating_sub(READ_WAITS_MS)..=after).contains(t));
             later < earlier && !restarted
         });
         if backwards {
             let counts: Vec<u32> = seen.iter().map(|(_, c)| *c).collect();
-            anomalies.push(Anomaly {
-                root: root(entry),
-                what: format!("worker {worker} saw {entry}'s count go backwards: {counts:?}"),
-            });
+            anomalies.push(anomaly(
+                facts.root(entry),
+                format!("worker {worker} saw {entry}'s count go backwards: {counts:?}"),
+            ));
         }
     }
+    anomalies
+}
 
-    let mut dead: HashMap<String, usize> = HashMap::new();
-    for (copied_from, count) in &end.dead_letters {
-        figures.dead_letters += 1;
-        match root(copied_from) {
-            Some(r) => {
-                *dead.entry(r.clone()).or_default() += 1;
-                if *count < promise.max_deliveries {
-                    anomalies.push(Anomaly {
-                        root: Some(r),
-                        what: format!(
-                            "dead-lettered after {count} deliveries, below max_deliveries {}",
-                            promise.max_deliveries
-                        ),
-                    });
-                }
-            }
-            None => anomalies.push(Anomaly {
-                root: None,
-                what: format!("a dead letter of {copied_from}, which is not in the stream"),
-            }),
-        }
-    }
-
-    for (r, ran) in &end.discarded_effects {
-        if *ran != 0 {
-            anomalies.push(Anomaly {
-                root: Some(r.clone()),
-                what: format!("a discarded side effect ran {ran} times (drop, retry, retry_after)"),
-            });
-        }
-    }
-
-    for r in &all_roots {
-        let decided = decisions.get(r).map(Vec::as_slice).unwrap_or_default();
-        let kept_decisions = decided.iter().filter(|d| d.keeps()).count() as i64;
-        let ran = end.kept_effects.get(r).copied().unwrap_or(0);
-        let dead_letters = dead.get(r).copied().unwrap_or(0);
-        if ran > kept_decisions {
-            anomalies.push(Anomaly {
-                root: Some(r.clone()),
-                what: format!("its side effect ran {ran} times for {kept_decisions} acks"),
-            });
-        }
-        // Handled past min_idle, an entry may be handled twice, or dead-lettered twice (once
-        // by the consumer that reclaimed it past the cap): the README allows it.
-        let slow = decided.contains(&Decision::SlowAck) || late.contains(r);
-        let copies = if promise.by_payload {
-            let fresh = first_deliveries.get(r).copied().unwrap_or(0);
-            fresh.max(same_read.get(r).copied().unwrap_or(0)).max(1)
-        } else {
-            1
-        };
-        if promise.exactly_once && ran > copies && !slow {
-            anomalies.push(Anomaly {
-                root: Some(r.clone()),
-                what: format!("its side effect ran {ran} times in atomic mode"),
-            });
-        }
-        if promise.at_most_once && ran > copies {
-            anomalies.push(Anomaly {
-                root: Some(r.clone()),
-                what: format!("its side effect ran {ran} times, at most once promised"),
-            });
-        }
-        figures.duplicate_effects += (ran - copies).max(0);
-        figures.duplicate_publishes += copies - 1;
-        // One dead letter per copy.
-        if dead_letters as i64 > copies && !slow {
-            anomalies.push(Anomaly {
-                root: Some(r.clone()),
-                what: format!("dead-lettered {dead_letters} times"),
-            });
-        }
-        // Not the last drop decided: a worker whose stream broke, or whose entry another
-        // consumer reclaimed, may decide after the decision that took effect.
-        let dropped = decided.contains(&Decision::Drop);
-        if ran == 0 && dead_letters == 0 && !dropped && promise.at_most_once {
-            figures.lost_at_most_once += 1;
-        } else if ran == 0 && dead_letters == 0 && !dropped {
-            anomalies.push(Anomaly {
-                root: Some(r.clone()),
-                what: format!(
-                    "lost: neither its side effect ran, nor was it dropped or dead-lettered \
-                     (decisions {decided:?})"
+/// An entry is dead-lettered only once it reached `max_deliveries`.
+fn dead_letters_at_the_cap(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+    end.dead_letters
+        .iter()
+        .filter(|(_, count)| *count < promise.max_deliveries)
+        .filter_map(|(copied_from, count)| {
+            Some(anomaly(
+                Some(facts.root(copied_from)?),
+                format!(
+                    "dead-lettered after {count} deliveries, below max_deliveries {}",
+                    promise.max_deliveries
                 ),
-            });
-        }
+            ))
+        })
+        .collect()
+}
+
+/// Side effects: a dropped or retried delivery's never runs.
+fn discarded_effects_never_ran(end: &EndState) -> Vec<Anomaly> {
+    end.discarded_effects
+        .iter()
+        .filter(|(_, ran)| **ran != 0)
+        .map(|(r, ran)| {
+            anomaly(
+                Some(r.clone()),
+                format!("a discarded side effect ran {ran} times (drop, retry, retry_after)"),
+            )
+        })
+        .collect()
+}
+
+/// Side effects: a kept one runs at most once per ack.
+fn effects_follow_acks(end: &EndState, facts: &Facts) -> Vec<Anomaly> {
+    facts
+        .all_roots
+        .iter()
+        .filter_map(|r| {
+            let acks = facts.decided(r).iter().filter(|d| d.keeps()).count() as i64;
+            let ran = kept_runs(end, r);
+            (ran > acks).then(|| {
+                anomaly(
+                    Some(r.clone()),
+                    format!("its side effect ran {ran} times for {acks} acks"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Atomic mode: a kept side effect runs once per copy, unless handled past min_idle.
+fn once_in_atomic_mode(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+    if !promise.exactly_once {
+        return Vec::new();
     }
+    facts
+        .all_roots
+        .iter()
+        .filter_map(|r| {
+            let ran = kept_runs(end, r);
+            (ran > facts.copies(r, promise) && !facts.slow(r)).then(|| {
+                anomaly(
+                    Some(r.clone()),
+                    format!("its side effect ran {ran} times in atomic mode"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A simple list or pub/sub: a kept side effect runs at most once per copy.
+fn at_most_once(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+    if !promise.at_most_once {
+        return Vec::new();
+    }
+    facts
+        .all_roots
+        .iter()
+        .filter_map(|r| {
+            let ran = kept_runs(end, r);
+            (ran > facts.copies(r, promise)).then(|| {
+                anomaly(
+                    Some(r.clone()),
+                    format!("its side effect ran {ran} times, at most once promised"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// One dead letter per copy, unless handled past min_idle.
+fn one_dead_letter_per_copy(facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+    facts
+        .all_roots
+        .iter()
+        .filter_map(|r| {
+            let dead_letters = facts.dead_letters(r);
+            (dead_letters as i64 > facts.copies(r, promise) && !facts.slow(r)).then(|| {
+                anomaly(
+                    Some(r.clone()),
+                    format!("dead-lettered {dead_letters} times"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// At least once: every entry's side effect ran, or it was dropped or dead-lettered. (At most
+/// once forgives the loss: it is a figure.)
+fn at_least_once(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+    if promise.at_most_once {
+        return Vec::new();
+    }
+    facts
+        .all_roots
+        .iter()
+        .filter(|r| facts.unsettled(end, r))
+        .map(|r| {
+            anomaly(
+                Some(r.clone()),
+                format!(
+                    "lost: neither its side effect ran, nor was it dropped or dead-lettered \
+                     (decisions {:?})",
+                    facts.decided(r)
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Nothing pending in the group or left in the delay set at the end.
+fn nothing_left(history: &[Stamped], end: &EndState) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
     if end.pending != 0 {
-        anomalies.push(Anomaly {
-            root: None,
-            what: format!(
+        anomalies.push(anomaly(
+            None,
+            format!(
                 "{} entries still pending at the end{}",
                 end.pending,
                 where_held(history, end)
             ),
-        });
+        ));
     }
     if end.delayed != 0 {
-        anomalies.push(Anomaly {
-            root: None,
-            what: format!("{} entries still in the delay set at the end", end.delayed),
-        });
+        anomalies.push(anomaly(
+            None,
+            format!("{} entries still in the delay set at the end", end.delayed),
+        ));
     }
-    (anomalies, figures)
+    anomalies
+}
+
+/// The run's figures: what happened, and what the promises allowed.
+fn figures(history: &[Stamped], end: &EndState, facts: &Facts, promise: Promise) -> Figures {
+    let mut figures = Figures {
+        roots: facts.all_roots.len(),
+        dead_letters: end.dead_letters.len(),
+        ..Figures::default()
+    };
+    for stamped in history {
+        match &stamped.event {
+            Event::Delivered { .. } => figures.deliveries += 1,
+            Event::Decided { decision, .. } => {
+                *figures.decisions.entry(*decision).or_default() += 1;
+            }
+            Event::Flushed { .. } => figures.flushes += 1,
+            Event::Fault(name) => {
+                let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
+                *figures.faults.entry(kind).or_default() += 1;
+            }
+            Event::Redriven { .. } => figures.redriven += 1,
+            Event::Late { .. } | Event::Read { .. } => {}
+        }
+    }
+    for r in &facts.all_roots {
+        let copies = facts.copies(r, promise);
+        figures.duplicate_effects += (kept_runs(end, r) - copies).max(0);
+        figures.duplicate_publishes += copies - 1;
+        if promise.at_most_once && facts.unsettled(end, r) {
+            figures.lost_at_most_once += 1;
+        }
+    }
+    figures
 }
 
 /// How many of the entries still held sit where, then one line per entry: where, and its last
