@@ -42,7 +42,7 @@ use window_sidecar_harness::{
 
 use admin::{SubscriptionState, at_rest, describe_subscriptions};
 use form::{AUDIT_GROUP, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
-use history::{Decision, Event, Promise, Stamped};
+use history::{Decision, EndState, Event, Promise, Stamped};
 use proxy::Proxy;
 
 const SLOW: Duration = Duration::from_millis(4_500);
@@ -832,32 +832,19 @@ async fn quiesce(form: Form, admin: &Client, sidecars: &Sidecars) -> Quiesce {
 /// One run: one form, one mode, one seed. Returns the number of anomalies.
 async fn run(args: &Args, run: Run) -> usize {
     let Run {
-        seed,
         form,
-        atomic,
         cluster,
         faults_for,
+        ..
     } = run;
-    let mode = if atomic { "atomic" } else { "pipeline" };
-    let topology = if cluster { "cluster" } else { "single node" };
     println!(
-        "== run: seed {seed}, {}, {mode}, {topology}, {faults_for:?} of faults",
-        form.name()
+        "== run: seed {}, {}, {}, {}, {faults_for:?} of faults",
+        run.seed,
+        form.name(),
+        mode(run),
+        topology(run)
     );
-    let backend = tokio::task::spawn_blocking(move || {
-        if cluster {
-            Backend::Cluster(RedisCluster::start(3, 1))
-        } else {
-            Backend::Single(RedisServer::start_with(&[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ]))
-        }
-    })
-    .await
-    .expect("redis");
+    let backend = start_backend(cluster).await;
     let url = backend.url();
     let admin = match &backend {
         Backend::Single(_) => window_sidecar_harness::connect(&url).await,
@@ -871,112 +858,239 @@ async fn run(args: &Args, run: Run) -> usize {
             .await;
     }
     let sidecars = Sidecars::start(&url, args.sidecars, cluster, retain).await;
-    let audited = Arc::new(Mutex::new(Vec::new()));
-    let audit_drain = Arc::new(AtomicBool::new(false));
-    let auditor = retain.then(|| {
-        tokio::spawn(audit(
-            admin.clone(),
-            Arc::clone(&audit_drain),
-            Arc::clone(&audited),
-        ))
-    });
-    let workers_stop = Arc::new(AtomicBool::new(false));
-    let shared = Arc::new(Shared {
-        run,
-        sidecars: Arc::clone(&sidecars),
-        log: Arc::new(Log {
-            started: Instant::now(),
-            events: Mutex::new(Vec::new()),
-        }),
-        stop: Arc::clone(&workers_stop),
-        settle: Arc::new(AtomicBool::new(false)),
-        streams: AtomicU32::new(0),
-    });
-    // Pub/sub has one worker: every subscriber of a channel gets every message.
-    let worker_count = if form == Form::Pubsub {
-        1
-    } else {
-        args.workers
-    };
-    let spawn_worker = {
-        let shared = Arc::clone(&shared);
-        move |id: u32| tokio::spawn(work(id, Arc::clone(&shared)))
-    };
-    let workers = Arc::new(Mutex::new(
-        (0..worker_count as u32)
-            .map(&spawn_worker)
-            .collect::<Vec<_>>(),
-    ));
-    // Producers and the nemesis stop first; the workers go on to settle what is left.
-    let stop = Arc::new(AtomicBool::new(false));
-    let numbers = Arc::new(AtomicU64::new(0));
-    let published = Arc::new(Mutex::new(BTreeSet::new()));
-    if form == Form::Pubsub {
-        // Messages published before the worker listens reach nobody.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let producers: Vec<_> = (0..2)
-        .map(|id| {
-            tokio::spawn(produce(
-                id,
-                form,
-                args.rate,
-                Arc::clone(&sidecars),
-                Arc::clone(&stop),
-                Arc::clone(&numbers),
-                Arc::clone(&published),
-            ))
-        })
-        .collect();
-    let nemesis_stop = Arc::new(AtomicBool::new(args.no_faults));
-    let nemesis_shared = Arc::new(Shared {
-        run,
-        sidecars: Arc::clone(&sidecars),
-        log: Arc::clone(&shared.log),
-        stop: Arc::clone(&nemesis_stop),
-        settle: Arc::clone(&shared.settle),
-        streams: AtomicU32::new(0),
-    });
-    let nemesis = tokio::spawn(nemesis(
-        nemesis_shared,
-        Arc::clone(&redis),
-        Arc::clone(&workers),
-        spawn_worker.clone(),
-    ));
+    let campaign = Campaign::start(args, run, &admin, &sidecars, &redis).await;
 
     tokio::time::sleep(faults_for).await;
-    stop.store(true, Ordering::Relaxed);
-    nemesis_stop.store(true, Ordering::Relaxed);
-    nemesis.await.expect("nemesis");
-    for p in producers {
-        p.await.expect("producer");
+    let ended = campaign.wind_down(form, &admin, &sidecars).await;
+    let end = end_state(form, &admin, &ended).await;
+    let promise = Promise {
+        exactly_once: run.atomic && form.at_least_once(),
+        max_deliveries: form.max_deliveries().unwrap_or(u32::MAX),
+        at_most_once: !form.at_least_once(),
+        by_payload: form != Form::Stream,
+    };
+    let (anomalies, figures) = history::check(&ended.history, &end, promise);
+    report(run, &ended, &end, promise, &figures, &anomalies);
+    let _ = admin.quit().await;
+    drop(ended.campaign);
+    drop(sidecars);
+    anomalies.len()
+}
+
+fn mode(run: Run) -> &'static str {
+    if run.atomic { "atomic" } else { "pipeline" }
+}
+
+fn topology(run: Run) -> &'static str {
+    if run.cluster {
+        "cluster"
+    } else {
+        "single node"
     }
-    // Quiesce: everything still out is acked, until for 2 s Redis has nothing unsettled and
-    // no sidecar holds a delivery without an outcome, an ack not yet flushed or a flush. Redis
-    // alone is not enough: a simple list's popped entries exist only in their sidecar until
-    // settled, and go back to the list when their worker leaves (a slow ack when the quiesce
-    // began, a worker that left while its sidecar's blocking read was under way).
-    shared.settle.store(true, Ordering::Relaxed);
-    let quiesce = quiesce(form, &admin, &sidecars).await;
-    let at_quiet = sidecars.subscriptions().await;
-    // The audit group reads the rest while the workers' subscriptions are still open: the
-    // trim runs beside them.
-    let mut retained_after_settling = None;
-    if let Some(auditor) = auditor {
-        audit_drain.store(true, Ordering::Relaxed);
-        if tokio::time::timeout(Duration::from_secs(60), auditor)
-            .await
-            .is_err()
-        {
-            println!("   the audit group did not catch up within 60 s");
+}
+
+/// A cluster of three primaries with a replica each, or one node that writes its AOF on every
+/// command (a restart then loses nothing acknowledged).
+async fn start_backend(cluster: bool) -> Backend {
+    tokio::task::spawn_blocking(move || {
+        if cluster {
+            Backend::Cluster(RedisCluster::start(3, 1))
+        } else {
+            Backend::Single(RedisServer::start_with(&[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]))
         }
-        retained_after_settling = retained(&admin).await;
+    })
+    .await
+    .expect("redis")
+}
+
+/// The tasks of a run under way: the workers, the producers, the nemesis and (under
+/// retention) the audit group's reader, and what they record into.
+struct Campaign {
+    shared: Arc<Shared>,
+    workers: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    workers_stop: Arc<AtomicBool>,
+    /// Stops the producers.
+    stop: Arc<AtomicBool>,
+    producers: Vec<tokio::task::JoinHandle<()>>,
+    nemesis_stop: Arc<AtomicBool>,
+    nemesis: tokio::task::JoinHandle<()>,
+    /// The numbers Redis certainly has.
+    published: Arc<Mutex<BTreeSet<u64>>>,
+    auditor: Option<tokio::task::JoinHandle<()>>,
+    audit_drain: Arc<AtomicBool>,
+    audited: Arc<Mutex<Vec<(String, Fields)>>>,
+}
+
+/// What a run left once it wound down: its history, what was published and audited, and the
+/// sidecars' subscriptions at the end of the quiesce and once the workers stopped.
+struct Ended {
+    history: Vec<Stamped>,
+    published: BTreeSet<u64>,
+    audited: Vec<(String, Fields)>,
+    retained_after_settling: Option<u64>,
+    quiesce: Quiesce,
+    at_quiet: Vec<Option<Vec<SubscriptionState>>>,
+    after_stop: Vec<Option<Vec<SubscriptionState>>>,
+    /// Dropped (with the sidecars it holds) once the run is reported.
+    campaign: Campaign,
+}
+
+impl Campaign {
+    async fn start(
+        args: &Args,
+        run: Run,
+        admin: &Client,
+        sidecars: &Arc<Sidecars>,
+        redis: &Arc<Mutex<Backend>>,
+    ) -> Campaign {
+        let form = run.form;
+        let audited = Arc::new(Mutex::new(Vec::new()));
+        let audit_drain = Arc::new(AtomicBool::new(false));
+        let auditor = (form == Form::Stream).then(|| {
+            tokio::spawn(audit(
+                admin.clone(),
+                Arc::clone(&audit_drain),
+                Arc::clone(&audited),
+            ))
+        });
+        let workers_stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            run,
+            sidecars: Arc::clone(sidecars),
+            log: Arc::new(Log {
+                started: Instant::now(),
+                events: Mutex::new(Vec::new()),
+            }),
+            stop: Arc::clone(&workers_stop),
+            settle: Arc::new(AtomicBool::new(false)),
+            streams: AtomicU32::new(0),
+        });
+        // Pub/sub has one worker: every subscriber of a channel gets every message.
+        let worker_count = if form == Form::Pubsub {
+            1
+        } else {
+            args.workers
+        };
+        let spawn_worker = {
+            let shared = Arc::clone(&shared);
+            move |id: u32| tokio::spawn(work(id, Arc::clone(&shared)))
+        };
+        let workers = Arc::new(Mutex::new(
+            (0..worker_count as u32)
+                .map(&spawn_worker)
+                .collect::<Vec<_>>(),
+        ));
+        // Producers and the nemesis stop first; the workers go on to settle what is left.
+        let stop = Arc::new(AtomicBool::new(false));
+        let numbers = Arc::new(AtomicU64::new(0));
+        let published = Arc::new(Mutex::new(BTreeSet::new()));
+        if form == Form::Pubsub {
+            // Messages published before the worker listens reach nobody.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let producers: Vec<_> = (0..2)
+            .map(|id| {
+                tokio::spawn(produce(
+                    id,
+                    form,
+                    args.rate,
+                    Arc::clone(sidecars),
+                    Arc::clone(&stop),
+                    Arc::clone(&numbers),
+                    Arc::clone(&published),
+                ))
+            })
+            .collect();
+        let nemesis_stop = Arc::new(AtomicBool::new(args.no_faults));
+        let nemesis_shared = Arc::new(Shared {
+            run,
+            sidecars: Arc::clone(sidecars),
+            log: Arc::clone(&shared.log),
+            stop: Arc::clone(&nemesis_stop),
+            settle: Arc::clone(&shared.settle),
+            streams: AtomicU32::new(0),
+        });
+        let nemesis = tokio::spawn(nemesis(
+            nemesis_shared,
+            Arc::clone(redis),
+            Arc::clone(&workers),
+            spawn_worker.clone(),
+        ));
+        Campaign {
+            shared,
+            workers,
+            workers_stop,
+            stop,
+            producers,
+            nemesis_stop,
+            nemesis,
+            published,
+            auditor,
+            audit_drain,
+            audited,
+        }
     }
-    workers_stop.store(true, Ordering::Relaxed);
-    for w in workers.lock().drain(..) {
-        w.abort();
+
+    /// Producers and the nemesis stop; the workers settle what is left until the run is quiet
+    /// (then the audit group reads the rest), then stop, and their subscriptions close.
+    async fn wind_down(mut self, form: Form, admin: &Client, sidecars: &Sidecars) -> Ended {
+        self.stop.store(true, Ordering::Relaxed);
+        self.nemesis_stop.store(true, Ordering::Relaxed);
+        (&mut self.nemesis).await.expect("nemesis");
+        for p in self.producers.drain(..) {
+            p.await.expect("producer");
+        }
+        // Quiesce: everything still out is acked, until for 2 s Redis has nothing unsettled
+        // and no sidecar holds a delivery without an outcome, an ack not yet flushed or a
+        // flush. Redis alone is not enough: a simple list's popped entries exist only in their
+        // sidecar until settled, and go back to the list when their worker leaves (a slow ack
+        // when the quiesce began, a worker that left while its sidecar's blocking read was
+        // under way).
+        self.shared.settle.store(true, Ordering::Relaxed);
+        let quiesce = quiesce(form, admin, sidecars).await;
+        let at_quiet = sidecars.subscriptions().await;
+        // The audit group reads the rest while the workers' subscriptions are still open: the
+        // trim runs beside them.
+        let mut retained_after_settling = None;
+        if let Some(auditor) = self.auditor.take() {
+            self.audit_drain.store(true, Ordering::Relaxed);
+            if tokio::time::timeout(Duration::from_secs(60), auditor)
+                .await
+                .is_err()
+            {
+                println!("   the audit group did not catch up within 60 s");
+            }
+            retained_after_settling = retained(admin).await;
+        }
+        self.workers_stop.store(true, Ordering::Relaxed);
+        for w in self.workers.lock().drain(..) {
+            w.abort();
+        }
+        let after_stop = subscriptions_closed(sidecars).await;
+        let history = std::mem::take(&mut *self.shared.log.events.lock());
+        let published = std::mem::take(&mut *self.published.lock());
+        let audited = std::mem::take(&mut *self.audited.lock());
+        Ended {
+            history,
+            published,
+            audited,
+            retained_after_settling,
+            quiesce,
+            at_quiet,
+            after_stop,
+            campaign: self,
+        }
     }
-    // The workers' subscriptions close (what they still held goes back) before Redis is read.
+}
+
+/// Waits (15 s at most) for the workers' subscriptions to close, so that what they still held
+/// goes back before Redis is read; returns the sidecars' subscriptions then.
+async fn subscriptions_closed(sidecars: &Sidecars) -> Vec<Option<Vec<SubscriptionState>>> {
     let closed_by = Instant::now() + Duration::from_secs(15);
     let mut after_stop = sidecars.subscriptions().await;
     while Instant::now() < closed_by
@@ -987,27 +1101,38 @@ async fn run(args: &Args, run: Run) -> usize {
         tokio::time::sleep(Duration::from_millis(200)).await;
         after_stop = sidecars.subscriptions().await;
     }
-    let history = std::mem::take(&mut *shared.log.events.lock());
-    let published = std::mem::take(&mut *published.lock());
-    let audited = std::mem::take(&mut *audited.lock());
-    let mut end = form.end_state(&admin, &published, &audited).await;
-    end.retained_after_settling = retained_after_settling;
+    after_stop
+}
+
+/// What Redis holds at the end, with the retention measured; for forms known by payload, every
+/// value delivered is a root too.
+async fn end_state(form: Form, admin: &Client, ended: &Ended) -> EndState {
+    let mut end = form
+        .end_state(admin, &ended.published, &ended.audited)
+        .await;
+    end.retained_after_settling = ended.retained_after_settling;
     if form != Form::Stream {
         form::add_delivered_roots(
             &mut end,
-            history.iter().filter_map(|s| match &s.event {
+            ended.history.iter().filter_map(|s| match &s.event {
                 Event::Delivered { entry, .. } => Some(entry.clone()),
                 _ => None,
             }),
         );
     }
-    let promise = Promise {
-        exactly_once: atomic && form.at_least_once(),
-        max_deliveries: form.max_deliveries().unwrap_or(u32::MAX),
-        at_most_once: !form.at_least_once(),
-        by_payload: form != Form::Stream,
-    };
-    let (anomalies, figures) = history::check(&history, &end, promise);
+    end
+}
+
+/// Prints the run's figures and each anomaly with the events around it; when entries were left
+/// pending or the run never went quiet, every sidecar's subscriptions.
+fn report(
+    run: Run,
+    ended: &Ended,
+    end: &EndState,
+    promise: Promise,
+    figures: &history::Figures,
+    anomalies: &[history::Anomaly],
+) {
     println!(
         "   {} entries, {} deliveries, {} flush reports, decisions {:?}, dead letters {}, \
          redriven {}, duplicate side effects {}, publishes written twice {}{}",
@@ -1029,33 +1154,32 @@ async fn run(args: &Args, run: Run) -> usize {
         }
     );
     println!("   faults {:?}", figures.faults);
-    println!("   quiesce: {quiesce}");
-    for anomaly in &anomalies {
+    println!("   quiesce: {}", ended.quiesce);
+    for anomaly in anomalies {
         println!(
-            "ANOMALY (seed {seed}, {}, {mode}, {topology}): {anomaly}",
-            form.name()
+            "ANOMALY (seed {}, {}, {}, {}): {anomaly}",
+            run.seed,
+            run.form.name(),
+            mode(run),
+            topology(run)
         );
         if let Some(root) = &anomaly.root {
-            for event in history::around(&history, &end, root, 2_000) {
+            for event in history::around(&ended.history, end, root, 2_000) {
                 println!("     {:>7} ms  {:?}", event.at_ms, event.event);
             }
         }
     }
     // What held the entries still pending: every sidecar's subscriptions.
-    if end.pending != 0 || !quiesce.quiet {
+    if end.pending != 0 || !ended.quiesce.quiet {
         println!("   subscriptions open at the end of the quiesce:");
-        for line in describe_subscriptions(&at_quiet) {
+        for line in describe_subscriptions(&ended.at_quiet) {
             println!("     {line}");
         }
         println!("   subscriptions open once the workers stopped (15 s at most):");
-        for line in describe_subscriptions(&after_stop) {
+        for line in describe_subscriptions(&ended.after_stop) {
             println!("     {line}");
         }
     }
-    let _ = admin.quit().await;
-    drop(shared);
-    drop(sidecars);
-    anomalies.len()
 }
 
 /// The runs of a campaign: every form and mode, streams also on a cluster, or what the flags
