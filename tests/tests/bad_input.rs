@@ -101,64 +101,132 @@ async fn malformed_subscriptions_end_with_invalid_argument() {
     sidecar.stop().await;
 }
 
-#[tokio::test]
-async fn per_slot_problems_are_rejected_and_the_stream_goes_on() {
-    let redis = RedisServer::start();
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let mut client = sidecar.client().await;
-    publish(&mut client, "orders", numbered(3)).await;
-    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 3))
-        .await
-        .unwrap();
-    let read = sub.read().await;
-    let (a, b, c) = (
-        read.deliveries[0].slot,
-        read.deliveries[1].slot,
-        read.deliveries[2].slot,
-    );
+/// Commands that must never run inside a window.
+const FORBIDDEN: [&str; 17] = [
+    "BLPOP",
+    "multi",
+    "EXEC",
+    "WATCH",
+    "SUBSCRIBE",
+    "PSUBSCRIBE",
+    "SSUBSCRIBE",
+    "MONITOR",
+    "FLUSHALL",
+    "FLUSHDB",
+    "CONFIG",
+    "SHUTDOWN",
+    "DEBUG",
+    "SCRIPT",
+    "FUNCTION",
+    "CLIENT",
+    "ACL",
+];
 
-    // Commands that must never run inside a window, an empty name, an unknown slot.
-    let forbidden = [
-        "BLPOP",
-        "multi",
-        "EXEC",
-        "WATCH",
-        "SUBSCRIBE",
-        "PSUBSCRIBE",
-        "SSUBSCRIBE",
-        "MONITOR",
-        "FLUSHALL",
-        "FLUSHDB",
-        "CONFIG",
-        "SHUTDOWN",
-        "DEBUG",
-        "SCRIPT",
-        "FUNCTION",
-        "CLIENT",
-        "ACL",
-    ];
-    let mut commands: Vec<_> = forbidden
-        .iter()
-        .map(|name| command(b, name, &["x"]))
-        .collect();
-    commands.push(command(c, "", &[]));
-    commands.push(command(9_999, "INCR", &["k"]));
-    commands.push(command(a, "INCR", &["a"]));
-    sub.send(
-        commands,
-        vec![
-            outcome(0, Ack),
-            proto::Outcome {
-                slot: a,
-                kind: 0,
-                ..Default::default()
-            },
-        ],
-    )
-    .await;
-    let rejections = sub.rejections().await;
-    assert_eq!(rejections.len(), forbidden.len() + 4);
-    for (r, name) in rejections.iter().zip(forbidden) {
+/// A subscription holding one read of three deliveries, in slots `a`, `b` and `c`, that the
+/// per-slot tests send bad input for, step by step: each step is the set-up of the next.
+struct PerSlot {
+    _redis: RedisServer,
+    inspect: Client,
+    sidecar: Sidecar,
+    client: proto::window_service_client::WindowServiceClient<tonic::transport::Channel>,
+    sub: Subscription,
+    a: u64,
+    b: u64,
+    c: u64,
+}
+
+impl PerSlot {
+    async fn open() -> PerSlot {
+        let redis = RedisServer::start();
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let mut client = sidecar.client().await;
+        publish(&mut client, "orders", numbered(3)).await;
+        let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 3))
+            .await
+            .unwrap();
+        let read = sub.read().await;
+        let inspect = redis.client().await;
+        PerSlot {
+            a: read.deliveries[0].slot,
+            b: read.deliveries[1].slot,
+            c: read.deliveries[2].slot,
+            _redis: redis,
+            inspect,
+            sidecar,
+            client,
+            sub,
+        }
+    }
+
+    /// Forbidden commands in slot `b`, an empty name in `c`, a command for an unknown slot, an
+    /// INCR in `a`; an outcome for an unknown slot and one with no kind for `a`.
+    async fn send_malformed(&mut self) -> Vec<proto::Rejection> {
+        let (a, b, c) = (self.a, self.b, self.c);
+        let mut commands: Vec<_> = FORBIDDEN
+            .iter()
+            .map(|name| command(b, name, &["x"]))
+            .collect();
+        commands.push(command(c, "", &[]));
+        commands.push(command(9_999, "INCR", &["k"]));
+        commands.push(command(a, "INCR", &["a"]));
+        self.sub
+            .send(
+                commands,
+                vec![
+                    outcome(0, Ack),
+                    proto::Outcome {
+                        slot: a,
+                        kind: 0,
+                        ..Default::default()
+                    },
+                ],
+            )
+            .await;
+        self.sub.rejections().await
+    }
+
+    /// Acks slot `b`, whose segment lost its commands.
+    async fn ack_the_incomplete_segment(&mut self) -> Vec<proto::Rejection> {
+        self.sub.send(vec![], vec![outcome(self.b, Ack)]).await;
+        self.sub.rejections().await
+    }
+
+    /// Acks then drops `a`, drops `b` and `c`: the flush that follows.
+    async fn settle_a_twice(&mut self) -> (Vec<proto::Rejection>, proto::FlushReport) {
+        let (a, b, c) = (self.a, self.b, self.c);
+        self.sub
+            .send(
+                vec![],
+                vec![
+                    outcome(a, Ack),
+                    outcome(a, Drop),
+                    outcome(b, Drop),
+                    outcome(c, Drop),
+                ],
+            )
+            .await;
+        let rejections = self.sub.rejections().await;
+        (rejections, self.sub.flush().await)
+    }
+
+    /// A command for the settled slot `a`.
+    async fn command_for_settled_a(&mut self) -> Vec<proto::Rejection> {
+        self.sub
+            .send(vec![command(self.a, "INCR", &["late"])], vec![])
+            .await;
+        self.sub.rejections().await
+    }
+}
+
+/// Commands that must never run inside a window, an empty name, an unknown slot, an outcome
+/// with no kind: each is rejected for its slot with its reason.
+#[tokio::test]
+async fn malformed_commands_and_outcomes_are_rejected_for_their_slot() {
+    let mut on = PerSlot::open().await;
+    let (a, b, c) = (on.a, on.b, on.c);
+    let rejections = on.send_malformed().await;
+    assert_eq!(rejections.len(), FORBIDDEN.len() + 4);
+    for (r, name) in rejections.iter().zip(FORBIDDEN) {
         assert_eq!(r.slot, b);
         assert_eq!(r.reason, RejectionReason::ForbiddenCommand as i32, "{r:?}");
         assert_eq!(r.command, name.to_ascii_uppercase());
@@ -168,7 +236,7 @@ async fn per_slot_problems_are_rejected_and_the_stream_goes_on() {
             r.message
         );
     }
-    let rest = &rejections[forbidden.len()..];
+    let rest = &rejections[FORBIDDEN.len()..];
     assert_eq!(
         (rest[0].slot, rest[0].reason),
         (c, RejectionReason::InvalidCommand as i32)
@@ -187,10 +255,16 @@ async fn per_slot_problems_are_rejected_and_the_stream_goes_on() {
         (a, RejectionReason::InvalidOutcome as i32)
     );
     assert!(rest[3].message.contains("no kind"));
+    on.sidecar.stop().await;
+}
 
-    // Slot b's segment is incomplete: an ack is refused, a drop is accepted.
-    sub.send(vec![], vec![outcome(b, Ack)]).await;
-    let rejections = sub.rejections().await;
+/// A slot whose command was rejected has an incomplete segment: an ack is refused with what to
+/// do instead.
+#[tokio::test]
+async fn an_incomplete_segment_refuses_an_ack() {
+    let mut on = PerSlot::open().await;
+    on.send_malformed().await;
+    let rejections = on.ack_the_incomplete_segment().await;
     assert_eq!(
         rejections[0].reason,
         RejectionReason::IncompleteSegment as i32
@@ -200,36 +274,44 @@ async fn per_slot_problems_are_rejected_and_the_stream_goes_on() {
             .message
             .contains("settle it with drop, retry or retry_after")
     );
+    on.sidecar.stop().await;
+}
 
-    // A second outcome for a slot and a command for a settled slot are refused too.
-    sub.send(
-        vec![],
-        vec![
-            outcome(a, Ack),
-            outcome(a, Drop),
-            outcome(b, Drop),
-            outcome(c, Drop),
-        ],
-    )
-    .await;
-    let rejections = sub.rejections().await;
+/// A second outcome for a slot and a command for a settled slot are refused; the incomplete
+/// segment's drop and the other outcomes are flushed.
+#[tokio::test]
+async fn a_settled_slot_refuses_a_second_outcome_and_a_late_command() {
+    let mut on = PerSlot::open().await;
+    let a = on.a;
+    on.send_malformed().await;
+    on.ack_the_incomplete_segment().await;
+    let (rejections, report) = on.settle_a_twice().await;
     assert_eq!(rejections.len(), 1);
     assert_eq!(
         (rejections[0].slot, rejections[0].reason),
         (a, RejectionReason::AlreadySettled as i32)
     );
-    let report = sub.flush().await;
     assert!(report.ok);
     assert_eq!(
         (report.segments_kept, report.settles, report.commands),
         (1, 3, 1)
     );
-    sub.send(vec![command(a, "INCR", &["late"])], vec![]).await;
-    let rejections = sub.rejections().await;
+    let rejections = on.command_for_settled_a().await;
     assert_eq!(rejections[0].reason, RejectionReason::AlreadySettled as i32);
+    on.sidecar.stop().await;
+}
 
-    // Nothing was lost and nothing forbidden ran.
-    let inspect = redis.client().await;
+/// After every kind of per-slot rejection nothing was lost and nothing forbidden ran, and the
+/// stream is still open and delivering.
+#[tokio::test]
+async fn per_slot_problems_lose_nothing_and_the_stream_goes_on() {
+    let mut on = PerSlot::open().await;
+    on.send_malformed().await;
+    on.ack_the_incomplete_segment().await;
+    on.settle_a_twice().await;
+    on.command_for_settled_a().await;
+
+    let inspect = &on.inspect;
     assert_eq!(inspect.get::<i64, _>("a").await.unwrap(), 1);
     assert_eq!(
         inspect
@@ -238,12 +320,11 @@ async fn per_slot_problems_are_rejected_and_the_stream_goes_on() {
             .unwrap(),
         0
     );
-    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    assert_eq!(pending(inspect, "orders", "g").await, 0);
 
-    // The stream is still open and delivering.
-    publish(&mut client, "orders", numbered(1)).await;
-    assert_eq!(sub.read().await.deliveries.len(), 1);
-    sidecar.stop().await;
+    publish(&mut on.client, "orders", numbered(1)).await;
+    assert_eq!(on.sub.read().await.deliveries.len(), 1);
+    on.sidecar.stop().await;
 }
 
 #[tokio::test]
