@@ -127,37 +127,64 @@ async fn publish_payloads(addr: &str, target: proto::PublishRequest, payloads: &
         .unwrap();
 }
 
-/// Stream dead letters: listed with origin, count, reason and payload (by the service and the
-/// command), redriven back with their counts reset and delivered again once, the dry run
-/// changing nothing; then purged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stream_dead_letters_are_listed_redriven_and_purged() {
-    let redis = RedisServer::start();
-    let client = redis.client().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let addr = sidecar.addr.to_string();
-    let target = proto::PublishRequest {
-        stream: "dl:orders".into(),
-        ..Default::default()
-    };
-    publish_payloads(&addr, target, &["a", "b", "c"]).await;
-    dead_letter_through(
-        &addr,
-        stream_open("dl:orders", "billing", "c1", 8),
-        stream_dead_letter("dl:orders:dead"),
-        3,
-    )
-    .await;
+/// A sidecar whose subscription to `dl:orders` (group `billing`) retried "a", "b" and "c" past
+/// their cap of one delivery: three dead letters on `dl:orders:dead`.
+struct StreamDeadLetters {
+    _redis: RedisServer,
+    client: Client,
+    sidecar: Sidecar,
+    addr: String,
+}
 
-    let mut admin = admin(&addr).await;
-    let listed = admin
-        .list_dead_letters(proto::ListDeadLettersRequest {
-            target: stream("dl:orders:dead"),
+impl StreamDeadLetters {
+    async fn start() -> StreamDeadLetters {
+        let redis = RedisServer::start();
+        let client = redis.client().await;
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let addr = sidecar.addr.to_string();
+        let target = proto::PublishRequest {
+            stream: "dl:orders".into(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        };
+        publish_payloads(&addr, target, &["a", "b", "c"]).await;
+        dead_letter_through(
+            &addr,
+            stream_open("dl:orders", "billing", "c1", 8),
+            stream_dead_letter("dl:orders:dead"),
+            3,
+        )
+        .await;
+        StreamDeadLetters {
+            _redis: redis,
+            client,
+            sidecar,
+            addr,
+        }
+    }
+
+    async fn listed(
+        &self,
+        admin: &mut DeadLetterServiceClient<Channel>,
+    ) -> proto::ListDeadLettersResponse {
+        admin
+            .list_dead_letters(proto::ListDeadLettersRequest {
+                target: stream("dl:orders:dead"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+}
+
+/// Stream dead letters are listed with origin, count, reason and payload, by the service and
+/// by the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_dead_letters_are_listed_with_their_origin_count_and_reason() {
+    let on = StreamDeadLetters::start().await;
+    let addr = &on.addr;
+    let mut admin = admin(addr).await;
+    let listed = on.listed(&mut admin).await;
     assert_eq!(listed.total, 3);
     assert_eq!(payloads(&listed.dead_letters), ["a", "b", "c"]);
     let first = &listed.dead_letters[0];
@@ -176,18 +203,30 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
     );
 
     // The command shows the same.
-    let (code, out, err) = cli(&addr, &["list", "stream:dl:orders:dead"]);
+    let (code, out, err) = cli(addr, &["list", "stream:dl:orders:dead"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("from dl:orders (group billing)"), "{out}");
     assert!(out.contains("reason \"card declined\""), "{out}");
     assert!(out.contains("3 shown of 3 dead letters"), "{out}");
-    let (code, out, _) = cli(&addr, &["show", "stream:dl:orders:dead", &first.id]);
+    let (code, out, _) = cli(addr, &["show", "stream:dl:orders:dead", &first.id]);
     assert_eq!(code, 0);
     assert!(out.contains("payload:    a"), "{out}");
+    on.sidecar.stop().await;
+}
+
+/// Stream dead letters are redriven back (the dry run changing nothing), one by id and the
+/// rest by reason, and delivered again once each with their counts reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_dead_letters_are_redriven_and_delivered_again_once() {
+    let on = StreamDeadLetters::start().await;
+    let (addr, client) = (&on.addr, &on.client);
+    let mut admin = admin(addr).await;
+    let listed = on.listed(&mut admin).await;
+    let first = &listed.dead_letters[0];
 
     // A dry run changes nothing.
     let (code, out, err) = cli(
-        &addr,
+        addr,
         &["redrive", "stream:dl:orders:dead", "--all", "--dry-run"],
     );
     assert_eq!(code, 0, "{err}");
@@ -200,7 +239,7 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
 
     // Redrive one by id, then the rest by reason.
     let (code, out, err) = cli(
-        &addr,
+        addr,
         &["redrive", "stream:dl:orders:dead", "--id", &first.id],
     );
     assert_eq!(code, 0, "{err}");
@@ -227,7 +266,7 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
     assert_eq!(len, 0, "every redriven dead letter left the dead letter");
 
     // Delivered again, once each, as first deliveries, marked as redriven.
-    let mut worker = Worker::open(&addr, stream_open("dl:orders", "billing", "c1", 8)).await;
+    let mut worker = Worker::open(addr, stream_open("dl:orders", "billing", "c1", 8)).await;
     let mut seen = HashMap::new();
     while seen.len() < 3 {
         let read = worker.next_read().await;
@@ -246,8 +285,16 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
         HashMap::from([("a".into(), 1), ("b".into(), 1), ("c".into(), 1)])
     );
     worker.close();
+    on.sidecar.stop().await;
+}
 
-    // Purge: a dry run, then for real.
+/// Stream dead letters are purged: a dry run says how many, then for real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_dead_letters_are_purged() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
     for p in ["x", "y"] {
         let _: String = client
             .xadd("dl:orders:dead", false, None, "*", vec![("_payload", p)])
@@ -270,62 +317,82 @@ async fn stream_dead_letters_are_listed_redriven_and_purged() {
     sidecar.stop().await;
 }
 
-/// List dead letters of both list forms, as frames, and values that are no frame (a
-/// producer's, or ruststream-fred's raw framing) shown raw and never dropped; a dead letter
-/// that says nothing of its origin (as ruststream-fred's) is skipped unless `to` names one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
-    let redis = RedisServer::start();
-    let client = redis.client().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let addr = sidecar.addr.to_string();
-    let reliable = proto::Open {
-        source: Some(proto::open::Source::ReliableList(
-            proto::ReliableListSource {
-                key: "dl:jobs".into(),
-                consumer: "w1".into(),
-                ..Default::default()
-            },
-        )),
-        count: 4,
-        block: Some(window_sidecar_harness::duration(Duration::from_millis(200))),
-        ..Default::default()
-    };
-    let simple = proto::Open {
-        source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
-            key: "dl:mail".into(),
-        })),
-        ..reliable.clone()
-    };
-    let list_target = |k: &str| proto::PublishRequest {
-        list: k.into(),
-        ..Default::default()
-    };
-    publish_payloads(&addr, list_target("dl:jobs"), &["j1", "j2"]).await;
-    dead_letter_through(&addr, reliable, list_dead_letter("dl:jobs:dead"), 2).await;
-    publish_payloads(&addr, list_target("dl:mail"), &["m1"]).await;
-    dead_letter_through(&addr, simple, list_dead_letter("dl:jobs:dead"), 1).await;
-    // A closed list subscription still has its last blocking read under way, which would take
-    // a redriven value as it arrives: the lists are worked on through a sidecar with none.
-    sidecar.stop().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let addr = sidecar.addr.to_string();
-    // A value that is no frame, and a frame without the sidecar's origin header (the shape
-    // ruststream-fred's dead letters have).
-    let _: i64 = client.lpush("dl:jobs:dead", "plain bytes").await.unwrap();
-    let foreign = frame::encode(&[
-        (Bytes::from_static(b"_payload"), Bytes::from_static(b"r1")),
-        (
-            Bytes::from_static(b"h:x-ruststream-retry-count"),
-            Bytes::from_static(b"3"),
-        ),
-    ]);
-    let _: i64 = client
-        .lpush("dl:jobs:dead", foreign.to_vec())
-        .await
-        .unwrap();
+/// `dl:jobs:dead` holding dead letters of both list forms, as frames (two of the reliable list
+/// `dl:jobs`, one of the simple list `dl:mail`), then a value that is no frame (a producer's)
+/// and a frame without the sidecar's origin header (the shape ruststream-fred's dead letters
+/// have); and a sidecar with no list subscription to work on them.
+struct ListDeadLetters {
+    _redis: RedisServer,
+    client: Client,
+    sidecar: Sidecar,
+    addr: String,
+}
 
-    let mut admin = admin(&addr).await;
+impl ListDeadLetters {
+    async fn start() -> ListDeadLetters {
+        let redis = RedisServer::start();
+        let client = redis.client().await;
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let addr = sidecar.addr.to_string();
+        let reliable = proto::Open {
+            source: Some(proto::open::Source::ReliableList(
+                proto::ReliableListSource {
+                    key: "dl:jobs".into(),
+                    consumer: "w1".into(),
+                    ..Default::default()
+                },
+            )),
+            count: 4,
+            block: Some(window_sidecar_harness::duration(Duration::from_millis(200))),
+            ..Default::default()
+        };
+        let simple = proto::Open {
+            source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+                key: "dl:mail".into(),
+            })),
+            ..reliable.clone()
+        };
+        let list_target = |k: &str| proto::PublishRequest {
+            list: k.into(),
+            ..Default::default()
+        };
+        publish_payloads(&addr, list_target("dl:jobs"), &["j1", "j2"]).await;
+        dead_letter_through(&addr, reliable, list_dead_letter("dl:jobs:dead"), 2).await;
+        publish_payloads(&addr, list_target("dl:mail"), &["m1"]).await;
+        dead_letter_through(&addr, simple, list_dead_letter("dl:jobs:dead"), 1).await;
+        // A closed list subscription still has its last blocking read under way, which would
+        // take a redriven value as it arrives: the lists are worked on through a sidecar with
+        // none.
+        sidecar.stop().await;
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let addr = sidecar.addr.to_string();
+        let _: i64 = client.lpush("dl:jobs:dead", "plain bytes").await.unwrap();
+        let foreign = frame::encode(&[
+            (Bytes::from_static(b"_payload"), Bytes::from_static(b"r1")),
+            (
+                Bytes::from_static(b"h:x-ruststream-retry-count"),
+                Bytes::from_static(b"3"),
+            ),
+        ]);
+        let _: i64 = client
+            .lpush("dl:jobs:dead", foreign.to_vec())
+            .await
+            .unwrap();
+        ListDeadLetters {
+            _redis: redis,
+            client,
+            sidecar,
+            addr,
+        }
+    }
+}
+
+/// List dead letters of both list forms are decoded; values that are no frame are shown raw
+/// and never dropped, and a frame that says nothing of its origin shows none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_dead_letters_of_both_forms_are_decoded() {
+    let on = ListDeadLetters::start().await;
+    let mut admin = admin(&on.addr).await;
     let listed = admin
         .list_dead_letters(proto::ListDeadLettersRequest {
             target: list("dl:jobs:dead"),
@@ -341,7 +408,17 @@ async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
     assert_eq!(listed[0].reason, REASON);
     assert!(listed[3].raw && listed[3].origin.is_empty());
     assert_eq!((listed[4].origin.as_str(), listed[4].deliveries), ("", 3));
+    on.sidecar.stop().await;
+}
 
+/// List dead letters go back where they came from, marked redriven and with their count
+/// reset; one that says nothing of its origin is skipped unless `to` names one, and a raw
+/// value goes back as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_dead_letters_are_redriven_to_their_origin_or_where_to_says() {
+    let on = ListDeadLetters::start().await;
+    let client = &on.client;
+    let mut admin = admin(&on.addr).await;
     // Everything back where it came from; the two that do not say are skipped.
     let done = admin
         .redrive_dead_letters(proto::RedriveDeadLettersRequest {
@@ -393,7 +470,7 @@ async fn list_dead_letters_of_both_forms_are_decoded_and_redriven() {
     );
     let left: u64 = client.llen("dl:jobs:dead").await.unwrap();
     assert_eq!(left, 0);
-    sidecar.stop().await;
+    on.sidecar.stop().await;
 }
 
 /// `--allow-keys` holds for the admin service: a dead letter outside it is not read, and a
@@ -541,33 +618,7 @@ async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
     let mut redrive = redrive;
     let _ = redrive.wait();
 
-    let check = |expect_all_moved: bool| {
-        let client = client.clone();
-        async move {
-            let dead: Vec<(String, HashMap<String, String>)> =
-                client.xrange("kill:dead", "-", "+", None).await.unwrap();
-            let moved: Vec<(String, HashMap<String, String>)> =
-                client.xrange("kill:orders", "-", "+", None).await.unwrap();
-            let mut copies: HashMap<String, usize> = HashMap::new();
-            for (_, fields) in &moved {
-                *copies.entry(fields["_payload"].clone()).or_default() += 1;
-            }
-            let still: Vec<String> = dead.iter().map(|(_, f)| f["_payload"].clone()).collect();
-            for i in 0..N {
-                let p = i.to_string();
-                let (n, dead) = (copies.get(&p).copied().unwrap_or(0), still.contains(&p));
-                assert!(
-                    (n == 1 && !dead) || (n == 0 && dead),
-                    "dead letter {p}: {n} copies, still a dead letter: {dead}"
-                );
-            }
-            if expect_all_moved {
-                assert!(still.is_empty());
-            }
-            (moved.len(), still.len())
-        }
-    };
-    let (moved, left) = check(false).await;
+    let (moved, left) = each_redriven_once_or_still_dead(&client, N, false).await;
     assert!(
         moved > 0 && left > 0,
         "killed half-way: {moved} moved, {left} left"
@@ -585,6 +636,37 @@ async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
         out.contains(&format!("{left} of {left} dead letters redriven")),
         "{out}"
     );
-    check(true).await;
+    each_redriven_once_or_still_dead(&client, N, true).await;
     sidecar.terminate();
+}
+
+/// Each of the `n` dead letters of `kill:dead` is either still a dead letter or on
+/// `kill:orders` exactly once (all moved, when `expect_all_moved`); returns how many moved and
+/// how many are left.
+async fn each_redriven_once_or_still_dead(
+    client: &Client,
+    n: usize,
+    expect_all_moved: bool,
+) -> (usize, usize) {
+    let dead: Vec<(String, HashMap<String, String>)> =
+        client.xrange("kill:dead", "-", "+", None).await.unwrap();
+    let moved: Vec<(String, HashMap<String, String>)> =
+        client.xrange("kill:orders", "-", "+", None).await.unwrap();
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    for (_, fields) in &moved {
+        *copies.entry(fields["_payload"].clone()).or_default() += 1;
+    }
+    let still: Vec<String> = dead.iter().map(|(_, f)| f["_payload"].clone()).collect();
+    for i in 0..n {
+        let p = i.to_string();
+        let (n, dead) = (copies.get(&p).copied().unwrap_or(0), still.contains(&p));
+        assert!(
+            (n == 1 && !dead) || (n == 0 && dead),
+            "dead letter {p}: {n} copies, still a dead letter: {dead}"
+        );
+    }
+    if expect_all_moved {
+        assert!(still.is_empty());
+    }
+    (moved.len(), still.len())
 }
