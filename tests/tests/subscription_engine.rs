@@ -217,41 +217,87 @@ async fn a_live_reliable_list_consumer_keeps_its_entries_while_its_window_is_ful
     sidecar.stop().await;
 }
 
+/// Stream `s` with entries 1-0 to 5-0 pending in group `g` on interleaved owners: c (the
+/// sidecar's consumer) has 2-0 and 4-0, x (dead) the others; 3-0 has been delivered six times.
+/// Returns once x's entries are idle past `min_idle`.
+async fn interleaved_pending(inspect: &Client, min_idle: Duration) {
+    raw(inspect, "XGROUP", vec!["CREATE", "s", "g", "0", "MKSTREAM"]).await;
+    for n in 1..=5 {
+        let id = format!("{n}-0");
+        let value = n.to_string();
+        raw(inspect, "XADD", vec!["s", &id, "n", &value]).await;
+    }
+    for consumer in ["x", "c", "x", "c", "x"] {
+        raw(
+            inspect,
+            "XREADGROUP",
+            vec!["GROUP", "g", consumer, "COUNT", "1", "STREAMS", "s", ">"],
+        )
+        .await;
+    }
+    // XCLAIM without JUSTID counts a delivery.
+    for _ in 0..5 {
+        raw(inspect, "XCLAIM", vec!["s", "g", "x", "0", "3-0"]).await;
+    }
+    // x's entries must be idle past min_idle when the reclaim runs, while c's own (read again
+    // when the subscription opens, which makes them fresh) are not: so c's 2-0 lies between
+    // the claimed 1-0 and 3-0 in its pending list without being claimed itself.
+    tokio::time::sleep(min_idle + Duration::from_millis(300)).await;
+}
+
+/// The fields of the dead letter of 3-0, if it is in the dead-letter stream.
+async fn dead_letter_of_3_0(inspect: &Client) -> Option<HashMap<String, String>> {
+    let dead: Vec<(String, HashMap<String, String>)> =
+        inspect.xrange("dead", "-", "+", None).await.unwrap();
+    dead.into_iter()
+        .map(|(_, fields)| fields)
+        .find(|f| f.get("h:x-window-original-id").map(String::as_str) == Some("3-0"))
+}
+
+/// Acks every delivery the reclaim brings (2-0 and 4-0 stay outstanding throughout) until 1-0
+/// and 5-0 came and 3-0 is in the dead letter, for 6 s at most: the counts 1-0 and 5-0 came
+/// with, and 3-0's if it was delivered.
+async fn ack_the_claimed(
+    sub: &mut Subscription,
+    inspect: &Client,
+) -> (HashMap<String, u32>, Option<u32>) {
+    let mut claimed_counts: HashMap<String, u32> = HashMap::new();
+    let mut third_delivered = None;
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline {
+        if claimed_counts.len() == 2 && dead_letter_of_3_0(inspect).await.is_some() {
+            break;
+        }
+        match next_within(sub, Duration::from_millis(200)).await {
+            Some(Ok(Some(Kind::Read(read)))) => {
+                let mut acks = Vec::new();
+                for d in &read.deliveries {
+                    match d.entry_id.as_str() {
+                        "3-0" => third_delivered = Some(d.delivery_count),
+                        id @ ("1-0" | "5-0") => {
+                            claimed_counts.insert(id.to_owned(), d.delivery_count);
+                        }
+                        _ => {}
+                    }
+                    acks.push(outcome(d.slot, Ack));
+                }
+                sub.send(vec![], acks).await;
+            }
+            Some(Ok(Some(_))) | None => {}
+            Some(other) => panic!("the stream ended: {other:?}"),
+        }
+    }
+    (claimed_counts, third_delivered)
+}
+
 /// A claimed stream entry's delivery count is the group's own counter, whatever else the
 /// claiming consumer has pending: past the cap it goes to the dead letter unread.
 #[tokio::test]
 async fn a_claimed_stream_entry_keeps_the_groups_delivery_count_and_reaches_the_dead_letter() {
     let redis = RedisServer::start();
     let inspect = redis.client().await;
-    raw(
-        &inspect,
-        "XGROUP",
-        vec!["CREATE", "s", "g", "0", "MKSTREAM"],
-    )
-    .await;
-    for n in 1..=5 {
-        let id = format!("{n}-0");
-        let value = n.to_string();
-        raw(&inspect, "XADD", vec!["s", &id, "n", &value]).await;
-    }
-    // Interleaved owners: c (the sidecar's consumer) has 2-0 and 4-0, x (dead) the others.
-    for consumer in ["x", "c", "x", "c", "x"] {
-        raw(
-            &inspect,
-            "XREADGROUP",
-            vec!["GROUP", "g", consumer, "COUNT", "1", "STREAMS", "s", ">"],
-        )
-        .await;
-    }
-    // 3-0 has been delivered six times (XCLAIM without JUSTID counts a delivery).
-    for _ in 0..5 {
-        raw(&inspect, "XCLAIM", vec!["s", "g", "x", "0", "3-0"]).await;
-    }
-    // x's entries must be idle past min_idle when the reclaim runs, while c's own (read again
-    // when the subscription opens, which makes them fresh) are not: so c's 2-0 lies between
-    // the claimed 1-0 and 3-0 in its pending list without being claimed itself.
     let min_idle = Duration::from_secs(1);
-    tokio::time::sleep(min_idle + Duration::from_millis(300)).await;
+    interleaved_pending(&inspect, min_idle).await;
 
     let sidecar = Sidecar::start(&redis.url(), &["--reclaim-interval", "300ms"]).await;
     let mut client = sidecar.client().await;
@@ -275,45 +321,12 @@ async fn a_claimed_stream_entry_keeps_the_groups_delivery_count_and_reaches_the_
         .map(|d| d.entry_id.clone())
         .collect();
     assert_eq!(own, ["2-0", "4-0"], "its own pending entries come first");
-    // 2-0 and 4-0 stay outstanding throughout; claimed ones are acked.
-    let mut claimed_counts: HashMap<String, u32> = HashMap::new();
-    let mut third_delivered = None;
-    let dead_third = || async {
-        let dead: Vec<(String, HashMap<String, String>)> =
-            inspect.xrange("dead", "-", "+", None).await.unwrap();
-        dead.into_iter()
-            .map(|(_, fields)| fields)
-            .find(|f| f.get("h:x-window-original-id").map(String::as_str) == Some("3-0"))
-    };
-    let deadline = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < deadline {
-        if claimed_counts.len() == 2 && dead_third().await.is_some() {
-            break;
-        }
-        match next_within(&mut sub, Duration::from_millis(200)).await {
-            Some(Ok(Some(Kind::Read(read)))) => {
-                let mut acks = Vec::new();
-                for d in &read.deliveries {
-                    match d.entry_id.as_str() {
-                        "3-0" => third_delivered = Some(d.delivery_count),
-                        id @ ("1-0" | "5-0") => {
-                            claimed_counts.insert(id.to_owned(), d.delivery_count);
-                        }
-                        _ => {}
-                    }
-                    acks.push(outcome(d.slot, Ack));
-                }
-                sub.send(vec![], acks).await;
-            }
-            Some(Ok(Some(_))) | None => {}
-            Some(other) => panic!("the stream ended: {other:?}"),
-        }
-    }
+    let (claimed_counts, third_delivered) = ack_the_claimed(&mut sub, &inspect).await;
     assert_eq!(
         third_delivered, None,
         "3-0 (delivered 6 times before, cap 3) was delivered to the client with this delivery_count"
     );
-    let dead = dead_third()
+    let dead = dead_letter_of_3_0(&inspect)
         .await
         .expect("3-0 is in the dead-letter stream");
     let deliveries: u32 = dead["h:x-window-deliveries"].parse().unwrap();
