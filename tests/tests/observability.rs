@@ -362,108 +362,145 @@ async fn the_dashboard_queries_only_exported_metrics() {
     sidecar.stop().await;
 }
 
+/// A sidecar sampling every 100 ms, left with backlogs nobody consumes: a group whose only
+/// subscription closed with two entries pending and five more published since, a group and a
+/// list named by `--watch` that nobody ever opened, and a reliable list whose consumer left one
+/// of three values on its processing list.
+struct Unconsumed {
+    _redis: RedisServer,
+    inspect: fred::clients::Client,
+    metrics: SocketAddr,
+    sidecar: Sidecar,
+}
+
+/// The backlog gauges `Unconsumed` leaves, and their values.
+const UNCONSUMED: [(&str, f64); 7] = [
+    (
+        "window_group_pending_entries{key=\"orders\",group=\"g\"}",
+        2.0,
+    ),
+    ("window_group_lag_entries{key=\"orders\",group=\"g\"}", 5.0),
+    (
+        "window_group_pending_entries{key=\"billing:eu\",group=\"payments\"}",
+        0.0,
+    ),
+    (
+        "window_group_lag_entries{key=\"billing:eu\",group=\"payments\"}",
+        3.0,
+    ),
+    ("window_list_entries{key=\"idle-jobs\"}", 4.0),
+    ("window_list_entries{key=\"jobs\"}", 2.0),
+    ("window_list_processing_entries{key=\"jobs\"}", 1.0),
+];
+
+impl Unconsumed {
+    async fn start() -> Unconsumed {
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let addr = metrics.to_string();
+        let sidecar = Sidecar::start(
+            &redis.url(),
+            &[
+                "--metrics-listen",
+                &addr,
+                "--sample-interval",
+                "100ms",
+                "--watch",
+                "stream:billing:eu:payments",
+                "--watch",
+                "list:idle-jobs",
+            ],
+        )
+        .await;
+        let mut client = sidecar.client().await;
+        let _: () = inspect
+            .xgroup_create("billing:eu", "payments", "0", true)
+            .await
+            .unwrap();
+        publish(&mut client, "billing:eu", numbered(3)).await;
+        let _: i64 = inspect
+            .lpush("idle-jobs", vec!["a", "b", "c", "d"])
+            .await
+            .unwrap();
+
+        // A worker reads two entries and crashes without an outcome.
+        publish(&mut client, "orders", numbered(2)).await;
+        let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 2))
+            .await
+            .unwrap();
+        assert_eq!(sub.read().await.deliveries.len(), 2);
+        sub.close();
+        assert!(matches!(sub.next().await, Ok(None)));
+        // And one of a reliable list, with one of three values.
+        let _: i64 = inspect.lpush("jobs", vec!["1", "2", "3"]).await.unwrap();
+        let open = proto::Open {
+            source: Some(proto::open::Source::ReliableList(
+                proto::ReliableListSource {
+                    key: "jobs".into(),
+                    consumer: "c".into(),
+                    ..Default::default()
+                },
+            )),
+            max_in_flight: 1,
+            ..stream_open("-", "-", "-", 1)
+        };
+        let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+        assert_eq!(sub.read().await.deliveries.len(), 1);
+        sub.close();
+        assert!(matches!(sub.next().await, Ok(None)));
+        // Producers go on once nobody consumes: the stream subscription's last blocking read
+        // has returned (it frees the consumer's lease then; a read still blocked in Redis would
+        // take what is published now).
+        let ended = eventually(STEP, || async {
+            let held: i64 = inspect.exists("{orders}:window:lease:g:c").await.unwrap();
+            held == 0
+        })
+        .await;
+        assert!(ended, "the stream subscription ended");
+        publish(&mut client, "orders", numbered(5)).await;
+        Unconsumed {
+            _redis: redis,
+            inspect,
+            metrics,
+            sidecar,
+        }
+    }
+
+    /// Waits for every gauge of `UNCONSUMED` to show its value.
+    async fn assert_backlog_shown(&self) {
+        let metrics = self.metrics;
+        let holds = |text: &str| {
+            UNCONSUMED
+                .iter()
+                .all(|(series, value)| text.contains(series) && sample(text, series) == *value)
+        };
+        let settled = eventually(STEP, || async {
+            holds(&http_get(metrics, "/metrics").await.1)
+        })
+        .await;
+        let text = http_get(metrics, "/metrics").await.1;
+        assert!(settled, "expected {UNCONSUMED:?} in\n{text}");
+    }
+}
+
 /// The backlog stays visible when nobody consumes: a group whose only subscription closed with
 /// entries pending, a group and a list named by `--watch` that nobody ever opened, and a
 /// reliable list whose consumer left entries on its processing list.
 #[tokio::test]
 async fn backlog_gauges_stay_while_no_subscription_is_open() {
-    let redis = RedisServer::start();
-    let inspect = redis.client().await;
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let addr = metrics.to_string();
-    let sidecar = Sidecar::start(
-        &redis.url(),
-        &[
-            "--metrics-listen",
-            &addr,
-            "--sample-interval",
-            "100ms",
-            "--watch",
-            "stream:billing:eu:payments",
-            "--watch",
-            "list:idle-jobs",
-        ],
-    )
-    .await;
-    let mut client = sidecar.client().await;
-    let _: () = inspect
-        .xgroup_create("billing:eu", "payments", "0", true)
-        .await
-        .unwrap();
-    publish(&mut client, "billing:eu", numbered(3)).await;
-    let _: i64 = inspect
-        .lpush("idle-jobs", vec!["a", "b", "c", "d"])
-        .await
-        .unwrap();
+    let on = Unconsumed::start().await;
+    on.assert_backlog_shown().await;
+    on.sidecar.stop().await;
+}
 
-    // A worker reads two entries and crashes without an outcome.
-    publish(&mut client, "orders", numbered(2)).await;
-    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 2))
-        .await
-        .unwrap();
-    assert_eq!(sub.read().await.deliveries.len(), 2);
-    sub.close();
-    assert!(matches!(sub.next().await, Ok(None)));
-    // And one of a reliable list, with one of three values.
-    let _: i64 = inspect.lpush("jobs", vec!["1", "2", "3"]).await.unwrap();
-    let open = proto::Open {
-        source: Some(proto::open::Source::ReliableList(
-            proto::ReliableListSource {
-                key: "jobs".into(),
-                consumer: "c".into(),
-                ..Default::default()
-            },
-        )),
-        max_in_flight: 1,
-        ..stream_open("-", "-", "-", 1)
-    };
-    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
-    assert_eq!(sub.read().await.deliveries.len(), 1);
-    sub.close();
-    assert!(matches!(sub.next().await, Ok(None)));
-    // Producers go on once nobody consumes: the stream subscription's last blocking read has
-    // returned (it frees the consumer's lease then; a read still blocked in Redis would take
-    // what is published now).
-    let ended = eventually(STEP, || async {
-        let held: i64 = inspect.exists("{orders}:window:lease:g:c").await.unwrap();
-        held == 0
-    })
-    .await;
-    assert!(ended, "the stream subscription ended");
-    publish(&mut client, "orders", numbered(5)).await;
-
-    let expected = [
-        (
-            "window_group_pending_entries{key=\"orders\",group=\"g\"}",
-            2.0,
-        ),
-        ("window_group_lag_entries{key=\"orders\",group=\"g\"}", 5.0),
-        (
-            "window_group_pending_entries{key=\"billing:eu\",group=\"payments\"}",
-            0.0,
-        ),
-        (
-            "window_group_lag_entries{key=\"billing:eu\",group=\"payments\"}",
-            3.0,
-        ),
-        ("window_list_entries{key=\"idle-jobs\"}", 4.0),
-        ("window_list_entries{key=\"jobs\"}", 2.0),
-        ("window_list_processing_entries{key=\"jobs\"}", 1.0),
-    ];
-    let holds = |text: &str| {
-        expected
-            .iter()
-            .all(|(series, value)| text.contains(series) && sample(text, series) == *value)
-    };
-    let settled = eventually(STEP, || async {
-        holds(&http_get(metrics, "/metrics").await.1)
-    })
-    .await;
-    let text = http_get(metrics, "/metrics").await.1;
-    assert!(settled, "expected {expected:?} in\n{text}");
-
-    // A group deleted under the gauges loses its series rather than reporting a stale backlog.
-    let _: i64 = inspect.xgroup_destroy("orders", "g").await.unwrap();
+/// A group deleted under the gauges loses its series rather than reporting a stale backlog.
+#[tokio::test]
+async fn a_deleted_groups_backlog_gauges_go_away() {
+    let on = Unconsumed::start().await;
+    on.assert_backlog_shown().await;
+    let metrics = on.metrics;
+    let _: i64 = on.inspect.xgroup_destroy("orders", "g").await.unwrap();
     let gone = eventually(STEP, || async {
         !http_get(metrics, "/metrics")
             .await
@@ -472,5 +509,5 @@ async fn backlog_gauges_stay_while_no_subscription_is_open() {
     })
     .await;
     assert!(gone, "the deleted group's series went away");
-    sidecar.stop().await;
+    on.sidecar.stop().await;
 }
