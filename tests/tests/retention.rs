@@ -96,87 +96,144 @@ async fn sidecar_consume(worker: &mut Worker, wait: Duration) -> Vec<String> {
 }
 
 /// A steady producer, a group consumed through the sidecar at full speed and a hand-written
-/// group that lags by thousands of entries. The stream's length stays within what the lagging
-/// group has not acknowledged plus one trim interval of traffic, and both groups get every
-/// entry once.
+/// group that lags by thousands of entries, on a stream under retention, once the producer
+/// wrote every entry and the fast group had them all.
+struct LaggingGroup {
+    _redis: RedisServer,
+    client: Client,
+    sidecar: Sidecar,
+    fast: Worker,
+    fast_ids: Vec<String>,
+    slow_ids: Vec<String>,
+    /// The most entries the stream held beyond what the slow group had not acknowledged.
+    worst_excess: i64,
+    /// The entries one trim interval of traffic brings.
+    per_interval: i64,
+}
+
+const LAGGING_KEY: &str = "ret:orders";
+
+impl LaggingGroup {
+    async fn run() -> LaggingGroup {
+        let redis = RedisServer::start();
+        let client = redis.client().await;
+        let key = LAGGING_KEY;
+        // Both groups exist before the first entry: retention never deletes what a group has
+        // not read, and a group created later starts where it is created.
+        let _: () = client.xgroup_create(key, "slow", "$", true).await.unwrap();
+        let sidecar = Sidecar::start(
+            &redis.url(),
+            &[
+                "--ack-retention",
+                "ret:*",
+                "--retention-interval",
+                TRIM_EVERY,
+            ],
+        )
+        .await;
+        let mut fast = Worker::open(
+            &sidecar.addr.to_string(),
+            stream_open(key, "fast", "c1", 64),
+        )
+        .await;
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let groups: Value = client.xinfo_groups(key).await.unwrap();
+                matches!(groups, Value::Array(g) if g.len() == 2)
+            })
+            .await,
+            "the sidecar created its group"
+        );
+
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let producer = produce_steadily(redis.client().await, written.clone());
+        let (mut fast_ids, mut slow_ids) = (Vec::new(), Vec::new());
+        let mut worst_excess = i64::MIN;
+        let per_interval = (BURST as u128 * 200 / PRODUCE_EVERY.as_millis()) as i64;
+        let started = std::time::Instant::now();
+        for round in 0.. {
+            if fast_ids.len() >= ENTRIES {
+                break;
+            }
+            fast_ids.extend(sidecar_consume(&mut fast, Duration::from_millis(50)).await);
+            // The slow group reads a few entries now and then until the producer is done.
+            if !producer.is_finished() && round % 4 == 0 {
+                slow_ids.extend(hand_consume(&client, key, "slow", 5).await);
+            }
+            // Measured after the count it is compared with: a burst written in between only
+            // makes the excess look larger.
+            let unacked_by_slow =
+                written.load(std::sync::atomic::Ordering::SeqCst) as i64 - slow_ids.len() as i64;
+            let excess = xlen(&client, key).await as i64 - unacked_by_slow;
+            worst_excess = worst_excess.max(excess);
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the fast group got {} of {ENTRIES} entries in 2 minutes",
+                fast_ids.len()
+            );
+        }
+        producer.await.unwrap();
+        LaggingGroup {
+            _redis: redis,
+            client,
+            sidecar,
+            fast,
+            fast_ids,
+            slow_ids,
+            worst_excess,
+            per_interval,
+        }
+    }
+
+    /// The slow group reads everything left.
+    async fn catch_up(&mut self) {
+        loop {
+            let got = hand_consume(&self.client, LAGGING_KEY, "slow", 500).await;
+            if got.is_empty() {
+                break;
+            }
+            self.slow_ids.extend(got);
+        }
+    }
+
+    async fn stop(self) {
+        let LaggingGroup {
+            mut fast, sidecar, ..
+        } = self;
+        fast.close();
+        sidecar.stop().await;
+    }
+}
+
+/// `ENTRIES` entries to the lagging-group stream, in bursts of `BURST` every `PRODUCE_EVERY`,
+/// counted in `written`.
+fn produce_steadily(
+    client: Client,
+    written: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for start in (0..ENTRIES).step_by(BURST) {
+            let pipeline = client.pipeline();
+            for i in start..start + BURST {
+                let _: () = pipeline
+                    .xadd(LAGGING_KEY, false, None, "*", vec![("n", i.to_string())])
+                    .await
+                    .unwrap();
+            }
+            let _: Vec<Value> = pipeline.all().await.unwrap();
+            written.fetch_add(BURST, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(PRODUCE_EVERY).await;
+        }
+    })
+}
+
+/// The stream's length stays within what the lagging group has not acknowledged plus one trim
+/// interval of traffic (and the fast group's window).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_under_retention_keeps_only_what_some_group_still_needs() {
-    let redis = RedisServer::start();
-    let client = redis.client().await;
-    let key = "ret:orders";
-    // Both groups exist before the first entry: retention never deletes what a group has not
-    // read, and a group created later starts where it is created.
-    let _: () = client.xgroup_create(key, "slow", "$", true).await.unwrap();
-    let sidecar = Sidecar::start(
-        &redis.url(),
-        &[
-            "--ack-retention",
-            "ret:*",
-            "--retention-interval",
-            TRIM_EVERY,
-        ],
-    )
-    .await;
-    let mut fast = Worker::open(
-        &sidecar.addr.to_string(),
-        stream_open(key, "fast", "c1", 64),
-    )
-    .await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            let groups: Value = client.xinfo_groups(key).await.unwrap();
-            matches!(groups, Value::Array(g) if g.len() == 2)
-        })
-        .await,
-        "the sidecar created its group"
-    );
-
-    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let producer = {
-        let (client, written) = (redis.client().await, written.clone());
-        tokio::spawn(async move {
-            for start in (0..ENTRIES).step_by(BURST) {
-                let pipeline = client.pipeline();
-                for i in start..start + BURST {
-                    let _: () = pipeline
-                        .xadd(key, false, None, "*", vec![("n", i.to_string())])
-                        .await
-                        .unwrap();
-                }
-                let _: Vec<Value> = pipeline.all().await.unwrap();
-                written.fetch_add(BURST, std::sync::atomic::Ordering::SeqCst);
-                tokio::time::sleep(PRODUCE_EVERY).await;
-            }
-        })
-    };
-
-    let (mut fast_ids, mut slow_ids) = (Vec::new(), Vec::new());
-    let mut worst_excess = i64::MIN;
-    let per_interval = (BURST as u128 * 200 / PRODUCE_EVERY.as_millis()) as i64;
-    let started = std::time::Instant::now();
-    for round in 0.. {
-        if fast_ids.len() >= ENTRIES {
-            break;
-        }
-        fast_ids.extend(sidecar_consume(&mut fast, Duration::from_millis(50)).await);
-        // The slow group reads a few entries now and then until the producer is done.
-        if !producer.is_finished() && round % 4 == 0 {
-            slow_ids.extend(hand_consume(&client, key, "slow", 5).await);
-        }
-        // Measured after the count it is compared with: a burst written in between only makes
-        // the excess look larger.
-        let unacked_by_slow =
-            written.load(std::sync::atomic::Ordering::SeqCst) as i64 - slow_ids.len() as i64;
-        let excess = xlen(&client, key).await as i64 - unacked_by_slow;
-        worst_excess = worst_excess.max(excess);
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the fast group got {} of {ENTRIES} entries in 2 minutes",
-            fast_ids.len()
-        );
-    }
-    producer.await.unwrap();
-    let lagging_by = ENTRIES - slow_ids.len();
+    let run = LaggingGroup::run().await;
+    let (worst_excess, per_interval) = (run.worst_excess, run.per_interval);
+    let lagging_by = ENTRIES - run.slow_ids.len();
     eprintln!(
         "retention: the slow group lagged by {lagging_by} entries; the stream held at most {worst_excess} entries beyond what it had not acknowledged (one trim interval of traffic: {per_interval})"
     );
@@ -184,39 +241,50 @@ async fn a_stream_under_retention_keeps_only_what_some_group_still_needs() {
         lagging_by > 1_000,
         "the slow group should lag by thousands, it lags by {lagging_by}"
     );
-    // The bound: what the slow group has not acknowledged, plus what one trim interval (and
-    // the fast group's window) lets through.
     assert!(
         worst_excess <= 2 * per_interval + 256,
         "the stream held {worst_excess} entries beyond what the slow group had not acknowledged (one interval: {per_interval})"
     );
+    run.stop().await;
+}
 
-    // The slow group catches up: it gets every entry still, none was trimmed before it read.
-    loop {
-        let got = hand_consume(&client, key, "slow", 500).await;
-        if got.is_empty() {
-            break;
-        }
-        slow_ids.extend(got);
-    }
+/// A group lagging by thousands behind a stream under retention still gets every entry once
+/// when it catches up: none was trimmed before it read it. So does the fast group, and every
+/// side effect ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_group_gets_every_entry_once_under_retention() {
+    let mut run = LaggingGroup::run().await;
+    run.catch_up().await;
     let once = |ids: &[String]| ids.iter().collect::<HashSet<_>>().len();
-    assert_eq!((slow_ids.len(), once(&slow_ids)), (ENTRIES, ENTRIES));
-    assert_eq!((fast_ids.len(), once(&fast_ids)), (ENTRIES, ENTRIES));
-    let effects: i64 = client.get("ret:effects").await.unwrap();
+    assert_eq!(
+        (run.slow_ids.len(), once(&run.slow_ids)),
+        (ENTRIES, ENTRIES)
+    );
+    assert_eq!(
+        (run.fast_ids.len(), once(&run.fast_ids)),
+        (ENTRIES, ENTRIES)
+    );
+    let effects: i64 = run.client.get("ret:effects").await.unwrap();
     assert_eq!(effects, ENTRIES as i64, "every side effect ran once");
+    run.stop().await;
+}
 
-    // Everything acknowledged by both: the stream empties but for the entry every group last
-    // read (kept so that each group's position stays an entry of the stream).
+/// Everything acknowledged by both groups: the stream empties but for the entry every group
+/// last read (kept so that each group's position stays an entry of the stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_every_group_acknowledged_empties_but_for_the_last_read() {
+    let mut run = LaggingGroup::run().await;
+    run.catch_up().await;
+    let client = &run.client;
     assert!(
         eventually(Duration::from_secs(5), || async {
-            xlen(&client, key).await <= 1
+            xlen(client, LAGGING_KEY).await <= 1
         })
         .await,
         "the stream still holds {} entries after both groups acknowledged everything",
-        xlen(&client, key).await
+        xlen(client, LAGGING_KEY).await
     );
-    fast.close();
-    sidecar.stop().await;
+    run.stop().await;
 }
 
 /// Where `XACKDEL` exists, two groups consumed through the sidecar empty the stream as they
