@@ -98,7 +98,7 @@ struct Seen {
     tenant: Option<String>,
 }
 
-/// Every delivery both sides saw in the shared-keys test.
+/// Every delivery both sides saw in the shared-keys run under way (see `SHARED_KEYS`).
 static SEEN: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
 
 #[derive(Debug, serde::Deserialize)]
@@ -154,37 +154,98 @@ async fn retry_everything(mut sub: Subscription, form: &'static str) {
     }
 }
 
-/// ruststream-fred services and sidecar clients consume the same stream through one group and
-/// the same reliable list, and retry everything. Whichever side gets a copy, each entry is
-/// delivered exactly three times (attempts 1, 2 and 3, each once), its headers intact, and its
-/// third failure goes to the shared dead letter once, saying 3 in ruststream-fred's count.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their_caps_hold() {
-    const N: u32 = 20;
-    let redis = RedisServer::start();
-    let inspect = redis.client().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let mut client = sidecar.client().await;
-    let jobs = |n: std::ops::Range<u32>| -> Vec<proto::PublishEntry> {
-        n.map(|n| proto::PublishEntry {
-            payload: format!("{{\"n\":{n}}}").into(),
-            headers: [("tenant".to_owned(), "acme".to_owned())].into(),
-            ..Default::default()
-        })
-        .collect()
-    };
-    let app = RustStream::new(AppInfo::new("interop", "0.1.0"))
-        .with_broker(RedisBroker::standalone(redis.url()), |b| {
-            b.include(ruststream_order)
-                .max_attempts(nonzero!(3u32))
-                .dead_letter("shared:orders:dead");
-            b.include(ruststream_job)
-                .max_attempts(nonzero!(3u32))
-                .dead_letter("shared:jobs:dead");
-        })
-        .start()
-        .await
-        .expect("the ruststream-fred service starts");
+/// ruststream-fred services and sidecar clients sharing keys is one run at a time: the
+/// services' handlers record into the one `SEEN`.
+static SHARED_KEYS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A dead letter's `n` and fields.
+type Letter = (u32, HashMap<String, String>);
+
+/// What a shared-keys run left: ruststream-fred services and sidecar clients consumed the same
+/// stream through one group and the same reliable list, and retried everything, until every
+/// entry of each was dead-lettered.
+struct SharedRun {
+    /// Every delivery either side saw.
+    seen: Vec<Seen>,
+    /// The dead letters of the stream and of the list, each sorted by `n`.
+    dead_letters: [(&'static str, Vec<Letter>); 2],
+    /// `XPENDING` of the stream's group.
+    pending: Value,
+    /// The list, ruststream-fred's processing list and the sidecar's.
+    lists_left: (u64, u64, u64),
+    /// What the dead-letter service lists of the stream's and the list's dead letters.
+    listed: Vec<(
+        proto::dead_letter_target::Kind,
+        proto::ListDeadLettersResponse,
+    )>,
+}
+
+/// Entries of each form in a shared-keys run.
+const N: u32 = 20;
+
+impl SharedRun {
+    async fn run() -> SharedRun {
+        let _one_at_a_time = SHARED_KEYS.lock().await;
+        SEEN.lock().unwrap().clear();
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let mut client = sidecar.client().await;
+        let app = RustStream::new(AppInfo::new("interop", "0.1.0"))
+            .with_broker(RedisBroker::standalone(redis.url()), |b| {
+                b.include(ruststream_order)
+                    .max_attempts(nonzero!(3u32))
+                    .dead_letter("shared:orders:dead");
+                b.include(ruststream_job)
+                    .max_attempts(nonzero!(3u32))
+                    .dead_letter("shared:jobs:dead");
+            })
+            .start()
+            .await
+            .expect("the ruststream-fred service starts");
+        let workers = retry_everything_capped(&mut client).await;
+
+        // Both sides are reading before the first entry arrives, so neither takes them all.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        publish_jobs(&mut client).await;
+        until_every_entry_is_dead_lettered(&inspect).await;
+        // Anything still on its way would show up as a fourth delivery or a second dead
+        // letter.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        app.shutdown().await.expect("the service stops");
+        for worker in workers {
+            worker.abort();
+        }
+
+        let seen = SEEN.lock().unwrap().clone();
+        let dead_letters = [
+            ("stream", stream_dead_letters(&inspect).await),
+            ("list", list_dead_letters(&inspect).await),
+        ];
+        let pending: Value = inspect.xpending("shared:orders", "g", ()).await.unwrap();
+        let left: u64 = inspect.llen("shared:jobs").await.unwrap();
+        let theirs: u64 = inspect.llen("shared:jobs.processing").await.unwrap();
+        let ours: u64 = inspect
+            .llen("{shared:jobs}:window:processing:sc")
+            .await
+            .unwrap();
+        let listed = listed_by_the_service(&sidecar).await;
+        sidecar.stop().await;
+        SharedRun {
+            seen,
+            dead_letters,
+            pending,
+            lists_left: (left, theirs, ours),
+            listed,
+        }
+    }
+}
+
+/// Opens the sidecar's subscriptions to the shared stream and list, capped at 3 deliveries with
+/// the dead letters ruststream-fred writes to, each retrying everything it gets.
+async fn retry_everything_capped(
+    client: &mut proto::window_service_client::WindowServiceClient<tonic::transport::Channel>,
+) -> [tokio::task::JoinHandle<()>; 2] {
     let capped = |open: proto::Open, dead_letter| proto::Open {
         max_deliveries: 3,
         dead_letter: Some(proto::DeadLetter {
@@ -209,15 +270,27 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         },
         proto::dead_letter::Target::List("shared:jobs:dead".into()),
     );
-    let (stream_sub, _) = Subscription::open(&mut client, stream).await.unwrap();
-    let (list_sub, _) = Subscription::open(&mut client, list).await.unwrap();
-    let workers = [
+    let (stream_sub, _) = Subscription::open(client, stream).await.unwrap();
+    let (list_sub, _) = Subscription::open(client, list).await.unwrap();
+    [
         tokio::spawn(retry_everything(stream_sub, "stream")),
         tokio::spawn(retry_everything(list_sub, "list")),
-    ];
+    ]
+}
 
-    // Both sides are reading before the first entry arrives, so neither takes them all.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+/// `N` jobs into the stream and `N` into the list, through the sidecar, each with a header
+/// (the list's values framed because of it).
+async fn publish_jobs(
+    client: &mut proto::window_service_client::WindowServiceClient<tonic::transport::Channel>,
+) {
+    let jobs = |n: std::ops::Range<u32>| -> Vec<proto::PublishEntry> {
+        n.map(|n| proto::PublishEntry {
+            payload: format!("{{\"n\":{n}}}").into(),
+            headers: [("tenant".to_owned(), "acme".to_owned())].into(),
+            ..Default::default()
+        })
+        .collect()
+    };
     client
         .publish(proto::PublishRequest {
             stream: "shared:orders".into(),
@@ -226,7 +299,6 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         })
         .await
         .unwrap();
-    // Into the list through the sidecar, framed because they carry headers.
     client
         .publish(proto::PublishRequest {
             list: "shared:jobs".into(),
@@ -235,7 +307,9 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         })
         .await
         .unwrap();
+}
 
+async fn until_every_entry_is_dead_lettered(inspect: &Client) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let streamed: u64 = inspect.xlen("shared:orders:dead").await.unwrap();
@@ -250,14 +324,86 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Anything still on its way would show up as a fourth delivery or a second dead letter.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    app.shutdown().await.expect("the service stops");
-    for worker in workers {
-        worker.abort();
-    }
+}
 
-    let seen = SEEN.lock().unwrap().clone();
+/// The job's `n` of a dead letter's fields.
+fn letter(fields: HashMap<String, String>) -> Letter {
+    let job: serde_json::Value = serde_json::from_str(&fields["_payload"]).unwrap();
+    (job["n"].as_u64().unwrap() as u32, fields)
+}
+
+async fn stream_dead_letters(inspect: &Client) -> Vec<Letter> {
+    let mut dead: Vec<Letter> = entries(inspect, "shared:orders:dead")
+        .await
+        .into_iter()
+        .map(letter)
+        .collect();
+    dead.sort_by_key(|(n, _)| *n);
+    dead
+}
+
+/// The list's dead letters, each a value in ruststream-fred's frame.
+async fn list_dead_letters(inspect: &Client) -> Vec<Letter> {
+    let values: Vec<Bytes> = inspect.lrange("shared:jobs:dead", 0, -1).await.unwrap();
+    let mut listed: Vec<Letter> = values
+        .iter()
+        .map(|value| {
+            letter(
+                frame::decode(value)
+                    .expect("a framed dead letter")
+                    .into_iter()
+                    .map(|(f, v)| {
+                        (
+                            String::from_utf8_lossy(&f).into_owned(),
+                            String::from_utf8_lossy(&v).into_owned(),
+                        )
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    listed.sort_by_key(|(n, _)| *n);
+    listed
+}
+
+async fn listed_by_the_service(
+    sidecar: &Sidecar,
+) -> Vec<(
+    proto::dead_letter_target::Kind,
+    proto::ListDeadLettersResponse,
+)> {
+    let mut admin = proto::dead_letter_service_client::DeadLetterServiceClient::connect(format!(
+        "http://{}",
+        sidecar.addr
+    ))
+    .await
+    .unwrap();
+    let mut listed = Vec::new();
+    for target in [
+        proto::dead_letter_target::Kind::Stream("shared:orders:dead".into()),
+        proto::dead_letter_target::Kind::List("shared:jobs:dead".into()),
+    ] {
+        let response = admin
+            .list_dead_letters(proto::ListDeadLettersRequest {
+                target: Some(proto::DeadLetterTarget {
+                    kind: Some(target.clone()),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        listed.push((target, response));
+    }
+    listed
+}
+
+/// Whichever side gets a copy, each entry of the shared stream and list is delivered exactly
+/// three times (attempts 1, 2 and 3, each once), its headers intact; some change sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list() {
+    let run = SharedRun::run().await;
+    let seen = &run.seen;
     for form in ["stream", "list"] {
         let mut crossed = 0;
         for n in 0..N {
@@ -279,39 +425,18 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
         );
         eprintln!("{form}: {crossed} of {N} entries changed sides between attempts");
     }
+}
 
-    // The dead letters: one per entry, whichever side wrote it, with the count and header.
-    let mut dead: Vec<(u32, HashMap<String, String>)> = entries(&inspect, "shared:orders:dead")
-        .await
-        .into_iter()
-        .map(|fields| {
-            let job: serde_json::Value = serde_json::from_str(&fields["_payload"]).unwrap();
-            (job["n"].as_u64().unwrap() as u32, fields)
-        })
-        .collect();
-    let values: Vec<Bytes> = inspect.lrange("shared:jobs:dead", 0, -1).await.unwrap();
-    let mut listed: Vec<(u32, HashMap<String, String>)> = values
-        .iter()
-        .map(|value| {
-            let fields: HashMap<String, String> = frame::decode(value)
-                .expect("a framed dead letter")
-                .into_iter()
-                .map(|(f, v)| {
-                    (
-                        String::from_utf8_lossy(&f).into_owned(),
-                        String::from_utf8_lossy(&v).into_owned(),
-                    )
-                })
-                .collect();
-            let job: serde_json::Value = serde_json::from_str(&fields["_payload"]).unwrap();
-            (job["n"].as_u64().unwrap() as u32, fields)
-        })
-        .collect();
-    for (form, letters) in [("stream", &mut dead), ("list", &mut listed)] {
-        letters.sort_by_key(|(n, _)| *n);
+/// The caps hold across both sides: each entry's third failure goes to the shared dead letter
+/// once, whichever side wrote it, saying 3 in ruststream-fred's count, its header kept; and
+/// nothing is left pending or on a processing list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_caps_dead_letter_each_entry_once_and_leave_nothing_behind() {
+    let run = SharedRun::run().await;
+    for (form, letters) in &run.dead_letters {
         let ns: Vec<u32> = letters.iter().map(|(n, _)| *n).collect();
         assert_eq!(ns, (0..N).collect::<Vec<_>>(), "{form} dead letters");
-        for (n, fields) in letters.iter() {
+        for (n, fields) in letters {
             assert_eq!(
                 fields["h:x-ruststream-retry-count"], "3",
                 "{form} {n}: {fields:?}"
@@ -319,44 +444,20 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
             assert_eq!(fields["h:tenant"], "acme", "{form} {n}: {fields:?}");
         }
     }
-
-    // Nothing is left pending or on a processing list.
-    let pending: Value = inspect.xpending("shared:orders", "g", ()).await.unwrap();
     assert_eq!(
-        pending.into_array()[0].as_u64(),
+        run.pending.clone().into_array()[0].as_u64(),
         Some(0),
         "pending entries left"
     );
-    let left: u64 = inspect.llen("shared:jobs").await.unwrap();
-    let theirs: u64 = inspect.llen("shared:jobs.processing").await.unwrap();
-    let ours: u64 = inspect
-        .llen("{shared:jobs}:window:processing:sc")
-        .await
-        .unwrap();
-    assert_eq!((left, theirs, ours), (0, 0, 0), "list, processing lists");
+    assert_eq!(run.lists_left, (0, 0, 0), "list, processing lists");
+}
 
-    // The dead-letter service reads both sides' dead letters alike: decoded, with the count
-    // each wrote, the origin where the sidecar wrote it (ruststream-fred's do not say).
-    let mut admin = proto::dead_letter_service_client::DeadLetterServiceClient::connect(format!(
-        "http://{}",
-        sidecar.addr
-    ))
-    .await
-    .unwrap();
-    for target in [
-        proto::dead_letter_target::Kind::Stream("shared:orders:dead".into()),
-        proto::dead_letter_target::Kind::List("shared:jobs:dead".into()),
-    ] {
-        let listed = admin
-            .list_dead_letters(proto::ListDeadLettersRequest {
-                target: Some(proto::DeadLetterTarget {
-                    kind: Some(target.clone()),
-                }),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
+/// The dead-letter service reads both sides' dead letters alike: decoded, with the count each
+/// wrote, the origin where the sidecar wrote it (ruststream-fred's do not say).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_service_reads_both_sides_dead_letters_alike() {
+    let run = SharedRun::run().await;
+    for (target, listed) in &run.listed {
         assert_eq!(listed.total, u64::from(N), "{target:?}");
         for letter in &listed.dead_letters {
             assert_eq!(letter.deliveries, 3, "{letter:?}");
@@ -375,7 +476,6 @@ async fn ruststream_fred_and_sidecar_clients_share_a_stream_and_a_list_and_their
             );
         }
     }
-    sidecar.stop().await;
 }
 
 fn pubsub_open(channel: &str, framing: proto::Framing) -> proto::Open {
