@@ -226,41 +226,14 @@ async fn start_receiver() -> (Receiver, String) {
     (receiver, format!("http://{otlp_addr}"))
 }
 
-// Multi-threaded: the in-process receiver must keep answering while the test thread waits for
-// the sidecar to exit (it exports its last spans on the way out).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
-    let (receiver, otlp) = start_receiver().await;
-
-    let redis = RedisServer::start();
-    let inspect = redis.client().await;
-    let _: () = inspect
-        .set("a-string", "x", None, None, false)
-        .await
-        .unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut sidecar = traced(&redis.url(), &listen, &otlp);
-    let mut client = connect_client(&listen).await;
-
-    // A producer with its own trace context publishes one order.
-    let mut publish = tonic::Request::new(proto::PublishRequest {
-        stream: "orders".into(),
-        entries: vec![proto::PublishEntry {
-            payload: "{}".into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    publish
-        .metadata_mut()
-        .insert("traceparent", MetadataValue::from_static(PRODUCER));
-    client.publish(publish).await.unwrap();
-    // Another entry is written without any context, straight to Redis.
-    let _: String = inspect
-        .xadd("orders", false, None, "*", vec![("plain", "1")])
-        .await
-        .unwrap();
-
+/// Sends the open of a subscription to `orders` (group `g`, consumer `c`, `count` per read)
+/// on a new request stream; returns the stream's sender and what to subscribe with.
+async fn open_orders(
+    count: u32,
+) -> (
+    mpsc::Sender<proto::SubscribeRequest>,
+    ReceiverStream<proto::SubscribeRequest>,
+) {
     let (tx, rx) = mpsc::channel(8);
     let open = proto::Open {
         source: Some(proto::open::Source::Stream(proto::StreamSource {
@@ -269,7 +242,7 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
             consumer: "c".into(),
             ..Default::default()
         })),
-        count: 1,
+        count,
         ..Default::default()
     };
     tx.send(proto::SubscribeRequest {
@@ -277,14 +250,20 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
     })
     .await
     .unwrap();
-    let mut stream = client
-        .subscribe(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut deliveries = Vec::new();
+    (tx, ReceiverStream::new(rx))
+}
+
+/// Answers each read with `answer(read, reads answered, flush reports)` until `flushes` flush
+/// reports came; returns the reads and the reports.
+async fn answer_reads(
+    tx: &mpsc::Sender<proto::SubscribeRequest>,
+    stream: &mut tonic::Streaming<proto::SubscribeResponse>,
+    flushes: usize,
+    mut answer: impl FnMut(&proto::Read, usize, usize) -> proto::Batch,
+) -> (Vec<proto::Read>, Vec<proto::FlushReport>) {
+    let mut reads = Vec::new();
     let mut reports = Vec::new();
-    while reports.len() < 2 {
+    while reports.len() < flushes {
         let message = tokio::time::timeout(Duration::from_secs(10), stream.message())
             .await
             .expect("a message in time")
@@ -292,79 +271,170 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
             .expect("the stream is open");
         match message.kind {
             Some(Response::Read(read)) => {
-                let d = read.deliveries[0].clone();
-                let first = deliveries.is_empty();
-                // The first read's side effect succeeds, the second's fails (WRONGTYPE).
-                let key = if first { "ok-counter" } else { "a-string" };
-                let name = if first { "INCR" } else { "LPUSH" };
-                let mut args = vec![bytes::Bytes::from(key)];
-                if !first {
-                    args.push("v".into());
-                }
-                let batch = proto::Batch {
-                    commands: vec![proto::QueuedCommand {
-                        slot: d.slot,
-                        name: name.into(),
-                        args,
-                    }],
-                    outcomes: vec![proto::Outcome {
-                        slot: d.slot,
-                        kind: OutcomeKind::Ack as i32,
-                        trace: first.then(|| proto::TraceContext {
-                            traceparent: CLIENT.into(),
-                            tracestate: String::new(),
-                        }),
-                        ..Default::default()
-                    }],
-                    acks: vec![],
-                    ..Default::default()
-                };
+                let batch = answer(&read, reads.len(), reports.len());
                 tx.send(proto::SubscribeRequest {
                     kind: Some(Request::Batch(batch)),
                 })
                 .await
                 .unwrap();
-                deliveries.push(d);
+                reads.push(read);
             }
             Some(Response::Flush(report)) => reports.push(report),
             _ => {}
         }
     }
-    assert!(reports[0].ok);
-    assert!(!reports[1].ok);
-    drop(tx);
-    drop(stream);
-    sidecar.terminate();
+    (reads, reports)
+}
 
-    let spans = receiver.spans.lock().unwrap().clone();
-    let named = |name: &str| {
-        spans
-            .iter()
-            .filter(|s| s.name == name)
-            .cloned()
-            .collect::<Vec<_>>()
-    };
-    let producer_trace = &PRODUCER[3..35];
+/// One command and the ack of the delivery in `slot`, with the client's context if any.
+fn ack_with(
+    slot: u64,
+    name: &str,
+    args: Vec<bytes::Bytes>,
+    trace: Option<proto::TraceContext>,
+) -> proto::Batch {
+    proto::Batch {
+        commands: vec![proto::QueuedCommand {
+            slot,
+            name: name.into(),
+            args,
+        }],
+        outcomes: vec![proto::Outcome {
+            slot,
+            kind: OutcomeKind::Ack as i32,
+            trace,
+            ..Default::default()
+        }],
+        acks: vec![],
+        ..Default::default()
+    }
+}
 
-    // Publish continues the producer's trace.
-    let publish = named("window.publish");
-    assert_eq!(publish.len(), 1, "{spans:#?}");
-    assert_eq!(hex(&publish[0].trace_id), producer_trace);
+/// A run traced over OTLP/gRPC: a producer with its own trace context publishes an order,
+/// another entry is written with none; the first read's side effect succeeds (acked with the
+/// client's context), the second's fails (WRONGTYPE). The sidecar has stopped: every span was
+/// exported and every line logged.
+struct TracedRun {
+    spans: Vec<Span>,
+    /// The one delivery of each read, in order.
+    deliveries: Vec<proto::Delivery>,
+    /// OTLP/HTTP requests the receiver got (none expected).
+    http_requests: Vec<(String, String)>,
+    sidecar: SidecarProcess,
+    _redis: RedisServer,
+}
+
+impl TracedRun {
+    async fn run() -> TracedRun {
+        let (receiver, otlp) = start_receiver().await;
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        let _: () = inspect
+            .set("a-string", "x", None, None, false)
+            .await
+            .unwrap();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut sidecar = traced(&redis.url(), &listen, &otlp);
+        let mut client = connect_client(&listen).await;
+
+        publish_traced(&mut client, 1).await;
+        // Another entry is written without any context, straight to Redis.
+        let _: String = inspect
+            .xadd("orders", false, None, "*", vec![("plain", "1")])
+            .await
+            .unwrap();
+
+        let (tx, requests) = open_orders(1).await;
+        let mut stream = client.subscribe(requests).await.unwrap().into_inner();
+        let (reads, reports) = answer_reads(&tx, &mut stream, 2, |read, answered, _| {
+            let slot = read.deliveries[0].slot;
+            // The first read's side effect succeeds, the second's fails (WRONGTYPE).
+            if answered == 0 {
+                let client_context = proto::TraceContext {
+                    traceparent: CLIENT.into(),
+                    tracestate: String::new(),
+                };
+                ack_with(
+                    slot,
+                    "INCR",
+                    vec!["ok-counter".into()],
+                    Some(client_context),
+                )
+            } else {
+                ack_with(slot, "LPUSH", vec!["a-string".into(), "v".into()], None)
+            }
+        })
+        .await;
+        assert!(reports[0].ok);
+        assert!(!reports[1].ok);
+        drop(tx);
+        drop(stream);
+        sidecar.terminate();
+
+        let spans = receiver.spans.lock().unwrap().clone();
+        let http_requests = receiver.http_requests.lock().unwrap().clone();
+        TracedRun {
+            spans,
+            deliveries: reads.iter().map(|r| r.deliveries[0].clone()).collect(),
+            http_requests,
+            sidecar,
+            _redis: redis,
+        }
+    }
+
+    fn named(&self, name: &str) -> Vec<&Span> {
+        self.spans.iter().filter(|s| s.name == name).collect()
+    }
+
+    /// The span `name` of read `read_id`.
+    fn of_read(&self, name: &str, read_id: i64) -> &Span {
+        self.named(name)
+            .into_iter()
+            .find(|s| int(s, "window.read_id") == read_id)
+            .unwrap_or_else(|| panic!("no {name} of read {read_id} in {:#?}", self.spans))
+    }
+
+    /// The publish span's id (there is one).
+    fn publish_span(&self) -> String {
+        let publish = self.named("window.publish");
+        assert_eq!(publish.len(), 1, "{:#?}", self.spans);
+        hex(&publish[0].span_id)
+    }
+}
+
+// Multi-threaded: the in-process receiver must keep answering while the test thread waits for
+// the sidecar to exit (it exports its last spans on the way out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_continues_the_producers_trace() {
+    let run = TracedRun::run().await;
+    let publish = run.named("window.publish");
+    assert_eq!(publish.len(), 1, "{:#?}", run.spans);
+    assert_eq!(hex(&publish[0].trace_id), &PRODUCER[3..35]);
     assert_eq!(hex(&publish[0].parent_span_id), &PRODUCER[36..52]);
-    let publish_span = hex(&publish[0].span_id);
+}
 
-    // The first delivery carries the producer's (publish span's) context; the second, which
-    // came with none, carries its read span's context.
-    let first_trace = deliveries[0].trace.as_ref().unwrap().traceparent.clone();
+/// A read span is a root linked to the producer's context; the first delivery carries the
+/// producer's (publish span's) context, the second, which came with none, its read span's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_spans_link_the_producer_and_deliveries_carry_a_context() {
+    let run = TracedRun::run().await;
+    let producer_trace = &PRODUCER[3..35];
+    let publish_span = run.publish_span();
+    let first_trace = run.deliveries[0]
+        .trace
+        .as_ref()
+        .unwrap()
+        .traceparent
+        .clone();
     assert_eq!(
         first_trace,
         format!("00-{producer_trace}-{publish_span}-01")
     );
-    let reads = named("window.read");
-    assert_eq!(reads.len(), 2, "{spans:#?}");
+    let reads = run.named("window.read");
+    assert_eq!(reads.len(), 2, "{:#?}", run.spans);
     let by_read: HashMap<i64, &Span> = reads
         .iter()
-        .map(|s| (int(s, "window.read_id"), s))
+        .map(|s| (int(s, "window.read_id"), *s))
         .collect();
     let read1 = by_read[&1];
     let read2 = by_read[&2];
@@ -373,19 +443,25 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
     assert_eq!(hex(&read1.links[0].trace_id), producer_trace);
     assert_eq!(hex(&read1.links[0].span_id), publish_span);
     assert!(read2.links.is_empty(), "no producer context, still a trace");
-    let second_trace = &deliveries[1].trace.as_ref().unwrap().traceparent;
+    let second_trace = &run.deliveries[1].trace.as_ref().unwrap().traceparent;
     assert_eq!(
         second_trace,
         &format!("00-{}-{}-01", hex(&read2.trace_id), hex(&read2.span_id))
     );
+}
 
-    // One flush span per read, a child of its read span, linked to producer and client.
-    let flushes = named("window.flush");
-    assert_eq!(flushes.len(), 2, "{spans:#?}");
-    let flush1 = flushes
-        .iter()
-        .find(|s| int(s, "window.read_id") == 1)
-        .unwrap();
+/// One flush span per read, a child of its read span, linked to producer and client, with the
+/// flush's figures; a failed flush's span has an error status. Over gRPC unless a variable
+/// says otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_spans_are_children_of_their_read_linked_to_producer_and_client() {
+    let run = TracedRun::run().await;
+    let producer_trace = &PRODUCER[3..35];
+    let publish_span = run.publish_span();
+    let read1 = run.of_read("window.read", 1);
+    let flushes = run.named("window.flush");
+    assert_eq!(flushes.len(), 2, "{:#?}", run.spans);
+    let flush1 = run.of_read("window.flush", 1);
     assert_eq!(flush1.trace_id, read1.trace_id);
     assert_eq!(flush1.parent_span_id, read1.span_id);
     let links: Vec<(String, String)> = flush1
@@ -424,26 +500,27 @@ async fn flush_spans_link_producer_client_and_read_and_logs_are_json() {
         flush1.status.as_ref().map(|s| s.code),
         Some(StatusCode::Error as i32)
     );
-    let flush2 = flushes
-        .iter()
-        .find(|s| int(s, "window.read_id") == 2)
-        .unwrap();
+    let flush2 = run.of_read("window.flush", 2);
     let status = flush2.status.as_ref().unwrap();
     assert_eq!(status.code, StatusCode::Error as i32);
     assert!(status.message.contains("WRONGTYPE"), "{}", status.message);
     assert!(
-        receiver.http_requests.lock().unwrap().is_empty(),
+        run.http_requests.is_empty(),
         "gRPC unless a variable says otherwise"
     );
+}
 
-    // The failed flush's log line names its span.
+/// Every log line is JSON; the subscription's open, failed flush and close are there, and the
+/// failed flush's line names its span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_json_and_the_failed_flushs_line_names_its_span() {
+    let run = TracedRun::run().await;
+    let flush2 = run.of_read("window.flush", 2);
     assert_eq!(
-        logged_ids(&json_lines(&sidecar), "flush failed"),
+        logged_ids(&json_lines(&run.sidecar), "flush failed"),
         (hex(&flush2.trace_id), hex(&flush2.span_id))
     );
-
-    // Every log line is JSON; the subscription's open, failed flush and close are there.
-    let lines = sidecar.lines();
+    let lines = run.sidecar.lines();
     assert!(!lines.is_empty());
     let mut messages = Vec::new();
     for line in &lines {
@@ -484,20 +561,79 @@ fn assert_no_secret(what: &str, text: &str) {
     }
 }
 
+/// Sends `Bearer <token>` with every request.
+#[derive(Clone)]
+struct Bearer(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        r.metadata_mut().insert("authorization", self.0.clone());
+        Ok(r)
+    }
+}
+
+type WithToken = WindowServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
+
+/// A channel to the sidecar at `listen`, once it accepts connections.
+async fn channel_to(listen: &str) -> tonic::transport::Channel {
+    loop {
+        if let Ok(channel) = tonic::transport::Endpoint::from_shared(format!("http://{listen}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            return channel;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn with_token(channel: tonic::transport::Channel, token: &str) -> WithToken {
+    let bearer: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
+    WindowServiceClient::with_interceptor(channel, Bearer(bearer))
+}
+
+fn one_order() -> proto::PublishRequest {
+    proto::PublishRequest {
+        stream: "orders".into(),
+        entries: vec![proto::PublishEntry {
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Kills Redis, publishes (refused), restarts it and publishes until the sidecar reconnected;
+/// returns what the refused publish was told.
+async fn bounce_redis(redis: &mut RedisServer, client: &mut WithToken) -> String {
+    redis.kill();
+    let down = client.publish(one_order()).await.unwrap_err();
+    redis.restart();
+    let mut published = false;
+    for _ in 0..100 {
+        if client.publish(one_order()).await.is_ok() {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(published, "the sidecar did not reconnect");
+    format!("{down:?}")
+}
+
 /// A run that used every credential, at the most verbose log level, with failures that put
-/// connection details into errors: a wrong token, a flush failure, Redis restarting, a second
-/// sidecar with a wrong password. No secret may appear in its logs, traces, metrics, admin
-/// view or the errors clients get.
+/// connection details into errors: a wrong token, a flush failure, Redis restarting. No secret
+/// may appear in its logs, traces, metrics, admin view or the errors clients get.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() {
     let (receiver, otlp) = start_receiver().await;
     let mut redis = RedisServer::start_with_password(REDIS_PASSWORD);
-    let dir = std::env::temp_dir().join(format!("window-sidecar-secrets-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = secrets_dir("run");
     let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let wrong_password_file = dir.join("wrong-password");
-    std::fs::write(&wrong_password_file, WRONG_PASSWORD).unwrap();
 
     let listen = format!("127.0.0.1:{}", free_port());
     let metrics = format!("127.0.0.1:{}", free_port());
@@ -515,43 +651,16 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         ],
         "debug",
     );
-    let channel = loop {
-        if let Ok(channel) = tonic::transport::Endpoint::from_shared(format!("http://{listen}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            break channel;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let bearer: MetadataValue<_> = format!("Bearer {TOKEN}").parse().unwrap();
-    let mut client =
-        WindowServiceClient::with_interceptor(channel.clone(), move |mut r: tonic::Request<()>| {
-            r.metadata_mut().insert("authorization", bearer.clone());
-            Ok(r)
-        });
-    let wrong: MetadataValue<_> = format!("Bearer {WRONG_TOKEN}").parse().unwrap();
-    let mut intruder =
-        WindowServiceClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
-            r.metadata_mut().insert("authorization", wrong.clone());
-            Ok(r)
-        });
+    let channel = channel_to(&listen).await;
+    let mut client = with_token(channel.clone(), TOKEN);
+    let mut intruder = with_token(channel, WRONG_TOKEN);
     let mut statuses = Vec::new();
 
-    let publish = || proto::PublishRequest {
-        stream: "orders".into(),
-        entries: vec![proto::PublishEntry {
-            payload: "{}".into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let refused = intruder.publish(publish()).await.unwrap_err();
+    let refused = intruder.publish(one_order()).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated);
     statuses.push(format!("{refused:?}"));
     for _ in 0..3 {
-        client.publish(publish()).await.unwrap();
+        client.publish(one_order()).await.unwrap();
     }
     let inspect = redis.client_with_auth(None, REDIS_PASSWORD).await;
     let _: () = inspect
@@ -559,88 +668,22 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         .await
         .unwrap();
 
-    let (tx, rx) = mpsc::channel(8);
-    let open = proto::Open {
-        source: Some(proto::open::Source::Stream(proto::StreamSource {
-            key: "orders".into(),
-            group: "g".into(),
-            consumer: "c".into(),
-            ..Default::default()
-        })),
-        count: 1,
-        ..Default::default()
-    };
-    tx.send(proto::SubscribeRequest {
-        kind: Some(Request::Open(open)),
-    })
-    .await
-    .unwrap();
-    let mut stream = client
-        .subscribe(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut reports = 0;
-    while reports < 2 {
-        let message = tokio::time::timeout(Duration::from_secs(10), stream.message())
-            .await
-            .expect("a message in time")
-            .unwrap()
-            .expect("the stream is open");
-        match message.kind {
-            Some(Response::Read(read)) => {
-                let slot = read.deliveries[0].slot;
-                // The second read's side effect fails (WRONGTYPE): an error in a report.
-                let (name, key) = if reports == 0 {
-                    ("INCR", "n")
-                } else {
-                    ("LPUSH", "a-string")
-                };
-                let mut args = vec![bytes::Bytes::from(key)];
-                if name == "LPUSH" {
-                    args.push("v".into());
-                }
-                tx.send(proto::SubscribeRequest {
-                    kind: Some(Request::Batch(proto::Batch {
-                        commands: vec![proto::QueuedCommand {
-                            slot,
-                            name: name.into(),
-                            args,
-                        }],
-                        outcomes: vec![proto::Outcome {
-                            slot,
-                            kind: OutcomeKind::Ack as i32,
-                            ..Default::default()
-                        }],
-                        acks: vec![],
-                        ..Default::default()
-                    })),
-                })
-                .await
-                .unwrap();
-            }
-            Some(Response::Flush(report)) => {
-                statuses.push(format!("{report:?}"));
-                reports += 1;
-            }
-            _ => {}
+    let (tx, requests) = open_orders(1).await;
+    let mut stream = client.subscribe(requests).await.unwrap().into_inner();
+    let (_, reports) = answer_reads(&tx, &mut stream, 2, |read, _, reports| {
+        let slot = read.deliveries[0].slot;
+        // The second read's side effect fails (WRONGTYPE): an error in a report.
+        if reports == 0 {
+            ack_with(slot, "INCR", vec!["n".into()], None)
+        } else {
+            ack_with(slot, "LPUSH", vec!["a-string".into(), "v".into()], None)
         }
-    }
+    })
+    .await;
+    statuses.extend(reports.iter().map(|report| format!("{report:?}")));
 
     // Redis goes away and comes back: connection errors are logged and reported.
-    redis.kill();
-    let down = client.publish(publish()).await.unwrap_err();
-    statuses.push(format!("{down:?}"));
-    redis.restart();
-    let mut published = false;
-    for _ in 0..100 {
-        if client.publish(publish()).await.is_ok() {
-            published = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(published, "the sidecar did not reconnect");
+    statuses.push(bounce_redis(&mut redis, &mut client).await);
     let metrics_body = ok_body(&metrics, "/metrics").await;
     assert!(metrics_body.contains("window_"), "{metrics_body}");
     let admin_body = ok_body(&metrics, "/subscriptions").await;
@@ -648,11 +691,45 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
     drop(stream);
     sidecar.terminate();
 
-    // A second sidecar with the wrong password: its refusal must not echo what it was given.
-    let listen2 = format!("127.0.0.1:{}", free_port());
+    let lines = sidecar.lines().join("\n");
+    assert!(
+        lines.len() > 10_000,
+        "a debug run logs a lot: {} bytes",
+        lines.len()
+    );
+    assert_no_secret("the sidecar's output", &lines);
+    assert_no_secret("/metrics", &metrics_body);
+    assert_no_secret("/subscriptions", &admin_body);
+    assert_no_secret("what clients were told", &statuses.join("\n"));
+    let spans = format!("{:?}", receiver.spans.lock().unwrap());
+    assert!(spans.contains("window.flush"), "spans were exported");
+    assert_no_secret("the exported spans", &spans);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A directory of this test process for the files that hold secrets.
+fn secrets_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "window-sidecar-secrets-{}-{test}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A sidecar given the wrong Redis password, at the most verbose log level: its refusal must
+/// not echo what it was given, in its output or its spans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_redis_password_is_refused_without_being_echoed() {
+    let (receiver, otlp) = start_receiver().await;
+    let redis = RedisServer::start_with_password(REDIS_PASSWORD);
+    let dir = secrets_dir("wrong-password");
+    let wrong_password_file = dir.join("wrong-password");
+    std::fs::write(&wrong_password_file, WRONG_PASSWORD).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
     let mut wrong = traced_with(
         &format!("redis://127.0.0.1:{}", redis.port()),
-        &listen2,
+        &listen,
         &otlp,
         &[
             "--redis-password-file",
@@ -674,7 +751,17 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     wrong.terminate();
-    // The configuration check echoes URLs in its errors: redacted.
+    assert_no_secret("the second sidecar's output", &wrong.lines().join("\n"));
+    assert_no_secret(
+        "the exported spans",
+        &format!("{:?}", receiver.spans.lock().unwrap()),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The configuration check echoes URLs in its errors: redacted.
+#[test]
+fn the_configuration_check_redacts_the_password_of_a_url() {
     let check = Command::new(sidecar_bin())
         .args([
             "--check-config",
@@ -684,15 +771,6 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         .output()
         .unwrap();
     assert_eq!(check.status.code(), Some(64));
-
-    let lines = sidecar.lines().join("\n");
-    assert!(
-        lines.len() > 10_000,
-        "a debug run logs a lot: {} bytes",
-        lines.len()
-    );
-    assert_no_secret("the sidecar's output", &lines);
-    assert_no_secret("the second sidecar's output", &wrong.lines().join("\n"));
     assert_no_secret(
         "--check-config's output",
         &String::from_utf8_lossy(&check.stderr),
@@ -701,13 +779,6 @@ async fn credentials_and_tokens_never_appear_in_logs_traces_metrics_or_errors() 
         "--check-config's output",
         &String::from_utf8_lossy(&check.stdout),
     );
-    assert_no_secret("/metrics", &metrics_body);
-    assert_no_secret("/subscriptions", &admin_body);
-    assert_no_secret("what clients were told", &statuses.join("\n"));
-    let spans = format!("{:?}", receiver.spans.lock().unwrap());
-    assert!(spans.contains("window.flush"), "spans were exported");
-    assert_no_secret("the exported spans", &spans);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Publishes `entries` entries in one call with the producer's context.
@@ -732,110 +803,114 @@ async fn publish_traced(
     client.publish(publish).await.unwrap();
 }
 
-/// Over OTLP/HTTP when the protocol variable says http/protobuf, at the generic endpoint with
-/// `/v1/traces` appended. Four entries of one Publish, acked with one client context: the
-/// read and flush spans link each context once. The debug lines about the read and the flush
-/// carry their spans' ids.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_context_once() {
-    let (receiver, otlp) = start_http_receiver().await;
-    let redis = RedisServer::start();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut sidecar = traced_env(
-        &redis.url(),
-        &listen,
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-        ],
-        &[],
-        "info,window_sidecar=debug",
-    );
-    let mut client = connect_client(&listen).await;
-    publish_traced(&mut client, 4).await;
+/// A run exporting over OTLP/HTTP (the protocol variable says http/protobuf, the generic
+/// endpoint given) with debug logs: four entries of one Publish with the producer's context,
+/// read at once and acked with one client context. The sidecar has stopped.
+struct HttpRun {
+    spans: Vec<Span>,
+    requests: Vec<(String, String)>,
+    sidecar: SidecarProcess,
+    _redis: RedisServer,
+}
 
-    let (tx, rx) = mpsc::channel(8);
-    let open = proto::Open {
-        source: Some(proto::open::Source::Stream(proto::StreamSource {
-            key: "orders".into(),
-            group: "g".into(),
-            consumer: "c".into(),
-            ..Default::default()
-        })),
-        count: 4,
-        ..Default::default()
-    };
-    tx.send(proto::SubscribeRequest {
-        kind: Some(Request::Open(open)),
-    })
-    .await
-    .unwrap();
-    let mut stream = client
-        .subscribe(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    let report = loop {
-        let message = tokio::time::timeout(Duration::from_secs(10), stream.message())
-            .await
-            .expect("a message in time")
-            .unwrap()
-            .expect("the stream is open");
-        match message.kind {
-            Some(Response::Read(read)) => {
-                assert_eq!(read.deliveries.len(), 4, "one read of the four entries");
-                let slots = read.deliveries.iter().map(|d| d.slot);
-                let batch = proto::Batch {
-                    commands: slots
-                        .clone()
-                        .map(|slot| proto::QueuedCommand {
-                            slot,
-                            name: "INCR".into(),
-                            args: vec!["counter".into()],
-                        })
-                        .collect(),
-                    outcomes: slots
-                        .map(|slot| proto::Outcome {
-                            slot,
-                            kind: OutcomeKind::Ack as i32,
-                            trace: Some(proto::TraceContext {
-                                traceparent: CLIENT.into(),
-                                tracestate: String::new(),
-                            }),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                };
-                tx.send(proto::SubscribeRequest {
-                    kind: Some(Request::Batch(batch)),
-                })
-                .await
-                .unwrap();
+impl HttpRun {
+    async fn run() -> HttpRun {
+        let (receiver, otlp) = start_http_receiver().await;
+        let redis = RedisServer::start();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut sidecar = traced_env(
+            &redis.url(),
+            &listen,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ],
+            &[],
+            "info,window_sidecar=debug",
+        );
+        let mut client = connect_client(&listen).await;
+        publish_traced(&mut client, 4).await;
+
+        let (tx, requests) = open_orders(4).await;
+        let mut stream = client.subscribe(requests).await.unwrap().into_inner();
+        let (_, reports) = answer_reads(&tx, &mut stream, 1, |read, _, _| {
+            assert_eq!(read.deliveries.len(), 4, "one read of the four entries");
+            let slots = read.deliveries.iter().map(|d| d.slot);
+            proto::Batch {
+                commands: slots
+                    .clone()
+                    .map(|slot| proto::QueuedCommand {
+                        slot,
+                        name: "INCR".into(),
+                        args: vec!["counter".into()],
+                    })
+                    .collect(),
+                outcomes: slots
+                    .map(|slot| proto::Outcome {
+                        slot,
+                        kind: OutcomeKind::Ack as i32,
+                        trace: Some(proto::TraceContext {
+                            traceparent: CLIENT.into(),
+                            tracestate: String::new(),
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
             }
-            Some(Response::Flush(report)) => break report,
-            _ => {}
-        }
-    };
-    assert!(report.ok);
-    drop(tx);
-    drop(stream);
-    sidecar.terminate();
+        })
+        .await;
+        assert!(reports[0].ok);
+        drop(tx);
+        drop(stream);
+        sidecar.terminate();
 
-    let requests = receiver.http_requests.lock().unwrap().clone();
-    assert!(!requests.is_empty(), "spans were exported over HTTP");
-    for (path, content_type) in &requests {
+        let requests = receiver.http_requests.lock().unwrap().clone();
+        let spans = receiver.spans.lock().unwrap().clone();
+        HttpRun {
+            spans,
+            requests,
+            sidecar,
+            _redis: redis,
+        }
+    }
+
+    /// The one span `name`.
+    fn one(&self, name: &str) -> &Span {
+        let named: Vec<&Span> = self.spans.iter().filter(|s| s.name == name).collect();
+        assert_eq!(named.len(), 1, "{:#?}", self.spans);
+        named[0]
+    }
+}
+
+/// Over OTLP/HTTP when the protocol variable says http/protobuf, at the generic endpoint with
+/// `/v1/traces` appended, protobuf bodies; the start-up line says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_over_http_when_the_protocol_says_http_protobuf() {
+    let run = HttpRun::run().await;
+    assert!(!run.requests.is_empty(), "spans were exported over HTTP");
+    for (path, content_type) in &run.requests {
         assert_eq!(path, "/v1/traces");
         assert_eq!(content_type, "application/x-protobuf");
     }
-    let spans = receiver.spans.lock().unwrap().clone();
-    let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
+    let lines = json_lines(&run.sidecar);
+    let started = lines
+        .iter()
+        .find(|l| l["message"] == "exporting traces over OTLP")
+        .expect("the export is logged");
+    assert_eq!(started["protocol"], "http/protobuf");
+}
+
+/// Four entries of one Publish, acked with one client context: the read and flush spans link
+/// each context once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_flush_spans_link_each_context_once() {
+    let run = HttpRun::run().await;
     let producer = (PRODUCER[3..35].to_owned(), PRODUCER[36..52].to_owned());
     let client_context = (CLIENT[3..35].to_owned(), CLIENT[36..52].to_owned());
-    let publish = named("window.publish");
-    assert_eq!(publish.len(), 1, "{spans:#?}");
-    assert_eq!(hex(&publish[0].trace_id), producer.0);
-    let publish_span = (producer.0, hex(&publish[0].span_id));
+    let publish = run.one("window.publish");
+    assert_eq!(hex(&publish.trace_id), producer.0);
+    let publish_span = (producer.0, hex(&publish.span_id));
     let links = |span: &Span| -> Vec<(String, String)> {
         span.links
             .iter()
@@ -843,14 +918,11 @@ async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_c
             .collect()
     };
 
-    let read = named("window.read");
-    assert_eq!(read.len(), 1, "{spans:#?}");
-    assert_eq!(int(read[0], "window.deliveries"), 4);
-    assert_eq!(links(read[0]), vec![publish_span.clone()]);
-    let flush = named("window.flush");
-    assert_eq!(flush.len(), 1, "{spans:#?}");
-    let flush = flush[0];
-    assert_eq!(flush.parent_span_id, read[0].span_id);
+    let read = run.one("window.read");
+    assert_eq!(int(read, "window.deliveries"), 4);
+    assert_eq!(links(read), vec![publish_span.clone()]);
+    let flush = run.one("window.flush");
+    assert_eq!(flush.parent_span_id, read.span_id);
     assert_eq!(links(flush), vec![publish_span, client_context]);
     for (key, value) in [
         ("window.read_id", 1),
@@ -866,21 +938,23 @@ async fn spans_go_over_http_when_the_protocol_says_http_protobuf_and_link_each_c
     assert!(
         matches!(attr(flush, "window.subscription"), Some(AnyValue::StringValue(s)) if s == "orders")
     );
+}
 
-    let lines = json_lines(&sidecar);
+/// The debug lines about the read and the flush carry their spans' ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_debug_lines_of_a_read_and_its_flush_carry_their_spans_ids() {
+    let run = HttpRun::run().await;
+    let read = run.one("window.read");
+    let flush = run.one("window.flush");
+    let lines = json_lines(&run.sidecar);
     assert_eq!(
         logged_ids(&lines, "read"),
-        (hex(&read[0].trace_id), hex(&read[0].span_id))
+        (hex(&read.trace_id), hex(&read.span_id))
     );
     assert_eq!(
         logged_ids(&lines, "flushed"),
         (hex(&flush.trace_id), hex(&flush.span_id))
     );
-    let started = lines
-        .iter()
-        .find(|l| l["message"] == "exporting traces over OTLP")
-        .expect("the export is logged");
-    assert_eq!(started["protocol"], "http/protobuf");
 }
 
 /// The traces variables win over the generic ones, and a signal-specific endpoint is used as
