@@ -588,67 +588,133 @@ async fn pipe(
     drop((from, to));
 }
 
+/// A client that vanished mid-window without closing: it acked half of a read, but the
+/// network went silent (a black hole) before its outcomes arrived; another client of the same
+/// group then worked until every entry was settled. The black hole and both clients are held
+/// until the run is dropped.
+struct Vanished {
+    _redis: RedisServer,
+    sidecar: SidecarProcess,
+    _proxy: Proxy,
+    _vanishing: Worker,
+    /// The client that settled everything; its subscription stays open.
+    _other: Worker,
+    listen: String,
+    metrics: String,
+    min_idle: Option<Duration>,
+    /// The read the vanished client held when the network went silent.
+    cut_off: proto::Read,
+    /// The cut-off deliveries the other client got again.
+    came_back: usize,
+    /// Entries seen, side effects that ran, entries left pending.
+    seen: usize,
+    count: usize,
+    left: u64,
+}
+
+const VANISHED_ENTRIES: usize = 30;
+
+impl Vanished {
+    async fn run() -> Vanished {
+        const N: usize = VANISHED_ENTRIES;
+        let redis = RedisServer::start();
+        let inspect = redis.client().await;
+        produce(&inspect, 0..N, 0).await;
+        let (listen, metrics) = (listen_addr(), listen_addr());
+        let sidecar = SidecarProcess::serve(
+            &redis.url(),
+            &listen,
+            &[
+                "--reclaim-interval",
+                "200ms",
+                "--metrics-listen",
+                &metrics,
+                "--client-keepalive",
+                "1s",
+            ],
+        );
+        let proxy = Proxy::start(listen.clone()).await;
+        let min_idle = Some(Duration::from_secs(1));
+
+        let mut vanishing = Worker::open(
+            &proxy.addr,
+            stream_open(KEY, "g", "c-a", 10)
+                .with_max_in_flight(10)
+                .with_min_idle(min_idle),
+        )
+        .await;
+        let first = vanishing.next_read().await;
+        vanishing.ack(&first.deliveries).await;
+        let report = vanishing.report_for(first.read_id, STEP).await.unwrap();
+        assert!(report.ok, "{report:?}");
+        // Mid-window: a read handed out, then the network goes silent. Its outcomes go nowhere.
+        let cut_off = vanishing.next_read().await;
+        proxy.black_hole();
+        let half = cut_off.deliveries.len() / 2;
+        vanishing.ack(&cut_off.deliveries[..half]).await;
+
+        let mut other = Worker::open(
+            &listen,
+            stream_open(KEY, "g", "c-b", 10)
+                .with_max_in_flight(10)
+                .with_min_idle(min_idle),
+        )
+        .await;
+        work_until_settled(&mut other, &inspect, N, Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (seen, count, left) = state(&inspect).await;
+        let came_back = cut_off
+            .deliveries
+            .iter()
+            .filter(|d| other.delivered.get(&value(d)).is_some_and(|(_, c)| *c >= 2))
+            .count();
+        println!(
+            "vanished client: {} deliveries cut off, {came_back} came back to the other client, \
+             {seen} of {N} seen, {count} side effects",
+            cut_off.deliveries.len()
+        );
+        Vanished {
+            _redis: redis,
+            sidecar,
+            _proxy: proxy,
+            _vanishing: vanishing,
+            _other: other,
+            listen,
+            metrics,
+            min_idle,
+            cut_off,
+            came_back,
+            seen,
+            count,
+            left,
+        }
+    }
+}
+
+/// The deliveries a vanished client held come back to another client, and the outcomes that
+/// never arrived ran nothing: each side effect ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_another_client() {
-    const N: usize = 30;
-    let redis = RedisServer::start();
-    let inspect = redis.client().await;
-    produce(&inspect, 0..N, 0).await;
-    let (listen, metrics) = (listen_addr(), listen_addr());
-    let sidecar = SidecarProcess::serve(
-        &redis.url(),
-        &listen,
-        &[
-            "--reclaim-interval",
-            "200ms",
-            "--metrics-listen",
-            &metrics,
-            "--client-keepalive",
-            "1s",
-        ],
+    let run = Vanished::run().await;
+    assert_eq!((run.seen, run.left), (VANISHED_ENTRIES, 0));
+    assert_eq!(run.came_back, run.cut_off.deliveries.len());
+    assert_eq!(
+        run.count, VANISHED_ENTRIES,
+        "the cut-off outcomes never arrived: each side effect ran once"
     );
-    let proxy = Proxy::start(listen.clone()).await;
-    let min_idle = Some(Duration::from_secs(1));
+    drop(run.sidecar);
+}
 
-    let mut vanishing = Worker::open(
-        &proxy.addr,
-        stream_open(KEY, "g", "c-a", 10)
-            .with_max_in_flight(10)
-            .with_min_idle(min_idle),
-    )
-    .await;
-    let first = vanishing.next_read().await;
-    vanishing.ack(&first.deliveries).await;
-    let report = vanishing.report_for(first.read_id, STEP).await.unwrap();
-    assert!(report.ok, "{report:?}");
-    // Mid-window: a read handed out, then the network goes silent. Its outcomes go nowhere.
-    let cut_off = vanishing.next_read().await;
-    proxy.black_hole();
-    let half = cut_off.deliveries.len() / 2;
-    vanishing.ack(&cut_off.deliveries[..half]).await;
-
-    let mut other = Worker::open(
-        &listen,
-        stream_open(KEY, "g", "c-b", 10)
-            .with_max_in_flight(10)
-            .with_min_idle(min_idle),
-    )
-    .await;
-    work_until_settled(&mut other, &inspect, N, Duration::from_secs(30)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (seen, count, left) = state(&inspect).await;
-    let came_back = cut_off
-        .deliveries
-        .iter()
-        .filter(|d| other.delivered.get(&value(d)).is_some_and(|(_, c)| *c >= 2))
-        .count();
-    // The keepalive PING goes unanswered: the sidecar closes the vanished subscription and
-    // frees its consumer name (only the other client's stays open).
+/// The keepalive PING to a vanished client goes unanswered: the sidecar closes its
+/// subscription and frees its consumer name (only the other client's stays open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscription_of_a_client_that_vanished_is_closed_and_its_name_freed() {
+    let run = Vanished::run().await;
     let mut still_open = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let view: serde_json::Value =
-            serde_json::from_str(&ok_body(&metrics, "/subscriptions").await).unwrap();
+            serde_json::from_str(&ok_body(&run.metrics, "/subscriptions").await).unwrap();
         still_open = view["subscriptions"]
             .as_array()
             .unwrap()
@@ -660,11 +726,7 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    println!(
-        "vanished client: {} deliveries cut off, {came_back} came back to the other client, \
-         {seen} of {N} seen, {count} side effects; subscriptions still open: {still_open:?}",
-        cut_off.deliveries.len()
-    );
+    println!("vanished client: subscriptions still open: {still_open:?}");
     assert_eq!(
         still_open,
         vec!["c-b".to_string()],
@@ -672,10 +734,10 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
     );
     // Its consumer name is free again.
     let mut again = Worker::open(
-        &listen,
+        &run.listen,
         stream_open(KEY, "g", "c-a", 10)
             .with_max_in_flight(10)
-            .with_min_idle(min_idle),
+            .with_min_idle(run.min_idle),
     )
     .await;
     let next = again.next(Duration::from_secs(2)).await;
@@ -684,13 +746,7 @@ async fn deliveries_of_a_client_that_vanished_without_closing_come_back_to_anoth
         "reopening as the vanished consumer: {next:?}"
     );
     again.close();
-    assert_eq!((seen, left), (N, 0));
-    assert_eq!(came_back, cut_off.deliveries.len());
-    assert_eq!(
-        count, N,
-        "the cut-off outcomes never arrived: each side effect ran once"
-    );
-    drop(sidecar);
+    drop(run.sidecar);
 }
 
 // ---------------------------------------------------------------------------------------------
