@@ -69,25 +69,56 @@ fn redirected_commands(ports: &[u16]) -> Vec<String> {
         .collect()
 }
 
-/// One cluster, every rule of the window on it: atomic segments on the stream's slot commit
-/// with their XACK on that slot's node; a key of another slot is refused per slot before
-/// anything is sent, and the entry is then retried without loss; pipeline mode routes each side
-/// effect by its own key (from COMMAND key specs, with no MOVED on the way); a reliable list
-/// works; a dead letter in another slot is refused at open.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
-    let cluster = RedisCluster::start(3, 1);
-    let sidecar = Sidecar::start(&cluster.url(), &[]).await;
-    let mut client = sidecar.client().await;
-    let inspect = cluster.client().await;
-    let orders_slot = slot_of("{orders}");
-    let orders_node = cluster.primary_for_slot(orders_slot);
+/// A cluster of three primaries, each with a replica, the in-process sidecar on it, a gRPC
+/// client and a Redis client that looks at the result: what each test of one rule of the
+/// window on a cluster starts from.
+struct OnCluster {
+    cluster: RedisCluster,
+    sidecar: Sidecar,
+    client: proto::window_service_client::WindowServiceClient<tonic::transport::Channel>,
+    inspect: Client,
+}
 
-    // --- Atomic mode: side effects on {orders}:… commit with the entry's own XACK.
-    publish(&mut client, "{orders}", numbered(10)).await;
+impl OnCluster {
+    async fn start() -> Self {
+        let cluster = RedisCluster::start(3, 1);
+        let sidecar = Sidecar::start(&cluster.url(), &[]).await;
+        let client = sidecar.client().await;
+        let inspect = cluster.client().await;
+        OnCluster {
+            cluster,
+            sidecar,
+            client,
+            inspect,
+        }
+    }
+
+    async fn stop(self) {
+        let OnCluster {
+            cluster,
+            sidecar,
+            client,
+            inspect,
+        } = self;
+        let _ = inspect.quit().await;
+        sidecar.stop().await;
+        drop(client);
+        drop(cluster);
+    }
+}
+
+/// Atomic segments on the stream's slot commit with their XACK, as a transaction on that
+/// slot's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_atomic_segments_commit_on_the_streams_slot() {
+    let mut on = OnCluster::start().await;
+    let (client, inspect) = (&mut on.client, &on.inspect);
+    let orders_node = on.cluster.primary_for_slot(slot_of("{orders}"));
+
+    publish(client, "{orders}", numbered(10)).await;
     resp::call(orders_node, &["CONFIG", "RESETSTAT"]).unwrap();
     let (mut sub, opened) =
-        Subscription::open(&mut client, atomic(stream_open("{orders}", "g", "c1", 10)))
+        Subscription::open(client, atomic(stream_open("{orders}", "g", "c1", 10)))
             .await
             .unwrap();
     assert_eq!(opened.mode, Mode::Atomic as i32);
@@ -100,17 +131,30 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         ]
     })
     .await;
-    assert_eq!(counter(&inspect, "{orders}:count").await, 10);
+    assert_eq!(counter(inspect, "{orders}:count").await, 10);
     let sum: i64 = inspect.hget("{orders}:totals", "sum").await.unwrap();
     assert_eq!(sum, (0..10).sum::<i64>());
     assert_eq!(inspect.scard::<i64, _>("{orders}:seen").await.unwrap(), 10);
-    assert_eq!(pending(&inspect, "{orders}", "g").await, 0);
+    assert_eq!(pending(inspect, "{orders}", "g").await, 0);
     // Every kept segment ran as a transaction on the node of the stream's slot.
     assert_eq!(node_calls(orders_node, "exec"), 10);
     assert_eq!(node_calls(orders_node, "xack"), 10);
+    sub.close();
+    on.stop().await;
+}
 
-    // --- A key of another slot is refused for its slot when queued, before anything is sent.
-    publish(&mut client, "{orders}", numbered(1)).await;
+/// A key of another slot is refused for its slot when queued, before anything is sent, with a
+/// message that names the fix; the entry is then retried without loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_key_of_another_slot_is_refused_before_anything_is_sent() {
+    let mut on = OnCluster::start().await;
+    let (client, inspect) = (&mut on.client, &on.inspect);
+    let orders_slot = slot_of("{orders}");
+    let (mut sub, _) = Subscription::open(client, atomic(stream_open("{orders}", "g", "c1", 10)))
+        .await
+        .unwrap();
+
+    publish(client, "{orders}", numbered(1)).await;
     let d = sub.read().await.deliveries.remove(0);
     let (elsewhere, multi_elsewhere) = ("leaderboard", "elsewhere");
     assert_ne!(slot_of(elsewhere), orders_slot);
@@ -158,8 +202,8 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         nothing.is_err(),
         "no flush for a refused segment: {nothing:?}"
     );
-    assert_eq!(pending(&inspect, "{orders}", "g").await, 1);
-    assert_eq!(counter(&inspect, "{orders}:count").await, 10);
+    assert_eq!(pending(inspect, "{orders}", "g").await, 1);
+    assert_eq!(counter(inspect, "{orders}:count").await, 0);
     assert_eq!(inspect.exists::<i64, _>("{orders}:a").await.unwrap(), 0);
     // The client settles it another way: retry discards the segment and the copy comes back.
     sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
@@ -176,12 +220,19 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
     )
     .await;
     assert!(sub.flush().await.ok);
-    assert_eq!(counter(&inspect, "{orders}:count").await, 11);
+    assert_eq!(counter(inspect, "{orders}:count").await, 1);
     assert_eq!(inspect.exists::<i64, _>(elsewhere).await.unwrap(), 0);
-    assert_eq!(pending(&inspect, "{orders}", "g").await, 0);
+    assert_eq!(pending(inspect, "{orders}", "g").await, 0);
     sub.close();
+    on.stop().await;
+}
 
-    // --- Pipeline mode: each side effect goes to the node of its own key.
+/// Pipeline mode routes each side effect to the node of its own key (from COMMAND key specs),
+/// with no MOVED on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_pipeline_mode_routes_each_side_effect_by_its_own_key() {
+    let mut on = OnCluster::start().await;
+    let (cluster, client, inspect) = (&on.cluster, &mut on.client, &on.inspect);
     let spread: Vec<String> = (0..12).map(|i| format!("spread:{i}")).collect();
     let owners: BTreeSet<u16> = spread
         .iter()
@@ -196,12 +247,12 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         .filter(|k| cluster.primary_for_slot(slot_of(k)) != or_node)
         .take(3)
         .collect();
-    publish(&mut client, "{pipe}", numbered(24)).await;
+    publish(client, "{pipe}", numbered(24)).await;
     let primaries = cluster.primaries();
     for &port in &primaries {
         resp::call(port, &["CONFIG", "RESETSTAT"]).unwrap();
     }
-    let (mut sub, _) = Subscription::open(&mut client, stream_open("{pipe}", "g", "c1", 8))
+    let (mut sub, _) = Subscription::open(client, stream_open("{pipe}", "g", "c1", 8))
         .await
         .unwrap();
     let spread_keys = spread.clone();
@@ -217,7 +268,7 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
     })
     .await;
     for key in &spread {
-        assert_eq!(counter(&inspect, key).await, 2, "{key}");
+        assert_eq!(counter(inspect, key).await, 2, "{key}");
     }
     for key in &bits {
         let set: i64 = inspect
@@ -226,7 +277,7 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
             .unwrap();
         assert_eq!(set, 8, "{key}");
     }
-    assert_eq!(pending(&inspect, "{pipe}", "g").await, 0);
+    assert_eq!(pending(inspect, "{pipe}", "g").await, 0);
     // Straight to the right node: no side effect got a MOVED (a redirect would be a rejected
     // call of its command). The sidecar's own XINFO sampling: see
     // `cluster_group_metrics_are_sampled_on_the_streams_node`.
@@ -236,14 +287,20 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         .collect();
     assert_eq!(side_effects_redirected, Vec::<String>::new());
     sub.close();
+    on.stop().await;
+}
 
-    // --- A reliable list on {jobs}: its processing list and delay set share the list's slot.
+/// A reliable list on {jobs} works in atomic mode: its processing list and delay set share the
+/// list's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_reliable_list_is_consumed_on_its_slot() {
+    let mut on = OnCluster::start().await;
+    let (client, inspect) = (&mut on.client, &on.inspect);
     let values: Vec<String> = (0..10).map(|i| format!("job-{i}")).collect();
     let _: i64 = inspect.lpush("{jobs}", values.clone()).await.unwrap();
-    let (mut sub, _) =
-        Subscription::open(&mut client, atomic(reliable_list_open("{jobs}", "w1", 4)))
-            .await
-            .unwrap();
+    let (mut sub, _) = Subscription::open(client, atomic(reliable_list_open("{jobs}", "w1", 4)))
+        .await
+        .unwrap();
     consume(&mut sub, 10, |d| {
         let value = String::from_utf8_lossy(&d.payload).into_owned();
         vec![
@@ -252,15 +309,23 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         ]
     })
     .await;
-    assert_eq!(counter(&inspect, "{jobs}:done").await, 10);
+    assert_eq!(counter(inspect, "{jobs}:done").await, 10);
     let seen: BTreeSet<String> = inspect.smembers("{jobs}:seen").await.unwrap();
     assert_eq!(seen, values.iter().cloned().collect());
     assert_eq!(inspect.llen::<i64, _>("{jobs}").await.unwrap(), 0);
     let processing: i64 = inspect.llen("{jobs}:window:processing:w1").await.unwrap();
     assert_eq!(processing, 0);
     sub.close();
+    on.stop().await;
+}
 
-    // --- A dead letter in another slot cannot be written with the settle: refused at open.
+/// A dead letter in another slot than the stream's cannot be written with the settle: refused
+/// at open, with a message that names the fix, and the fix works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_dead_letter_in_another_slot_is_refused_at_open() {
+    let mut on = OnCluster::start().await;
+    let client = &mut on.client;
+    let orders_slot = slot_of("{orders}");
     let with_dead_letter = |target: &str| proto::Open {
         max_deliveries: 3,
         dead_letter: Some(proto::DeadLetter {
@@ -268,7 +333,7 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         }),
         ..atomic(stream_open("{orders}", "g", "c2", 10))
     };
-    let status = Subscription::open(&mut client, with_dead_letter("orders-dead"))
+    let status = Subscription::open(client, with_dead_letter("orders-dead"))
         .await
         .err()
         .expect("refused");
@@ -283,12 +348,10 @@ async fn cluster_atomic_segments_cross_slot_rejections_routing_and_lists() {
         assert!(status.message().contains(part), "{status:?} lacks {part:?}");
     }
     // The fix the message names works.
-    Subscription::open(&mut client, with_dead_letter("{orders}:dead"))
+    Subscription::open(client, with_dead_letter("{orders}:dead"))
         .await
         .unwrap();
-
-    let _ = inspect.quit().await;
-    sidecar.stop().await;
+    on.stop().await;
 }
 
 /// What an operator sees on a cluster: the consumer group's pending count
