@@ -255,7 +255,6 @@ struct Shared {
 /// when the stream ends, until `stop`; after `settle`, ack everything.
 async fn work(id: u32, shared: Arc<Shared>) {
     let Run { form, atomic, .. } = shared.run;
-    let log = &shared.log;
     let mut rng = StdRng::seed_from_u64(shared.run.seed.wrapping_add(u64::from(id) * 7919));
     let consumer = format!("w{id}");
     let mut attempt = 0usize;
@@ -269,119 +268,153 @@ async fn work(id: u32, shared: Arc<Shared>) {
             continue;
         };
         let stream = shared.streams.fetch_add(1, Ordering::Relaxed);
-        let mut after_slow = false;
-        'stream: while !shared.stop.load(Ordering::Relaxed) {
-            let Some(Ok(Some(message))) = sub.message_within(Duration::from_secs(5)).await else {
-                break 'stream;
-            };
-            let flushed = |read_id| Event::Flushed {
-                worker: id,
-                stream,
-                read_id,
-            };
-            let read = match message.kind {
-                Some(Kind::Read(read)) => read,
-                Some(Kind::Flush(report)) => {
-                    log.push(flushed(report.read_id));
-                    continue;
-                }
-                _ => continue,
-            };
-            log.push(Event::Read {
-                worker: id,
-                stream,
-                read_id: read.read_id,
-            });
-            if let Some(report) = &read.flushed {
-                log.push(flushed(report.read_id));
-            }
-            for d in &read.deliveries {
-                log.push(Event::Delivered {
-                    worker: id,
-                    entry: form.identity(d),
-                    count: d.delivery_count,
-                });
-            }
-            // A read flushes once all its deliveries have outcomes: one slow delivery keeps
-            // every ack of its read unsettled past min_idle, so they are all slow acks.
-            let mut decisions: Vec<Decision> = read
-                .deliveries
-                .iter()
-                .map(|_| {
-                    if shared.settle.load(Ordering::Relaxed) {
-                        Decision::Ack
-                    } else {
-                        pick(&mut rng)
-                    }
-                })
-                .collect();
-            // The read after a slow one waited in the stream while the worker slept: it too is
-            // handled past min_idle (at most two reads are out: max_in_flight is twice count).
-            let slow_read = decisions.contains(&Decision::SlowAck);
-            if slow_read || after_slow {
-                for (d, delivery) in decisions.iter_mut().zip(&read.deliveries) {
-                    if slow_read && *d == Decision::Ack {
-                        *d = Decision::SlowAck;
-                    }
-                    log.push(Event::Late {
-                        entry: form.identity(delivery),
-                    });
-                }
-            }
-            after_slow = slow_read;
-            let mut late = false;
-            for (i, (d, decision)) in read.deliveries.iter().zip(decisions).enumerate() {
-                let entry = form.identity(d);
-                let effect = |hash: &str| command(d.slot, "HINCRBY", &[hash, &entry, "1"]);
-                let (commands, outcome) = match decision {
-                    Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
-                    Decision::SlowAck => {
-                        if !late {
-                            tokio::time::sleep(SLOW).await;
-                            late = true;
-                        }
-                        (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack))
-                    }
-                    Decision::Drop => (vec![effect(DISCARDED)], outcome(d.slot, OutcomeKind::Drop)),
-                    Decision::Retry => {
-                        (vec![effect(DISCARDED)], outcome(d.slot, OutcomeKind::Retry))
-                    }
-                    Decision::RetryAfter => {
-                        let delay = Duration::from_millis(rng.random_range(100..600));
-                        (vec![effect(DISCARDED)], retry_after(d.slot, delay))
-                    }
-                    Decision::Abandon => {
-                        for rest in &read.deliveries[i..] {
-                            log.push(Event::Decided {
-                                worker: id,
-                                entry: form.identity(rest),
-                                decision: Decision::Abandon,
-                            });
-                        }
-                        // Dropping the stream, not a clean close: the client went away.
-                        break 'stream;
-                    }
-                };
-                log.push(Event::Decided {
-                    worker: id,
-                    entry,
-                    decision,
-                });
-                let batch = proto::Batch {
-                    commands,
-                    outcomes: vec![outcome],
-                    ..Default::default()
-                };
-                if !sub
-                    .try_send_kind(proto::subscribe_request::Kind::Batch(batch))
-                    .await
-                {
-                    break 'stream;
-                }
-            }
-        }
+        serve(id, &shared, &mut sub, stream, &mut rng).await;
         drop(sub);
     }
+}
+
+/// Answers the reads of one subscription stream until `stop`, the stream ends or breaks, or
+/// the worker abandons a read (it drops the stream then, as a client that went away).
+async fn serve(id: u32, shared: &Shared, sub: &mut Subscription, stream: u32, rng: &mut StdRng) {
+    let log = &shared.log;
+    let mut after_slow = false;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let Some(Ok(Some(message))) = sub.message_within(Duration::from_secs(5)).await else {
+            return;
+        };
+        let flushed = |read_id| Event::Flushed {
+            worker: id,
+            stream,
+            read_id,
+        };
+        let read = match message.kind {
+            Some(Kind::Read(read)) => read,
+            Some(Kind::Flush(report)) => {
+                log.push(flushed(report.read_id));
+                continue;
+            }
+            _ => continue,
+        };
+        log.push(Event::Read {
+            worker: id,
+            stream,
+            read_id: read.read_id,
+        });
+        if let Some(report) = &read.flushed {
+            log.push(flushed(report.read_id));
+        }
+        for d in &read.deliveries {
+            log.push(Event::Delivered {
+                worker: id,
+                entry: shared.run.form.identity(d),
+                count: d.delivery_count,
+            });
+        }
+        let decisions = decide(shared, &read, rng, &mut after_slow);
+        if !answer(id, shared, sub, &read, decisions, rng).await {
+            return;
+        }
+    }
+}
+
+/// Each delivery's decision: at random, or an ack once the run settles. A read flushes once
+/// all its deliveries have outcomes: one slow delivery keeps every ack of its read unsettled
+/// past min_idle, so they are all slow acks; and the read after a slow one waited in the
+/// stream while the worker slept, so it too is handled past min_idle (at most two reads are
+/// out: max_in_flight is twice count). Either is logged late.
+fn decide(
+    shared: &Shared,
+    read: &proto::Read,
+    rng: &mut StdRng,
+    after_slow: &mut bool,
+) -> Vec<Decision> {
+    let mut decisions: Vec<Decision> = read
+        .deliveries
+        .iter()
+        .map(|_| {
+            if shared.settle.load(Ordering::Relaxed) {
+                Decision::Ack
+            } else {
+                pick(rng)
+            }
+        })
+        .collect();
+    let slow_read = decisions.contains(&Decision::SlowAck);
+    if slow_read || *after_slow {
+        for (d, delivery) in decisions.iter_mut().zip(&read.deliveries) {
+            if slow_read && *d == Decision::Ack {
+                *d = Decision::SlowAck;
+            }
+            shared.log.push(Event::Late {
+                entry: shared.run.form.identity(delivery),
+            });
+        }
+    }
+    *after_slow = slow_read;
+    decisions
+}
+
+/// Sends each delivery's side effect and outcome, one batch per delivery, logging each
+/// decision; the first slow ack sleeps past min_idle. Returns false when the worker abandons
+/// the read (the rest of it is logged abandoned) or the stream stopped taking requests.
+async fn answer(
+    id: u32,
+    shared: &Shared,
+    sub: &mut Subscription,
+    read: &proto::Read,
+    decisions: Vec<Decision>,
+    rng: &mut StdRng,
+) -> bool {
+    let (log, form) = (&shared.log, shared.run.form);
+    let mut late = false;
+    for (i, (d, decision)) in read.deliveries.iter().zip(decisions).enumerate() {
+        let entry = form.identity(d);
+        let effect = |hash: &str| command(d.slot, "HINCRBY", &[hash, &entry, "1"]);
+        let (commands, outcome) = match decision {
+            Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
+            Decision::SlowAck => {
+                if !late {
+                    tokio::time::sleep(SLOW).await;
+                    late = true;
+                }
+                (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack))
+            }
+            Decision::Drop => (vec![effect(DISCARDED)], outcome(d.slot, OutcomeKind::Drop)),
+            Decision::Retry => (vec![effect(DISCARDED)], outcome(d.slot, OutcomeKind::Retry)),
+            Decision::RetryAfter => {
+                let delay = Duration::from_millis(rng.random_range(100..600));
+                (vec![effect(DISCARDED)], retry_after(d.slot, delay))
+            }
+            Decision::Abandon => {
+                for rest in &read.deliveries[i..] {
+                    log.push(Event::Decided {
+                        worker: id,
+                        entry: form.identity(rest),
+                        decision: Decision::Abandon,
+                    });
+                }
+                // Dropping the stream, not a clean close: the client went away.
+                return false;
+            }
+        };
+        log.push(Event::Decided {
+            worker: id,
+            entry,
+            decision,
+        });
+        let batch = proto::Batch {
+            commands,
+            outcomes: vec![outcome],
+            ..Default::default()
+        };
+        if !sub
+            .try_send_kind(proto::subscribe_request::Kind::Batch(batch))
+            .await
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// A gRPC client of the sidecar at `addr`, or None when it does not answer within a second.
@@ -493,20 +526,8 @@ async fn nemesis(
         let sidecar = rng.random_range(0..sidecars.ports.len());
         let down_for = Duration::from_millis(rng.random_range(200..1_500));
         match rng.random_range(0..100) {
-            0..20 => {
-                log.push(Event::Fault(format!("sigkill sidecar-{sidecar}")));
-                let s = Arc::clone(sidecars);
-                tokio::task::spawn_blocking(move || s.bounce(sidecar, false, down_for))
-                    .await
-                    .expect("bounce");
-            }
-            20..32 => {
-                log.push(Event::Fault(format!("sigterm sidecar-{sidecar}")));
-                let s = Arc::clone(sidecars);
-                tokio::task::spawn_blocking(move || s.bounce(sidecar, true, down_for))
-                    .await
-                    .expect("bounce");
-            }
+            0..20 => bounce_sidecar(sidecars, log, sidecar, false, down_for).await,
+            20..32 => bounce_sidecar(sidecars, log, sidecar, true, down_for).await,
             32..48 => {
                 let mut handles = workers.lock();
                 let w = rng.random_range(0..handles.len());
@@ -520,96 +541,130 @@ async fn nemesis(
                     "tcp-cut sidecar-{sidecar} ({cut} connections)"
                 )));
             }
-            60..72 => {
-                let port = redis.lock().primary();
-                log.push(Event::Fault(format!("client-kill normal on {port}")));
-                if let Some(node) = node_client(port).await {
-                    let _: Result<Value, _> = node
-                        .custom(
-                            fred::cmd!("CLIENT"),
-                            vec!["KILL", "TYPE", "normal", "SKIPME", "yes"],
-                        )
-                        .await;
-                    let _ = node.quit().await;
-                }
-            }
+            60..72 => client_kill(&redis, log).await,
             72..84 => {
                 let ms = rng.random_range(200..1_500u64);
-                let port = redis.lock().primary();
-                log.push(Event::Fault(format!("client-pause {ms}ms on {port}")));
-                if let Some(node) = node_client(port).await {
-                    let _: Result<Value, _> = node
-                        .custom(
-                            fred::cmd!("CLIENT"),
-                            vec!["PAUSE".to_owned(), ms.to_string()],
-                        )
-                        .await;
-                    let _ = node.quit().await;
-                }
+                client_pause(&redis, log, ms).await;
             }
             84..90 if shared.run.form == Form::Stream => {
                 redrive(&sidecars.addr(sidecar), log).await;
             }
-            84..92 if cluster => {
-                let slot = slot_of(form::STREAM);
-                let r = Arc::clone(&redis);
-                let to = {
-                    let redis = r.lock();
-                    let Backend::Cluster(c) = &*redis else {
-                        unreachable!("a cluster run")
-                    };
-                    let owner = c.primary_for_slot(slot);
-                    let others: Vec<u16> =
-                        c.primaries().into_iter().filter(|p| *p != owner).collect();
-                    others[rng.random_range(0..others.len())]
-                };
-                log.push(Event::Fault(format!("slot-migrate {slot} to {to}")));
-                tokio::task::spawn_blocking(move || {
-                    let redis = r.lock();
-                    let Backend::Cluster(c) = &*redis else {
-                        unreachable!("a cluster run")
-                    };
-                    c.migrate_slot(slot, to);
-                })
-                .await
-                .expect("migrate");
-            }
-            _ if cluster => {
-                let slot = slot_of(form::STREAM);
-                let r = Arc::clone(&redis);
-                let old = r.lock().primary();
-                log.push(Event::Fault(format!(
-                    "primary-kill {old} (replica takes over)"
-                )));
-                tokio::task::spawn_blocking(move || {
-                    let mut redis = r.lock();
-                    let Backend::Cluster(c) = &mut *redis else {
-                        unreachable!("a cluster run")
-                    };
-                    c.kill(old);
-                    c.wait_for_failover(slot, old, Duration::from_secs(30));
-                    c.restart(old);
-                })
-                .await
-                .expect("failover");
-            }
-            _ => {
-                log.push(Event::Fault("redis-restart (SIGKILL, AOF)".into()));
-                let r = Arc::clone(&redis);
-                tokio::task::spawn_blocking(move || {
-                    let mut redis = r.lock();
-                    let Backend::Single(redis) = &mut *redis else {
-                        unreachable!("a single-node run")
-                    };
-                    redis.kill();
-                    std::thread::sleep(down_for);
-                    redis.restart();
-                })
-                .await
-                .expect("restart");
-            }
+            84..92 if cluster => slot_migrate(&redis, log, &mut rng).await,
+            _ if cluster => primary_kill(&redis, log).await,
+            _ => redis_restart(&redis, log, down_for).await,
         }
     }
+}
+
+/// Takes sidecar `i` out for `down_for` (SIGTERM and its drain when `graceful`, else SIGKILL)
+/// and starts it again.
+async fn bounce_sidecar(
+    sidecars: &Arc<Sidecars>,
+    log: &Log,
+    i: usize,
+    graceful: bool,
+    down_for: Duration,
+) {
+    let signal = if graceful { "sigterm" } else { "sigkill" };
+    log.push(Event::Fault(format!("{signal} sidecar-{i}")));
+    let s = Arc::clone(sidecars);
+    tokio::task::spawn_blocking(move || s.bounce(i, graceful, down_for))
+        .await
+        .expect("bounce");
+}
+
+/// Kills every normal client connection of the node that owns the campaign's keys.
+async fn client_kill(redis: &Arc<Mutex<Backend>>, log: &Log) {
+    let port = redis.lock().primary();
+    log.push(Event::Fault(format!("client-kill normal on {port}")));
+    if let Some(node) = node_client(port).await {
+        let _: Result<Value, _> = node
+            .custom(
+                fred::cmd!("CLIENT"),
+                vec!["KILL", "TYPE", "normal", "SKIPME", "yes"],
+            )
+            .await;
+        let _ = node.quit().await;
+    }
+}
+
+/// Pauses the clients of the node that owns the campaign's keys for `ms`.
+async fn client_pause(redis: &Arc<Mutex<Backend>>, log: &Log, ms: u64) {
+    let port = redis.lock().primary();
+    log.push(Event::Fault(format!("client-pause {ms}ms on {port}")));
+    if let Some(node) = node_client(port).await {
+        let _: Result<Value, _> = node
+            .custom(
+                fred::cmd!("CLIENT"),
+                vec!["PAUSE".to_owned(), ms.to_string()],
+            )
+            .await;
+        let _ = node.quit().await;
+    }
+}
+
+/// Migrates the stream's slot to another primary, picked at random (a cluster run).
+async fn slot_migrate(redis: &Arc<Mutex<Backend>>, log: &Log, rng: &mut StdRng) {
+    let slot = slot_of(form::STREAM);
+    let r = Arc::clone(redis);
+    let to = {
+        let redis = r.lock();
+        let Backend::Cluster(c) = &*redis else {
+            unreachable!("a cluster run")
+        };
+        let owner = c.primary_for_slot(slot);
+        let others: Vec<u16> = c.primaries().into_iter().filter(|p| *p != owner).collect();
+        others[rng.random_range(0..others.len())]
+    };
+    log.push(Event::Fault(format!("slot-migrate {slot} to {to}")));
+    tokio::task::spawn_blocking(move || {
+        let redis = r.lock();
+        let Backend::Cluster(c) = &*redis else {
+            unreachable!("a cluster run")
+        };
+        c.migrate_slot(slot, to);
+    })
+    .await
+    .expect("migrate");
+}
+
+/// Kills the stream's primary, waits for its replica to take over, and restarts it (a cluster
+/// run).
+async fn primary_kill(redis: &Arc<Mutex<Backend>>, log: &Log) {
+    let slot = slot_of(form::STREAM);
+    let r = Arc::clone(redis);
+    let old = r.lock().primary();
+    log.push(Event::Fault(format!(
+        "primary-kill {old} (replica takes over)"
+    )));
+    tokio::task::spawn_blocking(move || {
+        let mut redis = r.lock();
+        let Backend::Cluster(c) = &mut *redis else {
+            unreachable!("a cluster run")
+        };
+        c.kill(old);
+        c.wait_for_failover(slot, old, Duration::from_secs(30));
+        c.restart(old);
+    })
+    .await
+    .expect("failover");
+}
+
+/// SIGKILLs the single node and restarts it from its AOF after `down_for`.
+async fn redis_restart(redis: &Arc<Mutex<Backend>>, log: &Log, down_for: Duration) {
+    log.push(Event::Fault("redis-restart (SIGKILL, AOF)".into()));
+    let r = Arc::clone(redis);
+    tokio::task::spawn_blocking(move || {
+        let mut redis = r.lock();
+        let Backend::Single(redis) = &mut *redis else {
+            unreachable!("a single-node run")
+        };
+        redis.kill();
+        std::thread::sleep(down_for);
+        redis.restart();
+    })
+    .await
+    .expect("restart");
 }
 
 /// Redrives every dead letter through the dead-letter service of the sidecar at `addr`, and
