@@ -78,16 +78,12 @@ async fn values_in_stream(client: &Client) -> BTreeMap<String, u32> {
     seen
 }
 
-/// Done when: zero subscriptions, a keeper running, retry_after entries become due and are back
-/// in the stream, the work gauge goes from 0 to the due entries plus the lag, and a worker
-/// started afterwards drains it to 0.
-#[tokio::test]
-async fn with_no_subscriber_a_keeper_brings_delayed_retries_back_and_a_late_worker_drains_them() {
-    let redis = RedisServer::start();
-    let inspect = redis.client().await;
+/// The delay set the retries of `STREAM` wait in.
+const DELAYED: &str = "{jobs}:window:delayed";
 
-    // A worker reads five entries and asks for each again in 3 s, then goes away (scaled to
-    // zero): no subscription is left anywhere.
+/// A worker reads five entries and asks for each again in 3 s, then goes away (scaled to
+/// zero): no subscription is left anywhere, the five wait in the delay set.
+async fn scaled_to_zero(redis: &RedisServer, inspect: &Client) {
     let worker = Sidecar::start(&redis.url(), &[]).await;
     let mut client = worker.client().await;
     publish(&mut client, STREAM, numbered(5)).await;
@@ -106,21 +102,26 @@ async fn with_no_subscriber_a_keeper_brings_delayed_retries_back_and_a_late_work
     sub.close();
     assert!(matches!(sub.next().await, Ok(None)));
     worker.stop().await;
-    let delayed = "{jobs}:window:delayed";
-    assert_eq!(zcard(&inspect, delayed).await, 5);
-    assert_eq!(pending(&inspect, STREAM, GROUP).await, 0);
+    assert_eq!(zcard(inspect, DELAYED).await, 5);
+    assert_eq!(pending(inspect, STREAM, GROUP).await, 0);
+}
 
-    // The keeper: nothing waits yet (the retries are not due, nothing is unread).
+/// The keeper, once it sampled that nothing waits yet (the retries are not due, nothing is
+/// unread): entries added now are counted before the retries fall due.
+async fn idle_keeper(redis: &RedisServer) -> (SidecarProcess, SocketAddr) {
     let metrics = metrics_addr();
-    let _keeper = keeper(&redis, metrics, &[]);
+    let keeper = keeper(redis, metrics, &[]);
     assert_eq!(
         work_reaches(metrics, 0.0, STEP).await,
         Some(0.0),
         "the work waiting starts at 0"
     );
+    (keeper, metrics)
+}
 
-    // Three new entries arrive (lag 3); then the five retries fall due and the keeper puts them
-    // back: 8 waiting.
+/// Three new entries arrive (lag 3); then the five retries fall due and the keeper at
+/// `metrics` puts them back: 8 waiting, every retry promoted.
+async fn due_retries_come_back(inspect: &Client, metrics: SocketAddr) {
     for n in 5..8 {
         let _: String = inspect
             .xadd(STREAM, false, None, "*", ("n", n.to_string()))
@@ -138,12 +139,23 @@ async fn with_no_subscriber_a_keeper_brings_delayed_retries_back_and_a_late_work
     let promoted = "window_sidecar_promoted_entries_total{form=\"stream\"}";
     assert!(
         eventually(STEP, || async {
-            zcard(&inspect, delayed).await == 0 && sample(&scrape(metrics).await, promoted) == 5.0
+            zcard(inspect, DELAYED).await == 0 && sample(&scrape(metrics).await, promoted) == 5.0
         })
         .await,
         "every retry promoted: {} left in the delay set",
-        zcard(&inspect, delayed).await
+        zcard(inspect, DELAYED).await
     );
+}
+
+/// Done when: zero subscriptions, a keeper running, retry_after entries become due and are back
+/// in the stream, and the work gauge goes from 0 to the due entries plus the lag.
+#[tokio::test]
+async fn with_no_subscriber_a_keeper_brings_delayed_retries_back() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    scaled_to_zero(&redis, &inspect).await;
+    let (_keeper, metrics) = idle_keeper(&redis).await;
+    due_retries_come_back(&inspect, metrics).await;
     let text = scrape(metrics).await;
     assert_eq!(
         sample(
@@ -154,9 +166,18 @@ async fn with_no_subscriber_a_keeper_brings_delayed_retries_back_and_a_late_work
         "Redis reported the lag"
     );
     assert_eq!(sample(&text, "window_sidecar_redis_ready"), 1.0, "{text}");
+}
 
-    // A worker started now reads everything: each of the five retried values once, and the
-    // three new ones; the gauge drains to 0.
+/// A worker started once the keeper brought the retries back reads everything: each of the
+/// five retried values once, and the three new ones; the gauge drains to 0.
+#[tokio::test]
+async fn a_worker_started_after_the_keeper_drains_the_work_waiting() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    scaled_to_zero(&redis, &inspect).await;
+    let (_keeper, metrics) = idle_keeper(&redis).await;
+    due_retries_come_back(&inspect, metrics).await;
+
     let worker = Sidecar::start(&redis.url(), &[]).await;
     let mut w = Worker::open(
         &worker.addr.to_string(),
