@@ -747,6 +747,69 @@ async fn serving(addr: SocketAddr) -> bool {
     }
 }
 
+/// `entries` entries to `{orders}` and to `other`, one to each every 15 ms.
+fn produce_to_both(inspect: Client, other: String, entries: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for n in 0..entries {
+            for key in ["{orders}", other.as_str()] {
+                let fields = vec![("n", n.to_string())];
+                let _: String = inspect.xadd(key, false, None, "*", fields).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    })
+}
+
+/// The members of a side-effect set (0 when it cannot be read).
+async fn seen(inspect: &Client, key: &str) -> i64 {
+    inspect.scard::<i64, _>(key).await.unwrap_or(0)
+}
+
+/// What a migration held for seconds let through: keys moved, the sidecar's health at each
+/// step, and the entries seen on the migrating stream and on the other, at its start and end.
+struct Migrated {
+    moved: usize,
+    health: Vec<bool>,
+    orders: (i64, i64),
+    other: (i64, i64),
+}
+
+/// Migrates `slot` to `to` a key or two at a time over 4 s while the run goes on: the stream,
+/// its side-effect keys and the sidecar's own keys are split between the nodes for a second
+/// each time; then the slot is assigned to `to`.
+async fn migrate_while_flowing(
+    cluster: &RedisCluster,
+    slot: u16,
+    to: u16,
+    sidecar: SocketAddr,
+    inspect: &Client,
+    other_seen: &str,
+) -> Migrated {
+    let migration = tokio::task::block_in_place(|| cluster.begin_slot_migration(slot, to));
+    let before = (
+        seen(inspect, "{orders}:seen").await,
+        seen(inspect, other_seen).await,
+    );
+    let mut moved = 0;
+    let mut health = Vec::new();
+    for _ in 0..4 {
+        moved += tokio::task::block_in_place(|| cluster.move_slot_keys(&migration, 2));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        health.push(serving(sidecar).await);
+    }
+    let during = (
+        seen(inspect, "{orders}:seen").await,
+        seen(inspect, other_seen).await,
+    );
+    tokio::task::block_in_place(|| cluster.finish_slot_migration(migration));
+    Migrated {
+        moved,
+        health,
+        orders: (before.0, during.0),
+        other: (before.1, during.1),
+    }
+}
+
 /// A slot migration held for seconds in the middle of a run (`MIGRATING`/`IMPORTING`, the
 /// slot's keys moved a few at a time while entries keep coming, then the slot assigned): the
 /// subscription on the migrating slot keeps flowing through `-ASK` and `TRYAGAIN` without
@@ -791,44 +854,19 @@ async fn flowing_through_a_migration(atomic_mode: bool) -> i64 {
         &other_seen,
         Duration::from_millis(2),
     );
-    let producer = {
-        let (inspect, other) = (inspect.clone(), other.clone());
-        tokio::spawn(async move {
-            for n in 0..ENTRIES {
-                for key in ["{orders}", other.as_str()] {
-                    let fields = vec![("n", n.to_string())];
-                    let _: String = inspect.xadd(key, false, None, "*", fields).await.unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(15)).await;
-            }
-        })
-    };
-    let seen = |key: String| {
-        let inspect = inspect.clone();
-        async move { inspect.scard::<i64, _>(key).await.unwrap_or(0) }
-    };
-    let started = eventually(STEP, || async { seen("{orders}:seen".into()).await >= 20 }).await;
+    let producer = produce_to_both(inspect.clone(), other.clone(), ENTRIES);
+    let started = eventually(STEP, || async {
+        seen(&inspect, "{orders}:seen").await >= 20
+    })
+    .await;
     assert!(started, "the run started");
 
-    let migration = tokio::task::block_in_place(|| cluster.begin_slot_migration(slot, to));
-    let (orders_before, other_before) = (
-        seen("{orders}:seen".into()).await,
-        seen(other_seen.clone()).await,
-    );
-    let mut moved = 0;
-    let mut health = Vec::new();
-    for _ in 0..4 {
-        // A key or two at a time: the stream, its side-effect keys and the sidecar's own keys
-        // are split between the nodes for a second each time.
-        moved += tokio::task::block_in_place(|| cluster.move_slot_keys(&migration, 2));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        health.push(serving(sidecar.addr).await);
-    }
-    let (orders_during, other_during) = (
-        seen("{orders}:seen".into()).await,
-        seen(other_seen.clone()).await,
-    );
-    tokio::task::block_in_place(|| cluster.finish_slot_migration(migration));
+    let Migrated {
+        moved,
+        health,
+        orders: (orders_before, orders_during),
+        other: (other_before, other_during),
+    } = migrate_while_flowing(&cluster, slot, to, sidecar.addr, &inspect, &other_seen).await;
     assert_eq!(cluster.primary_for_slot(slot), to);
     producer.await.unwrap();
     eprintln!(
