@@ -156,6 +156,30 @@ struct RestartRun {
     unknown: HashSet<String>,
 }
 
+/// A read handed out; Redis dies before the client settles it, so its flush fails, and says
+/// the XACK did not take effect, or may not have. Returns the read and its flush report, with
+/// Redis down.
+async fn flush_while_redis_is_down(
+    worker: &mut Worker,
+    redis: &mut RedisServer,
+) -> (proto::Read, proto::FlushReport) {
+    let held = worker.next_read().await;
+    redis.kill();
+    worker.ack(&held.deliveries).await;
+    let report = worker
+        .report_for(held.read_id, STEP)
+        .await
+        .expect("the flush of the read settled while Redis was down is reported");
+    print_report("flush while Redis was down", &report);
+    assert!(!report.ok, "{report:?}");
+    assert!(report.failed > 0, "{report:?}");
+    assert!(
+        report.settle_failed || report.outcome_unknown,
+        "the XACK did not take effect, or may not have: {report:?}"
+    );
+    (held, report)
+}
+
 async fn redis_restart_mid_run(mode: Mode) -> RestartRun {
     const N: usize = 200;
     // Persisted on every write, so the stream, the group and its pending entries survive the
@@ -182,22 +206,7 @@ async fn redis_restart_mid_run(mode: Mode) -> RestartRun {
         worker.ack(&read.deliveries).await;
     }
 
-    // A read handed out; Redis dies before the client settles it, so its flush fails.
-    let held = worker.next_read().await;
-    redis.kill();
-    worker.ack(&held.deliveries).await;
-    let report = worker
-        .report_for(held.read_id, STEP)
-        .await
-        .expect("the flush of the read settled while Redis was down is reported");
-    print_report("flush while Redis was down", &report);
-    assert!(!report.ok, "{report:?}");
-    assert!(report.failed > 0, "{report:?}");
-    assert!(
-        report.settle_failed || report.outcome_unknown,
-        "the XACK did not take effect, or may not have: {report:?}"
-    );
-
+    let (held, report) = flush_while_redis_is_down(&mut worker, &mut redis).await;
     redis.restart();
     work_until_settled(&mut worker, &inspect, N, Duration::from_secs(60)).await;
     // Late flushes of the last reads.
