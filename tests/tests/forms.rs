@@ -959,7 +959,7 @@ async fn a_dead_letter_outcome_moves_a_list_value_at_once_and_needs_a_target() {
     assert_eq!(dead_lettered, 1);
     let dead: Vec<bytes::Bytes> = inspect.lrange("jobs:dead", 0, -1).await.unwrap();
     assert_eq!(dead.len(), 1);
-    let letter = window_sidecar::redis::frame::decode(&dead[0]).expect("a frame");
+    let letter = window_sidecar::domain::frame::decode(&dead[0]).expect("a frame");
     let text = |s: &str| bytes::Bytes::copy_from_slice(s.as_bytes());
     assert_eq!(letter[0], (text("_payload"), text("poison")));
     assert!(letter.contains(&(text("h:x-window-subscription"), text("jobs"))));
