@@ -216,6 +216,27 @@ fn p_ms(runs: &[&Measured], p: f64) -> Option<f64> {
     med_of(runs, |m| Some(percentile_ms(&m.lat_us, p)))
 }
 
+/// A size in kB as MB, or `none`.
+fn mb(kb: Option<u64>, none: &str) -> String {
+    kb.map_or_else(
+        || none.to_owned(),
+        |kb| format!("{:.1} MB", kb as f64 / 1024.0),
+    )
+}
+
+/// The median of a figure over verified runs of the many-subscriptions phase.
+fn median_many(runs: &[&Many], figure: fn(&Many) -> f64) -> Option<f64> {
+    median(&runs.iter().map(|m| figure(m)).collect::<Vec<_>>())
+}
+
+/// The sidecar's peak RSS over verified runs of the many-subscriptions phase, kB.
+fn peak_rss_kb(runs: &[&Many]) -> Option<u64> {
+    runs.iter().filter_map(|m| m.sidecar_hwm_kb).max()
+}
+
+/// Every table, in the order a reader meets them: throughput, resources, latency, the
+/// many-subscriptions phase, the Redis commands, the targets and, with `--baseline-bin`, the
+/// ratios to the baseline binary.
 pub(crate) fn tables(
     contenders: &[Contender],
     records: &[Record],
@@ -224,6 +245,24 @@ pub(crate) fn tables(
     rate: u64,
 ) {
     let w = name_width(contenders);
+    throughput_table(contenders, records, w);
+    resources_table(contenders, records, w);
+    latency_table(contenders, records, rate, w);
+    many_table(many);
+    command_lists(contenders, records, w);
+    targets(records, idle, many, rate);
+    println!();
+    against_baseline(contenders, records, idle, w);
+}
+
+/// Redis round trips per read that delivered entries.
+fn round_trips_per_read(m: &Measured) -> Option<f64> {
+    (m.reads > 0).then(|| m.round_trips as f64 / m.reads as f64)
+}
+
+/// Deliveries/s (median and range over the verified rounds), commands per delivery, round trips
+/// per read and the sidecar's flushes.
+fn throughput_table(contenders: &[Contender], records: &[Record], w: usize) {
     println!();
     println!("== throughput (deliveries/s over verified rounds; other columns: median)");
     println!(
@@ -248,11 +287,7 @@ pub(crate) fn tables(
                 med_of(&t, |m| Some(m.commands_total() as f64 / m.entries as f64)),
                 3
             ),
-            opt(
-                med_of(&t, |m| (m.reads > 0)
-                    .then(|| m.round_trips as f64 / m.reads as f64)),
-                3
-            ),
+            opt(med_of(&t, round_trips_per_read), 3),
             opt(
                 med_of(&t, |m| Some(
                     m.flush_round_trips? as f64 / m.reads.max(1) as f64
@@ -262,7 +297,11 @@ pub(crate) fn tables(
             opt(med_of(&t, |m| m.flush_mean_ms), 3),
         );
     }
+}
 
+/// CPU seconds per 100,000 deliveries of the sidecar, the client and Redis, and the sidecar's
+/// peak RSS.
+fn resources_table(contenders: &[Contender], records: &[Record], w: usize) {
     println!();
     println!("== resources in the throughput runs (CPU seconds per 100,000 deliveries; median)");
     println!(
@@ -272,21 +311,20 @@ pub(crate) fn tables(
     for &c in contenders {
         let t = runs(records, c, Phase::Throughput);
         let per_100k = |v: Option<f64>, m: &Measured| v.map(|s| s * 100_000.0 / m.entries as f64);
-        let hwm = t
-            .iter()
-            .filter_map(|m| m.sidecar_hwm_kb)
-            .max()
-            .map(|kb| format!("{:.1} MB", kb as f64 / 1024.0));
+        let hwm = t.iter().filter_map(|m| m.sidecar_hwm_kb).max();
         println!(
             "{:<w$} {:>12} {:>12} {:>12} {:>16}",
             c.name(),
             opt(med_of(&t, |m| per_100k(m.sidecar_cpu, m)), 2),
             opt(med_of(&t, |m| per_100k(m.client_cpu, m)), 2),
             opt(med_of(&t, |m| per_100k(m.redis_cpu, m)), 2),
-            hwm.unwrap_or_else(|| "-".into()),
+            mb(hwm, "-"),
         );
     }
+}
 
+/// p50 and p99 at the latency phase's rate and flat out (the throughput runs).
+fn latency_table(contenders: &[Contender], records: &[Record], rate: u64, w: usize) {
     println!();
     println!(
         "== latency, ms (median over rounds). At {rate}/s: XADD to the reply that settled the \
@@ -312,35 +350,42 @@ pub(crate) fn tables(
             opt(p_ms(&t, 99.0), 3),
         );
     }
+}
 
-    if !many.is_empty() {
-        println!();
-        println!(
-            "== many subscriptions: one sidecar, one channel, pipeline-64 (deliveries/s; median \
-             over verified rounds)"
-        );
+/// Per topology: one subscription alone against all of them at once, their fairness and the
+/// sidecar's peak RSS. Nothing when the phase was skipped.
+fn many_table(many: &[ManyRecord]) {
+    if many.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "== many subscriptions: one sidecar, one channel, pipeline-64 (deliveries/s; median \
+         over verified rounds)"
+    );
+    println!(
+        "{:<22} {:>6} {:>12} {:>12} {:>10} {:>14} {:>12}",
+        "topology", "subs", "one", "all", "all/one", "slowest share", "peak RSS"
+    );
+    for topology in [Topology::SingleNode, Topology::Cluster] {
+        let ok = verified_many(many, topology);
+        let Some(first) = ok.first() else { continue };
+        let med = |f: fn(&Many) -> f64| median_many(&ok, f);
         println!(
             "{:<22} {:>6} {:>12} {:>12} {:>10} {:>14} {:>12}",
-            "topology", "subs", "one", "all", "all/one", "slowest share", "peak RSS"
+            topology.name(),
+            first.subscriptions,
+            med(|m| m.single_rate).map_or("n/a".into(), thousands),
+            med(|m| m.aggregate_rate).map_or("n/a".into(), thousands),
+            opt(med(|m| m.aggregate_rate / m.single_rate), 2),
+            opt(med(|m| m.slowest_share), 2),
+            mb(peak_rss_kb(&ok), "-"),
         );
-        for topology in [Topology::SingleNode, Topology::Cluster] {
-            let ok = verified_many(many, topology);
-            let Some(first) = ok.first() else { continue };
-            let med = |f: fn(&Many) -> f64| median(&ok.iter().map(|m| f(m)).collect::<Vec<_>>());
-            let hwm = ok.iter().filter_map(|m| m.sidecar_hwm_kb).max();
-            println!(
-                "{:<22} {:>6} {:>12} {:>12} {:>10} {:>14} {:>12}",
-                topology.name(),
-                first.subscriptions,
-                med(|m| m.single_rate).map_or("n/a".into(), thousands),
-                med(|m| m.aggregate_rate).map_or("n/a".into(), thousands),
-                opt(med(|m| m.aggregate_rate / m.single_rate), 2),
-                opt(med(|m| m.slowest_share), 2),
-                hwm.map_or("-".into(), |kb| format!("{:.1} MB", kb as f64 / 1024.0)),
-            );
-        }
     }
+}
 
+/// The calls per Redis command of each contender's last verified throughput run.
+fn command_lists(contenders: &[Contender], records: &[Record], w: usize) {
     println!();
     println!("== Redis commands per throughput run (last verified round; INFO commandstats)");
     for &c in contenders {
@@ -353,90 +398,133 @@ pub(crate) fn tables(
             println!("{:<w$} {}", c.name(), list.join(", "));
         }
     }
+}
 
+/// One line of the targets: what is measured, the figure and the target it is held to.
+fn target_row(what: &str, figure: String, target: &str) {
+    println!("{what:<58} {figure:<34} target {target}");
+}
+
+/// The figures the README's performance section holds the sidecar to.
+fn targets(records: &[Record], idle: &[IdleRss], many: &[ManyRecord], rate: u64) {
     println!();
     println!("== the targets (figures, not assertions; see the README's performance section)");
-    let sidecar = |count, atomic| Contender::SidecarRust {
+    cpu_targets(records);
+    ratio_target(
+        records,
+        "sidecar-rust-pipeline-64 / fred-raw (deliveries/s)",
+        (rust_client(64, false), Contender::FredRaw),
+        ">= 1.5x",
+    );
+    round_trip_targets(records);
+    ratio_target(
+        records,
+        "sidecar-python / redis-py-pipelined",
+        (SIDECAR_PYTHON, Contender::RedisPyPipelined),
+        ">= 2.0x",
+    );
+    ratio_target(
+        records,
+        "sidecar-python / redis-py-per-message",
+        (SIDECAR_PYTHON, Contender::RedisPyPerMessage),
+        ">= 10x",
+    );
+    atomic_targets(records);
+    latency_targets(records, rate);
+    idle_target(idle);
+    many_targets(many);
+}
+
+/// A sidecar contender of the Rust client as the targets name it.
+fn rust_client(count: u32, atomic: bool) -> Contender {
+    Contender::SidecarRust {
         count,
         atomic,
         baseline: false,
-    };
-    let (pipeline64, atomic64, atomic256) =
-        (sidecar(64, false), sidecar(64, true), sidecar(256, true));
-    let sidecar_python = Contender::SidecarPython { baseline: false };
-    let row = |what: &str, figure: String, target: &str| {
-        println!("{what:<58} {figure:<34} target {target}");
-    };
-    for (contender, target) in [(pipeline64, "<= 0.35 s"), (atomic64, "<= 1.0 s")] {
-        row(
+    }
+}
+
+const SIDECAR_PYTHON: Contender = Contender::SidecarPython { baseline: false };
+
+/// The sidecar's CPU per delivery, pipeline and atomic.
+fn cpu_targets(records: &[Record]) {
+    for (contender, target) in [
+        (rust_client(64, false), "<= 0.35 s"),
+        (rust_client(64, true), "<= 1.0 s"),
+    ] {
+        target_row(
             &format!("sidecar CPU per 100k deliveries, {}", contender.name()),
             opt(
-                med_of(&runs(records, contender, Phase::Throughput), |m| {
-                    sidecar_cpu_per_100k(m)
-                }),
+                med_of(
+                    &runs(records, contender, Phase::Throughput),
+                    sidecar_cpu_per_100k,
+                ),
                 2,
             ),
             target,
         );
     }
-    row(
-        "sidecar-rust-pipeline-64 / fred-raw (deliveries/s)",
-        ratio_text(&ratios(records, pipeline64, Contender::FredRaw)),
-        ">= 1.5x",
-    );
-    for contender in [pipeline64, sidecar_python] {
-        row(
+}
+
+/// One contender's deliveries/s over another's, per round.
+fn ratio_target(records: &[Record], what: &str, (a, b): (Contender, Contender), target: &str) {
+    target_row(what, ratio_text(&ratios(records, a, b)), target);
+}
+
+/// All Redis round trips per read, Rust and Python clients.
+fn round_trip_targets(records: &[Record]) {
+    for contender in [rust_client(64, false), SIDECAR_PYTHON] {
+        target_row(
             &format!(
                 "Redis round trips per read (all kinds), {}",
                 contender.name()
             ),
             opt(
-                med_of(&runs(records, contender, Phase::Throughput), |m| {
-                    (m.reads > 0).then(|| m.round_trips as f64 / m.reads as f64)
-                }),
+                med_of(
+                    &runs(records, contender, Phase::Throughput),
+                    round_trips_per_read,
+                ),
                 3,
             ),
             "<= 1",
         );
     }
-    row(
-        "sidecar-python / redis-py-pipelined",
-        ratio_text(&ratios(
-            records,
-            sidecar_python,
-            Contender::RedisPyPipelined,
-        )),
-        ">= 2.0x",
-    );
-    row(
-        "sidecar-python / redis-py-per-message",
-        ratio_text(&ratios(
-            records,
-            sidecar_python,
-            Contender::RedisPyPerMessage,
-        )),
-        ">= 10x",
-    );
-    let rates = |c| -> Vec<f64> {
-        runs(records, c, Phase::Throughput)
-            .iter()
-            .map(|m| m.rate())
-            .collect()
-    };
-    row(
+}
+
+/// The atomic mode's deliveries/s at COUNT 64 and its flat-out p50 at COUNT 256.
+fn atomic_targets(records: &[Record]) {
+    let rates: Vec<f64> = runs(records, rust_client(64, true), Phase::Throughput)
+        .iter()
+        .map(|m| m.rate())
+        .collect();
+    target_row(
         "sidecar-rust-atomic-64 (deliveries/s)",
-        median(&rates(atomic64)).map_or("n/a".into(), thousands),
+        median(&rates).map_or("n/a".into(), thousands),
         ">= 70,000",
     );
-    row(
+    target_row(
         "flat-out p50, sidecar-rust-atomic-256",
-        opt(p_ms(&runs(records, atomic256, Phase::Throughput), 50.0), 2) + " ms",
+        opt(
+            p_ms(
+                &runs(records, rust_client(256, true), Phase::Throughput),
+                50.0,
+            ),
+            2,
+        ) + " ms",
         "< 5 ms",
     );
+}
+
+/// The p99 at the latency phase's rate, against the loop each client replaces.
+fn latency_targets(records: &[Record], rate: u64) {
     for (sidecar, baseline, target) in [
-        (pipeline64, Contender::FredRaw, "<= 0.5 ms added"),
         (
-            sidecar_python,
+            rust_client(64, false),
+            Contender::FredRaw,
+            "<= 0.5 ms added",
+        ),
+        (
+            SIDECAR_PYTHON,
             Contender::RedisPyPipelined,
             "(the best Python can have)",
         ),
@@ -448,47 +536,52 @@ pub(crate) fn tables(
             (Some(s), None) => format!("{s:.2} ms"),
             _ => "n/a".into(),
         };
-        row(
+        target_row(
             &format!("p99 at {rate}/s, {}", sidecar.name()),
             figure,
             target,
         );
     }
+}
+
+/// The sidecar's RSS with the idle subscriptions open.
+fn idle_target(idle: &[IdleRss]) {
     let n = idle.first().map_or(100, |r| r.subscriptions);
-    row(
+    target_row(
         &format!("sidecar RSS with {n} idle subscriptions"),
         idle_rss_mb(idle, false).map_or("n/a".into(), |m| format!("{m:.1} MB")),
         "< 50 MB",
     );
+}
+
+/// Per topology: many subscriptions against one, the slowest one's share and the RSS.
+fn many_targets(many: &[ManyRecord]) {
     for topology in [Topology::SingleNode, Topology::Cluster] {
         let ok = verified_many(many, topology);
         if ok.is_empty() {
             continue;
         }
         let n = ok[0].subscriptions;
-        let med = |f: fn(&Many) -> f64| median(&ok.iter().map(|m| f(m)).collect::<Vec<_>>());
-        row(
+        let med = |f: fn(&Many) -> f64| median_many(&ok, f);
+        target_row(
             &format!("{n} subscriptions / one, {}", topology.name()),
             opt(med(|m| m.aggregate_rate / m.single_rate), 2) + "x",
             ">= 0.9x",
         );
-        row(
+        target_row(
             &format!("slowest subscription's share, {}", topology.name()),
             opt(med(|m| m.slowest_share), 2) + "x",
             ">= 0.5x",
         );
-        let hwm = ok.iter().filter_map(|m| m.sidecar_hwm_kb).max();
-        row(
+        target_row(
             &format!(
                 "sidecar peak RSS, {n} loaded subscriptions, {}",
                 topology.name()
             ),
-            hwm.map_or("n/a".into(), |kb| format!("{:.1} MB", kb as f64 / 1024.0)),
+            mb(peak_rss_kb(&ok), "n/a"),
             "< 64 MB",
         );
     }
-    println!();
-    against_baseline(contenders, records, idle, w);
 }
 
 /// The median RSS with the idle subscriptions open, MB, of one binary.
