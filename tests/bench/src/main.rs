@@ -267,6 +267,7 @@ struct Ctx {
     latency_rate: u64,
     latency_secs: f64,
     window_reads: u32,
+    idle_subscriptions: usize,
 }
 
 impl Ctx {
@@ -300,19 +301,7 @@ impl Consumer {
     ) -> Result<Self, String> {
         if let Some(mode) = contender.python_mode() {
             let python = ctx.python.as_ref().map_err(Clone::clone)?;
-            let mut args = vec!["--expect".to_owned(), expect.to_string()];
-            match sidecar {
-                Some(sidecar) => args.extend(["--sidecar".to_owned(), sidecar.grpc.to_string()]),
-                None => args.extend(["--redis-url".to_owned(), redis.url()]),
-            }
-            args.extend(["--count".to_owned(), "64".to_owned()]);
-            if sidecar.is_some() {
-                let max_in_flight = ctx.window_reads * 64;
-                args.extend(["--max-in-flight".to_owned(), max_in_flight.to_string()]);
-            }
-            if latency {
-                args.push("--latency".into());
-            }
+            let args = python_args(ctx, redis, sidecar, expect, latency);
             return Ok(Consumer::Python(
                 python::Worker::start(python, &ctx.root, mode, &args).await?,
             ));
@@ -346,6 +335,31 @@ impl Consumer {
     }
 }
 
+/// The command line of a Python worker: what it consumes from (the sidecar or Redis), COUNT 64
+/// and, through the sidecar, the window.
+fn python_args(
+    ctx: &Ctx,
+    redis: &RedisServer,
+    sidecar: Option<&SidecarProcess>,
+    expect: u64,
+    latency: bool,
+) -> Vec<String> {
+    let mut args = vec!["--expect".to_owned(), expect.to_string()];
+    match sidecar {
+        Some(sidecar) => args.extend(["--sidecar".to_owned(), sidecar.grpc.to_string()]),
+        None => args.extend(["--redis-url".to_owned(), redis.url()]),
+    }
+    args.extend(["--count".to_owned(), "64".to_owned()]);
+    if sidecar.is_some() {
+        let max_in_flight = ctx.window_reads * 64;
+        args.extend(["--max-in-flight".to_owned(), max_in_flight.to_string()]);
+    }
+    if latency {
+        args.push("--latency".into());
+    }
+    args
+}
+
 /// XADDs `total` entries at `rate` per second, each stamped with its send time.
 async fn produce(client: Client, rate: u64, total: u64) -> Result<(), String> {
     // Let the consumer subscribe first: its set-up is not latency.
@@ -360,16 +374,58 @@ async fn produce(client: Client, rate: u64, total: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// CPU seconds used so far by the processes of one run: the sidecar, Redis and this process.
+struct CpuMark {
+    sidecar: Option<f64>,
+    redis: Option<f64>,
+    bench: Option<f64>,
+}
+
+impl CpuMark {
+    fn take(sidecar: Option<u32>, redis: Option<u32>) -> Self {
+        Self {
+            sidecar: sidecar.and_then(cpu_seconds),
+            redis: redis.and_then(cpu_seconds),
+            bench: cpu_seconds(std::process::id()),
+        }
+    }
+
+    /// Fills in the CPU used between `self` and `now`, the client's as this process's (an
+    /// in-process consumer's).
+    fn used(&self, now: &CpuMark, measured: &mut Measured) {
+        let delta = |before: Option<f64>, after: Option<f64>| Some(after? - before?);
+        measured.sidecar_cpu = delta(self.sidecar, now.sidecar);
+        measured.redis_cpu = delta(self.redis, now.redis);
+        measured.client_cpu = delta(self.bench, now.bench);
+    }
+}
+
+impl Ctx {
+    /// The entries of one run: `--entries`, or what the producer sends in the latency phase.
+    fn expected(&self, latency: bool) -> u64 {
+        if latency {
+            ((self.latency_rate as f64 * self.latency_secs).round() as u64).max(1)
+        } else {
+            self.entries
+        }
+    }
+
+    /// How long a run may take before it counts as failed.
+    fn time_limit(&self, latency: bool, expect: u64) -> Duration {
+        if latency {
+            Duration::from_secs_f64(60.0 + 3.0 * self.latency_secs)
+        } else {
+            Duration::from_secs(60) + Duration::from_millis(2 * expect)
+        }
+    }
+}
+
 async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measured, String> {
     let latency = phase == Phase::Latency;
+    let expect = ctx.expected(latency);
     let redis = RedisServer::start();
     let admin = workload::connect(&redis.url()).await?;
     workload::create_group(&admin).await?;
-    let expect = if latency {
-        ((ctx.latency_rate as f64 * ctx.latency_secs).round() as u64).max(1)
-    } else {
-        ctx.entries
-    };
     if !latency {
         workload::fill(&admin, expect).await?;
     }
@@ -388,30 +444,17 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     };
     let client_pid = consumer.pid();
     let sidecar_pid = sidecar.as_ref().map(SidecarProcess::pid);
-    let redis_pid = redis.pid();
     workload::reset_stats(&admin).await?;
 
-    let cpu = |pid: Option<u32>| pid.and_then(cpu_seconds);
-    let (sidecar_cpu0, redis_cpu0) = (cpu(sidecar_pid), cpu(redis_pid));
-    let self_cpu0 = cpu_seconds(std::process::id());
+    let before = CpuMark::take(sidecar_pid, redis.pid());
     let started = Instant::now();
     let producer = producer.map(|client| tokio::spawn(produce(client, ctx.latency_rate, expect)));
-    let limit = if latency {
-        Duration::from_secs_f64(60.0 + 3.0 * ctx.latency_secs)
-    } else {
-        Duration::from_secs(60) + Duration::from_millis(2 * expect)
-    };
+    let limit = ctx.time_limit(latency, expect);
     let outcome = tokio::time::timeout(limit, consumer.run(expect, latency))
         .await
         .map_err(|_| format!("timed out after {limit:?}"))??;
     let done_at = outcome.done_at.unwrap_or_else(Instant::now);
-    let delta = |before: Option<f64>, after: Option<f64>| Some(after? - before?);
-    let sidecar_cpu = delta(sidecar_cpu0, cpu(sidecar_pid));
-    let redis_cpu = delta(redis_cpu0, cpu(redis_pid));
-    let client_cpu = match client_pid {
-        Some(_) => outcome.cpu_s,
-        None => delta(self_cpu0, cpu_seconds(std::process::id())),
-    };
+    let after = CpuMark::take(sidecar_pid, redis.pid());
     let mut commands = workload::command_stats(&admin).await?;
     if latency {
         commands.retain(|(name, _)| name != "xadd");
@@ -422,30 +465,49 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
         commands,
         reads: outcome.reads,
         round_trips: outcome.round_trips,
-        sidecar_cpu,
-        client_cpu,
-        redis_cpu,
         ..Default::default()
     };
+    before.used(&after, &mut measured);
+    if client_pid.is_some() {
+        // A consumer of its own process measured itself.
+        measured.client_cpu = outcome.cpu_s;
+    }
     if let Some(sidecar) = &sidecar {
-        let metrics = sidecar.scrape().await?;
-        measured.reads = metric_sum(&metrics, "window_reads_total", "") as u64;
-        measured.round_trips = metric_sum(&metrics, "window_redis_round_trips_total", "") as u64;
-        measured.flush_round_trips =
-            Some(metric_sum(&metrics, "window_redis_round_trips_total", "kind=\"flush\"") as u64);
-        let flushes = metric_sum(&metrics, "window_flush_duration_seconds_count", "");
-        if flushes > 0.0 {
-            measured.flush_mean_ms = Some(
-                1000.0 * metric_sum(&metrics, "window_flush_duration_seconds_sum", "") / flushes,
-            );
-        }
-        measured.sidecar_hwm_kb = status_kb(sidecar.pid(), "VmHWM");
+        sidecar_figures(sidecar, &mut measured).await?;
     }
     if let Some(producer) = producer {
         producer
             .await
             .map_err(|e| format!("producer task: {e}"))??;
     }
+    check_outcome(&outcome, expect)?;
+    workload::verify(&admin, expect).await?;
+    measured.lat_us = outcome.lat_us;
+    measured.lat_us.sort_unstable();
+    let _ = admin.quit().await;
+    drop(sidecar);
+    Ok(measured)
+}
+
+/// The sidecar's own figures of a run: its reads and round trips (from `/metrics`, replacing
+/// the consumer's), its flushes and its peak RSS.
+async fn sidecar_figures(sidecar: &SidecarProcess, measured: &mut Measured) -> Result<(), String> {
+    let metrics = sidecar.scrape().await?;
+    measured.reads = metric_sum(&metrics, "window_reads_total", "") as u64;
+    measured.round_trips = metric_sum(&metrics, "window_redis_round_trips_total", "") as u64;
+    measured.flush_round_trips =
+        Some(metric_sum(&metrics, "window_redis_round_trips_total", "kind=\"flush\"") as u64);
+    let flushes = metric_sum(&metrics, "window_flush_duration_seconds_count", "");
+    if flushes > 0.0 {
+        measured.flush_mean_ms =
+            Some(1000.0 * metric_sum(&metrics, "window_flush_duration_seconds_sum", "") / flushes);
+    }
+    measured.sidecar_hwm_kb = status_kb(sidecar.pid(), "VmHWM");
+    Ok(())
+}
+
+/// What the consumer itself says of a run: every entry acknowledged, one latency sample each.
+fn check_outcome(outcome: &ClientOutcome, expect: u64) -> Result<(), String> {
     if outcome.acked < expect {
         return Err(format!("the consumer acked {} of {expect}", outcome.acked));
     }
@@ -455,12 +517,7 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
             outcome.lat_us.len()
         ));
     }
-    workload::verify(&admin, expect).await?;
-    measured.lat_us = outcome.lat_us;
-    measured.lat_us.sort_unstable();
-    let _ = admin.quit().await;
-    drop(sidecar);
-    Ok(measured)
+    Ok(())
 }
 
 async fn idle_rss(ctx: &Ctx, n: usize, baseline: bool) -> Result<(u64, u64), String> {
@@ -527,72 +584,141 @@ fn main() -> ExitCode {
     runtime.block_on(bench(args))
 }
 
+/// The sizes of a run: the options' values, or their defaults (`--quick`'s or the full run's).
+struct Sizes {
+    entries: u64,
+    rounds: u32,
+    latency_secs: f64,
+    many_subscriptions: usize,
+}
+
+impl Sizes {
+    fn of(args: &Args) -> Self {
+        let quick = args.quick;
+        Self {
+            entries: args.entries.unwrap_or(if quick { 5_000 } else { 100_000 }),
+            rounds: args.rounds.unwrap_or(if quick { 1 } else { 3 }).max(1),
+            latency_secs: args.latency_secs.unwrap_or(if quick { 1.0 } else { 5.0 }),
+            many_subscriptions: args
+                .many_subscriptions
+                .unwrap_or(if quick { 10 } else { 100 }),
+        }
+    }
+}
+
+/// Every run of the bench, as the tables read them.
+#[derive(Default)]
+struct Runs {
+    records: Vec<Record>,
+    idle: Vec<IdleRss>,
+    many: Vec<ManyRecord>,
+}
+
 async fn bench(args: Args) -> ExitCode {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize().unwrap_or(root);
-    let entries = args
-        .entries
-        .unwrap_or(if args.quick { 5_000 } else { 100_000 });
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
-    let latency_secs = args
-        .latency_secs
-        .unwrap_or(if args.quick { 1.0 } else { 5.0 });
-    let mut contenders: Vec<Contender> = if args.contenders.is_empty() {
-        Contender::ALL.to_vec()
-    } else {
-        let mut chosen = Vec::new();
-        for name in &args.contenders {
-            match Contender::parse(name) {
-                Some(c) => chosen.push(c),
-                None => {
-                    eprintln!(
-                        "unknown contender {name:?}; known: {} (the sidecar ones also as \
-                         <name>{BASELINE})",
-                        Contender::ALL.map(|c| c.name()).join(", ")
-                    );
-                    return ExitCode::from(2);
-                }
-            }
-        }
-        chosen
-    };
-    match &args.baseline_bin {
-        None => {
-            if let Some(c) = contenders.iter().find(|c| c.on_baseline()) {
-                eprintln!("{} needs --baseline-bin", c.name());
-                return ExitCode::from(2);
-            }
-        }
-        // Checked here rather than failing every run of the twins one by one.
-        Some(bin) if !bin.is_file() => {
-            eprintln!("--baseline-bin {}: no such file", bin.display());
+    let sizes = Sizes::of(&args);
+    let contenders = match choose_contenders(&args.contenders, args.baseline_bin.as_deref()) {
+        Ok(contenders) => contenders,
+        Err(err) => {
+            eprintln!("{err}");
             return ExitCode::from(2);
         }
-        Some(_) => {
-            // Each twin right after the contender it is compared with, so that the two run
-            // back to back in every round and share whatever the machine is doing then. A
-            // twin named in --contenders keeps its place.
-            let mut paired = Vec::new();
-            for &c in &contenders {
-                paired.push(c);
-                if let Some(twin) = c.baseline_twin()
-                    && !contenders.contains(&twin)
-                    && !paired.contains(&twin)
-                {
-                    paired.push(twin);
-                }
-            }
-            contenders = paired;
-        }
-    }
+    };
     if cfg!(debug_assertions) {
         println!("bench: note: built without --release; the in-process clients are slow");
     }
+    let ctx = prepare(args, &sizes, &contenders, root);
+    println!(
+        "bench: {} contenders, {} round(s), {} entries per throughput run, \
+         latency phase {} s at {}/s, {} cores, {}",
+        contenders.len(),
+        sizes.rounds,
+        sizes.entries,
+        sizes.latency_secs,
+        ctx.latency_rate,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        redis_version()
+    );
+    let width = report::name_width(&contenders);
+    let mut runs = Runs::default();
+    for round in 1..=sizes.rounds {
+        run_round(&ctx, &contenders, &sizes, round, width, &mut runs).await;
+    }
+    report::tables(
+        &contenders,
+        &runs.records,
+        &runs.idle,
+        &runs.many,
+        ctx.latency_rate,
+    );
+    summary(&runs)
+}
+
+/// The contenders named (all of them when none is), each `@baseline` twin right after the
+/// contender it is compared with when there is a `--baseline-bin`.
+fn choose_contenders(
+    names: &[String],
+    baseline_bin: Option<&Path>,
+) -> Result<Vec<Contender>, String> {
+    let contenders = if names.is_empty() {
+        Contender::ALL.to_vec()
+    } else {
+        parse_contenders(names)?
+    };
+    match baseline_bin {
+        None => match contenders.iter().find(|c| c.on_baseline()) {
+            Some(c) => Err(format!("{} needs --baseline-bin", c.name())),
+            None => Ok(contenders),
+        },
+        // Checked here rather than failing every run of the twins one by one.
+        Some(bin) if !bin.is_file() => {
+            Err(format!("--baseline-bin {}: no such file", bin.display()))
+        }
+        Some(_) => Ok(pair_twins(&contenders)),
+    }
+}
+
+fn parse_contenders(names: &[String]) -> Result<Vec<Contender>, String> {
+    names
+        .iter()
+        .map(|name| {
+            Contender::parse(name).ok_or_else(|| {
+                format!(
+                    "unknown contender {name:?}; known: {} (the sidecar ones also as \
+                     <name>{BASELINE})",
+                    Contender::ALL.map(|c| c.name()).join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// Each twin right after the contender it is compared with, so that the two run back to back
+/// in every round and share whatever the machine is doing then. A twin named in --contenders
+/// keeps its place.
+fn pair_twins(contenders: &[Contender]) -> Vec<Contender> {
+    let mut paired = Vec::new();
+    for &c in contenders {
+        paired.push(c);
+        if let Some(twin) = c.baseline_twin()
+            && !contenders.contains(&twin)
+            && !paired.contains(&twin)
+        {
+            paired.push(twin);
+        }
+    }
+    paired
+}
+
+/// What the runs need besides the options: the sidecar binary (built when needed) and the
+/// Python interpreter (prepared when a Python contender runs).
+fn prepare(args: Args, sizes: &Sizes, contenders: &[Contender], root: PathBuf) -> Ctx {
     let needs_sidecar = contenders
         .iter()
         .any(|c| c.uses_sidecar() && !c.on_baseline())
         || args.idle_subscriptions > 0
-        || args.many_subscriptions != Some(0);
+        || sizes.many_subscriptions > 0;
     let sidecar_bin = if needs_sidecar {
         sidecar_bin(args.sidecar_bin, &root)
     } else {
@@ -618,97 +744,97 @@ async fn bench(args: Args) -> ExitCode {
             baseline.display()
         );
     }
-    let ctx = Ctx {
+    Ctx {
         root,
         sidecar_bin,
         baseline_bin: args.baseline_bin,
         python,
-        entries,
+        entries: sizes.entries,
         latency_rate: args.latency_rate,
-        latency_secs,
+        latency_secs: sizes.latency_secs,
         window_reads: args.window_reads,
-    };
-    println!(
-        "bench: {} contenders, {rounds} round(s), {entries} entries per throughput run, \
-         latency phase {latency_secs} s at {}/s, {} cores, {}",
-        contenders.len(),
-        ctx.latency_rate,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        redis_version()
-    );
+        idle_subscriptions: args.idle_subscriptions,
+    }
+}
 
-    let width = report::name_width(&contenders);
-    let mut records = Vec::new();
-    let mut idle = Vec::new();
-    let mut many_runs: Vec<ManyRecord> = Vec::new();
-    let many_n = args
-        .many_subscriptions
-        .unwrap_or(if args.quick { 10 } else { 100 });
-    for round in 1..=rounds {
-        let mut phases = vec![Phase::Throughput];
-        if latency_secs > 0.0 {
-            phases.push(Phase::Latency);
-        }
-        // Which of two runs back to back goes first tilts the comparison (the first measured
-        // was faster in most pairs tried): the twins swap places every other round.
-        let order = if round % 2 == 0 {
-            swap_twins(&contenders)
-        } else {
-            contenders.clone()
-        };
-        for phase in phases {
-            for &contender in &order {
-                let wall = std::time::Instant::now();
-                let result = run_one(&ctx, contender, phase).await;
-                report::progress(
-                    round,
-                    rounds,
-                    phase,
-                    contender,
-                    &result,
-                    wall.elapsed(),
-                    width,
-                );
-                records.push(Record {
-                    round,
-                    contender,
-                    phase,
-                    result,
-                });
-            }
-        }
-        let n = args.idle_subscriptions;
-        // The baseline binary's check right after the measured one's, like the twins'.
-        let binaries: &[bool] = match (n, &ctx.baseline_bin) {
-            (0, _) => &[],
-            (_, None) => &[false],
-            (_, Some(_)) => &[false, true],
-        };
-        for &baseline in binaries {
-            let result = idle_rss(&ctx, n, baseline).await;
-            report::idle_progress(round, rounds, n, baseline, &result, width);
-            idle.push(IdleRss {
-                subscriptions: n,
-                baseline,
+/// One round: every contender's throughput run, then every latency run, then the idle-RSS
+/// check and the many-subscriptions phase.
+async fn run_round(
+    ctx: &Ctx,
+    contenders: &[Contender],
+    sizes: &Sizes,
+    round: u32,
+    width: usize,
+    runs: &mut Runs,
+) {
+    let rounds = sizes.rounds;
+    let mut phases = vec![Phase::Throughput];
+    if sizes.latency_secs > 0.0 {
+        phases.push(Phase::Latency);
+    }
+    // Which of two runs back to back goes first tilts the comparison (the first measured
+    // was faster in most pairs tried): the twins swap places every other round.
+    let order = if round.is_multiple_of(2) {
+        swap_twins(contenders)
+    } else {
+        contenders.to_vec()
+    };
+    for phase in phases {
+        for &contender in &order {
+            let wall = std::time::Instant::now();
+            let result = run_one(ctx, contender, phase).await;
+            report::progress(
+                round,
+                rounds,
+                phase,
+                contender,
+                &result,
+                wall.elapsed(),
+                width,
+            );
+            runs.records.push(Record {
+                round,
+                contender,
+                phase,
                 result,
             });
         }
-        if many_n > 0 {
-            for topology in [many::Topology::SingleNode, many::Topology::Cluster] {
-                let result = match &ctx.sidecar_bin {
-                    Ok(bin) => many::run(bin, topology, many_n, entries, ctx.window_reads).await,
-                    Err(err) => Err(err.clone()),
-                };
-                report::many_progress(round, rounds, topology, &result, width);
-                many_runs.push((topology, round, result));
-            }
+    }
+    let n = ctx.idle_subscriptions;
+    // The baseline binary's check right after the measured one's, like the twins'.
+    let binaries: &[bool] = match (n, &ctx.baseline_bin) {
+        (0, _) => &[],
+        (_, None) => &[false],
+        (_, Some(_)) => &[false, true],
+    };
+    for &baseline in binaries {
+        let result = idle_rss(ctx, n, baseline).await;
+        report::idle_progress(round, rounds, n, baseline, &result, width);
+        runs.idle.push(IdleRss {
+            subscriptions: n,
+            baseline,
+            result,
+        });
+    }
+    let many_n = sizes.many_subscriptions;
+    if many_n > 0 {
+        for topology in [many::Topology::SingleNode, many::Topology::Cluster] {
+            let result = match &ctx.sidecar_bin {
+                Ok(bin) => many::run(bin, topology, many_n, ctx.entries, ctx.window_reads).await,
+                Err(err) => Err(err.clone()),
+            };
+            report::many_progress(round, rounds, topology, &result, width);
+            runs.many.push((topology, round, result));
         }
     }
-    report::tables(&contenders, &records, &idle, &many_runs, ctx.latency_rate);
-    let failed = records.iter().filter(|r| r.result.is_err()).count()
-        + idle.iter().filter(|r| r.result.is_err()).count()
-        + many_runs.iter().filter(|r| r.2.is_err()).count();
-    let passed = records.len() + idle.len() + many_runs.len() - failed;
+}
+
+/// The closing line, `bench: N passed, M failed`, and the exit code: failure when a run failed.
+fn summary(runs: &Runs) -> ExitCode {
+    let failed = runs.records.iter().filter(|r| r.result.is_err()).count()
+        + runs.idle.iter().filter(|r| r.result.is_err()).count()
+        + runs.many.iter().filter(|r| r.2.is_err()).count();
+    let passed = runs.records.len() + runs.idle.len() + runs.many.len() - failed;
     println!("bench: {passed} passed, {failed} failed");
     if failed == 0 {
         ExitCode::SUCCESS
