@@ -1,4 +1,5 @@
-//! The in-process consumers: the sidecar's Rust (tonic) client and the raw fred loop.
+//! The in-process consumers: the sidecar's Rust (tonic) client and the raw fred loop (the
+//! redis-rs loop and the seed are in `redis_rs.rs` and `seed.rs`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -42,7 +43,7 @@ pub(crate) struct ClientOutcome {
 impl ClientOutcome {
     /// Latency samples of `n` entries settled `now`: from each entry's XADD (`sent`, the
     /// latency phase), else from the arrival of their read.
-    fn sample(&mut self, now: u64, arrived: u64, sent: &[u64], n: usize, latency: bool) {
+    pub(crate) fn sample(&mut self, now: u64, arrived: u64, sent: &[u64], n: usize, latency: bool) {
         if latency {
             self.lat_us
                 .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));

@@ -16,7 +16,9 @@ mod client;
 mod many;
 mod procs;
 mod python;
+mod redis_rs;
 mod report;
+mod seed;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +32,8 @@ use window_sidecar_harness::RedisServer;
 
 use crate::client::{ClientOutcome, FredLoop, SidecarClient};
 use crate::procs::{SidecarProcess, cpu_seconds, metric_sum, status_kb};
+use crate::redis_rs::RedisRsLoop;
+use crate::seed::SeedApp;
 
 /// Runs the benchmark and prints figures (never asserts on them).
 #[derive(Parser, Debug)]
@@ -43,7 +47,8 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-python, redis-py-per-message, redis-py-pipelined, fred-raw; the sidecar ones
+    /// sidecar-python, redis-py-per-message, redis-py-pipelined, seed-in-process,
+    /// redis-rs-pipelined, fred-raw; the sidecar ones
     /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
     contenders: Vec<String>,
@@ -98,11 +103,14 @@ pub enum Contender {
     },
     RedisPyPerMessage,
     RedisPyPipelined,
+    /// ruststream-fred's pipelined window in this process.
+    SeedInProcess,
+    RedisRsPipelined,
     FredRaw,
 }
 
 impl Contender {
-    pub const ALL: [Contender; 8] = [
+    pub const ALL: [Contender; 10] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
@@ -126,6 +134,8 @@ impl Contender {
         Contender::SidecarPython { baseline: false },
         Contender::RedisPyPerMessage,
         Contender::RedisPyPipelined,
+        Contender::SeedInProcess,
+        Contender::RedisRsPipelined,
         Contender::FredRaw,
     ];
 
@@ -138,6 +148,8 @@ impl Contender {
             Contender::SidecarPython { .. } => "sidecar-python".into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
             Contender::RedisPyPipelined => "redis-py-pipelined".into(),
+            Contender::SeedInProcess => "seed-in-process".into(),
+            Contender::RedisRsPipelined => "redis-rs-pipelined".into(),
             Contender::FredRaw => "fred-raw".into(),
         };
         if self.on_baseline() {
@@ -287,6 +299,8 @@ impl Ctx {
 enum Consumer {
     Sidecar(SidecarClient),
     Fred(FredLoop),
+    RedisRs(RedisRsLoop),
+    Seed(SeedApp),
     Python(python::Worker),
 }
 
@@ -314,6 +328,10 @@ impl Consumer {
                     SidecarClient::connect(sidecar.grpc, count, max_in_flight, atomic).await?,
                 )
             }
+            Contender::SeedInProcess => Consumer::Seed(SeedApp::connect(&redis.url(), 64).await?),
+            Contender::RedisRsPipelined => {
+                Consumer::RedisRs(RedisRsLoop::connect(&redis.url(), 64).await?)
+            }
             _ => Consumer::Fred(FredLoop::connect(&redis.url(), 64).await?),
         })
     }
@@ -330,6 +348,8 @@ impl Consumer {
         match self {
             Consumer::Sidecar(client) => client.run(expect, latency).await,
             Consumer::Fred(client) => client.run(expect, latency).await,
+            Consumer::RedisRs(client) => client.run(expect, latency).await,
+            Consumer::Seed(app) => app.run(expect, latency).await,
             Consumer::Python(worker) => worker.run().await,
         }
     }

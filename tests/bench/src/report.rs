@@ -416,6 +416,14 @@ fn targets(records: &[Record], idle: &[IdleRss], many: &[ManyRecord], rate: u64)
         (rust_client(64, false), Contender::FredRaw),
         ">= 1.5x",
     );
+    for other in [Contender::RedisRsPipelined, Contender::SeedInProcess] {
+        ratio_target(
+            records,
+            &format!("sidecar-rust-pipeline-64 / {}", other.name()),
+            (rust_client(64, false), other),
+            "none set",
+        );
+    }
     round_trip_targets(records);
     ratio_target(
         records,
