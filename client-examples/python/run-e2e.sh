@@ -400,6 +400,17 @@ rc=0
   >"$work/token-none-worker.log" 2>&1 || rc=$?
 check "token: without WINDOW_SIDECAR_TOKEN Subscribe fails with UNAUTHENTICATED" \
   "$rc:$(grep -c '^subscription failed: UNAUTHENTICATED' "$work/token-none-worker.log")" "1:1"
+# A refusal races the open request: written into the reset stream, grpcio reported INTERNAL
+# "Internal error from Core" for about one refusal in six until the client waited for the
+# call's headers. Twenty refusals in a row show the status every time.
+refused=0
+for i in $(seq 1 20); do
+  (cd "$app" && env -u WINDOW_SIDECAR_TOKEN PYTHONPATH="$here/tests/no_otel" timeout 30 "$vpy" worker.py \
+    --sidecar "$token_addr" --orders "$orders" --consumer "token-refused-$i" --idle-exit 10) \
+    >"$work/token-refused.log" 2>&1 || true
+  grep -q '^subscription failed: UNAUTHENTICATED' "$work/token-refused.log" && refused=$((refused + 1))
+done
+check "token: 20 refused subscribes all report UNAUTHENTICATED, never INTERNAL" "$refused" 20
 (cd "$app" && WINDOW_SIDECAR_TOKEN="$(cat "$work/token")" PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py \
   --sidecar "$token_addr" --orders "$orders") >"$work/token-producer.log" 2>&1 ||
   { cat "$work/token-producer.log"; fail "token: producer"; }

@@ -1146,6 +1146,12 @@ class Subscription:
         st = _Stream(self._gen, call)
         self._stream = st
         st.outbox.put_nowait(pb.SubscribeRequest(open=self._open))
+        # The open goes out once the sidecar has answered with the call's headers. A sidecar
+        # that refuses the call (no token, too many subscriptions) answers with its status at
+        # once and resets the stream; a request written into that reset makes grpcio report
+        # INTERNAL "Internal error from Core" instead of the status (about one refusal in ten
+        # here). Waiting costs one round trip per stream, not per delivery.
+        await call.initial_metadata()
         writer = asyncio.get_running_loop().create_task(self._writer(st))
         if self._closing:
             self._spawn(self._half_close(st, self._close_timeout))
