@@ -12,6 +12,8 @@ MODE is one of:
   64 INCRs and one XACK.
 * ``sidecar-python``: through the sidecar with the helper of client-examples/python
   (``delivery.queue("INCR", ...)``, ``delivery.ack()``).
+* ``sidecar-python-typed``: the same, its side effect through redis-py's command method
+  (``delivery.redis.incr(...)``) instead of ``delivery.queue("INCR", ...)``.
 
 Per entry: decode the JSON payload, ``INCR count:<id mod 1000>``, acknowledge.
 
@@ -118,7 +120,7 @@ def redis_py(args: argparse.Namespace, pipelined: bool) -> dict:
 # Through the sidecar with the client-examples/python helper
 
 
-async def sidecar_python(args: argparse.Namespace) -> dict:
+async def sidecar_python(args: argparse.Namespace, typed: bool) -> dict:
     sys.path.insert(0, PY_CLIENT)
     import grpc
     from window_client.aio import WindowClient
@@ -171,7 +173,11 @@ async def sidecar_python(args: argparse.Namespace) -> dict:
         async with sub:
             async for delivery in sub:
                 p = json.loads(delivery.payload)
-                delivery.queue("INCR", f"count:{p['id'] % 1000}")
+                if typed:
+                    # redis-py's command method, recorded: the typed API a user writes.
+                    delivery.redis.incr(f"count:{p['id'] % 1000}")
+                else:
+                    delivery.queue("INCR", f"count:{p['id'] % 1000}")
                 delivery.ack()
         stats = sub.stats
     if state["failed"]:
@@ -184,7 +190,10 @@ async def sidecar_python(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["redis-py-per-message", "redis-py-pipelined", "sidecar-python"])
+    ap.add_argument(
+        "mode",
+        choices=["redis-py-per-message", "redis-py-pipelined", "sidecar-python", "sidecar-python-typed"],
+    )
     ap.add_argument("--redis-url")
     ap.add_argument("--sidecar")
     ap.add_argument("--stream", default="bench")
@@ -195,8 +204,8 @@ def main() -> int:
     ap.add_argument("--expect", type=int, required=True)
     ap.add_argument("--latency", action="store_true")
     args = ap.parse_args()
-    if args.mode == "sidecar-python":
-        result = asyncio.run(sidecar_python(args))
+    if args.mode.startswith("sidecar-python"):
+        result = asyncio.run(sidecar_python(args, typed=args.mode == "sidecar-python-typed"))
     else:
         result = redis_py(args, pipelined=args.mode == "redis-py-pipelined")
     emit("result " + json.dumps(result, separators=(",", ":")))

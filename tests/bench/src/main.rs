@@ -47,7 +47,7 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-python, redis-py-per-message, redis-py-pipelined, seed-in-process,
+    /// sidecar-python, sidecar-python-typed, redis-py-per-message, redis-py-pipelined, seed-in-process,
     /// redis-rs-pipelined, fred-raw; the sidecar ones
     /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
@@ -98,7 +98,10 @@ pub enum Contender {
         atomic: bool,
         baseline: bool,
     },
+    /// `typed`: side effects through redis-py's command methods (`d.redis.incr`), else the
+    /// untyped `d.queue("INCR", …)`: what the typed API costs, in the same run.
     SidecarPython {
+        typed: bool,
         baseline: bool,
     },
     RedisPyPerMessage,
@@ -110,7 +113,7 @@ pub enum Contender {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 10] = [
+    pub const ALL: [Contender; 11] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
@@ -131,7 +134,14 @@ impl Contender {
             atomic: true,
             baseline: false,
         },
-        Contender::SidecarPython { baseline: false },
+        Contender::SidecarPython {
+            typed: false,
+            baseline: false,
+        },
+        Contender::SidecarPython {
+            typed: true,
+            baseline: false,
+        },
         Contender::RedisPyPerMessage,
         Contender::RedisPyPipelined,
         Contender::SeedInProcess,
@@ -145,7 +155,8 @@ impl Contender {
                 "sidecar-rust-{}-{count}",
                 if *atomic { "atomic" } else { "pipeline" }
             ),
-            Contender::SidecarPython { .. } => "sidecar-python".into(),
+            Contender::SidecarPython { typed: false, .. } => "sidecar-python".into(),
+            Contender::SidecarPython { typed: true, .. } => "sidecar-python-typed".into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
             Contender::RedisPyPipelined => "redis-py-pipelined".into(),
             Contender::SeedInProcess => "seed-in-process".into(),
@@ -179,7 +190,7 @@ impl Contender {
         matches!(
             self,
             Contender::SidecarRust { baseline: true, .. }
-                | Contender::SidecarPython { baseline: true }
+                | Contender::SidecarPython { baseline: true, .. }
         )
     }
 
@@ -196,16 +207,21 @@ impl Contender {
                 atomic,
                 baseline: true,
             }),
-            Contender::SidecarPython { baseline: false } => {
-                Some(Contender::SidecarPython { baseline: true })
-            }
+            Contender::SidecarPython {
+                typed,
+                baseline: false,
+            } => Some(Contender::SidecarPython {
+                typed,
+                baseline: true,
+            }),
             _ => None,
         }
     }
 
     fn python_mode(&self) -> Option<&'static str> {
         match self {
-            Contender::SidecarPython { .. } => Some("sidecar-python"),
+            Contender::SidecarPython { typed: false, .. } => Some("sidecar-python"),
+            Contender::SidecarPython { typed: true, .. } => Some("sidecar-python-typed"),
             Contender::RedisPyPerMessage => Some("redis-py-per-message"),
             Contender::RedisPyPipelined => Some("redis-py-pipelined"),
             _ => None,

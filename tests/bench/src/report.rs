@@ -436,6 +436,20 @@ fn targets(records: &[Record], idle: &[IdleRss], many: &[ManyRecord], rate: u64)
         (SIDECAR_PYTHON, Contender::RedisPyPipelined),
         ">= 2.0x",
     );
+    // The typed API records redis-py's command methods instead of taking a name and
+    // arguments: it should cost nothing a run can see.
+    ratio_target(
+        records,
+        "sidecar-python-typed / sidecar-python",
+        (
+            Contender::SidecarPython {
+                typed: true,
+                baseline: false,
+            },
+            SIDECAR_PYTHON,
+        ),
+        ">= 0.9x (within noise)",
+    );
     ratio_target(
         records,
         "sidecar-python / redis-py-per-message",
@@ -457,7 +471,10 @@ fn rust_client(count: u32, atomic: bool) -> Contender {
     }
 }
 
-const SIDECAR_PYTHON: Contender = Contender::SidecarPython { baseline: false };
+const SIDECAR_PYTHON: Contender = Contender::SidecarPython {
+    typed: false,
+    baseline: false,
+};
 
 /// The sidecar's CPU per delivery, pipeline and atomic.
 fn cpu_targets(records: &[Record]) {
