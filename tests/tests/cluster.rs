@@ -355,7 +355,7 @@ async fn cluster_a_dead_letter_in_another_slot_is_refused_at_open() {
 }
 
 /// What an operator sees on a cluster: the consumer group's pending count
-/// (`window_group_pending_entries`) is sampled from the stream's node, and no command of the
+/// (`window_sidecar_group_pending_entries`) is sampled from the stream's node, and no command of the
 /// sidecar needs a redirection; it goes on being sampled after the last subscription closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_group_metrics_are_sampled_on_the_streams_node() {
@@ -389,7 +389,7 @@ async fn cluster_group_metrics_are_sampled_on_the_streams_node() {
     let (mut sub, _) = Subscription::open(&mut client, stream_open("{orders}", "g", "c1", 3))
         .await
         .unwrap();
-    let series = "window_group_pending_entries{key=\"{orders}\",group=\"g\"}";
+    let series = "window_sidecar_group_pending_entries{key=\"{orders}\",group=\"g\"}";
     let sampled = eventually(Duration::from_secs(2), || async {
         sample(&http_get(metrics, "/metrics").await.1, series) == 3.0
     })

@@ -358,7 +358,7 @@ async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_s
     let text = ok_body(&metrics, "/metrics").await;
     let read_aheads = |text: &str| -> f64 {
         text.lines()
-            .find_map(|l| l.strip_prefix("window_read_aheads_total{form=\"stream\"} "))
+            .find_map(|l| l.strip_prefix("window_sidecar_read_aheads_total{form=\"stream\"} "))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };

@@ -57,47 +57,53 @@ async fn metrics_count_what_happened() {
     assert_eq!(status, 200);
     let s = |series: &str| sample(&text, series);
     assert_eq!(
-        s("window_deliveries_total{form=\"stream\"}"),
+        s("window_sidecar_deliveries_total{form=\"stream\"}"),
         20.0,
         "{text}"
     );
-    assert_eq!(s("window_reads_total{form=\"stream\"}"), 1.0);
+    assert_eq!(s("window_sidecar_reads_total{form=\"stream\"}"), 1.0);
     assert_eq!(
-        s("window_outcomes_total{form=\"stream\",outcome=\"ack\"}"),
+        s("window_sidecar_outcomes_total{form=\"stream\",outcome=\"ack\"}"),
         13.0
     );
     assert_eq!(
-        s("window_outcomes_total{form=\"stream\",outcome=\"drop\"}"),
+        s("window_sidecar_outcomes_total{form=\"stream\",outcome=\"drop\"}"),
         7.0
     );
     assert_eq!(
-        s("window_outcomes_total{form=\"stream\",outcome=\"dead_letter\"}"),
+        s("window_sidecar_outcomes_total{form=\"stream\",outcome=\"dead_letter\"}"),
         0.0
     );
     assert_eq!(
-        s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
-        1.0
-    );
-    assert_eq!(s("window_flush_commands_sum{form=\"stream\"}"), 13.0);
-    assert_eq!(s("window_flush_settles_sum{form=\"stream\"}"), 20.0);
-    assert_eq!(
-        s("window_flush_duration_seconds_count{form=\"stream\",mode=\"pipeline\"}"),
+        s("window_sidecar_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
         1.0
     );
     assert_eq!(
-        s("window_redis_round_trips_total{form=\"stream\",kind=\"flush\"}"),
+        s("window_sidecar_flush_commands_sum{form=\"stream\"}"),
+        13.0
+    );
+    assert_eq!(s("window_sidecar_flush_settles_sum{form=\"stream\"}"), 20.0);
+    assert_eq!(
+        s("window_sidecar_flush_duration_seconds_count{form=\"stream\",mode=\"pipeline\"}"),
         1.0
     );
-    assert_eq!(s("window_published_entries_total"), 20.0);
     assert_eq!(
-        s("window_subscriptions_open{form=\"stream\"}"),
+        s("window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"flush\"}"),
+        1.0
+    );
+    assert_eq!(s("window_sidecar_published_entries_total"), 20.0);
+    assert_eq!(
+        s("window_sidecar_subscriptions_open{form=\"stream\"}"),
         0.0,
         "the subscription closed"
     );
     // The first read of a subscription goes through its own pending entries first (empty here),
     // then reads new ones: flush round trips per read stay at exactly one.
-    let flush_trips = s("window_redis_round_trips_total{form=\"stream\",kind=\"flush\"}");
-    assert_eq!(flush_trips / s("window_reads_total{form=\"stream\"}"), 1.0);
+    let flush_trips = s("window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"flush\"}");
+    assert_eq!(
+        flush_trips / s("window_sidecar_reads_total{form=\"stream\"}"),
+        1.0
+    );
 
     let (status, body) = http_get(metrics, "/livez").await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
@@ -336,7 +342,8 @@ async fn the_dashboard_queries_only_exported_metrics() {
         .unwrap();
     let sampled = eventually(STEP, || async {
         let (_, text) = http_get(metrics, "/metrics").await;
-        text.contains("window_group_lag_entries{") && text.contains("window_delay_set_entries{")
+        text.contains("window_sidecar_group_lag_entries{")
+            && text.contains("window_sidecar_delay_set_entries{")
     })
     .await;
     assert!(sampled, "group pending/lag and delay-set depth are sampled");
@@ -376,21 +383,24 @@ struct Unconsumed {
 /// The backlog gauges `Unconsumed` leaves, and their values.
 const UNCONSUMED: [(&str, f64); 7] = [
     (
-        "window_group_pending_entries{key=\"orders\",group=\"g\"}",
+        "window_sidecar_group_pending_entries{key=\"orders\",group=\"g\"}",
         2.0,
     ),
-    ("window_group_lag_entries{key=\"orders\",group=\"g\"}", 5.0),
     (
-        "window_group_pending_entries{key=\"billing:eu\",group=\"payments\"}",
+        "window_sidecar_group_lag_entries{key=\"orders\",group=\"g\"}",
+        5.0,
+    ),
+    (
+        "window_sidecar_group_pending_entries{key=\"billing:eu\",group=\"payments\"}",
         0.0,
     ),
     (
-        "window_group_lag_entries{key=\"billing:eu\",group=\"payments\"}",
+        "window_sidecar_group_lag_entries{key=\"billing:eu\",group=\"payments\"}",
         3.0,
     ),
-    ("window_list_entries{key=\"idle-jobs\"}", 4.0),
-    ("window_list_entries{key=\"jobs\"}", 2.0),
-    ("window_list_processing_entries{key=\"jobs\"}", 1.0),
+    ("window_sidecar_list_entries{key=\"idle-jobs\"}", 4.0),
+    ("window_sidecar_list_entries{key=\"jobs\"}", 2.0),
+    ("window_sidecar_list_processing_entries{key=\"jobs\"}", 1.0),
 ];
 
 impl Unconsumed {
@@ -505,7 +515,7 @@ async fn a_deleted_groups_backlog_gauges_go_away() {
         !http_get(metrics, "/metrics")
             .await
             .1
-            .contains("window_group_pending_entries{key=\"orders\"")
+            .contains("window_sidecar_group_pending_entries{key=\"orders\"")
     })
     .await;
     assert!(gone, "the deleted group's series went away");

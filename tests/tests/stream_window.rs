@@ -260,9 +260,9 @@ async fn under_a_backlog(reports_in_reads: bool) -> Reports {
 
     let text = scrape(&m.metrics).await;
     let s = |series: &str| sample(&text, series);
-    let read_aheads = s("window_read_aheads_total{form=\"stream\"}");
-    let own_reads = s("window_redis_round_trips_total{form=\"stream\",kind=\"read\"}");
-    let flushes = s("window_redis_round_trips_total{form=\"stream\",kind=\"flush\"}");
+    let read_aheads = s("window_sidecar_read_aheads_total{form=\"stream\"}");
+    let own_reads = s("window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"read\"}");
+    let flushes = s("window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"flush\"}");
     // The first two reads (and the pending-history read before them) go on the subscription's
     // own connection, and so does the BLOCK read once the backlog is gone; every other read
     // rode on a flush.
@@ -274,10 +274,10 @@ async fn under_a_backlog(reports_in_reads: bool) -> Reports {
         "{flushes} flush round trips\n{text}"
     );
     assert_eq!(
-        s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
+        s("window_sidecar_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
         20.0
     );
-    assert_eq!(s("window_reads_total{form=\"stream\"}"), 20.0);
+    assert_eq!(s("window_sidecar_reads_total{form=\"stream\"}"), 20.0);
     let round_trips_per_read = (own_reads + flushes) / 20.0;
     assert!(round_trips_per_read <= 1.2, "{round_trips_per_read}");
     sub.close();
@@ -345,11 +345,11 @@ async fn flushes_that_queue_behind_a_slow_one_go_together_in_the_next_round_trip
     let text = scrape(&m.metrics).await;
     let s = |series: &str| sample(&text, series);
     assert_eq!(
-        s("window_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
+        s("window_sidecar_flushes_total{form=\"stream\",mode=\"pipeline\",result=\"ok\"}"),
         4.0
     );
     assert_eq!(
-        s("window_redis_round_trips_total{form=\"stream\",kind=\"flush\"}"),
+        s("window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"flush\"}"),
         2.0,
         "the three queued flushes shared one round trip\n{text}"
     );

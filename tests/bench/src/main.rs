@@ -529,14 +529,20 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
 /// the consumer's), its flushes and its peak RSS.
 async fn sidecar_figures(sidecar: &SidecarProcess, measured: &mut Measured) -> Result<(), String> {
     let metrics = sidecar.scrape().await?;
-    measured.reads = metric_sum(&metrics, "window_reads_total", "") as u64;
-    measured.round_trips = metric_sum(&metrics, "window_redis_round_trips_total", "") as u64;
-    measured.flush_round_trips =
-        Some(metric_sum(&metrics, "window_redis_round_trips_total", "kind=\"flush\"") as u64);
-    let flushes = metric_sum(&metrics, "window_flush_duration_seconds_count", "");
+    measured.reads = metric_sum(&metrics, "window_sidecar_reads_total", "") as u64;
+    measured.round_trips =
+        metric_sum(&metrics, "window_sidecar_redis_round_trips_total", "") as u64;
+    measured.flush_round_trips = Some(metric_sum(
+        &metrics,
+        "window_sidecar_redis_round_trips_total",
+        "kind=\"flush\"",
+    ) as u64);
+    let flushes = metric_sum(&metrics, "window_sidecar_flush_duration_seconds_count", "");
     if flushes > 0.0 {
-        measured.flush_mean_ms =
-            Some(1000.0 * metric_sum(&metrics, "window_flush_duration_seconds_sum", "") / flushes);
+        measured.flush_mean_ms = Some(
+            1000.0 * metric_sum(&metrics, "window_sidecar_flush_duration_seconds_sum", "")
+                / flushes,
+        );
     }
     measured.sidecar_hwm_kb = status_kb(sidecar.pid(), "VmHWM");
     Ok(())
@@ -565,7 +571,11 @@ async fn idle_rss(ctx: &Ctx, n: usize, baseline: bool) -> Result<(u64, u64), Str
     let held = client::open_idle(sidecar.grpc, n).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = status_kb(sidecar.pid(), "VmRSS").ok_or("no VmRSS")?;
-    let open = metric_sum(&sidecar.scrape().await?, "window_subscriptions_open", "") as usize;
+    let open = metric_sum(
+        &sidecar.scrape().await?,
+        "window_sidecar_subscriptions_open",
+        "",
+    ) as usize;
     drop(held);
     drop(sidecar);
     if open != n {

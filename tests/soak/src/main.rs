@@ -838,7 +838,7 @@ async fn sample(
     let metrics = ok_body(metrics_addr, "/metrics").await;
     let view = ok_body(metrics_addr, "/subscriptions").await;
     let (client_list, sidecar_connections) = client_list(inspect).await;
-    let deliveries = metric_sum(&metrics, "window_deliveries_total", "");
+    let deliveries = metric_sum(&metrics, "window_sidecar_deliveries_total", "");
     let rate = match previous {
         Some(p) if t > p.t => (deliveries - p.deliveries) / (t - p.t),
         _ => 0.0,
@@ -853,7 +853,7 @@ async fn sample(
         connected_clients: info_field(inspect, fred::types::InfoKind::Clients, "connected_clients")
             .await,
         admin_view: admin_view_len(&view),
-        open_gauge: metric_sum(&metrics, "window_subscriptions_open", ""),
+        open_gauge: metric_sum(&metrics, "window_sidecar_subscriptions_open", ""),
         deliveries,
         rate,
         produced: targets.iter().map(|t| t.tally.produced.load(Relaxed)).sum(),
@@ -1562,19 +1562,19 @@ async fn leftovers(metrics_addr: &str) -> Vec<String> {
     let metrics = ok_body(metrics_addr, "/metrics").await;
     let view = ok_body(metrics_addr, "/subscriptions").await;
     // A subscription's own series go with it.
-    let mut leftover: Vec<String> = series(&metrics, "window_outstanding_deliveries")
+    let mut leftover: Vec<String> = series(&metrics, "window_sidecar_outstanding_deliveries")
         .into_iter()
-        .map(|(labels, v)| format!("window_outstanding_deliveries{{{labels}}} {v}"))
+        .map(|(labels, v)| format!("window_sidecar_outstanding_deliveries{{{labels}}} {v}"))
         .collect();
     // The backlog gauges stay for every key served (an alert must see a backlog nobody
     // consumes): with everything settled, each reads 0.
     leftover.extend(
         [
-            "window_group_pending_entries",
-            "window_group_lag_entries",
-            "window_list_entries",
-            "window_list_processing_entries",
-            "window_delay_set_entries",
+            "window_sidecar_group_pending_entries",
+            "window_sidecar_group_lag_entries",
+            "window_sidecar_list_entries",
+            "window_sidecar_list_processing_entries",
+            "window_sidecar_delay_set_entries",
         ]
         .iter()
         .flat_map(|name| {
@@ -1588,9 +1588,9 @@ async fn leftovers(metrics_addr: &str) -> Vec<String> {
                 .chain(too_many)
         }),
     );
-    let open = metric_sum(&metrics, "window_subscriptions_open", "");
+    let open = metric_sum(&metrics, "window_sidecar_subscriptions_open", "");
     if open != 0.0 {
-        leftover.push(format!("window_subscriptions_open sums to {open}"));
+        leftover.push(format!("window_sidecar_subscriptions_open sums to {open}"));
     }
     let views = admin_view_len(&view);
     if views != 0 {
@@ -1740,20 +1740,20 @@ fn print_counters(metrics: &str) {
     let flushes = |result: &str| -> f64 {
         metric_sum(
             metrics,
-            "window_flushes_total",
+            "window_sidecar_flushes_total",
             &format!("result=\"{result}\""),
         )
     };
     println!(
         "sidecar counters: {:.0} reads, {:.0} deliveries ({:.0} redeliveries, {:.0} reclaimed), {:.0} flushes ok, {:.0} failed, {:.0} rejections, {:.0} published",
-        metric_sum(metrics, "window_reads_total", ""),
-        metric_sum(metrics, "window_deliveries_total", ""),
-        metric_sum(metrics, "window_redeliveries_total", ""),
-        metric_sum(metrics, "window_reclaimed_entries_total", ""),
+        metric_sum(metrics, "window_sidecar_reads_total", ""),
+        metric_sum(metrics, "window_sidecar_deliveries_total", ""),
+        metric_sum(metrics, "window_sidecar_redeliveries_total", ""),
+        metric_sum(metrics, "window_sidecar_reclaimed_entries_total", ""),
         flushes("ok"),
         flushes("failed"),
-        metric_sum(metrics, "window_rejections_total", ""),
-        metric_sum(metrics, "window_published_entries_total", ""),
+        metric_sum(metrics, "window_sidecar_rejections_total", ""),
+        metric_sum(metrics, "window_sidecar_published_entries_total", ""),
     );
 }
 
