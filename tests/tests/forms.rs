@@ -987,3 +987,74 @@ async fn a_dead_letter_outcome_moves_a_list_value_at_once_and_needs_a_target() {
     dead_letter_is_refused(&mut news, "not offered on pub/sub").await;
     sidecar.stop().await;
 }
+
+/// A close does not wait out the read it finds blocked: the sidecar cuts BLMOVE, BRPOP or
+/// XREADGROUP BLOCK short (`CLIENT UNBLOCK … TIMEOUT`), so the stream ends at once rather than
+/// after the read's whole block (a minute at most), and the cut read takes nothing: a value
+/// pushed after the close stays in the list.
+#[tokio::test]
+async fn a_close_cuts_a_blocked_read_short_and_takes_nothing() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let long = Some(prost_types::Duration {
+        seconds: 30,
+        nanos: 0,
+    });
+    let opens = [
+        (
+            "simple",
+            proto::Open {
+                block: long,
+                ..simple("idle-simple", 1, 1)
+            },
+        ),
+        (
+            "reliable",
+            proto::Open {
+                block: long,
+                ..reliable("idle-reliable", "c0", 1)
+            },
+        ),
+        (
+            "stream",
+            proto::Open {
+                block: long,
+                ..stream_open("idle-stream", "g", "c0", 1)
+            },
+        ),
+    ];
+    for (form, open) in opens {
+        let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+        // Let the read block in Redis.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let closed_at = std::time::Instant::now();
+        sub.close();
+        let end = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match sub.next().await {
+                    Ok(Some(_)) => continue,
+                    end => return end,
+                }
+            }
+        })
+        .await;
+        assert!(
+            matches!(end, Ok(Ok(None))),
+            "{form}: the stream ended cleanly within 10 s of the close, not after the 30 s block: {end:?} after {:?}",
+            closed_at.elapsed()
+        );
+    }
+    // Nothing reads any more: what producers push now stays where it is.
+    push(&inspect, "idle-simple", ["after".to_string()]).await;
+    push(&inspect, "idle-reliable", ["after".to_string()]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(len(&inspect, "idle-simple").await, 1);
+    assert_eq!(len(&inspect, "idle-reliable").await, 1);
+    assert_eq!(
+        len(&inspect, "{idle-reliable}:window:processing:c0").await,
+        0
+    );
+    sidecar.stop().await;
+}

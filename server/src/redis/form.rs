@@ -256,11 +256,38 @@ impl Reader {
         }
     }
 
+    /// What cuts this reader's blocking read short, for forms whose reads block on their
+    /// connection (a pub/sub reader waits on its own buffer and is never blocked in Redis).
+    pub(crate) fn interrupter(&self) -> Option<ReadInterrupter> {
+        match self {
+            Reader::Stream(r) => Some(ReadInterrupter(r.client().clone())),
+            Reader::List(r) => Some(ReadInterrupter(r.client().clone())),
+            Reader::PubSub(_) => None,
+        }
+    }
+
     pub(crate) async fn close(self) {
         match self {
             Reader::Stream(r) => r.close().await,
             Reader::List(r) => r.close().await,
             Reader::PubSub(r) => r.close().await,
+        }
+    }
+}
+
+/// Cuts a reader's blocking read (XREADGROUP BLOCK, BLMOVE, BRPOP) short with
+/// `CLIENT UNBLOCK … TIMEOUT`, sent on fred's backchannel to the node the read blocks on: the
+/// read returns as if its block had run out, so it takes nothing and nothing is lost. A read
+/// that is not blocked (it is between commands, or its reply is on the way) is left alone.
+#[derive(Clone)]
+pub(crate) struct ReadInterrupter(Client);
+
+impl ReadInterrupter {
+    pub(crate) async fn interrupt(&self) {
+        use fred::interfaces::ClientInterface;
+        use fred::types::ClientUnblockFlag;
+        if let Err(err) = self.0.unblock_self(Some(ClientUnblockFlag::Timeout)).await {
+            tracing::debug!(error = %err, "the read under way was not blocked; it ends by itself");
         }
     }
 }

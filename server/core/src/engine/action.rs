@@ -17,6 +17,10 @@ pub enum Action<E> {
         reread: bool,
         recover: bool,
     },
+    /// Cut the reader's read under way short, as if its block had run out: it takes nothing
+    /// and returns at once (a read that is not blocked, or has already taken entries, is not
+    /// touched and returns them as usual).
+    InterruptRead,
     /// Send a read to the client. `report`: the flush report that rides inside it.
     Deliver {
         read: OpenedRead,

@@ -10,6 +10,12 @@ impl<E: Item> Engine<E> {
         if !matches!(self.phase, Phase::Open | Phase::Draining { .. }) {
             return;
         }
+        if self.reader.is_some() {
+            // The close waits for the read under way (a simple list's before anything else,
+            // every form's before Done), which may block for all of its BLOCK, up to a
+            // minute: cut it short, as if its block had run out.
+            self.actions.push(Action::InterruptRead);
+        }
         if self.config.kind.waits_for_read_at_close() && self.reader.is_some() {
             self.phase = Phase::ClosingAfterRead { stop };
             return;

@@ -143,6 +143,11 @@ pub(crate) struct ListReader {
 }
 
 impl ListReader {
+    /// The dedicated connection the reads block on.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub(crate) fn new(client: Client, keys: ListKeys, replication: Option<Replication>) -> Self {
         Self {
             replication,

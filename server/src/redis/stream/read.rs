@@ -201,6 +201,11 @@ pub(crate) struct StreamReader {
 }
 
 impl StreamReader {
+    /// The dedicated connection the reads block on.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// A reader that first delivers the consumer's own pending entries.
     pub(crate) fn new(
         client: Client,

@@ -29,7 +29,7 @@ use crate::domain::{Entry, ReadBatch, Source};
 use crate::engine::{Action, Engine, FlushId, LeaseRenewal, Stop};
 use crate::metrics::{FormLabels, SubscriptionLabels};
 use crate::redis::RedisError;
-use crate::redis::form::Form;
+use crate::redis::form::{Form, ReadInterrupter};
 use crate::redis::keys::KeySpecs;
 use crate::redis::lease::ConsumerLease;
 use crate::window::{ReadId, SlotId};
@@ -49,6 +49,8 @@ pub(super) struct Subscription {
     ended_with: Option<SessionError>,
     reader_tx: mpsc::Sender<ReadRequest>,
     reader_rx: mpsc::Receiver<Result<ReadBatch, RedisError>>,
+    /// Cuts the reader's blocking read short when the subscription closes.
+    interrupter: Option<ReadInterrupter>,
     flush_tx: mpsc::UnboundedSender<FlushJob>,
     flush_rx: mpsc::UnboundedReceiver<Flushed>,
     lease: Option<ConsumerLease>,
@@ -170,6 +172,13 @@ impl Subscription {
                 };
                 if self.reader_tx.send(request).await.is_err() {
                     warn!("the reader stopped");
+                }
+            }
+            Action::InterruptRead => {
+                if let Some(interrupter) = self.interrupter.clone() {
+                    // On its own task: the backchannel may need a connection first, and the
+                    // close goes on meanwhile.
+                    tokio::spawn(async move { interrupter.interrupt().await }.in_current_span());
                 }
             }
             Action::Deliver {

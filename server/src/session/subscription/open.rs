@@ -107,6 +107,7 @@ impl Subscription {
         let reader = Reader::open(redis, &source, &form, settings.replication)
             .await
             .map_err(explain)?;
+        let interrupter = reader.interrupter();
         let (reader_tx, requests) = mpsc::channel(1);
         let (results, reader_rx) = mpsc::channel(1);
         tokio::spawn(workers::read_loop(reader, requests, results).in_current_span());
@@ -201,6 +202,7 @@ impl Subscription {
             ended_with: None,
             reader_tx,
             reader_rx,
+            interrupter,
             flush_tx,
             flush_rx,
             lease,

@@ -128,7 +128,10 @@ fn what_the_last_read_takes_after_the_client_left_goes_back_uncounted() {
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
     engine.client_closed(start);
-    assert_eq!(engine.take_actions(), vec![Action::EndStream(None)]);
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::InterruptRead, Action::EndStream(None)]
+    );
     engine.read_returned(start, Ok(Read::new(vec![entry(9, 1)])));
     assert_eq!(
         engine.take_actions(),
@@ -150,7 +153,8 @@ fn a_simple_list_gives_back_the_read_under_way_before_what_the_client_held() {
     engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
     engine.take_actions();
     engine.client_closed(start);
-    assert_eq!(engine.take_actions(), vec![]);
+    // The close waits for the read under way, which it cuts short.
+    assert_eq!(engine.take_actions(), vec![Action::InterruptRead]);
     engine.read_returned(start, Ok(Read::new(vec![entry(2, 1)])));
     let actions = engine.take_actions();
     assert_eq!(
@@ -167,6 +171,21 @@ fn a_simple_list_gives_back_the_read_under_way_before_what_the_client_held() {
         ]
     );
     assert_eq!(actions[2..], [Action::EndStream(None), Action::Done]);
+}
+
+#[test]
+fn a_close_without_a_read_under_way_interrupts_nothing() {
+    let start = Instant::now();
+    let mut engine: Engine<E> = Engine::new(config(Kind::SimpleList), start);
+    engine.take_actions();
+    // A failed read: the next waits for its backoff, so none is under way at the close.
+    engine.read_returned(start, Err(ReadError::Retry { unknown: false }));
+    assert_eq!(engine.take_actions(), vec![]);
+    engine.client_closed(start);
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::EndStream(None), Action::Done]
+    );
 }
 
 #[test]
@@ -228,7 +247,10 @@ fn a_lost_lease_ends_the_subscription() {
     engine.lease_renewed(start + RENEW, LeaseRenewal::Lost);
     assert_eq!(
         engine.take_actions(),
-        vec![Action::EndStream(Some(Stop::LeaseLost))]
+        vec![
+            Action::InterruptRead,
+            Action::EndStream(Some(Stop::LeaseLost))
+        ]
     );
 }
 

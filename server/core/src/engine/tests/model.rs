@@ -214,6 +214,13 @@ impl World {
                     );
                 }
                 Action::Lost(_) => {}
+                Action::InterruptRead => {
+                    // Only a read under way is cut short; it answers when the model says.
+                    assert!(
+                        self.reader.is_some() || self.reader_answer.is_some(),
+                        "an interrupt without a read under way"
+                    );
+                }
                 Action::Flush {
                     flush,
                     batch,
