@@ -151,7 +151,7 @@ def main():
         for use, target in imports(path):
             if module and module[0] in ("grpc", "session") and len(use) > 2 and use[:2] == ["crate", "redis"] and use[-1] in DOMAIN_TYPES:
                 problems.append(f"{path.relative_to(ROOT)} takes {use[-1]} from redis/: the domain's types come from crate::domain")
-            if target is not None and target != path and path not in (file_of(module[:-1]) if module else None,):
+            if target is not None and target != path:
                 graph.setdefault(path, set()).add(target)
 
     # A file may use its own parent's items (a mod.rs re-exporting its children is how a
