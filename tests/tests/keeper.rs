@@ -81,8 +81,12 @@ async fn values_in_stream(client: &Client) -> BTreeMap<String, u32> {
 /// The delay set the retries of `STREAM` wait in.
 const DELAYED: &str = "{jobs}:window:delayed";
 
-/// A worker reads five entries and asks for each again in 3 s, then goes away (scaled to
-/// zero): no subscription is left anywhere, the five wait in the delay set.
+/// How long the scaled-to-zero worker's retries wait. The keeper must read 0 and then the new
+/// entries' lag before they fall due, and a busy CI machine can take seconds for that.
+const RETRY_DELAY: Duration = Duration::from_secs(6);
+
+/// A worker reads five entries and asks for each again in `RETRY_DELAY`, then goes away
+/// (scaled to zero): no subscription is left anywhere, the five wait in the delay set.
 async fn scaled_to_zero(redis: &RedisServer, inspect: &Client) {
     let worker = Sidecar::start(&redis.url(), &[]).await;
     let mut client = worker.client().await;
@@ -95,7 +99,7 @@ async fn scaled_to_zero(redis: &RedisServer, inspect: &Client) {
     let later: Vec<_> = read
         .deliveries
         .iter()
-        .map(|d| retry_after(d.slot, Duration::from_secs(3)))
+        .map(|d| retry_after(d.slot, RETRY_DELAY))
         .collect();
     sub.send(Vec::new(), later).await;
     assert!(sub.flush().await.ok);
@@ -106,11 +110,13 @@ async fn scaled_to_zero(redis: &RedisServer, inspect: &Client) {
     assert_eq!(pending(inspect, STREAM, GROUP).await, 0);
 }
 
-/// The keeper, once it sampled that nothing waits yet (the retries are not due, nothing is
-/// unread): entries added now are counted before the retries fall due.
-async fn idle_keeper(redis: &RedisServer) -> (SidecarProcess, SocketAddr) {
+/// A keeper started before the worker scales to zero, once it sampled that nothing waits
+/// (the retries are not due, nothing is unread): entries added now are counted before the
+/// retries fall due. Started first, so its start-up does not eat into the retries' delay.
+async fn idle_keeper(redis: &RedisServer, inspect: &Client) -> (SidecarProcess, SocketAddr) {
     let metrics = metrics_addr();
     let keeper = keeper(redis, metrics, &[]);
+    scaled_to_zero(redis, inspect).await;
     assert_eq!(
         work_reaches(metrics, 0.0, STEP).await,
         Some(0.0),
@@ -153,8 +159,7 @@ async fn due_retries_come_back(inspect: &Client, metrics: SocketAddr) {
 async fn with_no_subscriber_a_keeper_brings_delayed_retries_back() {
     let redis = RedisServer::start();
     let inspect = redis.client().await;
-    scaled_to_zero(&redis, &inspect).await;
-    let (_keeper, metrics) = idle_keeper(&redis).await;
+    let (_keeper, metrics) = idle_keeper(&redis, &inspect).await;
     due_retries_come_back(&inspect, metrics).await;
     let text = scrape(metrics).await;
     assert_eq!(
@@ -174,8 +179,7 @@ async fn with_no_subscriber_a_keeper_brings_delayed_retries_back() {
 async fn a_worker_started_after_the_keeper_drains_the_work_waiting() {
     let redis = RedisServer::start();
     let inspect = redis.client().await;
-    scaled_to_zero(&redis, &inspect).await;
-    let (_keeper, metrics) = idle_keeper(&redis).await;
+    let (_keeper, metrics) = idle_keeper(&redis, &inspect).await;
     due_retries_come_back(&inspect, metrics).await;
 
     let worker = Sidecar::start(&redis.url(), &[]).await;
