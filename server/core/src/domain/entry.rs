@@ -48,6 +48,9 @@ pub struct Entry {
     /// A list value or message whose fields were decoded from a frame, as stored: settling a
     /// list value and its delivery count need it verbatim. Empty otherwise.
     pub stored: Bytes,
+    /// On an ordered subscription, the entry's ordering key (see
+    /// [`super::source::OrderingKey`]), found when it was read.
+    pub ordering_key: Option<Bytes>,
 }
 
 /// An entry's body as the client sees it.
@@ -71,6 +74,14 @@ impl crate::engine::Item for std::sync::Arc<Entry> {
     }
     fn delivery_count(&self) -> u32 {
         self.delivery_count
+    }
+    fn ordering_key(&self) -> Option<Bytes> {
+        self.ordering_key.clone()
+    }
+    fn redelivered(&self) -> Self {
+        let mut next = Entry::clone(self);
+        next.delivery_count += 1;
+        std::sync::Arc::new(next)
     }
 }
 

@@ -12,5 +12,5 @@ pub mod target;
 
 pub use entry::{Body, Entry, ReadBatch};
 pub use frame::Framing;
-pub use source::{ListSource, MAX_BLOCK, Mode, PubSubSource, Source, StreamSource};
+pub use source::{ListSource, MAX_BLOCK, Mode, OrderingKey, PubSubSource, Source, StreamSource};
 pub use target::Target;

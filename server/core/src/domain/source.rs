@@ -126,3 +126,27 @@ impl Mode {
 
 /// The longest a read may block.
 pub const MAX_BLOCK: Duration = Duration::from_secs(60);
+
+/// Where an ordered subscription finds an entry's ordering key. Entries that share a key are
+/// handed out one at a time, in the order read; an entry without it is unordered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrderingKey {
+    /// A header: on a stream the field `h:<name>` (as Publish writes headers), on a list a
+    /// header of the value's frame. The name matches in any case.
+    Header(String),
+    /// A stream entry's field as stored (for producers that do not write the layout).
+    Field(String),
+}
+
+impl OrderingKey {
+    /// The key of `entry`, if it has one.
+    pub fn of(&self, entry: &crate::domain::Entry) -> Option<bytes::Bytes> {
+        match self {
+            OrderingKey::Header(name) => entry.header(name).cloned(),
+            OrderingKey::Field(name) => entry
+                .fields
+                .iter()
+                .find_map(|(field, value)| (field == name.as_bytes()).then(|| value.clone())),
+        }
+    }
+}

@@ -27,6 +27,9 @@ impl<E: Item> Engine<E> {
     pub(super) fn close_now(&mut self, stop: Option<Stop>) {
         self.phase = Phase::Closing { stop };
         self.closed.left_pending = self.window.outstanding();
+        // Entries waiting for their key go back as if never read.
+        let waiting = self.lanes.take_waiting();
+        self.give_back(waiting, false);
         if self.config.kind == Kind::SimpleList {
             // A simple list's entries left without an outcome exist nowhere else: back they
             // go, counted (the client had them).

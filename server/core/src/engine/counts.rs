@@ -3,6 +3,7 @@
 //! out again would put one entry in two places at once).
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use super::FlushId;
 use super::{Action, Engine, Item, Read};
@@ -47,9 +48,11 @@ impl<E: Item> Engine<E> {
     /// Returns the report if it did not ride.
     pub(super) fn deliver(
         &mut self,
+        now: Instant,
         read: Read<E>,
         count: u32,
         report: Option<FlushId>,
+        answered: Option<u64>,
     ) -> Option<FlushId> {
         let Read {
             entries,
@@ -60,7 +63,9 @@ impl<E: Item> Engine<E> {
         let mut entries = entries;
         if redelivery && self.config.kind.rereads_by_id() {
             let held = held_ids(
-                self.window.held_entries(),
+                self.window
+                    .held_entries()
+                    .chain(self.lanes.waiting_entries()),
                 self.flushes.values().map(|f| &f.ids),
                 self.settled_during_reads.iter().map(|(_, ids)| ids),
             );
@@ -72,6 +77,21 @@ impl<E: Item> Engine<E> {
         if !dead.is_empty() {
             self.dead_letter(dead);
         }
+        let alive = if self.config.ordered {
+            // Reader requests from the last re-read's on walk through this consumer's own
+            // entries, then read new ones: the first fresh read ends the walk.
+            let walk = answered.filter(|n| *n >= self.reread_asked && self.reread_asked > 0);
+            if !redelivery && !self.reread_owed && walk.is_some() {
+                self.lanes.reread_done(self.reread_asked);
+            }
+            self.lanes.admit(
+                alive,
+                walk.filter(|_| redelivery).map(|_| self.reread_asked),
+                now,
+            )
+        } else {
+            alive
+        };
         match self.window.open_read(alive.clone()) {
             Some(opened) => {
                 self.actions.push(Action::Deliver {

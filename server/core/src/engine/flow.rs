@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, ReaderRead};
-use crate::window::FlushBatch;
+use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, ReaderRead, counts};
+use crate::window::{FlushBatch, Outcome};
 
 /// The wait before the next read after `failures` failed ones in a row.
 pub(super) fn backoff(failures: u32) -> Duration {
@@ -34,7 +34,12 @@ impl<E: Item> Engine<E> {
         // count with their COUNT: what they bring fits.
         let reading = self.reader.map_or(0, |r| r.count as usize)
             + self.ahead.values().map(|&c| c as usize).sum::<usize>();
-        (self.config.max_in_flight as usize).saturating_sub(self.window.held() + waiting + reading)
+        let max = self.config.max_in_flight as usize;
+        // Entries waiting for their key have a bound of their own, the same size: a hot key
+        // stops the reads once it fills it, not before, and never takes the room of the
+        // deliveries out.
+        max.saturating_sub(self.window.held() + waiting + reading)
+            .min(max.saturating_sub(self.lanes.waiting() + reading))
     }
 
     /// Whether a read may start now at all, as far as the subscription goes.
@@ -63,8 +68,20 @@ impl<E: Item> Engine<E> {
             return;
         }
         let reread = self.reread_owed && self.reread_ready();
+        if self.config.ordered && self.reread_owed && !reread {
+            // A read past this consumer's own pending entries could hand out a key's later
+            // entry before the earlier one the re-read brings back.
+            return;
+        }
         if reread {
             self.reread_owed = false;
+            if self.config.ordered && self.config.kind != Kind::Stream {
+                // A list's re-read returns its whole processing list in the order it was
+                // read, the waiting entries among it (a list cannot tell them apart from
+                // the others): forgotten here, they come back in their place, each counted
+                // once more than it was delivered (a count may run ahead, never behind).
+                self.lanes.take_waiting();
+            }
         }
         let (recover, block) = match &mut self.recovery {
             Some(recovery) => recovery.for_read(now, self.config.block),
@@ -76,6 +93,9 @@ impl<E: Item> Engine<E> {
             fresh: !reread && !recover,
         });
         self.reader_asked += 1;
+        if reread {
+            self.reread_asked = self.reader_asked;
+        }
         self.actions.push(Action::Read {
             count,
             block,
@@ -100,7 +120,10 @@ impl<E: Item> Engine<E> {
             || room == 0
             || !self.may_read()
             || self.reader.is_some_and(|r| !r.fresh)
+            || (self.config.ordered && (self.reader.is_some() || !self.ahead.is_empty()))
         {
+            // An ordered subscription admits entries in the order Redis handed them out, so it
+            // keeps one read of new entries under way: two could answer in either order.
             return None;
         }
         let count = room.min(self.config.count as usize) as u32;
@@ -119,7 +142,7 @@ impl<E: Item> Engine<E> {
         self.flush_batch(batch, read_ahead);
     }
 
-    pub(super) fn flush_batch(&mut self, batch: FlushBatch<E>, read_ahead: Option<u32>) {
+    pub(super) fn flush_batch(&mut self, mut batch: FlushBatch<E>, read_ahead: Option<u32>) {
         let flush = self.next_flush;
         self.next_flush += 1;
         let ids = if self.config.kind.rereads_by_id() {
@@ -127,7 +150,11 @@ impl<E: Item> Engine<E> {
         } else {
             Vec::new()
         };
+        let in_place = self.keep_in_place(flush, &mut batch);
         self.track_flush(flush, batch.deliveries, ids);
+        if let Some(flushing) = self.flushes.get_mut(&flush) {
+            flushing.in_place = in_place;
+        }
         self.actions.push(Action::Flush {
             flush,
             batch,
@@ -144,8 +171,65 @@ impl<E: Item> Engine<E> {
                 ids,
                 unknown: false,
                 reported: false,
+                in_place: Vec::new(),
             },
         );
+    }
+
+    /// On an ordered subscription, marks the batch's retries of keyed entries to be kept in
+    /// place (unless the cap makes them dead letters) and puts its keys in flush. Returns the
+    /// retries, for their lanes once the flush succeeded.
+    fn keep_in_place(
+        &mut self,
+        flush: FlushId,
+        batch: &mut FlushBatch<E>,
+    ) -> Vec<(E, Option<Duration>)> {
+        if !self.config.ordered {
+            return Vec::new();
+        }
+        let mut keys = Vec::new();
+        let mut in_place = Vec::new();
+        for (index, settle) in batch.settles.iter().enumerate() {
+            let Some(key) = settle.entry.ordering_key() else {
+                continue;
+            };
+            keys.push((key, settle.entry.id()));
+            let delay = match settle.outcome {
+                Outcome::Retry => None,
+                Outcome::RetryAfter(delay) => Some(delay),
+                _ => continue,
+            };
+            if counts::exhausted(settle.entry.delivery_count(), self.config.max_deliveries) {
+                continue;
+            }
+            batch.in_place.push(index);
+            in_place.push((settle.entry.clone(), delay));
+        }
+        self.lanes.flushing(flush, keys);
+        in_place
+    }
+
+    /// Hands out the entries whose keys came free, as one read, while the window has room.
+    pub(super) fn release_waiting(&mut self, now: Instant) {
+        if self.phase != Phase::Open || !self.client_here || self.reread_owed {
+            return;
+        }
+        let room = (self.config.max_in_flight as usize).saturating_sub(self.window.held());
+        let released = self.lanes.release(room, now);
+        if released.is_empty() {
+            return;
+        }
+        let redelivery = released.iter().any(|(_, seen)| *seen);
+        let entries: Vec<E> = released.into_iter().map(|(entry, _)| entry).collect();
+        if let Some(read) = self.window.open_read(entries.clone()) {
+            self.actions.push(Action::Deliver {
+                read,
+                entries,
+                redelivery,
+                lost: 0,
+                report: None,
+            });
+        }
     }
 
     pub(super) fn flush_ended(&mut self, flush: FlushId) {

@@ -11,7 +11,8 @@
 //!
 //! What it owns, by part: [`flow`] (room, reads, read-ahead, re-reads), [`counts`] (delivery
 //! caps, dead letters, which redelivered entries are already held), [`liveness`] (the consumer
-//! lease, recovery timing). The handlers that tie them together are here.
+//! lease, recovery timing), [`ordering`] (one delivery per ordering key at a time, retries kept
+//! in place). The handlers that tie them together are here.
 
 mod action;
 mod closing;
@@ -19,6 +20,7 @@ mod counts;
 mod extend;
 mod flow;
 mod liveness;
+mod ordering;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -37,6 +39,12 @@ pub trait Item: Clone {
     fn id(&self) -> Self::Id;
     /// Deliveries of this entry including the one that returned it, as Redis counts them.
     fn delivery_count(&self) -> u32;
+    /// The entry's ordering key on an ordered subscription (see [`Config::ordered`]); `None`:
+    /// it is handed out whatever else is out.
+    fn ordering_key(&self) -> Option<bytes::Bytes>;
+    /// The entry as its next delivery sees it after a retry kept in place (whose flush counted
+    /// that delivery in Redis): one delivery more.
+    fn redelivered(&self) -> Self;
 }
 
 /// The subscription's form, as far as its decisions differ.
@@ -114,6 +122,12 @@ pub struct Config {
     /// The least time between two extensions of one delivery (or of the lease): more often
     /// is taken and does nothing.
     pub extend_every: Duration,
+    /// Entries with an ordering key are handed out one per key at a time, in the order read,
+    /// and their retries are kept in place (streams and reliable lists only).
+    pub ordered: bool,
+    /// On an ordered stream, how often entries waiting for their key are made idle again
+    /// (other consumers reclaim entries idle past their `min_idle`).
+    pub extend_waiting_every: Option<Duration>,
 }
 
 /// Identifies one flush handed out by [`Action::Flush`] or [`Action::DeadLetter`].
@@ -195,14 +209,16 @@ pub enum LeaseRenewal {
 
 /// A flush handed out and not yet over.
 #[derive(Debug)]
-struct Flushing<I> {
+struct Flushing<E: Item> {
     /// Deliveries it settles: they count against the in-flight limit until it is reported.
     deliveries: usize,
     /// Ids it settles (streams), which a re-read must not hand out again.
-    ids: Vec<I>,
+    ids: Vec<E::Id>,
     /// Reported with an unknown outcome: still able to run.
     unknown: bool,
     reported: bool,
+    /// Retries it keeps in place, with their delay: back in their lanes once it succeeded.
+    in_place: Vec<(E, Option<Duration>)>,
 }
 
 /// Where a subscription is in its life.
@@ -250,11 +266,13 @@ pub struct Engine<E: Item> {
     backlog: bool,
     /// Reads asked of the reader and answers received: it answers in order.
     reader_asked: u64,
+    /// The reader request that began the last re-read of this consumer's own entries.
+    reread_asked: u64,
     reader_answered: u64,
     /// Ids of flushes that ended while reader request `n` (and those before) was under way:
     /// that request may have read them before their settle ran.
     settled_during_reads: Vec<(u64, Vec<E::Id>)>,
-    flushes: BTreeMap<FlushId, Flushing<E::Id>>,
+    flushes: BTreeMap<FlushId, Flushing<E>>,
     next_flush: FlushId,
     /// Deliveries in flushes not yet reported.
     flushing_deliveries: usize,
@@ -269,6 +287,7 @@ pub struct Engine<E: Item> {
     lease_extended: Option<Instant>,
     /// What closing found, for the closing log line.
     closed: ClosedCounts,
+    lanes: ordering::Lanes<E>,
     actions: Vec<Action<E>>,
 }
 
@@ -287,6 +306,7 @@ impl<E: Item> Engine<E> {
     /// A subscription that just opened (its lease taken, if it has one).
     pub fn new(config: Config, now: Instant) -> Self {
         let lease = config.lease_renewal.map(|every| Lease::new(every, now));
+        let lanes = ordering::Lanes::new(config.extend_waiting_every);
         let recovery = config
             .kind
             .recovers()
@@ -300,6 +320,7 @@ impl<E: Item> Engine<E> {
             ahead: BTreeMap::new(),
             backlog: false,
             reader_asked: 0,
+            reread_asked: 0,
             reader_answered: 0,
             settled_during_reads: Vec::new(),
             flushes: BTreeMap::new(),
@@ -313,6 +334,7 @@ impl<E: Item> Engine<E> {
             extended: HashMap::new(),
             lease_extended: None,
             closed: ClosedCounts::default(),
+            lanes,
             actions: Vec::new(),
         };
         engine.advance(now);
@@ -334,6 +356,8 @@ impl<E: Item> Engine<E> {
             self.retry_read_at,
             draining,
             self.lease.as_ref().and_then(Lease::due),
+            self.lanes.next_due(),
+            self.lanes.extend_due(),
         ]
         .into_iter()
         .flatten()
@@ -348,6 +372,7 @@ impl<E: Item> Engine<E> {
             outstanding: self.window.outstanding(),
             kept_segments: self.window.kept_segments(),
             flushes: self.flushes.len(),
+            waiting_for_key: self.lanes.waiting(),
             draining: !matches!(self.phase, Phase::Open),
             closed: self.closed,
         }
@@ -366,7 +391,7 @@ impl<E: Item> Engine<E> {
         match result {
             Ok(read) if self.phase == Phase::Open && self.client_here => {
                 self.read_failures = 0;
-                self.deliver(read, count, None);
+                self.deliver(now, read, count, None, Some(answered));
             }
             // Nobody will see what a read returns once the subscription stops reading: give
             // it back uncounted, so its next delivery is its first.
@@ -441,7 +466,28 @@ impl<E: Item> Engine<E> {
             return;
         };
         flushing.reported = true;
+        let in_place = std::mem::take(&mut flushing.in_place);
         self.flushing_deliveries -= flushing.deliveries;
+        // What a failed flush may not have settled is still pending: its keys wait for the
+        // re-read that brings it back.
+        let settled = !matches!(
+            status,
+            FlushStatus::Unknown
+                | FlushStatus::Failed {
+                    settle_failed: true
+                }
+        );
+        let mut in_place: Vec<_> = in_place
+            .into_iter()
+            .map(|(entry, delay)| (entry, delay.map(|d| now + d)))
+            .collect();
+        if !matches!(self.phase, Phase::Open | Phase::Draining { .. }) && settled {
+            // Closing: their next delivery, counted by the flush, will not happen here.
+            let back = in_place.drain(..).map(|(entry, _)| entry).collect();
+            self.give_back(back, false);
+        }
+        self.lanes
+            .flushed(flush, settled, in_place, (now, self.reader_asked));
         match status {
             FlushStatus::Ok => self.flush_ended(flush),
             FlushStatus::Failed { settle_failed } => {
@@ -452,7 +498,9 @@ impl<E: Item> Engine<E> {
             // It stays under way until nothing of it can still run: its entries are read
             // again only then.
             FlushStatus::Unknown => {
-                flushing.unknown = true;
+                if let Some(flushing) = self.flushes.get_mut(&flush) {
+                    flushing.unknown = true;
+                }
                 self.reread_owed = true;
             }
         }
@@ -466,7 +514,7 @@ impl<E: Item> Engine<E> {
         if let Some(result) = read_ahead {
             match result {
                 Ok(read) if self.phase == Phase::Open && self.client_here => {
-                    report = self.deliver(read, count, report);
+                    report = self.deliver(now, read, count, report, None);
                 }
                 Ok(read) => self.give_back(read.entries, false),
                 Err(ReadError::Retry { unknown }) => {
@@ -500,6 +548,11 @@ impl<E: Item> Engine<E> {
             && until <= now
         {
             self.close(Some(Stop::Shutdown));
+        }
+        if let Some(waiting) = self.lanes.extend(now)
+            && !waiting.is_empty()
+        {
+            self.actions.push(Action::Extend(waiting));
         }
         self.advance(now);
     }
@@ -567,6 +620,7 @@ impl<E: Item> Engine<E> {
         {
             self.actions.push(Action::RenewLease);
         }
+        self.release_waiting(now);
         self.maybe_read(now);
     }
 }
@@ -587,6 +641,8 @@ pub struct View {
     pub outstanding: usize,
     pub kept_segments: usize,
     pub flushes: usize,
+    /// Entries waiting for an earlier entry of their ordering key.
+    pub waiting_for_key: usize,
     pub draining: bool,
     pub closed: ClosedCounts,
 }

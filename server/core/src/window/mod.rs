@@ -117,6 +117,9 @@ pub struct FlushBatch<E> {
     pub settles: Vec<Settle<E>>,
     /// Deliveries abandoned without an outcome: no settle, they stay pending.
     pub abandoned: usize,
+    /// Indexes into `settles` of retries kept in place (an ordered subscription's: see the
+    /// engine): no settle, no copy; the entry stays pending and its delivery is counted.
+    pub in_place: Vec<usize>,
 }
 
 impl<E> FlushBatch<E> {
@@ -448,6 +451,7 @@ impl<E: Clone> Window<E> {
             kept,
             settles,
             abandoned,
+            in_place: Vec::new(),
         })
     }
 }

@@ -16,6 +16,8 @@ use crate::window::ReadId;
 pub(super) struct E {
     pub(super) id: u64,
     pub(super) count: u32,
+    /// Its ordering key, on an ordered subscription.
+    pub(super) key: Option<u8>,
 }
 
 impl Item for E {
@@ -26,6 +28,15 @@ impl Item for E {
     fn delivery_count(&self) -> u32 {
         self.count
     }
+    fn ordering_key(&self) -> Option<bytes::Bytes> {
+        self.key.map(|k| bytes::Bytes::from(vec![k]))
+    }
+    fn redelivered(&self) -> Self {
+        E {
+            count: self.count + 1,
+            ..self.clone()
+        }
+    }
 }
 
 pub(super) const COUNT: u32 = 3;
@@ -33,6 +44,22 @@ pub(super) const MAX_IN_FLIGHT: u32 = 5;
 pub(super) const CAP: u32 = 3;
 pub(super) const RENEW: Duration = Duration::from_millis(300);
 pub(super) const EXTEND_EVERY: Duration = Duration::from_millis(200);
+/// Ordering keys on an ordered subscription: few, so that they collide.
+const KEYS: u64 = 3;
+const EXTEND_WAITING_EVERY: Duration = Duration::from_millis(500);
+
+/// An original entry's ordering key on an ordered subscription: one in seven has none.
+fn key_of(id: u64) -> Option<u8> {
+    (!id.is_multiple_of(7)).then_some((id % KEYS) as u8)
+}
+
+pub(super) fn ordered_config(kind: Kind) -> Config {
+    Config {
+        ordered: true,
+        extend_waiting_every: (kind == Kind::Stream).then_some(EXTEND_WAITING_EVERY),
+        ..config(kind)
+    }
+}
 
 pub(super) fn config(kind: Kind) -> Config {
     Config {
@@ -50,6 +77,8 @@ pub(super) fn config(kind: Kind) -> Config {
             max_commands_per_slot: 4,
         },
         extend_every: EXTEND_EVERY,
+        ordered: false,
+        extend_waiting_every: None,
     }
 }
 
@@ -58,19 +87,29 @@ pub(super) struct FlushOp {
     id: FlushId,
     /// Each settled entry, its outcome and whether its segment is kept.
     settles: Vec<(E, Outcome, bool)>,
+    /// Entries it retries in place: no settle, their delivery counted.
+    in_place: Vec<u64>,
     dead_letter: bool,
     read_ahead: Option<u32>,
     ran: Option<Ran>,
 }
 
-/// A flush whose reply was lost: its settles and whether it dead-letters.
-type Stale = (FlushId, Vec<(E, Outcome, bool)>, bool);
+/// A flush whose reply was lost: its settles, whether it dead-letters, its retries in place.
+type Stale = (FlushId, Vec<(E, Outcome, bool)>, bool, Vec<u64>);
 /// What running a flush answered, and its read-ahead.
 type Ran = (FlushStatus, Option<Result<Read<E>, ReadError>>);
 
 /// Redis, the reader, the flusher and the client around one engine.
 pub(super) struct World {
     kind: Kind,
+    ordered: bool,
+    /// Each entry's ordering key (a copy has its original's).
+    keys: HashMap<u64, Option<u8>>,
+    /// Entries being moved to the dead letter unread, by flush.
+    dead_lettering: HashMap<FlushId, Vec<u64>>,
+    /// Entries read past the cap: never delivered again, whether or not their move to the
+    /// dead letter has run yet.
+    past_cap: HashSet<u64>,
     engine: Engine<E>,
     now: Instant,
     /// Entries not yet taken (a stream's `>`, a list's values), oldest first.
@@ -82,6 +121,8 @@ pub(super) struct World {
     counts: HashMap<u64, u32>,
     /// Reads re-deliver this consumer's own entries first (a fresh reader does).
     own_first: bool,
+    /// A reliable list's processing list as its reader took it to deliver again, page by page.
+    own_list: VecDeque<u64>,
     reader: Option<(u32, bool)>,
     reader_answer: Option<Result<Read<E>, ReadError>>,
     flusher: VecDeque<FlushOp>,
@@ -119,15 +160,37 @@ pub(super) struct World {
 
 impl World {
     pub(super) fn new(kind: Kind, entries: u64) -> Self {
+        Self::with(kind, entries, false)
+    }
+
+    /// An ordered subscription (streams and reliable lists).
+    pub(super) fn ordered(kind: Kind, entries: u64) -> Self {
+        Self::with(kind, entries, true)
+    }
+
+    fn with(kind: Kind, entries: u64, ordered: bool) -> Self {
         let now = Instant::now();
+        let config = if ordered {
+            ordered_config(kind)
+        } else {
+            config(kind)
+        };
+        let keys = (1..=entries)
+            .map(|id| (id, key_of(id).filter(|_| ordered)))
+            .collect();
         let mut world = Self {
             kind,
-            engine: Engine::new(config(kind), now),
+            ordered,
+            keys,
+            dead_lettering: HashMap::new(),
+            past_cap: HashSet::new(),
+            engine: Engine::new(config, now),
             now,
             backlog: (1..=entries).collect(),
             pending: BTreeSet::new(),
             counts: HashMap::new(),
             own_first: true,
+            own_list: VecDeque::new(),
             reader: None,
             reader_answer: None,
             flusher: VecDeque::new(),
@@ -171,9 +234,17 @@ impl World {
                     );
                     assert!((1..=COUNT).contains(&count));
                     self.reader = Some((count, reread));
+                    if reread && self.ordered && self.kind == Kind::ReliableList {
+                        // The engine forgot the entries waiting for their key (the window is
+                        // empty now): the re-read counts them once more, never delivered.
+                        self.lost_replies.extend(self.pending.iter().copied());
+                    }
                 }
                 Action::Deliver { read, entries, .. } => {
                     assert!(!self.ended, "a delivery after the stream ended");
+                    if self.ordered {
+                        self.check_key_order(&entries);
+                    }
                     let flushing: HashSet<u64> =
                         self.flushing.values().flatten().copied().collect();
                     for (i, e) in entries.iter().enumerate() {
@@ -244,11 +315,29 @@ impl World {
                             (s.entry.clone(), s.outcome, kept)
                         })
                         .collect::<Vec<_>>();
+                    let in_place: Vec<u64> =
+                        batch.in_place.iter().map(|&i| settles[i].0.id).collect();
+                    for &i in &batch.in_place {
+                        let (e, outcome, _) = &settles[i];
+                        assert!(
+                            self.ordered && e.key.is_some(),
+                            "entry {} kept in place unordered",
+                            e.id
+                        );
+                        assert!(
+                            matches!(outcome, Outcome::Retry | Outcome::RetryAfter(_))
+                                && !exhausted(e.count, CAP),
+                            "entry {} kept in place for {outcome:?} at count {}",
+                            e.id,
+                            e.count
+                        );
+                    }
                     self.flushing
                         .insert(flush, settles.iter().map(|(e, ..)| e.id).collect());
                     self.flusher.push_back(FlushOp {
                         id: flush,
                         settles,
+                        in_place,
                         dead_letter: false,
                         read_ahead,
                         ran: None,
@@ -264,9 +353,13 @@ impl World {
                         .collect();
                     self.flushing
                         .insert(flush, settles.iter().map(|(e, ..)| e.id).collect());
+                    self.dead_lettering
+                        .insert(flush, settles.iter().map(|(e, ..)| e.id).collect());
+                    self.past_cap.extend(settles.iter().map(|(e, ..)| e.id));
                     self.flusher.push_back(FlushOp {
                         id: flush,
                         settles,
+                        in_place: Vec::new(),
                         dead_letter: true,
                         read_ahead: None,
                         ran: None,
@@ -352,7 +445,11 @@ impl World {
             if self.keeps_pending() {
                 self.pending.insert(id);
             }
-            entries.push(E { id, count });
+            entries.push(E {
+                id,
+                count,
+                key: self.keys[&id],
+            });
         }
         entries
     }
@@ -364,26 +461,45 @@ impl World {
         };
         if reread {
             self.own_first = true;
+            // Taken again before these were delivered: counted twice.
+            self.lost_replies.extend(self.own_list.drain(..));
         }
         let mut read = Read::new(Vec::new());
-        if self.own_first && self.keeps_pending() {
+        if self.kind == Kind::ReliableList {
+            if self.own_first {
+                // LRANGE of the processing list, each entry's last delivery recorded at once.
+                self.own_first = false;
+                self.own_list = self.pending.iter().copied().collect();
+                for id in &self.own_list {
+                    *self.counts.entry(*id).or_default() += 1;
+                }
+            }
+            let n = (count as usize).min(self.own_list.len());
+            for id in self.own_list.drain(..n) {
+                read.redelivery = true;
+                read.entries.push(E {
+                    id,
+                    count: self.counts[&id] + 1,
+                    key: self.keys[&id],
+                });
+            }
+        } else if self.own_first && self.keeps_pending() {
             let own: Vec<u64> = self.pending.iter().copied().take(count as usize).collect();
-            if own.is_empty() || self.kind == Kind::ReliableList {
+            if own.is_empty() {
                 self.own_first = false;
             }
             if !own.is_empty() {
                 read.redelivery = true;
                 for id in own {
-                    // A stream's counter counts this delivery; a reliable list records the
-                    // one that moved the entry to its processing list.
+                    // A stream's counter counts this delivery.
                     let c = self.counts.entry(id).or_default();
                     *c += 1;
-                    let count = if self.kind == Kind::Stream {
-                        *c
-                    } else {
-                        *c + 1
-                    };
-                    read.entries.push(E { id, count });
+                    let count = *c;
+                    read.entries.push(E {
+                        id,
+                        count,
+                        key: self.keys[&id],
+                    });
                 }
             }
         }
@@ -429,9 +545,10 @@ impl World {
         };
         let (id, settles, dead_letter, read_ahead) =
             (op.id, op.settles.clone(), op.dead_letter, op.read_ahead);
+        let in_place = op.in_place.clone();
         match status {
-            FlushStatus::Ok => self.apply_flush(&settles, dead_letter),
-            FlushStatus::Unknown => self.stale.push((id, settles, dead_letter)),
+            FlushStatus::Ok => self.apply_flush(&settles, dead_letter, &in_place),
+            FlushStatus::Unknown => self.stale.push((id, settles, dead_letter, in_place)),
             FlushStatus::Failed { .. } => {
                 if self.kind == Kind::SimpleList {
                     // A popped entry exists only in the flush that settles it: at most once.
@@ -454,10 +571,23 @@ impl World {
 
     /// What a flush does in Redis. Side effects and copies are written whether or not the
     /// entry is still pending (neither a pipeline nor MULTI asks); the settle finds it or not.
-    pub(super) fn apply_flush(&mut self, settles: &[(E, Outcome, bool)], dead_letter: bool) {
+    pub(super) fn apply_flush(
+        &mut self,
+        settles: &[(E, Outcome, bool)],
+        dead_letter: bool,
+        in_place: &[u64],
+    ) {
         for (e, outcome, kept) in settles {
             if *kept {
                 *self.effects.entry(e.id).or_default() += 1;
+            }
+            if in_place.contains(&e.id) {
+                // XCLAIM to this consumer (a stream), HINCRBY of the counts hash (a reliable
+                // list): the entry stays pending with the delivery counted.
+                if self.pending.contains(&e.id) {
+                    *self.counts.entry(e.id).or_default() += 1;
+                }
+                continue;
             }
             if self.keeps_pending() && !self.pending.remove(&e.id) {
                 continue;
@@ -471,6 +601,7 @@ impl World {
                 // A copy that carries the deliveries so far.
                 let copy = self.next_id;
                 self.next_id += 1;
+                self.keys.insert(copy, e.key);
                 self.counts.insert(copy, e.count);
                 self.seen
                     .insert(copy, self.seen.get(&e.id).copied().unwrap_or(0));
@@ -484,16 +615,20 @@ impl World {
 
     /// A flush whose reply was lost runs late, or never; then it can no longer run.
     pub(super) fn settle_stale(&mut self, runs: bool) {
-        let Some((flush, settles, dead_letter)) = self.stale.pop() else {
+        let Some((flush, settles, dead_letter, in_place)) = self.stale.pop() else {
             return;
         };
         if runs {
-            self.apply_flush(&settles, dead_letter);
+            // Its reply was lost: the deliveries it counted for its retries in place may
+            // never happen (the re-read delivers them, counted again).
+            self.lost_replies.extend(in_place.iter().copied());
+            self.apply_flush(&settles, dead_letter, &in_place);
         } else if self.kind == Kind::SimpleList {
             self.may_lose.extend(settles.iter().map(|(e, ..)| e.id));
         }
         if !self.flusher.iter().any(|op| op.id == flush) {
             self.flushing.remove(&flush);
+            self.dead_lettering.remove(&flush);
             self.engine.flush_settled(self.now, flush);
             self.collect();
         } else {
@@ -513,12 +648,14 @@ impl World {
         let (status, read) = op.ran.expect("ran");
         if status != FlushStatus::Unknown {
             self.flushing.remove(&op.id);
+            self.dead_lettering.remove(&op.id);
         }
         self.engine.flushed(self.now, op.id, status, read);
         self.collect();
         if let Some(i) = self.settle_after_report.iter().position(|f| *f == op.id) {
             self.settle_after_report.remove(i);
             self.flushing.remove(&op.id);
+            self.dead_lettering.remove(&op.id);
             self.engine.flush_settled(self.now, op.id);
             self.collect();
         }

@@ -1,11 +1,54 @@
 //! The invariants checked between steps and at the end, and the run to the end.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::super::super::*;
-use super::{RENEW, World, config};
+use super::{E, RENEW, World, config};
 
 impl World {
+    /// On an ordered subscription, a delivery of a key never overtakes an earlier entry of
+    /// that key still to be settled, and never goes out beside another delivery of its key
+    /// that is out or being flushed (one read past the cap aside: it goes to the dead letter
+    /// unread, and takes no part in its key's deliveries).
+    pub(in crate::engine::tests) fn check_key_order(&self, entries: &[E]) {
+        let dead_lettering = &self.past_cap;
+        let busy: HashSet<u64> = self
+            .holding
+            .values()
+            .map(|h| h.id)
+            .chain(self.flushing.values().flatten().copied())
+            .filter(|id| !dead_lettering.contains(id))
+            .collect();
+        for (i, e) in entries.iter().enumerate() {
+            let Some(key) = e.key else { continue };
+            let same_key = |id: &u64| self.keys[id] == Some(key);
+            if let Some(other) = busy.iter().find(|id| same_key(id)) {
+                panic!(
+                    "entry {} of key {key} handed out while {other} is out or flushing",
+                    e.id
+                );
+            }
+            if let Some(other) = entries[..i].iter().find(|o| o.key == Some(key)) {
+                panic!(
+                    "entries {} and {} of key {key} handed out together",
+                    other.id, e.id
+                );
+            }
+            let earlier = self
+                .pending
+                .iter()
+                .chain(self.backlog.iter())
+                .find(|id| **id < e.id && same_key(id) && !dead_lettering.contains(id));
+            if let Some(earlier) = earlier {
+                panic!(
+                    "entry {} of key {key} handed out before the earlier {earlier}, still unsettled",
+                    e.id
+                );
+            }
+        }
+    }
+
     /// A live subscription renews its lease on time, whatever else it does.
     pub(in crate::engine::tests) fn check_lease(&self) {
         if config(self.kind).lease_renewal.is_some() && !self.done && !self.lease_asked {

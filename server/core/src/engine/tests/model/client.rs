@@ -85,8 +85,12 @@ impl World {
             "only stream entries are extended one by one"
         );
         for e in entries {
+            // An ordered subscription keeps the entries waiting for their key as well.
+            let waiting = self.ordered
+                && self.pending.contains(&e.id)
+                && !self.flushing.values().flatten().any(|id| *id == e.id);
             assert!(
-                self.holding.values().any(|h| h.id == e.id),
+                self.holding.values().any(|h| h.id == e.id) || waiting,
                 "entry {} extended while not held",
                 e.id
             );
