@@ -194,6 +194,9 @@ impl Settling for Form {
     fn finished(&self, entries: &[&Entry], plan: &mut FlushPlan) {
         self.settling().finished(entries, plan)
     }
+    fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
+        self.settling().keep_in_place(entry, plan)
+    }
 }
 
 /// Reads a subscription on its own connection.

@@ -173,6 +173,8 @@ pub struct OpenRequest {
     pub dead_letter: Option<String>,
     /// A flush report whose flush carried the next read goes out in that read's message.
     pub reports_in_reads: bool,
+    /// Where an entry's ordering key comes from; `None`: unordered.
+    pub ordering_key: Option<crate::domain::OrderingKey>,
 }
 
 /// A client message, converted and checked by the gRPC layer.

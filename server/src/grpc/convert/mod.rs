@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
-use crate::domain::{Body, Entry, Framing, ListSource, Mode, PubSubSource, Source, StreamSource};
+use crate::domain::{
+    Body, Entry, Framing, ListSource, Mode, OrderingKey, PubSubSource, Source, StreamSource,
+};
 use crate::proto;
 use crate::session::{
     ClientBatch, ClientMessage, Event, FlushReport, InboundError, OpenRequest, Opened,
@@ -206,6 +208,7 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, Co
             "open.dead_letter needs open.max_deliveries: after how many deliveries entries go there",
         ));
     }
+    let ordering_key = ordering_key(open.ordering_key, &source)?;
     Ok(OpenRequest {
         source,
         count: open.count,
@@ -215,7 +218,43 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, Co
         max_deliveries: open.max_deliveries,
         dead_letter,
         reports_in_reads: open.reports_in_reads,
+        ordering_key,
     })
+}
+
+/// `open.ordering_key`, for the forms that keep an entry in Redis until it is settled.
+fn ordering_key(
+    key: Option<proto::OrderingKey>,
+    source: &Source,
+) -> Result<Option<OrderingKey>, ConvertError> {
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    let key = match key.source {
+        Some(proto::ordering_key::Source::Header(name)) => {
+            OrderingKey::Header(required(name, "open.ordering_key.header")?)
+        }
+        Some(proto::ordering_key::Source::Field(name)) => {
+            OrderingKey::Field(required(name, "open.ordering_key.field")?)
+        }
+        None => {
+            return Err(ConvertError::Combination(
+                "open.ordering_key needs its source: set open.ordering_key.header or open.ordering_key.field",
+            ));
+        }
+    };
+    match (source, &key) {
+        (Source::Stream(_), _) => Ok(Some(key)),
+        (Source::List(list), OrderingKey::Header(_)) if list.reliable => Ok(Some(key)),
+        (Source::List(list), OrderingKey::Field(_)) if list.reliable => {
+            Err(ConvertError::Combination(
+                "open.ordering_key.field is for streams; a list value carries its key as a header of its frame (open.ordering_key.header)",
+            ))
+        }
+        _ => Err(ConvertError::Combination(
+            "open.ordering_key is for streams and reliable lists: a simple list or pub/sub entry leaves Redis when read, so a retry could not keep its place",
+        )),
+    }
 }
 
 fn required(value: String, field: &'static str) -> Result<String, ConvertError> {

@@ -125,6 +125,9 @@ pub(crate) trait Settling {
     fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan);
     /// Appends housekeeping for entries settled for good (acked, dropped, dead-lettered).
     fn finished(&self, _entries: &[&Entry], _plan: &mut FlushPlan) {}
+    /// Appends what counts the next delivery of an entry retried in place (an ordered
+    /// subscription's retry: it stays pending, unsettled and uncopied).
+    fn keep_in_place(&self, _entry: &Entry, _plan: &mut FlushPlan) {}
 }
 
 /// What else a plan depends on.
@@ -197,9 +200,10 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
     let rest: Vec<_> = batch
         .settles
         .iter()
+        .enumerate()
         .zip(&settled_inside)
-        .filter(|(_, inside)| !**inside)
-        .map(|(settle, _)| {
+        .filter(|((index, _), inside)| !**inside && !batch.in_place.contains(index))
+        .map(|((_, settle), _)| {
             (
                 settle.entry.borrow(),
                 requeue(
@@ -243,8 +247,11 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
         let settles = form.settles_in_redis();
         plan.push("EXEC", vec![], Role::Commit { settles }, slot);
     }
+    for &index in &batch.in_place {
+        form.keep_in_place(batch.settles[index].entry.borrow(), &mut plan);
+    }
     plan.settles = if form.settles_in_redis() {
-        batch.settles.len()
+        batch.settles.len() - batch.in_place.len()
     } else {
         0
     };

@@ -36,6 +36,21 @@ impl Settling for ListKeys {
         self.forget_counts(entries, plan);
     }
 
+    /// The value stays on the processing list; the delivery that ends is recorded in the
+    /// counts hash, as a re-read would.
+    fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
+        plan.push(
+            "HINCRBY",
+            vec![
+                self.counts.clone(),
+                value(entry).clone(),
+                Bytes::from_static(b"1"),
+            ],
+            Role::Bookkeeping,
+            Some(self.slot),
+        );
+    }
+
     /// The value pushed back where producers push, before its LREM.
     fn retry(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
         plan.push(

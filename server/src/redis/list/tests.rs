@@ -210,3 +210,36 @@ fn companion_keys_share_the_list_slot() {
         assert_eq!(fred::util::redis_keyslot(key), keys.slot, "{key:?}");
     }
 }
+
+#[test]
+fn a_retry_kept_in_place_stays_on_the_processing_list_with_its_delivery_counted() {
+    let keys = keys(true);
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w
+        .open_read(vec![
+            entry(b("v0"), 0, keys.framing),
+            entry(b("v1"), 0, keys.framing),
+        ])
+        .unwrap();
+    w.settle(read.first_slot, Outcome::Ack, None).unwrap();
+    let mut batch = w
+        .settle(read.first_slot + 1, Outcome::Retry, None)
+        .unwrap()
+        .unwrap();
+    // What the engine marks on an ordered subscription.
+    batch.in_place = vec![1];
+    let ctx = PlanContext {
+        mode: Mode::Pipeline,
+        now_ms: 0,
+        max_deliveries: 0,
+    };
+    assert_eq!(
+        plan_flush(&keys, &batch, &ctx).render(),
+        vec![
+            "LREM {jobs}:window:processing:c1 1 v0",
+            "HINCRBY {jobs}:window:deliveries v1 1",
+        ]
+    );
+}

@@ -36,6 +36,22 @@ impl Settling for StreamKeys {
         plan.push(name, args, Role::Settle, Some(self.slot));
     }
 
+    /// The entry stays pending on this consumer, its delivery count set to its next delivery's
+    /// and its idle time reset (`XCLAIM … RETRYCOUNT n JUSTID`, which alone does not count).
+    fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
+        let args = vec![
+            self.key.clone(),
+            self.group.clone(),
+            self.consumer.clone(),
+            Bytes::from_static(b"0"),
+            entry.id.clone(),
+            Bytes::from_static(b"RETRYCOUNT"),
+            Bytes::from((entry.delivery_count + 1).to_string()),
+            Bytes::from_static(b"JUSTID"),
+        ];
+        plan.push("XCLAIM", args, Role::Bookkeeping, Some(self.slot));
+    }
+
     /// A copy at the end of the stream.
     fn retry(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
         let mut args = vec![self.key.clone(), Bytes::from_static(b"*")];

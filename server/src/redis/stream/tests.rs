@@ -254,3 +254,35 @@ fn a_redelivered_entry_settled_before_its_count_was_looked_up_is_not_delivered_a
     assert_eq!(ids, [Bytes::from_static(b"1-0")]);
     assert_eq!(kept[0].delivery_count, 3);
 }
+
+#[test]
+fn a_retry_kept_in_place_is_neither_copied_nor_acked_but_counted() {
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w
+        .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
+        .unwrap();
+    let s = read.first_slot;
+    w.queue(s, incr("k1")).unwrap();
+    w.settle(s, Outcome::Ack, None).unwrap();
+    w.settle(s + 1, Outcome::Retry, None).unwrap();
+    let mut batch = w
+        .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
+        .unwrap()
+        .unwrap();
+    // What the engine marks on an ordered subscription.
+    batch.in_place = vec![1, 2];
+    let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
+    assert_eq!(
+        plan.render(),
+        vec![
+            "INCR k1",
+            "XACK orders g 1-0",
+            "XCLAIM orders g c 0 2-0 RETRYCOUNT 2 JUSTID",
+            "XCLAIM orders g c 0 3-0 RETRYCOUNT 2 JUSTID",
+        ]
+    );
+    assert_eq!(plan.commands[2].role, Role::Bookkeeping);
+    assert_eq!(plan.settles, 1);
+}

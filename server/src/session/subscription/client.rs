@@ -52,8 +52,18 @@ impl Subscription {
             .reclaimed
             .get_or_create(&self.form_labels)
             .inc_by(batch.claimed as u64);
+        let ordering = self.request.ordering_key.as_ref();
         Read {
-            entries: batch.entries.into_iter().map(Arc::new).collect(),
+            entries: batch
+                .entries
+                .into_iter()
+                .map(|mut entry| {
+                    if let Some(key) = ordering {
+                        entry.ordering_key = key.of(&entry);
+                    }
+                    Arc::new(entry)
+                })
+                .collect(),
             redelivery: batch.redelivery,
             lost: batch.lost,
         }

@@ -188,6 +188,16 @@ impl Subscription {
                 Source::List(list) => EXTEND_EVERY.min(list.dead_after / 4),
                 Source::PubSub(_) => EXTEND_EVERY,
             },
+            ordered: request.ordering_key.is_some(),
+            // Entries waiting for their key stay pending, idle to other consumers' reclaims:
+            // made idle again well within the group's `min_idle`. A reliable list's lease
+            // keeps its whole processing list.
+            extend_waiting_every: match &source {
+                Source::Stream(stream) if request.ordering_key.is_some() => {
+                    Some(stream.min_idle / 3)
+                }
+                _ => None,
+            },
         };
         let (lease_tx, lease_rx) = mpsc::unbounded_channel();
         let opened = Opened {

@@ -1,0 +1,201 @@
+//! Ordering keys against a real Redis: a stream ordered by a raw field and a reliable list
+//! ordered by a frame header hand out one delivery per key at a time, in the order read,
+//! while other keys flow; a retry and a retry_after are kept in place (delivered again before
+//! the key's later entries, counted, never copied); a simple list refuses the option.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::{Client, KeysInterface, ListInterface, StreamsInterface};
+use window_sidecar::proto::{self, OutcomeKind};
+use window_sidecar_harness::*;
+
+/// Three keys, round-robin: entry `n` has key `"abc"[n % 3]`.
+const KEYS: [&str; 3] = ["a", "b", "c"];
+const ENTRIES: usize = 9;
+
+/// What the worker did: each key's deliveries as (n, delivery count), in delivery order.
+type Seen = BTreeMap<String, Vec<(usize, u32)>>;
+
+/// The key and number of a delivery, from its raw fields or its headers and payload.
+fn key_and_n(d: &proto::Delivery) -> (String, usize) {
+    if let Some(k) = d.headers.get("k") {
+        let n = String::from_utf8_lossy(&d.payload)
+            .parse()
+            .expect("payload n");
+        return (k.clone(), n);
+    }
+    (field(d, "k"), field(d, "n").parse().expect("field n"))
+}
+
+/// Reads until every entry is acked. The first delivery of `n` = 2 is retried, of `n` = 3
+/// retried after 50 ms; everything else is acked, a whole read at a time. Checks that no read
+/// hands out a key whose earlier delivery is still out.
+async fn work(sub: &mut Subscription) -> Seen {
+    let mut seen = Seen::new();
+    let mut acked = 0;
+    while acked < ENTRIES {
+        let read = sub.read().await;
+        let mut keys_in_read = Vec::new();
+        let mut outcomes = Vec::new();
+        for d in &read.deliveries {
+            let (key, n) = key_and_n(d);
+            assert!(
+                !keys_in_read.contains(&key),
+                "two deliveries of key {key} out at once: {read:?}"
+            );
+            keys_in_read.push(key.clone());
+            seen.entry(key).or_default().push((n, d.delivery_count));
+            outcomes.push(match (n, d.delivery_count) {
+                (2, 1) => outcome(d.slot, OutcomeKind::Retry),
+                (3, 1) => retry_after(d.slot, Duration::from_millis(50)),
+                _ => {
+                    acked += 1;
+                    outcome(d.slot, OutcomeKind::Ack)
+                }
+            });
+        }
+        sub.send(Vec::new(), outcomes).await;
+        assert!(sub.flush().await.ok);
+    }
+    seen
+}
+
+/// Each key's deliveries in the order read, the retried ones twice in their place.
+fn expected() -> Seen {
+    let mut seen = Seen::new();
+    for n in 0..ENTRIES {
+        let key = KEYS[n % 3].to_string();
+        let again = [2, 3].contains(&n);
+        seen.entry(key.clone()).or_default().push((n, 1));
+        if again {
+            seen.entry(key).or_default().push((n, 2));
+        }
+    }
+    seen
+}
+
+fn ordered(mut open: proto::Open, key: proto::ordering_key::Source) -> proto::Open {
+    open.ordering_key = Some(proto::OrderingKey { source: Some(key) });
+    open
+}
+
+/// Done when: per key in stream order through a retry and a retry_after kept in place, other
+/// keys flowing meanwhile; nothing copied to the end of the stream, nothing left pending.
+#[tokio::test]
+async fn a_stream_ordered_by_a_field_hands_out_each_key_in_order_and_retries_in_place() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let entries = (0..ENTRIES)
+        .map(|n| vec![("k", KEYS[n % 3].to_string()), ("n", n.to_string())])
+        .collect();
+    publish(&mut client, "orders", entries).await;
+    let open = ordered(
+        stream_open("orders", "g", "w1", ENTRIES as u32),
+        proto::ordering_key::Source::Field("k".into()),
+    );
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+
+    // The first read holds every key's later entries back: one delivery per key.
+    assert_eq!(expected(), work(&mut sub).await);
+    let len: u64 = inspect.xlen("orders").await.unwrap();
+    assert_eq!(len, ENTRIES as u64, "a retry kept in place writes no copy");
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sub.close();
+    sidecar.stop().await;
+}
+
+/// Done when: the same on a reliable list ordered by a frame header; the processing list
+/// ends empty.
+#[tokio::test]
+async fn a_reliable_list_ordered_by_a_header_hands_out_each_key_in_order() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let entries = (0..ENTRIES)
+        .map(|n| proto::PublishEntry {
+            payload: Bytes::from(n.to_string()),
+            headers: [("k".to_string(), KEYS[n % 3].to_string())].into(),
+            ..Default::default()
+        })
+        .collect();
+    client
+        .publish(proto::PublishRequest {
+            list: "jobs".into(),
+            entries,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let open = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "jobs".into(),
+                consumer: "w1".into(),
+                ..Default::default()
+            },
+        )),
+        count: ENTRIES as u32,
+        ..Default::default()
+    };
+    let open = ordered(open, proto::ordering_key::Source::Header("k".into()));
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    assert_eq!(expected(), work(&mut sub).await);
+    let processing: i64 = inspect.llen("{jobs}:window:processing:w1").await.unwrap();
+    assert_eq!(processing, 0, "every entry settled");
+    let left: i64 = inspect.llen("jobs").await.unwrap();
+    assert_eq!(left, 0, "a retry kept in place is not pushed back");
+    let _: () = inspect.del("{jobs}:window:deliveries").await.unwrap();
+    sub.close();
+    sidecar.stop().await;
+}
+
+/// Done when: a simple list, a field key on a list and a key without its source are refused
+/// at the open with INVALID_ARGUMENT and a message that says why.
+#[tokio::test]
+async fn ordering_keys_where_they_cannot_hold_are_refused_at_the_open() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let simple = proto::Open {
+        source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+            key: "jobs".into(),
+        })),
+        count: 4,
+        ..Default::default()
+    };
+    let reliable = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "jobs".into(),
+                ..Default::default()
+            },
+        )),
+        count: 4,
+        ..Default::default()
+    };
+    let header = proto::ordering_key::Source::Header("k".into());
+    let field = proto::ordering_key::Source::Field("k".into());
+    let mut unset = stream_open("orders", "g", "w1", 4);
+    unset.ordering_key = Some(proto::OrderingKey { source: None });
+    for (open, says) in [
+        (ordered(simple, header), "for streams and reliable lists"),
+        (
+            ordered(reliable, field),
+            "open.ordering_key.field is for streams",
+        ),
+        (unset, "open.ordering_key needs its source"),
+    ] {
+        let status = match Subscription::open(&mut client, open).await {
+            Err(status) => status,
+            Ok((mut sub, _)) => sub.status().await,
+        };
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(says), "{status:?}");
+    }
+    sidecar.stop().await;
+}
