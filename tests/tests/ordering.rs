@@ -199,3 +199,46 @@ async fn ordering_keys_where_they_cannot_hold_are_refused_at_the_open() {
     }
     sidecar.stop().await;
 }
+
+/// Done when: a slow key does not hold back a key read beside it. Key a's second entry waits
+/// for its first, which shares a read with key s's slow one: acked, the first is flushed on
+/// its own (a report of its own for the same read), and the second is delivered while the
+/// slow one is still out.
+#[tokio::test]
+async fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let entries = [("a", 0), ("s", 1), ("a", 2)]
+        .map(|(k, n)| vec![("k", k.to_string()), ("n", n.to_string())])
+        .to_vec();
+    publish(&mut client, "orders", entries).await;
+    let open = ordered(
+        stream_open("orders", "g", "w1", 3),
+        proto::ordering_key::Source::Field("k".into()),
+    );
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let first = sub.read().await;
+    let got: Vec<_> = first.deliveries.iter().map(key_and_n).collect();
+    assert_eq!(got, vec![("a".into(), 0), ("s".into(), 1)]);
+    let (a0, slow) = (&first.deliveries[0], &first.deliveries[1]);
+    sub.send(Vec::new(), vec![outcome(a0.slot, OutcomeKind::Ack)])
+        .await;
+    let early = sub.flush().await;
+    assert!(early.ok);
+    assert_eq!((early.read_id, early.settles), (first.read_id, 1));
+    let next = sub.read().await;
+    let got: Vec<_> = next.deliveries.iter().map(key_and_n).collect();
+    assert_eq!(got, vec![("a".into(), 2)], "a's next while s is still out");
+    let acks = vec![
+        outcome(next.deliveries[0].slot, OutcomeKind::Ack),
+        outcome(slow.slot, OutcomeKind::Ack),
+    ];
+    sub.send(Vec::new(), acks).await;
+    assert!(sub.flush().await.ok);
+    assert!(sub.flush().await.ok);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sub.close();
+    sidecar.stop().await;
+}

@@ -84,16 +84,18 @@ impl<E: Item> Engine<E> {
             if !redelivery && !self.reread_owed && walk.is_some() {
                 self.lanes.reread_done(self.reread_asked);
             }
-            self.lanes.admit(
-                alive,
-                walk.filter(|_| redelivery).map(|_| self.reread_asked),
-                now,
-            )
+            let walk = walk.filter(|_| redelivery).map(|_| self.reread_asked);
+            let (alive, behind) = self.lanes.admit(alive, walk, now);
+            self.flush_early(now, behind);
+            alive
         } else {
             alive
         };
         match self.window.open_read(alive.clone()) {
             Some(opened) => {
+                if self.config.ordered {
+                    self.lanes.handed_out(&alive, opened.first_slot);
+                }
                 self.actions.push(Action::Deliver {
                     read: opened,
                     entries: alive,

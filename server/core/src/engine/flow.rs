@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, ReaderRead, counts};
-use crate::window::{FlushBatch, Outcome};
+use crate::window::{FlushBatch, Outcome, SlotId};
 
 /// The wait before the next read after `failures` failed ones in a row.
 pub(super) fn backoff(failures: u32) -> Duration {
@@ -209,6 +209,20 @@ impl<E: Item> Engine<E> {
         in_place
     }
 
+    /// Flushes the settled deliveries of these slots' reads ahead of the rest of their reads:
+    /// a later entry of their key waits on them, and a slow delivery beside them in the read
+    /// must not hold that key back.
+    pub(super) fn flush_early(&mut self, now: Instant, slots: Vec<SlotId>) {
+        for slot in slots {
+            if self.window.outstanding_entry(slot).is_some() {
+                continue;
+            }
+            if let Some(batch) = self.window.flush_settled(slot) {
+                self.flush(now, batch);
+            }
+        }
+    }
+
     /// Hands out the entries whose keys came free, as one read, while the window has room.
     pub(super) fn release_waiting(&mut self, now: Instant) {
         if self.phase != Phase::Open || !self.client_here || self.reread_owed {
@@ -222,6 +236,7 @@ impl<E: Item> Engine<E> {
         let redelivery = released.iter().any(|(_, seen)| *seen);
         let entries: Vec<E> = released.into_iter().map(|(entry, _)| entry).collect();
         if let Some(read) = self.window.open_read(entries.clone()) {
+            self.lanes.handed_out(&entries, read.first_slot);
             self.actions.push(Action::Deliver {
                 read,
                 entries,

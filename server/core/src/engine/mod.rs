@@ -428,15 +428,20 @@ impl<E: Item> Engine<E> {
                 applied.rejected.push(err);
             }
         }
+        // Settled deliveries a later entry of their key waits on.
+        let mut early = Vec::new();
         for outcome in outcomes {
             let result = outcome.and_then(|settle| {
-                if let Some(entry) = self.window.outstanding_entry(settle.slot)
-                    && let Some(why) = refuses(entry, &settle.outcome)
-                {
-                    return Err(SlotError::InvalidOutcome {
-                        slot: settle.slot,
-                        reason: why.to_owned(),
-                    });
+                if let Some(entry) = self.window.outstanding_entry(settle.slot) {
+                    if let Some(why) = refuses(entry, &settle.outcome) {
+                        return Err(SlotError::InvalidOutcome {
+                            slot: settle.slot,
+                            reason: why.to_owned(),
+                        });
+                    }
+                    if self.config.ordered && self.lanes.waits_behind(entry) {
+                        early.push(settle.slot);
+                    }
                 }
                 let batch = self
                     .window
@@ -450,6 +455,7 @@ impl<E: Item> Engine<E> {
                 Err(err) => applied.rejected.push(err),
             }
         }
+        self.flush_early(now, early);
         self.advance(now);
         applied
     }

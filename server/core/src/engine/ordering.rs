@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{FlushId, Item};
+use crate::window::SlotId;
 
 /// Why a lane holds its next entry back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +48,8 @@ struct Lane<E: Item> {
     /// re-read may also return a later entry that a read whose reply was lost took: that one
     /// queues behind the waiting ones.
     unsettled: Option<E::Id>,
+    /// The slot of its delivery out.
+    out_slot: Option<SlotId>,
 }
 
 impl<E: Item> Lane<E> {
@@ -55,6 +58,7 @@ impl<E: Item> Lane<E> {
             busy: Busy::Free,
             queue: VecDeque::new(),
             unsettled: None,
+            out_slot: None,
         }
     }
 }
@@ -97,12 +101,18 @@ impl<E: Item> Lanes<E> {
             .flat_map(|lane| lane.queue.iter().map(|w| &w.entry))
     }
 
-    /// Splits a read into the entries to hand out now and those that wait for their key.
-    /// `walk`: the read is a page of a re-read of this consumer's own entries that began with
-    /// reader request `walk`; its entries of a key whose failed flush came before are that
-    /// key's oldest.
-    pub(super) fn admit(&mut self, entries: Vec<E>, walk: Option<u64>, now: Instant) -> Vec<E> {
+    /// Splits a read into the entries to hand out now and those that wait for their key, and
+    /// names the slots out that something now waits behind. `walk`: the read is a page of a
+    /// re-read of this consumer's own entries that began with reader request `walk`; its
+    /// entries of a key whose failed flush came before are that key's oldest.
+    pub(super) fn admit(
+        &mut self,
+        entries: Vec<E>,
+        walk: Option<u64>,
+        now: Instant,
+    ) -> (Vec<E>, Vec<SlotId>) {
         let mut out = Vec::with_capacity(entries.len());
+        let mut behind = Vec::new();
         for entry in entries {
             let Some(key) = entry.ordering_key() else {
                 out.push(entry);
@@ -117,6 +127,9 @@ impl<E: Item> Lanes<E> {
                 lane.unsettled = None;
                 out.push(entry);
             } else {
+                if lane.busy == Busy::Out && lane.queue.is_empty() {
+                    behind.extend(lane.out_slot);
+                }
                 lane.queue.push_back(Waiting {
                     entry,
                     seen: false,
@@ -128,7 +141,24 @@ impl<E: Item> Lanes<E> {
         if self.waiting > 0 && self.extend_at.is_none() {
             self.extend_at = self.extend_every.map(|every| now + every);
         }
-        out
+        (out, behind)
+    }
+
+    /// The entries of a read handed out from `first_slot` on: their lanes know their slots.
+    pub(super) fn handed_out(&mut self, entries: &[E], first_slot: SlotId) {
+        for (i, entry) in entries.iter().enumerate() {
+            if let Some(lane) = entry.ordering_key().and_then(|k| self.lanes.get_mut(&k)) {
+                lane.out_slot = Some(first_slot + i as u64);
+            }
+        }
+    }
+
+    /// Whether a later entry of `entry`'s key waits.
+    pub(super) fn waits_behind(&self, entry: &E) -> bool {
+        entry
+            .ordering_key()
+            .and_then(|k| self.lanes.get(&k))
+            .is_some_and(|lane| !lane.queue.is_empty())
     }
 
     /// A flush settles these keys' deliveries: each stays busy until it is reported.

@@ -120,6 +120,9 @@ pub struct FlushBatch<E> {
     /// Indexes into `settles` of retries kept in place (an ordered subscription's: see the
     /// engine): no settle, no copy; the entry stays pending and its delivery is counted.
     pub in_place: Vec<usize>,
+    /// Flushed ahead of the rest of its read ([`Window::flush_settled`]): another batch of
+    /// the read follows.
+    pub early: bool,
 }
 
 impl<E> FlushBatch<E> {
@@ -169,6 +172,8 @@ enum State {
         reason: Option<String>,
     },
     Abandoned,
+    /// Settled and handed to a flush of its own before its read was complete.
+    Flushed,
 }
 
 #[derive(Debug)]
@@ -182,9 +187,11 @@ struct Delivery<E> {
 struct Read<E> {
     read_id: ReadId,
     deliveries: Vec<Delivery<E>>,
-    /// Indices of acked deliveries, in the order of their acks.
+    /// Indices of acked deliveries not yet flushed, in the order of their acks.
     commit_order: Vec<usize>,
     outstanding: usize,
+    /// Deliveries flushed ahead of the read (see [`Window::flush_settled`]).
+    flushed: usize,
 }
 
 /// The window of one subscription.
@@ -223,15 +230,21 @@ impl<E: Clone> Window<E> {
     /// Deliveries of reads not yet complete, settled or not: what the window holds until
     /// their read is flushed.
     pub fn held(&self) -> usize {
-        self.reads.values().map(|read| read.deliveries.len()).sum()
+        self.reads
+            .values()
+            .map(|read| read.deliveries.len() - read.flushed)
+            .sum()
     }
 
     /// Entries of every delivery the window holds, settled or not (to avoid delivering an
     /// entry again while its first delivery is not flushed).
     pub fn held_entries(&self) -> impl Iterator<Item = &E> {
-        self.reads
-            .values()
-            .flat_map(|read| read.deliveries.iter().map(|d| &d.entry))
+        self.reads.values().flat_map(|read| {
+            read.deliveries
+                .iter()
+                .filter(|d| !matches!(d.state, State::Flushed))
+                .map(|d| &d.entry)
+        })
     }
 
     /// Acked segments waiting for their read's flush.
@@ -295,6 +308,7 @@ impl<E: Clone> Window<E> {
                 deliveries,
                 commit_order: Vec::new(),
                 outstanding,
+                flushed: 0,
             },
         );
         Some(OpenedRead {
@@ -381,6 +395,55 @@ impl<E: Clone> Window<E> {
         batches
     }
 
+    /// The settled deliveries of `slot`'s read, flushed now, ahead of the rest of the read
+    /// (an ordered subscription's key whose next entry waits on one of them): their batch,
+    /// kept segments in commit order. The read's own batch later carries what is settled
+    /// after. `None` when nothing of the read is settled and unflushed, or the read is gone.
+    pub fn flush_settled(&mut self, slot: SlotId) -> Option<FlushBatch<E>> {
+        let (first_slot, _) = self.locate(slot).ok()?;
+        let read = self.reads.get_mut(&first_slot)?;
+        let settled: Vec<usize> = (0..read.deliveries.len())
+            .filter(|&i| matches!(read.deliveries[i].state, State::Settled { .. }))
+            .collect();
+        if settled.is_empty() {
+            return None;
+        }
+        let mut batch = FlushBatch {
+            read_id: read.read_id,
+            deliveries: settled.len(),
+            kept: Vec::new(),
+            settles: Vec::with_capacity(settled.len()),
+            abandoned: 0,
+            in_place: Vec::new(),
+            early: true,
+        };
+        let mut settle_index = vec![usize::MAX; read.deliveries.len()];
+        for index in settled {
+            let delivery = &mut read.deliveries[index];
+            let State::Settled { outcome, reason } =
+                std::mem::replace(&mut delivery.state, State::Flushed)
+            else {
+                unreachable!("picked settled deliveries")
+            };
+            settle_index[index] = batch.settles.len();
+            batch.settles.push(Settle {
+                slot: first_slot + index as u64,
+                entry: delivery.entry.clone(),
+                outcome,
+                reason,
+            });
+        }
+        read.flushed += batch.settles.len();
+        for index in std::mem::take(&mut read.commit_order) {
+            batch.kept.push(KeptSegment {
+                slot: first_slot + index as u64,
+                settle: settle_index[index],
+                commands: std::mem::take(&mut read.deliveries[index].segment),
+            });
+        }
+        Some(batch)
+    }
+
     fn locate(&self, slot: SlotId) -> Result<(SlotId, usize), SlotError> {
         if slot == 0 || slot >= self.next_slot {
             return Err(SlotError::UnknownSlot(slot));
@@ -412,11 +475,11 @@ impl<E: Clone> Window<E> {
             return None;
         }
         let read = self.reads.remove(&first_slot)?;
-        let deliveries = read.deliveries.len();
-        let mut settle_index = vec![usize::MAX; deliveries];
+        let deliveries = read.deliveries.len() - read.flushed;
+        let mut settle_index = vec![usize::MAX; read.deliveries.len()];
         let mut settles = Vec::new();
         let mut abandoned = 0;
-        let mut segments: Vec<Vec<Command>> = Vec::with_capacity(deliveries);
+        let mut segments: Vec<Vec<Command>> = Vec::with_capacity(read.deliveries.len());
         for (index, delivery) in read.deliveries.into_iter().enumerate() {
             segments.push(delivery.segment);
             match delivery.state {
@@ -430,6 +493,7 @@ impl<E: Clone> Window<E> {
                     });
                 }
                 State::Abandoned => abandoned += 1,
+                State::Flushed => {}
                 State::Open { .. } => unreachable!("a finished read has no open delivery"),
             }
         }
@@ -452,6 +516,7 @@ impl<E: Clone> Window<E> {
             settles,
             abandoned,
             in_place: Vec::new(),
+            early: false,
         })
     }
 }

@@ -195,12 +195,66 @@ fn the_mixed_window_keeps_thirteen_of_twenty() {
     assert_eq!(batch.dropped_segments(), 7);
 }
 
+#[test]
+fn settled_deliveries_flush_ahead_of_their_read_and_the_rest_after() {
+    let (mut w, read) = window_with_read(&["1", "2", "3", "4"]);
+    let s = read.first_slot;
+    for i in 0..4 {
+        w.queue(s + i, incr(&format!("k{i}"))).unwrap();
+    }
+    w.settle(s + 2, Outcome::Ack, None).unwrap();
+    w.settle(s, Outcome::Ack, None).unwrap();
+    w.settle(s + 1, Outcome::Drop, None).unwrap();
+    assert_eq!(w.held(), 4);
+    let early = w.flush_settled(s + 2).expect("three settled");
+    assert_eq!(early.read_id, read.read_id);
+    assert!(early.early, "another batch of the read follows");
+    assert_eq!(early.deliveries, 3);
+    let kept: Vec<_> = early.kept.iter().map(|k| k.slot).collect();
+    assert_eq!(kept, vec![s + 2, s], "commit order");
+    let settled: Vec<_> = early.settles.iter().map(|x| x.entry).collect();
+    assert_eq!(settled, vec!["1", "2", "3"]);
+    assert_eq!(early.settles[early.kept[0].settle].entry, "3");
+    // Flushed is gone from the window: not held, not settled again, nothing left to flush.
+    assert_eq!(w.held(), 1);
+    assert_eq!(w.held_entries().copied().collect::<Vec<_>>(), vec!["4"]);
+    assert_eq!(
+        w.settle(s, Outcome::Ack, None),
+        Err(SlotError::AlreadySettled(s))
+    );
+    assert_eq!(w.queue(s, incr("late")), Err(SlotError::AlreadySettled(s)));
+    assert!(w.flush_settled(s).is_none());
+    // The read's own batch carries the rest.
+    let rest = w
+        .settle(s + 3, Outcome::Ack, None)
+        .unwrap()
+        .expect("read complete");
+    assert_eq!(rest.deliveries, 1);
+    assert!(!rest.early);
+    assert_eq!(rest.settles.len(), 1);
+    assert_eq!(rest.settles[0].entry, "4");
+    assert_eq!(rest.kept.len(), 1);
+    assert_eq!(rest.settles[rest.kept[0].settle].entry, "4");
+    assert_eq!(w.held(), 0);
+    assert_eq!(w.open_reads(), 0);
+}
+
+#[test]
+fn a_read_flushed_early_and_then_abandoned_sends_nothing_more() {
+    let (mut w, read) = window_with_read(&["1", "2"]);
+    w.settle(read.first_slot, Outcome::Ack, None).unwrap();
+    assert!(w.flush_settled(read.first_slot).is_some());
+    assert!(w.abandon_all().is_empty());
+    assert_eq!(w.held(), 0);
+}
+
 /// One step of a random interleaving.
 #[derive(Clone, Debug)]
 enum Op {
     Read(u8),
     Queue { pick: usize, key: u8 },
     Settle { pick: usize, outcome: u8 },
+    FlushSettled { pick: usize },
     AbandonAll,
 }
 
@@ -209,6 +263,7 @@ fn op() -> impl Strategy<Value = Op> {
         (1u8..5).prop_map(Op::Read),
         (any::<usize>(), any::<u8>()).prop_map(|(pick, key)| Op::Queue { pick, key }),
         (any::<usize>(), 0u8..6).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
+        any::<usize>().prop_map(|pick| Op::FlushSettled { pick }),
         Just(Op::AbandonAll),
     ]
 }
@@ -236,6 +291,7 @@ proptest! {
         let mut incomplete: HashSet<SlotId> = HashSet::new();
 
         for op in ops {
+            let op_was_abandon = matches!(op, Op::AbandonAll);
             match op {
                 Op::Read(n) => {
                     let entries: Vec<u64> = (0..n as u64).map(|i| next_entry + i).collect();
@@ -289,12 +345,25 @@ proptest! {
                     if outcome == Outcome::Ack { acked_in_order.push(slot) } else { not_acked.insert(slot); }
                     batches.extend(result);
                 }
+                Op::FlushSettled { pick } => {
+                    let slots: Vec<SlotId> = seen_slots.iter().copied().collect();
+                    if slots.is_empty() { continue; }
+                    batches.extend(w.flush_settled(slots[pick % slots.len()]));
+                }
                 Op::AbandonAll => {
                     for (_, entry) in open.drain(..) { abandoned.insert(entry); }
                     batches.extend(w.abandon_all());
                 }
             }
             prop_assert_eq!(w.outstanding(), open.len());
+            // Batches carry each delivery at most once, early flushes included; the window
+            // holds at least what is outstanding, and nothing once everything was abandoned.
+            let carried: usize = batches.iter().map(|b| b.deliveries).sum();
+            prop_assert!(carried + w.held() <= next_entry as usize);
+            prop_assert!(w.held() >= w.outstanding());
+            if op_was_abandon {
+                prop_assert_eq!(w.held(), 0);
+            }
         }
 
         for batch in &batches {

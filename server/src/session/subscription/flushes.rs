@@ -42,7 +42,12 @@ impl Subscription {
                 .iter()
                 .filter_map(|s| self.client_spans.remove(&s.slot))
                 .collect();
-            let read = self.read_spans.remove(&batch.read_id);
+            // The read's later batch links to the read too.
+            let read = if batch.early {
+                self.read_spans.get(&batch.read_id).cloned()
+            } else {
+                self.read_spans.remove(&batch.read_id)
+            };
             let span = observe::flush_span(&self.view, &batch, read, client, plan.side_effects);
             self.flush_spans.insert(flush, span.span_context().clone());
             span

@@ -425,3 +425,115 @@ fn under_a_backlog_every_read_rides_on_a_flush() {
     }
     assert_eq!(reader_reads, 4, "the reader read only to fill the window");
 }
+
+fn keyed(id: u64, key: u8) -> E {
+    E {
+        id,
+        count: 1,
+        key: Some(key),
+    }
+}
+
+/// The flushes among `actions`, with the ids each settles.
+fn flushes(actions: &[Action<E>]) -> Vec<(FlushId, Vec<u64>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Flush { flush, batch, .. } => {
+                Some((*flush, batch.settles.iter().map(|s| s.entry.id).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ids handed out among `actions`.
+fn delivered(actions: &[Action<E>]) -> Vec<u64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deliver { entries, .. } => Some(entries.iter().map(|e| e.id)),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Key 1's second entry waits for its first, which shares a read with key 2's slow entry:
+/// the first is flushed ahead of the slow one, and the second handed out once that flush
+/// succeeded, while the slow one is still out.
+#[test]
+fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
+    let start = Instant::now();
+    let mut engine = Engine::new(model::ordered_config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 1), keyed(2, 2)])));
+    assert_eq!(delivered(&engine.take_actions()), vec![1, 2]);
+    // The next read brings key 1's second entry: it waits.
+    engine.read_returned(start, Ok(Read::new(vec![keyed(3, 1)])));
+    assert_eq!(delivered(&engine.take_actions()), Vec::<u64>::new());
+    // Entry 1 acked, entry 2 (key 2) still out: entry 1 is flushed on its own.
+    let applied = engine.apply(start, Vec::new(), vec![settle(1, Outcome::Ack)], |_, _| {
+        None
+    });
+    assert!(applied.rejected.is_empty());
+    let actions = engine.take_actions();
+    let flushed = flushes(&actions);
+    assert_eq!(flushed.len(), 1, "{actions:?}");
+    assert_eq!(flushed[0].1, vec![1]);
+    assert_eq!(
+        delivered(&actions),
+        Vec::<u64>::new(),
+        "not before its flush"
+    );
+    engine.flushed(start, flushed[0].0, FlushStatus::Ok, None);
+    assert_eq!(delivered(&engine.take_actions()), vec![3]);
+    // The slow entry settles later; its read's batch carries it alone.
+    engine.apply(start, Vec::new(), vec![settle(2, Outcome::Ack)], |_, _| {
+        None
+    });
+    let flushed = flushes(&engine.take_actions());
+    assert_eq!(flushed.len(), 1);
+    assert_eq!(flushed[0].1, vec![2]);
+}
+
+/// A retry of a keyed entry comes back before its key's next entry, counted, with no copy.
+#[test]
+fn a_retried_keyed_entry_comes_back_first_in_its_place() {
+    let start = Instant::now();
+    let mut engine = Engine::new(model::ordered_config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 1), keyed(2, 1)])));
+    assert_eq!(delivered(&engine.take_actions()), vec![1]);
+    engine.apply(
+        start,
+        Vec::new(),
+        vec![settle(1, Outcome::Retry)],
+        |_, _| None,
+    );
+    let actions = engine.take_actions();
+    let Some(Action::Flush { flush, batch, .. }) =
+        actions.iter().find(|a| matches!(a, Action::Flush { .. }))
+    else {
+        panic!("a flush: {actions:?}");
+    };
+    assert_eq!(batch.in_place, vec![0], "kept in place");
+    engine.flushed(start, *flush, FlushStatus::Ok, None);
+    let actions = engine.take_actions();
+    let again: Vec<&E> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deliver { entries, .. } => Some(entries.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(
+        again,
+        vec![&E {
+            id: 1,
+            count: 2,
+            key: Some(1)
+        }]
+    );
+}

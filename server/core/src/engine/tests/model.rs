@@ -148,8 +148,9 @@ pub(super) struct World {
     may_lose: HashSet<u64>,
     /// Entries in flushes that have not ended.
     flushing: HashMap<FlushId, Vec<u64>>,
-    /// Reads flushed, in order.
-    flushed_reads: Vec<ReadId>,
+    /// Slots flushed, with their read; a read flushes whole, or (ordered) its settled part
+    /// ahead and the rest after, never a slot twice.
+    flushed_slots: HashMap<SlotId, ReadId>,
     /// When each entry was last extended in Redis.
     extended: HashMap<u64, Instant>,
     /// The client closed its stream: it settles nothing more.
@@ -208,7 +209,7 @@ impl World {
             lost_replies: HashSet::new(),
             may_lose: HashSet::new(),
             flushing: HashMap::new(),
-            flushed_reads: Vec::new(),
+            flushed_slots: HashMap::new(),
             extended: HashMap::new(),
             client_done: false,
             ended: false,
@@ -297,12 +298,10 @@ impl World {
                     batch,
                     read_ahead,
                 } => {
-                    assert!(
-                        !self.flushed_reads.contains(&batch.read_id),
-                        "read {} flushed twice",
-                        batch.read_id
-                    );
-                    self.flushed_reads.push(batch.read_id);
+                    for s in &batch.settles {
+                        let earlier = self.flushed_slots.insert(s.slot, batch.read_id);
+                        assert!(earlier.is_none(), "slot {} flushed twice", s.slot);
+                    }
                     assert!(
                         read_ahead.is_none() || !matches!(self.reader, Some((_, true))),
                         "a read ahead beside a re-read that has not run"
