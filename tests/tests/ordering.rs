@@ -208,7 +208,9 @@ async fn ordering_keys_where_they_cannot_hold_are_refused_at_the_open() {
 async fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
     let redis = RedisServer::start();
     let inspect: Client = redis.client().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let metrics: std::net::SocketAddr = metrics.parse().unwrap();
     let mut client = sidecar.client().await;
     let entries = [("a", 0), ("s", 1), ("a", 2)]
         .map(|(k, n)| vec![("k", k.to_string()), ("n", n.to_string())])
@@ -222,6 +224,9 @@ async fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
     let first = sub.read().await;
     let got: Vec<_> = first.deliveries.iter().map(key_and_n).collect();
     assert_eq!(got, vec![("a".into(), 0), ("s".into(), 1)]);
+    let view = http_get(metrics, "/subscriptions").await.1;
+    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert_eq!(view["subscriptions"][0]["waiting_for_key"], 1, "{view}");
     let (a0, slow) = (&first.deliveries[0], &first.deliveries[1]);
     sub.send(Vec::new(), vec![outcome(a0.slot, OutcomeKind::Ack)])
         .await;

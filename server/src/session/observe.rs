@@ -35,6 +35,8 @@ pub struct SubscriptionView {
     pub outstanding_deliveries: usize,
     /// Acked segments waiting for their read's flush.
     pub kept_segments: usize,
+    /// Entries read and waiting for an earlier entry of their ordering key.
+    pub waiting_for_key: usize,
     pub flushes_in_flight: usize,
     pub draining: bool,
     pub counters: Counters,

@@ -305,6 +305,7 @@ impl Subscription {
         self.view.open_reads = view.open_reads;
         self.view.outstanding_deliveries = view.outstanding;
         self.view.kept_segments = view.kept_segments;
+        self.view.waiting_for_key = view.waiting_for_key;
         self.view.flushes_in_flight = view.flushes;
         self.view.draining |= view.draining;
         self.shared
