@@ -247,3 +247,76 @@ async fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
     sub.close();
     sidecar.stop().await;
 }
+
+fn with_min_idle(mut open: proto::Open, idle: Duration) -> proto::Open {
+    if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
+        stream.min_idle = Some(prost_types::Duration::try_from(idle).unwrap());
+    }
+    open
+}
+
+/// Done when: entries waiting for their key stay this consumer's. A holds key a's first entry
+/// for 2.6 s (extending it, as a client still working does) while a's next two wait in its
+/// sidecar, far past the group's `min_idle` of 1 s; B, another consumer of the group on
+/// another sidecar, reclaims every 200 ms and gets none of them (A's sidecar reclaims only
+/// every minute, so only its extensions keep them); A then gets them in order.
+#[tokio::test]
+async fn entries_waiting_for_their_key_are_not_reclaimed_by_another_consumer() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &["--reclaim-interval", "60s"]).await;
+    let reclaimer = Sidecar::start(&redis.url(), &["--reclaim-interval", "200ms"]).await;
+    let mut client = sidecar.client().await;
+    let entries = [0, 1, 2]
+        .map(|n| vec![("k", "a".to_string()), ("n", n.to_string())])
+        .to_vec();
+    publish(&mut client, "orders", entries).await;
+    let idle = Duration::from_secs(1);
+    let open = ordered(
+        with_min_idle(stream_open("orders", "g", "a", 3), idle),
+        proto::ordering_key::Source::Field("k".into()),
+    );
+    let (mut a, _) = Subscription::open(&mut client, open).await.unwrap();
+    let first = a.read().await;
+    let got: Vec<_> = first.deliveries.iter().map(key_and_n).collect();
+    assert_eq!(got, vec![("a".into(), 0)]);
+    let held = &first.deliveries[0];
+    let mut other = reclaimer.client().await;
+    let (mut b, _) = Subscription::open(
+        &mut other,
+        with_min_idle(stream_open("orders", "g", "b", 4), idle),
+    )
+    .await
+    .unwrap();
+
+    let until = tokio::time::Instant::now() + Duration::from_millis(2600);
+    while tokio::time::Instant::now() < until {
+        let extend = proto::subscribe_request::Kind::Batch(proto::Batch {
+            extend: vec![held.slot],
+            ..Default::default()
+        });
+        a.send_kind(extend).await;
+        if let Some(message) = b.message_within(Duration::from_millis(300)).await {
+            panic!("B took something of A's: {message:?}");
+        }
+    }
+    let mut order = Vec::new();
+    let mut slot = held.slot;
+    for _ in 0..3 {
+        a.send(Vec::new(), vec![outcome(slot, OutcomeKind::Ack)])
+            .await;
+        assert!(a.flush().await.ok);
+        if order.len() == 2 {
+            break;
+        }
+        let next = a.read().await;
+        order.push(key_and_n(&next.deliveries[0]));
+        slot = next.deliveries[0].slot;
+    }
+    assert_eq!(order, vec![("a".into(), 1), ("a".into(), 2)]);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    a.close();
+    b.close();
+    sidecar.stop().await;
+    reclaimer.stop().await;
+}
