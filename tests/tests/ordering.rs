@@ -320,3 +320,56 @@ async fn entries_waiting_for_their_key_are_not_reclaimed_by_another_consumer() {
     sidecar.stop().await;
     reclaimer.stop().await;
 }
+
+/// Done when: a client that leaves mid-key hands the key back in order. Key a's first entry
+/// is out and its next two wait when the client goes away without an outcome; reopened with
+/// the same consumer name, the subscription delivers a's first again (counted twice), then
+/// the next two in order, each counted once: the waiting ones went back as never read.
+#[tokio::test]
+async fn a_client_that_leaves_mid_key_gets_the_key_back_in_order() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let entries = [0, 1, 2]
+        .map(|n| vec![("k", "a".to_string()), ("n", n.to_string())])
+        .to_vec();
+    publish(&mut client, "orders", entries).await;
+    let open = || {
+        ordered(
+            stream_open("orders", "g", "w1", 3),
+            proto::ordering_key::Source::Field("k".into()),
+        )
+    };
+    let (mut gone, _) = Subscription::open(&mut client, open()).await.unwrap();
+    let first = gone.read().await;
+    assert_eq!(first.deliveries.len(), 1);
+    gone.close();
+    assert!(matches!(gone.next().await, Ok(None)));
+    drop(gone);
+
+    // The consumer name is free once the old subscription's last read returned.
+    let (mut sub, _) = loop {
+        match Subscription::open(&mut client, open()).await {
+            Ok(opened) => break opened,
+            Err(status) if status.code() == tonic::Code::AlreadyExists => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let read = sub.read().await;
+        assert_eq!(read.deliveries.len(), 1, "one of key a at a time");
+        let d = &read.deliveries[0];
+        seen.push((key_and_n(d).1, d.delivery_count));
+        sub.send(Vec::new(), vec![outcome(d.slot, OutcomeKind::Ack)])
+            .await;
+        assert!(sub.flush().await.ok);
+    }
+    assert_eq!(seen, vec![(0, 2), (1, 1), (2, 1)]);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sub.close();
+    sidecar.stop().await;
+}
