@@ -96,6 +96,7 @@ pub struct Metrics {
     pub flush_duration: Family<ModeLabels, LatencyWithExemplars, fn() -> LatencyWithExemplars>,
     pub round_trips: Family<RoundTripLabels, Counter>,
     pub outstanding: Family<SubscriptionLabels, Gauge>,
+    pub waiting_for_key: Family<SubscriptionLabels, Gauge>,
     pub delay_set_entries: Family<KeyLabels, Gauge>,
     pub group_pending: Family<GroupLabels, Gauge>,
     pub group_lag: Family<GroupLabels, Gauge>,
@@ -139,6 +140,7 @@ impl Metrics {
             flush_duration: Family::new_with_constructor(crate::scale::exemplar::latency_histogram),
             round_trips: Family::default(),
             outstanding: Family::default(),
+            waiting_for_key: Family::default(),
             delay_set_entries: Family::default(),
             group_pending: Family::default(),
             list_entries: Family::default(),
@@ -214,6 +216,11 @@ impl Metrics {
             "outstanding_deliveries",
             "Deliveries handed out and not yet settled, per subscription",
             m.outstanding.clone(),
+        );
+        r.register(
+            "waiting_for_key_entries",
+            "Entries of an ordered subscription waiting for an earlier entry of their key",
+            m.waiting_for_key.clone(),
         );
         r.register(
             "delay_set_entries",

@@ -224,9 +224,18 @@ async fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
     let first = sub.read().await;
     let got: Vec<_> = first.deliveries.iter().map(key_and_n).collect();
     assert_eq!(got, vec![("a".into(), 0), ("s".into(), 1)]);
-    let view = http_get(metrics, "/subscriptions").await.1;
-    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
-    assert_eq!(view["subscriptions"][0]["waiting_for_key"], 1, "{view}");
+    // The admin view and the gauge show a's second entry waiting (refreshed after the read
+    // went out, so asked until they do).
+    let series =
+        "window_sidecar_waiting_for_key_entries{key=\"orders\",group=\"g\",consumer=\"w1\"}";
+    let shown = eventually(STEP, || async {
+        let view = http_get(metrics, "/subscriptions").await.1;
+        let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+        view["subscriptions"][0]["waiting_for_key"] == 1
+            && sample(&scrape(metrics).await, series) == 1.0
+    })
+    .await;
+    assert!(shown, "{}", scrape(metrics).await);
     let (a0, slow) = (&first.deliveries[0], &first.deliveries[1]);
     sub.send(Vec::new(), vec![outcome(a0.slot, OutcomeKind::Ack)])
         .await;

@@ -313,6 +313,13 @@ impl Subscription {
             .outstanding
             .get_or_create(&self.labels)
             .set(view.outstanding as i64);
+        if self.request.ordering_key.is_some() {
+            self.shared
+                .metrics
+                .waiting_for_key
+                .get_or_create(&self.labels)
+                .set(view.waiting_for_key as i64);
+        }
         self.shared
             .views
             .lock()
@@ -342,6 +349,7 @@ impl Subscription {
             .get_or_create(&self.form_labels)
             .dec();
         metrics.outstanding.remove(&self.labels);
+        metrics.waiting_for_key.remove(&self.labels);
         self.shared.views.lock().remove(&self.view.id);
         let c = &self.view.counters;
         let closed = self.engine.view().closed;
