@@ -48,6 +48,7 @@ type Delivery struct {
 	commands []*windowv1.QueuedCommand
 	outcome  *windowv1.Outcome
 	sent     bool // the outcome went to the sidecar
+	reported bool // a flush report of its read came after that
 	handed   bool // handed to the application and not settled
 	trace    *windowv1.TraceContext
 	// rejection is the sidecar's refusal of one of its commands, kept to explain the refused

@@ -61,6 +61,17 @@ type Options struct {
 	// in that read's message (Read.flushed): one message per read in each direction. Reports
 	// reach OnFlush the same way.
 	ReportsInReads bool
+	// OrderingHeader (streams and reliable lists) names the header that is an entry's ordering
+	// key: a stream entry's `h:<name>` field, a list value's frame header. Entries that share a
+	// key are delivered one at a time, in the order read: the next waits in the sidecar until
+	// the one before is settled and flushed; other keys flow meanwhile; Retry and RetryAfter
+	// keep the entry in its place. On an ordered subscription each outcome is sent as soon as
+	// it is given, not with the rest of its read. At most one of OrderingHeader and
+	// OrderingField.
+	OrderingHeader string
+	// OrderingField (streams) names the field, as stored, that is an entry's ordering key (for
+	// entries another producer wrote without the headers layout).
+	OrderingField string
 
 	// RejectedOutcome is how a delivery is settled when the sidecar refuses one of its
 	// commands or its outcome: RejectedAuto (the default) settles it at once for a reason no
@@ -98,7 +109,8 @@ type Options struct {
 	CloseTimeout time.Duration
 
 	// OnFlush, when set, is called with every flush report, on the subscription's receive
-	// goroutine (keep it short).
+	// goroutine (keep it short). An ordered subscription's read may be flushed in parts, so
+	// one read can have several reports.
 	OnFlush func(Flush)
 	// OnOpened, when set, is called each time the sidecar confirms the subscription: after the
 	// first open and after every resubscription (Opened.Resubscribed), on the subscription's
@@ -202,7 +214,8 @@ func (o *Options) retryDelay(count uint32) time.Duration {
 // Flush is the result of one read's flush.
 type Flush struct {
 	Report *windowv1.FlushReport
-	// Settled are the read's deliveries whose outcome reached the sidecar, in outcome order.
+	// Settled are the read's deliveries whose outcome reached the sidecar, in outcome order
+	// (since its previous report, when an ordered read is flushed in parts).
 	// When Report.Ok is false and Report.SettleFailed is true, their entries are still pending
 	// and come back.
 	Settled []*Delivery
@@ -591,6 +604,14 @@ func (o *Options) open() (*windowv1.Open, error) {
 	if o.Atomic {
 		open.Mode = windowv1.Mode_MODE_ATOMIC
 	}
+	switch {
+	case o.OrderingHeader != "" && o.OrderingField != "":
+		return nil, errors.New("window: OrderingHeader and OrderingField: one ordering key, not both")
+	case o.OrderingHeader != "":
+		open.OrderingKey = &windowv1.OrderingKey{Source: &windowv1.OrderingKey_Header{Header: o.OrderingHeader}}
+	case o.OrderingField != "":
+		open.OrderingKey = &windowv1.OrderingKey{Source: &windowv1.OrderingKey_Field{Field: o.OrderingField}}
+	}
 	if o.DeadLetter != "" {
 		if open.GetStream() != nil {
 			open.DeadLetter = &windowv1.DeadLetter{Target: &windowv1.DeadLetter_Stream{Stream: o.DeadLetter}}
@@ -722,8 +743,14 @@ func (s *session) settledLocked(d *Delivery) {
 }
 
 // sendEachLocked: every outcome goes out as it is given, not per read (the sidecar drains, or
-// the subscription closes: the rest of a read will not be handed out).
-func (s *session) sendEachLocked() bool { return s.draining || s.stopping }
+// the subscription closes: the rest of a read will not be handed out; or the subscription is
+// ordered: a key's next entry waits in the sidecar for this one's flush).
+func (s *session) sendEachLocked() bool { return s.draining || s.stopping || s.sub.ordered() }
+
+// ordered: the subscription has an ordering key.
+func (sub *Subscription) ordered() bool {
+	return sub.opts.OrderingHeader != "" || sub.opts.OrderingField != ""
+}
 
 // sendLocked hands a message to the send loop (nil: nothing). Called with s.mu held.
 func (s *session) sendLocked(req *windowv1.SubscribeRequest) {
@@ -869,18 +896,40 @@ func (s *session) settledUnsentLocked() []*Delivery {
 	return pending
 }
 
+// onFlush handles a flush report. An ordered subscription's read may be flushed in parts (a
+// settled delivery whose key has a later entry waiting goes ahead of the rest of its read), so
+// a read can have several reports: each covers the read's outcomes sent since the last one,
+// and the read is done once all of them were (or, the stream closing, the sidecar abandoned
+// the rest).
 func (s *session) onFlush(report *windowv1.FlushReport) {
 	s.mu.Lock()
 	rs := s.reads[report.GetReadId()]
 	var settled []*Delivery
 	if rs != nil {
-		delete(s.reads, rs.id)
-		for _, d := range rs.deliveries {
-			delete(s.slots, d.Slot)
-		}
 		for _, d := range rs.settled {
-			if d.sent {
+			if d.sent && !d.reported {
+				d.reported = true
 				settled = append(settled, d)
+			}
+		}
+		done := !s.sub.ordered() || s.dead || s.closing
+		if !done {
+			done = true
+			for _, d := range rs.deliveries {
+				if !d.reported {
+					done = false
+					break
+				}
+			}
+		}
+		if done {
+			delete(s.reads, rs.id)
+			for _, d := range rs.deliveries {
+				delete(s.slots, d.Slot)
+			}
+		} else {
+			for _, d := range settled {
+				delete(s.slots, d.Slot)
 			}
 		}
 	}

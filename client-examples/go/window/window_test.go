@@ -452,6 +452,81 @@ func TestOpenOptions(t *testing.T) {
 	}
 }
 
+// The ordering key: by header or by field, never both.
+func TestOpenOrderingKey(t *testing.T) {
+	o := Options{Stream: "s", Group: "g", Count: 4}
+	if open, err := o.open(); err != nil || open.GetOrderingKey() != nil {
+		t.Fatalf("unordered: %v, %v", open, err)
+	}
+	o.OrderingHeader = "customer"
+	if open, err := o.open(); err != nil || open.GetOrderingKey().GetHeader() != "customer" {
+		t.Fatalf("by header: %v, %v", open, err)
+	}
+	f := Options{Stream: "s", Group: "g", Count: 4, OrderingField: "customer_id"}
+	if open, err := f.open(); err != nil || open.GetOrderingKey().GetField() != "customer_id" {
+		t.Fatalf("by field: %v, %v", open, err)
+	}
+	l := Options{ReliableList: &ReliableList{Key: "jobs"}, Count: 4, OrderingHeader: "customer"}
+	if open, err := l.open(); err != nil || open.GetOrderingKey().GetHeader() != "customer" {
+		t.Fatalf("reliable list: %v, %v", open, err)
+	}
+	o.OrderingField = "customer_id"
+	if _, err := o.open(); err == nil {
+		t.Fatal("both OrderingHeader and OrderingField: no error")
+	}
+}
+
+// An ordered subscription sends each outcome as it is given (a key's next entry waits in the
+// sidecar for its flush), and a read flushed in parts keeps its unsettled deliveries: the
+// outcome given after the first report goes out too, and the second report covers it.
+func TestOrderedReadFlushedInParts(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 1, "1-0", "2-0"))
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			if m.GetBatch() != nil {
+				got <- m.GetBatch()
+				s.Send(flushed(1, 1))
+			}
+		}
+	})
+	flushes := make(chan Flush, 2)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		OrderingHeader: "k", OnFlush: func(f Flush) { flushes <- f }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	slow, fast := recvDelivery(t, sub), recvDelivery(t, sub)
+	if err := fast.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	b := <-got
+	if len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != 2 {
+		t.Fatalf("first batch: %v", b)
+	}
+	f := <-flushes
+	if len(f.Settled) != 1 || f.Settled[0] != fast {
+		t.Fatalf("first report: %+v", f)
+	}
+	if err := slow.Ack(); err != nil {
+		t.Fatalf("the rest of a read flushed in part: %v", err)
+	}
+	b = <-got
+	if len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != 1 {
+		t.Fatalf("second batch: %v", b)
+	}
+	f = <-flushes
+	if len(f.Settled) != 1 || f.Settled[0] != slow {
+		t.Fatalf("second report: %+v", f)
+	}
+}
+
 // Close sends the outcomes given so far, also of a read not completely settled (after waiting
 // CloseTimeout for a delivery held unsettled), then half-closes and waits for the end of the
 // stream.

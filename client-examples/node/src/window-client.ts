@@ -169,6 +169,8 @@ export class Delivery {
   rejectedError: RejectedError | undefined;
   /** @internal */ commands: QueuedCommand[] = [];
   /** @internal */ sent = false;
+  /** @internal A flush report of its read came after its outcome was sent. */
+  reported = false;
   /** @internal */ handed = false;
   /** @internal The OpenTelemetry span of its handling (with @opentelemetry/api installed). */
   span: DeliverySpan | undefined;
@@ -338,7 +340,7 @@ export class Delivery {
   }
 }
 
-/** A flush report with the deliveries of its read. */
+/** A flush report with the deliveries of its read that it covers (an ordered read may be flushed in parts, one event per part). */
 export class FlushEvent {
   constructor(
     readonly report: FlushReport,
@@ -462,6 +464,20 @@ export interface WindowOptions {
    * reports exactly like the others (`onFlush`). Default false.
    */
   reportsInReads?: boolean;
+  /**
+   * Streams and reliable lists: the entry's ordering key is this header (a stream entry's
+   * `h:<name>` field, a list value's frame header). Entries that share a key are delivered one
+   * at a time, in the order read: the next waits in the sidecar until the one before is settled
+   * and flushed; other keys flow meanwhile; `retry` and `retryAfter` keep the entry in its
+   * place. At most one of `orderingHeader` and `orderingField`.
+   */
+  orderingHeader?: string;
+  /** Streams: the entry's ordering key is this field as stored (entries another producer wrote). */
+  orderingField?: string;
+  /**
+   * Each flush report, with the deliveries it covers. An ordered subscription's read may be
+   * flushed in parts, so one read can have several reports.
+   */
   onFlush?: (event: FlushEvent) => void | Promise<void>;
   /**
    * Called each time the sidecar confirms the subscription: after the first open and after every
@@ -505,7 +521,7 @@ export interface WindowOptions {
   maxRetryDelayMs?: number;
   /** Consecutive failed opens before the subscription ends with SubscriptionEndedError (default 10; 0: never). */
   maxAttempts?: number;
-  /** Send a read's settled outcomes after this long even if the read is not complete (default 250; null: only complete reads). */
+  /** Send a read's settled outcomes after this long even if the read is not complete (default 250; null: only complete reads). An ordered subscription sends each outcome at once. */
   lingerMs?: number | null;
   backoff?: { initialMs: number; maxMs: number };
   /** How long close() waits for handed-out deliveries to be settled. */
@@ -546,6 +562,11 @@ export function openMessage(o: SubscribeOptions): Open {
     open.pubsub = { channels: o.channels ?? [], patterns: o.patterns ?? [], shardedChannels: o.shardedChannels ?? [], buffer: o.buffer ?? 0 };
   }
   if (o.deadLetter) open.deadLetter = "stream" in o ? { stream: o.deadLetter } : { list: o.deadLetter };
+  if (o.orderingHeader && o.orderingField) {
+    throw new TypeError("orderingHeader and orderingField: one ordering key, not both");
+  }
+  if (o.orderingHeader) open.orderingKey = { header: o.orderingHeader };
+  else if (o.orderingField) open.orderingKey = { field: o.orderingField };
   return open;
 }
 
@@ -564,6 +585,8 @@ interface ReadState {
   commands: QueuedCommand[];
   outcomes: Outcome[];
   timer: NodeJS.Timeout | undefined;
+  /** A flush report of it came (an ordered read may have several). */
+  reported: boolean;
 }
 
 /** @internal One Subscribe call. Slots and read ids mean something only on their own stream. */
@@ -613,6 +636,11 @@ export class Subscription implements AsyncIterable<Delivery> {
     private readonly opts: SubscribeOptions,
   ) {
     this.log = opts.logger ?? consoleLogger;
+  }
+
+  /** An ordered subscription (`orderingHeader`, `orderingField`): its reads may be flushed in parts. */
+  private get ordered(): boolean {
+    return Boolean(this.opts.orderingHeader || this.opts.orderingField);
   }
 
   /** True when the subscription has a dead-letter target (`deadLetter`): Delivery.deadLetter needs one. */
@@ -806,8 +834,9 @@ export class Subscription implements AsyncIterable<Delivery> {
     rd.unsettled -= 1;
     const linger = this.opts.lingerMs === undefined ? 250 : this.opts.lingerMs;
     // Draining: the read will not complete (what was not handed out is abandoned), and the
-    // grace is short, so every outcome goes out as soon as it is settled.
-    if (rd.unsettled === 0 || st.draining) this.send(st, rd);
+    // grace is short, so every outcome goes out as soon as it is settled. Ordered: a key's
+    // next entry waits in the sidecar for this one's flush, so the same.
+    if (rd.unsettled === 0 || st.draining || this.ordered) this.send(st, rd);
     else if (rd.timer === undefined && linger !== null) rd.timer = setTimeout(() => this.send(st, rd), linger);
   }
 
@@ -1025,7 +1054,7 @@ export class Subscription implements AsyncIterable<Delivery> {
       this.log.warn(`read ${read.readId} has ${deliveries.length} deliveries with ${st.unsettled} unsettled: more than max_in_flight ${limit}`);
     }
     st.unsettled += deliveries.length;
-    st.reads.set(read.readId, { readId: read.readId, deliveries, unsettled: deliveries.length, commands: [], outcomes: [], timer: undefined });
+    st.reads.set(read.readId, { readId: read.readId, deliveries, unsettled: deliveries.length, commands: [], outcomes: [], timer: undefined, reported: false });
     for (const d of deliveries) st.slots.set(d.slot, d);
     this.stats.reads += 1;
     this.stats.deliveries += deliveries.length;
@@ -1034,18 +1063,45 @@ export class Subscription implements AsyncIterable<Delivery> {
     this.wake();
   }
 
+  /**
+   * A flush report. An ordered subscription's read may be flushed in parts (a settled delivery
+   * whose key has a later entry waiting goes ahead of the rest of its read), so a read can have
+   * several reports: each covers the read's deliveries sent since the last one, and the read is
+   * done once all of them were (or, the stream closing, the sidecar abandoned the rest).
+   */
   private async onFlush(st: StreamState, report: FlushReport): Promise<void> {
     const rd = st.reads.get(report.readId);
-    st.reads.delete(report.readId);
-    const deliveries = rd?.deliveries ?? [];
-    if (rd?.timer !== undefined) clearTimeout(rd.timer);
-    for (const d of deliveries) {
-      st.slots.delete(d.slot);
-      if (d.outcome === undefined) st.unsettled -= 1; // abandoned by the sidecar
+    const deliveries: Delivery[] = [];
+    let whole = false;
+    if (rd !== undefined) {
+      const first = !rd.reported;
+      rd.reported = true;
+      for (const d of rd.deliveries) {
+        if (d.sent && !d.reported) {
+          d.reported = true;
+          st.slots.delete(d.slot);
+          deliveries.push(d);
+        }
+      }
+      const part = this.ordered && st.alive && !st.halfClosed && rd.deliveries.some((d) => !d.reported);
+      if (!part) {
+        // Done: every delivery was sent, or the rest is abandoned (drain or close).
+        st.reads.delete(report.readId);
+        whole = first;
+        if (rd.timer !== undefined) clearTimeout(rd.timer);
+        rd.timer = undefined;
+        for (const d of rd.deliveries) {
+          if (d.reported) continue;
+          st.slots.delete(d.slot);
+          if (d.outcome === undefined) st.unsettled -= 1; // abandoned by the sidecar
+          deliveries.push(d);
+        }
+      }
     }
     this.stats.flushes += 1;
     const sent = deliveries.filter((d) => d.sent).length;
-    if (rd && report.settles !== sent) {
+    // (Not on an ordered subscription: its retry kept in place settles nothing.)
+    if (whole && !this.ordered && report.settles !== sent) {
       this.log.warn(`flush of read ${report.readId} settled ${report.settles} entries, but ${sent} outcomes were sent for it`);
     }
     if (!report.ok) {

@@ -271,6 +271,14 @@ test("openMessage: each kind of source, its dead letter and the window options",
   assert.deepEqual(pubsub, { channels: ["a"], patterns: ["b.*"], shardedChannels: [], buffer: 0 });
 });
 
+test("openMessage: an ordering key by header or by field, never both", () => {
+  assert.equal(openMessage({ stream: "s", group: "g" }).orderingKey, undefined);
+  assert.deepEqual(openMessage({ stream: "s", group: "g", orderingHeader: "customer" }).orderingKey, { header: "customer" });
+  assert.deepEqual(openMessage({ stream: "s", group: "g", orderingField: "customer_id" }).orderingKey, { field: "customer_id" });
+  assert.deepEqual(openMessage({ reliableList: "jobs", orderingHeader: "customer" }).orderingKey, { header: "customer" });
+  assert.throws(() => openMessage({ stream: "s", group: "g", orderingHeader: "a", orderingField: "b" }), TypeError);
+});
+
 test("a subscription that cannot open gives up after maxAttempts and says why, to onError and the iteration", async () => {
   const port = await new Promise<number>((resolve) => {
     const srv = createServer().listen(0, "127.0.0.1", () => {

@@ -197,6 +197,43 @@ test("reports in reads: asked for in the Open, and a read's flushed report reach
   assert.equal(sub.stats.reportsInReads, 1);
 });
 
+test("ordered: the Open names the key, and a read flushed in parts keeps its unsettled deliveries", async () => {
+  const batches: Batch[] = [];
+  const flushes: string[] = [];
+  const f = await fake(async (call, inbox) => {
+    const open = (await inbox.next())!.open!;
+    assert.equal(open.orderingKey?.header, "k");
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "slow"), delivery(2, "fast")] } });
+    batches.push(await inbox.batch());
+    // The fast key's delivery is flushed ahead of the rest of its read, then the rest.
+    send(call, { flush: { readId: 1, settles: 1, ok: true, segmentsKept: 1 } });
+    batches.push(await inbox.batch());
+    send(call, { flush: { readId: 1, settles: 1, ok: true, segmentsKept: 1 } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  let held: Delivery | undefined;
+  const sub = client.subscribe({
+    stream: "s", group: "g", orderingHeader: "k", lingerMs: null, logger: quiet,
+    onFlush: (ev: FlushEvent) => {
+      flushes.push(`${ev.report.readId}: ${ev.settled.map((d) => d.slot).join(",")} / ${ev.abandoned.map((d) => d.slot).join(",")}`);
+      if (flushes.length === 1) held!.ack();
+      else sub.stop();
+    },
+  });
+  for await (const d of sub) {
+    if (d.slot === 1) held = d;
+    else d.ack();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(batches.map((b) => b.outcomes.map((o) => o.slot)), [[2], [1]]);
+  assert.deepEqual(flushes, ["1: 2 / ", "1: 1 / "]);
+});
+
 test("draining: nothing more is handed out, the held delivery's outcome goes out at once, then the client resubscribes", async () => {
   const handled: string[] = [];
   const events: string[] = [];

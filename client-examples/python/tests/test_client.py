@@ -337,6 +337,20 @@ class Options(unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(ValueError):
                 client.subscribe("orders", "g", max_deliveries=2)
 
+    async def test_ordering_key(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            self.assertFalse(client.subscribe("orders", "g")._open.HasField("ordering_key"))
+            o = client.subscribe("orders", "g", ordering_header="customer")._open
+            self.assertEqual(o.ordering_key.WhichOneof("source"), "header")
+            self.assertEqual(o.ordering_key.header, "customer")
+            o = client.subscribe("orders", "g", ordering_field="customer_id")._open
+            self.assertEqual((o.ordering_key.WhichOneof("source"), o.ordering_key.field),
+                             ("field", "customer_id"))
+            lst = client.subscribe_reliable_list("jobs", ordering_header="customer")._open
+            self.assertEqual(lst.ordering_key.header, "customer")
+            with self.assertRaises(ValueError):
+                client.subscribe("orders", "g", ordering_header="a", ordering_field="b")
+
     async def test_bearer_token_from_the_environment(self) -> None:
         with mock.patch.dict(os.environ, {TOKEN_ENV: "s3cret"}):
             async with WindowClient("127.0.0.1:1") as client:

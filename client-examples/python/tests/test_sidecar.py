@@ -303,6 +303,44 @@ class Subscribing(SidecarTest):
         self.assertEqual([(o.slot, o.kind) for o in batch.outcomes],
                          [(1, pb.OUTCOME_KIND_ACK), (2, pb.OUTCOME_KIND_ACK)])
 
+    async def test_an_ordered_read_flushed_in_parts(self) -> None:
+        """Ordered: each outcome goes out at once (a key's next entry waits in the sidecar for
+        its flush), and a read flushed in parts keeps its unsettled deliveries: the outcome
+        given after the first report goes out too, and the second report covers it."""
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "slow"),
+                                                                 delivery(2, "fast")]))
+            self.batches = [await st.batch()]
+            await st.write(flush=pb.FlushReport(read_id=1, settles=1, ok=True))
+            self.batches.append(await st.batch())
+            await st.write(flush=pb.FlushReport(read_id=1, settles=1, ok=True))
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        events: List[window_client.FlushEvent] = []
+        held: List[Delivery] = []
+        async with WindowClient(target, token="") as client:
+            def on_flush(ev: window_client.FlushEvent) -> None:
+                events.append(ev)
+                if len(events) == 1:
+                    held[0].ack()
+                else:
+                    sub.stop()
+
+            sub = client.subscribe("s", "g", ordering_header="k", linger=None,
+                                   on_flush=on_flush)
+            async with sub:
+                async for d in sub:
+                    if d.slot == 1:
+                        held.append(d)
+                    else:
+                        d.ack()
+        self.assertEqual(self.fake.opens[0].ordering_key.header, "k")
+        self.assertEqual([[o.slot for o in b.outcomes] for b in self.batches], [[2], [1]])
+        self.assertEqual([([d.slot for d in ev.settled], [d.slot for d in ev.abandoned])
+                          for ev in events], [([2], []), ([1], [])])
+
     async def test_a_failed_handler_is_retried_after_a_second(self) -> None:
         async def script(st: Stream) -> None:
             await opened(st)

@@ -287,6 +287,7 @@ class Delivery:
         "_span",
         "_handed",
         "_sent",
+        "_reported",
     )
 
     def __init__(
@@ -312,6 +313,7 @@ class Delivery:
         self._span: Optional[tracing.DeliverySpan] = None
         self._handed = False
         self._sent = False  # its outcome was written to its stream
+        self._reported = False  # a flush report of its read came after that
 
     # -- reading --------------------------------------------------------------------------
 
@@ -520,7 +522,8 @@ class Delivery:
 
 @dataclass
 class FlushEvent:
-    """A flush report of the sidecar, with the deliveries of the read it belongs to.
+    """A flush report of the sidecar, with the deliveries of the read it belongs to that it
+    covers (an ordered subscription's read may be flushed in parts, one event per part).
 
     ``settled`` are the deliveries whose outcome reached the sidecar before the flush (their
     outcome is in ``Delivery.outcome``; with ``ok`` their acks' side effects ran and the entries
@@ -587,10 +590,11 @@ class LifecycleEvent:
 
 
 class _Read:
-    __slots__ = ("read_id", "deliveries", "unsettled", "commands", "outcomes", "timer")
+    __slots__ = ("read_id", "deliveries", "unsettled", "commands", "outcomes", "timer", "reported")
 
     def __init__(self, read_id: int, deliveries: List[Delivery]) -> None:
         self.read_id = read_id
+        self.reported = False  # a flush report of it came (an ordered read may have several)
         self.deliveries = deliveries
         self.unsettled = len(deliveries)
         self.commands: List[Any] = []
@@ -679,6 +683,7 @@ class Subscription:
             )
         self._client = client
         self._open = open_msg
+        self._ordered = open_msg.HasField("ordering_key")
         #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
         self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
@@ -959,8 +964,9 @@ class Subscription:
         rd.commands.extend(d._commands)
         rd.outcomes.append(outcome)
         rd.unsettled -= 1
-        if rd.unsettled == 0 or st.draining:
-            # Draining: the grace is running, nothing waits for the rest of the read.
+        if rd.unsettled == 0 or st.draining or self._ordered:
+            # Draining: the grace is running, nothing waits for the rest of the read. Ordered:
+            # a key's next entry waits in the sidecar for this one's flush.
             self._send(st, rd)
         elif rd.timer is None and self._linger is not None:
             rd.timer = asyncio.get_running_loop().call_later(self._linger, self._send, st, rd)
@@ -1248,17 +1254,42 @@ class Subscription:
         self._hand_out_all(deliveries)
 
     async def _flushed(self, st: _Stream, report: Any) -> None:
-        rd = st.reads.pop(report.read_id, None)
-        deliveries = rd.deliveries if rd is not None else []
-        if rd is not None and rd.timer is not None:
-            rd.timer.cancel()
-        for d in deliveries:
-            st.slots.pop(d.slot, None)
-            if d.outcome is None:
-                st.unsettled -= 1  # abandoned by the sidecar (drain or close)
+        """A flush report. An ordered subscription's read may be flushed in parts (a settled
+        delivery whose key has a later entry waiting goes ahead of the rest of its read), so a
+        read can have several reports: each covers the read's deliveries sent since the last
+        one, and the read is done once all of them were sent (or, the stream closing, the
+        sidecar abandoned the rest)."""
+        rd = st.reads.get(report.read_id)
+        deliveries: List[Delivery] = []
+        whole = False
+        if rd is not None:
+            first = not rd.reported
+            rd.reported = True
+            deliveries = [d for d in rd.deliveries if d._sent and not d._reported]
+            for d in deliveries:
+                d._reported = True
+                st.slots.pop(d.slot, None)
+            part = (
+                self._ordered and st.alive and not st.half_closed
+                and not all(d._reported for d in rd.deliveries)
+            )
+            if not part:
+                # Done: every delivery was sent, or the rest is abandoned (close, drain).
+                del st.reads[report.read_id]
+                whole = first
+                if rd.timer is not None:
+                    rd.timer.cancel()
+                    rd.timer = None
+                rest = [d for d in rd.deliveries if not d._reported]
+                for d in rest:
+                    st.slots.pop(d.slot, None)
+                    if d.outcome is None:
+                        st.unsettled -= 1  # abandoned by the sidecar (drain or close)
+                deliveries.extend(rest)
         self.stats.flushes += 1
         sent = sum(1 for d in deliveries if d._sent)
-        if rd is not None and report.settles != sent:
+        if whole and not self._ordered and report.settles != sent:
+            # (Not on an ordered subscription: its retry kept in place settles nothing.)
             log.warning(
                 "flush of read %d settled %d entries, but %d outcomes were sent for it",
                 report.read_id, report.settles, sent,
@@ -1671,6 +1702,8 @@ class WindowClient:
         dead_letter: str = "",
         reports_in_reads: bool = False,
         packed_acks: bool = False,
+        ordering_header: str = "",
+        ordering_field: str = "",
         on_flush: Optional[FlushCallback] = None,
         on_rejection: Optional[RejectionCallback] = None,
         on_lifecycle: Optional[LifecycleCallback] = None,
@@ -1692,11 +1725,18 @@ class WindowClient:
         flush a read rode on inside that read (one message per read each way under a
         backlog); ``packed_acks``: a batch of plain acks is sent as the packed ``Batch.acks``
         (both off by default, as in every client of this project; on under load).
+        ``ordering_header`` (streams and reliable lists) or ``ordering_field`` (streams: a
+        field as stored, for entries another producer wrote): the entry's ordering key. Entries
+        that share a key are delivered one at a time, in the order read: the next waits in the
+        sidecar until the one before is settled and flushed; other keys flow meanwhile; a
+        ``retry`` or ``retry_after`` keeps the entry in its place. At most one of the two.
         ``on_flush(FlushEvent)``, ``on_rejection(rejection, delivery)`` and
         ``on_lifecycle(LifecycleEvent)`` (opened, resubscribed, draining, disconnected) may be
         plain or async functions. A read's commands and outcomes are sent in
         one message once every delivery of the read is settled, or ``linger`` seconds after the
-        first of them was settled (None: only when all are).
+        first of them was settled (None: only when all are); an ordered subscription sends each
+        outcome at once. Its read may be flushed in parts, so one read can have several
+        ``on_flush`` events.
 
         ``rejected_outcome`` says what the client does with a delivery whose command the
         sidecar refused: ``"auto"`` (for a reason no retry fixes, dead-letter at once with a
@@ -1714,6 +1754,12 @@ class WindowClient:
             retry_delay = rejected_retry_delay
         if max_deliveries and not dead_letter:
             raise ValueError("max_deliveries needs a dead_letter target")
+        if ordering_header and ordering_field:
+            raise ValueError("ordering_header and ordering_field: one ordering key, not both")
+        if ordering_header:
+            open_msg.ordering_key.header = ordering_header
+        elif ordering_field:
+            open_msg.ordering_key.field = ordering_field
         open_msg.count = count
         open_msg.max_in_flight = max_in_flight
         open_msg.reports_in_reads = reports_in_reads

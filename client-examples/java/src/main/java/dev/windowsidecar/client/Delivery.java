@@ -35,6 +35,7 @@ public final class Delivery {
   List<QueuedCommand> commands = new ArrayList<>();
   Outcome outcome;
   boolean sent;
+  boolean reported; // a flush report of its read came after its outcome was sent
   /** The application's own trace context for handling this delivery, sent with its outcome. */
   TraceContext handlingTrace;
   /** The sidecar's refusal of one of its commands, kept to explain the refused ack after it. */

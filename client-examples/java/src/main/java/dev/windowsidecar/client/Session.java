@@ -121,8 +121,9 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
         return true;
       }
       --r.unsettled;
-      if (draining) {
+      if (draining || sub.options.ordered()) {
         // Within the grace every outcome counts: send it now, not with the rest of its read.
+        // Ordered: a key's next entry waits in the sidecar for this one's flush, the same.
         sendLocked(batchOf(List.of(d)));
         return true;
       }
@@ -248,17 +249,35 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     }
   }
 
+  /**
+   * A flush report. An ordered subscription's read may be flushed in parts (a settled delivery
+   * whose key has a later entry waiting goes ahead of the rest of its read), so a read can have
+   * several reports: each covers the read's outcomes sent since the last one, and the read is done
+   * once all of them were (or, the stream closing, the sidecar abandoned the rest).
+   */
   private void onFlush(FlushReport report) {
     List<Delivery> settled = new ArrayList<>();
     synchronized (lock) {
-      ReadState r = reads.remove(report.getReadId());
+      ReadState r = reads.get(report.getReadId());
       if (r != null) {
-        for (Delivery d : r.deliveries) {
-          slots.remove(d.slot());
-        }
         for (Delivery d : r.settled) {
-          if (d.sent) {
+          if (d.sent && !d.reported) {
+            d.reported = true;
             settled.add(d);
+          }
+        }
+        boolean done = !sub.options.ordered() || dead || closing;
+        if (!done) {
+          done = r.deliveries.stream().allMatch(d -> d.reported);
+        }
+        if (done) {
+          reads.remove(r.id);
+          for (Delivery d : r.deliveries) {
+            slots.remove(d.slot());
+          }
+        } else {
+          for (Delivery d : settled) {
+            slots.remove(d.slot());
           }
         }
       }

@@ -4,6 +4,7 @@ import dev.windowsidecar.v1.DeadLetter;
 import dev.windowsidecar.v1.Framing;
 import dev.windowsidecar.v1.Mode;
 import dev.windowsidecar.v1.Open;
+import dev.windowsidecar.v1.OrderingKey;
 import dev.windowsidecar.v1.PubSubSource;
 import dev.windowsidecar.v1.ReliableListSource;
 import dev.windowsidecar.v1.SimpleListSource;
@@ -57,6 +58,8 @@ public final class SubscribeOptions {
   final boolean atomic;
   final boolean packedAcks;
   final boolean reportsInReads;
+  final String orderingHeader;
+  final String orderingField;
   final Consumer<Flush> onFlush;
   final SubscriptionListener listener;
 
@@ -89,6 +92,8 @@ public final class SubscribeOptions {
     atomic = b.atomic;
     packedAcks = b.packedAcks;
     reportsInReads = b.reportsInReads;
+    orderingHeader = b.orderingHeader;
+    orderingField = b.orderingField;
     onFlush = b.onFlush;
     listener = b.listener == null ? new SubscriptionListener() {} : b.listener;
   }
@@ -180,7 +185,17 @@ public final class SubscribeOptions {
       }
       open.setDeadLetter(dl);
     }
+    if (!orderingHeader.isEmpty()) {
+      open.setOrderingKey(OrderingKey.newBuilder().setHeader(orderingHeader));
+    } else if (!orderingField.isEmpty()) {
+      open.setOrderingKey(OrderingKey.newBuilder().setField(orderingField));
+    }
     return open.build();
+  }
+
+  /** Whether the subscription has an ordering key: its reads may be flushed in parts. */
+  boolean ordered() {
+    return !orderingHeader.isEmpty() || !orderingField.isEmpty();
   }
 
   /** Whether the subscription has a dead-letter target ({@link Delivery#deadLetter} needs one). */
@@ -234,6 +249,8 @@ public final class SubscribeOptions {
     private boolean atomic;
     private boolean packedAcks;
     private boolean reportsInReads;
+    private String orderingHeader = "";
+    private String orderingField = "";
     private Consumer<Flush> onFlush;
     private SubscriptionListener listener;
 
@@ -407,6 +424,29 @@ public final class SubscribeOptions {
       return this;
     }
 
+    /**
+     * Streams and reliable lists: the entry's ordering key is this header (a stream entry's
+     * {@code h:<name>} field, a list value's frame header). Entries that share a key are
+     * delivered one at a time, in the order read: the next waits in the sidecar until the one
+     * before is settled and flushed; other keys flow meanwhile; {@code retry} and {@code
+     * retryAfter} keep the entry in its place. Each outcome is then sent as soon as it is given,
+     * not with the rest of its read, and a read may be flushed in parts (several {@link
+     * #onFlush} calls with its id). At most one of this and {@link #orderingField}.
+     */
+    public Builder orderingHeader(String header) {
+      this.orderingHeader = Objects.requireNonNull(header, "header");
+      return this;
+    }
+
+    /**
+     * Streams: the entry's ordering key is this field as stored, for entries another producer
+     * wrote without the headers layout. See {@link #orderingHeader}.
+     */
+    public Builder orderingField(String field) {
+      this.orderingField = Objects.requireNonNull(field, "field");
+      return this;
+    }
+
     /** Sees the subscription's lifecycle (opened, resubscribed, draining, disconnected) and errors. */
     public Builder listener(SubscriptionListener listener) {
       this.listener = listener;
@@ -462,6 +502,9 @@ public final class SubscribeOptions {
     public SubscribeOptions build() {
       if (source == Source.PUBSUB && channels.isEmpty() && patterns.isEmpty() && shardedChannels.isEmpty()) {
         throw new IllegalArgumentException("a pub/sub subscription needs a channel or a pattern");
+      }
+      if (!orderingHeader.isEmpty() && !orderingField.isEmpty()) {
+        throw new IllegalArgumentException("orderingHeader and orderingField: one ordering key, not both");
       }
       return new SubscribeOptions(this);
     }

@@ -58,6 +58,20 @@ public class SubscribeOptionsTest {
   }
 
   @Test
+  public void anOrderingKeyByHeaderOrByFieldNeverBoth() {
+    assertFalse(SubscribeOptions.builder("orders", "svc").build().toOpen().hasOrderingKey());
+    Open header = SubscribeOptions.builder("orders", "svc").orderingHeader("customer").build().toOpen();
+    assertEquals("customer", header.getOrderingKey().getHeader());
+    Open field = SubscribeOptions.builder("orders", "svc").orderingField("customer_id").build().toOpen();
+    assertEquals("customer_id", field.getOrderingKey().getField());
+    Open list = SubscribeOptions.reliableList("jobs").orderingHeader("customer").build().toOpen();
+    assertEquals("customer", list.getOrderingKey().getHeader());
+    assertThrows(
+        IllegalArgumentException.class,
+        () -> SubscribeOptions.builder("orders", "svc").orderingHeader("a").orderingField("b").build());
+  }
+
+  @Test
   public void reportsInReadsAndPackedAcks() {
     SubscribeOptions o =
         SubscribeOptions.builder("orders", "svc").reportsInReads(true).packedAcks(true).build();

@@ -220,6 +220,52 @@ public class SubscriptionTest {
   }
 
   /**
+   * Ordered: each outcome goes out as it is given (a key's next entry waits in the sidecar for its
+   * flush), and a read flushed in parts keeps its unsettled deliveries: the outcome given after the
+   * first report goes out too, and the second report covers it.
+   */
+  @Test
+  public void anOrderedReadFlushedInParts() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0", "2-0"));
+              got.add(in.next());
+              out.onNext(flushed(1, 1));
+              got.add(in.next());
+              out.onNext(flushed(1, 1));
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
+    try (Subscription sub =
+        client.subscribe(options().orderingHeader("k").onFlush(flushes::add).build(), later(ds))) {
+      assertFalse(sub.isTerminated());
+      Delivery slow = take(ds);
+      Delivery fast = take(ds);
+      assertTrue(fast.ack());
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(1, b.getOutcomesCount());
+      assertEquals(2, b.getOutcomes(0).getSlot());
+      Flush f = flushes.poll(5, TimeUnit.SECONDS);
+      assertNotNull(f);
+      assertEquals(List.of(fast), f.settled());
+      assertTrue("the rest of a read flushed in part", slow.ack());
+      b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(1, b.getOutcomesCount());
+      assertEquals(1, b.getOutcomes(0).getSlot());
+      f = flushes.poll(5, TimeUnit.SECONDS);
+      assertNotNull(f);
+      assertEquals(List.of(slow), f.settled());
+    }
+  }
+
+  /**
    * A lost stream: its deliveries go stale and nothing of them is sent on the next stream; the
    * client reconnects through ALREADY_EXISTS and the entry comes back.
    */
