@@ -180,6 +180,48 @@ expectations() {
     printf '%s fails within %s ms\t%s\ttrue\n' "$call" "$within" \
       "$(jq -r --argjson w "$within" '(.elapsed_ms // 1e9) <= $w' <<<"$got")"
   done < <(jq -c '.expect.errors // [] | .[]' "$file")
+  # Ordering keys: each key's deliveries in order (by the header that carries the key), at
+  # most one delivery of a key out at a time (between its delivery line and its settle line no
+  # other delivery of that key), and the deliveries that came before a held one was settled.
+  local oh
+  oh="$(jq -r '.expect.order.header // empty' "$file")"
+  if [[ -n $oh ]]; then
+    while read -r p; do
+      [[ -n $p ]] || continue
+      want="$(jq -c --arg p "$p" '.expect.order.keys[$p]' "$file")"
+      got="$(jq -c --arg h "$oh" --arg p "$p" \
+        '[.[] | select(.event == "delivery" and (.headers // {})[$h] == $p) | .payload]' <<<"$seen")"
+      printf 'deliveries of key %s, in order\t%s\t%s\n' "$p" "$got" "$want"
+    done < <(jq -r '.expect.order.keys // {} | keys[]' "$file")
+    got="$(jq -r --arg h "$oh" '
+      reduce (.[] | select(.event == "delivery" or .event == "settle")) as $e
+        ({out: {}, key: {}, bad: []};
+         if $e.event == "delivery" then
+           (($e.headers // {})[$h] // "") as $k
+           | .key[$e.payload] = $k
+           | if $k == "" then .
+             elif (.out[$k] // null) != null then
+               .bad += ["\($e.payload) while \(.out[$k]) was out"]
+             else .out[$k] = $e.payload end
+         else
+           (.key[$e.payload] // "") as $k
+           | if $k != "" and .out[$k] == $e.payload then .out[$k] = null else . end
+         end)
+      | if .bad == [] then "true" else .bad | join("; ") end' <<<"$seen")"
+    printf 'at most one delivery of each key out at a time\t%s\ttrue\n' "$got"
+  fi
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -c --arg p "$p" '.expect.while_held[$p] | sort' "$file")"
+    # Before the held delivery's settle line: not held up behind it. (Deliveries of one read
+    # are printed by concurrent handlers, so one may come out before the held one's line.)
+    got="$(jq -c --arg p "$p" --argjson w "$want" '
+      (to_entries | map(select(.value.event == "settle" and .value.payload == $p)) | first | .key) as $to
+      | if $to == null then "\($p) never settled"
+        else [.[:$to][] | select(.event == "delivery") | .payload
+              | select(. as $x | $w | index($x))] | unique end' <<<"$seen")"
+    printf 'delivered before the held %s was settled\t%s\t%s\n' "$p" "$got" "$want"
+  done < <(jq -r '.expect.while_held // {} | keys[]' "$file")
   while read -r e; do
     [[ -n $e ]] || continue
     mapfile -t cmd < <(jq -r '.command[]' <<<"$e")

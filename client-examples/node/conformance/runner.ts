@@ -33,6 +33,9 @@ interface Scenario {
     packed_acks?: boolean;
     rejected_outcome?: RejectedOutcome;
     max_attempts?: number;
+    max_in_flight?: number;
+    ordering_header?: string;
+    ordering_field?: string;
   };
   sidecar?: { listen?: string };
   side_effect?: "queue" | "typed";
@@ -117,6 +120,9 @@ async function main(path: string): Promise<void> {
   const sub = client.subscribe({
     ...source,
     count: open.count ?? 16,
+    maxInFlight: open.max_in_flight,
+    orderingHeader: open.ordering_header,
+    orderingField: open.ordering_field,
     atomic: open.mode === "atomic",
     maxDeliveries: open.max_deliveries,
     deadLetter: open.dead_letter,
@@ -133,6 +139,22 @@ async function main(path: string): Promise<void> {
     onDraining: () => emit("draining"),
   });
   process.on("SIGTERM", () => sub.stop());
+
+  // `hold_until:P`: resolved once the delivery named P is acked.
+  const acked = new Map<string, { promise: Promise<void>; resolve: () => void }>();
+  const ackedOf = (name: string) => {
+    let a = acked.get(name);
+    if (!a) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      a = { promise, resolve };
+      acked.set(name, a);
+    }
+    return a;
+  };
+  // The line before an outcome the runner gives (run.sh checks the order with it).
+  const settle = (d: Delivery, payload: string) => emit("settle", { payload, count: d.deliveryCount });
+  const holds = Object.values(scenario.handle).some((actions) => actions.some((a) => a.startsWith("hold_until:")));
 
   const handle = async (d: Delivery): Promise<void> => {
     const payload = nameOf(d);
@@ -152,11 +174,29 @@ async function main(path: string): Promise<void> {
     const action = actionFor(scenario.handle, payload, n);
     if (typed) d.redis.hIncrBy(scenario.effects, payload, 1);
     else d.queue("HINCRBY", scenario.effects, payload, 1);
-    if (action === "ack") d.ack();
-    else if (action === "drop") d.drop();
-    else if (action === "retry") d.retry();
-    else if (action === "dead_letter") d.deadLetter("conformance: dead_letter");
-    else if (action.startsWith("retry_after:")) d.retryAfter(Number(action.split(":")[1]));
+    if (action === "ack") {
+      settle(d, payload);
+      d.ack();
+      ackedOf(payload).resolve();
+    } else if (action === "drop") {
+      settle(d, payload);
+      d.drop();
+    } else if (action === "retry") {
+      settle(d, payload);
+      d.retry();
+    } else if (action === "dead_letter") {
+      settle(d, payload);
+      d.deadLetter("conformance: dead_letter");
+    } else if (action.startsWith("retry_after:")) {
+      settle(d, payload);
+      d.retryAfter(Number(action.split(":")[1]));
+    } else if (action.startsWith("hold_until:")) {
+      // Unsettled until that delivery is acked; run's other handlers go on meanwhile.
+      await ackedOf(action.slice("hold_until:".length)).promise;
+      settle(d, payload);
+      d.ack();
+      ackedOf(payload).resolve();
+    }
     else if (action === "reject") d.queue("FLUSHALL").ack();
     else if (action === "fail") throw new Error("the scenario's handler fails");
     else if (action === "typo") {
@@ -175,7 +215,8 @@ async function main(path: string): Promise<void> {
     } else throw new Error(`unknown action ${action}`);
   };
 
-  const worker = sub.run(handle);
+  // With `hold_until`, a held delivery must not stop the others: several handlers at a time.
+  const worker = sub.run(handle, { concurrency: holds ? 8 : 1 });
   // Until the first Opened, or the subscription failing first.
   await Promise.race([firstOpen, worker]);
   if (sub.stats.opens > 0) {

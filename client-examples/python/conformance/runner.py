@@ -53,7 +53,7 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     """The scenario's `open` as the client's options; absent fields take its defaults."""
     options: Dict[str, Any] = {"on_lifecycle": on_lifecycle, "on_error": on_error}
     for name in ("count", "max_in_flight", "reports_in_reads", "packed_acks",
-                 "rejected_outcome", "max_attempts"):
+                 "rejected_outcome", "max_attempts", "ordering_header", "ordering_field"):
         if name in open_:
             options[name] = open_[name]
     if "block_ms" in open_:
@@ -129,6 +129,21 @@ async def main(path: str) -> None:
     effects: str = scenario["effects"]
     typed = scenario.get("side_effect", "queue") == "typed"
     seen: "Counter[str]" = Counter()
+    # `hold_until:P`: the deliveries acked so far, by name, for the held ones to wait on.
+    acked: Dict[str, asyncio.Event] = {}
+
+    def acked_event(name: str) -> asyncio.Event:
+        return acked.setdefault(name, asyncio.Event())
+
+    def settle(d: Delivery, payload: str) -> None:
+        """The line before an outcome the runner gives (run.sh checks the order with it)."""
+        emit("settle", payload=payload, count=d.delivery_count)
+
+    async def hold(d: Delivery, payload: str, until: str) -> None:
+        await acked_event(until).wait()
+        settle(d, payload)
+        d.ack()
+        acked_event(payload).set()
 
     async def handle_one(d: Delivery) -> None:
         payload = name_of(d)
@@ -148,15 +163,24 @@ async def main(path: str) -> None:
         else:
             d.queue("HINCRBY", effects, payload, 1)
         if action == "ack":
+            settle(d, payload)
             d.ack()
+            acked_event(payload).set()
         elif action == "drop":
+            settle(d, payload)
             d.drop()
         elif action == "retry":
+            settle(d, payload)
             d.retry()
         elif action == "dead_letter":
+            settle(d, payload)
             d.dead_letter(DEAD_LETTER_REASON)
         elif action.startswith("retry_after:"):
+            settle(d, payload)
             d.retry_after(int(action.split(":")[1]) / 1000)
+        elif action.startswith("hold_until:"):
+            # Unsettled until that delivery is acked; the others go on meanwhile.
+            await hold(d, payload, action.split(":", 1)[1])
         elif action == "reject":
             d.queue("FLUSHALL")  # refused by the sidecar: the client's rule applies
             d.ack()
@@ -184,8 +208,19 @@ async def main(path: str) -> None:
             sub.stop()  # hands nothing more out; the close below sends and flushes what is held
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
+        holds = any(a.startswith("hold_until:") for acts in handle.values() for a in acts)
+
+        async def concurrently() -> None:
+            """With `hold_until`, a held delivery must not stop the others: each delivery is
+            handled in a task of its own (Subscription.run handles one at a time)."""
+            tasks = set()
+            async for d in sub:
+                task = asyncio.create_task(handle_one(d))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
         async with sub:  # leaving it closes the subscription: flushed, reported, ended
-            worker = asyncio.create_task(sub.run(handle_one))
+            worker = asyncio.create_task(concurrently() if holds else sub.run(handle_one))
             try:
                 await sub.wait_opened()
             except (RuntimeError, WindowError):

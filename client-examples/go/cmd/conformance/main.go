@@ -38,6 +38,9 @@ type scenario struct {
 		PackedAcks      bool   `json:"packed_acks"`
 		RejectedOutcome string `json:"rejected_outcome"`
 		MaxAttempts     int    `json:"max_attempts"`
+		MaxInFlight     uint32 `json:"max_in_flight"`
+		OrderingHeader  string `json:"ordering_header"`
+		OrderingField   string `json:"ordering_field"`
 	} `json:"open"`
 	Sidecar struct {
 		Listen string `json:"listen"`
@@ -108,6 +111,9 @@ func main() {
 			}
 		},
 		Count:          o.Count,
+		MaxInFlight:    o.MaxInFlight,
+		OrderingHeader: o.OrderingHeader,
+		OrderingField:  o.OrderingField,
 		Atomic:         o.Mode == "atomic",
 		MaxDeliveries:  o.MaxDeliveries,
 		DeadLetter:     o.DeadLetter,
@@ -152,36 +158,48 @@ func main() {
 
 	var seenMu sync.Mutex
 	seen := map[string]int{}
-	done := make(chan error, 1)
-	go func() {
-		done <- sub.Run(func(_ context.Context, d *window.Delivery) error {
-			// An entry another producer wrote with plain fields is named by its id field.
-			payload := string(d.Payload)
-			fields := map[string]any{}
-			if !d.HasPayload() {
-				payload = d.TextFields()["id"]
-				var v any
-				jsonErr := any(nil)
-				if err := d.JSON(&v); err != nil {
-					jsonErr = err.Error()
+	// With `hold_until`, a held delivery must not stop the others: Run on several goroutines
+	// (each hands out one delivery at a time).
+	runners := 1
+	for _, actions := range sc.Handle {
+		for _, a := range actions {
+			if strings.HasPrefix(a, "hold_until:") {
+				runners = 4
+			}
+		}
+	}
+	done := make(chan error, runners)
+	for i := 0; i < runners; i++ {
+		go func() {
+			done <- sub.Run(func(_ context.Context, d *window.Delivery) error {
+				// An entry another producer wrote with plain fields is named by its id field.
+				payload := string(d.Payload)
+				fields := map[string]any{}
+				if !d.HasPayload() {
+					payload = d.TextFields()["id"]
+					var v any
+					jsonErr := any(nil)
+					if err := d.JSON(&v); err != nil {
+						jsonErr = err.Error()
+					}
+					fields["fields"] = d.TextFields()
+					fields["json_error"] = jsonErr
 				}
-				fields["fields"] = d.TextFields()
-				fields["json_error"] = jsonErr
-			}
-			names.Store(d, payload)
-			seenMu.Lock()
-			seen[payload]++
-			n := seen[payload]
-			seenMu.Unlock()
-			headers := d.Headers
-			if headers == nil {
-				headers = map[string]string{}
-			}
-			fields["payload"], fields["count"], fields["headers"] = payload, d.DeliveryCount, headers
-			emit("delivery", fields)
-			return handle(d, payload, action(sc.Handle, payload, n), sc.Effects, sc.SideEffect == "typed")
-		})
-	}()
+				names.Store(d, payload)
+				seenMu.Lock()
+				seen[payload]++
+				n := seen[payload]
+				seenMu.Unlock()
+				headers := d.Headers
+				if headers == nil {
+					headers = map[string]string{}
+				}
+				fields["payload"], fields["count"], fields["headers"] = payload, d.DeliveryCount, headers
+				emit("delivery", fields)
+				return handle(d, payload, action(sc.Handle, payload, n), sc.Effects, sc.SideEffect == "typed")
+			})
+		}()
+	}
 
 	select {
 	case <-opened:
@@ -225,6 +243,41 @@ func action(handle map[string][]string, payload string, n int) string {
 	return actions[n-1]
 }
 
+// ackedMu guards ackedChans and ackedOnce: `hold_until:P` waits for the channel of P, closed
+// once the delivery named P is acked.
+var (
+	ackedMu    sync.Mutex
+	ackedChans = map[string]chan struct{}{}
+	ackedOnce  = map[string]*sync.Once{}
+)
+
+func ackedChan(name string) chan struct{} {
+	ackedMu.Lock()
+	defer ackedMu.Unlock()
+	c, ok := ackedChans[name]
+	if !ok {
+		c = make(chan struct{})
+		ackedChans[name] = c
+	}
+	return c
+}
+
+func acked(name string) *sync.Once {
+	ackedMu.Lock()
+	defer ackedMu.Unlock()
+	o, ok := ackedOnce[name]
+	if !ok {
+		o = &sync.Once{}
+		ackedOnce[name] = o
+	}
+	return o
+}
+
+// settle prints the line before an outcome the runner gives (run.sh checks the order with it).
+func settle(d *window.Delivery, name string) {
+	emit("settle", map[string]any{"payload": name, "count": d.DeliveryCount})
+}
+
 func handle(d *window.Delivery, name, action, effects string, typed bool) error {
 	var err error
 	if typed {
@@ -245,15 +298,33 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 	}
 	switch verb {
 	case "ack":
-		return d.Ack()
+		settle(d, name)
+		if err := d.Ack(); err != nil {
+			return err
+		}
+		acked(name).Do(func() { close(ackedChan(name)) })
+		return nil
 	case "drop":
+		settle(d, name)
 		return d.Drop("")
 	case "retry":
+		settle(d, name)
 		return d.Retry("")
 	case "dead_letter":
+		settle(d, name)
 		return d.DeadLetter("conformance: dead_letter")
 	case "retry_after":
+		settle(d, name)
 		return d.RetryAfter(ms())
+	case "hold_until":
+		// Unsettled until that delivery is acked; the other Run goroutines go on meanwhile.
+		<-ackedChan(arg)
+		settle(d, name)
+		if err := d.Ack(); err != nil {
+			return err
+		}
+		acked(name).Do(func() { close(ackedChan(name)) })
+		return nil
 	case "reject":
 		if err := d.Queue("FLUSHALL"); err != nil {
 			return err

@@ -27,6 +27,8 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
@@ -45,6 +47,20 @@ public final class Runner {
   private final Map<Delivery, String> names = new java.util.concurrent.ConcurrentHashMap<>();
   private final String effects;
   private final boolean typed;
+  /** {@code hold_until:P}: completed once the delivery named P is acked. */
+  private final Map<String, CompletableFuture<Void>> acked = new ConcurrentHashMap<>();
+
+  private CompletableFuture<Void> acked(String name) {
+    return acked.computeIfAbsent(name, k -> new CompletableFuture<>());
+  }
+
+  /** The line before an outcome the runner gives (run.sh checks the order with it). */
+  private static void settle(Delivery d, String payload) {
+    Map<String, Object> f = new LinkedHashMap<>();
+    f.put("payload", payload);
+    f.put("count", d.deliveryCount());
+    emit("settle", f);
+  }
 
   private Runner(JsonObject scenario) {
     for (Map.Entry<String, JsonElement> e : scenario.getAsJsonObject("handle").entrySet()) {
@@ -131,6 +147,15 @@ public final class Runner {
     }
     if (open.has("count")) {
       b.count(open.get("count").getAsInt());
+    }
+    if (open.has("max_in_flight")) {
+      b.maxInFlight(open.get("max_in_flight").getAsInt());
+    }
+    if (open.has("ordering_header")) {
+      b.orderingHeader(str(open, "ordering_header"));
+    }
+    if (open.has("ordering_field")) {
+      b.orderingField(str(open, "ordering_field"));
     }
     if ("atomic".equals(str(open, "mode"))) {
       b.atomic(true);
@@ -226,15 +251,32 @@ public final class Runner {
       d.queue("HINCRBY", effects, payload, 1);
     }
     if (action.equals("ack")) {
+      settle(d, payload);
       d.ack();
+      acked(payload).complete(null);
     } else if (action.equals("drop")) {
+      settle(d, payload);
       d.drop("the scenario drops it");
     } else if (action.equals("retry")) {
+      settle(d, payload);
       d.retry("the scenario retries it");
     } else if (action.equals("dead_letter")) {
+      settle(d, payload);
       d.deadLetter("conformance: dead_letter");
     } else if (action.startsWith("retry_after:")) {
+      settle(d, payload);
       d.retryAfter(Duration.ofMillis(millis(action)), "the scenario retries it later");
+    } else if (action.startsWith("hold_until:")) {
+      // Unsettled until that delivery is acked; the handler returns and the others go on.
+      String name = payload;
+      d.settleLater();
+      acked(action.substring(action.indexOf(':') + 1))
+          .thenRun(
+              () -> {
+                settle(d, name);
+                d.ack();
+                acked(name).complete(null);
+              });
     } else if (action.equals("reject")) {
       d.queue("FLUSHALL");
       d.ack();
