@@ -21,7 +21,7 @@ use window_sidecar::proto::{self, Mode};
 
 use window_sidecar_harness::OpenExt;
 
-use crate::workload::{self, CONSUMER, GROUP, Payload, STREAM, now_us};
+use crate::workload::{self, CONSUMER, GROUP, KEY_FIELD, Keying, Payload, STREAM, now_us};
 
 /// What a consumer reports when every expected entry is acknowledged.
 #[derive(Debug, Default)]
@@ -38,6 +38,9 @@ pub(crate) struct ClientOutcome {
     pub lat_us: Vec<u64>,
     /// CPU seconds the consumer used, when it measured them itself (a separate process).
     pub cpu_s: Option<f64>,
+    /// An ordered run: when the reply that settled the last entry without the hot key
+    /// arrived (the hot-key variant's figure for the other keys).
+    pub others_done_at: Option<Instant>,
 }
 
 impl ClientOutcome {
@@ -67,6 +70,9 @@ pub(crate) struct SidecarClient {
     counter: Option<Bytes>,
     /// Entries settled so far, for a watcher.
     progress: Option<Arc<AtomicU64>>,
+    /// Ordered by the entries' key (in field `k`): the side effect is `RPUSH order:<key>
+    /// <id>` instead of the `INCR`.
+    ordered: Option<Keying>,
 }
 
 /// The harness's stream `open` for the bench's group and consumer: BLOCK 1 s, flush reports
@@ -87,6 +93,22 @@ fn open_request(
             ..open
         })),
     }
+}
+
+/// The same `open`, ordered by the raw field `k`.
+fn ordered_open_request(
+    key: &str,
+    count: u32,
+    max_in_flight: u32,
+    atomic: bool,
+) -> proto::SubscribeRequest {
+    let mut request = open_request(key, count, max_in_flight, atomic);
+    if let Some(subscribe_request::Kind::Open(open)) = &mut request.kind {
+        open.ordering_key = Some(proto::OrderingKey {
+            source: Some(proto::ordering_key::Source::Field(KEY_FIELD.into())),
+        });
+    }
+    request
 }
 
 pub(crate) async fn connect_sidecar(
@@ -127,6 +149,15 @@ impl SidecarClient {
             stream: STREAM.to_owned(),
             counter: None,
             progress: None,
+            ordered: None,
+        }
+    }
+
+    /// Ordered by each entry's key, keyed as `keying` fills the stream.
+    pub(crate) fn ordered(self, keying: Keying) -> Self {
+        Self {
+            ordered: Some(keying),
+            ..self
         }
     }
 
@@ -152,7 +183,12 @@ impl SidecarClient {
     /// flush report; else from the read's arrival to it.
     pub(crate) async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
         let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
-        tx.send(open_request(
+        let open = if self.ordered.is_some() {
+            ordered_open_request
+        } else {
+            open_request
+        };
+        tx.send(open(
             &self.stream,
             self.count,
             self.max_in_flight,
@@ -166,9 +202,9 @@ impl SidecarClient {
             .await
             .map_err(|s| format!("Subscribe: {s}"))?
             .into_inner();
-        let incr = "INCR".to_owned();
         let mut out = ClientOutcome::default();
         let mut reads = InFlight::new();
+        let mut others = Others::new(self.ordered, expect);
         while out.acked < expect {
             let message = inbound
                 .message()
@@ -178,7 +214,7 @@ impl SidecarClient {
             match message.kind {
                 Some(Kind::Read(mut read)) => {
                     if let Some(report) = read.flushed.take() {
-                        flushed(&mut out, &mut reads, &report, latency)?;
+                        flushed(&mut out, &mut reads, &report, latency, &mut others)?;
                         self.report_progress(&out);
                     }
                     let arrived = now_us();
@@ -187,23 +223,25 @@ impl SidecarClient {
                     let mut commands = Vec::with_capacity(n);
                     let mut acks = Vec::with_capacity(n);
                     let mut sent = Vec::with_capacity(if latency { n } else { 0 });
+                    let mut others_in_read = 0;
                     for delivery in read.deliveries {
-                        let payload = Payload::decode(&delivery.payload)?;
-                        let key = match &self.counter {
-                            Some(key) => key.clone(),
-                            None => Bytes::from(payload.counter_key()),
-                        };
-                        commands.push(proto::QueuedCommand {
-                            slot: delivery.slot,
-                            name: incr.clone(),
-                            args: vec![key],
-                        });
+                        let payload = Payload::decode(payload_of(&delivery))?;
+                        commands.push(self.side_effect(delivery.slot, &payload));
                         acks.push(delivery.slot);
                         if latency {
                             sent.push(payload.ts);
                         }
+                        others_in_read += u64::from(others.counts(payload.id));
                     }
-                    reads.insert(read.read_id, (arrived, sent, n));
+                    reads.insert(
+                        read.read_id,
+                        Pending {
+                            arrived,
+                            sent,
+                            n,
+                            others: others_in_read,
+                        },
+                    );
                     let batch = proto::Batch {
                         commands,
                         acks,
@@ -216,7 +254,7 @@ impl SidecarClient {
                     .map_err(|_| "the request stream closed")?;
                 }
                 Some(Kind::Flush(report)) => {
-                    flushed(&mut out, &mut reads, &report, latency)?;
+                    flushed(&mut out, &mut reads, &report, latency, &mut others)?;
                     self.report_progress(&out);
                 }
                 Some(Kind::Rejections(rejections)) => {
@@ -242,10 +280,85 @@ impl SidecarClient {
             progress.store(out.acked, Ordering::Relaxed);
         }
     }
+
+    /// A delivery's one side effect: `INCR` of its counter, or on an ordered subscription
+    /// `RPUSH order:<key> <id>`, which records the order the key's entries ran in.
+    fn side_effect(&self, slot: u64, payload: &Payload) -> proto::QueuedCommand {
+        let (name, args) = match (self.ordered, &self.counter) {
+            (Some(keying), _) => (
+                "RPUSH",
+                vec![
+                    Bytes::from(workload::order_list(&keying.key_of(payload.id))),
+                    Bytes::from(payload.id.to_string()),
+                ],
+            ),
+            (None, Some(counter)) => ("INCR", vec![counter.clone()]),
+            (None, None) => ("INCR", vec![Bytes::from(payload.counter_key())]),
+        };
+        proto::QueuedCommand {
+            slot,
+            name: name.to_owned(),
+            args,
+        }
+    }
 }
 
-/// Per read in flight: when it arrived, and its entries' send times (latency phase).
-type InFlight = HashMap<u64, (u64, Vec<u64>, usize)>;
+/// The bench's JSON of a delivery: its payload, or, for an entry with more fields than
+/// `_payload` (an ordered contender's key in `k`), which the sidecar delivers as raw fields,
+/// its `_payload` field.
+fn payload_of(delivery: &proto::Delivery) -> &[u8] {
+    if !delivery.payload.is_empty() {
+        return &delivery.payload;
+    }
+    delivery
+        .fields
+        .iter()
+        .find(|f| f.name.as_ref() == b"_payload")
+        .map_or(&[], |f| f.value.as_ref())
+}
+
+/// A read in flight: when it arrived, its entries' send times (latency phase), how many it
+/// delivered, and how many of them are not the hot key's.
+struct Pending {
+    arrived: u64,
+    sent: Vec<u64>,
+    n: usize,
+    others: u64,
+}
+
+type InFlight = HashMap<u64, Pending>;
+
+/// The entries without the hot key: how many there are and how many were settled, so that
+/// the moment the last of them was settled is known.
+struct Others {
+    keying: Option<Keying>,
+    left: u64,
+}
+
+impl Others {
+    fn new(keying: Option<Keying>, expect: u64) -> Self {
+        Self {
+            keying,
+            left: keying.map_or(0, |k| k.others(expect)),
+        }
+    }
+
+    /// Whether entry `id` is one of them.
+    fn counts(&self, id: u64) -> bool {
+        self.keying.is_some_and(|k| !k.is_hot(id))
+    }
+
+    /// `n` of them settled now; records when the last one was.
+    fn settled(&mut self, n: u64, out: &mut ClientOutcome) {
+        if n == 0 || self.left == 0 {
+            return;
+        }
+        self.left = self.left.saturating_sub(n);
+        if self.left == 0 {
+            out.others_done_at = Some(Instant::now());
+        }
+    }
+}
 
 /// A flush report, alone or in the read that rode on its flush.
 fn flushed(
@@ -253,6 +366,7 @@ fn flushed(
     reads: &mut InFlight,
     report: &proto::FlushReport,
     latency: bool,
+    others: &mut Others,
 ) -> Result<(), String> {
     if !report.ok {
         return Err(format!(
@@ -260,8 +374,9 @@ fn flushed(
             report.read_id, report.error
         ));
     }
-    if let Some((arrived, sent, n)) = reads.remove(&report.read_id) {
-        out.sample(now_us(), arrived, &sent, n, latency);
+    if let Some(read) = reads.remove(&report.read_id) {
+        out.sample(now_us(), read.arrived, &read.sent, read.n, latency);
+        others.settled(read.others, out);
     }
     out.acked += u64::from(report.settles);
     Ok(())

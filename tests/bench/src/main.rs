@@ -47,7 +47,7 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-python, sidecar-python-typed, redis-py-per-message, redis-py-pipelined, seed-in-process,
+    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-python, sidecar-python-typed, redis-py-per-message, redis-py-pipelined, seed-in-process,
     /// redis-rs-pipelined, fred-raw; the sidecar ones
     /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
@@ -106,6 +106,12 @@ pub enum Contender {
     },
     RedisPyPerMessage,
     RedisPyPipelined,
+    /// The Rust client of `SidecarRust` at COUNT 64, ordered by the entries' key (1,000 keys
+    /// round-robin; `hot`: one key holds every other entry). Throughput phase only: its
+    /// figures are throughput ratios.
+    SidecarRustOrdered {
+        hot: bool,
+    },
     /// ruststream-fred's pipelined window in this process.
     SeedInProcess,
     RedisRsPipelined,
@@ -113,7 +119,7 @@ pub enum Contender {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 11] = [
+    pub const ALL: [Contender; 13] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
@@ -134,6 +140,8 @@ impl Contender {
             atomic: true,
             baseline: false,
         },
+        Contender::SidecarRustOrdered { hot: false },
+        Contender::SidecarRustOrdered { hot: true },
         Contender::SidecarPython {
             typed: false,
             baseline: false,
@@ -155,6 +163,8 @@ impl Contender {
                 "sidecar-rust-{}-{count}",
                 if *atomic { "atomic" } else { "pipeline" }
             ),
+            Contender::SidecarRustOrdered { hot: false } => "sidecar-rust-ordered-64".into(),
+            Contender::SidecarRustOrdered { hot: true } => "sidecar-rust-ordered-hot-64".into(),
             Contender::SidecarPython { typed: false, .. } => "sidecar-python".into(),
             Contender::SidecarPython { typed: true, .. } => "sidecar-python-typed".into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
@@ -181,8 +191,25 @@ impl Contender {
     pub fn uses_sidecar(&self) -> bool {
         matches!(
             self,
-            Contender::SidecarRust { .. } | Contender::SidecarPython { .. }
+            Contender::SidecarRust { .. }
+                | Contender::SidecarRustOrdered { .. }
+                | Contender::SidecarPython { .. }
         )
+    }
+
+    /// How an ordered contender's entries are keyed; None for the others.
+    pub(crate) fn keying(&self) -> Option<workload::Keying> {
+        match self {
+            Contender::SidecarRustOrdered { hot: false } => Some(workload::Keying::RoundRobin),
+            Contender::SidecarRustOrdered { hot: true } => Some(workload::Keying::Hot),
+            _ => None,
+        }
+    }
+
+    /// Whether it runs in `phase`: the ordered contenders' figures are throughput ratios, so
+    /// they skip the latency phase (shorter runs, in CI too).
+    pub(crate) fn runs_in(&self, phase: Phase) -> bool {
+        phase == Phase::Throughput || self.keying().is_none()
     }
 
     /// Whether this runs against the `--baseline-bin` binary.
@@ -256,11 +283,19 @@ pub struct Measured {
     pub flush_mean_ms: Option<f64>,
     /// Latency samples, microseconds, sorted.
     pub lat_us: Vec<u64>,
+    /// An ordered run: its entries without the hot key (all of them without one), and the
+    /// seconds until the last of them was settled.
+    pub others: Option<(u64, f64)>,
 }
 
 impl Measured {
     pub fn rate(&self) -> f64 {
         self.entries as f64 / self.secs
+    }
+
+    /// An ordered run's deliveries/s of the entries without the hot key.
+    pub fn others_rate(&self) -> Option<f64> {
+        self.others.map(|(n, secs)| n as f64 / secs)
     }
 
     pub fn commands_total(&self) -> u64 {
@@ -342,6 +377,16 @@ impl Consumer {
                 let max_in_flight = ctx.window_reads * count;
                 Consumer::Sidecar(
                     SidecarClient::connect(sidecar.grpc, count, max_in_flight, atomic).await?,
+                )
+            }
+            Contender::SidecarRustOrdered { .. } => {
+                let sidecar = sidecar.ok_or("no sidecar")?;
+                let keying = contender.keying().ok_or("not ordered")?;
+                let max_in_flight = ctx.window_reads * 64;
+                Consumer::Sidecar(
+                    SidecarClient::connect(sidecar.grpc, 64, max_in_flight, false)
+                        .await?
+                        .ordered(keying),
                 )
             }
             Contender::SeedInProcess => Consumer::Seed(SeedApp::connect(&redis.url(), 64).await?),
@@ -462,8 +507,10 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     let redis = RedisServer::start();
     let admin = workload::connect(&redis.url()).await?;
     workload::create_group(&admin).await?;
-    if !latency {
-        workload::fill(&admin, expect).await?;
+    match (latency, contender.keying()) {
+        (true, _) => {}
+        (false, None) => workload::fill(&admin, expect).await?,
+        (false, Some(keying)) => workload::fill_keyed(&admin, expect, keying).await?,
     }
     let sidecar = if contender.uses_sidecar() {
         let bin = ctx.sidecar_bin(contender.on_baseline())?;
@@ -498,6 +545,11 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     let mut measured = Measured {
         entries: expect,
         secs: (done_at - started).as_secs_f64(),
+        others: contender.keying().map(|keying| {
+            let others = keying.others(expect);
+            let done = outcome.others_done_at.unwrap_or(done_at);
+            (others, (done - started).as_secs_f64())
+        }),
         commands,
         reads: outcome.reads,
         round_trips: outcome.round_trips,
@@ -517,7 +569,10 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
             .map_err(|e| format!("producer task: {e}"))??;
     }
     check_outcome(&outcome, expect)?;
-    workload::verify(&admin, expect).await?;
+    match contender.keying() {
+        None => workload::verify(&admin, expect).await?,
+        Some(keying) => workload::verify_ordered(&admin, expect, keying).await?,
+    }
     measured.lat_us = outcome.lat_us;
     measured.lat_us.sort_unstable();
     let _ = admin.quit().await;
@@ -826,7 +881,7 @@ async fn run_round(
         contenders.to_vec()
     };
     for phase in phases {
-        for &contender in &order {
+        for &contender in order.iter().filter(|c| c.runs_in(phase)) {
             let wall = std::time::Instant::now();
             let result = run_one(ctx, contender, phase).await;
             report::progress(

@@ -184,16 +184,29 @@ fn figure_ratios(
     b: Contender,
     figure: impl Fn(&Measured) -> Option<f64>,
 ) -> Vec<f64> {
-    let value = |c: Contender, round: u32| {
+    figures_ratios(records, (a, &figure), (b, &figure))
+}
+
+/// A figure of a verified run, when it has one.
+type Figure<'a> = &'a dyn Fn(&Measured) -> Option<f64>;
+
+/// Per round, one figure of `a`'s throughput run over another of `b`'s (both verified in
+/// that round, the ratio finite).
+fn figures_ratios(
+    records: &[Record],
+    (a, of_a): (Contender, Figure<'_>),
+    (b, of_b): (Contender, Figure<'_>),
+) -> Vec<f64> {
+    let value = |c: Contender, round: u32, figure: Figure<'_>| {
         records
             .iter()
             .find(|r| r.contender == c && r.phase == Phase::Throughput && r.round == round)
             .and_then(|r| r.result.as_ref().ok())
-            .and_then(&figure)
+            .and_then(figure)
     };
     let last = records.iter().map(|r| r.round).max().unwrap_or(0);
     (1..=last)
-        .filter_map(|round| Some(value(a, round)? / value(b, round)?))
+        .filter_map(|round| Some(value(a, round, of_a)? / value(b, round, of_b)?))
         .filter(|ratio| ratio.is_finite())
         .collect()
 }
@@ -429,6 +442,7 @@ fn targets(records: &[Record], idle: &[IdleRss], many: &[ManyRecord], rate: u64)
             target,
         );
     }
+    ordered_targets(records);
     round_trip_targets(records);
     ratio_target(
         records,
@@ -499,6 +513,44 @@ fn cpu_targets(records: &[Record]) {
 /// One contender's deliveries/s over another's, per round.
 fn ratio_target(records: &[Record], what: &str, (a, b): (Contender, Contender), target: &str) {
     target_row(what, ratio_text(&ratios(records, a, b)), target);
+}
+
+const ORDERED: Contender = Contender::SidecarRustOrdered { hot: false };
+const ORDERED_HOT: Contender = Contender::SidecarRustOrdered { hot: true };
+
+/// Ordering keys: what one delivery per key at a time costs against the unordered client,
+/// and what a hot key leaves the other keys.
+fn ordered_targets(records: &[Record]) {
+    ratio_target(
+        records,
+        "sidecar-rust-ordered-64 / sidecar-rust-pipeline-64",
+        (ORDERED, rust_client(64, false)),
+        ">= 0.8x",
+    );
+    let hot = runs(records, ORDERED_HOT, Phase::Throughput);
+    target_row(
+        "other keys beside a hot key (deliveries/s of theirs)",
+        med_of(&hot, Measured::others_rate).map_or("n/a".into(), thousands),
+        "(figure)",
+    );
+    let others = figures_ratios(
+        records,
+        (ORDERED_HOT, &Measured::others_rate),
+        (ORDERED, &|m: &Measured| Some(m.rate())),
+    );
+    target_row(
+        "other keys beside a hot key / sidecar-rust-ordered-64",
+        ratio_text(&others),
+        ">= 0.8x",
+    );
+    if median(&others).is_some_and(|m| m < 0.8) {
+        println!(
+            "  not met, by design: a stream is read in order, and the hot key's entries wait in \
+             the sidecar one\n  behind the other; once they fill the bound of waiting \
+             entries (max_in_flight) the reads\n  stop, so the other keys' entries behind them \
+             wait too and flow at the hot key's pace (one\n  delivery per flush round trip)"
+        );
+    }
 }
 
 /// All Redis round trips per read, Rust and Python clients.

@@ -1,5 +1,6 @@
 //! The workload: the stream `bench` with its entries, the group `g`, the Redis-side figures
-//! (`INFO commandstats` after `CONFIG RESETSTAT`) and the verification of a run.
+//! (`INFO commandstats` after `CONFIG RESETSTAT`) and the verification of a run; for the
+//! ordered contenders, each entry's ordering key and the per-key lists that prove the order.
 
 use bytes::Bytes;
 use fred::prelude::*;
@@ -75,6 +76,53 @@ fn xadd_args(stream: &str, id: u64, ts: u64) -> Vec<Value> {
     ]
 }
 
+/// The raw field of an entry that holds its ordering key (`Open.ordering_key.field`): the
+/// bench's producer writes plain fields, not the headers layout.
+pub(crate) const KEY_FIELD: &str = "k";
+/// Keys of the ordered contenders.
+pub(crate) const ORDERING_KEYS: u64 = 1000;
+/// The hot key of the hot-key variant.
+pub(crate) const HOT_KEY: &str = "hot";
+
+/// How the ordered contenders' entries are keyed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keying {
+    /// Entry `id` has key `k<id mod 1000>`: 1,000 keys round-robin.
+    RoundRobin,
+    /// Every even `id` has the hot key; the odd ones go round-robin over the other 999 keys.
+    Hot,
+}
+
+impl Keying {
+    /// The ordering key of entry `id`.
+    pub(crate) fn key_of(self, id: u64) -> String {
+        match self {
+            Keying::RoundRobin => format!("k{}", id % ORDERING_KEYS),
+            Keying::Hot if id.is_multiple_of(2) => HOT_KEY.to_owned(),
+            Keying::Hot => format!("k{}", (id / 2) % (ORDERING_KEYS - 1)),
+        }
+    }
+
+    /// Whether entry `id` has the hot key.
+    pub(crate) fn is_hot(self, id: u64) -> bool {
+        self == Keying::Hot && id.is_multiple_of(2)
+    }
+
+    /// Entries of `0..n` that are not hot.
+    pub(crate) fn others(self, n: u64) -> u64 {
+        match self {
+            Keying::RoundRobin => n,
+            Keying::Hot => n / 2,
+        }
+    }
+}
+
+/// The list an ordered contender's side effect appends an entry's id to: `RPUSH
+/// order:<key> <id>`, one command per delivery like the unordered contenders' `INCR`.
+pub(crate) fn order_list(key: &str) -> String {
+    format!("order:{key}")
+}
+
 /// Creates the stream and group `g` (at `0`, so it sees every entry).
 pub(crate) async fn create_group(client: &Client) -> Result<(), String> {
     create_group_on(client, STREAM).await
@@ -107,6 +155,27 @@ pub(crate) async fn fill_stream(client: &Client, stream: &str, n: u64) -> Result
             let _: Result<Value, _> = pipeline
                 .custom(fred::cmd!("XADD"), xadd_args(stream, id, 0))
                 .await;
+        }
+        for reply in pipeline.try_all::<Value>().await {
+            reply.map_err(err("XADD"))?;
+        }
+        next = end;
+    }
+    Ok(())
+}
+
+/// Appends `n` entries with ids `0..n`, each with its ordering key in field `k`, in
+/// pipelines of 2,000.
+pub(crate) async fn fill_keyed(client: &Client, n: u64, keying: Keying) -> Result<(), String> {
+    let mut next = 0;
+    while next < n {
+        let end = (next + 2_000).min(n);
+        let pipeline = client.pipeline();
+        for id in next..end {
+            let mut args = xadd_args(STREAM, id, 0);
+            args.push(Value::from(KEY_FIELD));
+            args.push(Value::from(keying.key_of(id)));
+            let _: Result<Value, _> = pipeline.custom(fred::cmd!("XADD"), args).await;
         }
         for reply in pipeline.try_all::<Value>().await {
             reply.map_err(err("XADD"))?;
@@ -158,18 +227,31 @@ pub(crate) async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>,
     Ok(stats)
 }
 
-/// Checks that the run is complete: nothing pending in group `g`, and the counters sum to
-/// exactly `expect` (every entry's side effect ran once).
-pub(crate) async fn verify(client: &Client, expect: u64) -> Result<(), String> {
+/// XPENDING's count of group `g`.
+async fn pending(client: &Client) -> Result<u64, String> {
     let reply: Value = client
         .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
         .await
         .map_err(err("XPENDING"))?;
-    let pending = match reply {
+    match reply {
         Value::Array(parts) => parts.first().and_then(Value::as_u64),
         _ => None,
     }
-    .ok_or("XPENDING summary without a count")?;
+    .ok_or_else(|| "XPENDING summary without a count".to_owned())
+}
+
+async fn xlen(client: &Client) -> Result<u64, String> {
+    let xlen: Value = client
+        .custom(fred::cmd!("XLEN"), vec![STREAM])
+        .await
+        .map_err(err("XLEN"))?;
+    Ok(xlen.as_u64().unwrap_or(0))
+}
+
+/// Checks that the run is complete: nothing pending in group `g`, and the counters sum to
+/// exactly `expect` (every entry's side effect ran once).
+pub(crate) async fn verify(client: &Client, expect: u64) -> Result<(), String> {
+    let pending = pending(client).await?;
     let keys: Vec<Value> = (0..COUNTERS)
         .map(|i| Value::from(format!("count:{i}")))
         .collect();
@@ -181,16 +263,50 @@ pub(crate) async fn verify(client: &Client, expect: u64) -> Result<(), String> {
         return Err("MGET did not answer an array".into());
     };
     let sum: u64 = values.iter().filter_map(Value::as_u64).sum();
-    let xlen: Value = client
-        .custom(fred::cmd!("XLEN"), vec![STREAM])
-        .await
-        .map_err(err("XLEN"))?;
-    let xlen = xlen.as_u64().unwrap_or(0);
+    let xlen = xlen(client).await?;
     if pending != 0 || sum != expect || xlen != expect {
         return Err(format!(
             "not verified: XPENDING {pending} (want 0), counters sum {sum} (want {expect}), \
              XLEN {xlen} (want {expect})"
         ));
+    }
+    Ok(())
+}
+
+/// Checks an ordered run: nothing pending, XLEN `expect`, and each key's list holds exactly
+/// its entries' ids in stream order (every side effect ran once, and in the key's order).
+pub(crate) async fn verify_ordered(
+    client: &Client,
+    expect: u64,
+    keying: Keying,
+) -> Result<(), String> {
+    let (pending, xlen) = (pending(client).await?, xlen(client).await?);
+    if pending != 0 || xlen != expect {
+        return Err(format!(
+            "not verified: XPENDING {pending} (want 0), XLEN {xlen} (want {expect})"
+        ));
+    }
+    let mut want: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for id in 0..expect {
+        want.entry(keying.key_of(id)).or_default().push(id);
+    }
+    let pipeline = client.pipeline();
+    for key in want.keys() {
+        let _: Result<Value, _> = pipeline.lrange(order_list(key), 0, -1).await;
+    }
+    let lists: Vec<Vec<u64>> = pipeline.all().await.map_err(err("LRANGE"))?;
+    for ((key, want), got) in want.iter().zip(&lists) {
+        if got != want {
+            let at = got.iter().zip(want).position(|(g, w)| g != w);
+            return Err(format!(
+                "not verified: key {key}'s side effects ran {} times for {} entries, out of \
+                 order from position {at:?} (first ids {:?}, want {:?})",
+                got.len(),
+                want.len(),
+                &got[..got.len().min(5)],
+                &want[..want.len().min(5)]
+            ));
+        }
     }
     Ok(())
 }
