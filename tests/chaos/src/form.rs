@@ -1,5 +1,6 @@
 //! What differs between the subscription forms in the campaign: the keys, the `Open`, how a
-//! producer publishes, what names a delivered entry, and how the end state is read back.
+//! producer publishes, what names a delivered entry, its ordering key, and how the end state
+//! is read back.
 //!
 //! Stream entries are known by their ids (a retried copy names the id it was copied from), list
 //! values and pub/sub messages by their payload: the producer's number, which a retried copy
@@ -38,6 +39,17 @@ pub(crate) const MAX_DELIVERIES: u32 = 5;
 pub(crate) const MIN_IDLE: Duration = Duration::from_secs(4);
 /// A reliable-list consumer whose sidecar died is given up after this.
 const DEAD_AFTER: Duration = Duration::from_secs(3);
+/// Ordering keys of the published entries: entry `n` has key `k<n mod 5>`. Few, so that they
+/// collide within every read of 8 and across the workers.
+const ORDERING_KEYS: u64 = 5;
+/// Where an entry carries its ordering key: a stream entry's raw field, a list value's frame
+/// header (each as the wire option names it).
+const KEY: &str = "k";
+
+/// The ordering key of entry `n`.
+fn key_of(n: u64) -> String {
+    format!("k{}", n % ORDERING_KEYS)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Form {
@@ -76,8 +88,14 @@ impl Form {
         (self != Form::Pubsub).then_some(MAX_DELIVERIES)
     }
 
-    /// Worker `consumer`'s `Open`.
-    pub(crate) fn open(self, consumer: &str, atomic: bool) -> proto::Open {
+    /// Whether its subscriptions can be ordered by key (a simple list's or a channel's entries
+    /// leave Redis when read: a retry could not keep its place).
+    pub(crate) fn can_order(self) -> bool {
+        matches!(self, Form::Stream | Form::ReliableList)
+    }
+
+    /// Worker `consumer`'s `Open`; `ordered`: by the entries' key (a form that can be).
+    pub(crate) fn open(self, consumer: &str, atomic: bool, ordered: bool) -> proto::Open {
         let mut open = match self {
             Form::Stream => {
                 let mut open = stream_open(STREAM, GROUP, consumer, 8);
@@ -127,7 +145,29 @@ impl Form {
         if atomic {
             open.mode = Mode::Atomic as i32;
         }
+        if ordered && self.can_order() {
+            let source = match self {
+                Form::Stream => proto::ordering_key::Source::Field(KEY.into()),
+                _ => proto::ordering_key::Source::Header(KEY.into()),
+            };
+            open.ordering_key = Some(proto::OrderingKey {
+                source: Some(source),
+            });
+        }
         open
+    }
+
+    /// A delivery's ordering key, where the producer wrote it.
+    pub(crate) fn ordering_key(self, d: &proto::Delivery) -> Option<String> {
+        match self {
+            Form::Stream => d
+                .fields
+                .iter()
+                .find(|f| f.name.as_ref() == KEY.as_bytes())
+                .map(|f| String::from_utf8_lossy(&f.value).into_owned()),
+            Form::ReliableList => d.headers.get(KEY).cloned(),
+            Form::SimpleList | Form::Pubsub => None,
+        }
     }
 
     /// What names a delivered entry in the history and in the side-effect hashes.
@@ -154,10 +194,17 @@ impl Form {
                     name: "n".into(),
                     value: n.to_string().into(),
                 });
+                entry.fields.push(proto::Field {
+                    name: KEY.into(),
+                    value: key_of(n).into(),
+                });
             }
             Form::ReliableList | Form::SimpleList => {
                 request.list = LIST.into();
                 entry.payload = n.to_string().into();
+                if self == Form::ReliableList {
+                    entry.headers.insert(KEY.into(), key_of(n));
+                }
             }
             Form::Pubsub => {
                 request.channel = CHANNEL.into();

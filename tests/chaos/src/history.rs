@@ -2,9 +2,13 @@
 //! nemesis did, and what Redis holds at the end go in; anomalies come out. Nothing here talks
 //! to Redis or the sidecar, so every rule is tested on made-up histories.
 //!
+//! Per-key order on ordered subscriptions is checked in [`order`].
+//!
 //! Entries are known by their *root*: the id the producer's `XADD` gave the entry. A retried
 //! delivery comes back as a copy with a new id whose `h:x-window-original-id` names the id it
 //! was copied from; [`EndState::roots_of`] follows those links back to the root.
+
+mod order;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -63,11 +67,23 @@ pub(crate) enum Event {
         stream: u32,
         read_id: u64,
     },
-    /// A flush report a worker received on subscription stream `stream`, for read `read_id`.
+    /// A flush report a worker received on subscription stream `stream`, for read `read_id`;
+    /// `ok`: the flush succeeded (else it failed, or its outcome is unknown).
     Flushed {
         worker: u32,
         stream: u32,
         read_id: u64,
+        ok: bool,
+    },
+    /// A delivery on an ordered subscription stream, logged after its `Delivered`: the read it
+    /// came in and its ordering key (none logged for an entry without a key).
+    InOrder {
+        worker: u32,
+        stream: u32,
+        read_id: u64,
+        entry: String,
+        key: String,
+        count: u32,
     },
     /// A fault the nemesis injected (its name and target).
     Fault(String),
@@ -237,6 +253,10 @@ pub(crate) struct Figures {
     pub lost_at_most_once: usize,
     /// Dead letters the dead-letter service redrove.
     pub redriven: usize,
+    /// Deliveries on ordered subscription streams, and how many such streams: what the
+    /// per-key order check covered.
+    pub ordered_deliveries: usize,
+    pub ordered_streams: usize,
 }
 
 /// Checks the whole history against the end state: each invariant on its own, in this order,
@@ -263,7 +283,12 @@ pub(crate) fn check(
     anomalies.extend(one_dead_letter_per_copy(&facts, promise));
     anomalies.extend(at_least_once(end, &facts, promise));
     anomalies.extend(nothing_left(history, end));
-    let figures = figures(history, end, &facts, promise);
+    let (out_of_order, checked) =
+        order::check(history, promise.max_deliveries, |entry| facts.root(entry));
+    anomalies.extend(out_of_order);
+    let mut figures = figures(history, end, &facts, promise);
+    figures.ordered_deliveries = checked.deliveries;
+    figures.ordered_streams = checked.streams;
     (anomalies, figures)
 }
 
@@ -389,7 +414,10 @@ impl Facts {
                 } => {
                     reading.insert(*worker, (*stream, *read_id));
                 }
-                Event::Flushed { .. } | Event::Fault(_) | Event::Redriven { .. } => {}
+                Event::Flushed { .. }
+                | Event::InOrder { .. }
+                | Event::Fault(_)
+                | Event::Redriven { .. } => {}
             }
         }
     }
@@ -521,8 +549,18 @@ fn counts_within_the_cap(history: &[Stamped], facts: &Facts, promise: Promise) -
 }
 
 /// The worker finishes its reads in the order they came, so their flushes must be reported in
-/// that order on each subscription stream.
+/// that order on each subscription stream. Not on an ordered one: there a read's settled
+/// deliveries whose key has a successor waiting are flushed ahead of the read, each part
+/// reported with the read's id, so a later read's part may be reported before an earlier
+/// read whose slow delivery is still out, and one read may be reported more than once.
 fn flushes_follow_reads(history: &[Stamped]) -> Vec<Anomaly> {
+    let ordered: BTreeSet<(u32, u32)> = history
+        .iter()
+        .filter_map(|s| match &s.event {
+            Event::InOrder { worker, stream, .. } => Some((*worker, *stream)),
+            _ => None,
+        })
+        .collect();
     let mut anomalies = Vec::new();
     let mut arrived: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
     let mut flushed: HashMap<(u32, u32), Option<(usize, u64)>> = HashMap::new();
@@ -540,7 +578,8 @@ fn flushes_follow_reads(history: &[Stamped]) -> Vec<Anomaly> {
                 worker,
                 stream,
                 read_id,
-            } => {
+                ..
+            } if !ordered.contains(&(*worker, *stream)) => {
                 let key = (*worker, *stream);
                 let at = arrived
                     .get(&key)
@@ -829,7 +868,7 @@ fn figures(history: &[Stamped], end: &EndState, facts: &Facts, promise: Promise)
                 *figures.faults.entry(kind).or_default() += 1;
             }
             Event::Redriven { .. } => figures.redriven += 1,
-            Event::Late { .. } | Event::Read { .. } => {}
+            Event::Late { .. } | Event::Read { .. } | Event::InOrder { .. } => {}
         }
     }
     for r in &facts.all_roots {
@@ -920,6 +959,7 @@ pub(crate) fn around<'a>(
             Event::Fault(_)
             | Event::Read { .. }
             | Event::Flushed { .. }
+            | Event::InOrder { .. }
             | Event::Redriven { .. } => false,
         })
         .map(|s| s.at_ms)
@@ -933,7 +973,7 @@ pub(crate) fn around<'a>(
             Event::Fault(_) | Event::Redriven { .. } => {
                 times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms)
             }
-            Event::Read { .. } | Event::Flushed { .. } => false,
+            Event::Read { .. } | Event::Flushed { .. } | Event::InOrder { .. } => false,
         })
         .collect()
 }
@@ -1316,6 +1356,7 @@ mod tests {
             worker: 1,
             stream: 7,
             read_id,
+            ok: true,
         };
         let in_order = vec![
             at(0, read(1)),

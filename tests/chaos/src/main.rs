@@ -6,6 +6,9 @@
 //! the README does not allow. Streams run under retention by acknowledgement, with a second
 //! group the campaign reads itself behind the workers (no entry may leave before both groups
 //! have it), and the nemesis also redrives dead letters through the dead-letter service.
+//! Stream and reliable-list workers open ordered subscriptions (`Open.ordering_key`, few keys
+//! that collide), by default every other worker, and the checker holds each ordered
+//! subscription stream to per-key order ([`history`]'s `order`).
 //!
 //!   cargo run --release -p window-sidecar-chaos -- --quick              CI: fixed seeds + one
 //!   cargo run --release -p window-sidecar-chaos -- --minutes 60         an hour, every form
@@ -78,6 +81,29 @@ struct Args {
     /// No nemesis: the same load and checks without faults (a baseline).
     #[arg(long)]
     no_faults: bool,
+    /// Which stream and reliable-list workers order by key: every other one (both kinds of
+    /// subscription share the group or list), all or none.
+    #[arg(long, value_enum, default_value = "mixed")]
+    ordered: Ordered,
+}
+
+/// Which workers open ordered subscriptions (where the form can be ordered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Ordered {
+    /// The even-numbered workers.
+    Mixed,
+    All,
+    None,
+}
+
+impl Ordered {
+    fn worker(self, id: u32) -> bool {
+        match self {
+            Ordered::Mixed => id.is_multiple_of(2),
+            Ordered::All => true,
+            Ordered::None => false,
+        }
+    }
 }
 
 /// One run of the campaign.
@@ -88,6 +114,7 @@ struct Run {
     atomic: bool,
     cluster: bool,
     faults_for: Duration,
+    ordered: Ordered,
 }
 
 /// What every task appends to.
@@ -257,40 +284,49 @@ async fn work(id: u32, shared: Arc<Shared>) {
     let Run { form, atomic, .. } = shared.run;
     let mut rng = StdRng::seed_from_u64(shared.run.seed.wrapping_add(u64::from(id) * 7919));
     let consumer = format!("w{id}");
+    let ordered = form.can_order() && shared.run.ordered.worker(id);
     let mut attempt = 0usize;
     while !shared.stop.load(Ordering::Relaxed) {
         attempt += 1;
         let addr = shared.sidecars.proxied(id as usize + attempt);
-        let Some(mut sub) = subscribe(&addr, form.open(&consumer, atomic)).await else {
+        let Some(mut sub) = subscribe(&addr, form.open(&consumer, atomic, ordered)).await else {
             // The sidecar is down, the consumer's lease is still held (its sidecar died), or
             // the sidecar is draining: try again, elsewhere.
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
         let stream = shared.streams.fetch_add(1, Ordering::Relaxed);
-        serve(id, &shared, &mut sub, stream, &mut rng).await;
+        serve(id, &shared, &mut sub, (stream, ordered), &mut rng).await;
         drop(sub);
     }
 }
 
-/// Answers the reads of one subscription stream until `stop`, the stream ends or breaks, or
-/// the worker abandons a read (it drops the stream then, as a client that went away).
-async fn serve(id: u32, shared: &Shared, sub: &mut Subscription, stream: u32, rng: &mut StdRng) {
+/// Answers the reads of one subscription stream (numbered `stream`, `ordered` by key or not)
+/// until `stop`, the stream ends or breaks, or the worker abandons a read (it drops the stream
+/// then, as a client that went away).
+async fn serve(
+    id: u32,
+    shared: &Shared,
+    sub: &mut Subscription,
+    (stream, ordered): (u32, bool),
+    rng: &mut StdRng,
+) {
     let log = &shared.log;
     let mut after_slow = false;
     while !shared.stop.load(Ordering::Relaxed) {
         let Some(Ok(Some(message))) = sub.message_within(Duration::from_secs(5)).await else {
             return;
         };
-        let flushed = |read_id| Event::Flushed {
+        let flushed = |report: &proto::FlushReport| Event::Flushed {
             worker: id,
             stream,
-            read_id,
+            read_id: report.read_id,
+            ok: report.ok,
         };
         let read = match message.kind {
             Some(Kind::Read(read)) => read,
             Some(Kind::Flush(report)) => {
-                log.push(flushed(report.read_id));
+                log.push(flushed(&report));
                 continue;
             }
             _ => continue,
@@ -301,19 +337,43 @@ async fn serve(id: u32, shared: &Shared, sub: &mut Subscription, stream: u32, rn
             read_id: read.read_id,
         });
         if let Some(report) = &read.flushed {
-            log.push(flushed(report.read_id));
+            log.push(flushed(report));
         }
         for d in &read.deliveries {
-            log.push(Event::Delivered {
-                worker: id,
-                entry: shared.run.form.identity(d),
-                count: d.delivery_count,
-            });
+            log_delivery(id, shared, (stream, ordered), read.read_id, d);
         }
         let decisions = decide(shared, &read, rng, &mut after_slow);
         if !answer(id, shared, sub, &read, decisions, rng).await {
             return;
         }
+    }
+}
+
+/// Logs a delivery, and on an ordered stream its key and read (after it: the checkers that
+/// follow a worker's reads see the `Delivered` first).
+fn log_delivery(
+    id: u32,
+    shared: &Shared,
+    (stream, ordered): (u32, bool),
+    read_id: u64,
+    d: &proto::Delivery,
+) {
+    let form = shared.run.form;
+    let entry = form.identity(d);
+    shared.log.push(Event::Delivered {
+        worker: id,
+        entry: entry.clone(),
+        count: d.delivery_count,
+    });
+    if let Some(key) = form.ordering_key(d).filter(|_| ordered) {
+        shared.log.push(Event::InOrder {
+            worker: id,
+            stream,
+            read_id,
+            entry,
+            key,
+            count: d.delivery_count,
+        });
     }
 }
 
@@ -893,11 +953,16 @@ async fn run(args: &Args, run: Run) -> usize {
         ..
     } = run;
     println!(
-        "== run: seed {}, {}, {}, {}, {faults_for:?} of faults",
+        "== run: seed {}, {}, {}, {}, {faults_for:?} of faults{}",
         run.seed,
         form.name(),
         mode(run),
-        topology(run)
+        topology(run),
+        if form.can_order() {
+            format!(", ordered workers: {:?}", run.ordered).to_lowercase()
+        } else {
+            String::new()
+        }
     );
     let backend = start_backend(cluster).await;
     let url = backend.url();
@@ -1208,6 +1273,12 @@ fn report(
             String::new()
         }
     );
+    if figures.ordered_streams > 0 {
+        println!(
+            "   per-key order checked on {} ordered subscription streams, {} deliveries",
+            figures.ordered_streams, figures.ordered_deliveries
+        );
+    }
     println!("   faults {:?}", figures.faults);
     println!("   quiesce: {}", ended.quiesce);
     for anomaly in anomalies {
@@ -1246,6 +1317,7 @@ fn plan(args: &Args, random: u64) -> Vec<Run> {
         atomic,
         cluster,
         faults_for,
+        ordered: args.ordered,
     };
     if args.quick {
         let each = Duration::from_secs(25);
