@@ -35,11 +35,16 @@ impl<E: Item> Engine<E> {
         let reading = self.reader.map_or(0, |r| r.count as usize)
             + self.ahead.values().map(|&c| c as usize).sum::<usize>();
         let max = self.config.max_in_flight as usize;
-        // Entries waiting for their key have a bound of their own, the same size: a hot key
-        // stops the reads once it fills it, not before, and never takes the room of the
-        // deliveries out.
-        max.saturating_sub(self.window.held() + waiting + reading)
-            .min(max.saturating_sub(self.lanes.waiting() + reading))
+        let room = max.saturating_sub(self.window.held() + waiting + reading);
+        if self.config.ordered && !self.lanes.rereading() {
+            // Entries waiting for their key have a bound of their own, the same size: a hot
+            // key stops the reads once it fills it, not before, and never takes the room of
+            // the deliveries out. Not while keys wait for a re-read, which only reads free:
+            // the bound may be passed by those reads.
+            room.min(max.saturating_sub(self.lanes.waiting() + reading))
+        } else {
+            room
+        }
     }
 
     /// Whether a read may start now at all, as far as the subscription goes.
@@ -225,7 +230,7 @@ impl<E: Item> Engine<E> {
 
     /// Hands out the entries whose keys came free, as one read, while the window has room.
     pub(super) fn release_waiting(&mut self, now: Instant) {
-        if self.phase != Phase::Open || !self.client_here || self.reread_owed {
+        if self.phase != Phase::Open || !self.client_here {
             return;
         }
         let room = (self.config.max_in_flight as usize).saturating_sub(self.window.held());

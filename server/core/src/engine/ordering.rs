@@ -94,6 +94,13 @@ impl<E: Item> Lanes<E> {
         self.waiting
     }
 
+    /// Whether a key waits for a re-read to come back (which takes reads, whatever waits).
+    pub(super) fn rereading(&self) -> bool {
+        self.lanes
+            .values()
+            .any(|lane| matches!(lane.busy, Busy::Reread(_)))
+    }
+
     /// The entries waiting, in no particular order.
     pub(super) fn waiting_entries(&self) -> impl Iterator<Item = &E> {
         self.lanes

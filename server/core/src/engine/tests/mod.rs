@@ -38,6 +38,7 @@ proptest! {
             }
             world.step(choice, pick);
         }
+        world.check_progress();
         world.finish();
         world.check_end();
     }
@@ -55,6 +56,7 @@ proptest! {
             }
             world.step(choice, pick);
         }
+        world.check_progress();
         world.finish();
         world.check_end();
     }

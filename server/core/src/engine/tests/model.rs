@@ -123,6 +123,8 @@ pub(super) struct World {
     own_first: bool,
     /// A reliable list's processing list as its reader took it to deliver again, page by page.
     own_list: VecDeque<u64>,
+    /// A stream's re-read goes on after the last pending entry it returned (`XREADGROUP … <id>`).
+    own_after: u64,
     reader: Option<(u32, bool)>,
     reader_answer: Option<Result<Read<E>, ReadError>>,
     flusher: VecDeque<FlushOp>,
@@ -192,6 +194,7 @@ impl World {
             counts: HashMap::new(),
             own_first: true,
             own_list: VecDeque::new(),
+            own_after: 0,
             reader: None,
             reader_answer: None,
             flusher: VecDeque::new(),
@@ -460,6 +463,7 @@ impl World {
         };
         if reread {
             self.own_first = true;
+            self.own_after = 0;
             // Taken again before these were delivered: counted twice.
             self.lost_replies.extend(self.own_list.drain(..));
         }
@@ -483,9 +487,18 @@ impl World {
                 });
             }
         } else if self.own_first && self.keeps_pending() {
-            let own: Vec<u64> = self.pending.iter().copied().take(count as usize).collect();
-            if own.is_empty() {
-                self.own_first = false;
+            let own: Vec<u64> = self
+                .pending
+                .range(self.own_after + 1..)
+                .copied()
+                .take(count as usize)
+                .collect();
+            match own.last() {
+                Some(last) => self.own_after = *last,
+                None => {
+                    self.own_first = false;
+                    self.own_after = 0;
+                }
             }
             if !own.is_empty() {
                 read.redelivery = true;

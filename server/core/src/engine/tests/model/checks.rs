@@ -60,6 +60,49 @@ impl World {
         }
     }
 
+    /// While the subscription is open and its client still there: with Redis healthy and a
+    /// client that acks whatever it gets, every entry is eventually delivered and settled (the
+    /// engine never stalls, a hot key's waiting entries and a failed flush's keys included).
+    pub(in crate::engine::tests) fn check_progress(&mut self) {
+        if self.client_done || self.ended || self.engine.phase != Phase::Open {
+            return;
+        }
+        for _ in 0..2_000 {
+            if self.backlog.is_empty()
+                && self.pending.is_empty()
+                && self.holding.is_empty()
+                && self.stale.is_empty()
+                && self.flusher.is_empty()
+            {
+                return;
+            }
+            self.settle_stale(true);
+            self.run_read(false);
+            if let Some(answer) = self.reader_answer.take() {
+                self.engine.read_returned(self.now, answer);
+                self.collect();
+            }
+            self.run_flush(0);
+            self.answer_flush();
+            self.client_acks_all();
+            if self.lease_asked {
+                self.lease_asked = false;
+                self.last_renewal = self.now;
+                self.engine.lease_renewed(self.now, LeaseRenewal::Held);
+                self.collect();
+            }
+            self.now += Duration::from_millis(100);
+            self.engine.tick(self.now);
+            self.collect();
+        }
+        panic!(
+            "the subscription stalled: backlog {:?}, pending {:?}, held by the client {:?}",
+            self.backlog,
+            self.pending,
+            self.holding.values().map(|e| e.id).collect::<Vec<_>>()
+        );
+    }
+
     /// Lets everything under way finish, the client gone, until the engine is done.
     pub(in crate::engine::tests) fn finish(&mut self) {
         self.engine.client_closed(self.now);
