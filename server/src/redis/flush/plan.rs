@@ -10,9 +10,13 @@
 //! settle, EXEC; the rest of the read settles as in pipeline mode.
 
 use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::Bytes;
+use fred::bytes_utils::Str;
+use parking_lot::RwLock;
 
 use crate::domain::{Entry, Mode};
 use crate::engine::exhausted;
@@ -40,7 +44,9 @@ pub enum Role {
 /// One command of a flush.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
-    pub name: String,
+    /// fred's string: static for the sidecar's own commands and interned for a client's (see
+    /// [`command_name`]), so handing it to fred copies nothing.
+    pub name: Str,
     pub args: Vec<Bytes>,
     pub role: Role,
     /// On a cluster, the hash slot whose node runs it; `None`: its first argument decides.
@@ -48,14 +54,47 @@ pub struct Planned {
 }
 
 impl Planned {
-    pub fn new(name: impl Into<String>, args: Vec<Bytes>, role: Role) -> Self {
+    pub fn new(name: &'static str, args: Vec<Bytes>, role: Role) -> Self {
+        Self::named(Str::from_static(name), args, role)
+    }
+
+    fn named(name: Str, args: Vec<Bytes>, role: Role) -> Self {
         Self {
-            name: name.into(),
+            name,
             args,
             role,
             hash_slot: None,
         }
     }
+}
+
+/// Distinct client command names kept as static strings. Only names the Redis server's command
+/// table knows get this far (admission refuses the others), a few hundred at most; the bound
+/// keeps a server with an unusual table (or a module registering commands) from growing it
+/// without end.
+const INTERNED_NAMES: usize = 1024;
+
+static NAMES: LazyLock<RwLock<HashSet<&'static str>>> =
+    LazyLock::new(|| RwLock::new(HashSet::new()));
+
+/// A client command's name as a fred string that costs nothing to clone: the interned static
+/// copy of the name, made once per distinct name; past [`INTERNED_NAMES`] the name itself.
+pub(crate) fn command_name(name: String) -> Str {
+    if let Some(&known) = NAMES.read().get(name.as_str()) {
+        return Str::from_static(known);
+    }
+    let mut names = NAMES.write();
+    if let Some(&known) = names.get(name.as_str()) {
+        return Str::from_static(known);
+    }
+    if names.len() >= INTERNED_NAMES {
+        return Str::from(name);
+    }
+    // Leaked on purpose: at most INTERNED_NAMES names of at most 64 bytes, kept for the life
+    // of the process like any static string.
+    let known: &'static str = Box::leak(name.into_boxed_str());
+    names.insert(known);
+    Str::from_static(known)
 }
 
 /// The exact commands of one flush, in order.
@@ -76,17 +115,21 @@ pub(crate) struct FlushPlan {
 impl FlushPlan {
     pub(crate) fn push(
         &mut self,
-        name: impl Into<String>,
+        name: &'static str,
         args: Vec<Bytes>,
         role: Role,
         hash_slot: Option<u16>,
     ) {
+        self.push_named(Str::from_static(name), args, role, hash_slot);
+    }
+
+    fn push_named(&mut self, name: Str, args: Vec<Bytes>, role: Role, hash_slot: Option<u16>) {
         if role == Role::SideEffect {
             self.side_effects += 1;
         }
         self.commands.push(Planned {
             hash_slot,
-            ..Planned::new(name, args, role)
+            ..Planned::named(name, args, role)
         });
     }
 
@@ -96,7 +139,7 @@ impl FlushPlan {
         self.commands
             .iter()
             .map(|c| {
-                std::iter::once(c.name.clone())
+                std::iter::once(c.name.to_string())
                     .chain(
                         c.args
                             .iter()
@@ -164,25 +207,35 @@ fn requeue<'a>(
     }
 }
 
-/// Builds the exact commands of one flush.
+/// Builds the exact commands of one flush. The client's commands move from the batch into
+/// the plan (its kept segments are left without commands), so a flush copies no argument.
 pub(crate) fn plan_flush<E: Borrow<Entry>>(
     form: &impl Settling,
-    batch: &FlushBatch<E>,
+    batch: &mut FlushBatch<E>,
     ctx: &PlanContext,
 ) -> FlushPlan {
     let mut plan = FlushPlan::default();
     let slot = form.slot();
     let mut settled_inside = vec![false; batch.settles.len()];
-    for segment in &batch.kept {
+    // Room for the usual: the commands, a MULTI, a settle and an EXEC per kept segment
+    // (atomic mode), a settle per entry (LREM), the MULTI and EXEC of the requeues.
+    let wrapped = if ctx.mode == Mode::Atomic {
+        3 * batch.kept.len()
+    } else {
+        0
+    };
+    plan.commands
+        .reserve(batch.command_count() + wrapped + batch.settles.len() + 2);
+    for segment in &mut batch.kept {
         let wrap = ctx.mode == Mode::Atomic && !segment.commands.is_empty();
         if wrap {
             plan.push("MULTI", vec![], Role::Begin, slot);
         }
-        for command in &segment.commands {
+        for command in std::mem::take(&mut segment.commands) {
             let hash_slot = if wrap { slot } else { command.hash_slot };
-            plan.push(
-                command.name.clone(),
-                command.args.clone(),
+            plan.push_named(
+                command_name(command.name),
+                command.args,
                 Role::SideEffect,
                 hash_slot,
             );

@@ -48,7 +48,7 @@ fn plan_of(
         now_ms: 0,
         max_deliveries,
     };
-    plan_flush(keys, &batch.unwrap(), &ctx)
+    plan_flush(keys, &mut batch.unwrap(), &ctx)
 }
 
 fn b(s: &str) -> Bytes {
@@ -134,7 +134,7 @@ fn a_dead_letter_is_a_frame_that_says_where_from_how_often_and_why() {
         now_ms: 0,
         max_deliveries: 3,
     };
-    let plan = plan_flush(&keys, &batch, &ctx);
+    let plan = plan_flush(&keys, &mut batch.clone(), &ctx);
     assert_eq!(plan.dead_lettered, 1);
     let letter = pushed(&plan, "LPUSH");
     assert_eq!(
@@ -149,7 +149,7 @@ fn a_dead_letter_is_a_frame_that_says_where_from_how_often_and_why() {
     );
     // Read raw, the dead letter is the value as it was.
     keys.framing = Framing::Raw;
-    let plan = plan_flush(&keys, &batch, &ctx);
+    let plan = plan_flush(&keys, &mut batch.clone(), &ctx);
     assert!(plan.render().contains(&"LPUSH jobs:dead v0".to_owned()));
 }
 
@@ -236,7 +236,7 @@ fn a_retry_kept_in_place_stays_on_the_processing_list_with_its_delivery_counted(
         max_deliveries: 0,
     };
     assert_eq!(
-        plan_flush(&keys, &batch, &ctx).render(),
+        plan_flush(&keys, &mut batch.clone(), &ctx).render(),
         vec![
             "LREM {jobs}:window:processing:c1 1 v0",
             "HINCRBY {jobs}:window:deliveries v1 1",

@@ -15,7 +15,7 @@ fn plan(keys: &StreamKeys, batch: &FlushBatch<Entry>, mode: Mode, now_ms: u64) -
         now_ms,
         max_deliveries: 3,
     };
-    plan_flush(keys, batch, &ctx)
+    plan_flush(keys, &mut batch.clone(), &ctx)
 }
 
 fn keys() -> StreamKeys {

@@ -23,7 +23,7 @@ impl Subscription {
     pub(super) fn flush(
         &mut self,
         flush: FlushId,
-        batch: crate::window::FlushBatch<Item>,
+        mut batch: crate::window::FlushBatch<Item>,
         read_ahead: Option<u32>,
     ) {
         let ctx = PlanContext {
@@ -31,7 +31,7 @@ impl Subscription {
             now_ms: workers::now_ms(),
             max_deliveries: self.request.max_deliveries,
         };
-        let mut plan = plan_flush(&self.form, &batch, &ctx);
+        let mut plan = plan_flush(&self.form, &mut batch, &ctx);
         if let (Some(count), Form::Stream(keys)) = (read_ahead, &self.form) {
             plan.read_ahead = Some(stream::read_ahead(keys, count));
             self.reading_since = Some(SystemTime::now());
