@@ -36,5 +36,6 @@ check() {
   echo "server/vendor/$name: $name $version from crates.io plus $*"
 }
 
-check fred 10.1.0 fred-10.1.0-ask-redirections.diff fred-10.1.0-one-write-per-pipeline.diff
+check fred 10.1.0 fred-10.1.0-ask-redirections.diff fred-10.1.0-one-write-per-pipeline.diff \
+  fred-10.1.0-consume-pipeline.diff
 check h2 0.4.20 h2-0.4.20-unix-socket-authority.diff

@@ -79,7 +79,8 @@ pub(crate) async fn publish(
         let _: Result<Value, _> = pipeline.custom(command.clone(), args).await;
     }
     let mut published = Published::default();
-    for reply in pipeline.try_all::<Value>().await {
+    // Sent once: the commands move into fred's request (fred as patched in server/vendor).
+    for reply in pipeline.try_all_taken::<Value>().await {
         let reply = reply.map_err(|e| RedisError::from_fred(name, &e))?;
         match target {
             Target::Stream { .. } => {

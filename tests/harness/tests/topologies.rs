@@ -410,3 +410,50 @@ async fn a_pipeline_of_custom_commands_reaches_redis_in_one_write() {
         );
     }
 }
+
+/// The vendored fred sends a pipeline once without copying its commands
+/// (`Pipeline::try_all_taken`): each command gets its own reply, an error in its place, the
+/// writes still in one go, and the pipeline's buffer is empty afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_taken_replies_per_command_and_leaves_its_buffer_empty() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let observer = redis.client().await;
+    let _: () = client
+        .set("taken:text", "x", None, None, false)
+        .await
+        .expect("set");
+    let before = reads_processed(&observer).await;
+    let pipeline = client.pipeline();
+    let twin = pipeline.clone();
+    for i in 0..200 {
+        let key = if i == 100 {
+            "taken:text".to_owned()
+        } else {
+            format!("taken:{i}")
+        };
+        let _: () = pipeline
+            .custom(fred::cmd!("INCR"), vec![key])
+            .await
+            .expect("buffered");
+    }
+    let replies = pipeline.try_all_taken::<Value>().await;
+    assert_eq!(replies.len(), 200);
+    for (i, reply) in replies.into_iter().enumerate() {
+        match reply {
+            Ok(value) => assert_eq!((i, value), (i, Value::Integer(1))),
+            Err(err) => assert!(
+                i == 100 && err.details().contains("not an integer"),
+                "{i}: {err}"
+            ),
+        }
+    }
+    let reads = reads_processed(&observer).await - before;
+    assert!(
+        reads <= 3,
+        "Redis read a pipeline of 200 commands {} times",
+        reads - 1
+    );
+    // The commands moved out: the pipeline's clone, sharing its buffer, has nothing to send.
+    assert!(twin.try_all::<Value>().await.is_empty());
+}

@@ -130,11 +130,11 @@ pub(crate) async fn execute(
             let _: Result<Value, _> = pipeline.custom(command, args).await;
         }
     }
+    // Sent once: the commands move into fred's request instead of being copied (fred as
+    // patched in server/vendor).
+    let replies = pipeline.try_all_taken().await;
     let mut results = Vec::with_capacity(plans.len());
-    for (plan, (mut mine, read)) in plans
-        .iter()
-        .zip(split_replies(plans, pipeline.try_all().await))
-    {
+    for (plan, (mut mine, read)) in plans.iter().zip(split_replies(plans, replies)) {
         // What a slot migration refused runs again where its keys live now.
         redirect::follow(client, follower, plan, &mut mine, deadline).await;
         results.push((FlushResult::from_replies(&plan.commands, mine), read));

@@ -17,6 +17,11 @@ fn clone_buffered_commands(buffer: &Mutex<VecDeque<Command>>) -> VecDeque<Comman
   buffer.lock().iter().map(|c| c.duplicate(ResponseKind::Skip)).collect()
 }
 
+// window-sidecar patch: the buffered commands moved out, for a pipeline sent once.
+fn take_buffered_commands(buffer: &Mutex<VecDeque<Command>>) -> VecDeque<Command> {
+  std::mem::take(&mut *buffer.lock())
+}
+
 fn prepare_all_commands(
   commands: VecDeque<Command>,
   error_early: bool,
@@ -229,6 +234,40 @@ impl<C: ClientLike> Pipeline<C> {
     R: FromValue,
   {
     let commands = clone_buffered_commands(&self.commands);
+    try_send_all(self.client.inner(), commands)
+      .await
+      .into_iter()
+      .map(|v| v.and_then(|v| v.convert()))
+      .collect()
+  }
+
+  /// Send the pipeline once and respond with each individual result, like
+  /// [try_all](Self::try_all), moving the buffered commands into the request instead of
+  /// copying them.
+  ///
+  /// `try_all`, `all` and `last` copy every buffered command (its arguments included) so
+  /// that the pipeline can be sent again; a pipeline built to be sent once pays for a copy it
+  /// never uses. This one consumes the pipeline: its buffer is left empty (a clone of the
+  /// pipeline, which shares the buffer, sees it empty too).
+  ///
+  /// ```rust no_run
+  /// # use fred::prelude::*;
+  /// async fn example(client: &Client) -> Result<(), Error> {
+  ///   let pipeline = client.pipeline();
+  ///   let _: () = pipeline.incr("foo").await?;
+  ///   let _: () = pipeline.hgetall("foo").await?; // this will error since `foo` is an integer
+  ///
+  ///   let results = pipeline.try_all_taken::<Value>().await;
+  ///   assert_eq!(results[0].clone()?.convert::<i64>()?, 1);
+  ///   assert!(results[1].is_err());
+  ///   Ok(())
+  /// }
+  /// ```
+  pub async fn try_all_taken<R>(self) -> Vec<FredResult<R>>
+  where
+    R: FromValue,
+  {
+    let commands = take_buffered_commands(&self.commands);
     try_send_all(self.client.inner(), commands)
       .await
       .into_iter()
