@@ -125,7 +125,7 @@ fn a_dead_letter_is_a_frame_that_says_where_from_how_often_and_why() {
         max_commands_per_slot: 8,
     });
     let read = w.open_read(vec![e]).unwrap();
-    let batch = w
+    let mut batch = w
         .settle(read.first_slot, Outcome::Retry, Some("boom".into()))
         .unwrap()
         .unwrap();
@@ -149,7 +149,7 @@ fn a_dead_letter_is_a_frame_that_says_where_from_how_often_and_why() {
     );
     // Read raw, the dead letter is the value as it was.
     keys.framing = Framing::Raw;
-    let plan = plan_flush(&keys, &mut batch.clone(), &ctx);
+    let plan = plan_flush(&keys, &mut batch, &ctx);
     assert!(plan.render().contains(&"LPUSH jobs:dead v0".to_owned()));
 }
 
@@ -236,7 +236,7 @@ fn a_retry_kept_in_place_stays_on_the_processing_list_with_its_delivery_counted(
         max_deliveries: 0,
     };
     assert_eq!(
-        plan_flush(&keys, &mut batch.clone(), &ctx).render(),
+        plan_flush(&keys, &mut batch, &ctx).render(),
         vec![
             "LREM {jobs}:window:processing:c1 1 v0",
             "HINCRBY {jobs}:window:deliveries v1 1",
