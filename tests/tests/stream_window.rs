@@ -149,13 +149,13 @@ async fn one_xack_per_read() {
 
 #[tokio::test]
 async fn under_a_backlog_the_next_read_rides_on_the_flush() {
-    let reports = under_a_backlog(false).await;
+    let reports = under_a_backlog(false, false).await;
     assert_eq!(reports.in_reads, 0, "reports come alone unless asked for");
 }
 
 #[tokio::test]
 async fn with_reports_in_reads_a_flush_report_comes_in_the_read_that_rode_on_it() {
-    let reports = under_a_backlog(true).await;
+    let reports = under_a_backlog(true, false).await;
     // Every read that rode on a flush carries that flush's report: one message per read.
     assert!(reports.in_reads >= 18, "{reports:?}");
     assert_eq!(reports.in_reads + reports.alone, 20, "{reports:?}");
@@ -195,16 +195,28 @@ struct Reports {
     alone: usize,
 }
 
+/// Under a backlog an ordered subscription's reads go on the flusher, behind its flushes (so
+/// that they are admitted in the order Redis ran them), and ride on them as an unordered one's.
+#[tokio::test]
+async fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
+    under_a_backlog(false, true).await;
+}
+
 /// 200 entries, COUNT 10, a client that answers a read only once the next one is there;
 /// checks that every read but the first few rode on a flush and nothing was lost or doubled.
-async fn under_a_backlog(reports_in_reads: bool) -> Reports {
+/// `ordered`: by a header the entries do not carry (the subscription's reads are ordered).
+async fn under_a_backlog(reports_in_reads: bool, ordered: bool) -> Reports {
     let mut m = Measured::start(200).await;
 
     // COUNT 10, in flight 20 (two reads). The client answers a read only once the next one is
     // there, as a client slower than Redis does: each flush then frees the room for the next
     // read, which goes in the flush's pipeline rather than on a round trip of its own.
+    let ordering_key = ordered.then(|| proto::OrderingKey {
+        source: Some(proto::ordering_key::Source::Header("k".into())),
+    });
     let open = proto::Open {
         reports_in_reads,
+        ordering_key,
         ..stream_open("orders", "g", "c1", 10)
     };
     let (mut sub, _) = Subscription::open(&mut m.client, open).await.unwrap();

@@ -63,6 +63,9 @@ pub(super) type ReadAhead = Result<ReadBatch, (RedisError, bool)>;
 pub(super) enum Flushed {
     /// A flush is done, with its report and what its read-ahead read.
     Report(FlushId, FlushReport, Option<ReadAhead>),
+    /// A read sent behind the flushes (a plan with no commands) is done. `unknown`: no reply
+    /// came; it stays able to run until [`Flushed::Settled`].
+    Read(FlushId, ReadAhead, bool),
     /// A flush reported with an unknown outcome can no longer run (see
     /// [`flush::settle_unknown`]).
     Settled(FlushId),
@@ -75,7 +78,8 @@ const UNKNOWN_FLUSH_BARRIER: Duration = Duration::from_secs(60);
 /// The most queued flushes one pipeline carries (each at most a read's worth of segments).
 const MAX_FLUSHES_PER_ROUND_TRIP: usize = 16;
 
-/// Runs flushes one after another, in the order they were handed over (the order reads
+/// Runs flushes (and reads sent behind them) one after another, in the order they were handed
+/// over (the order reads
 /// completed). Flushes that queued while one was under way go together, in order, in the next
 /// pipeline: one round trip for all of them, so a flusher that falls behind catches up rather
 /// than queueing further. The queue is bounded by the in-flight limit: deliveries waiting for
@@ -97,13 +101,13 @@ pub(super) async fn flush_loop(
             mode: mode.as_str(),
         })
         .clone();
-    let round_trips = metrics
-        .round_trips
-        .get_or_create(&RoundTripLabels {
-            form,
-            kind: "flush",
-        })
-        .clone();
+    let round_trips = |kind| {
+        metrics
+            .round_trips
+            .get_or_create(&RoundTripLabels { form, kind })
+            .clone()
+    };
+    let (flush_round_trips, read_round_trips) = (round_trips("flush"), round_trips("read"));
     let mut group = Vec::new();
     while jobs.recv_many(&mut group, MAX_FLUSHES_PER_ROUND_TRIP).await > 0 {
         let started = Instant::now();
@@ -111,53 +115,63 @@ pub(super) async fn flush_loop(
         let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
         let results = flush::execute(client, redis.pool(), &plans, redis.timeout()).await;
         let elapsed = started.elapsed().as_secs_f64();
-        round_trips.inc();
+        if plans.iter().all(|plan| plan.reads_only()) {
+            read_round_trips.inc();
+        } else {
+            flush_round_trips.inc();
+        }
         let mut unknown = Vec::new();
         for (job, (result, read_ahead)) in group.drain(..).zip(results) {
-            let FlushJob {
-                flush,
-                mut report,
-                span,
-                ..
-            } = job;
-            report.result = result;
-            let exemplar = crate::scale::exemplar::of_span(span.as_ref());
-            duration.observe(elapsed, exemplar, None);
-            let outcome = if report.result.ok() { "ok" } else { "failed" };
-            metrics
-                .flushes
-                .get_or_create(&FlushLabels {
-                    form,
-                    mode: mode.as_str(),
-                    result: outcome,
-                })
-                .inc();
-            if report.result.ok() && report.dead_lettered > 0 {
-                metrics
-                    .scale
-                    .dead_letters
-                    .get_or_create(&labels)
-                    .inc_by(report.dead_lettered as u64);
-            }
-            metrics
-                .flush_commands
-                .get_or_create(&labels)
-                .observe(report.commands as f64);
-            metrics
-                .flush_settles
-                .get_or_create(&labels)
-                .observe(report.settles as f64);
-            if let Some(span) = span {
-                observe::end_flush_span(span, &report.result);
-            }
-            if report.result.unknown {
-                unknown.push(flush);
-            }
-            let read_ahead = read_ahead.map(stream::read_ahead_reply);
-            if reports
-                .send(Flushed::Report(flush, report, read_ahead))
-                .is_err()
-            {
+            let flush = job.flush;
+            let message = match read_ahead.map(stream::read_ahead_reply) {
+                Some(read) if job.plan.reads_only() => {
+                    let lost = matches!(read, Err((_, true)));
+                    if lost {
+                        unknown.push(flush);
+                    }
+                    Flushed::Read(flush, read, lost)
+                }
+                read_ahead => {
+                    let FlushJob {
+                        mut report, span, ..
+                    } = job;
+                    report.result = result;
+                    let exemplar = crate::scale::exemplar::of_span(span.as_ref());
+                    duration.observe(elapsed, exemplar, None);
+                    let outcome = if report.result.ok() { "ok" } else { "failed" };
+                    metrics
+                        .flushes
+                        .get_or_create(&FlushLabels {
+                            form,
+                            mode: mode.as_str(),
+                            result: outcome,
+                        })
+                        .inc();
+                    if report.result.ok() && report.dead_lettered > 0 {
+                        metrics
+                            .scale
+                            .dead_letters
+                            .get_or_create(&labels)
+                            .inc_by(report.dead_lettered as u64);
+                    }
+                    metrics
+                        .flush_commands
+                        .get_or_create(&labels)
+                        .observe(report.commands as f64);
+                    metrics
+                        .flush_settles
+                        .get_or_create(&labels)
+                        .observe(report.settles as f64);
+                    if let Some(span) = span {
+                        observe::end_flush_span(span, &report.result);
+                    }
+                    if report.result.unknown {
+                        unknown.push(flush);
+                    }
+                    Flushed::Report(flush, report, read_ahead)
+                }
+            };
+            if reports.send(message).is_err() {
                 return;
             }
         }

@@ -17,6 +17,10 @@ pub enum Action<E> {
         reread: bool,
         recover: bool,
     },
+    /// Read up to `count` new entries on the flusher, after the flushes handed out before it
+    /// (no block: there is a backlog). It settles nothing and has no report for the client;
+    /// answer with [`Engine::flushed`] for `flush`, the read as its read-ahead.
+    ReadBehindFlushes { flush: FlushId, count: u32 },
     /// Cut the reader's read under way short, as if its block had run out: it takes nothing
     /// and returns at once (a read that is not blocked, or has already taken entries, is not
     /// touched and returns them as usual).

@@ -93,6 +93,18 @@ impl<E: Item> Engine<E> {
             None => (false, self.config.block),
         };
         let count = room.min(self.config.count as usize) as u32;
+        if self.config.ordered && self.reads_behind_flushes() && !reread && !recover {
+            // The next flushes may then carry the reads after it: all of them run in order on
+            // the flusher, so their entries come in the order Redis handed them out. A read
+            // of the reader's own could pass them.
+            let flush = self.next_flush;
+            self.next_flush += 1;
+            self.track_flush(flush, 0, Vec::new());
+            self.ahead.insert(flush, count);
+            self.actions
+                .push(Action::ReadBehindFlushes { flush, count });
+            return;
+        }
         self.reader = Some(ReaderRead {
             count,
             fresh: !reread && !recover,
@@ -109,6 +121,12 @@ impl<E: Item> Engine<E> {
         });
     }
 
+    /// Reads of new entries may go on the flusher: the form reads ahead, nothing waits for
+    /// replicas, and the stream has a backlog (so no read need block).
+    fn reads_behind_flushes(&self) -> bool {
+        self.config.kind.reads_ahead() && self.config.read_ahead && self.backlog
+    }
+
     /// The read to send at the end of the flush about to go, when the window has room for it
     /// and the stream a backlog, and the reader has no work of its own (re-reading its
     /// entries, recovering). Every flush may carry one, beside other reads under way: under a
@@ -117,18 +135,18 @@ impl<E: Item> Engine<E> {
     pub(super) fn read_ahead(&mut self, now: Instant, flush: FlushId) -> Option<u32> {
         let recovery_due = self.recovery.as_ref().is_some_and(|r| r.due(now));
         let room = self.room();
-        if !self.config.kind.reads_ahead()
-            || !self.config.read_ahead
-            || !self.backlog
+        if !self.reads_behind_flushes()
             || self.reread_owed
             || recovery_due
             || room == 0
             || !self.may_read()
             || self.reader.is_some_and(|r| !r.fresh)
-            || (self.config.ordered && (self.reader.is_some() || !self.ahead.is_empty()))
+            || (self.config.ordered && self.reader.is_some())
         {
-            // An ordered subscription admits entries in the order Redis handed them out, so it
-            // keeps one read of new entries under way: two could answer in either order.
+            // An ordered subscription admits entries in the order Redis handed them out. Reads
+            // riding on flushes run and answer in the order of their flushes, one after
+            // another on the flusher; the reader's read goes on a connection of its own and
+            // could pass them, so it never runs beside them.
             return None;
         }
         let count = room.min(self.config.count as usize) as u32;

@@ -519,6 +519,12 @@ impl<E: Item> Engine<E> {
         let count = self.ahead.remove(&flush).unwrap_or(u32::MAX);
         if let Some(result) = read_ahead {
             match result {
+                Ok(read) if self.config.ordered && self.reread_owed => {
+                    // An earlier read may have taken entries no reply named, or a flush left
+                    // its entries pending: these later ones could pass them. Left pending,
+                    // uncounted, they come back in their place with the re-read.
+                    self.give_back(read.entries, false);
+                }
                 Ok(read) if self.phase == Phase::Open && self.client_here => {
                     report = self.deliver(now, read, count, report, None);
                 }

@@ -66,6 +66,33 @@ impl Subscription {
         });
     }
 
+    /// Reads new entries on the flusher, behind the flushes handed to it before: the read
+    /// and those riding on the flushes after it then run in the order they were asked.
+    pub(super) fn read_behind_flushes(&mut self, flush: FlushId, count: u32) {
+        let Form::Stream(keys) = &self.form else {
+            // The engine reads on the flusher on streams only; anything else reads on the
+            // reader, as if this read had failed.
+            let unread = ReadError::Retry { unknown: false };
+            self.engine.flushed(
+                Instant::now().into_std(),
+                flush,
+                FlushStatus::Ok,
+                Some(Err(unread)),
+            );
+            return;
+        };
+        let plan = FlushPlan::read_only(stream::read_ahead(keys, count));
+        self.reading_since = Some(SystemTime::now());
+        let report = report(0, 0, 0, &plan);
+        // No report for the client: it is not put with the others.
+        let _ = self.flush_tx.send(FlushJob {
+            flush,
+            report,
+            plan,
+            span: None,
+        });
+    }
+
     /// Moves entries past the delivery cap to the dead letter with their settle, reported as a
     /// flush of read 0.
     pub(super) fn dead_letter(&mut self, flush: FlushId, entries: Vec<Item>) {
@@ -100,6 +127,17 @@ impl Subscription {
                 self.reports.insert(flush, report);
                 let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
                 self.engine.flushed(now, flush, status, read_ahead);
+            }
+            Flushed::Read(flush, read, unknown) => {
+                // Settling nothing, it can only be of unknown outcome: a read that may still
+                // run must not be passed by a re-read.
+                let status = if unknown {
+                    FlushStatus::Unknown
+                } else {
+                    FlushStatus::Ok
+                };
+                let read = self.read_ahead_result(read);
+                self.engine.flushed(now, flush, status, Some(read));
             }
             Flushed::Settled(flush) => {
                 debug!(flush, "the flush of unknown outcome can no longer run");

@@ -174,6 +174,7 @@ impl Subscription {
                     warn!("the reader stopped");
                 }
             }
+            Action::ReadBehindFlushes { flush, count } => self.read_behind_flushes(flush, count),
             Action::InterruptRead => {
                 if let Some(interrupter) = self.interrupter.clone() {
                     // On its own task: the backchannel may need a connection first, and the

@@ -428,6 +428,89 @@ fn under_a_backlog_every_read_rides_on_a_flush() {
     assert_eq!(reader_reads, 4, "the reader read only to fill the window");
 }
 
+/// An ordered subscription under a backlog reads on the flusher, behind the flushes: its reads
+/// and those riding on flushes then run one after the other, in the order their entries were
+/// handed out, and still cost one round trip per read. The reader reads once, before the
+/// backlog is known.
+#[test]
+fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
+    let start = Instant::now();
+    let config = Config {
+        count: 2,
+        max_in_flight: 8,
+        lease_renewal: None,
+        ..model::ordered_config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, start);
+    let mut next_id = 0;
+    let mut full_read = || {
+        let entries = (0..2).map(|_| {
+            next_id += 1;
+            keyed(next_id, next_id as u8)
+        });
+        Read::new(entries.collect())
+    };
+    let (mut reader_reads, mut behind) = (0, Vec::new());
+    let mut held: Vec<SlotId> = Vec::new();
+    let mut riding: Vec<FlushId> = Vec::new();
+    let mut take = |engine: &mut Engine<E>, held: &mut Vec<SlotId>, riding: &mut Vec<_>| {
+        for action in engine.take_actions() {
+            match action {
+                Action::Read { .. } => reader_reads += 1,
+                Action::ReadBehindFlushes { flush, count } => {
+                    assert_eq!(count, 2);
+                    behind.push(flush);
+                }
+                Action::Deliver { read, entries, .. } => {
+                    held.extend((0..entries.len() as u64).map(|i| read.first_slot + i));
+                }
+                Action::Flush {
+                    flush, read_ahead, ..
+                } => {
+                    assert_eq!(read_ahead, Some(2), "a read rides on every flush");
+                    riding.push(flush);
+                }
+                _ => {}
+            }
+        }
+        (reader_reads, std::mem::take(&mut behind))
+    };
+    take(&mut engine, &mut held, &mut riding);
+    engine.read_returned(start, Ok(full_read()));
+    // The window fills with reads on the flusher, one after the other.
+    let mut reads_behind = 0;
+    loop {
+        let (_, behind) = take(&mut engine, &mut held, &mut riding);
+        let [flush] = behind[..] else {
+            assert!(behind.is_empty(), "one read on the flusher at a time");
+            break;
+        };
+        reads_behind += 1;
+        engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+    }
+    assert_eq!((reads_behind, held.len()), (3, 8));
+    for round in 0..50 {
+        for _ in 0..2 {
+            let read: Vec<_> = held.drain(..2).collect();
+            let outcomes = read.iter().map(|&s| settle(s, Outcome::Ack)).collect();
+            engine.apply(start, Vec::new(), outcomes, |_, _| None);
+            take(&mut engine, &mut held, &mut riding);
+        }
+        assert_eq!(riding.len(), 2, "round {round}: both flushes carry a read");
+        for flush in std::mem::take(&mut riding) {
+            engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+            let (_, behind) = take(&mut engine, &mut held, &mut riding);
+            assert!(behind.is_empty(), "round {round}: no read of its own");
+        }
+        assert_eq!(held.len(), 8, "round {round}: the window is full again");
+    }
+    let (reader_reads, _) = take(&mut engine, &mut held, &mut riding);
+    assert_eq!(
+        reader_reads, 1,
+        "the reader read only before the backlog was known"
+    );
+}
+
 fn keyed(id: u64, key: u8) -> E {
     E {
         id,
