@@ -111,6 +111,7 @@ pub enum Contender {
     /// figures are throughput ratios.
     SidecarRustOrdered {
         hot: bool,
+        baseline: bool,
     },
     /// ruststream-fred's pipelined window in this process.
     SeedInProcess,
@@ -140,8 +141,14 @@ impl Contender {
             atomic: true,
             baseline: false,
         },
-        Contender::SidecarRustOrdered { hot: false },
-        Contender::SidecarRustOrdered { hot: true },
+        Contender::SidecarRustOrdered {
+            hot: false,
+            baseline: false,
+        },
+        Contender::SidecarRustOrdered {
+            hot: true,
+            baseline: false,
+        },
         Contender::SidecarPython {
             typed: false,
             baseline: false,
@@ -163,8 +170,8 @@ impl Contender {
                 "sidecar-rust-{}-{count}",
                 if *atomic { "atomic" } else { "pipeline" }
             ),
-            Contender::SidecarRustOrdered { hot: false } => "sidecar-rust-ordered-64".into(),
-            Contender::SidecarRustOrdered { hot: true } => "sidecar-rust-ordered-hot-64".into(),
+            Contender::SidecarRustOrdered { hot: false, .. } => "sidecar-rust-ordered-64".into(),
+            Contender::SidecarRustOrdered { hot: true, .. } => "sidecar-rust-ordered-hot-64".into(),
             Contender::SidecarPython { typed: false, .. } => "sidecar-python".into(),
             Contender::SidecarPython { typed: true, .. } => "sidecar-python-typed".into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
@@ -200,8 +207,8 @@ impl Contender {
     /// How an ordered contender's entries are keyed; None for the others.
     pub(crate) fn keying(&self) -> Option<workload::Keying> {
         match self {
-            Contender::SidecarRustOrdered { hot: false } => Some(workload::Keying::RoundRobin),
-            Contender::SidecarRustOrdered { hot: true } => Some(workload::Keying::Hot),
+            Contender::SidecarRustOrdered { hot: false, .. } => Some(workload::Keying::RoundRobin),
+            Contender::SidecarRustOrdered { hot: true, .. } => Some(workload::Keying::Hot),
             _ => None,
         }
     }
@@ -217,6 +224,7 @@ impl Contender {
         matches!(
             self,
             Contender::SidecarRust { baseline: true, .. }
+                | Contender::SidecarRustOrdered { baseline: true, .. }
                 | Contender::SidecarPython { baseline: true, .. }
         )
     }
@@ -239,6 +247,13 @@ impl Contender {
                 baseline: false,
             } => Some(Contender::SidecarPython {
                 typed,
+                baseline: true,
+            }),
+            Contender::SidecarRustOrdered {
+                hot,
+                baseline: false,
+            } => Some(Contender::SidecarRustOrdered {
+                hot,
                 baseline: true,
             }),
             _ => None,

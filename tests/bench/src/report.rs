@@ -515,8 +515,14 @@ fn ratio_target(records: &[Record], what: &str, (a, b): (Contender, Contender), 
     target_row(what, ratio_text(&ratios(records, a, b)), target);
 }
 
-const ORDERED: Contender = Contender::SidecarRustOrdered { hot: false };
-const ORDERED_HOT: Contender = Contender::SidecarRustOrdered { hot: true };
+const ORDERED: Contender = Contender::SidecarRustOrdered {
+    hot: false,
+    baseline: false,
+};
+const ORDERED_HOT: Contender = Contender::SidecarRustOrdered {
+    hot: true,
+    baseline: false,
+};
 
 /// Ordering keys: what one delivery per key at a time costs against the unordered client,
 /// and what a hot key leaves the other keys.
