@@ -41,7 +41,15 @@ impl<E: Item> Engine<E> {
             // key stops the reads once it fills it, not before, and never takes the room of
             // the deliveries out. Not while keys wait for a re-read, which only reads free:
             // the bound may be passed by those reads.
-            room.min(max.saturating_sub(self.lanes.waiting() + reading))
+            let waiting = self.lanes.waiting();
+            let waiting_room = max.saturating_sub(waiting + reading);
+            if waiting > 0 && waiting_room < (self.config.count as usize).min(max) {
+                // A hot key frees its bound one entry at a time: a read per freed place would
+                // cost a round trip each for no more pace. Wait for a whole read's worth.
+                0
+            } else {
+                room.min(waiting_room)
+            }
         } else {
             room
         }

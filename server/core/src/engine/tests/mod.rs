@@ -511,6 +511,55 @@ fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
     );
 }
 
+/// A hot key frees the bound of waiting entries one place at a time; reads wait until a whole
+/// COUNT fits rather than asking for one entry per place freed.
+#[test]
+fn behind_a_hot_key_a_read_waits_for_a_whole_count_of_room() {
+    let start = Instant::now();
+    let config = Config {
+        count: 2,
+        max_in_flight: 4,
+        ..model::ordered_config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, start);
+    engine.take_actions();
+    let reads = |actions: &[Action<E>]| -> Vec<u32> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Read { count, .. } | Action::ReadBehindFlushes { count, .. } => {
+                    Some(*count)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 0), keyed(2, 0)])));
+    let actions = engine.take_actions();
+    assert_eq!(delivered(&actions), vec![1]);
+    let Some(&Action::ReadBehindFlushes { flush, count: 2 }) = actions.last() else {
+        panic!("a read of 2 while 3 places are free: {actions:?}");
+    };
+    engine.flushed(
+        start,
+        flush,
+        FlushStatus::Ok,
+        Some(Ok(Read::new(vec![keyed(3, 0), keyed(4, 0)]))),
+    );
+    // Three wait: one place left, less than a read.
+    assert_eq!(reads(&engine.take_actions()), Vec::<u32>::new());
+    engine.apply(start, Vec::new(), vec![settle(1, Outcome::Ack)], |_, _| {
+        None
+    });
+    let actions = engine.take_actions();
+    let flushed = flushes(&actions);
+    assert_eq!(flushed.len(), 1, "{actions:?}");
+    engine.flushed(start, flushed[0].0, FlushStatus::Ok, None);
+    let actions = engine.take_actions();
+    assert_eq!(delivered(&actions), vec![2]);
+    assert_eq!(reads(&actions), vec![2], "two places free: one read of two");
+}
+
 fn keyed(id: u64, key: u8) -> E {
     E {
         id,
