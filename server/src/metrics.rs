@@ -43,7 +43,7 @@ pub struct ModeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RoundTripLabels {
     pub form: &'static str,
-    /// read, claim, pending_counts or flush.
+    /// read, claim, pending_counts, fetch or flush.
     pub kind: &'static str,
 }
 

@@ -239,6 +239,7 @@ pub async fn run(
         instance: format!("{}@{}", crate::config::host_name(), listener.describe()),
         default_consumer: config.default_consumer(),
         max_commands_per_slot: config.max_commands_per_slot,
+        max_parked: config.max_parked,
         shutdown_grace: config.shutdown_grace,
         promote_interval: config.promote_interval,
         reclaim_interval: config.reclaim_interval,

@@ -382,3 +382,109 @@ async fn a_client_that_leaves_mid_key_gets_the_key_back_in_order() {
     sub.close();
     sidecar.stop().await;
 }
+
+/// Done when: a hot key does not stop the reads. Key h holds every other entry and its first
+/// delivery stays out while the client works through the rest: with `max_in_flight` 8, eight
+/// of h's entries wait in memory and the other twelve are parked as ids, and every other
+/// key's entry is delivered meanwhile. One parked entry is deleted from the stream: it is
+/// settled, never delivered. Then h's entries come in order, each counted once, fetched back
+/// by id (round trips of kind `fetch`); nothing is left pending.
+#[tokio::test]
+async fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_other_keys_flow() {
+    const N: usize = 42; // n even: key h; n odd: a key of its own.
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let metrics: std::net::SocketAddr = metrics.parse().unwrap();
+    let mut client = sidecar.client().await;
+    let entries = (0..N)
+        .map(|n| {
+            let key = if n % 2 == 0 {
+                "h".into()
+            } else {
+                format!("k{n}")
+            };
+            vec![("k", key), ("n", n.to_string())]
+        })
+        .collect();
+    publish(&mut client, "orders", entries).await;
+    let mut open = ordered(
+        stream_open("orders", "g", "w1", 4),
+        proto::ordering_key::Source::Field("k".into()),
+    );
+    open.max_in_flight = 8;
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+
+    let (mut others, mut hot, mut held) = (0, Vec::new(), None);
+    while others < N / 2 {
+        let read = sub.read().await;
+        let mut acks = Vec::new();
+        for d in &read.deliveries {
+            match key_and_n(d) {
+                (key, n) if key == "h" => {
+                    assert!(held.is_none(), "two of h out at once");
+                    held = Some(d.slot);
+                    hot.push((n, d.delivery_count));
+                }
+                _ => {
+                    others += 1;
+                    acks.push(outcome(d.slot, OutcomeKind::Ack));
+                }
+            }
+        }
+        sub.send(Vec::new(), acks).await;
+    }
+    assert_eq!(hot, vec![(0, 1)], "h's first is out all along");
+    let series =
+        "window_sidecar_waiting_for_key_entries{key=\"orders\",group=\"g\",consumer=\"w1\"}";
+    let shown = eventually(STEP, || async {
+        sample(&scrape(metrics).await, series) == (N / 2 - 1) as f64
+    })
+    .await;
+    assert!(shown, "{}", scrape(metrics).await);
+    // Entry 30 is among the parked ones (h's entries 2 to 16 wait in memory).
+    let all: Vec<(String, std::collections::HashMap<String, String>)> =
+        inspect.xrange("orders", "-", "+", None).await.unwrap();
+    let (id, _) = all.iter().find(|(_, f)| f["n"] == "30").unwrap();
+    let _: u64 = inspect.xdel("orders", id.as_str()).await.unwrap();
+
+    let mut slot = held.take().unwrap();
+    loop {
+        sub.send(Vec::new(), vec![outcome(slot, OutcomeKind::Ack)])
+            .await;
+        if hot.last() == Some(&(N - 2, 1)) {
+            break;
+        }
+        let read = sub.read().await;
+        assert_eq!(read.deliveries.len(), 1, "one of h at a time: {read:?}");
+        let d = &read.deliveries[0];
+        hot.push((key_and_n(d).1, d.delivery_count));
+        slot = d.slot;
+    }
+    let expected: Vec<_> = (0..N)
+        .step_by(2)
+        .filter(|n| *n != 30)
+        .map(|n| (n, 1))
+        .collect();
+    assert_eq!(hot, expected);
+    let settled = eventually(STEP, || async {
+        pending(&inspect, "orders", "g").await == 0
+    })
+    .await;
+    assert!(
+        settled,
+        "{} left pending",
+        pending(&inspect, "orders", "g").await
+    );
+    let fetches = sample(
+        &scrape(metrics).await,
+        "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"fetch\"}",
+    );
+    assert!(
+        fetches >= 3.0,
+        "12 parked, fetched 4 at a time: {fetches} fetches"
+    );
+    sub.close();
+    sidecar.stop().await;
+}

@@ -16,6 +16,7 @@ use super::list::{self, ListKeys, ListReader};
 use super::pubsub::{PubSubForm, PubSubReader};
 use super::stream::{self, StreamKeys, StreamReader};
 use super::{Redis, RedisError, Replication, companion_key};
+use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, Source};
 use crate::engine::{Kind, ReadError, Stop};
 use crate::window::Outcome;
@@ -159,6 +160,22 @@ impl Form {
         match self {
             Form::Stream(keys) => stream::extend(client, keys, entries).await,
             _ => Ok(()),
+        }
+    }
+
+    /// Fetches parked entries by id (see [`crate::engine::Action::Fetch`]): only an ordered
+    /// stream parks them.
+    pub async fn fetch(
+        &self,
+        client: &Client,
+        parked: &[Parked],
+    ) -> Result<Vec<Option<Entry>>, RedisError> {
+        match self {
+            Form::Stream(keys) => stream::fetch(client, keys, parked).await,
+            _ => Err(RedisError::Protocol {
+                command: "XRANGE",
+                detail: "only stream entries are parked".into(),
+            }),
         }
     }
 

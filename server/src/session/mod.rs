@@ -45,6 +45,8 @@ pub struct Settings {
     pub instance: String,
     pub default_consumer: String,
     pub max_commands_per_slot: usize,
+    /// Entries an ordered stream subscription may park past its waiting bound.
+    pub max_parked: u32,
     pub shutdown_grace: Duration,
     pub promote_interval: Duration,
     pub reclaim_interval: Duration,

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use super::{FlushId, Stop};
+use super::{FetchId, FlushId, Stop};
 use crate::window::{FlushBatch, OpenedRead};
 
 /// What the I/O task must do, in order.
 #[derive(Debug, PartialEq)]
-pub enum Action<E> {
+pub enum Action<E: super::Item> {
     /// Read up to `count` entries on the reader, blocking at most `block`. `reread`: go
     /// through this consumer's own pending entries first; `recover`: first recover entries of
     /// idle or dead consumers.
@@ -21,6 +21,13 @@ pub enum Action<E> {
     /// (no block: there is a backlog). It settles nothing and has no report for the client;
     /// answer with [`Engine::flushed`] for `flush`, the read as its read-ahead.
     ReadBehindFlushes { flush: FlushId, count: u32 },
+    /// Fetch these parked entries by id, in order, without counting a delivery; settle those
+    /// gone from the stream. Answer with [`Engine::fetched`]. Runs beside everything else:
+    /// the entries are this consumer's pending ones already.
+    Fetch {
+        fetch: FetchId,
+        parked: Vec<E::Parked>,
+    },
     /// Cut the reader's read under way short, as if its block had run out: it takes nothing
     /// and returns at once (a read that is not blocked, or has already taken entries, is not
     /// touched and returns them as usual).

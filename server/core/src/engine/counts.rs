@@ -28,12 +28,11 @@ pub(super) fn past_cap<E: Item>(entries: Vec<E>, max_deliveries: u32) -> (Vec<E>
 /// The ids this window holds (outstanding or settled and not yet flushed), flushes, or settled
 /// while a read was under way.
 pub(super) fn held_ids<'a, E: Item + 'a>(
-    held: impl Iterator<Item = &'a E>,
+    held: impl Iterator<Item = E::Id>,
     flushing: impl Iterator<Item = &'a Vec<E::Id>>,
     settled: impl Iterator<Item = &'a Vec<E::Id>>,
 ) -> HashSet<E::Id> {
-    held.map(Item::id)
-        .chain(flushing.flatten().cloned())
+    held.chain(flushing.flatten().cloned())
         .chain(settled.flatten().cloned())
         .collect()
 }
@@ -62,10 +61,11 @@ impl<E: Item> Engine<E> {
         self.backlog = !redelivery && entries.len() >= count as usize;
         let mut entries = entries;
         if redelivery && self.config.kind.rereads_by_id() {
-            let held = held_ids(
+            let held = held_ids::<E>(
                 self.window
                     .held_entries()
-                    .chain(self.lanes.waiting_entries()),
+                    .map(Item::id)
+                    .chain(self.lanes.waiting_ids()),
                 self.flushes.values().map(|f| &f.ids),
                 self.settled_during_reads.iter().map(|(_, ids)| ids),
             );

@@ -40,10 +40,14 @@ impl<E: Item> Engine<E> {
             // Entries waiting for their key have a bound of their own, the same size: a hot
             // key stops the reads once it fills it, not before, and never takes the room of
             // the deliveries out. Not while keys wait for a re-read, which only reads free:
-            // the bound may be passed by those reads.
-            let waiting = self.lanes.waiting();
-            let waiting_room = max.saturating_sub(waiting + reading);
-            if waiting > 0 && waiting_room < (self.config.count as usize).min(max) {
+            // the bound may be passed by those reads. Where entries past it are parked, the
+            // reads stop at the bound of parked ones instead.
+            let (waiting, bound) = match self.lanes.parking() {
+                Some(parking) => (self.lanes.parked(), parking.max_parked),
+                None => (self.lanes.waiting(), max),
+            };
+            let waiting_room = bound.saturating_sub(waiting + reading);
+            if waiting > 0 && waiting_room < (self.config.count as usize).min(bound) {
                 // A hot key frees its bound one entry at a time: a read per freed place would
                 // cost a round trip each for no more pace. Wait for a whole read's worth.
                 0
@@ -251,6 +255,16 @@ impl<E: Item> Engine<E> {
             if let Some(batch) = self.window.flush_settled(slot) {
                 self.flush(now, batch);
             }
+        }
+    }
+
+    /// Fetches parked entries back by id as their lanes run short.
+    pub(super) fn fetch_parked(&mut self, now: Instant) {
+        if self.phase != Phase::Open || !self.client_here {
+            return;
+        }
+        if let Some((fetch, parked)) = self.lanes.fetch(now) {
+            self.actions.push(Action::Fetch { fetch, parked });
         }
     }
 

@@ -31,6 +31,7 @@ use crate::window::{Command, CommandError, Limits, Outcome, SlotError, SlotId, W
 pub use action::Action;
 pub use counts::exhausted;
 use liveness::{Lease, Recovery};
+pub use ordering::FetchId;
 
 /// What the engine needs of an entry.
 pub trait Item: Clone {
@@ -45,6 +46,12 @@ pub trait Item: Clone {
     /// The entry as its next delivery sees it after a retry kept in place (whose flush counted
     /// that delivery in Redis): one delivery more.
     fn redelivered(&self) -> Self;
+    /// What an entry parked past the waiting bound keeps of itself (see
+    /// [`Config::max_parked`]): enough to fetch it by id, and to extend it or give it back.
+    type Parked: Clone + std::fmt::Debug + PartialEq;
+    fn park(&self) -> Self::Parked;
+    /// A parked entry as an entry without its body, to extend or give back: never delivered.
+    fn stub(parked: &Self::Parked) -> Self;
 }
 
 /// The subscription's form, as far as its decisions differ.
@@ -128,6 +135,11 @@ pub struct Config {
     /// On an ordered stream, how often entries waiting for their key are made idle again
     /// (other consumers reclaim entries idle past their `min_idle`).
     pub extend_waiting_every: Option<Duration>,
+    /// On an ordered stream, how many entries waiting for their key may be parked as ids past
+    /// the waiting bound (`max_in_flight` entries in memory), to be fetched by id when their
+    /// turn comes; reads stop once this many are parked. 0: none are, and reads stop at the
+    /// waiting bound.
+    pub max_parked: u32,
 }
 
 /// Identifies one flush handed out by [`Action::Flush`] or [`Action::DeadLetter`].
@@ -306,7 +318,13 @@ impl<E: Item> Engine<E> {
     /// A subscription that just opened (its lease taken, if it has one).
     pub fn new(config: Config, now: Instant) -> Self {
         let lease = config.lease_renewal.map(|every| Lease::new(every, now));
-        let lanes = ordering::Lanes::new(config.extend_waiting_every);
+        let parking = (config.ordered && config.kind == Kind::Stream && config.max_parked > 0)
+            .then_some(ordering::Parking {
+                bound: config.max_in_flight as usize,
+                batch: config.count as usize,
+                max_parked: config.max_parked as usize,
+            });
+        let lanes = ordering::Lanes::new(config.extend_waiting_every, parking);
         let recovery = config
             .kind
             .recovers()
@@ -358,6 +376,7 @@ impl<E: Item> Engine<E> {
             self.lease.as_ref().and_then(Lease::due),
             self.lanes.next_due(),
             self.lanes.extend_due(),
+            self.lanes.fetch_due(),
         ]
         .into_iter()
         .flatten()
@@ -372,7 +391,7 @@ impl<E: Item> Engine<E> {
             outstanding: self.window.outstanding(),
             kept_segments: self.window.kept_segments(),
             flushes: self.flushes.len(),
-            waiting_for_key: self.lanes.waiting(),
+            waiting_for_key: self.lanes.waiting() + self.lanes.parked(),
             draining: !matches!(self.phase, Phase::Open),
             closed: self.closed,
         }
@@ -543,6 +562,24 @@ impl<E: Item> Engine<E> {
         self.advance(now);
     }
 
+    /// A fetch of parked entries came back: each entry asked, in order, or `None` where it was
+    /// gone from the stream (and the fetch settled it); `Err`: try again later.
+    pub fn fetched(
+        &mut self,
+        now: Instant,
+        fetch: FetchId,
+        result: Result<Vec<Option<E>>, ReadError>,
+    ) {
+        match result {
+            Err(ReadError::Fatal(stop)) => {
+                self.lanes.fetched(fetch, None, now);
+                self.close(Some(stop));
+            }
+            result => self.lanes.fetched(fetch, result.ok(), now),
+        }
+        self.advance(now);
+    }
+
     /// A flush reported with an unknown outcome can no longer run.
     pub fn flush_settled(&mut self, now: Instant, flush: FlushId) {
         if self.flushes.get(&flush).is_some_and(|f| f.unknown) {
@@ -632,6 +669,7 @@ impl<E: Item> Engine<E> {
         {
             self.actions.push(Action::RenewLease);
         }
+        self.fetch_parked(now);
         self.release_waiting(now);
         self.maybe_read(now);
     }

@@ -8,6 +8,12 @@
 //! in place at the front of its lane (delivered again before any later entry of its key), not
 //! copied to the end of the stream. When a lane frees, its first entry is handed out, once
 //! due. Entries without a key take no lane.
+//!
+//! On a stream, entries that would wait past the waiting bound are parked instead: a lane
+//! keeps only what it needs to fetch them again by id ([`Item::Parked`]), after its waiting
+//! entries, and fetches the first of them back while it runs short. Redis keeps them pending
+//! meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry and the reads run
+//! on past it for the other keys.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -50,6 +56,10 @@ struct Lane<E: Item> {
     unsettled: Option<E::Id>,
     /// The slot of its delivery out.
     out_slot: Option<SlotId>,
+    /// Entries parked past the waiting bound, oldest first, all after those in `queue`; the
+    /// first `fetching` of them are being fetched (by one fetch at most).
+    parked: VecDeque<E::Parked>,
+    fetching: usize,
 }
 
 impl<E: Item> Lane<E> {
@@ -59,9 +69,34 @@ impl<E: Item> Lane<E> {
             queue: VecDeque::new(),
             unsettled: None,
             out_slot: None,
+            parked: VecDeque::new(),
+            fetching: 0,
         }
     }
+
+    /// Whether a later entry of its key waits, in memory or parked.
+    fn waits(&self) -> bool {
+        !self.queue.is_empty() || !self.parked.is_empty()
+    }
+
+    /// Whether the lane is needed still: something of its key is out, in flush or waiting.
+    fn holds(&self) -> bool {
+        self.busy != Busy::Free || self.waits()
+    }
 }
+
+/// Parking on an ordered stream: entries past `bound` waiting in memory are parked; a lane
+/// fetches `batch` at a time once fewer than `batch` of its entries wait in memory.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Parking {
+    pub(super) bound: usize,
+    pub(super) batch: usize,
+    /// The most entries parked at once: reads stop there.
+    pub(super) max_parked: usize,
+}
+
+/// A fetch of parked entries under way: how many it asked of each lane, in order.
+type Fetch = Vec<(Bytes, usize)>;
 
 /// Every lane of one subscription.
 #[derive(Debug)]
@@ -76,22 +111,48 @@ pub(super) struct Lanes<E: Item> {
     extend_every: Option<Duration>,
     /// When the waiting entries are next made idle again, while any wait.
     extend_at: Option<Instant>,
+    parking: Option<Parking>,
+    /// Entries parked, those being fetched among them.
+    parked: usize,
+    fetches: HashMap<FetchId, Fetch>,
+    next_fetch: FetchId,
+    /// Fetches that failed in a row, and when the next may go.
+    fetch_failures: u32,
+    fetch_at: Option<Instant>,
 }
 
+/// Identifies a fetch of parked entries handed out by [`super::Action::Fetch`].
+pub type FetchId = u64;
+
 impl<E: Item> Lanes<E> {
-    pub(super) fn new(extend_every: Option<Duration>) -> Self {
+    pub(super) fn new(extend_every: Option<Duration>, parking: Option<Parking>) -> Self {
         Self {
             lanes: HashMap::new(),
             by_flush: HashMap::new(),
             waiting: 0,
             extend_every,
             extend_at: None,
+            parking,
+            parked: 0,
+            fetches: HashMap::new(),
+            next_fetch: 1,
+            fetch_failures: 0,
+            fetch_at: None,
         }
     }
 
-    /// Entries waiting for their key.
+    /// Entries waiting for their key in memory.
     pub(super) fn waiting(&self) -> usize {
         self.waiting
+    }
+
+    /// Entries waiting for their key parked as ids.
+    pub(super) fn parked(&self) -> usize {
+        self.parked
+    }
+
+    pub(super) fn parking(&self) -> Option<Parking> {
+        self.parking
     }
 
     /// Whether a key waits for a re-read to come back (which takes reads, whatever waits).
@@ -101,11 +162,22 @@ impl<E: Item> Lanes<E> {
             .any(|lane| matches!(lane.busy, Busy::Reread(_)))
     }
 
-    /// The entries waiting, in no particular order.
-    pub(super) fn waiting_entries(&self) -> impl Iterator<Item = &E> {
-        self.lanes
-            .values()
-            .flat_map(|lane| lane.queue.iter().map(|w| &w.entry))
+    /// The ids of the entries waiting, parked or not, in no particular order.
+    pub(super) fn waiting_ids(&self) -> impl Iterator<Item = E::Id> + '_ {
+        self.lanes.values().flat_map(|lane| {
+            let parked = lane.parked.iter().map(|p| E::stub(p).id());
+            lane.queue.iter().map(|w| w.entry.id()).chain(parked)
+        })
+    }
+
+    /// The entries waiting, the parked ones as stubs, each key's in order.
+    fn waiting_entries(&self) -> Vec<E> {
+        let mut entries = Vec::with_capacity(self.waiting + self.parked);
+        for lane in self.lanes.values() {
+            entries.extend(lane.queue.iter().map(|w| w.entry.clone()));
+            entries.extend(lane.parked.iter().map(E::stub));
+        }
+        entries
     }
 
     /// Splits a read into the entries to hand out now and those that wait for their key, and
@@ -126,7 +198,7 @@ impl<E: Item> Lanes<E> {
                 continue;
             };
             let lane = self.lanes.entry(key).or_insert_with(Lane::new);
-            let free = lane.busy == Busy::Free && lane.queue.is_empty();
+            let free = lane.busy == Busy::Free && !lane.waits();
             let reread = matches!((lane.busy, walk), (Busy::Reread(failed), Some(walk)) if failed < walk)
                 && lane.unsettled.as_ref().is_none_or(|id| *id == entry.id());
             if free || reread {
@@ -134,20 +206,26 @@ impl<E: Item> Lanes<E> {
                 lane.unsettled = None;
                 out.push(entry);
             } else {
-                if lane.busy == Busy::Out && lane.queue.is_empty() {
+                if lane.busy == Busy::Out && !lane.waits() {
                     behind.extend(lane.out_slot);
                 }
-                lane.queue.push_back(Waiting {
-                    entry,
-                    seen: false,
-                    not_before: None,
-                });
-                self.waiting += 1;
+                let park = self
+                    .parking
+                    .is_some_and(|p| !lane.parked.is_empty() || self.waiting >= p.bound);
+                if park {
+                    lane.parked.push_back(entry.park());
+                    self.parked += 1;
+                } else {
+                    lane.queue.push_back(Waiting {
+                        entry,
+                        seen: false,
+                        not_before: None,
+                    });
+                    self.waiting += 1;
+                }
             }
         }
-        if self.waiting > 0 && self.extend_at.is_none() {
-            self.extend_at = self.extend_every.map(|every| now + every);
-        }
+        self.extend_soon(now);
         (out, behind)
     }
 
@@ -165,7 +243,7 @@ impl<E: Item> Lanes<E> {
         entry
             .ordering_key()
             .and_then(|k| self.lanes.get(&k))
-            .is_some_and(|lane| !lane.queue.is_empty())
+            .is_some_and(Lane::waits)
     }
 
     /// A flush settles these keys' deliveries: each stays busy until it is reported.
@@ -193,7 +271,7 @@ impl<E: Item> Lanes<E> {
             if let Some(lane) = self.lanes.get_mut(&key) {
                 lane.busy = if ok { Busy::Free } else { Busy::Reread(asked) };
                 lane.unsettled = (!ok).then_some(id);
-                if lane.busy == Busy::Free && lane.queue.is_empty() {
+                if !lane.holds() {
                     self.lanes.remove(&key);
                 }
             }
@@ -214,7 +292,12 @@ impl<E: Item> Lanes<E> {
             });
             self.waiting += 1;
         }
-        if self.waiting > 0 && self.extend_at.is_none() {
+        self.extend_soon(now);
+    }
+
+    /// Something waits: make sure its extension is planned.
+    fn extend_soon(&mut self, now: Instant) {
+        if self.waiting + self.parked > 0 && self.extend_at.is_none() {
             self.extend_at = self.extend_every.map(|every| now + every);
         }
     }
@@ -227,7 +310,7 @@ impl<E: Item> Lanes<E> {
                 lane.busy = Busy::Free;
                 lane.unsettled = None;
             }
-            lane.busy != Busy::Free || !lane.queue.is_empty()
+            lane.holds()
         });
     }
 
@@ -250,13 +333,98 @@ impl<E: Item> Lanes<E> {
                 out.push((next.entry, next.seen));
                 lane.busy = Busy::Out;
             }
-            lane.busy != Busy::Free || !lane.queue.is_empty()
+            lane.holds()
         });
         self.waiting -= out.len();
-        if self.waiting == 0 {
+        if self.waiting + self.parked == 0 {
             self.extend_at = None;
         }
         out
+    }
+
+    /// The parked entries to fetch now, if any: the next of each lane running short of entries
+    /// in memory, while the waiting bound has room for them. Returns the fetch and its
+    /// entries, lane by lane, each lane's in order.
+    pub(super) fn fetch(&mut self, now: Instant) -> Option<(FetchId, Vec<E::Parked>)> {
+        let parking = self.parking?;
+        if self.parked == 0 || self.fetch_at.is_some_and(|at| at > now) {
+            return None;
+        }
+        self.fetch_at = None;
+        let fetching: usize = self.lanes.values().map(|lane| lane.fetching).sum();
+        let mut room = parking.bound.saturating_sub(self.waiting + fetching);
+        let mut asked = Vec::new();
+        let mut parked = Vec::new();
+        for (key, lane) in &mut self.lanes {
+            if room == 0 {
+                break;
+            }
+            // One fetch per lane at a time: its answer goes in front of what is parked after.
+            let short = lane.fetching == 0 && lane.queue.len() < parking.batch;
+            let n = lane.parked.len().min(parking.batch).min(room);
+            if !short || n == 0 {
+                continue;
+            }
+            parked.extend(lane.parked.range(..n).cloned());
+            lane.fetching = n;
+            room -= n;
+            asked.push((key.clone(), n));
+        }
+        if asked.is_empty() {
+            return None;
+        }
+        let fetch = self.next_fetch;
+        self.next_fetch += 1;
+        self.fetches.insert(fetch, asked);
+        Some((fetch, parked))
+    }
+
+    /// A fetch came back: for each entry asked, in order, the entry, or `None` where it is
+    /// gone from the stream (settled by the fetch). `None` for the whole: it failed, and the
+    /// lanes fetch again after a backoff.
+    pub(super) fn fetched(&mut self, fetch: FetchId, found: Option<Vec<Option<E>>>, now: Instant) {
+        let Some(asked) = self.fetches.remove(&fetch) else {
+            // Asked before the lanes were emptied (the subscription is closing): what it
+            // fetched was given back with them.
+            return;
+        };
+        let Some(found) = found else {
+            self.fetch_failures += 1;
+            self.fetch_at = Some(now + super::flow::backoff(self.fetch_failures));
+            for (key, _) in asked {
+                if let Some(lane) = self.lanes.get_mut(&key) {
+                    lane.fetching = 0;
+                }
+            }
+            return;
+        };
+        self.fetch_failures = 0;
+        let mut found = found.into_iter();
+        for (key, n) in asked {
+            let lane = self.lanes.get_mut(&key).expect("a lane fetching is kept");
+            lane.parked.drain(..n);
+            lane.fetching = 0;
+            self.parked -= n;
+            for entry in found.by_ref().take(n).flatten() {
+                lane.queue.push_back(Waiting {
+                    entry,
+                    seen: false,
+                    not_before: None,
+                });
+                self.waiting += 1;
+            }
+            if !lane.holds() {
+                self.lanes.remove(&key);
+            }
+        }
+        if self.waiting + self.parked == 0 {
+            self.extend_at = None;
+        }
+    }
+
+    /// When a failed fetch may be tried again, while entries stay parked.
+    pub(super) fn fetch_due(&self) -> Option<Instant> {
+        self.fetch_at.filter(|_| self.parked > 0)
     }
 
     /// When a waiting retry falls due, if one waits on a free lane.
@@ -280,20 +448,25 @@ impl<E: Item> Lanes<E> {
             return None;
         }
         self.extend_at = Some(now + every);
-        Some(self.waiting_entries().cloned().collect())
+        Some(self.waiting_entries())
     }
 
     /// Takes every waiting entry out of its lane, each key's in order (a retry kept in place
-    /// first), to be given back as if never read: a retry kept in place counted its next
-    /// delivery when its flush ran, and that delivery will not happen here. Lanes keep only
-    /// what is out, in flush or waiting for a re-read.
+    /// first, the parked ones last, as stubs), to be given back as if never read: a retry kept
+    /// in place counted its next delivery when its flush ran, and that delivery will not
+    /// happen here. Lanes keep only what is out, in flush or waiting for a re-read; fetches
+    /// under way are forgotten.
     pub(super) fn take_waiting(&mut self) -> Vec<E> {
-        let mut taken = Vec::with_capacity(self.waiting);
+        let taken = self.waiting_entries();
         self.lanes.retain(|_, lane| {
-            taken.extend(lane.queue.drain(..).map(|w| w.entry));
+            lane.queue.clear();
+            lane.parked.clear();
+            lane.fetching = 0;
             lane.busy != Busy::Free
         });
+        self.fetches.clear();
         self.waiting = 0;
+        self.parked = 0;
         self.extend_at = None;
         taken
     }

@@ -82,7 +82,7 @@ pub(super) async fn create_group(
 mod read;
 mod settle;
 
-pub(crate) use read::{StreamReader, extend, read_ahead, read_ahead_reply, uncount};
+pub(crate) use read::{StreamReader, extend, fetch, read_ahead, read_ahead_reply, uncount};
 
 #[cfg(test)]
 mod tests;

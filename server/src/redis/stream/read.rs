@@ -14,6 +14,7 @@ use crate::redis::flush::{Planned, Role};
 use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at, str_arg};
 
 use super::{StreamKeys, create_group, group_start};
+use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, StreamSource};
 
 /// The group's delivery count of each id in ARGV[2..] (0 when it is not pending), for the
@@ -27,6 +28,26 @@ for i = 2, #ARGV do
   counts[#counts + 1] = row and row[4] or 0
 end
 return counts
+"#,
+    )
+});
+
+/// Each id in ARGV[2..] of the stream KEYS[1], in order: the entry `[id, fields]`, or
+/// `[id, false]` where it is gone from the stream, then acknowledged for the group ARGV[1] (a
+/// pending entry deleted cannot be delivered). XRANGE counts no delivery.
+static FETCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local entries = {}
+for i = 2, #ARGV do
+  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+  if not entry then
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+    entry = {ARGV[i], false}
+  end
+  entries[#entries + 1] = entry
+end
+return entries
 "#,
     )
 });
@@ -181,6 +202,34 @@ pub(crate) async fn extend(
     args.push(str_arg("JUSTID"));
     call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
     Ok(())
+}
+
+/// Fetches entries parked by an ordered subscription by id, in one round trip, as they were
+/// when parked (their counts untouched): `None` where one is gone from the stream, which
+/// settles it.
+pub(crate) async fn fetch(
+    client: &Client,
+    keys: &StreamKeys,
+    parked: &[Parked],
+) -> Result<Vec<Option<Entry>>, RedisError> {
+    let mut args = vec![Value::Bytes(keys.group.clone())];
+    args.extend(parked.iter().map(|p| Value::Bytes(p.id())));
+    let reply: Value = FETCH
+        .evalsha_with_reload(client, vec![Key::from(keys.key.clone())], args)
+        .await
+        .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+    let mut deleted = Vec::new();
+    let mut entries = parse_entries("XRANGE", reply, &mut deleted)?
+        .into_iter()
+        .peekable();
+    Ok(parked
+        .iter()
+        .map(|p| {
+            let mut entry = entries.next_if(|e| e.id == p.id())?;
+            entry.delivery_count = p.delivery_count;
+            Some(entry)
+        })
+        .collect())
 }
 
 /// Reads one stream subscription on its dedicated connection.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::{Item, Subscription, observe};
-use crate::domain::ReadBatch;
+use crate::domain::{Entry, ReadBatch};
 use crate::engine::{self, Read, ReadError};
 use crate::metrics::{OutcomeLabels, ReasonLabels, RoundTripLabels};
 use crate::redis::RedisError;
@@ -28,6 +28,38 @@ impl Subscription {
             Ok(batch) => Ok(self.count_read(batch)),
             Err(err) => {
                 warn!(error = %err, "read failed");
+                Err(read_error(&err))
+            }
+        }
+    }
+
+    /// What a fetch of parked entries found, with its round trip counted, as the engine sees
+    /// it: the entries with their ordering keys.
+    pub(super) fn fetch_result(
+        &mut self,
+        found: Result<Vec<Option<Entry>>, RedisError>,
+    ) -> Result<Vec<Option<Item>>, ReadError> {
+        self.shared
+            .metrics
+            .round_trips
+            .get_or_create(&RoundTripLabels {
+                form: self.form_labels.form,
+                kind: "fetch",
+            })
+            .inc();
+        let ordering = self.request.ordering_key.as_ref();
+        match found {
+            Ok(found) => Ok(found
+                .into_iter()
+                .map(|entry| {
+                    entry.map(|mut entry| {
+                        entry.ordering_key = ordering.and_then(|key| key.of(&entry));
+                        Arc::new(entry)
+                    })
+                })
+                .collect()),
+            Err(err) => {
+                warn!(error = %err, "fetching entries parked for their ordering key failed; trying again");
                 Err(read_error(&err))
             }
         }

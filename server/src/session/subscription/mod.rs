@@ -26,7 +26,7 @@ use super::{
     SessionError, Shared,
 };
 use crate::domain::{Entry, ReadBatch, Source};
-use crate::engine::{Action, Engine, FlushId, LeaseRenewal, Stop};
+use crate::engine::{Action, Engine, FetchId, FlushId, LeaseRenewal, Stop};
 use crate::metrics::{FormLabels, SubscriptionLabels};
 use crate::redis::RedisError;
 use crate::redis::form::{Form, ReadInterrupter};
@@ -35,6 +35,9 @@ use crate::redis::lease::ConsumerLease;
 use crate::window::{ReadId, SlotId};
 
 type Item = Arc<Entry>;
+
+/// What a fetch of parked entries found.
+type Fetched = (FetchId, Result<Vec<Option<Entry>>, RedisError>);
 
 /// One open subscription.
 pub(super) struct Subscription {
@@ -53,6 +56,9 @@ pub(super) struct Subscription {
     interrupter: Option<ReadInterrupter>,
     flush_tx: mpsc::UnboundedSender<FlushJob>,
     flush_rx: mpsc::UnboundedReceiver<Flushed>,
+    /// Fetches of parked entries answer here.
+    fetch_tx: mpsc::UnboundedSender<Fetched>,
+    fetch_rx: mpsc::UnboundedReceiver<Fetched>,
     lease: Option<ConsumerLease>,
     lease_tx: mpsc::UnboundedSender<LeaseRenewal>,
     lease_rx: mpsc::UnboundedReceiver<LeaseRenewal>,
@@ -126,6 +132,11 @@ impl Subscription {
                 // Cancel-safe: mpsc receive.
                 Some(flushed) = self.flush_rx.recv() => self.flushed(flushed),
                 // Cancel-safe: mpsc receive.
+                Some((fetch, found)) = self.fetch_rx.recv() => {
+                    let found = self.fetch_result(found);
+                    self.engine.fetched(now(), fetch, found);
+                }
+                // Cancel-safe: mpsc receive.
                 Some(renewal) = self.lease_rx.recv() => self.engine.lease_renewed(now(), renewal),
                 () = self.shared.shutdown.cancelled(), if !self.view.draining => {
                     info!(outstanding = self.engine.view().outstanding, grace = ?self.shared.settings.shutdown_grace, "shutdown: waiting for outstanding outcomes");
@@ -175,6 +186,18 @@ impl Subscription {
                 }
             }
             Action::ReadBehindFlushes { flush, count } => self.read_behind_flushes(flush, count),
+            Action::Fetch { fetch, parked } => {
+                let (form, client) = (self.form.clone(), self.shared.redis.pool().clone());
+                let answer = self.fetch_tx.clone();
+                // Beside everything else: the entries are this consumer's pending ones.
+                tokio::spawn(
+                    async move {
+                        let found = form.fetch(&client, &parked).await;
+                        let _ = answer.send((fetch, found));
+                    }
+                    .in_current_span(),
+                );
+            }
             Action::InterruptRead => {
                 if let Some(interrupter) = self.interrupter.clone() {
                     // On its own task: the backchannel may need a connection first, and the

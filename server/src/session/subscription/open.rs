@@ -198,8 +198,10 @@ impl Subscription {
                 }
                 _ => None,
             },
+            max_parked: settings.max_parked,
         };
         let (lease_tx, lease_rx) = mpsc::unbounded_channel();
+        let (fetch_tx, fetch_rx) = mpsc::unbounded_channel();
         let opened = Opened {
             subscription_id: id,
             source: source.clone(),
@@ -215,6 +217,8 @@ impl Subscription {
             interrupter,
             flush_tx,
             flush_rx,
+            fetch_tx,
+            fetch_rx,
             lease,
             lease_tx,
             lease_rx,

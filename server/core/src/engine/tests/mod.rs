@@ -512,13 +512,15 @@ fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
 }
 
 /// A hot key frees the bound of waiting entries one place at a time; reads wait until a whole
-/// COUNT fits rather than asking for one entry per place freed.
+/// COUNT fits rather than asking for one entry per place freed (here with nothing parked past
+/// the bound: a reliable list's, or a stream's with `max_parked` 0).
 #[test]
 fn behind_a_hot_key_a_read_waits_for_a_whole_count_of_room() {
     let start = Instant::now();
     let config = Config {
         count: 2,
         max_in_flight: 4,
+        max_parked: 0,
         ..model::ordered_config(Kind::Stream)
     };
     let mut engine = Engine::new(config, start);
@@ -670,4 +672,131 @@ fn a_retried_keyed_entry_comes_back_first_in_its_place() {
             key: Some(1)
         }]
     );
+}
+
+/// Past the bound of entries waiting in memory, a hot key's entries are parked by id and the
+/// reads go on for the other keys. Each parked entry is fetched back by id as its lane runs
+/// short, in order: a failed fetch is tried again after a backoff, and an entry gone from the
+/// stream is skipped.
+#[test]
+fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
+    let mut now = Instant::now();
+    let config = Config {
+        count: 2,
+        max_in_flight: 4,
+        max_parked: 100,
+        read_ahead: false,
+        ..model::ordered_config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, now);
+    engine.take_actions();
+    // Ten reads, each of a hot entry (key 0, odd ids) and one of another key (even ids),
+    // which the client acks at once; the hot key's first delivery stays out meanwhile.
+    let mut hot_out = None;
+    for n in 0..10u64 {
+        let read = vec![keyed(2 * n + 1, 0), keyed(2 * n + 2, (n + 1) as u8)];
+        engine.read_returned(now, Ok(Read::new(read)));
+        let actions = engine.take_actions();
+        assert!(
+            actions.iter().any(|a| matches!(a, Action::Read { .. })),
+            "read {n}: the next read goes on"
+        );
+        let Some(Action::Deliver { read, entries, .. }) =
+            actions.iter().find(|a| matches!(a, Action::Deliver { .. }))
+        else {
+            panic!("read {n} delivered nothing: {actions:?}");
+        };
+        let mut other = None;
+        for (i, e) in entries.iter().enumerate() {
+            let slot = read.first_slot + i as u64;
+            if e.key == Some(0) {
+                hot_out = Some(slot);
+            } else {
+                other = Some(slot);
+            }
+        }
+        engine.apply(
+            now,
+            Vec::new(),
+            vec![settle(other.expect("the other key's"), Outcome::Ack)],
+            |_, _| None,
+        );
+        // The first read's flushes once the hot key's first delivery is settled too.
+        if let Some(&(flush, _)) = flushes(&engine.take_actions()).first() {
+            engine.flushed(now, flush, FlushStatus::Ok, None);
+            engine.take_actions();
+        }
+    }
+    assert_eq!(engine.lanes.waiting(), 4, "3, 5, 7 and 9 wait in memory");
+    assert_eq!(engine.lanes.parked(), 5, "11 to 19 are parked");
+    assert_eq!(engine.view().waiting_for_key, 9);
+
+    // The client acks each hot delivery as it comes; entry 13 is gone from the stream.
+    let mut hot = vec![1];
+    let (mut out, mut flushing, mut fetching) = (hot_out, Vec::new(), None);
+    let (mut failed, mut fetched) = (false, Vec::new());
+    let mut actions: Vec<Action<E>> = Vec::new();
+    for _ in 0..200 {
+        for action in std::mem::take(&mut actions) {
+            match action {
+                Action::Deliver { read, entries, .. } => {
+                    for (i, e) in entries.iter().enumerate() {
+                        assert_eq!(e.key, Some(0));
+                        assert!(out.is_none(), "two of the hot key's out at once");
+                        hot.push(e.id);
+                        out = Some(read.first_slot + i as u64);
+                    }
+                }
+                Action::Flush { flush, .. } => flushing.push(flush),
+                Action::Fetch { fetch, parked } => {
+                    assert!(fetching.is_none(), "one fetch at a time for one lane");
+                    fetching = Some((fetch, parked));
+                }
+                _ => {}
+            }
+        }
+        if let Some(flush) = flushing.pop() {
+            engine.flushed(now, flush, FlushStatus::Ok, None);
+        } else if let Some(slot) = out.take() {
+            engine.apply(now, Vec::new(), vec![settle(slot, Outcome::Ack)], |_, _| {
+                None
+            });
+        } else if let Some((fetch, parked)) = fetching.take() {
+            if !failed {
+                failed = true;
+                engine.fetched(now, fetch, Err(ReadError::Retry { unknown: false }));
+                let again = engine.take_actions();
+                assert!(
+                    !again.iter().any(|a| matches!(a, Action::Fetch { .. })),
+                    "a failed fetch goes again after a backoff, not at once"
+                );
+                now += Duration::from_secs(1);
+                engine.tick(now);
+            } else {
+                fetched.extend(parked.iter().map(|&(id, _)| id));
+                let found = parked
+                    .iter()
+                    .map(|&(id, count)| {
+                        (id != 13).then_some(E {
+                            id,
+                            count,
+                            key: Some(0),
+                        })
+                    })
+                    .collect();
+                engine.fetched(now, fetch, Ok(found));
+            }
+        } else {
+            break;
+        }
+        actions = engine.take_actions();
+    }
+    assert!(failed);
+    assert_eq!(
+        fetched,
+        vec![11, 13, 15, 17, 19],
+        "fetched once each, in order"
+    );
+    assert_eq!(hot, vec![1, 3, 5, 7, 9, 11, 15, 17, 19]);
+    assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (0, 0));
 }

@@ -22,6 +22,18 @@ pub(super) struct E {
 
 impl Item for E {
     type Id = u64;
+    /// Its id and count.
+    type Parked = (u64, u32);
+    fn park(&self) -> (u64, u32) {
+        (self.id, self.count)
+    }
+    fn stub(&(id, count): &(u64, u32)) -> Self {
+        E {
+            id,
+            count,
+            key: None,
+        }
+    }
     fn id(&self) -> u64 {
         self.id
     }
@@ -47,6 +59,8 @@ pub(super) const EXTEND_EVERY: Duration = Duration::from_millis(200);
 /// Ordering keys on an ordered subscription: few, so that they collide.
 const KEYS: u64 = 3;
 const EXTEND_WAITING_EVERY: Duration = Duration::from_millis(500);
+/// Entries parked past the waiting bound on an ordered stream: few, so that reads stop there.
+const MAX_PARKED: u32 = 6;
 
 /// An original entry's ordering key on an ordered subscription: one in seven has none.
 fn key_of(id: u64) -> Option<u8> {
@@ -57,6 +71,7 @@ pub(super) fn ordered_config(kind: Kind) -> Config {
     Config {
         ordered: true,
         extend_waiting_every: (kind == Kind::Stream).then_some(EXTEND_WAITING_EVERY),
+        max_parked: MAX_PARKED,
         ..config(kind)
     }
 }
@@ -79,6 +94,7 @@ pub(super) fn config(kind: Kind) -> Config {
         extend_every: EXTEND_EVERY,
         ordered: false,
         extend_waiting_every: None,
+        max_parked: 0,
     }
 }
 
@@ -128,6 +144,8 @@ pub(super) struct World {
     reader: Option<(u32, bool)>,
     reader_answer: Option<Result<Read<E>, ReadError>>,
     flusher: VecDeque<FlushOp>,
+    /// Fetches of parked entries under way, by id with the entries asked (id and count).
+    fetcher: VecDeque<(FetchId, Vec<(u64, u32)>)>,
     /// Flushes whose reply was lost, which may still run.
     stale: Vec<Stale>,
     /// Stale flushes that can no longer run, to be said so once reported.
@@ -198,6 +216,7 @@ impl World {
             reader: None,
             reader_answer: None,
             flusher: VecDeque::new(),
+            fetcher: VecDeque::new(),
             stale: Vec::new(),
             settle_after_report: Vec::new(),
             lease_asked: false,
@@ -263,6 +282,23 @@ impl World {
                         read_ahead: Some(count),
                         ran: None,
                     });
+                }
+                Action::Fetch { fetch, parked } => {
+                    assert!(
+                        self.ordered && self.kind == Kind::Stream,
+                        "a fetch unordered or off a stream"
+                    );
+                    for &(id, _) in &parked {
+                        assert!(
+                            self.pending.contains(&id),
+                            "fetched entry {id} is not pending"
+                        );
+                        assert!(
+                            !self.holding.values().any(|h| h.id == id),
+                            "fetched entry {id} is out"
+                        );
+                    }
+                    self.fetcher.push_back((fetch, parked));
                 }
                 Action::Deliver { read, entries, .. } => {
                     assert!(!self.ended, "a delivery after the stream ended");
@@ -677,6 +713,30 @@ impl World {
         }
     }
 
+    /// Answers the oldest fetch of parked entries: with the entries (XRANGE counts no
+    /// delivery), or failed.
+    pub(super) fn answer_fetch(&mut self, ok: bool) {
+        let Some((fetch, parked)) = self.fetcher.pop_front() else {
+            return;
+        };
+        let result = if ok {
+            Ok(parked
+                .into_iter()
+                .map(|(id, count)| {
+                    Some(E {
+                        id,
+                        count,
+                        key: self.keys[&id],
+                    })
+                })
+                .collect())
+        } else {
+            Err(ReadError::Retry { unknown: false })
+        };
+        self.engine.fetched(self.now, fetch, result);
+        self.collect();
+    }
+
     pub(super) fn answer_flush(&mut self) {
         let Some(op) = self.flusher.front() else {
             return;
@@ -702,7 +762,7 @@ impl World {
     }
 
     pub(super) fn step(&mut self, choice: u8, pick: u8) {
-        match choice % 13 {
+        match choice % 14 {
             0 => self.run_read(false),
             1 => self.run_read(pick.is_multiple_of(8)),
             2 => {
@@ -732,6 +792,7 @@ impl World {
                 self.collect();
             }
             12 => self.client_extends(pick),
+            13 => self.answer_fetch(!pick.is_multiple_of(4)),
             11 if pick.is_multiple_of(16) => {
                 self.client_done = true;
                 if pick.is_multiple_of(32) {

@@ -84,6 +84,7 @@ impl World {
             }
             self.run_flush(0);
             self.answer_flush();
+            self.answer_fetch(true);
             self.client_acks_all();
             if self.lease_asked {
                 self.lease_asked = false;
@@ -118,6 +119,7 @@ impl World {
             }
             self.run_flush(0);
             self.answer_flush();
+            self.answer_fetch(true);
             self.settle_stale(false);
             if self.lease_asked {
                 self.lease_asked = false;
