@@ -245,6 +245,7 @@ so extraArgs can override any of them (clap refuses a flag given twice).
 {{- $flags = append $flags (list "--max-count" ($s.maxCount | int64 | toString)) }}
 {{- $flags = append $flags (list "--max-in-flight" ($s.maxInFlight | int64 | toString)) }}
 {{- $flags = append $flags (list "--max-commands-per-slot" ($s.maxCommandsPerSlot | int64 | toString)) }}
+{{- $flags = append $flags (list "--max-parked" ($s.maxParked | int64 | toString)) }}
 {{- /* Policy, replication and keepalive: only what differs from the sidecar's defaults. */}}
 {{- $allowKeys := join "," $p.allowKeys }}
 {{- if ne $allowKeys "*" }}
