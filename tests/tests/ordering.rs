@@ -200,6 +200,13 @@ async fn ordering_keys_where_they_cannot_hold_are_refused_at_the_open() {
     sidecar.stop().await;
 }
 
+/// A sidecar on `redis` whose metrics port (and admin view) is the address returned.
+async fn with_metrics(redis: &RedisServer) -> (Sidecar, std::net::SocketAddr) {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    (sidecar, metrics.parse().unwrap())
+}
+
 /// Done when: a slow key does not hold back a key read beside it. Key a's second entry waits
 /// for its first, which shares a read with key s's slow one: acked, the first is flushed on
 /// its own (a report of its own for the same read), and the second is delivered while the
@@ -208,9 +215,7 @@ async fn ordering_keys_where_they_cannot_hold_are_refused_at_the_open() {
 async fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
     let redis = RedisServer::start();
     let inspect: Client = redis.client().await;
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
-    let metrics: std::net::SocketAddr = metrics.parse().unwrap();
+    let (sidecar, metrics) = with_metrics(&redis).await;
     let mut client = sidecar.client().await;
     let entries = [("a", 0), ("s", 1), ("a", 2)]
         .map(|(k, n)| vec![("k", k.to_string()), ("n", n.to_string())])
@@ -394,9 +399,7 @@ async fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_other_keys
     const N: usize = 42; // n even: key h; n odd: a key of its own.
     let redis = RedisServer::start();
     let inspect: Client = redis.client().await;
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
-    let metrics: std::net::SocketAddr = metrics.parse().unwrap();
+    let (sidecar, metrics) = with_metrics(&redis).await;
     let mut client = sidecar.client().await;
     let entries = (0..N)
         .map(|n| {
