@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use fred::prelude::ClientLike;
+
 use tokio::time::Instant;
 use window_sidecar::proto::OutcomeKind::Ack;
 use window_sidecar::proto::{self, RejectionReason, subscribe_response::Kind};
@@ -162,5 +164,50 @@ async fn extending_on_a_reliable_list_renews_the_consumers_lease_at_once() {
         .await
         .unwrap();
     assert_eq!(held, 0);
+    sidecar.stop().await;
+}
+
+/// The consumer an entry is pending on, per `XPENDING`.
+async fn owner(client: &fred::prelude::Client, id: &str) -> String {
+    let reply: fred::types::Value = client
+        .custom(fred::cmd!("XPENDING"), vec!["orders", "g", id, id, "1"])
+        .await
+        .unwrap();
+    let fred::types::Value::Array(rows) = reply else {
+        panic!("XPENDING: {reply:?}")
+    };
+    let fred::types::Value::Array(row) = &rows[0] else {
+        panic!("XPENDING row: {rows:?}")
+    };
+    row[1].as_string().unwrap()
+}
+
+/// An extension that comes after another consumer reclaimed the entry (A's handler outlived
+/// `min_idle` without extending) leaves it with that consumer: taking it back from under them
+/// would leave both working on it.
+#[tokio::test]
+async fn a_late_extension_does_not_take_the_entry_back_from_its_new_consumer() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(1)).await;
+    let (mut a, _) = Subscription::open(&mut client, with_min_idle("a", 1, 60))
+        .await
+        .unwrap();
+    let held = a.read().await.deliveries[0].clone();
+    // Another consumer's reclaim, as XAUTOCLAIM would do once A's entry was idle enough.
+    let _: fred::types::Value = inspect
+        .custom(
+            fred::cmd!("XCLAIM"),
+            vec!["orders", "g", "b", "0", held.entry_id.as_str()],
+        )
+        .await
+        .unwrap();
+    a.send_kind(extend(vec![held.slot])).await;
+    // The extension goes out at once; give it time to have run.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(owner(&inspect, &held.entry_id).await, "b");
+    a.close();
     sidecar.stop().await;
 }

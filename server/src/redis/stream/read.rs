@@ -32,20 +32,24 @@ return counts
     )
 });
 
-/// Each id in ARGV[2..] of the stream KEYS[1], in order: the entry `[id, fields]`, or
-/// `[id, false]` where it is gone from the stream, then acknowledged for the group ARGV[1] (a
-/// pending entry deleted cannot be delivered). XRANGE counts no delivery.
+/// Each id in ARGV[3..] of the stream KEYS[1], in order: the entry `[id, fields]` while it is
+/// pending on consumer ARGV[2] of group ARGV[1], else `[id, false]`: another consumer claimed
+/// it (theirs now), or it is gone from the stream (acknowledged then: a pending entry deleted
+/// cannot be delivered). XRANGE counts no delivery.
 static FETCH: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r#"
 local entries = {}
-for i = 2, #ARGV do
-  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
-  if not entry then
-    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
-    entry = {ARGV[i], false}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local entry = false
+  if redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1] then
+    entry = redis.call('XRANGE', KEYS[1], id, id)[1]
+    if not entry then
+      redis.call('XACK', KEYS[1], ARGV[1], id)
+    end
   end
-  entries[#entries + 1] = entry
+  entries[#entries + 1] = entry or {id, false}
 end
 return entries
 "#,
@@ -148,71 +152,104 @@ pub(super) fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
         .collect()
 }
 
+/// Claims to consumer ARGV[2] of group ARGV[1] on the stream KEYS[1] each id of the pairs
+/// `id, retry count` in ARGV[3..] (`-`: the count untouched), idle from now, but only those
+/// still pending on that consumer: an entry another consumer claimed meanwhile is theirs, and
+/// a bare `XCLAIM … 0` would take it back from under them. Returns how many it claimed.
+static CLAIM_OWN: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local claimed = 0
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  if redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1] then
+    if ARGV[i + 1] == '-' then
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
+    else
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', ARGV[i + 1], 'JUSTID')
+    end
+    claimed = claimed + 1
+  end
+end
+return claimed
+"#,
+    )
+});
+
+/// Ids a [`CLAIM_OWN`] call takes at most: one script call holds Redis for all of them.
+const CLAIM_BATCH: usize = 1024;
+
+/// Claims these ids back to this consumer with their retry counts (see [`CLAIM_OWN`]).
+async fn claim_own(
+    client: &Client,
+    keys: &StreamKeys,
+    ids: Vec<(Bytes, Option<u32>)>,
+) -> Result<(), RedisError> {
+    for batch in ids.chunks(CLAIM_BATCH) {
+        let mut args = vec![
+            Value::Bytes(keys.group.clone()),
+            Value::Bytes(keys.consumer.clone()),
+        ];
+        for (id, retry_count) in batch {
+            args.push(Value::Bytes(id.clone()));
+            args.push(match retry_count {
+                Some(n) => Value::Integer((*n).into()),
+                None => str_arg("-"),
+            });
+        }
+        let _: Value = CLAIM_OWN
+            .evalsha_with_reload(client, vec![Key::from(keys.key.clone())], args)
+            .await
+            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+    }
+    Ok(())
+}
+
 /// Takes back the delivery a read made of entries nobody got: each stays pending on this
 /// consumer with its count one lower (`XCLAIM … RETRYCOUNT n JUSTID`), so its next delivery
-/// counts as if that read had not happened. An entry settled meanwhile is left alone (XCLAIM
-/// without FORCE claims only pending entries).
+/// counts as if that read had not happened. An entry settled meanwhile, or claimed by another
+/// consumer, is left alone.
 pub(crate) async fn uncount(
     client: &Client,
     keys: &StreamKeys,
     entries: &[&Entry],
 ) -> Result<(), RedisError> {
-    let mut by_count: std::collections::BTreeMap<u32, Vec<Value>> = Default::default();
-    for entry in entries {
-        let pel = entry
-            .delivery_count
-            .saturating_sub(entry.earlier_attempts());
-        by_count
-            .entry(pel.saturating_sub(1))
-            .or_default()
-            .push(Value::Bytes(entry.id.clone()));
-    }
-    for (retry_count, ids) in by_count {
-        let mut args = vec![
-            arg(&keys.key),
-            arg(&keys.group),
-            arg(&keys.consumer),
-            Value::Integer(0),
-        ];
-        args.extend(ids);
-        args.extend([
-            str_arg("RETRYCOUNT"),
-            Value::Integer(retry_count.into()),
-            str_arg("JUSTID"),
-        ]);
-        call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
-    }
-    Ok(())
+    let ids = entries
+        .iter()
+        .map(|entry| {
+            let pel = entry
+                .delivery_count
+                .saturating_sub(entry.earlier_attempts());
+            (entry.id.clone(), Some(pel.saturating_sub(1)))
+        })
+        .collect();
+    claim_own(client, keys, ids).await
 }
 
 /// Makes pending entries of this consumer idle again, without a delivery counted (`JUSTID`):
-/// another consumer's `XAUTOCLAIM` waits a whole `min_idle` from now. One `XCLAIM`.
+/// another consumer's `XAUTOCLAIM` waits a whole `min_idle` from now. An entry another
+/// consumer claimed meanwhile stays theirs.
 pub(crate) async fn extend(
     client: &Client,
     keys: &StreamKeys,
     entries: &[&Entry],
 ) -> Result<(), RedisError> {
-    let mut args = vec![
-        arg(&keys.key),
-        arg(&keys.group),
-        arg(&keys.consumer),
-        Value::Integer(0),
-    ];
-    args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
-    args.push(str_arg("JUSTID"));
-    call_at(client, "XCLAIM", args, false, Some(keys.slot)).await?;
-    Ok(())
+    let ids = entries.iter().map(|e| (e.id.clone(), None)).collect();
+    claim_own(client, keys, ids).await
 }
 
 /// Fetches entries parked by an ordered subscription by id, in one round trip, as they were
-/// when parked (their counts untouched): `None` where one is gone from the stream, which
-/// settles it.
+/// when parked (their counts untouched): `None` where one is no longer this consumer's (gone
+/// from the stream, which settles it, or claimed by another consumer).
 pub(crate) async fn fetch(
     client: &Client,
     keys: &StreamKeys,
     parked: &[Parked],
 ) -> Result<Vec<Option<Entry>>, RedisError> {
-    let mut args = vec![Value::Bytes(keys.group.clone())];
+    let mut args = vec![
+        Value::Bytes(keys.group.clone()),
+        Value::Bytes(keys.consumer.clone()),
+    ];
     args.extend(parked.iter().map(|p| Value::Bytes(p.id())));
     let reply: Value = FETCH
         .evalsha_with_reload(client, vec![Key::from(keys.key.clone())], args)
