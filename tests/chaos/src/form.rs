@@ -153,6 +153,12 @@ impl Form {
             open.ordering_key = Some(proto::OrderingKey {
                 source: Some(source),
             });
+            if self == Form::Stream {
+                // A window of one read: a key's entries soon pass the bound of those waiting
+                // in memory, so parking them and fetching them back by id runs through the
+                // faults too.
+                open.max_in_flight = 8;
+            }
         }
         open
     }

@@ -252,6 +252,28 @@ impl Sidecars {
         all
     }
 
+    /// Fetches of entries parked for their ordering key, summed over the sidecars that answer
+    /// (each counts since it last started): that the campaign ran through parking at all.
+    async fn parked_fetches(&self) -> u64 {
+        const SERIES: &str =
+            "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"fetch\"} ";
+        let mut fetches = 0;
+        for port in &self.admin_ports {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(2),
+                try_http_get(format!("127.0.0.1:{port}"), "/metrics"),
+            )
+            .await;
+            if let Ok(Ok((200, body))) = answer {
+                fetches += body
+                    .lines()
+                    .filter_map(|line| line.strip_prefix(SERIES)?.trim().parse::<f64>().ok())
+                    .sum::<f64>() as u64;
+            }
+        }
+        fetches
+    }
+
     /// Takes sidecar `i` out (SIGKILL, or SIGTERM and its drain), then starts it again.
     fn bounce(&self, i: usize, graceful: bool, down_for: Duration) {
         let taken = self.running.lock()[i].take();
@@ -1056,6 +1078,8 @@ struct Ended {
     quiesce: Quiesce,
     at_quiet: Vec<Option<Vec<SubscriptionState>>>,
     after_stop: Vec<Option<Vec<SubscriptionState>>>,
+    /// Fetches of parked entries the sidecars up at the quiesce made.
+    parked_fetches: u64,
     /// Dropped (with the sidecars it holds) once the run is reported.
     campaign: Campaign,
 }
@@ -1174,6 +1198,7 @@ impl Campaign {
         self.shared.settle.store(true, Ordering::Relaxed);
         let quiesce = quiesce(form, admin, sidecars).await;
         let at_quiet = sidecars.subscriptions().await;
+        let parked_fetches = sidecars.parked_fetches().await;
         // The audit group reads the rest while the workers' subscriptions are still open: the
         // trim runs beside them.
         let mut retained_after_settling = None;
@@ -1203,6 +1228,7 @@ impl Campaign {
             quiesce,
             at_quiet,
             after_stop,
+            parked_fetches,
             campaign: self,
         }
     }
@@ -1277,6 +1303,12 @@ fn report(
         println!(
             "   per-key order checked on {} ordered subscription streams, {} deliveries",
             figures.ordered_streams, figures.ordered_deliveries
+        );
+    }
+    if ended.parked_fetches > 0 {
+        println!(
+            "   fetches of entries parked for their ordering key (sidecars up at the quiesce): {}",
+            ended.parked_fetches
         );
     }
     println!("   faults {:?}", figures.faults);
