@@ -85,9 +85,19 @@ impl<E: Item> Engine<E> {
                 self.lanes.reread_done(self.reread_asked);
             }
             let walk = walk.filter(|_| redelivery).map(|_| self.reread_asked);
-            let (alive, behind) = self.lanes.admit(alive, walk, now);
-            self.flush_early(now, behind);
-            alive
+            // A re-read asks no more than its room; a fresh read may have asked more.
+            let room = if redelivery {
+                usize::MAX
+            } else {
+                (self.config.max_in_flight as usize).saturating_sub(self.window.held())
+            };
+            let read = alive.len();
+            let admitted = self.lanes.admit(alive, walk, room, now);
+            if !redelivery && self.backlog {
+                self.size_reads(read, admitted.free);
+            }
+            self.flush_early(now, admitted.behind);
+            admitted.out
         } else {
             alive
         };

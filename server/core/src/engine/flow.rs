@@ -31,9 +31,15 @@ impl<E: Item> Engine<E> {
             .saturating_sub(self.config.count as usize);
         // Every delivery of a read not yet flushed is in flight, settled or not: what a crash
         // can lose on a simple list, and what the window holds in memory. Reads under way
-        // count with their COUNT: what they bring fits.
-        let reading = self.reader.map_or(0, |r| r.count as usize)
-            + self.ahead.values().map(|&c| c as usize).sum::<usize>();
+        // count with their COUNT: what they hand out fits (a read that asks for more hands
+        // out no more than the room it finds, the rest waits).
+        let most = self.config.count;
+        let reading = self.reader.map_or(0, |r| r.count.min(most) as usize)
+            + self
+                .ahead
+                .values()
+                .map(|&c| c.min(most) as usize)
+                .sum::<usize>();
         let max = self.config.max_in_flight as usize;
         let room = max.saturating_sub(self.window.held() + waiting + reading);
         if self.config.ordered && !self.lanes.rereading() {
@@ -105,6 +111,11 @@ impl<E: Item> Engine<E> {
             None => (false, self.config.block),
         };
         let count = room.min(self.config.count as usize) as u32;
+        let count = if reread || recover {
+            count
+        } else {
+            count + self.read_extra
+        };
         if self.config.ordered && self.reads_behind_flushes() && !reread && !recover {
             // The next flushes may then carry the reads after it: all of them run in order on
             // the flusher, so their entries come in the order Redis handed them out. A read
@@ -161,9 +172,23 @@ impl<E: Item> Engine<E> {
             // could pass them, so it never runs beside them.
             return None;
         }
-        let count = room.min(self.config.count as usize) as u32;
+        let count = room.min(self.config.count as usize) as u32 + self.read_extra;
         self.ahead.insert(flush, count);
         Some(count)
+    }
+
+    /// Sizes the next reads of new entries after a full one of `read` entries of which `free`
+    /// were free to go: on an ordered stream that parks, a hot key's entries take their share
+    /// of every read and are parked, so a read of COUNT would hand out only the other keys'
+    /// share. The next reads ask for enough that about COUNT go out, at most twice COUNT. What
+    /// goes out stays within the room the window has (see [`super::ordering::Lanes::admit`]).
+    pub(super) fn size_reads(&mut self, read: usize, free: usize) {
+        if self.lanes.parking().is_none() || read == 0 {
+            return;
+        }
+        let count = self.config.count as usize;
+        let wanted = (count * read).div_ceil(free.max(1)).clamp(count, 2 * count);
+        self.read_extra = (wanted - count) as u32;
     }
 
     /// A read's batch is complete: flush it, with a read-ahead when one is due.

@@ -276,6 +276,9 @@ pub struct Engine<E: Item> {
     ahead: BTreeMap<FlushId, u32>,
     /// The last read of new entries came back full: more are waiting.
     backlog: bool,
+    /// How many more entries than COUNT a read of new entries asks for, to make up for those
+    /// its busy keys will hold back (an ordered stream that parks; see [`Engine::size_reads`]).
+    read_extra: u32,
     /// Reads asked of the reader and answers received: it answers in order.
     reader_asked: u64,
     /// The reader request that began the last re-read of this consumer's own entries.
@@ -337,6 +340,7 @@ impl<E: Item> Engine<E> {
             reader: None,
             ahead: BTreeMap::new(),
             backlog: false,
+            read_extra: 0,
             reader_asked: 0,
             reread_asked: 0,
             reader_answered: 0,

@@ -15,7 +15,7 @@
 //! meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry and the reads run
 //! on past it for the other keys.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -95,6 +95,16 @@ pub(super) struct Parking {
     pub(super) max_parked: usize,
 }
 
+/// What [`Lanes::admit`] made of a read.
+pub(super) struct Admitted<E> {
+    /// To hand out now.
+    pub(super) out: Vec<E>,
+    /// The slots out that a later entry of their key now waits behind.
+    pub(super) behind: Vec<SlotId>,
+    /// How many of the read's entries were free to go (no key, or a free key), room or not.
+    pub(super) free: usize,
+}
+
 /// A fetch of parked entries under way: how many it asked of each lane, in order.
 type Fetch = Vec<(Bytes, usize)>;
 
@@ -102,6 +112,9 @@ type Fetch = Vec<(Bytes, usize)>;
 #[derive(Debug)]
 pub(super) struct Lanes<E: Item> {
     lanes: HashMap<Bytes, Lane<E>>,
+    /// Entries without a key that a read brought past the room the window had for them
+    /// (see [`Lanes::admit`]): handed out first as room frees.
+    loose: VecDeque<E>,
     /// Keys settled by each flush under way, with the entry settled.
     by_flush: HashMap<FlushId, Vec<(Bytes, E::Id)>>,
     /// Entries waiting in lanes.
@@ -114,6 +127,11 @@ pub(super) struct Lanes<E: Item> {
     parking: Option<Parking>,
     /// Entries parked, those being fetched among them.
     parked: usize,
+    /// The keys whose lanes hold parked entries: a fetch looks at these lanes only, so a
+    /// hot key's backlog costs no walk over every key in flight.
+    parked_keys: HashSet<Bytes>,
+    /// Entries asked by the fetches under way.
+    fetching: usize,
     fetches: HashMap<FetchId, Fetch>,
     next_fetch: FetchId,
     /// Fetches that failed in a row, and when the next may go.
@@ -128,12 +146,15 @@ impl<E: Item> Lanes<E> {
     pub(super) fn new(extend_every: Option<Duration>, parking: Option<Parking>) -> Self {
         Self {
             lanes: HashMap::new(),
+            loose: VecDeque::new(),
             by_flush: HashMap::new(),
             waiting: 0,
             extend_every,
             extend_at: None,
             parking,
             parked: 0,
+            parked_keys: HashSet::new(),
+            fetching: 0,
             fetches: HashMap::new(),
             next_fetch: 1,
             fetch_failures: 0,
@@ -164,15 +185,17 @@ impl<E: Item> Lanes<E> {
 
     /// The ids of the entries waiting, parked or not, in no particular order.
     pub(super) fn waiting_ids(&self) -> impl Iterator<Item = E::Id> + '_ {
-        self.lanes.values().flat_map(|lane| {
+        let loose = self.loose.iter().map(Item::id);
+        loose.chain(self.lanes.values().flat_map(|lane| {
             let parked = lane.parked.iter().map(|p| E::stub(p).id());
             lane.queue.iter().map(|w| w.entry.id()).chain(parked)
-        })
+        }))
     }
 
     /// The entries waiting, the parked ones as stubs, each key's in order.
     fn waiting_entries(&self) -> Vec<E> {
         let mut entries = Vec::with_capacity(self.waiting + self.parked);
+        entries.extend(self.loose.iter().cloned());
         for lane in self.lanes.values() {
             entries.extend(lane.queue.iter().map(|w| w.entry.clone()));
             entries.extend(lane.parked.iter().map(E::stub));
@@ -184,27 +207,51 @@ impl<E: Item> Lanes<E> {
     /// names the slots out that something now waits behind. `walk`: the read is a page of a
     /// re-read of this consumer's own entries that began with reader request `walk`; its
     /// entries of a key whose failed flush came before are that key's oldest.
+    ///
+    /// At most `room` go out: a read that asked for more than the window had room for (to make
+    /// up for the entries its busy keys hold back) leaves the rest waiting, each key's in its
+    /// free lane, those without a key in the loose queue, handed out as room frees.
     pub(super) fn admit(
         &mut self,
         entries: Vec<E>,
         walk: Option<u64>,
+        room: usize,
         now: Instant,
-    ) -> (Vec<E>, Vec<SlotId>) {
-        let mut out = Vec::with_capacity(entries.len());
+    ) -> Admitted<E> {
+        let mut out = Vec::with_capacity(entries.len().min(room));
         let mut behind = Vec::new();
+        let mut free_entries = 0;
         for entry in entries {
             let Some(key) = entry.ordering_key() else {
-                out.push(entry);
+                free_entries += 1;
+                if out.len() < room {
+                    out.push(entry);
+                } else {
+                    self.loose.push_back(entry);
+                    self.waiting += 1;
+                }
                 continue;
             };
-            let lane = self.lanes.entry(key).or_insert_with(Lane::new);
+            let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
             let free = lane.busy == Busy::Free && !lane.waits();
             let reread = matches!((lane.busy, walk), (Busy::Reread(failed), Some(walk)) if failed < walk)
                 && lane.unsettled.as_ref().is_none_or(|id| *id == entry.id());
-            if free || reread {
+            if (free || reread) && out.len() < room {
+                free_entries += 1;
                 lane.busy = Busy::Out;
                 lane.unsettled = None;
                 out.push(entry);
+            } else if free {
+                // In memory whatever the waiting bound: it goes out as soon as there is room,
+                // while a fetch would wait for the bound a hot key fills. One read's worth
+                // past the bound at most (a read asks for at most twice COUNT).
+                free_entries += 1;
+                lane.queue.push_back(Waiting {
+                    entry,
+                    seen: false,
+                    not_before: None,
+                });
+                self.waiting += 1;
             } else {
                 if lane.busy == Busy::Out && !lane.waits() {
                     behind.extend(lane.out_slot);
@@ -213,6 +260,9 @@ impl<E: Item> Lanes<E> {
                     .parking
                     .is_some_and(|p| !lane.parked.is_empty() || self.waiting >= p.bound);
                 if park {
+                    if lane.parked.is_empty() {
+                        self.parked_keys.insert(key);
+                    }
                     lane.parked.push_back(entry.park());
                     self.parked += 1;
                 } else {
@@ -226,7 +276,11 @@ impl<E: Item> Lanes<E> {
             }
         }
         self.extend_soon(now);
-        (out, behind)
+        Admitted {
+            out,
+            behind,
+            free: free_entries,
+        }
     }
 
     /// The entries of a read handed out from `first_slot` on: their lanes know their slots.
@@ -321,6 +375,12 @@ impl<E: Item> Lanes<E> {
         if self.waiting == 0 || room == 0 {
             return out;
         }
+        while out.len() < room {
+            let Some(entry) = self.loose.pop_front() else {
+                break;
+            };
+            out.push((entry, false));
+        }
         self.lanes.retain(|_, lane| {
             if out.len() < room
                 && lane.busy == Busy::Free
@@ -351,14 +411,17 @@ impl<E: Item> Lanes<E> {
             return None;
         }
         self.fetch_at = None;
-        let fetching: usize = self.lanes.values().map(|lane| lane.fetching).sum();
-        let mut room = parking.bound.saturating_sub(self.waiting + fetching);
+        let mut room = parking.bound.saturating_sub(self.waiting + self.fetching);
         let mut asked = Vec::new();
         let mut parked = Vec::new();
-        for (key, lane) in &mut self.lanes {
+        for key in &self.parked_keys {
             if room == 0 {
                 break;
             }
+            let lane = self
+                .lanes
+                .get_mut(key)
+                .expect("a key with parked entries has a lane");
             // One fetch per lane at a time: its answer goes in front of what is parked after.
             let short = lane.fetching == 0 && lane.queue.len() < parking.batch;
             let n = lane.parked.len().min(parking.batch).min(room);
@@ -370,6 +433,7 @@ impl<E: Item> Lanes<E> {
             room -= n;
             asked.push((key.clone(), n));
         }
+        self.fetching += parked.len();
         if asked.is_empty() {
             return None;
         }
@@ -388,6 +452,7 @@ impl<E: Item> Lanes<E> {
             // fetched was given back with them.
             return;
         };
+        self.fetching -= asked.iter().map(|(_, n)| n).sum::<usize>();
         let Some(found) = found else {
             self.fetch_failures += 1;
             self.fetch_at = Some(now + super::flow::backoff(self.fetch_failures));
@@ -405,6 +470,9 @@ impl<E: Item> Lanes<E> {
             lane.parked.drain(..n);
             lane.fetching = 0;
             self.parked -= n;
+            if lane.parked.is_empty() {
+                self.parked_keys.remove(&key);
+            }
             for entry in found.by_ref().take(n).flatten() {
                 lane.queue.push_back(Waiting {
                     entry,
@@ -458,6 +526,7 @@ impl<E: Item> Lanes<E> {
     /// under way are forgotten.
     pub(super) fn take_waiting(&mut self) -> Vec<E> {
         let taken = self.waiting_entries();
+        self.loose.clear();
         self.lanes.retain(|_, lane| {
             lane.queue.clear();
             lane.parked.clear();
@@ -465,6 +534,8 @@ impl<E: Item> Lanes<E> {
             lane.busy != Busy::Free
         });
         self.fetches.clear();
+        self.fetching = 0;
+        self.parked_keys.clear();
         self.waiting = 0;
         self.parked = 0;
         self.extend_at = None;

@@ -800,3 +800,211 @@ fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
     assert_eq!(hot, vec![1, 3, 5, 7, 9, 11, 15, 17, 19]);
     assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (0, 0));
 }
+
+/// Beside a hot key whose entries are parked, a read asks Redis for enough entries that about
+/// COUNT go out; a read that brings more free entries than the window has room for hands out
+/// only the room and keeps the rest waiting (each keyed one in its free lane, one without a key
+/// in the loose queue), handed out as the room frees, each once.
+#[test]
+fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room() {
+    let now = Instant::now();
+    let config = Config {
+        count: 4,
+        max_in_flight: 8,
+        max_parked: 100,
+        read_ahead: false,
+        ..model::ordered_config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, now);
+    engine.take_actions();
+    let asked = |actions: &[Action<E>]| -> Option<u32> {
+        actions.iter().find_map(|a| match a {
+            Action::Read { count, .. } => Some(*count),
+            _ => None,
+        })
+    };
+    // The slots handed out, with their entries.
+    let slots = |actions: &[Action<E>]| -> Vec<(SlotId, u64)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deliver { read, entries, .. } => Some(
+                    entries
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| (read.first_slot + i as u64, e.id))
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let mut out = Vec::new();
+    // Half of the first read is the hot key's (key 0): 3 of 4 go out, so the next asks 6.
+    let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
+    engine.read_returned(now, Ok(Read::new(first)));
+    let actions = engine.take_actions();
+    assert_eq!(delivered(&actions), vec![1, 2, 4]);
+    out.extend(slots(&actions));
+    assert_eq!(
+        asked(&actions),
+        Some(6),
+        "5 places free: 4 and the 2 held back"
+    );
+    let second = vec![
+        keyed(5, 0),
+        keyed(6, 3),
+        keyed(7, 0),
+        keyed(8, 4),
+        keyed(9, 0),
+        keyed(10, 5),
+    ];
+    engine.read_returned(now, Ok(Read::new(second)));
+    let actions = engine.take_actions();
+    assert_eq!(delivered(&actions), vec![6, 8, 10]);
+    out.extend(slots(&actions));
+    assert_eq!(
+        asked(&actions),
+        Some(6),
+        "2 places free and the 4 the hot key holds back"
+    );
+    // The hot key went quiet: six free entries, room for two. One has no key.
+    let third = vec![
+        keyed(11, 6),
+        entry(12, 1),
+        keyed(13, 7),
+        keyed(14, 8),
+        keyed(15, 6),
+        keyed(16, 9),
+    ];
+    engine.read_returned(now, Ok(Read::new(third)));
+    let actions = engine.take_actions();
+    assert_eq!(delivered(&actions), vec![11, 12], "no more than the room");
+    out.extend(slots(&actions));
+    assert_eq!(engine.window.outstanding(), 8);
+
+    // The client settles whatever it holds, flushes succeed and fetches find every entry:
+    // each entry is handed out once, never more than 8 at a time, each key's in order.
+    let mut seen: Vec<u64> = out.iter().map(|&(_, id)| id).collect();
+    let mut actions: Vec<Action<E>> = Vec::new();
+    for _ in 0..100 {
+        for action in std::mem::take(&mut actions) {
+            match action {
+                Action::Deliver { read, entries, .. } => {
+                    for (i, e) in entries.iter().enumerate() {
+                        seen.push(e.id);
+                        out.push((read.first_slot + i as u64, e.id));
+                    }
+                }
+                Action::Flush { flush, .. } => {
+                    engine.flushed(now, flush, FlushStatus::Ok, None);
+                }
+                Action::Fetch { fetch, parked } => {
+                    let found = parked
+                        .iter()
+                        .map(|&(id, count)| {
+                            Some(E {
+                                id,
+                                count,
+                                key: Some(0),
+                            })
+                        })
+                        .collect();
+                    engine.fetched(now, fetch, Ok(found));
+                }
+                _ => {}
+            }
+            assert!(
+                engine.window.outstanding() <= 8,
+                "more than max_in_flight out"
+            );
+        }
+        for &(slot, _) in &out {
+            engine.apply(now, Vec::new(), vec![settle(slot, Outcome::Ack)], |_, _| {
+                None
+            });
+        }
+        out.clear();
+        actions = engine.take_actions();
+    }
+    let mut all = seen.clone();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), seen.len(), "each handed out once: {seen:?}");
+    assert_eq!(
+        all,
+        (1..=16).collect::<Vec<u64>>(),
+        "every entry handed out"
+    );
+    let hot: Vec<u64> = seen
+        .iter()
+        .copied()
+        .filter(|id| [1, 3, 5, 7, 9].contains(id))
+        .collect();
+    assert_eq!(hot, vec![1, 3, 5, 7, 9], "the hot key's in order");
+    let six: Vec<u64> = seen
+        .iter()
+        .copied()
+        .filter(|id| [11, 15].contains(id))
+        .collect();
+    assert_eq!(six, vec![11, 15], "key 6's in order");
+    assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (0, 0));
+}
+
+/// The end-to-end shape of a hot key: its first delivery held all along, half the stream its,
+/// reads riding on flushes. Every other key's entry is handed out.
+#[test]
+fn beside_a_held_hot_key_every_other_key_is_handed_out() {
+    let now = Instant::now();
+    let config = Config {
+        count: 4,
+        max_in_flight: 8,
+        max_parked: 100_000,
+        ..model::ordered_config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, now);
+    let mut stream: std::collections::VecDeque<E> = (0..42u64)
+        .map(|n| keyed(n + 1, if n % 2 == 0 { 0 } else { (n % 200) as u8 }))
+        .collect();
+    let mut take = |count: u32| -> Read<E> {
+        let n = (count as usize).min(stream.len());
+        Read::new(stream.drain(..n).collect())
+    };
+    let mut others = Vec::new();
+    let mut actions = engine.take_actions();
+    for _ in 0..500 {
+        let mut acks = Vec::new();
+        for action in std::mem::take(&mut actions) {
+            match action {
+                Action::Read { count, .. } => engine.read_returned(now, Ok(take(count))),
+                Action::ReadBehindFlushes { flush, count } => {
+                    engine.flushed(now, flush, FlushStatus::Ok, Some(Ok(take(count))));
+                }
+                Action::Flush {
+                    flush, read_ahead, ..
+                } => {
+                    let read = read_ahead.map(|count| Ok(take(count)));
+                    engine.flushed(now, flush, FlushStatus::Ok, read);
+                }
+                Action::Deliver { read, entries, .. } => {
+                    for (i, e) in entries.iter().enumerate() {
+                        if e.key != Some(0) {
+                            others.push(e.id);
+                            acks.push(settle(read.first_slot + i as u64, Outcome::Ack));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !acks.is_empty() {
+            engine.apply(now, Vec::new(), acks, |_, _| None);
+        }
+        actions = engine.take_actions();
+        if actions.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(others.len(), 21, "{others:?}, {:?}", engine.view());
+}
