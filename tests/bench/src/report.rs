@@ -573,11 +573,10 @@ fn ordered_targets(records: &[Record]) {
     }
     if median(&others).is_some_and(|m| m < 0.8) {
         println!(
-            "  not met: the hot key's entries past the waiting bound are parked and the reads \
-             go on, but a\n  stream is read in order, COUNT entries a read, and half of each \
-             read is the hot key's: the\n  other keys get at most half a read's deliveries \
-             per read, and the hot key's own deliveries\n  (one flush round trip each) share \
-             the cores"
+            "  not met: the reads run past the hot key's parked backlog and ask for twice COUNT, \
+             so the other\n  keys get about COUNT deliveries a read; but the hot key's own \
+             deliveries, one at a time, each\n  with a message each way and a flush round trip \
+             of its own, share the two cores with them"
         );
     }
 }
