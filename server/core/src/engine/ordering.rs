@@ -115,6 +115,11 @@ pub(super) struct Lanes<E: Item> {
     /// Entries without a key that a read brought past the room the window had for them
     /// (see [`Lanes::admit`]): handed out first as room frees.
     loose: VecDeque<E>,
+    /// The keys whose lanes have entries waiting in memory, and how many lanes wait for a
+    /// re-read: what is asked on every engine event looks at these, never at every key in
+    /// flight (a hot key's run has hundreds).
+    queued: HashSet<Bytes>,
+    rereads: usize,
     /// Keys settled by each flush under way, with the entry settled.
     by_flush: HashMap<FlushId, Vec<(Bytes, E::Id)>>,
     /// Entries waiting in lanes.
@@ -147,6 +152,8 @@ impl<E: Item> Lanes<E> {
         Self {
             lanes: HashMap::new(),
             loose: VecDeque::new(),
+            queued: HashSet::new(),
+            rereads: 0,
             by_flush: HashMap::new(),
             waiting: 0,
             extend_every,
@@ -178,9 +185,7 @@ impl<E: Item> Lanes<E> {
 
     /// Whether a key waits for a re-read to come back (which takes reads, whatever waits).
     pub(super) fn rereading(&self) -> bool {
-        self.lanes
-            .values()
-            .any(|lane| matches!(lane.busy, Busy::Reread(_)))
+        self.rereads > 0
     }
 
     /// The ids of the entries waiting, parked or not, in no particular order.
@@ -238,6 +243,9 @@ impl<E: Item> Lanes<E> {
                 && lane.unsettled.as_ref().is_none_or(|id| *id == entry.id());
             if (free || reread) && out.len() < room {
                 free_entries += 1;
+                if reread {
+                    self.rereads -= 1;
+                }
                 lane.busy = Busy::Out;
                 lane.unsettled = None;
                 out.push(entry);
@@ -251,6 +259,7 @@ impl<E: Item> Lanes<E> {
                     seen: false,
                     not_before: None,
                 });
+                self.queued.insert(key);
                 self.waiting += 1;
             } else {
                 if lane.busy == Busy::Out && !lane.waits() {
@@ -271,6 +280,7 @@ impl<E: Item> Lanes<E> {
                         seen: false,
                         not_before: None,
                     });
+                    self.queued.insert(key);
                     self.waiting += 1;
                 }
             }
@@ -323,6 +333,12 @@ impl<E: Item> Lanes<E> {
     ) {
         for (key, id) in self.by_flush.remove(&flush).unwrap_or_default() {
             if let Some(lane) = self.lanes.get_mut(&key) {
+                if matches!(lane.busy, Busy::Reread(_)) {
+                    self.rereads -= 1;
+                }
+                if !ok {
+                    self.rereads += 1;
+                }
                 lane.busy = if ok { Busy::Free } else { Busy::Reread(asked) };
                 lane.unsettled = (!ok).then_some(id);
                 if !lane.holds() {
@@ -338,12 +354,13 @@ impl<E: Item> Lanes<E> {
             let Some(key) = entry.ordering_key() else {
                 continue;
             };
-            let lane = self.lanes.entry(key).or_insert_with(Lane::new);
+            let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
             lane.queue.push_front(Waiting {
                 entry: entry.redelivered(),
                 seen: true,
                 not_before,
             });
+            self.queued.insert(key);
             self.waiting += 1;
         }
         self.extend_soon(now);
@@ -359,8 +376,13 @@ impl<E: Item> Lanes<E> {
     /// The re-read that began with reader request `walk` is over: what a flush that failed
     /// before it left pending has come back, so the keys waiting for it are free.
     pub(super) fn reread_done(&mut self, walk: u64) {
+        if self.rereads == 0 {
+            return;
+        }
+        let rereads = &mut self.rereads;
         self.lanes.retain(|_, lane| {
             if matches!(lane.busy, Busy::Reread(failed) if failed < walk) {
+                *rereads -= 1;
                 lane.busy = Busy::Free;
                 lane.unsettled = None;
             }
@@ -381,9 +403,16 @@ impl<E: Item> Lanes<E> {
             };
             out.push((entry, false));
         }
-        self.lanes.retain(|_, lane| {
-            if out.len() < room
-                && lane.busy == Busy::Free
+        let mut emptied = Vec::new();
+        for key in &self.queued {
+            if out.len() >= room {
+                break;
+            }
+            let lane = self
+                .lanes
+                .get_mut(key)
+                .expect("a key with a queue has a lane");
+            if lane.busy == Busy::Free
                 && lane
                     .queue
                     .front()
@@ -392,9 +421,14 @@ impl<E: Item> Lanes<E> {
                 let next = lane.queue.pop_front().expect("a front");
                 out.push((next.entry, next.seen));
                 lane.busy = Busy::Out;
+                if lane.queue.is_empty() {
+                    emptied.push(key.clone());
+                }
             }
-            lane.holds()
-        });
+        }
+        for key in emptied {
+            self.queued.remove(&key);
+        }
         self.waiting -= out.len();
         if self.waiting + self.parked == 0 {
             self.extend_at = None;
@@ -481,6 +515,9 @@ impl<E: Item> Lanes<E> {
                 });
                 self.waiting += 1;
             }
+            if !lane.queue.is_empty() {
+                self.queued.insert(key.clone());
+            }
             if !lane.holds() {
                 self.lanes.remove(&key);
             }
@@ -497,8 +534,9 @@ impl<E: Item> Lanes<E> {
 
     /// When a waiting retry falls due, if one waits on a free lane.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        self.lanes
-            .values()
+        self.queued
+            .iter()
+            .filter_map(|key| self.lanes.get(key))
             .filter(|lane| lane.busy == Busy::Free)
             .filter_map(|lane| lane.queue.front()?.not_before)
             .min()
@@ -536,9 +574,40 @@ impl<E: Item> Lanes<E> {
         self.fetches.clear();
         self.fetching = 0;
         self.parked_keys.clear();
+        self.queued.clear();
         self.waiting = 0;
         self.parked = 0;
         self.extend_at = None;
         taken
+    }
+
+    /// The counts and key sets kept beside the lanes agree with the lanes.
+    #[cfg(test)]
+    pub(super) fn check_books(&self) {
+        let queued: HashSet<&Bytes> = self
+            .lanes
+            .iter()
+            .filter(|(_, lane)| !lane.queue.is_empty())
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(queued, self.queued.iter().collect(), "keys with a queue");
+        let parked: HashSet<&Bytes> = self
+            .lanes
+            .iter()
+            .filter(|(_, lane)| !lane.parked.is_empty())
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(parked, self.parked_keys.iter().collect(), "keys parked");
+        let rereads = self
+            .lanes
+            .values()
+            .filter(|lane| matches!(lane.busy, Busy::Reread(_)))
+            .count();
+        assert_eq!(rereads, self.rereads, "lanes waiting for a re-read");
+        let fetching: usize = self.lanes.values().map(|lane| lane.fetching).sum();
+        assert_eq!(fetching, self.fetching, "entries being fetched");
+        let waiting: usize =
+            self.loose.len() + self.lanes.values().map(|l| l.queue.len()).sum::<usize>();
+        assert_eq!(waiting, self.waiting, "entries waiting in memory");
     }
 }

@@ -257,6 +257,7 @@ impl World {
 
     /// Executes the engine's actions against the model, checking each.
     pub(super) fn collect(&mut self) {
+        self.engine.lanes.check_books();
         for action in self.engine.take_actions() {
             assert!(!self.done, "an action after Done: {action:?}");
             match action {
