@@ -74,6 +74,15 @@ impl<E: Item> Lane<E> {
         }
     }
 
+    /// An entry read (or fetched) waits behind those of its key already waiting.
+    fn wait(&mut self, entry: E) {
+        self.queue.push_back(Waiting {
+            entry,
+            seen: false,
+            not_before: None,
+        });
+    }
+
     /// Whether a later entry of its key waits, in memory or parked.
     fn waits(&self) -> bool {
         !self.queue.is_empty() || !self.parked.is_empty()
@@ -241,48 +250,39 @@ impl<E: Item> Lanes<E> {
             let free = lane.busy == Busy::Free && !lane.waits();
             let reread = matches!((lane.busy, walk), (Busy::Reread(failed), Some(walk)) if failed < walk)
                 && lane.unsettled.as_ref().is_none_or(|id| *id == entry.id());
-            if (free || reread) && out.len() < room {
+            if free || reread {
                 free_entries += 1;
+            }
+            if (free || reread) && out.len() < room {
                 if reread {
                     self.rereads -= 1;
                 }
                 lane.busy = Busy::Out;
                 lane.unsettled = None;
                 out.push(entry);
-            } else if free {
-                // In memory whatever the waiting bound: it goes out as soon as there is room,
-                // while a fetch would wait for the bound a hot key fills. One read's worth
-                // past the bound at most (a read asks for at most twice COUNT).
-                free_entries += 1;
-                lane.queue.push_back(Waiting {
-                    entry,
-                    seen: false,
-                    not_before: None,
-                });
-                self.queued.insert(key);
-                self.waiting += 1;
-            } else {
-                if lane.busy == Busy::Out && !lane.waits() {
-                    behind.extend(lane.out_slot);
-                }
-                let park = self
+                continue;
+            }
+            if !free && lane.busy == Busy::Out && !lane.waits() {
+                behind.extend(lane.out_slot);
+            }
+            // A free key's entry past the room waits in memory whatever the waiting bound: it
+            // goes out as soon as there is room, while a fetch would wait for the bound a hot
+            // key fills. One read's worth past the bound at most (a read asks for at most
+            // twice COUNT).
+            let park = !free
+                && self
                     .parking
                     .is_some_and(|p| !lane.parked.is_empty() || self.waiting >= p.bound);
-                if park {
-                    if lane.parked.is_empty() {
-                        self.parked_keys.insert(key);
-                    }
-                    lane.parked.push_back(entry.park());
-                    self.parked += 1;
-                } else {
-                    lane.queue.push_back(Waiting {
-                        entry,
-                        seen: false,
-                        not_before: None,
-                    });
-                    self.queued.insert(key);
-                    self.waiting += 1;
+            if park {
+                if lane.parked.is_empty() {
+                    self.parked_keys.insert(key);
                 }
+                lane.parked.push_back(entry.park());
+                self.parked += 1;
+            } else {
+                lane.wait(entry);
+                self.queued.insert(key);
+                self.waiting += 1;
             }
         }
         self.extend_soon(now);
@@ -508,11 +508,7 @@ impl<E: Item> Lanes<E> {
                 self.parked_keys.remove(&key);
             }
             for entry in found.by_ref().take(n).flatten() {
-                lane.queue.push_back(Waiting {
-                    entry,
-                    seen: false,
-                    not_before: None,
-                });
+                lane.wait(entry);
                 self.waiting += 1;
             }
             if !lane.queue.is_empty() {
