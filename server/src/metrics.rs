@@ -219,7 +219,7 @@ impl Metrics {
         );
         r.register(
             "waiting_for_key_entries",
-            "Entries of an ordered subscription waiting for an earlier entry of their key",
+            "Entries of an ordered subscription waiting for an earlier entry of their key, or for room",
             m.waiting_for_key.clone(),
         );
         r.register(

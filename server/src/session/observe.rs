@@ -35,7 +35,8 @@ pub struct SubscriptionView {
     pub outstanding_deliveries: usize,
     /// Acked segments waiting for their read's flush.
     pub kept_segments: usize,
-    /// Entries read and waiting for an earlier entry of their ordering key.
+    /// Entries read and waiting for an earlier entry of their ordering key, or for room in
+    /// the window after a read sized for a hot key.
     pub waiting_for_key: usize,
     pub flushes_in_flight: usize,
     pub draining: bool,
