@@ -580,19 +580,16 @@ impl<E: Item> Lanes<E> {
     /// The counts and key sets kept beside the lanes agree with the lanes.
     #[cfg(test)]
     pub(super) fn check_books(&self) {
-        let queued: HashSet<&Bytes> = self
-            .lanes
-            .iter()
-            .filter(|(_, lane)| !lane.queue.is_empty())
-            .map(|(key, _)| key)
-            .collect();
+        let keys_where = |has: fn(&Lane<E>) -> bool| -> HashSet<&Bytes> {
+            self.lanes
+                .iter()
+                .filter(|(_, lane)| has(lane))
+                .map(|(key, _)| key)
+                .collect()
+        };
+        let queued = keys_where(|lane| !lane.queue.is_empty());
         assert_eq!(queued, self.queued.iter().collect(), "keys with a queue");
-        let parked: HashSet<&Bytes> = self
-            .lanes
-            .iter()
-            .filter(|(_, lane)| !lane.parked.is_empty())
-            .map(|(key, _)| key)
-            .collect();
+        let parked = keys_where(|lane| !lane.parked.is_empty());
         assert_eq!(parked, self.parked_keys.iter().collect(), "keys parked");
         let rereads = self
             .lanes

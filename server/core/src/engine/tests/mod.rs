@@ -585,10 +585,20 @@ fn flushes(actions: &[Action<E>]) -> Vec<(FlushId, Vec<u64>)> {
 
 /// The ids handed out among `actions`.
 fn delivered(actions: &[Action<E>]) -> Vec<u64> {
+    handed_out(actions).into_iter().map(|(_, id)| id).collect()
+}
+
+/// The slots handed out among `actions`, with their entries' ids.
+fn handed_out(actions: &[Action<E>]) -> Vec<(SlotId, u64)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Deliver { entries, .. } => Some(entries.iter().map(|e| e.id)),
+            Action::Deliver { read, entries, .. } => Some(
+                entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (read.first_slot + i as u64, e.id)),
+            ),
             _ => None,
         })
         .flatten()
@@ -823,30 +833,13 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
             _ => None,
         })
     };
-    // The slots handed out, with their entries.
-    let slots = |actions: &[Action<E>]| -> Vec<(SlotId, u64)> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Deliver { read, entries, .. } => Some(
-                    entries
-                        .iter()
-                        .enumerate()
-                        .map(|(i, e)| (read.first_slot + i as u64, e.id))
-                        .collect::<Vec<_>>(),
-                ),
-                _ => None,
-            })
-            .flatten()
-            .collect()
-    };
     let mut out = Vec::new();
     // Half of the first read is the hot key's (key 0): 3 of 4 go out, so the next asks 6.
     let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
     engine.read_returned(now, Ok(Read::new(first)));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![1, 2, 4]);
-    out.extend(slots(&actions));
+    out.extend(handed_out(&actions));
     assert_eq!(
         asked(&actions),
         Some(6),
@@ -863,7 +856,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
     engine.read_returned(now, Ok(Read::new(second)));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![6, 8, 10]);
-    out.extend(slots(&actions));
+    out.extend(handed_out(&actions));
     assert_eq!(
         asked(&actions),
         Some(6),
@@ -881,7 +874,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
     engine.read_returned(now, Ok(Read::new(third)));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![11, 12], "no more than the room");
-    out.extend(slots(&actions));
+    out.extend(handed_out(&actions));
     assert_eq!(engine.window.outstanding(), 8);
 
     // The client settles whatever it holds, flushes succeed and fetches find every entry:
