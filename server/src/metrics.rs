@@ -88,6 +88,7 @@ pub struct Metrics {
     pub deliveries: Family<FormLabels, Counter>,
     pub redeliveries: Family<FormLabels, Counter>,
     pub reclaimed: Family<FormLabels, Counter>,
+    pub settles_skipped: Family<FormLabels, Counter>,
     pub outcomes: Family<OutcomeLabels, Counter>,
     pub rejections: Family<ReasonLabels, Counter>,
     pub flushes: Family<FlushLabels, Counter>,
@@ -132,6 +133,7 @@ impl Metrics {
             deliveries: Family::default(),
             redeliveries: Family::default(),
             reclaimed: Family::default(),
+            settles_skipped: Family::default(),
             outcomes: Family::default(),
             rejections: Family::default(),
             flushes: Family::default(),
@@ -183,6 +185,11 @@ impl Metrics {
             "reclaimed_entries",
             "Entries claimed from idle consumers (XAUTOCLAIM)",
             m.reclaimed.clone(),
+        );
+        r.register(
+            "settles_skipped",
+            "Entries a flush neither settled nor requeued: another consumer had claimed them",
+            m.settles_skipped.clone(),
         );
         r.register("outcomes", "Outcomes accepted, by kind", m.outcomes.clone());
         r.register(
@@ -289,6 +296,7 @@ impl Metrics {
             &self.deliveries,
             &self.redeliveries,
             &self.reclaimed,
+            &self.settles_skipped,
         ] {
             family.get_or_create(&f).inc_by(0);
         }

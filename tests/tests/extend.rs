@@ -1,6 +1,8 @@
 //! A client still working on a delivery says so (`Batch.extend`): another consumer's reclaim
 //! does not take the entry, its delivery count does not move, a reliable list's lease is
-//! renewed at once, and slots it does not hold are refused.
+//! renewed at once, and slots it does not hold are refused. What a holder sends after another
+//! consumer took its entry anyway (a late extension, a late retry or dead letter) leaves the
+//! entry with them.
 
 use std::time::Duration;
 
@@ -208,6 +210,169 @@ async fn a_late_extension_does_not_take_the_entry_back_from_its_new_consumer() {
     // The extension goes out at once; give it time to have run.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(owner(&inspect, &held.entry_id).await, "b");
+    a.close();
+    sidecar.stop().await;
+}
+
+/// A holder that answers after another consumer claimed its entries (its extensions could not
+/// reach Redis within `min_idle`) writes no copy and no dead letter for them and leaves them
+/// pending on that consumer, which will handle them; its own entry beside them is requeued and
+/// acked as usual, and the metric counts the two left alone.
+#[tokio::test]
+async fn a_late_retry_or_dead_letter_leaves_the_entry_with_its_new_consumer() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", numbered(3)).await;
+    let mut open = with_min_idle("a", 3, 60);
+    open.dead_letter = Some(proto::DeadLetter {
+        target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+    });
+    open.max_deliveries = 5;
+    let (mut a, _) = Subscription::open(&mut client, open).await.unwrap();
+    let read = a.read().await;
+    let [claimed, dead, mine] = [0, 1, 2].map(|i| read.deliveries[i].clone());
+    // Another consumer's reclaim, as XAUTOCLAIM does once A's entries were idle enough.
+    let _: fred::types::Value = inspect
+        .custom(
+            fred::cmd!("XCLAIM"),
+            vec![
+                "orders",
+                "g",
+                "b",
+                "0",
+                claimed.entry_id.as_str(),
+                dead.entry_id.as_str(),
+            ],
+        )
+        .await
+        .unwrap();
+    a.send(
+        vec![],
+        vec![
+            outcome(claimed.slot, proto::OutcomeKind::Retry),
+            outcome(dead.slot, proto::OutcomeKind::DeadLetter),
+            outcome(mine.slot, proto::OutcomeKind::Retry),
+        ],
+    )
+    .await;
+    let report = a.flush().await;
+    assert!(report.ok, "{report:?}");
+
+    let xlen = |key: &'static str| {
+        let inspect = inspect.clone();
+        async move {
+            let n: u64 = inspect.custom(fred::cmd!("XLEN"), vec![key]).await.unwrap();
+            n
+        }
+    };
+    assert_eq!(xlen("orders").await, 4, "one copy: of A's own entry only");
+    assert_eq!(xlen("orders:dead").await, 0, "no dead letter for B's entry");
+    assert_eq!(owner(&inspect, &claimed.entry_id).await, "b");
+    assert_eq!(owner(&inspect, &dead.entry_id).await, "b");
+    let pending: fred::types::Value = inspect
+        .custom(
+            fred::cmd!("XPENDING"),
+            vec!["orders", "g", &mine.entry_id, &mine.entry_id, "1"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        pending,
+        fred::types::Value::Array(vec![]),
+        "A's own entry acked"
+    );
+    let text = scrape(&metrics).await;
+    assert_eq!(
+        sample(
+            &text,
+            r#"window_sidecar_settles_skipped_total{form="stream"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric_sum(&text, "window_sidecar_dead_letters_total", ""),
+        0.0,
+        "B's entry was not dead-lettered here"
+    );
+    a.close();
+    sidecar.stop().await;
+}
+
+/// On a reliable list: a holder whose processing list another consumer recovered (its lease
+/// lapsed) pushes no copy and no dead letter for the values that left it; its own value beside
+/// them is retried as usual.
+#[tokio::test]
+async fn a_late_retry_on_a_reliable_list_leaves_a_recovered_value_alone() {
+    use fred::prelude::ListInterface;
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let _: i64 = inspect.rpush("jobs", vec!["job-1", "job-2"]).await.unwrap();
+    let open = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "jobs".into(),
+                consumer: "a".into(),
+                ..Default::default()
+            },
+        )),
+        count: 2,
+        ..Default::default()
+    };
+    let (mut a, _) = Subscription::open(&mut client, open).await.unwrap();
+    let read = a.read().await;
+    assert_eq!(read.deliveries.len(), 2);
+    let payload = |d: &proto::Delivery| String::from_utf8(d.payload.to_vec()).unwrap();
+    let recovered = read
+        .deliveries
+        .iter()
+        .find(|d| payload(d) == "job-1")
+        .unwrap();
+    let mine = read
+        .deliveries
+        .iter()
+        .find(|d| payload(d) == "job-2")
+        .unwrap();
+    // Another consumer's recovery of A's processing list took job-1 (onto its own processing
+    // list, as if it read it at once: where it went, the reader of A cannot take it again).
+    let _: Option<String> = inspect
+        .lmove(
+            "{jobs}:window:processing:a",
+            "{jobs}:window:processing:b",
+            fred::types::lists::LMoveDirection::Left,
+            fred::types::lists::LMoveDirection::Left,
+        )
+        .await
+        .unwrap();
+    let taken: Vec<String> = inspect
+        .lrange("{jobs}:window:processing:b", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(taken, ["job-1"]);
+    a.send(
+        vec![],
+        vec![
+            outcome(recovered.slot, proto::OutcomeKind::Retry),
+            outcome(mine.slot, proto::OutcomeKind::Retry),
+        ],
+    )
+    .await;
+    assert!(a.flush().await.ok);
+    let mut all = Vec::new();
+    for list in [
+        "jobs",
+        "{jobs}:window:processing:a",
+        "{jobs}:window:processing:b",
+    ] {
+        let values: Vec<String> = inspect.lrange(list, 0, -1).await.unwrap();
+        all.extend(values);
+    }
+    all.sort();
+    assert_eq!(all, ["job-1", "job-2"], "job-1 once, with B; no copy of it");
     a.close();
     sidecar.stop().await;
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use window_sidecar::proto::OutcomeKind;
 use window_sidecar_harness::{
-    Next, RedisServer, Sidecar, Worker, command, eventually, free_port, outcome, sample, scrape,
-    stream_open,
+    Next, RedisServer, Sidecar, Subscription, Worker, command, eventually, free_port, outcome,
+    sample, scrape, stream_open,
 };
 
 const ENTRIES: usize = 3_000;
@@ -337,6 +337,60 @@ async fn entries_settled_by_every_group_leave_the_stream() {
     );
     a.close();
     b.close();
+    sidecar.stop().await;
+}
+
+/// A retried entry is settled as an acked one is: where `XACKDEL` exists it leaves the stream in
+/// the flush that writes its copy (the step that requeues only what is still this consumer's
+/// settles with `XACKDEL` under retention), and the copy stays until it is settled in turn.
+#[tokio::test]
+async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let key = "ret:retry";
+    let _: () = client.xgroup_create(key, "g", "$", true).await.unwrap();
+    let xackdel = server_offers_xackdel(&client).await;
+    let sidecar = Sidecar::start(
+        &redis.url(),
+        &["--ack-retention", key, "--retention-interval", "1h"],
+    )
+    .await;
+    let mut grpc = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut grpc, stream_open(key, "g", "c", 1))
+        .await
+        .unwrap();
+    let original: String = client
+        .xadd(key, false, None, "*", vec![("n", "0")])
+        .await
+        .unwrap();
+    let first = sub.read().await.deliveries[0].clone();
+    assert_eq!(first.entry_id, original);
+    sub.send(vec![], vec![outcome(first.slot, OutcomeKind::Retry)])
+        .await;
+    assert!(sub.flush().await.ok);
+    let copy = sub.read().await.deliveries[0].clone();
+    assert_ne!(copy.entry_id, original);
+    let ids = |reply: Value| -> Vec<String> {
+        reply
+            .into_array()
+            .into_iter()
+            .filter_map(|e| e.into_array().first().and_then(Value::as_string))
+            .collect()
+    };
+    let stream: Value = client.xrange(key, "-", "+", None).await.unwrap();
+    let expected = if xackdel {
+        vec![copy.entry_id.clone()]
+    } else {
+        vec![original, copy.entry_id.clone()]
+    };
+    assert_eq!(ids(stream), expected, "XACKDEL: {xackdel}");
+    sub.send(vec![], vec![outcome(copy.slot, OutcomeKind::Ack)])
+        .await;
+    assert!(sub.flush().await.ok);
+    if xackdel {
+        assert_eq!(xlen(&client, key).await, 0);
+    }
+    sub.close();
     sidecar.stop().await;
 }
 

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use fred::prelude::Client;
 
 use super::delay::{self, Target};
-use super::flush::FlushPlan;
 use super::flush::Settling;
+use super::flush::{FlushPlan, Requeued};
 use super::lease::{ConsumerLease, LeaseHolder};
 use super::list::{self, ListKeys, ListReader};
 use super::pubsub::{PubSubForm, PubSubReader};
@@ -213,6 +213,9 @@ impl Settling for Form {
     }
     fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
         self.settling().keep_in_place(entry, plan)
+    }
+    fn settle_owned(&self, requeues: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
+        self.settling().settle_owned(requeues, plan)
     }
 }
 

@@ -13,7 +13,8 @@ use fred::clients::Pipeline;
 use fred::prelude::*;
 
 pub(crate) use plan::{
-    FlushPlan, PlanContext, Planned, Role, Settling, plan_dead_letters, plan_flush,
+    FlushPlan, PlanContext, Planned, Requeued, Role, Settling, owned_step, plan_dead_letters,
+    plan_flush,
 };
 use wire::custom;
 pub(crate) use wire::{FAIL_FAST, unanswered};
@@ -32,6 +33,11 @@ pub struct FlushResult {
     /// A reply never came (timeout, broken connection): Redis may have applied the flush, or
     /// may still apply it.
     pub unknown: bool,
+    /// Entries neither settled nor requeued because another consumer had claimed them (this
+    /// sidecar held them past `min_idle` without extending them): theirs now.
+    pub skipped: usize,
+    /// Of those, the ones that were to be dead letters.
+    pub skipped_dead_letters: usize,
 }
 
 impl FlushResult {
@@ -44,7 +50,14 @@ impl FlushResult {
         let mut result = FlushResult::default();
         let answered = replies.len();
         for (planned, reply) in plan.iter().zip(replies) {
-            let Err(err) = reply else { continue };
+            let err = match reply {
+                Ok(reply) if planned.role == Role::SettleOwned => {
+                    result.owned(reply);
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(err) => err,
+            };
             let message = err.details().to_owned();
             if unanswered(&err) {
                 // No answer is not a refusal: whether it ran is unknown.
@@ -59,7 +72,7 @@ impl FlushResult {
                 result.first_error = Some(message);
             }
             match planned.role {
-                Role::Settle => result.settle_failed = true,
+                Role::Settle | Role::SettleOwned => result.settle_failed = true,
                 Role::Commit { settles } if aborted => {
                     result.aborted += 1;
                     result.settle_failed |= settles;
@@ -77,6 +90,24 @@ impl FlushResult {
                 .get_or_insert_with(|| "the connection closed before every reply".to_owned());
         }
         result
+    }
+
+    /// Reads the reply of a [`Role::SettleOwned`] script: `[skipped, skipped dead letters,
+    /// the first requeue write's error or false]`. A write's error leaves the settles and the
+    /// other writes applied, as an error inside EXEC does.
+    fn owned(&mut self, reply: Value) {
+        let Value::Array(parts) = reply else { return };
+        let mut parts = parts.into_iter();
+        let mut count = || parts.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
+        self.skipped += count();
+        self.skipped_dead_letters += count();
+        if let Some(error) = parts.next().filter(|v| !v.is_null()) {
+            self.failed += 1;
+            let error = error
+                .as_string()
+                .unwrap_or_else(|| "a requeue write failed".into());
+            self.first_error.get_or_insert(error);
+        }
     }
 }
 
@@ -280,6 +311,35 @@ mod tests {
         let read_error = results[0].1.as_ref().unwrap().as_ref().unwrap_err();
         assert!(unanswered(read_error));
         assert!(results[1].0.unknown && results[1].0.failed == 2);
+    }
+
+    #[test]
+    fn a_requeue_step_reports_what_it_left_to_other_consumers_and_a_failed_write() {
+        let plan = [planned(Role::SideEffect), planned(Role::SettleOwned)];
+        let reply = |error: Value| {
+            Ok(Value::Array(vec![
+                Value::Integer(2),
+                Value::Integer(1),
+                error,
+            ]))
+        };
+        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), reply(Value::Null)]);
+        assert!(result.ok() && !result.settle_failed);
+        assert_eq!((result.skipped, result.skipped_dead_letters), (2, 1));
+
+        // A write refused inside the step: the settles and the other writes stand, as after
+        // an error inside EXEC.
+        let wrongtype = Value::String("WRONGTYPE Operation against a key".into());
+        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), reply(wrongtype)]);
+        assert_eq!((result.failed, result.settle_failed), (1, false));
+        assert_eq!(
+            result.first_error.as_deref(),
+            Some("WRONGTYPE Operation against a key")
+        );
+
+        // The step refused as a whole (no group, say): nothing of it ran.
+        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), err("NOGROUP")]);
+        assert!(result.settle_failed);
     }
 
     #[test]

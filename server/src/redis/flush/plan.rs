@@ -3,8 +3,10 @@
 //! and requeue commands through [`Settling`]; the shape is the same for all:
 //!
 //! Pipeline mode: the kept segments in commit order; then, when the read has retries, one
-//! MULTI holding the requeue writes (copies, delay-set members, dead letters) and the settles,
-//! so an entry is never settled without its copy; else the settles alone.
+//! atomic step holding the requeue writes (copies, delay-set members, dead letters) and the
+//! settles, so an entry is never settled without its copy: a script that writes and settles
+//! only the entries still this consumer's where the form can tell ([`Settling::settle_owned`]:
+//! streams and reliable lists), else a MULTI; without retries, the settles alone.
 //!
 //! Atomic mode: each kept segment with commands becomes MULTI, its commands, its own entry's
 //! settle, EXEC; the rest of the read settles as in pipeline mode.
@@ -31,6 +33,10 @@ pub enum Role {
     Requeue,
     /// The settle of one or more entries (XACK, LREM).
     Settle,
+    /// The settle of the entries still this consumer's with their requeue writes, in one
+    /// script ([`Settling::settle_owned`]): an error reply means it ran nothing; its reply
+    /// says which writes failed and which entries were another consumer's.
+    SettleOwned,
     /// Housekeeping whose failure loses nothing (forgetting delivery counts).
     Bookkeeping,
     /// MULTI.
@@ -147,20 +153,55 @@ impl FlushPlan {
         });
     }
 
-    /// Commands as `NAME arg arg` lines, for tests.
+    /// Commands as `NAME arg arg` lines, for tests; a requeue step ([`owned_step`]) as
+    /// `OWNED keys | header` and a line `ID d?: WRITE; WRITE` per entry.
     #[cfg(test)]
     pub(crate) fn render(&self) -> Vec<String> {
+        let text = |a: &Bytes| String::from_utf8_lossy(a).into_owned();
+        let words = |args: &[Bytes]| args.iter().map(text).collect::<Vec<_>>().join(" ");
+        let line = |c: &Planned| match &c.args[..] {
+            [] => c.name.to_string(),
+            args => format!("{} {}", c.name, words(args)),
+        };
+        let mut lines = Vec::new();
+        for command in &self.commands {
+            if command.role != Role::SettleOwned {
+                lines.push(line(command));
+                continue;
+            }
+            let step = OwnedStep::decode(command);
+            lines.push(format!(
+                "OWNED {} | {}",
+                words(&step.keys),
+                words(&step.header)
+            ));
+            for (id, dead_letter, writes) in &step.entries {
+                let mut entry = text(id);
+                if *dead_letter {
+                    entry += " d";
+                }
+                if !writes.is_empty() {
+                    let writes: Vec<String> = writes.iter().map(line).collect();
+                    entry = format!("{entry}: {}", writes.join("; "));
+                }
+                lines.push(entry);
+            }
+        }
+        lines
+    }
+
+    /// The commands, with each requeue step's writes in its place, for tests.
+    #[cfg(test)]
+    pub(crate) fn writes(&self) -> Vec<Planned> {
         self.commands
             .iter()
-            .map(|c| {
-                std::iter::once(c.name.to_string())
-                    .chain(
-                        c.args
-                            .iter()
-                            .map(|a| String::from_utf8_lossy(a).into_owned()),
-                    )
-                    .collect::<Vec<_>>()
-                    .join(" ")
+            .flat_map(|c| match c.role {
+                Role::SettleOwned => OwnedStep::decode(c)
+                    .entries
+                    .into_iter()
+                    .flat_map(|(_, _, writes)| writes)
+                    .collect(),
+                _ => vec![c.clone()],
             })
             .collect()
     }
@@ -185,6 +226,115 @@ pub(crate) trait Settling {
     /// Appends what counts the next delivery of an entry retried in place (an ordered
     /// subscription's retry: it stays pending, unsettled and uncopied).
     fn keep_in_place(&self, _entry: &Entry, _plan: &mut FlushPlan) {}
+    /// Appends, as one atomic command, each entry's requeue writes and the settle of the
+    /// entries still this consumer's, leaving alone those another consumer claimed meanwhile
+    /// (theirs now: a copy or dead letter written for them here would be a second one).
+    /// `false` when the form cannot tell whose an entry is: the plan wraps the writes and the
+    /// settles in MULTI/EXEC instead.
+    fn settle_owned(&self, _requeues: &[Requeued<'_>], _plan: &mut FlushPlan) -> bool {
+        false
+    }
+}
+
+/// The command of a form's requeue step ([`Settling::settle_owned`]): `EVAL script` with the
+/// keys (then every write's target, declared for the cluster) and, in ARGV, the length of
+/// `header`, the header, then per entry its id (or value), `d` for a dead letter or `-`, its
+/// number of writes, and per write its length and its command.
+pub(crate) fn owned_step(
+    script: &'static str,
+    slot: u16,
+    mut keys: Vec<Bytes>,
+    header: Vec<Bytes>,
+    entries: impl IntoIterator<Item = (Bytes, bool, Vec<Planned>)> + Clone,
+) -> Planned {
+    let targets = entries
+        .clone()
+        .into_iter()
+        .flat_map(|(_, _, writes)| writes);
+    for write in targets {
+        if let Some(target) = write.args.first()
+            && !keys.contains(target)
+        {
+            keys.push(target.clone());
+        }
+    }
+    let mut args = vec![
+        Bytes::from_static(script.as_bytes()),
+        Bytes::from(keys.len().to_string()),
+    ];
+    args.append(&mut keys);
+    args.push(Bytes::from(header.len().to_string()));
+    args.extend(header);
+    for (id, dead_letter, writes) in entries {
+        args.extend([
+            id,
+            Bytes::from_static(if dead_letter { b"d" } else { b"-" }),
+            Bytes::from(writes.len().to_string()),
+        ]);
+        for write in writes {
+            args.push(Bytes::from((write.args.len() + 1).to_string()));
+            args.push(Bytes::copy_from_slice(write.name.as_bytes()));
+            args.extend(write.args);
+        }
+    }
+    Planned {
+        hash_slot: Some(slot),
+        ..Planned::new("EVAL", args, Role::SettleOwned)
+    }
+}
+
+/// A requeue step ([`owned_step`]) read back: its keys, its header, and per entry its id, whether
+/// it is a dead letter and its writes.
+#[cfg(test)]
+pub(crate) struct OwnedStep {
+    pub keys: Vec<Bytes>,
+    pub header: Vec<Bytes>,
+    pub entries: Vec<(Bytes, bool, Vec<Planned>)>,
+}
+
+#[cfg(test)]
+impl OwnedStep {
+    pub(crate) fn decode(planned: &Planned) -> Self {
+        assert_eq!((&*planned.name, planned.role), ("EVAL", Role::SettleOwned));
+        let mut args = planned.args[1..].iter().cloned();
+        let number = |args: &mut dyn Iterator<Item = Bytes>| -> usize {
+            std::str::from_utf8(&args.next().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let n = number(&mut args);
+        let keys = args.by_ref().take(n).collect();
+        let n = number(&mut args);
+        let header = args.by_ref().take(n).collect();
+        let mut entries = Vec::new();
+        while let Some(id) = args.next() {
+            let dead_letter = &args.next().unwrap()[..] == b"d";
+            let writes = (0..number(&mut args))
+                .map(|_| {
+                    let n = number(&mut args);
+                    let name = String::from_utf8(args.next().unwrap().to_vec()).unwrap();
+                    let command_args = args.by_ref().take(n - 1).collect();
+                    Planned::named(Str::from(name), command_args, Role::Requeue)
+                })
+                .collect();
+            entries.push((id, dead_letter, writes));
+        }
+        Self {
+            keys,
+            header,
+            entries,
+        }
+    }
+}
+
+/// An entry settled in a flush's requeue step, with the writes that requeue it (none for an
+/// acked or dropped entry settled beside the retries).
+#[derive(Debug)]
+pub(crate) struct Requeued<'a> {
+    pub entry: &'a Entry,
+    pub writes: Vec<Planned>,
+    pub dead_letter: bool,
 }
 
 /// What else a plan depends on.
@@ -283,36 +433,37 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
         })
         .collect();
     let requeues = rest.iter().any(|(_, r)| !matches!(r, Requeue::None));
-    if requeues {
-        plan.push("MULTI", vec![], Role::Begin, slot);
-    }
-    for (entry, action) in &rest {
-        match *action {
-            Requeue::None => {}
-            Requeue::Retry(reason) => form.retry(entry, reason, &mut plan),
-            Requeue::RetryAfter(reason, delay) => {
-                let due = ctx.now_ms.saturating_add(delay.as_millis() as u64);
-                form.retry_after(entry, reason, due, &mut plan);
-            }
-            Requeue::DeadLetter(reason) => {
-                form.dead_letter(entry, reason, &mut plan);
-                plan.dead_lettered += 1;
-            }
+    let requeued: Vec<Requeued<'_>> = rest
+        .iter()
+        .map(|&(entry, ref action)| Requeued {
+            entry,
+            writes: requeue_writes(form, entry, action, ctx),
+            dead_letter: matches!(action, Requeue::DeadLetter(_)),
+        })
+        .collect();
+    plan.dead_lettered = requeued.iter().filter(|r| r.dead_letter).count();
+    if !(requeues && form.settle_owned(&requeued, &mut plan)) {
+        if requeues {
+            plan.push("MULTI", vec![], Role::Begin, slot);
         }
-    }
-    let entries: Vec<&Entry> = rest.iter().map(|(entry, _)| *entry).collect();
-    if !entries.is_empty() {
-        form.settle(&entries, &mut plan);
-        let done: Vec<&Entry> = rest
-            .iter()
-            .filter(|(_, r)| matches!(r, Requeue::None | Requeue::DeadLetter(_)))
-            .map(|(entry, _)| *entry)
-            .collect();
-        form.finished(&done, &mut plan);
-    }
-    if requeues {
-        let settles = form.settles_in_redis();
-        plan.push("EXEC", vec![], Role::Commit { settles }, slot);
+        let mut entries = Vec::with_capacity(requeued.len());
+        for requeue in requeued {
+            plan.commands.extend(requeue.writes);
+            entries.push(requeue.entry);
+        }
+        if !entries.is_empty() {
+            form.settle(&entries, &mut plan);
+            let done: Vec<&Entry> = rest
+                .iter()
+                .filter(|(_, r)| matches!(r, Requeue::None | Requeue::DeadLetter(_)))
+                .map(|(entry, _)| *entry)
+                .collect();
+            form.finished(&done, &mut plan);
+        }
+        if requeues {
+            let settles = form.settles_in_redis();
+            plan.push("EXEC", vec![], Role::Commit { settles }, slot);
+        }
     }
     for &index in &batch.in_place {
         form.keep_in_place(batch.settles[index].entry.borrow(), &mut plan);
@@ -323,6 +474,27 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
         0
     };
     plan
+}
+
+/// The writes that requeue one entry (a copy, a delay-set member, a dead letter), in the form's
+/// commands.
+fn requeue_writes(
+    form: &impl Settling,
+    entry: &Entry,
+    action: &Requeue<'_>,
+    ctx: &PlanContext,
+) -> Vec<Planned> {
+    let mut writes = FlushPlan::default();
+    match *action {
+        Requeue::None => {}
+        Requeue::Retry(reason) => form.retry(entry, reason, &mut writes),
+        Requeue::RetryAfter(reason, delay) => {
+            let due = ctx.now_ms.saturating_add(delay.as_millis() as u64);
+            form.retry_after(entry, reason, due, &mut writes);
+        }
+        Requeue::DeadLetter(reason) => form.dead_letter(entry, reason, &mut writes),
+    }
+    writes.commands
 }
 
 /// The plan that moves entries read beyond the delivery cap to the dead letter, atomically

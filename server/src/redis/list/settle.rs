@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::{ListKeys, value};
 use crate::domain::{Entry, Framing, frame};
 use crate::redis::delay;
-use crate::redis::flush::{FlushPlan, Role, Settling};
+use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step};
 
 impl Settling for ListKeys {
     fn slot(&self) -> Option<u16> {
@@ -34,6 +34,33 @@ impl Settling for ListKeys {
 
     fn finished(&self, entries: &[&Entry], plan: &mut FlushPlan) {
         self.forget_counts(entries, plan);
+    }
+
+    /// One [`SETTLE_OWNED`] script on a reliable list: an entry is requeued only when its
+    /// `LREM` takes its value off this consumer's processing list. A simple list keeps no
+    /// processing list, so nobody else can hold its entries: its writes go in a MULTI.
+    fn settle_owned(&self, requeues: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
+        if !self.reliable {
+            return false;
+        }
+        let entries = requeues.iter().map(|r| {
+            let mut writes = r.writes.clone();
+            if r.writes.is_empty() || r.dead_letter {
+                // What `finished` does for an entry settled for good, for this one alone.
+                let mut forget = FlushPlan::default();
+                self.forget_counts(&[r.entry], &mut forget);
+                writes.append(&mut forget.commands);
+            }
+            (value(r.entry).clone(), r.dead_letter, writes)
+        });
+        plan.commands.push(owned_step(
+            SETTLE_OWNED,
+            self.slot,
+            vec![self.processing.clone()],
+            vec![],
+            entries,
+        ));
+        true
     }
 
     /// The value stays on the processing list; the delivery that ends is recorded in the
@@ -93,3 +120,35 @@ impl Settling for ListKeys {
         }
     }
 }
+
+/// The requeue step of a reliable list's flush, atomic as a `MULTI` would be, but for the
+/// entries still on this consumer's processing list only. A sidecar whose lease lapsed (Redis
+/// out of its reach) may flush after another consumer recovered its processing list: the value
+/// is back in the list or with that consumer, and a copy or dead letter written here too
+/// would be a second one. Such an entry is left alone.
+///
+/// KEYS[1] is the processing list; ARGV as [`owned_step`] lays it out, with each entry's value
+/// as its id and no header. A write's error is caught, as inside EXEC, and the others and the
+/// settles go on. Returns `{skipped, skipped dead letters, the first write error or false}`.
+pub(crate) const SETTLE_OWNED: &str = r#"
+local skipped, skipped_dead, failure = 0, 0, false
+local i = 2 + ARGV[1]
+while i <= #ARGV do
+  local dead, writes = ARGV[i + 1] == 'd', tonumber(ARGV[i + 2])
+  local mine = redis.call('LREM', KEYS[1], 1, ARGV[i]) > 0
+  i = i + 3
+  for _ = 1, writes do
+    local n = tonumber(ARGV[i])
+    if mine then
+      local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
+      if type(reply) == 'table' and reply.err and not failure then failure = reply.err end
+    end
+    i = i + 1 + n
+  end
+  if not mine then
+    skipped = skipped + 1
+    if dead then skipped_dead = skipped_dead + 1 end
+  end
+end
+return {skipped, skipped_dead, failure}
+"#;

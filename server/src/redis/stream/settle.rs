@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::redis::delay;
-use crate::redis::flush::{FlushPlan, Role, Settling};
+use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step};
 
 use super::StreamKeys;
 use crate::domain::Entry;
@@ -34,6 +34,28 @@ impl Settling for StreamKeys {
         };
         args.extend(entries.iter().map(|e| e.id.clone()));
         plan.push(name, args, Role::Settle, Some(self.slot));
+    }
+
+    /// One [`SETTLE_OWNED`] script: an entry is requeued and settled only while it is pending
+    /// on this consumer.
+    fn settle_owned(&self, requeues: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
+        let settle: &'static [u8] = if self.ack_delete { b"XACKDEL" } else { b"XACK" };
+        let header = vec![
+            self.group.clone(),
+            self.consumer.clone(),
+            Bytes::from_static(settle),
+        ];
+        let entries = requeues
+            .iter()
+            .map(|r| (r.entry.id.clone(), r.dead_letter, r.writes.clone()));
+        plan.commands.push(owned_step(
+            SETTLE_OWNED,
+            self.slot,
+            vec![self.key.clone()],
+            header,
+            entries,
+        ));
+        true
     }
 
     /// The entry stays pending on this consumer, its delivery count set to its next delivery's
@@ -90,3 +112,47 @@ impl Settling for StreamKeys {
         plan.push("XADD", args, Role::Requeue, Some(self.slot));
     }
 }
+
+/// The requeue step of a stream's flush, atomic as a `MULTI` would be, but for the entries
+/// still pending on this consumer only. A sidecar that could not extend a delivery in time
+/// (Redis out of its reach for `min_idle`) may flush it after another consumer claimed it:
+/// that consumer now holds it, and a copy, delay-set member or dead letter written here too
+/// would be a second one. Such an entry is left alone, neither requeued nor settled.
+///
+/// KEYS[1] is the stream; ARGV as [`owned_step`] lays it out, with the group, the consumer and
+/// the settle (`XACK` or `XACKDEL`) as its header. A write's error is caught, as inside EXEC,
+/// and the others and the settles go on. Returns `{skipped, skipped dead letters, the first
+/// write error or false}`.
+pub(crate) const SETTLE_OWNED: &str = r#"
+local key, group, consumer, settle = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
+local ours, skipped, skipped_dead, failure = {}, 0, 0, false
+local i = 2 + ARGV[1]
+while i <= #ARGV do
+  local id, dead, writes = ARGV[i], ARGV[i + 1] == 'd', tonumber(ARGV[i + 2])
+  local mine = redis.call('XPENDING', key, group, id, id, 1, consumer)[1]
+  i = i + 3
+  for _ = 1, writes do
+    local n = tonumber(ARGV[i])
+    if mine then
+      local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
+      if type(reply) == 'table' and reply.err and not failure then failure = reply.err end
+    end
+    i = i + 1 + n
+  end
+  if mine then
+    ours[#ours + 1] = id
+  else
+    skipped = skipped + 1
+    if dead then skipped_dead = skipped_dead + 1 end
+  end
+end
+for j = 1, #ours, 512 do
+  local ids = {unpack(ours, j, math.min(j + 511, #ours))}
+  if settle == 'XACKDEL' then
+    redis.call('XACKDEL', key, group, 'ACKED', 'IDS', #ids, unpack(ids))
+  else
+    redis.call('XACK', key, group, unpack(ids))
+  end
+end
+return {skipped, skipped_dead, failure}
+"#;

@@ -119,6 +119,18 @@ fn under_retention_with_xackdel_the_settle_deletes_what_every_group_acked() {
         ]
     );
     assert_eq!(plan.settles, 3);
+
+    // A retry's step settles with XACKDEL too.
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w.open_read(vec![entry("1-0")]).unwrap();
+    let batch = w
+        .settle(read.first_slot, Outcome::Retry, None)
+        .unwrap()
+        .unwrap();
+    let retried = self::plan(&keys, &batch, Mode::Pipeline, 0);
+    assert_eq!(retried.render()[0], "OWNED orders | g c XACKDEL");
 }
 
 #[test]
@@ -152,7 +164,7 @@ fn atomic_mode_wraps_each_kept_segment_with_its_own_settle() {
 }
 
 #[test]
-fn retries_are_written_in_the_same_transaction_as_the_xack() {
+fn retries_are_written_in_one_step_with_the_xack_of_what_is_still_ours() {
     let mut w = Window::new(Limits {
         max_commands_per_slot: 8,
     });
@@ -169,17 +181,27 @@ fn retries_are_written_in_the_same_transaction_as_the_xack() {
         .unwrap()
         .unwrap();
     let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
+    assert_eq!(plan.commands.len(), 2);
+    assert_owned_step(&plan.commands[1]);
     let rendered = plan.render();
     assert_eq!(rendered[0], "INCR k1");
-    assert_eq!(rendered[1], "MULTI");
     assert_eq!(
-        rendered[2],
-        "XADD orders * f v h:x-window-attempts 1 h:x-ruststream-retry-count 1 h:x-window-original-id 2-0 h:x-window-reason busy"
+        rendered[1],
+        "OWNED orders {orders}:window:delayed | g c XACK"
     );
-    assert!(rendered[3].starts_with("ZADD {orders}:window:delayed 1250 3-0\n1:f1:v"));
-    assert_eq!(rendered[4], "XACK orders g 1-0 2-0 3-0");
-    assert_eq!(rendered[5], "EXEC");
-    assert_eq!(plan.commands.len(), 6);
+    assert_eq!(rendered[2], "1-0");
+    assert_eq!(
+        rendered[3],
+        "2-0: XADD orders * f v h:x-window-attempts 1 h:x-ruststream-retry-count 1 h:x-window-original-id 2-0 h:x-window-reason busy"
+    );
+    assert!(rendered[4].starts_with("3-0: ZADD {orders}:window:delayed 1250 3-0\n1:f1:v"));
+    assert_eq!(rendered.len(), 5);
+}
+
+/// The requeue step is the stream's script, run on the stream's node.
+fn assert_owned_step(planned: &crate::redis::flush::Planned) {
+    assert_eq!(planned.args[0], settle::SETTLE_OWNED.as_bytes());
+    assert_eq!(planned.hash_slot, Some(keys().slot));
 }
 
 #[test]
@@ -202,15 +224,16 @@ fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
         .unwrap();
     let plan = plan(&keys, &batch, Mode::Pipeline, 0);
     assert_eq!(plan.dead_lettered, 1);
+    assert_eq!(plan.commands.len(), 1);
+    assert_owned_step(&plan.commands[0]);
     let rendered = plan.render();
-    assert_eq!(rendered[0], "MULTI");
+    assert_eq!(rendered[0], "OWNED orders orders:dead | g c XACK");
     assert_eq!(
         rendered[1],
-        "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-ruststream-retry-count 3 h:x-window-reason boom"
+        "1-0 d: XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-ruststream-retry-count 3 h:x-window-reason boom"
     );
-    assert!(rendered[2].starts_with("XADD orders * f v h:x-window-attempts 1"));
-    assert_eq!(rendered[3], "XACK orders g 1-0 2-0");
-    assert_eq!(rendered[4], "EXEC");
+    assert!(rendered[2].starts_with("2-0: XADD orders * f v h:x-window-attempts 1"));
+    assert_eq!(rendered.len(), 3);
 }
 
 #[test]
@@ -230,13 +253,14 @@ fn a_dead_letter_outcome_writes_the_dead_letter_with_the_settle_below_the_cap() 
         .unwrap();
     let plan = plan(&keys, &batch, Mode::Pipeline, 0);
     assert_eq!(plan.dead_lettered, 1);
+    assert_eq!(plan.commands.len(), 1);
+    assert_owned_step(&plan.commands[0]);
     assert_eq!(
         plan.render(),
         [
-            "MULTI",
-            "XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 1 h:x-ruststream-retry-count 1 h:x-window-reason bad",
-            "XACK orders g 1-0 2-0",
-            "EXEC",
+            "OWNED orders orders:dead | g c XACK",
+            "1-0 d: XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 1 h:x-ruststream-retry-count 1 h:x-window-reason bad",
+            "2-0",
         ]
     );
 }
