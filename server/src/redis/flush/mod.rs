@@ -13,8 +13,8 @@ use fred::clients::Pipeline;
 use fred::prelude::*;
 
 pub(crate) use plan::{
-    FlushPlan, PlanContext, Planned, Requeued, Role, Settling, owned_step, plan_dead_letters,
-    plan_flush,
+    FlushPlan, PlanContext, Planned, Requeued, Role, Settling, owned_step, owned_step_lua,
+    plan_dead_letters, plan_flush,
 };
 use wire::custom;
 pub(crate) use wire::{FAIL_FAST, unanswered};

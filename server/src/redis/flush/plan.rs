@@ -283,6 +283,44 @@ pub(crate) fn owned_step(
     }
 }
 
+/// The Lua half every form's requeue step script starts with: `owned_step(mine)` walks the
+/// entries as [`owned_step`] lays them out, asks `mine(id)` whether each is still this
+/// consumer's (the form's check, which may settle it as it asks), runs the writes of those
+/// only (`pcall`: a write's error is kept, as inside EXEC, and the rest go on), and returns
+/// their ids and the step's reply, `{skipped, skipped dead letters, the first write error or
+/// false}` (see [`super::FlushResult`]). A macro so that each form's script is one literal.
+macro_rules! owned_step_lua {
+    () => {
+        r#"
+local function owned_step(mine)
+  local ours, skipped, skipped_dead, failure = {}, 0, 0, false
+  local i = 2 + ARGV[1]
+  while i <= #ARGV do
+    local id, dead, writes = ARGV[i], ARGV[i + 1] == 'd', tonumber(ARGV[i + 2])
+    local is_mine = mine(id)
+    i = i + 3
+    for _ = 1, writes do
+      local n = tonumber(ARGV[i])
+      if is_mine then
+        local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
+        if type(reply) == 'table' and reply.err and not failure then failure = reply.err end
+      end
+      i = i + 1 + n
+    end
+    if is_mine then
+      ours[#ours + 1] = id
+    else
+      skipped = skipped + 1
+      if dead then skipped_dead = skipped_dead + 1 end
+    end
+  end
+  return ours, {skipped, skipped_dead, failure}
+end
+"#
+    };
+}
+pub(crate) use owned_step_lua;
+
 /// A requeue step ([`owned_step`]) read back: its keys, its header, and per entry its id, whether
 /// it is a dead letter and its writes.
 #[cfg(test)]

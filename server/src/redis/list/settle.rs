@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::{ListKeys, value};
 use crate::domain::{Entry, Framing, frame};
 use crate::redis::delay;
-use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step};
+use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step, owned_step_lua};
 
 impl Settling for ListKeys {
     fn slot(&self) -> Option<u16> {
@@ -128,27 +128,14 @@ impl Settling for ListKeys {
 /// would be a second one. Such an entry is left alone.
 ///
 /// KEYS[1] is the processing list; ARGV as [`owned_step`] lays it out, with each entry's value
-/// as its id and no header. A write's error is caught, as inside EXEC, and the others and the
-/// settles go on. Returns `{skipped, skipped dead letters, the first write error or false}`.
-pub(crate) const SETTLE_OWNED: &str = r#"
-local skipped, skipped_dead, failure = 0, 0, false
-local i = 2 + ARGV[1]
-while i <= #ARGV do
-  local dead, writes = ARGV[i + 1] == 'd', tonumber(ARGV[i + 2])
-  local mine = redis.call('LREM', KEYS[1], 1, ARGV[i]) > 0
-  i = i + 3
-  for _ = 1, writes do
-    local n = tonumber(ARGV[i])
-    if mine then
-      local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
-      if type(reply) == 'table' and reply.err and not failure then failure = reply.err end
-    end
-    i = i + 1 + n
-  end
-  if not mine then
-    skipped = skipped + 1
-    if dead then skipped_dead = skipped_dead + 1 end
-  end
-end
-return {skipped, skipped_dead, failure}
-"#;
+/// as its id and no header; the `LREM` that settles an entry says whether it was still this
+/// consumer's, and only then are its writes run ([`owned_step_lua`]).
+pub(crate) const SETTLE_OWNED: &str = concat!(
+    owned_step_lua!(),
+    r#"
+local _, reply = owned_step(function(value)
+  return redis.call('LREM', KEYS[1], 1, value) > 0
+end)
+return reply
+"#
+);

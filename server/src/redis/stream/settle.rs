@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::redis::delay;
-use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step};
+use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step, owned_step_lua};
 
 use super::StreamKeys;
 use crate::domain::Entry;
@@ -120,32 +120,15 @@ impl Settling for StreamKeys {
 /// would be a second one. Such an entry is left alone, neither requeued nor settled.
 ///
 /// KEYS[1] is the stream; ARGV as [`owned_step`] lays it out, with the group, the consumer and
-/// the settle (`XACK` or `XACKDEL`) as its header. A write's error is caught, as inside EXEC,
-/// and the others and the settles go on. Returns `{skipped, skipped dead letters, the first
-/// write error or false}`.
-pub(crate) const SETTLE_OWNED: &str = r#"
+/// the settle (`XACK` or `XACKDEL`) as its header; the entries still pending on this consumer
+/// (`XPENDING`) are written ([`owned_step_lua`]) and then settled together.
+pub(crate) const SETTLE_OWNED: &str = concat!(
+    owned_step_lua!(),
+    r#"
 local key, group, consumer, settle = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
-local ours, skipped, skipped_dead, failure = {}, 0, 0, false
-local i = 2 + ARGV[1]
-while i <= #ARGV do
-  local id, dead, writes = ARGV[i], ARGV[i + 1] == 'd', tonumber(ARGV[i + 2])
-  local mine = redis.call('XPENDING', key, group, id, id, 1, consumer)[1]
-  i = i + 3
-  for _ = 1, writes do
-    local n = tonumber(ARGV[i])
-    if mine then
-      local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
-      if type(reply) == 'table' and reply.err and not failure then failure = reply.err end
-    end
-    i = i + 1 + n
-  end
-  if mine then
-    ours[#ours + 1] = id
-  else
-    skipped = skipped + 1
-    if dead then skipped_dead = skipped_dead + 1 end
-  end
-end
+local ours, reply = owned_step(function(id)
+  return redis.call('XPENDING', key, group, id, id, 1, consumer)[1] ~= nil
+end)
 for j = 1, #ours, 512 do
   local ids = {unpack(ours, j, math.min(j + 511, #ours))}
   if settle == 'XACKDEL' then
@@ -154,5 +137,6 @@ for j = 1, #ours, 512 do
     redis.call('XACK', key, group, unpack(ids))
   end
 end
-return {skipped, skipped_dead, failure}
-"#;
+return reply
+"#
+);
