@@ -47,7 +47,7 @@ pub use tls::{TlsMaterial, TlsRedisServer};
 pub use util::info_field;
 pub use util::tail as tail_file;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -141,6 +141,7 @@ impl RedisServer {
         let child = command
             .spawn()
             .expect("redis-server is installed and runnable");
+        let pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -150,13 +151,32 @@ impl RedisServer {
                 self.child = None;
                 return false; // exited: most likely the port was taken meanwhile
             }
-            if TcpStream::connect(self.addr()).is_ok() {
-                return true;
+            match self.answering_pid() {
+                Some(reported) if reported == pid => return true,
+                // Another test's server holds the port: ours cannot bind and will exit.
+                Some(_) => break,
+                None => std::thread::sleep(Duration::from_millis(20)),
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         self.kill();
         false
+    }
+
+    /// The `process_id` of whatever server answers on the port, once one does. A connect
+    /// alone proves nothing: with tests in parallel, a port picked as free can be another
+    /// test's server for a moment.
+    fn answering_pid(&self) -> Option<u32> {
+        let mut conn = resp::Conn::connect(self.port).ok()?;
+        if let Some(at) = self.extra.iter().position(|arg| arg == "--requirepass") {
+            let password = self.extra.get(at + 1)?;
+            conn.call(&["AUTH", password.as_str()]).ok()?;
+        }
+        match conn.call(&["INFO", "server"]).ok()? {
+            resp::Reply::Bulk(info) => info_field(&String::from_utf8_lossy(&info), "process_id")?
+                .parse()
+                .ok(),
+            _ => None, // still loading, or not a server yet
+        }
     }
 
     pub fn port(&self) -> u16 {
