@@ -37,5 +37,5 @@ check() {
 }
 
 check fred 10.1.0 fred-10.1.0-ask-redirections.diff fred-10.1.0-one-write-per-pipeline.diff \
-  fred-10.1.0-consume-pipeline.diff
+  fred-10.1.0-consume-pipeline.diff fred-10.1.0-raw-commands.diff
 check h2 0.4.20 h2-0.4.20-unix-socket-authority.diff

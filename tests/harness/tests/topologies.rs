@@ -457,3 +457,112 @@ async fn a_pipeline_taken_replies_per_command_and_leaves_its_buffer_empty() {
     // The commands moved out: the pipeline's clone, sharing its buffer, has nothing to send.
     assert!(twin.try_all::<Value>().await.is_empty());
 }
+
+/// `INCR key` as RESP, as the sidecar encodes a flush.
+fn incr_resp(key: &str) -> String {
+    format!("*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n", key.len())
+}
+
+/// The vendored fred writes commands the caller encoded (`raw_commands`) as they are, in one
+/// write, and answers each in order with an error in its own place; a client that times out,
+/// writes again or reconnects keeps working afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_commands_reach_redis_in_one_write_and_answer_each_in_its_place() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let observer = redis.client().await;
+    let _: () = client
+        .set("raw:text", "x", None, None, false)
+        .await
+        .expect("set");
+    for round in 1..=3 {
+        let keys: Vec<String> = (0..200)
+            .map(|i| match i {
+                100 => "raw:text".to_owned(),
+                i => format!("raw:{i}"),
+            })
+            .collect();
+        let encoded: String = keys.iter().map(|key| incr_resp(key)).collect();
+        let before = reads_processed(&observer).await;
+        let replies = client
+            .raw_commands(
+                encoded.into(),
+                keys.len(),
+                fred::types::ClusterHash::FirstKey,
+            )
+            .await;
+        let reads = reads_processed(&observer).await - before;
+        assert!(
+            reads <= 3,
+            "Redis read 200 raw commands {} times",
+            reads - 1
+        );
+        assert_eq!(replies.len(), 200);
+        for (i, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(value) => assert_eq!((i, value), (i, Value::Integer(round))),
+                Err(err) => assert!(
+                    i == 100 && err.details().contains("not an integer"),
+                    "{i}: {err}"
+                ),
+            }
+        }
+    }
+    // A transaction inside: its replies are QUEUED and then EXEC's array, like a pipeline's.
+    let multi = "*1\r\n$5\r\nMULTI\r\n".to_owned() + &incr_resp("raw:0") + "*1\r\n$4\r\nEXEC\r\n";
+    let replies = client
+        .raw_commands(multi.into(), 3, fred::types::ClusterHash::FirstKey)
+        .await;
+    assert_eq!(
+        replies,
+        vec![
+            Ok(Value::from("OK")),
+            Ok(Value::Queued),
+            Ok(Value::Array(vec![Value::Integer(4)]))
+        ]
+    );
+    // Nothing to send is nothing sent.
+    assert!(
+        client
+            .raw_commands(bytes::Bytes::new(), 0, fred::types::ClusterHash::FirstKey)
+            .await
+            .is_empty()
+    );
+    // The connection is in step: an ordinary command after them gets its own reply.
+    let value: i64 = client.incr("raw:0").await.expect("incr");
+    assert_eq!(value, 5);
+}
+
+/// On a cluster, raw commands go to the node of their `cluster_hash`; one whose key lives
+/// elsewhere is answered `-MOVED` in its place, and the others run. Sent to each node, they all
+/// run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_commands_on_a_cluster_go_to_one_node_and_a_foreign_key_gets_moved_in_place() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = cluster.client().await;
+    let here = "{raw-a}:1";
+    let slot = slot_of(here);
+    let node = cluster.primary_for_slot(slot);
+    let elsewhere = (0..100)
+        .map(|i| format!("{{raw-b{i}}}:1"))
+        .find(|key| cluster.primary_for_slot(slot_of(key)) != node)
+        .expect("a key of another node");
+    let encoded = incr_resp(here) + &incr_resp(&elsewhere) + &incr_resp(here);
+    let replies = client
+        .raw_commands(encoded.into(), 3, fred::types::ClusterHash::Custom(slot))
+        .await;
+    assert_eq!(replies.len(), 3);
+    assert_eq!(replies[0], Ok(Value::Integer(1)));
+    let moved = replies[1].as_ref().expect_err("another node's key");
+    assert!(moved.details().contains("MOVED"), "{moved:?}");
+    assert_eq!(replies[2], Ok(Value::Integer(2)));
+    let other = slot_of(&elsewhere);
+    let replies = client
+        .raw_commands(
+            incr_resp(&elsewhere).into(),
+            1,
+            fred::types::ClusterHash::Custom(other),
+        )
+        .await;
+    assert_eq!(replies, vec![Ok(Value::Integer(1))]);
+}

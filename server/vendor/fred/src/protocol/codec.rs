@@ -219,6 +219,10 @@ impl Encoder<ProtocolFrame> for Codec {
     match item {
       ProtocolFrame::Resp2(frame) => resp2_encode_frame(self, frame, dst),
       ProtocolFrame::Resp3(frame) => resp3_encode_frame(self, frame, dst),
+      ProtocolFrame::Raw(data) => {
+        dst.extend_from_slice(&data);
+        Ok(())
+      },
     }
   }
 }

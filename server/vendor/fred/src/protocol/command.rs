@@ -10,7 +10,7 @@ use crate::{
   },
   runtime::{AtomicBool, OneshotSender, RefCount},
   trace,
-  types::{CustomCommand, Value},
+  types::{CustomCommand, RawCommands, Value},
   utils as client_utils,
   utils,
 };
@@ -467,6 +467,8 @@ pub enum CommandKind {
   // When in RESP3 mode and **not** using the `bcast` arg then we send the command on all cluster node connections
   _ClientTrackingCluster,
   _Custom(CustomCommand),
+  /// window-sidecar patch: see `RawCommands`.
+  _Raw(RawCommands),
 }
 
 impl fmt::Debug for CommandKind {
@@ -535,6 +537,10 @@ impl CommandKind {
   pub fn custom_hash_slot(&self) -> Option<u16> {
     match self {
       CommandKind::_Custom(ref cmd) => match cmd.cluster_hash {
+        ClusterHash::Custom(ref val) => Some(*val),
+        _ => None,
+      },
+      CommandKind::_Raw(ref raw) => match raw.cluster_hash {
         ClusterHash::Custom(ref val) => Some(*val),
         _ => None,
       },
@@ -925,6 +931,7 @@ impl CommandKind {
       CommandKind::FtSynUpdate => "FT.SYNUPDATE",
       CommandKind::FtTagVals => "FT.TAGVALS",
       CommandKind::_Custom(ref kind) => &kind.cmd,
+      CommandKind::_Raw(_) => "RAW",
     }
   }
 
@@ -1307,6 +1314,7 @@ impl CommandKind {
       CommandKind::FtSynUpdate => "FT.SYNUPDATE",
       CommandKind::FtTagVals => "FT.TAGVALS",
       CommandKind::_Custom(ref kind) => return kind.cmd.clone(),
+      CommandKind::_Raw(_) => "RAW",
     };
 
     client_utils::static_str(s)
@@ -1477,6 +1485,7 @@ impl CommandKind {
         | CommandKind::Fcall
         | CommandKind::FcallRO
         | CommandKind::_Custom(_)
+        | CommandKind::_Raw(_)
     )
   }
 

@@ -44,6 +44,8 @@ use std::{net::IpAddr, str::FromStr};
 pub enum ProtocolFrame {
   Resp2(Resp2Frame),
   Resp3(Resp3Frame),
+  /// window-sidecar patch: commands the caller encoded (`RawCommands`); only ever written.
+  Raw(bytes::Bytes),
 }
 
 impl ProtocolFrame {
@@ -54,6 +56,7 @@ impl ProtocolFrame {
     match self {
       ProtocolFrame::Resp2(frame) => frame.into_resp3(),
       ProtocolFrame::Resp3(frame) => frame,
+      ProtocolFrame::Raw(data) => Resp3Frame::BlobString { data, attributes: None },
     }
   }
 

@@ -916,6 +916,10 @@ pub fn command_to_resp2_frame(command: &Command) -> Result<ProtocolFrame, Error>
 
 /// Serialize the command as a protocol frame.
 pub fn command_to_frame(command: &Command, is_resp3: bool) -> Result<ProtocolFrame, Error> {
+  // window-sidecar patch: already RESP, written as it is (the same in RESP2 and RESP3).
+  if let CommandKind::_Raw(ref raw) = command.kind {
+    return Ok(ProtocolFrame::Raw(raw.encoded.clone()));
+  }
   if is_resp3 || command.kind.is_hello() {
     command_to_resp3_frame(command)
   } else {

@@ -312,6 +312,22 @@ pub fn process_response_frame(
     command.kind.to_str_debug(),
     command.debug_id()
   );
+  // window-sidecar patch: raw commands are answered by one reply each; the command waits at the
+  // front of the queue until the last of them, which answers the caller with all of them.
+  let frame = match command.kind {
+    CommandKind::_Raw(ref mut raw) => {
+      raw.received.push(frame);
+      if raw.received.len() < raw.count {
+        conn.buffer.push_front(command);
+        return Ok(());
+      }
+      Resp3Frame::Array {
+        data:       std::mem::take(&mut raw.received),
+        attributes: None,
+      }
+    },
+    _ => frame,
+  };
   if command.blocks_connection() {
     conn.blocked = false;
     inner.backchannel.set_unblocked();

@@ -43,6 +43,11 @@ pub fn prepare_command(
   counters: &Counters,
   command: &mut Command,
 ) -> Result<(ProtocolFrame, bool), Error> {
+  // window-sidecar patch: a raw command written again (after a reconnection) waits for all of
+  // its replies again.
+  if let crate::protocol::command::CommandKind::_Raw(ref mut raw) = command.kind {
+    raw.received.clear();
+  }
   let frame = protocol_utils::encode_frame(inner, command)?;
 
   // flush the socket under any of the following conditions:

@@ -9,6 +9,7 @@ use crate::{
   types::{
     config::{Config, ConnectionConfig, Options, PerformanceConfig, ReconnectPolicy, Server},
     ClientState,
+    ClusterHash,
     ConnectHandle,
     CustomCommand,
     FromValue,
@@ -462,6 +463,22 @@ pub trait ClientLike: Clone + Send + Sync + Sized {
       let args = utils::try_into_vec(args)?;
       commands::server::custom_raw(self, cmd, args).await
     }
+  }
+
+  /// window-sidecar patch (see server/vendor/README.md): writes `count` commands the caller
+  /// already encoded as RESP (each an array of bulk strings) to one connection, as they are, and
+  /// returns each one's reply in order, converted as a pipeline's are. They are one command of
+  /// the router: one write, one responder, no `Command` or frame per command. On a cluster they
+  /// go to the node of `cluster_hash`, so every command in them must belong to that node; a
+  /// redirection is answered in place like any reply. An error of the whole (a timeout, a broken
+  /// connection) comes back as a single error.
+  fn raw_commands(
+    &self,
+    encoded: bytes::Bytes,
+    count: usize,
+    cluster_hash: ClusterHash,
+  ) -> impl Future<Output = Vec<FredResult<Value>>> + Send {
+    async move { commands::server::raw_commands(self, encoded, count, cluster_hash).await }
   }
 
   /// Customize various configuration options on commands.

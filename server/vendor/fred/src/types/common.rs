@@ -138,6 +138,30 @@ impl InfoKind {
   }
 }
 
+/// window-sidecar patch (see server/vendor/README.md): commands the caller encoded as RESP itself,
+/// written to one connection as they are and answered by `count` replies, in order, as one
+/// command of the router. See [raw_commands](crate::interfaces::ClientLike::raw_commands).
+#[derive(Clone, Debug)]
+pub struct RawCommands {
+  /// `count` commands, each a RESP array of bulk strings.
+  pub encoded:           bytes::Bytes,
+  /// How many commands `encoded` holds: how many replies to wait for.
+  pub count:             usize,
+  /// Where a cluster client sends them: every command must belong to that node.
+  pub cluster_hash:      ClusterHash,
+  /// The replies read so far, while the command waits for the rest at the front of its
+  /// connection's in-flight queue.
+  pub(crate) received:   Vec<redis_protocol::resp3::types::BytesFrame>,
+}
+
+impl PartialEq for RawCommands {
+  fn eq(&self, other: &Self) -> bool {
+    self.encoded == other.encoded && self.count == other.count && self.cluster_hash == other.cluster_hash
+  }
+}
+
+impl Eq for RawCommands {}
+
 /// Configuration for custom redis commands, primarily used for interacting with third party modules or extensions.
 #[derive(Clone, Debug, Eq, PartialEq)]
 pub struct CustomCommand {

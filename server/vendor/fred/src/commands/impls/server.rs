@@ -224,6 +224,29 @@ pub async fn custom<C: ClientLike>(client: &C, cmd: CustomCommand, args: Vec<Val
   args_values_cmd(client, CommandKind::_Custom(cmd), args).await
 }
 
+/// window-sidecar patch: see `ClientLike::raw_commands`.
+pub async fn raw_commands<C: ClientLike>(
+  client: &C,
+  encoded: bytes::Bytes,
+  count: usize,
+  cluster_hash: crate::types::ClusterHash,
+) -> Vec<Result<Value, Error>> {
+  if count == 0 {
+    return Vec::new();
+  }
+  let kind = CommandKind::_Raw(crate::types::RawCommands {
+    encoded,
+    count,
+    cluster_hash,
+    received: Vec::new(),
+  });
+  match utils::request_response(client, move || Ok((kind, Vec::new()))).await {
+    Ok(Resp3Frame::Array { data, .. }) => data.into_iter().map(protocol_utils::frame_to_results).collect(),
+    Ok(_) => vec![Err(Error::new(ErrorKind::Protocol, "raw commands answered without their replies"))],
+    Err(err) => vec![Err(err)],
+  }
+}
+
 pub async fn custom_raw<C: ClientLike>(
   client: &C,
   cmd: CustomCommand,
