@@ -1,5 +1,5 @@
 //! A flush, one direction: [`plan`] turns what the window decided into the exact commands
-//! (pure), this module sends them as one pipeline on a pool connection (together with the
+//! (pure), this module sends them together on a pool connection (together with the
 //! flushes queued behind it, each keeping its own replies) and reads what the replies mean
 //! for the read's entries, [`redirect`] runs again what a cluster slot migration refused,
 //! and [`wire`] is how a planned command goes to fred. Each file uses only those after it in
@@ -9,15 +9,13 @@ pub(crate) mod plan;
 mod redirect;
 pub(crate) mod wire;
 
-use fred::clients::Pipeline;
 use fred::prelude::*;
 
 pub(crate) use plan::{
     FlushPlan, PlanContext, Planned, Requeued, Role, Settling, owned_step, owned_step_lua,
     plan_dead_letters, plan_flush,
 };
-use wire::custom;
-pub(crate) use wire::{FAIL_FAST, unanswered};
+pub(crate) use wire::unanswered;
 
 /// What the replies of a flush said.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -149,21 +147,12 @@ pub(crate) async fn execute(
             })
             .collect();
     }
-    // One pipeline is one write to each node it touches (fred as patched in server/vendor:
-    // unpatched, it flushes after every custom command, and a client's commands can only be
-    // custom).
     let deadline = tokio::time::Instant::now() + timeout;
-    let pipeline = Pipeline::from(client.with_options(&FAIL_FAST));
-    for plan in plans {
-        for planned in plan.commands.iter().chain(&plan.read_ahead) {
-            let (command, args) = custom(planned);
-            // Buffering a command in a pipeline only stores it; it cannot fail.
-            let _: Result<Value, _> = pipeline.custom(command, args).await;
-        }
-    }
-    // Sent once: the commands move into fred's request instead of being copied (fred as
-    // patched in server/vendor).
-    let replies = pipeline.try_all_taken().await;
+    let commands: Vec<&Planned> = plans
+        .iter()
+        .flat_map(|plan| plan.commands.iter().chain(&plan.read_ahead))
+        .collect();
+    let replies = wire::send(client, &commands).await;
     let mut results = Vec::with_capacity(plans.len());
     for (plan, (mut mine, read)) in plans.iter().zip(split_replies(plans, replies)) {
         // What a slot migration refused runs again where its keys live now.

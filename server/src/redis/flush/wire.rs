@@ -1,9 +1,13 @@
-//! How a planned command goes to fred: as a custom command routed by its slot or first key,
-//! on a client that fails fast, and what a fred error says about whether it ran.
+//! How planned commands go to fred: a flush's as RESP the sidecar encodes itself, one raw
+//! command of fred's per node they go to; a single one as a custom command routed by its slot
+//! or first key; both on a client that fails fast. And what a fred error says about whether a
+//! command ran.
 
+use bytes::{BufMut, BytesMut};
 use fred::prelude::*;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
+use fred::util::redis_keyslot;
 
 use super::plan::Planned;
 
@@ -33,4 +37,142 @@ pub(crate) fn custom(planned: &Planned) -> (CustomCommand, Vec<Value>) {
     let command = CustomCommand::new(planned.name.clone(), hash, false);
     let args = planned.args.iter().cloned().map(Value::Bytes).collect();
     (command, args)
+}
+
+/// Sends `commands` in order and returns one reply per command, in the same order. Their RESP
+/// is built here into one buffer per node and written by fred as it is (a raw command, fred as
+/// patched in server/vendor): one write, one responder and one reply conversion per command,
+/// instead of a fred `Command`, its argument values and its frames per command. On a cluster,
+/// the commands are grouped by the node fred's routing table gives their slot (a command that
+/// moved meanwhile is answered `-MOVED` in its place, as in a pipeline); the groups go out
+/// together. A group that fails as a whole (no connection, a timeout) gives that error to each
+/// of its commands.
+pub(crate) async fn send(client: &Client, commands: &[&Planned]) -> Vec<Result<Value, Error>> {
+    let client = client.with_options(&FAIL_FAST);
+    let routing = if client.is_clustered() {
+        client.cached_cluster_state()
+    } else {
+        None
+    };
+    let Some(routing) = routing else {
+        let encoded = encode(commands.iter().copied());
+        return expand(
+            client
+                .raw_commands(encoded, commands.len(), ClusterHash::FirstKey)
+                .await,
+            commands.len(),
+        );
+    };
+    // Each node's commands by their index, in order, and a slot of that node to route them by.
+    let mut groups: Vec<(Option<&Server>, u16, Vec<usize>)> = Vec::new();
+    for (index, planned) in commands.iter().enumerate() {
+        let slot = slot_of(planned);
+        let node = routing.get_server(slot);
+        match groups.iter_mut().find(|(owner, ..)| *owner == node) {
+            Some((.., members)) => members.push(index),
+            None => groups.push((node, slot, vec![index])),
+        }
+    }
+    let sends = groups.iter().map(|(_, slot, members)| {
+        let encoded = encode(members.iter().map(|&index| commands[index]));
+        client.raw_commands(encoded, members.len(), ClusterHash::Custom(*slot))
+    });
+    let answers = futures::future::join_all(sends).await;
+    let mut replies: Vec<Option<Result<Value, Error>>> =
+        (0..commands.len()).map(|_| None).collect();
+    for ((.., members), answer) in groups.iter().zip(answers) {
+        for (&index, reply) in members.iter().zip(expand(answer, members.len())) {
+            replies[index] = Some(reply);
+        }
+    }
+    replies
+        .into_iter()
+        .map(|reply| reply.expect("every command belongs to one group"))
+        .collect()
+}
+
+/// A group's replies, one per command: an error of the whole stands for each.
+fn expand(replies: Vec<Result<Value, Error>>, count: usize) -> Vec<Result<Value, Error>> {
+    match replies.as_slice() {
+        [Err(err)] if count > 1 => vec![Err(err.clone()); count],
+        _ => replies,
+    }
+}
+
+/// The slot whose node runs the command: its own, else its first argument's.
+fn slot_of(planned: &Planned) -> u16 {
+    planned
+        .hash_slot
+        .unwrap_or_else(|| planned.args.first().map_or(0, |key| redis_keyslot(key)))
+}
+
+/// The commands as RESP: each an array of bulk strings, its name split into words as fred
+/// splits a custom command's name (`CLIENT KILL` is two).
+pub(crate) fn encode<'a>(commands: impl Iterator<Item = &'a Planned> + Clone) -> bytes::Bytes {
+    let size: usize = commands
+        .clone()
+        .map(|planned| {
+            let args: usize = planned.args.iter().map(|arg| arg.len() + 16).sum();
+            planned.name.len() + 32 + args
+        })
+        .sum();
+    let mut buf = BytesMut::with_capacity(size);
+    for planned in commands {
+        let words = planned.name.trim().split(' ');
+        header(&mut buf, b'*', words.clone().count() + planned.args.len());
+        for word in words {
+            bulk(&mut buf, word.as_bytes());
+        }
+        for arg in &planned.args {
+            bulk(&mut buf, arg);
+        }
+    }
+    buf.freeze()
+}
+
+fn bulk(buf: &mut BytesMut, data: &[u8]) {
+    header(buf, b'$', data.len());
+    buf.put_slice(data);
+    buf.put_slice(b"\r\n");
+}
+
+fn header(buf: &mut BytesMut, kind: u8, len: usize) {
+    buf.put_u8(kind);
+    buf.put_slice(itoa::Buffer::new().format(len).as_bytes());
+    buf.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::flush::plan::Role;
+    use bytes::Bytes;
+
+    #[test]
+    fn commands_are_encoded_as_resp_arrays_of_bulk_strings() {
+        let incr = Planned::new("INCR", vec![Bytes::from_static(b"k")], Role::SideEffect);
+        let kill = Planned::new(
+            "CLIENT KILL",
+            vec![Bytes::from_static(b"ID"), Bytes::from_static(b"")],
+            Role::SideEffect,
+        );
+        let exec = Planned::new("EXEC", vec![], Role::SideEffect);
+        let encoded = encode([&incr, &kill, &exec].into_iter());
+        assert_eq!(
+            &encoded[..],
+            b"*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n\
+              *4\r\n$6\r\nCLIENT\r\n$4\r\nKILL\r\n$2\r\nID\r\n$0\r\n\r\n\
+              *1\r\n$4\r\nEXEC\r\n"
+        );
+    }
+
+    #[test]
+    fn an_error_of_the_whole_group_stands_for_each_command() {
+        let err = Error::new(ErrorKind::Timeout, "timed out");
+        let replies = expand(vec![Err(err)], 3);
+        assert_eq!(replies.len(), 3);
+        assert!(replies.iter().all(|r| r.as_ref().is_err_and(unanswered)));
+        let one = expand(vec![Ok(Value::Integer(1))], 1);
+        assert_eq!(one, vec![Ok(Value::Integer(1))]);
+    }
 }
