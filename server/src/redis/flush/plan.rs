@@ -245,13 +245,9 @@ pub(crate) fn owned_step(
     slot: u16,
     mut keys: Vec<Bytes>,
     header: Vec<Bytes>,
-    entries: impl IntoIterator<Item = (Bytes, bool, Vec<Planned>)> + Clone,
+    entries: Vec<(Bytes, bool, Vec<Planned>)>,
 ) -> Planned {
-    let targets = entries
-        .clone()
-        .into_iter()
-        .flat_map(|(_, _, writes)| writes);
-    for write in targets {
+    for write in entries.iter().flat_map(|(_, _, writes)| writes) {
         if let Some(target) = write.args.first()
             && !keys.contains(target)
         {

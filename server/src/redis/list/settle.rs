@@ -43,16 +43,19 @@ impl Settling for ListKeys {
         if !self.reliable {
             return false;
         }
-        let entries = requeues.iter().map(|r| {
-            let mut writes = r.writes.clone();
-            if r.writes.is_empty() || r.dead_letter {
-                // What `finished` does for an entry settled for good, for this one alone.
-                let mut forget = FlushPlan::default();
-                self.forget_counts(&[r.entry], &mut forget);
-                writes.append(&mut forget.commands);
-            }
-            (value(r.entry).clone(), r.dead_letter, writes)
-        });
+        let entries = requeues
+            .iter()
+            .map(|r| {
+                let mut writes = r.writes.clone();
+                if r.writes.is_empty() || r.dead_letter {
+                    // What `finished` does for an entry settled for good, for this one alone.
+                    let mut forget = FlushPlan::default();
+                    self.forget_counts(&[r.entry], &mut forget);
+                    writes.append(&mut forget.commands);
+                }
+                (value(r.entry).clone(), r.dead_letter, writes)
+            })
+            .collect();
         plan.commands.push(owned_step(
             SETTLE_OWNED,
             self.slot,

@@ -47,7 +47,8 @@ impl Settling for StreamKeys {
         ];
         let entries = requeues
             .iter()
-            .map(|r| (r.entry.id.clone(), r.dead_letter, r.writes.clone()));
+            .map(|r| (r.entry.id.clone(), r.dead_letter, r.writes.clone()))
+            .collect();
         plan.commands.push(owned_step(
             SETTLE_OWNED,
             self.slot,
