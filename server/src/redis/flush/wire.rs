@@ -55,11 +55,15 @@ pub(crate) async fn send(client: &Client, commands: &[&Planned]) -> Vec<Result<V
         None
     };
     let Some(routing) = routing else {
+        // A single node; or a cluster whose routing table fred has not synced yet: the whole
+        // flush goes where its first command's slot lives (fred routes by that slot once it
+        // knows it), and any other node's command comes back `-MOVED` in its place.
+        let hash = commands.first().map_or(ClusterHash::FirstKey, |first| {
+            ClusterHash::Custom(slot_of(first))
+        });
         let encoded = encode(commands.iter().copied());
         return expand(
-            client
-                .raw_commands(encoded, commands.len(), ClusterHash::FirstKey)
-                .await,
+            client.raw_commands(encoded, commands.len(), hash).await,
             commands.len(),
         );
     };
