@@ -574,9 +574,9 @@ fn ordered_targets(records: &[Record]) {
     if median(&others).is_some_and(|m| m < 0.8) {
         println!(
             "  not met: the reads run past the hot key's parked backlog and ask for twice COUNT, \
-             so the other\n  keys get about COUNT deliveries a read; but the hot key's own \
-             deliveries, one at a time, each\n  with a message each way and a flush round trip \
-             of its own, share the two cores with them"
+             so the other\n  keys get about COUNT deliveries a read; but the stream is read in \
+             order, so each of those reads\n  also brings COUNT of the hot key's entries: twice \
+             the entries read per delivery of theirs"
         );
     }
 }
