@@ -57,7 +57,7 @@ pub enum KeyError {
 }
 
 #[derive(Debug, Default)]
-struct Info {
+pub(crate) struct Info {
     specs: Vec<Spec>,
     /// As Redis spells them: `@write`.
     categories: Vec<String>,
@@ -190,7 +190,25 @@ impl KeySpecs {
 
     /// The key arguments of `name args…`.
     pub fn keys<'a>(&self, name: &str, args: &'a [Bytes]) -> Result<Vec<&'a Bytes>, KeyError> {
-        let specs = &self.lookup(name, args)?.1.specs;
+        Ok(self.lookup(name, args)?.1.keys(args))
+    }
+
+    /// The full name (`NAME|SUB` for a subcommand) of `name args…` and its entry in the table,
+    /// looked up once for everything admission asks of it.
+    pub(crate) fn describe(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
+        self.lookup(name, args)
+    }
+}
+
+impl Info {
+    /// As Redis spells them: `@write`.
+    pub(crate) fn categories(&self) -> &[String] {
+        &self.categories
+    }
+
+    /// The key arguments of this command called with `args`.
+    pub(crate) fn keys<'a>(&self, args: &'a [Bytes]) -> Vec<&'a Bytes> {
+        let specs = &self.specs;
         // argv[0] is the command name; args[i] is argv[i + 1].
         let argv = |i: usize| -> Option<&'a Bytes> { i.checked_sub(1).and_then(|i| args.get(i)) };
         let argc = args.len() + 1;
@@ -237,7 +255,7 @@ impl KeySpecs {
                 }
             }
         }
-        Ok(keys)
+        keys
     }
 }
 
