@@ -342,7 +342,8 @@ async fn entries_settled_by_every_group_leave_the_stream() {
 
 /// A retried entry is settled as an acked one is: where `XACKDEL` exists it leaves the stream in
 /// the flush that writes its copy (the step that requeues only what is still this consumer's
-/// settles with `XACKDEL` under retention), and the copy stays until it is settled in turn.
+/// settles with `XACKDEL` under retention), and the copy stays until it is settled in turn;
+/// elsewhere it stays for the background trim.
 #[tokio::test]
 async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
     let redis = RedisServer::start();
@@ -350,15 +351,45 @@ async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
     let key = "ret:retry";
     let _: () = client.xgroup_create(key, "g", "$", true).await.unwrap();
     let xackdel = server_offers_xackdel(&client).await;
+    // Two entries read and acknowledged before the subscription opens. The trim's first round
+    // runs as it opens and removes the first (the last read stays): once it has, no trim runs
+    // for the rest of the test (`--retention-interval 1h`), so only the flush can remove what
+    // follows.
+    for n in ["a", "b"] {
+        let _: String = client
+            .xadd(key, false, None, "*", vec![("n", n)])
+            .await
+            .unwrap();
+    }
+    let before = hand_consume(&client, key, "g", 2).await;
+    assert_eq!(before.len(), 2);
+    let metrics = format!("127.0.0.1:{}", free_port());
     let sidecar = Sidecar::start(
         &redis.url(),
-        &["--ack-retention", key, "--retention-interval", "1h"],
+        &[
+            "--ack-retention",
+            key,
+            "--retention-interval",
+            "1h",
+            "--metrics-listen",
+            &metrics,
+        ],
     )
     .await;
     let mut grpc = sidecar.client().await;
     let (mut sub, _) = Subscription::open(&mut grpc, stream_open(key, "g", "c", 1))
         .await
         .unwrap();
+    let trimmed = r#"window_sidecar_retention_trimmed_entries_total{key="ret:retry"}"#;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            sample(&scrape(&metrics).await, trimmed) == 1.0
+        })
+        .await,
+        "the trim's first round removed the first acknowledged entry ({} left)",
+        xlen(&client, key).await
+    );
+    let last_read = before[1].clone();
     let original: String = client
         .xadd(key, false, None, "*", vec![("n", "0")])
         .await
@@ -379,17 +410,23 @@ async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
     };
     let stream: Value = client.xrange(key, "-", "+", None).await.unwrap();
     let expected = if xackdel {
-        vec![copy.entry_id.clone()]
+        vec![last_read, copy.entry_id.clone()]
     } else {
-        vec![original, copy.entry_id.clone()]
+        vec![last_read, original, copy.entry_id.clone()]
     };
     assert_eq!(ids(stream), expected, "XACKDEL: {xackdel}");
     sub.send(vec![], vec![outcome(copy.slot, OutcomeKind::Ack)])
         .await;
     assert!(sub.flush().await.ok);
     if xackdel {
-        assert_eq!(xlen(&client, key).await, 0);
+        // Only the entry acknowledged by hand before the subscription is left.
+        assert_eq!(xlen(&client, key).await, 1);
     }
+    assert_eq!(
+        sample(&scrape(&metrics).await, trimmed),
+        1.0,
+        "no trim ran after the first"
+    );
     sub.close();
     sidecar.stop().await;
 }
