@@ -46,7 +46,7 @@ impl Admission<'_> {
     pub(crate) fn admit(&self, mut command: Command) -> Result<Command, CommandError> {
         let (full_name, info) = self
             .key_specs
-            .describe(&command.name, &command.args)
+            .lookup(&command.name, &command.args)
             .map_err(|_| CommandError::Unknown(command.name.clone()))?;
         let refused = |source| CommandError::Policy {
             command: command.name.clone(),

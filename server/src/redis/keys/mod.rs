@@ -159,9 +159,9 @@ impl KeySpecs {
         self.commands.contains_key(&name.to_ascii_uppercase())
     }
 
-    /// The entry of `name args…`: its subcommand's when it has one. Returns the full name
-    /// (`NAME|SUB` for a subcommand).
-    fn lookup(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
+    /// The entry of `name args…`: its subcommand's when it has one, looked up once for
+    /// everything admission asks of it. Returns the full name (`NAME|SUB` for a subcommand).
+    pub(crate) fn lookup(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
         let upper = name.to_ascii_uppercase();
         let Some(info) = self.commands.get(&upper) else {
             return Err(KeyError::UnknownCommand(upper));
@@ -191,12 +191,6 @@ impl KeySpecs {
     /// The key arguments of `name args…`.
     pub fn keys<'a>(&self, name: &str, args: &'a [Bytes]) -> Result<Vec<&'a Bytes>, KeyError> {
         Ok(self.lookup(name, args)?.1.keys(args))
-    }
-
-    /// The full name (`NAME|SUB` for a subcommand) of `name args…` and its entry in the table,
-    /// looked up once for everything admission asks of it.
-    pub(crate) fn describe(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
-        self.lookup(name, args)
     }
 }
 
