@@ -308,7 +308,6 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     for (Map.Entry<Long, List<Rejection>> e : bySlot.entrySet()) {
       Delivery d;
       Rejection why;
-      boolean reopened = false;
       String outcome = "";
       synchronized (lock) {
         d = slots.get(e.getKey());
@@ -321,7 +320,9 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
           }
         }
         if (d != null && d.outcome != null && d.sent && outcomeRefused(e.getValue())) {
-          // The slot is still open on the sidecar: settle it anew, without its commands.
+          // The slot is still open on the sidecar: settle it anew, without its commands, under
+          // the lock that reopened it, so the handler's return never finds it open (and acks
+          // it a second time).
           d.outcome = null;
           d.sent = false;
           d.commands = new ArrayList<>();
@@ -329,7 +330,7 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
           if (!d.read.sent) {
             d.read.unsettled++; // sent alone (draining): open again in its read's count too
           }
-          reopened = true;
+          outcome = resettle(d, why);
         } else if (d != null
             && !why.getCommand().isEmpty()
             && d.outcome != null
@@ -337,38 +338,36 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
           continue; // the ack's refusal follows in a message of its own: reported then
         }
       }
-      if (reopened) {
-        String reason = "rejected: " + RejectedException.reasonName(why) + ": " + why.getMessage();
-        boolean drop = sub.options.rejectedOutcome == RejectedOutcome.DROP;
-        boolean deadLetter = false;
-        if (sub.options.rejectedOutcome == RejectedOutcome.AUTO) {
-          boolean unfixable =
-              why.getReason() == RejectionReason.REJECTION_REASON_INVALID_COMMAND
-                  || why.getReason() == RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND
-                  || why.getReason() == RejectionReason.REJECTION_REASON_PERMISSION_DENIED;
-          deadLetter = unfixable && hasDeadLetter();
-          drop = unfixable && !deadLetter;
-        }
-        boolean sent;
-        if (deadLetter) {
-          outcome = "dead_letter";
-          sent = d.deadLetter(reason);
-        } else if (drop) {
-          outcome = "drop";
-          sent = d.drop(reason);
-        } else {
-          Duration delay = sub.options.retryDelay(d.deliveryCount());
-          outcome = "retry_after " + delay;
-          sent = d.retryAfter(delay, reason);
-        }
-        if (!sent) {
-          outcome = "";
-        }
-      }
       RejectedException error = new RejectedException(why, d, outcome);
       sub.log("%s", error.getMessage());
       sub.reportError(error);
     }
+  }
+
+  /**
+   * Settles a reopened delivery as {@link SubscribeOptions#rejectedOutcome} says; returns the
+   * outcome's name, empty when it could not be sent. Called with the lock held.
+   */
+  private String resettle(Delivery d, Rejection why) {
+    String reason = "rejected: " + RejectedException.reasonName(why) + ": " + why.getMessage();
+    boolean drop = sub.options.rejectedOutcome == RejectedOutcome.DROP;
+    boolean deadLetter = false;
+    if (sub.options.rejectedOutcome == RejectedOutcome.AUTO) {
+      boolean unfixable =
+          why.getReason() == RejectionReason.REJECTION_REASON_INVALID_COMMAND
+              || why.getReason() == RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND
+              || why.getReason() == RejectionReason.REJECTION_REASON_PERMISSION_DENIED;
+      deadLetter = unfixable && hasDeadLetter();
+      drop = unfixable && !deadLetter;
+    }
+    if (deadLetter) {
+      return d.deadLetter(reason) ? "dead_letter" : "";
+    }
+    if (drop) {
+      return d.drop(reason) ? "drop" : "";
+    }
+    Duration delay = sub.options.retryDelay(d.deliveryCount());
+    return d.retryAfter(delay, reason) ? "retry_after " + delay : "";
   }
 
   /** Whether the subscription has a dead-letter target. */

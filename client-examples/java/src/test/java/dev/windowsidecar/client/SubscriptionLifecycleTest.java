@@ -356,6 +356,111 @@ public class SubscriptionLifecycleTest {
     }
   }
 
+  /**
+   * A rejection that arrives while the handler still runs after its ack: the client settles the
+   * reopened delivery anew under the lock that reopened it, so the handler never finds it open
+   * (its return would ack it a second time, and the client's own outcome would then throw inside
+   * the stream's callback and end the stream). Each round the handler acks, then watches its
+   * delivery until the rejection is reported; the sidecar must see one drop after each refused
+   * ack, and nothing else, on one stream.
+   */
+  @Test
+  public void aRejectionRacingTheHandlerNeverShowsItOpen() throws Exception {
+    int rounds = 100;
+    LinkedBlockingQueue<String> faults = new LinkedBlockingQueue<>();
+    CountDownLatch done = new CountDownLatch(1);
+    WindowClient client =
+        start(
+            (open, out, in) -> {
+              out.onNext(opened());
+              for (long i = 1; i <= rounds; i++) {
+                out.onNext(msg(read(i, i, i + "-0")));
+                Batch acked = next(in);
+                if (acked == null || acked.getCommandsCount() != 1) {
+                  faults.add("round " + i + ": the handler's batch: " + acked);
+                  break;
+                }
+                out.onNext(
+                    SubscribeResponse.newBuilder()
+                        .setRejections(
+                            dev.windowsidecar.v1.Rejections.newBuilder()
+                                .addRejections(
+                                    dev.windowsidecar.v1.Rejection.newBuilder()
+                                        .setSlot(i)
+                                        .setReason(
+                                            dev.windowsidecar.v1.RejectionReason
+                                                .REJECTION_REASON_FORBIDDEN_COMMAND)
+                                        .setCommand("FLUSHALL")
+                                        .setMessage("forbidden"))
+                                .addRejections(
+                                    dev.windowsidecar.v1.Rejection.newBuilder()
+                                        .setSlot(i)
+                                        .setReason(
+                                            dev.windowsidecar.v1.RejectionReason
+                                                .REJECTION_REASON_INCOMPLETE_SEGMENT)
+                                        .setMessage("incomplete")))
+                        .build());
+                Batch again = next(in);
+                if (again == null
+                    || again.getCommandsCount() != 0
+                    || again.getAcksCount() != 0
+                    || again.getOutcomesCount() != 1
+                    || again.getOutcomes(0).getSlot() != i
+                    || again.getOutcomes(0).getKind() != OutcomeKind.OUTCOME_KIND_DROP) {
+                  faults.add("round " + i + ": after the rejection: " + again);
+                  break;
+                }
+                out.onNext(
+                    SubscribeResponse.newBuilder()
+                        .setFlush(FlushReport.newBuilder().setReadId(i).setSettles(1).setOk(true))
+                        .build());
+              }
+              done.countDown();
+              awaitEnd(in);
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<RejectedException> reported = new LinkedBlockingQueue<>();
+    SubscriptionListener listener =
+        new SubscriptionListener() {
+          @Override
+          public void error(WindowException e) {
+            if (e instanceof RejectedException r) {
+              reported.add(r);
+            }
+          }
+        };
+    DeliveryHandler handler =
+        d -> {
+          d.queue("FLUSHALL").ack();
+          long giveUp = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+          while (true) {
+            if (System.nanoTime() > giveUp) {
+              faults.add("slot " + d.slot() + ": no rejection reported within 10 s");
+              return;
+            }
+            Thread.onSpinWait();
+            RejectedException r = reported.poll();
+            if (r != null) {
+              if (!r.getMessage().endsWith("the client settled it with drop")) {
+                faults.add("slot " + d.slot() + ": reported " + r.getMessage());
+              }
+              return;
+            }
+            if (!d.isSettled()) {
+              faults.add("slot " + d.slot() + ": the handler found its delivery open after its ack");
+              return;
+            }
+          }
+        };
+    try (Subscription sub = client.subscribe(options().listener(listener).build(), handler)) {
+      boolean finished = done.await(30, TimeUnit.SECONDS);
+      assertNull(faults.poll());
+      assertTrue("the rounds did not finish", finished);
+      assertEquals(0, sub.reconnects());
+      assertFalse(sub.isTerminated());
+    }
+  }
+
   /** extend() sends the slot in {@code extend} at once; the outcome follows as usual. */
   @Test
   public void extendSendsTheSlot() throws Exception {
