@@ -231,11 +231,17 @@ func (d *Delivery) Extend() error {
 }
 
 func (d *Delivery) settle(kind windowv1.OutcomeKind, delay time.Duration, reason string) error {
-	o := &windowv1.Outcome{Slot: d.Slot, Kind: kind, Reason: reason}
 	s := d.sess
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o.Trace = d.trace
+	return d.settleLocked(kind, delay, reason)
+}
+
+// settleLocked is settle with the session lock held: a refused outcome is settled anew under
+// the same lock that reopened it, so no other goroutine sees the delivery open in between.
+func (d *Delivery) settleLocked(kind windowv1.OutcomeKind, delay time.Duration, reason string) error {
+	s := d.sess
+	o := &windowv1.Outcome{Slot: d.Slot, Kind: kind, Reason: reason, Trace: d.trace}
 	if kind == windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER {
 		o.Delay = durationpb.New(delay)
 	}

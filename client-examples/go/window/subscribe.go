@@ -952,7 +952,6 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 		}
 		bySlot[r.GetSlot()] = append(bySlot[r.GetSlot()], r)
 	}
-	opts := &s.sub.opts
 	for _, slot := range order {
 		rs := bySlot[slot]
 		s.mu.Lock()
@@ -984,13 +983,21 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 				why = d.rejection
 			}
 		}
-		s.mu.Unlock()
 		if why == nil {
 			why = rs[0]
 		}
 		reason := strings.TrimPrefix(why.GetReason().String(), "REJECTION_REASON_")
 		rerr := &RejectedError{Reason: reason, Slot: slot, Command: why.GetCommand(), Message: why.GetMessage(),
 			Delivery: d, Rejection: why}
+		var err error
+		if reopened {
+			// The caller's error, not a retry loop: settled as RejectedOutcome says, under the
+			// lock that reopened it (the handler's return must not find it open and ack it
+			// again), and reported to OnError; the sidecar's advice (settle it otherwise) is
+			// what this does.
+			err = s.resettleLocked(d, why, reason, rerr)
+		}
+		s.mu.Unlock()
 		if !reopened {
 			if why.GetCommand() != "" && d != nil && d.Outcome() == windowv1.OutcomeKind_OUTCOME_KIND_ACK {
 				// The ack's refusal (INCOMPLETE_SEGMENT) follows in its own message: reported then.
@@ -1000,38 +1007,42 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 			s.sub.onError(rerr)
 			continue
 		}
-		// The caller's error, not a retry loop: settled as RejectedOutcome says, reported to
-		// OnError; the sidecar's advice (settle it otherwise) is what this does.
-		settleReason := "rejected: " + reason + ": " + why.GetMessage()
-		drop := opts.RejectedOutcome == RejectedDrop
-		deadLetter := false
-		if opts.RejectedOutcome == RejectedAuto {
-			switch why.GetReason() {
-			case windowv1.RejectionReason_REJECTION_REASON_INVALID_COMMAND,
-				windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND,
-				windowv1.RejectionReason_REJECTION_REASON_PERMISSION_DENIED:
-				deadLetter = opts.hasDeadLetter()
-				drop = !deadLetter
-			}
-		}
-		var err error
-		if deadLetter {
-			rerr.Outcome = "dead_letter"
-			err = d.DeadLetter(settleReason)
-		} else if drop {
-			rerr.Outcome = "drop"
-			err = d.Drop(settleReason)
-		} else {
-			delay := opts.retryDelay(d.DeliveryCount)
-			rerr.Outcome = fmt.Sprintf("retry_after %v", delay)
-			err = d.RetryAfterReason(delay, settleReason)
-		}
 		if err != nil {
 			rerr.Outcome = ""
 			s.sub.logf("window: slot %d: the outcome after the rejection was not sent: %v", d.Slot, err)
 		}
 		s.sub.logf("%v", rerr)
 		s.sub.onError(rerr)
+	}
+}
+
+// resettleLocked settles a reopened delivery as RejectedOutcome says and names the outcome in
+// rerr. Called with the session lock held.
+func (s *session) resettleLocked(d *Delivery, why *windowv1.Rejection, reason string, rerr *RejectedError) error {
+	opts := &s.sub.opts
+	settleReason := "rejected: " + reason + ": " + why.GetMessage()
+	drop := opts.RejectedOutcome == RejectedDrop
+	deadLetter := false
+	if opts.RejectedOutcome == RejectedAuto {
+		switch why.GetReason() {
+		case windowv1.RejectionReason_REJECTION_REASON_INVALID_COMMAND,
+			windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND,
+			windowv1.RejectionReason_REJECTION_REASON_PERMISSION_DENIED:
+			deadLetter = opts.hasDeadLetter()
+			drop = !deadLetter
+		}
+	}
+	switch {
+	case deadLetter:
+		rerr.Outcome = "dead_letter"
+		return d.settleLocked(windowv1.OutcomeKind_OUTCOME_KIND_DEAD_LETTER, 0, settleReason)
+	case drop:
+		rerr.Outcome = "drop"
+		return d.settleLocked(windowv1.OutcomeKind_OUTCOME_KIND_DROP, 0, settleReason)
+	default:
+		delay := opts.retryDelay(d.DeliveryCount)
+		rerr.Outcome = fmt.Sprintf("retry_after %v", delay)
+		return d.settleLocked(windowv1.OutcomeKind_OUTCOME_KIND_RETRY_AFTER, delay, settleReason)
 	}
 }
 

@@ -591,3 +591,87 @@ func TestInvalidArgumentEnds(t *testing.T) {
 		t.Fatalf("err: %v", sub.Err())
 	}
 }
+
+// A rejection that arrives while the handler is still running after its ack: the helper
+// settles the reopened delivery anew under the lock that reopened it, so the handler never
+// finds it open (its return would ack it a second time, which the sidecar refuses again, and
+// the helper's own outcome would then not be sent). Each round the handler acks, then watches
+// its delivery until the rejection is reported; the sidecar must see exactly one drop after
+// each refused ack, and nothing else.
+func TestARejectionRacingTheHandlerNeverShowsItOpen(t *testing.T) {
+	const rounds = 200
+	errs := make(chan string, 2*rounds)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		for i := uint64(1); i <= rounds; i++ {
+			s.Send(read(i, i, fmt.Sprintf("%d-0", i)))
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			if b := m.GetBatch(); len(b.GetCommands()) != 1 || len(b.GetOutcomes())+len(b.GetAcks()) != 1 {
+				errs <- fmt.Sprintf("round %d: the handler's batch: %v", i, b)
+			}
+			s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
+				{Slot: i, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
+				{Slot: i, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
+			}}}})
+			m, err = s.Recv()
+			if err != nil {
+				return nil
+			}
+			b := m.GetBatch()
+			if len(b.GetCommands()) != 0 || len(b.GetAcks()) != 0 || len(b.GetOutcomes()) != 1 ||
+				b.Outcomes[0].GetSlot() != i || b.Outcomes[0].GetKind() != windowv1.OutcomeKind_OUTCOME_KIND_DROP {
+				errs <- fmt.Sprintf("round %d: after the rejection: %v", i, b)
+			}
+			s.Send(flushed(i, 1))
+		}
+		close(errs)
+		for {
+			if _, err := s.Recv(); err != nil {
+				return nil
+			}
+		}
+	})
+	reported := make(chan *RejectedError, 1)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		OnError: func(err error) {
+			var rerr *RejectedError
+			if errors.As(err, &rerr) {
+				reported <- rerr
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	go sub.Run(func(_ context.Context, d *Delivery) error {
+		d.Queue("FLUSHALL")
+		if err := d.Ack(); err != nil {
+			return err
+		}
+		for {
+			select {
+			case rerr := <-reported:
+				if rerr.Outcome != "drop" {
+					errs <- fmt.Sprintf("slot %d: reported %q", d.Slot, rerr.Error())
+				}
+				return nil
+			default:
+			}
+			if d.Outcome() == windowv1.OutcomeKind_OUTCOME_KIND_UNSPECIFIED {
+				errs <- fmt.Sprintf("slot %d: the handler found its delivery open after its ack", d.Slot)
+				return nil
+			}
+		}
+	})
+	select {
+	case <-time.After(30 * time.Second):
+		t.Fatal("the rounds did not finish")
+	case msg, ok := <-errs:
+		if ok {
+			t.Fatal(msg)
+		}
+	}
+}
