@@ -87,6 +87,33 @@ fn sigterm_exits_when_redis_is_gone() {
     assert!(sidecar.wait_exit().success());
 }
 
+/// A sidecar stopped as it starts stops at once: its Redis clients are still in the delay fred
+/// sleeps before their first connect, and a QUIT sent then is never answered, so waiting for it
+/// would hold the stop for the whole Redis timeout (30 s here, against `wait_exit`'s 10 s).
+#[test]
+fn sigterm_right_after_the_start_does_not_wait_for_redis() {
+    let redis = RedisServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = SidecarProcess::start(&[
+        "--redis-url",
+        &redis.url(),
+        "--listen",
+        &listen,
+        "--redis-timeout",
+        "30s",
+        "--shutdown-grace",
+        "1s",
+    ]);
+    sidecar.wait_for("window-sidecar starting");
+    // The signal handlers are installed by then; fred's first connect waits 100 ms at least.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    sidecar.signal("TERM");
+    sidecar.wait_for("SIGTERM: shutting down");
+    let status = sidecar.wait_exit();
+    assert!(status.success(), "{status:?}");
+    sidecar.wait_for("window-sidecar stopped");
+}
+
 #[test]
 fn a_wrong_redis_password_is_logged_at_start_as_an_authentication_failure_without_the_password() {
     const WRONG: &str = "n0t-the-pa55word-7f3e";

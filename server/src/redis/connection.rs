@@ -328,8 +328,8 @@ impl Redis {
     pub async fn quit(&self) {
         self.closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let both = futures::future::join(self.pool.quit(), self.flush_pool.quit());
-        if tokio::time::timeout(self.timeout, both).await.is_err() {
+        let all = futures::future::join_all(self.pool_clients().map(quit_client));
+        if tokio::time::timeout(self.timeout, all).await.is_err() {
             tracing::warn!(timeout = ?self.timeout, "Redis did not answer QUIT in time; closing without it");
         }
     }
@@ -337,6 +337,20 @@ impl Redis {
     /// Every pool client (for tests that stop one on purpose).
     pub fn pool_clients(&self) -> impl Iterator<Item = &Client> {
         self.pool.clients().iter().chain(self.flush_pool.clients())
+    }
+}
+
+/// Closes one client. Only a connected client answers QUIT: one still connecting (fred sleeps
+/// its reconnect delay before every connect, the first one too) or reconnecting stops its
+/// attempts as the QUIT is sent, but the QUIT itself is never answered, and waiting for it
+/// would hold a sidecar stopped right after it started for a whole command timeout.
+async fn quit_client(client: &Client) {
+    use futures::FutureExt;
+    if client.is_connected() {
+        let _ = client.quit().await;
+    } else {
+        // Polled once: far enough to send it; the answer that never comes is not awaited.
+        let _ = client.quit().now_or_never();
     }
 }
 
