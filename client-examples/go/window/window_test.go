@@ -80,6 +80,15 @@ func flushed(id uint64, settles uint32) *windowv1.SubscribeResponse {
 	return &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Flush{Flush: &windowv1.FlushReport{ReadId: id, Settles: settles, Ok: true}}}
 }
 
+// refusedFlushall is the sidecar's answer to a batch whose slot queued FLUSHALL and acked it:
+// the command refused (FORBIDDEN_COMMAND), then the ack (INCOMPLETE_SEGMENT), in one message.
+func refusedFlushall(slot uint64) *windowv1.SubscribeResponse {
+	return &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
+		{Slot: slot, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
+		{Slot: slot, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
+	}}}}
+}
+
 func recvDelivery(t *testing.T, sub *Subscription) *Delivery {
 	t.Helper()
 	select {
@@ -235,10 +244,7 @@ func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 			return nil
 		}
 		got <- m.GetBatch()
-		s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
-			{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
-			{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
-		}}}})
+		s.Send(refusedFlushall(1))
 		m, err = s.Recv()
 		if err != nil {
 			return nil
@@ -295,10 +301,7 @@ func TestRejectedCommandByDefault(t *testing.T) {
 				if _, err := s.Recv(); err != nil {
 					return nil
 				}
-				s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
-					{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
-					{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
-				}}}})
+				s.Send(refusedFlushall(1))
 				m, err := s.Recv()
 				if err != nil {
 					return nil
@@ -612,10 +615,7 @@ func TestARejectionRacingTheHandlerNeverShowsItOpen(t *testing.T) {
 			if b := m.GetBatch(); len(b.GetCommands()) != 1 || len(b.GetOutcomes())+len(b.GetAcks()) != 1 {
 				errs <- fmt.Sprintf("round %d: the handler's batch: %v", i, b)
 			}
-			s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
-				{Slot: i, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "forbidden"},
-				{Slot: i, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "incomplete"},
-			}}}})
+			s.Send(refusedFlushall(i))
 			m, err = s.Recv()
 			if err != nil {
 				return nil

@@ -156,6 +156,28 @@ public class SubscriptionLifecycleTest {
     return SubscribeResponse.newBuilder().setRead(r).build();
   }
 
+  /**
+   * The sidecar's answer to a batch whose slot queued FLUSHALL and acked it: the command refused
+   * (FORBIDDEN_COMMAND), then the ack (INCOMPLETE_SEGMENT), in one message.
+   */
+  static SubscribeResponse refusedFlushall(long slot) {
+    dev.windowsidecar.v1.Rejection.Builder command =
+        dev.windowsidecar.v1.Rejection.newBuilder()
+            .setSlot(slot)
+            .setReason(dev.windowsidecar.v1.RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
+            .setCommand("FLUSHALL")
+            .setMessage("forbidden");
+    dev.windowsidecar.v1.Rejection.Builder ack =
+        dev.windowsidecar.v1.Rejection.newBuilder()
+            .setSlot(slot)
+            .setReason(dev.windowsidecar.v1.RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+            .setMessage("incomplete");
+    return SubscribeResponse.newBuilder()
+        .setRejections(
+            dev.windowsidecar.v1.Rejections.newBuilder().addRejections(command).addRejections(ack))
+        .build();
+  }
+
   static SubscribeOptions.Builder options() {
     return SubscribeOptions.builder("s", "g").backoff(Duration.ofMillis(10), Duration.ofMillis(20));
   }
@@ -305,26 +327,7 @@ public class SubscriptionLifecycleTest {
               }
               out.onNext(SubscribeResponse.newBuilder().setDraining(Draining.newBuilder()).build());
               got.add(next(in));
-              out.onNext(
-                  SubscribeResponse.newBuilder()
-                      .setRejections(
-                          dev.windowsidecar.v1.Rejections.newBuilder()
-                              .addRejections(
-                                  dev.windowsidecar.v1.Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(
-                                          dev.windowsidecar.v1.RejectionReason
-                                              .REJECTION_REASON_FORBIDDEN_COMMAND)
-                                      .setCommand("FLUSHALL")
-                                      .setMessage("forbidden"))
-                              .addRejections(
-                                  dev.windowsidecar.v1.Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(
-                                          dev.windowsidecar.v1.RejectionReason
-                                              .REJECTION_REASON_INCOMPLETE_SEGMENT)
-                                      .setMessage("incomplete")))
-                      .build());
+              out.onNext(refusedFlushall(1));
               got.add(next(in));
               awaitEnd(in);
               out.onCompleted();
@@ -380,26 +383,7 @@ public class SubscriptionLifecycleTest {
                   faults.add("round " + i + ": the handler's batch: " + acked);
                   break;
                 }
-                out.onNext(
-                    SubscribeResponse.newBuilder()
-                        .setRejections(
-                            dev.windowsidecar.v1.Rejections.newBuilder()
-                                .addRejections(
-                                    dev.windowsidecar.v1.Rejection.newBuilder()
-                                        .setSlot(i)
-                                        .setReason(
-                                            dev.windowsidecar.v1.RejectionReason
-                                                .REJECTION_REASON_FORBIDDEN_COMMAND)
-                                        .setCommand("FLUSHALL")
-                                        .setMessage("forbidden"))
-                                .addRejections(
-                                    dev.windowsidecar.v1.Rejection.newBuilder()
-                                        .setSlot(i)
-                                        .setReason(
-                                            dev.windowsidecar.v1.RejectionReason
-                                                .REJECTION_REASON_INCOMPLETE_SEGMENT)
-                                        .setMessage("incomplete")))
-                        .build());
+                out.onNext(refusedFlushall(i));
                 Batch again = next(in);
                 if (again == null
                     || again.getCommandsCount() != 0
