@@ -130,8 +130,8 @@ impl crate::engine::Item for std::sync::Arc<Entry> {
     fn delivery_count(&self) -> u32 {
         self.delivery_count
     }
-    fn ordering_key(&self) -> Option<Bytes> {
-        self.ordering_key.clone()
+    fn ordering_key(&self) -> Option<&Bytes> {
+        self.ordering_key.as_ref()
     }
     fn redelivered(&self) -> Self {
         let mut next = Entry::clone(self);

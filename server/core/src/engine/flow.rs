@@ -253,7 +253,7 @@ impl<E: Item> Engine<E> {
             let Some(key) = settle.entry.ordering_key() else {
                 continue;
             };
-            keys.push((key, settle.entry.id()));
+            keys.push((key.clone(), settle.entry.id()));
             let delay = match settle.outcome {
                 Outcome::Retry => None,
                 Outcome::RetryAfter(delay) => Some(delay),

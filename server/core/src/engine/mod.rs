@@ -42,7 +42,10 @@ pub trait Item: Clone {
     fn delivery_count(&self) -> u32;
     /// The entry's ordering key on an ordered subscription (see [`Config::ordered`]); `None`:
     /// it is handed out whatever else is out.
-    fn ordering_key(&self) -> Option<bytes::Bytes>;
+    /// Borrowed: the engine looks a key up several times per delivery and keeps a copy only
+    /// where it stores one, and a key is a slice of its read's buffer, whose reference count
+    /// the reply's other slices share across threads.
+    fn ordering_key(&self) -> Option<&bytes::Bytes>;
     /// The entry as its next delivery sees it after a retry kept in place (whose flush counted
     /// that delivery in Redis): one delivery more.
     fn redelivered(&self) -> Self;

@@ -275,13 +275,15 @@ impl<E: Item> Lanes<E> {
                     .is_some_and(|p| !lane.parked.is_empty() || self.waiting >= p.bound);
             if park {
                 if lane.parked.is_empty() {
-                    self.parked_keys.insert(key);
+                    self.parked_keys.insert(key.clone());
                 }
                 lane.parked.push_back(entry.park());
                 self.parked += 1;
             } else {
+                if !self.queued.contains(key) {
+                    self.queued.insert(key.clone());
+                }
                 lane.wait(entry);
-                self.queued.insert(key);
                 self.waiting += 1;
             }
         }
@@ -296,7 +298,7 @@ impl<E: Item> Lanes<E> {
     /// The entries of a read handed out from `first_slot` on: their lanes know their slots.
     pub(super) fn handed_out(&mut self, entries: &[E], first_slot: SlotId) {
         for (i, entry) in entries.iter().enumerate() {
-            if let Some(lane) = entry.ordering_key().and_then(|k| self.lanes.get_mut(&k)) {
+            if let Some(lane) = entry.ordering_key().and_then(|k| self.lanes.get_mut(k)) {
                 lane.out_slot = Some(first_slot + i as u64);
             }
         }
@@ -306,7 +308,7 @@ impl<E: Item> Lanes<E> {
     pub(super) fn waits_behind(&self, entry: &E) -> bool {
         entry
             .ordering_key()
-            .and_then(|k| self.lanes.get(&k))
+            .and_then(|k| self.lanes.get(k))
             .is_some_and(Lane::waits)
     }
 
@@ -360,7 +362,7 @@ impl<E: Item> Lanes<E> {
                 seen: true,
                 not_before,
             });
-            self.queued.insert(key);
+            self.queued.insert(key.clone());
             self.waiting += 1;
         }
         self.extend_soon(now);
