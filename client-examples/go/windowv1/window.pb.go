@@ -402,8 +402,8 @@ type Open struct {
 	Source isOpen_Source `protobuf_oneof:"source"`
 	// Entries per read (the COUNT of one XREADGROUP). Required: 1 to the sidecar's maximum
 	// (`--max-count`, 4096 by default). An ordered stream (`ordering_key`) whose busy keys hold
-	// back part of each read asks Redis for up to twice as many, so that about `count` go out
-	// a read; what goes out stays within `max_in_flight`.
+	// back part of each read asks Redis for up to twice as many while the stream has a backlog,
+	// so that about `count` go out a read; what goes out stays within `max_in_flight`.
 	Count uint32 `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
 	// How long one read waits for new entries when there are none (the BLOCK of XREADGROUP).
 	// Unset or zero: 5 seconds. At most 60 seconds.

@@ -93,7 +93,7 @@ impl<E: Item> Engine<E> {
             };
             let read = alive.len();
             let admitted = self.lanes.admit(alive, walk, room, now);
-            if !redelivery && self.backlog {
+            if !redelivery {
                 self.size_reads(read, admitted.free);
             }
             self.flush_early(now, admitted.behind);

@@ -177,12 +177,18 @@ impl<E: Item> Engine<E> {
         Some(count)
     }
 
-    /// Sizes the next reads of new entries after a full one of `read` entries of which `free`
-    /// were free to go: on an ordered stream that parks, a hot key's entries take their share
-    /// of every read and are parked, so a read of COUNT would hand out only the other keys'
-    /// share. The next reads ask for enough that about COUNT go out, at most twice COUNT. What
-    /// goes out stays within the room the window has (see [`super::ordering::Lanes::admit`]).
+    /// Sizes the next reads of new entries after one of `read` entries of which `free` were
+    /// free to go: on an ordered stream that parks, a hot key's entries take their share of
+    /// every read and are parked, so a read of COUNT would hand out only the other keys'
+    /// share. While the backlog lasts the next reads ask for enough that about COUNT go out,
+    /// at most twice COUNT; once a read comes back short, for COUNT again (a blocking read of
+    /// a quiet stream has no hot key's share to make up for). What goes out stays within the
+    /// room the window has (see [`super::ordering::Lanes::admit`]).
     pub(super) fn size_reads(&mut self, read: usize, free: usize) {
+        if !self.backlog {
+            self.read_extra = 0;
+            return;
+        }
         if self.lanes.parking().is_none() || read == 0 {
             return;
         }

@@ -945,6 +945,37 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
     assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (0, 0));
 }
 
+/// Reads ask for more than COUNT only while the stream has a backlog: once a read comes back
+/// short, the next asks for COUNT (within the room) again.
+#[test]
+fn once_the_backlog_ends_reads_ask_for_count_again() {
+    let now = Instant::now();
+    let config = Config {
+        count: 4,
+        max_in_flight: 16,
+        max_parked: 100,
+        read_ahead: false,
+        ..model::ordered_config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, now);
+    engine.take_actions();
+    let asked = |actions: &[Action<E>]| -> Option<u32> {
+        actions.iter().find_map(|a| match a {
+            Action::Read { count, .. } => Some(*count),
+            _ => None,
+        })
+    };
+    // Half of a full read is the hot key's: the next asks for 6 so that about 4 go out.
+    let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
+    engine.read_returned(now, Ok(Read::new(first)));
+    assert_eq!(asked(&engine.take_actions()), Some(6));
+    // It brings two: the backlog is over.
+    engine.read_returned(now, Ok(Read::new(vec![keyed(5, 3), keyed(6, 4)])));
+    let actions = engine.take_actions();
+    assert_eq!(delivered(&actions), vec![5, 6]);
+    assert_eq!(asked(&actions), Some(4), "COUNT, not COUNT and the extra");
+}
+
 /// The end-to-end shape of a hot key: its first delivery held all along, half the stream its,
 /// reads riding on flushes. Every other key's entry is handed out.
 #[test]
