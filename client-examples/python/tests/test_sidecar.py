@@ -274,6 +274,34 @@ class Subscribing(SidecarTest):
                           list(ps.pubsub.sharded_channels), ps.pubsub.buffer),
                          (["ch"], ["p.*"], ["sh"], 100))
 
+    async def test_the_typed_commands_are_imported_off_the_loop_before_the_open(self) -> None:
+        # Imported on a delivery's first d.redis, they held the event loop for 60-100 ms.
+        from window_client import client as client_module
+
+        loop_thread = threading.get_ident()
+        loaded: List[int] = []
+        real = client_module._redis_commands
+
+        def recording() -> Any:
+            loaded.append(threading.get_ident())
+            return real()
+
+        seen_at_open: List[List[int]] = []
+
+        async def script(st: Stream) -> None:  # runs once the open has arrived
+            seen_at_open.append(list(loaded))
+            await serve_until_closed(st)
+
+        target = await self.start([script])
+        with mock.patch.object(client_module, "_REDIS_COMMANDS", None), \
+                mock.patch.object(client_module, "_redis_commands", recording):
+            async with WindowClient(target, token="") as client:
+                async with client.subscribe("s", "g") as sub:
+                    await sub.wait_opened(5)
+        self.assertEqual(len(seen_at_open), 1)
+        self.assertEqual(len(seen_at_open[0]), 1, "imported once, before the open was sent")
+        self.assertNotEqual(seen_at_open[0][0], loop_thread, "imported off the event loop")
+
     async def outcomes(self, packed_acks: bool) -> pb.Batch:
         async def script(st: Stream) -> None:
             await opened(st)
