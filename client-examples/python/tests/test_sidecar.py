@@ -122,7 +122,10 @@ class SidecarTest(unittest.IsolatedAsyncioTestCase):
         return f"127.0.0.1:{port}"
 
     async def asyncTearDown(self) -> None:
-        await self.server.stop(None)
+        # A test that skipped before starting its fake sidecar has none to stop.
+        server = getattr(self, "server", None)
+        if server is not None:
+            await server.stop(None)
 
 
 def _openssl(*args: str) -> None:
