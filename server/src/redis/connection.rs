@@ -261,6 +261,11 @@ impl Redis {
                 conn.connection_timeout = self.timeout;
                 conn.internal_command_timeout = self.timeout;
             })
+            // fred gives every client nine event channels of this many slots, written at
+            // creation: 32 cost some 20 kB per reader. A reader only asks whether it
+            // reconnected since its last read (a lagging receiver says so too) and waits for
+            // its first connect.
+            .with_performance_config(|perf| perf.broadcast_channel_capacity = 1)
             .set_policy(reconnect_policy())
             .build()
             .map_err(|e| RedisError::from_fred("connect", &e))?;
