@@ -1,6 +1,6 @@
 //! Redis Cluster, end to end: atomic segments on the stream's slot, cross-slot rejections,
 //! routing by key in pipeline mode, a reliable list, group metrics sampled on the stream's node,
-//! a failover and a resharding. Real `redis-server` processes, the in-process sidecar and the
+//! readers connected to their slot's node alone, a failover and a resharding. Real `redis-server` processes, the in-process sidecar and the
 //! generated gRPC client.
 //!
 //! The failover tests watch the replica that takes over with `MONITOR`, so that when an
@@ -447,6 +447,98 @@ async fn cluster_cross_slot_rejection_names_the_refused_command() {
         rejection.command, "ZADD",
         "Rejection.command is \"the refused command's name, when a command was refused\": {rejection:?}"
     );
+    sidecar.stop().await;
+}
+
+/// The connections of each primary (`connected_clients`).
+fn connections(ports: &[u16]) -> Vec<i64> {
+    ports
+        .iter()
+        .map(|&port| {
+            info(port, "clients")
+                .lines()
+                .find_map(|l| l.strip_prefix("connected_clients:"))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no connected_clients in INFO clients of {port}"))
+        })
+        .collect()
+}
+
+/// The connections of each primary once they stop changing (up to 3 s).
+async fn steady_connections(ports: &[u16]) -> Vec<i64> {
+    let mut last = connections(ports);
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = connections(ports);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// A subscription reads from its slot's node alone: its reader connects to that primary and
+/// to no other (fred's cluster client would connect to every primary), for a stream and for a
+/// reliable list; and it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_subscription_connects_only_to_its_slots_node() {
+    const EACH: usize = 4;
+    let cluster = RedisCluster::start(3, 0);
+    let sidecar = Sidecar::start(&cluster.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let inspect = cluster.client().await;
+    publish(&mut client, "{orders}", numbered(EACH)).await;
+    // Each list subscription takes up to its window (2) at once.
+    let jobs: Vec<String> = (0..2 * EACH).map(|i| format!("job-{i}")).collect();
+    let _: i64 = inspect.lpush("{jobs}", jobs).await.unwrap();
+    let primaries = cluster.primaries();
+    let (orders, jobs) = (
+        cluster.primary_for_slot(slot_of("{orders}")),
+        cluster.primary_for_slot(slot_of("{jobs}")),
+    );
+    let mut subs = Vec::new();
+    for i in 0..EACH {
+        let open = stream_open("{orders}", &format!("g{i}"), "c", 1);
+        let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+        assert_eq!(
+            sub.read().await.deliveries.len(),
+            1,
+            "stream subscription {i} reads"
+        );
+        subs.push(sub);
+        let open = reliable_list_open("{jobs}", &format!("w{i}"), 1);
+        let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+        assert_eq!(
+            sub.read().await.deliveries.len(),
+            1,
+            "list subscription {i} reads"
+        );
+        subs.push(sub);
+    }
+    // The readers' connections are what closing the subscriptions takes away (the pools'
+    // connect in the background, and stay).
+    let open = steady_connections(&primaries).await;
+    for sub in &mut subs {
+        sub.close();
+    }
+    let readers: Vec<i64> = primaries
+        .iter()
+        .map(|&port| [orders, jobs].iter().filter(|&&p| p == port).count() as i64 * EACH as i64)
+        .collect();
+    let want: Vec<i64> = open.iter().zip(&readers).map(|(n, r)| n - r).collect();
+    let closed = eventually(Duration::from_secs(3), || async {
+        connections(&primaries) == want
+    })
+    .await;
+    assert!(
+        closed,
+        "connections per primary {primaries:?}: {open:?} with {EACH} stream subscriptions on \
+         {orders} and {EACH} reliable-list subscriptions on {jobs}, {:?} once they closed; want \
+         {want:?}: one reader connection each, on its slot's node only",
+        connections(&primaries)
+    );
+    let _ = inspect.quit().await;
     sidecar.stop().await;
 }
 

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use fred::prelude::*;
+use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 
 use super::error::RedisError;
@@ -21,8 +22,8 @@ pub async fn call(
 
 /// Like [`call`], routed to the node that owns `slot` when one is given (for commands whose
 /// key is not their first argument, such as XREADGROUP).
-pub async fn call_at(
-    client: &Client,
+pub async fn call_at<C: ClientLike>(
+    client: &C,
     name: &'static str,
     args: Vec<Value>,
     blocking: bool,
@@ -44,4 +45,31 @@ pub fn arg(bytes: &Bytes) -> Value {
 /// A string to a fred argument.
 pub fn str_arg(s: &str) -> Value {
     Value::Bytes(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// Runs a script by its SHA on the node of `slot`, loading it first where the node does not
+/// have it (one that restarted or was promoted): fred's `evalsha_with_reload` as plain
+/// commands, so that any client sends them with its options (a subscription's reader, see
+/// [`super::read_connection`]).
+pub(crate) async fn eval_script<C: ClientLike>(
+    client: &C,
+    script: &Script,
+    slot: u16,
+    keys: Vec<Value>,
+    args: Vec<Value>,
+) -> Result<Value, RedisError> {
+    let mut evalsha = Vec::with_capacity(2 + keys.len() + args.len());
+    evalsha.push(Value::from(script.sha1().clone()));
+    evalsha.push(Value::Integer(keys.len() as i64));
+    evalsha.extend(keys);
+    evalsha.extend(args);
+    match call_at(client, "EVALSHA", evalsha.clone(), false, Some(slot)).await {
+        Err(RedisError::Refused { message, .. }) if message.starts_with("NOSCRIPT") => {
+            let lua = script.lua().cloned().unwrap_or_default();
+            let load = vec![Value::from("LOAD"), Value::from(lua)];
+            call_at(client, "SCRIPT", load, false, Some(slot)).await?;
+            call_at(client, "EVALSHA", evalsha, false, Some(slot)).await
+        }
+        reply => reply,
+    }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::config::{Config as FredConfig, ReconnectPolicy, ServerConfig};
+use fred::types::config::{Config as FredConfig, ReconnectPolicy, Server, ServerConfig};
 
 use super::error::RedisError;
 use crate::config::{Secret, redact_url};
@@ -254,9 +254,15 @@ impl Redis {
         }
     }
 
-    /// A new dedicated client for one subscription's blocking reads, connected.
-    pub async fn dedicated_client(&self) -> Result<Client, RedisError> {
-        let client = Builder::from_config(self.subscription_config())
+    /// A new dedicated client for one subscription's blocking reads, connected: to `node`
+    /// alone when given (a cluster node that owns the subscription's slot, see
+    /// [`super::read_connection`]), else to the deployment as configured.
+    pub async fn dedicated_client(&self, node: Option<Server>) -> Result<Client, RedisError> {
+        let mut config = self.subscription_config();
+        if let Some(server) = node {
+            config.server = ServerConfig::Centralized { server };
+        }
+        let client = Builder::from_config(config)
             .with_connection_config(|conn| {
                 conn.connection_timeout = self.timeout;
                 conn.internal_command_timeout = self.timeout;

@@ -14,6 +14,7 @@ use super::flush::{FlushPlan, Requeued};
 use super::lease::{ConsumerLease, LeaseHolder};
 use super::list::{self, ListKeys, ListReader};
 use super::pubsub::{PubSubForm, PubSubReader};
+use super::read_connection::ReadConnection;
 use super::stream::{self, StreamKeys, StreamReader};
 use super::{Redis, RedisError, Replication, companion_key};
 use crate::domain::entry::Parked;
@@ -235,17 +236,18 @@ impl Reader {
         replication: Option<Replication>,
     ) -> Result<Self, RedisError> {
         Ok(match (source, form) {
-            (Source::Stream(s), _) => Reader::Stream(StreamReader::new(
-                redis.dedicated_client().await?,
+            (Source::Stream(s), Form::Stream(keys)) => Reader::Stream(StreamReader::new(
+                ReadConnection::open(redis, keys.slot).await?,
                 s,
                 replication,
             )),
             (Source::List(_), Form::List(keys)) => Reader::List(ListReader::new(
-                redis.dedicated_client().await?,
+                ReadConnection::open(redis, keys.slot).await?,
                 keys.clone(),
                 replication,
             )),
             (Source::PubSub(p), _) => Reader::PubSub(PubSubReader::open(redis, p).await?),
+            (Source::Stream(_), _) => unreachable!("a stream source has a stream form"),
             (Source::List(_), _) => unreachable!("a list source has a list form"),
         })
     }
@@ -283,8 +285,8 @@ impl Reader {
     /// connection (a pub/sub reader waits on its own buffer and is never blocked in Redis).
     pub(crate) fn interrupter(&self) -> Option<ReadInterrupter> {
         match self {
-            Reader::Stream(r) => Some(ReadInterrupter(r.client().clone())),
-            Reader::List(r) => Some(ReadInterrupter(r.client().clone())),
+            Reader::Stream(r) => Some(ReadInterrupter(r.connection().current())),
+            Reader::List(r) => Some(ReadInterrupter(r.connection().current())),
             Reader::PubSub(_) => None,
         }
     }
@@ -303,13 +305,15 @@ impl Reader {
 /// read returns as if its block had run out, so it takes nothing and nothing is lost. A read
 /// that is not blocked (it is between commands, or its reply is on the way) is left alone.
 #[derive(Clone)]
-pub(crate) struct ReadInterrupter(Client);
+pub(crate) struct ReadInterrupter(tokio::sync::watch::Receiver<Client>);
 
 impl ReadInterrupter {
     pub(crate) async fn interrupt(&self) {
         use fred::interfaces::ClientInterface;
         use fred::types::ClientUnblockFlag;
-        if let Err(err) = self.0.unblock_self(Some(ClientUnblockFlag::Timeout)).await {
+        // The reader's connection may have followed its slot to another node since.
+        let client = self.0.borrow().clone();
+        if let Err(err) = client.unblock_self(Some(ClientUnblockFlag::Timeout)).await {
             tracing::debug!(error = %err, "the read under way was not blocked; it ends by itself");
         }
     }

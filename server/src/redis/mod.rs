@@ -1,6 +1,7 @@
 //! Everything that talks to Redis, by seam:
 //!
-//! - connections: the deployment and its pools (`connection`), one command sent raw
+//! - connections: the deployment and its pools (`connection`), a subscription's connection
+//!   for its reads, on its slot's node on a cluster (`read_connection`), one command sent raw
 //!   (`call`), what a failure is (`error`), replicas a read waits for (`replication`), what
 //!   the server is and offers ([`server`]);
 //! - reading and settling, per form: [`stream`], [`list`], [`pubsub`], side by side in
@@ -32,6 +33,7 @@ pub(crate) mod lease;
 pub(crate) mod list;
 pub(crate) mod publish;
 pub(crate) mod pubsub;
+mod read_connection;
 mod replication;
 pub(crate) mod retention;
 pub(crate) mod sample;

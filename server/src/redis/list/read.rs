@@ -11,7 +11,9 @@ use fred::types::scripts::Script;
 
 use super::{ListKeys, entry, value};
 use crate::domain::{Entry, ReadBatch};
+use crate::redis::call::eval_script;
 use crate::redis::entry::into_bytes;
+use crate::redis::read_connection::ReadConnection;
 use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at};
 
 /// Moves (reliable) or pops (simple) up to ARGV[1] entries and returns each value with its
@@ -133,7 +135,7 @@ pub(crate) async fn give_back(
 
 /// Reads one list subscription on its dedicated connection.
 pub(crate) struct ListReader {
-    client: Client,
+    connection: ReadConnection,
     keys: ListKeys,
     /// Entries of this consumer's processing list left by its previous run, oldest first,
     /// delivered before anything new.
@@ -144,27 +146,39 @@ pub(crate) struct ListReader {
 
 impl ListReader {
     /// The dedicated connection the reads block on.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn connection(&self) -> &ReadConnection {
+        &self.connection
     }
 
-    pub(crate) fn new(client: Client, keys: ListKeys, replication: Option<Replication>) -> Self {
+    pub(crate) fn new(
+        connection: ReadConnection,
+        keys: ListKeys,
+        replication: Option<Replication>,
+    ) -> Self {
         Self {
             replication,
             replication_watch: ReplicationWatch::default(),
-            client,
+            connection,
             keys,
             own: None,
         }
     }
 
+    /// One command on the list's slot; `block`: how long it may wait in Redis, if blocking.
     async fn call(
         &self,
         name: &'static str,
         args: Vec<Value>,
-        blocking: bool,
+        block: Option<Duration>,
     ) -> Result<Value, RedisError> {
-        call_at(&self.client, name, args, blocking, Some(self.keys.slot)).await
+        call_at(
+            &self.connection.commands(block),
+            name,
+            args,
+            block.is_some(),
+            Some(self.keys.slot),
+        )
+        .await
     }
 
     /// Makes the next read deliver this consumer's processing list again.
@@ -178,6 +192,19 @@ impl ListReader {
     /// (when `recover`) dead consumers' entries are moved back, then new entries, blocking up
     /// to `block` when the list is empty.
     pub(crate) async fn read(
+        &mut self,
+        count: u32,
+        block: Duration,
+        recover: bool,
+    ) -> Result<ReadBatch, RedisError> {
+        let read = self.read_once(count, block, recover).await;
+        if let Err(err) = &read {
+            self.connection.follow(err).await;
+        }
+        read
+    }
+
+    async fn read_once(
         &mut self,
         count: u32,
         block: Duration,
@@ -210,7 +237,7 @@ impl ListReader {
             && let Some(replication) = &self.replication
         {
             self.replication_watch
-                .wait(&self.client, self.keys.slot, replication)
+                .wait(self.connection.client(), self.keys.slot, replication)
                 .await?;
         }
         Ok(batch)
@@ -225,7 +252,7 @@ impl ListReader {
                     Value::Integer(0),
                     Value::Integer(-1),
                 ],
-                false,
+                None,
             )
             .await?;
         let Value::Array(values) = reply else {
@@ -240,7 +267,7 @@ impl ListReader {
             // count rise and the cap can catch it.
             let args = vec![arg(&self.keys.counts), arg(&value), Value::Integer(1)];
             let earlier = self
-                .call("HINCRBY", args, false)
+                .call("HINCRBY", args, None)
                 .await?
                 .as_u64()
                 .unwrap_or(1) as u32;
@@ -255,7 +282,7 @@ impl ListReader {
         }
         let mut args = vec![arg(&self.keys.counts)];
         args.extend(values.iter().map(arg));
-        let Value::Array(counts) = self.call("HMGET", args, false).await? else {
+        let Value::Array(counts) = self.call("HMGET", args, None).await? else {
             return Ok(vec![0; values.len()]);
         };
         Ok(counts
@@ -266,19 +293,14 @@ impl ListReader {
 
     async fn take(&self, count: u32) -> Result<Vec<Entry>, RedisError> {
         let keys = vec![
-            Key::from(self.keys.key.clone()),
-            Key::from(self.keys.processing.clone()),
-            Key::from(self.keys.counts.clone()),
+            arg(&self.keys.key),
+            arg(&self.keys.processing),
+            arg(&self.keys.counts),
         ];
         let reliable = if self.keys.reliable { "1" } else { "0" };
-        let reply: Value = TAKE
-            .evalsha_with_reload(
-                &self.client,
-                keys,
-                vec![count.to_string(), reliable.to_owned()],
-            )
-            .await
-            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        let args = vec![Value::from(count), Value::from(reliable)];
+        let commands = self.connection.commands(None);
+        let reply = eval_script(&commands, &TAKE, self.keys.slot, keys, args).await?;
         let Value::Array(flat) = reply else {
             return Ok(Vec::new());
         };
@@ -304,10 +326,10 @@ impl ListReader {
                 Value::from("LEFT"),
                 timeout,
             ];
-            into_bytes(self.call("BLMOVE", args, true).await?)
+            into_bytes(self.call("BLMOVE", args, Some(block)).await?)
         } else {
             match self
-                .call("BRPOP", vec![arg(&self.keys.key), timeout], true)
+                .call("BRPOP", vec![arg(&self.keys.key), timeout], Some(block))
                 .await?
             {
                 Value::Array(pair) => pair.into_iter().nth(1).and_then(into_bytes),
@@ -326,7 +348,7 @@ impl ListReader {
     /// entries it moved.
     async fn recover_dead(&self) -> Result<usize, RedisError> {
         let Value::Array(members) = self
-            .call("SMEMBERS", vec![arg(&self.keys.consumers)], false)
+            .call("SMEMBERS", vec![arg(&self.keys.consumers)], None)
             .await?
         else {
             return Ok(0);
@@ -340,27 +362,25 @@ impl ListReader {
                 .call(
                     "EXISTS",
                     vec![arg(&self.keys.heartbeat_of(&consumer))],
-                    false,
+                    None,
                 )
                 .await?;
             if alive.as_u64().unwrap_or(0) > 0 {
                 continue;
             }
             let keys = vec![
-                Key::from(self.keys.processing_of(&consumer)),
-                Key::from(self.keys.key.clone()),
-                Key::from(self.keys.counts.clone()),
-                Key::from(self.keys.consumers.clone()),
+                Value::Bytes(self.keys.processing_of(&consumer)),
+                arg(&self.keys.key),
+                arg(&self.keys.counts),
+                arg(&self.keys.consumers),
             ];
             loop {
-                let n: u64 = RECOVER
-                    .evalsha_with_reload(
-                        &self.client,
-                        keys.clone(),
-                        vec![Value::Bytes(consumer.clone()), Value::from("1000")],
-                    )
-                    .await
-                    .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+                let args = vec![Value::Bytes(consumer.clone()), Value::from("1000")];
+                let commands = self.connection.commands(None);
+                let n = eval_script(&commands, &RECOVER, self.keys.slot, keys.clone(), args)
+                    .await?
+                    .as_u64()
+                    .unwrap_or(0);
                 moved += n as usize;
                 if n < 1000 {
                     break;
@@ -375,6 +395,6 @@ impl ListReader {
 
     /// Closes the dedicated connection.
     pub(crate) async fn close(self) {
-        let _ = self.client.quit().await;
+        self.connection.close().await;
     }
 }

@@ -60,8 +60,8 @@ pub(crate) async fn ensure_group(client: &Client, source: &StreamSource) -> Resu
 }
 
 /// `XGROUP CREATE … <start> MKSTREAM`; a group that exists already is fine.
-pub(super) async fn create_group(
-    client: &Client,
+pub(super) async fn create_group<C: ClientLike>(
+    client: &C,
     keys: &StreamKeys,
     start: &[u8],
 ) -> Result<(), RedisError> {

@@ -9,8 +9,10 @@ use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
+use crate::redis::call::eval_script;
 use crate::redis::entry::{into_bytes, parse_entries};
 use crate::redis::flush::{Planned, Role};
+use crate::redis::read_connection::ReadConnection;
 use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at, str_arg};
 
 use super::{StreamKeys, create_group, group_start};
@@ -271,7 +273,7 @@ pub(crate) async fn fetch(
 
 /// Reads one stream subscription on its dedicated connection.
 pub(crate) struct StreamReader {
-    client: Client,
+    connection: ReadConnection,
     keys: StreamKeys,
     /// Where a group lost in a failover is created again: the open's start id.
     start: Bytes,
@@ -288,21 +290,21 @@ pub(crate) struct StreamReader {
 
 impl StreamReader {
     /// The dedicated connection the reads block on.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn connection(&self) -> &ReadConnection {
+        &self.connection
     }
 
     /// A reader that first delivers the consumer's own pending entries.
     pub(crate) fn new(
-        client: Client,
+        connection: ReadConnection,
         source: &StreamSource,
         replication: Option<Replication>,
     ) -> Self {
         Self {
             replication,
             replication_watch: ReplicationWatch::default(),
-            reconnects: client.reconnect_rx(),
-            client,
+            reconnects: connection.client().reconnect_rx(),
+            connection,
             keys: StreamKeys::new(source),
             start: Bytes::copy_from_slice(group_start(source).as_bytes()),
             interrupted: false,
@@ -339,7 +341,7 @@ impl StreamReader {
                     start = %String::from_utf8_lossy(&self.start),
                     "the consumer group was lost with the node that had it; creating it again"
                 );
-                create_group(&self.client, &self.keys, &self.start).await?;
+                create_group(&self.connection.commands(None), &self.keys, &self.start).await?;
                 self.reread_pending();
                 self.read_once(count, block, reclaim).await
             }
@@ -349,6 +351,13 @@ impl StreamReader {
             read,
             Err(RedisError::Unavailable(_) | RedisError::Timeout(_))
         );
+        if let Err(err) = &read
+            && self.connection.follow(err).await
+        {
+            // A node the slot left may have lost the group with it (a failover).
+            self.reconnects = self.connection.client().reconnect_rx();
+            self.interrupted = true;
+        }
         if read.is_ok() {
             self.reconnected();
         }
@@ -417,7 +426,7 @@ impl StreamReader {
         match &self.replication {
             Some(replication) => {
                 self.replication_watch
-                    .wait(&self.client, self.keys.slot, replication)
+                    .wait(self.connection.client(), self.keys.slot, replication)
                     .await
             }
             None => Ok(()),
@@ -443,7 +452,14 @@ impl StreamReader {
         }
         args.extend([str_arg("STREAMS"), arg(&self.keys.key), Value::Bytes(id)]);
         let slot = Some(self.keys.slot);
-        let reply = call_at(&self.client, "XREADGROUP", args, block.is_some(), slot).await?;
+        let reply = call_at(
+            &self.connection.commands(block),
+            "XREADGROUP",
+            args,
+            block.is_some(),
+            slot,
+        )
+        .await?;
         let mut deleted = Vec::new();
         let entries = parse_read(reply, &mut deleted)?;
         self.ack_deleted(deleted).await?;
@@ -462,7 +478,7 @@ impl StreamReader {
             Value::Integer(count.into()),
         ];
         let reply = call_at(
-            &self.client,
+            &self.connection.commands(None),
             "XAUTOCLAIM",
             args,
             false,
@@ -499,13 +515,11 @@ impl StreamReader {
         if entries.is_empty() {
             return Ok(entries);
         }
-        let keys = vec![Key::from(self.keys.key.clone())];
+        let keys = vec![arg(&self.keys.key)];
         let mut args = vec![Value::Bytes(self.keys.group.clone())];
         args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
-        let reply: Value = PENDING_COUNTS
-            .evalsha_with_reload(&self.client, keys, args)
-            .await
-            .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+        let commands = self.connection.commands(None);
+        let reply = eval_script(&commands, &PENDING_COUNTS, self.keys.slot, keys, args).await?;
         let Value::Array(counts) = reply else {
             return Err(RedisError::Protocol {
                 command: "XPENDING",
@@ -522,13 +536,19 @@ impl StreamReader {
         }
         let mut args = vec![arg(&self.keys.key), arg(&self.keys.group)];
         args.extend(deleted.into_iter().map(Value::Bytes));
-        call_at(&self.client, "XACK", args, false, Some(self.keys.slot))
-            .await
-            .map(|_| ())
+        call_at(
+            &self.connection.commands(None),
+            "XACK",
+            args,
+            false,
+            Some(self.keys.slot),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Closes the dedicated connection.
     pub(crate) async fn close(self) {
-        let _ = self.client.quit().await;
+        self.connection.close().await;
     }
 }
