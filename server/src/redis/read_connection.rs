@@ -97,16 +97,25 @@ impl ReadConnection {
     /// reconnect to a node that may be gone for good (a failover): the failed read is what
     /// makes the connection follow the slot.
     pub(crate) fn commands(&self, block: Option<Duration>) -> WithOptions<Client> {
-        let options = match self.route {
-            Route::Pinned(_) => Options {
+        let options = match self.give_up_after(block.unwrap_or_default()) {
+            Some(timeout) => Options {
                 fail_fast: true,
                 max_attempts: Some(1),
-                timeout: Some(block.unwrap_or_default() + self.redis.timeout()),
+                timeout: Some(timeout),
                 ..Default::default()
             },
-            Route::Deployment => Options::default(),
+            None => Options::default(),
         };
         self.client.with_options(&options)
+    }
+
+    /// How long a command that may wait `waits` in Redis is waited for (pinned: see
+    /// [`ReadConnection::commands`]); `None`: as long as fred takes.
+    pub(crate) fn give_up_after(&self, waits: Duration) -> Option<Duration> {
+        match self.route {
+            Route::Pinned(_) => Some(waits + self.redis.timeout()),
+            Route::Deployment => None,
+        }
     }
 
     /// The client a read is blocked on, whichever that is when asked.

@@ -34,12 +34,14 @@ pub struct ReplicationWatch {
 
 impl ReplicationWatch {
     /// `WAIT` on the reader's own connection (it counts that connection's writes), on the node
-    /// of `slot`.
+    /// of `slot`; `give_up_after`: how long to wait for its reply, if not as long as fred takes
+    /// (see [`super::read_connection::ReadConnection::give_up_after`]).
     pub async fn wait(
         &mut self,
         client: &Client,
         slot: u16,
         replication: &Replication,
+        give_up_after: Option<Duration>,
     ) -> Result<(), RedisError> {
         let now = tokio::time::Instant::now();
         let wanted = match self.short {
@@ -58,6 +60,7 @@ impl ReplicationWatch {
         let once = fred::types::config::Options {
             max_attempts: Some(1),
             fail_fast: true,
+            timeout: give_up_after,
             cluster_hash: Some(ClusterHash::Custom(slot)),
             ..Default::default()
         };

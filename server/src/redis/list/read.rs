@@ -237,7 +237,12 @@ impl ListReader {
             && let Some(replication) = &self.replication
         {
             self.replication_watch
-                .wait(self.connection.client(), self.keys.slot, replication)
+                .wait(
+                    self.connection.client(),
+                    self.keys.slot,
+                    replication,
+                    self.connection.give_up_after(replication.timeout),
+                )
                 .await?;
         }
         Ok(batch)

@@ -426,7 +426,12 @@ impl StreamReader {
         match &self.replication {
             Some(replication) => {
                 self.replication_watch
-                    .wait(self.connection.client(), self.keys.slot, replication)
+                    .wait(
+                        self.connection.client(),
+                        self.keys.slot,
+                        replication,
+                        self.connection.give_up_after(replication.timeout),
+                    )
                     .await
             }
             None => Ok(()),
