@@ -27,6 +27,8 @@
 #    target "unix:PATH" and no channel option: a health Check (grpcio-health-checking), then
 #    the producer and the worker on a fresh stream; asserts the same end state.
 # 8. scenario "atomic": the worker in atomic mode (MULTI/EXEC per acked order): same end state.
+#    Then the worker again with --batches (Subscription.batches, one batch.ack() per read):
+#    same end state.
 # 9. scenario "poison": a handler (Subscription.run) queues FLUSHALL, which the sidecar refuses;
 #    with rejected_outcome "retry_after", max_deliveries 2 and a dead-letter stream the entry is
 #    retried once (retry_after 1 s, "rejected: …") and then dead-lettered: XLEN of the dead
@@ -335,6 +337,20 @@ check_worker_summary atomic atomic-1 "$work/atomic-worker.log"
 check_end_state atomic
 check_no_invalid_picks atomic
 [[ $rc -eq 0 ]] || tail -30 "$work/atomic-worker.log"
+
+log "scenario batches: the worker handling each read as one batch"
+rcli flushdb >/dev/null
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py --sidecar "$addr" --orders "$orders") \
+  >"$work/batches-producer.log" 2>&1 || { cat "$work/batches-producer.log"; fail "batches: producer"; }
+rc=0
+(cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 90 "$vpy" worker.py --sidecar "$addr" \
+  --orders "$orders" --consumer batches-1 --batches --idle-exit 20) >"$work/batches-worker.log" 2>&1 || rc=$?
+grep -E '^batches-1:|^not settled' "$work/batches-worker.log" || true
+check "batches: worker exit code" "$rc" 0
+check_worker_summary batches batches-1 "$work/batches-worker.log"
+check_end_state batches
+check_no_invalid_picks batches
+[[ $rc -eq 0 ]] || tail -30 "$work/batches-worker.log"
 
 # ---- 9. scenario "poison" --------------------------------------------------------------------
 # The rule for a refused command: the helper never acks (nor drops) the delivery but settles it

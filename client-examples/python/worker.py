@@ -3,7 +3,8 @@
 
 For each order: invalid (no lines, or a line with qty <= 0) -> drop; "flaky" on its first
 delivery -> retry_after 200 ms; otherwise LPUSH picks "<id>:<sku>:<qty>" and HINCRBY sku-totals
-<sku> <qty> per line, then ack. Exits once every order of the orders file is settled for good
+<sku> <qty> per line, then ack. With --batches each read is handled as one batch: the drops and
+retries are settled per order, the rest acked with one batch.ack(). Exits once every order of the orders file is settled for good
 (its ack or drop flushed), or after --idle-exit seconds without a delivery.
 
 Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (the bearer token), WINDOW_CONSUMER,
@@ -23,7 +24,7 @@ import time
 
 
 from window_client import FlushEvent, WindowError, tracing
-from window_client.aio import Delivery, WindowClient
+from window_client.aio import Batch, Delivery, WindowClient
 
 # The default orders file: the repository's, next to this directory.
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,7 +102,7 @@ class Worker:
     def done(self) -> bool:
         return self.expected <= (self.acked | self.dropped)
 
-    async def handle(self, d: Delivery) -> None:
+    async def handle(self, d: Delivery, ack: bool = True) -> None:
         self.last_delivery = time.monotonic()
         self.handled += 1
         if self.delay:
@@ -109,11 +110,16 @@ class Worker:
         if self.tracer is not None:
             # The delivery's span is current here: this span is its child.
             with self.tracer.start_as_current_span("handle order"):
-                self._handle(d)
+                self._handle(d, ack)
         else:
-            self._handle(d)
+            self._handle(d, ack)
 
-    def _handle(self, d: Delivery) -> None:
+    async def handle_batch(self, batch: Batch) -> None:
+        for d in batch:
+            await self.handle(d, ack=False)
+        batch.ack()
+
+    def _handle(self, d: Delivery, ack: bool) -> None:
         try:
             order = d.json()
         except ValueError:
@@ -134,7 +140,8 @@ class Worker:
                 d.redis.lpush("picks", f"{oid}:{line['sku']}:{line['qty']}")
                 d.redis.hincrby("sku-totals", line["sku"], line["qty"])
             log.info("ack %s (%s, delivery %d)", oid, d.entry_id, d.delivery_count)
-            d.ack()
+            if ack:
+                d.ack()
 
     def on_flush(self, ev: FlushEvent) -> None:
         r = ev.report
@@ -184,6 +191,8 @@ async def main() -> int:
     ap.add_argument("--dead-letter", default="", help="the dead-letter stream")
     ap.add_argument("--idle-exit", type=float, default=0.0,
                     help="exit after this many seconds without a delivery (0: never)")
+    ap.add_argument("--batches", action="store_true",
+                    help="handle each read as one batch (Subscription.batches)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(
@@ -226,8 +235,12 @@ async def main() -> int:
         dog = asyncio.create_task(watchdog())
         try:
             async with sub:
-                async for delivery in sub:
-                    await worker.handle(delivery)
+                if args.batches:
+                    async for batch in sub.batches():
+                        await worker.handle_batch(batch)
+                else:
+                    async for delivery in sub:
+                        await worker.handle(delivery)
         finally:
             dog.cancel()
     if provider is not None:

@@ -1,7 +1,8 @@
 """Unit tests of the client against a fake sidecar in the same process (a grpc.aio server
 that plays the sidecar's side of the wire): TLS and the token from the environment, publishing
-to a stream, a list and a channel, the Open's options, packed acks, the rule for a failed
-handler, the lifecycle events, draining and reconnecting. Run against the installed package:
+to a stream, a list and a channel, the Open's options, packed acks, reads handed out as
+batches, the rule for a failed handler, the lifecycle events, draining and reconnecting. Run
+against the installed package:
 
     python -m unittest discover -s tests        (from outside client-examples/python)
 """
@@ -493,6 +494,124 @@ class Subscribing(SidecarTest):
         self.assertEqual(len(self.fake.opens), 3)
 
 
+class Batches(SidecarTest):
+    """A read handed out as one Batch: settled per delivery where the handler says so, the
+    rest with one call; the batch message is the same as delivery by delivery."""
+
+    async def two_reads(self, st: Stream) -> None:
+        await opened(st)
+        await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"), delivery(2, "b"),
+                                                             delivery(3, "c")]))
+        await st.write(read=pb.Read(read_id=2, deliveries=[delivery(4, "d")]))
+        self.batches = await st.until_half_closed()
+
+    async def test_a_read_is_one_batch_settled_in_one_call(self) -> None:
+        target = await self.start([self.two_reads])
+        seen = []
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", packed_acks=True)
+            async with sub:
+                async for batch in sub.batches():
+                    seen.append((batch.read_id, [d.payload for d in batch], len(batch)))
+                    for d in batch:
+                        if d.payload == b"b":
+                            d.drop("bad")
+                        else:
+                            d.queue("INCR", d.payload.decode())
+                    self.assertEqual([d.slot for d in batch.unsettled],
+                                     [d.slot for d in batch if d.payload != b"b"])
+                    batch.ack()
+                    self.assertEqual(batch.unsettled, [])
+                    self.assertEqual(batch[0].outcome, "ack")
+                    if batch.read_id == 2:
+                        sub.stop()
+        self.assertEqual(seen, [(1, [b"a", b"b", b"c"], 3), (2, [b"d"], 1)])
+        commands = [(c.slot, c.name, list(c.args)) for b in self.batches for c in b.commands]
+        self.assertEqual(commands, [(1, "INCR", [b"a"]), (3, "INCR", [b"c"]),
+                                    (4, "INCR", [b"d"])])
+        outcomes = [(o.slot, o.kind, o.reason) for b in self.batches for o in b.outcomes]
+        acks = [slot for b in self.batches for slot in b.acks]
+        # A read with a drop sends its acks as outcomes too; an all-ack read packs them.
+        self.assertEqual(outcomes, [(2, pb.OUTCOME_KIND_DROP, "bad"), (1, pb.OUTCOME_KIND_ACK, ""),
+                                    (3, pb.OUTCOME_KIND_ACK, "")])
+        self.assertEqual(acks, [4])
+        self.assertEqual(sub.stats.outcomes, {"drop": 1, "ack": 3})
+
+    async def test_drop_and_retry_settle_the_rest(self) -> None:
+        target = await self.start([self.two_reads])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", packed_acks=True)
+            async with sub:
+                async for batch in sub.batches():
+                    if batch.read_id == 1:
+                        batch[0].queue("INCR", "n").ack()
+                        batch.drop("not ours")
+                    else:
+                        batch.retry("later")
+                        sub.stop()
+        outcomes = [(o.slot, o.kind, o.reason) for b in self.batches for o in b.outcomes]
+        self.assertEqual(outcomes, [(1, pb.OUTCOME_KIND_ACK, ""),
+                                    (2, pb.OUTCOME_KIND_DROP, "not ours"),
+                                    (3, pb.OUTCOME_KIND_DROP, "not ours"),
+                                    (4, pb.OUTCOME_KIND_RETRY, "later")])
+
+    async def test_reads_that_came_before_are_regrouped(self) -> None:
+        """``async with`` starts the subscription, so reads can arrive before ``batches()``:
+        they are handed out as the batches they came in."""
+        target = await self.start([self.two_reads])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g")
+            async with sub:
+                for _ in range(200):
+                    if sub.stats.reads == 2:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertEqual(sub.stats.reads, 2)
+                sizes = []
+                async for batch in sub.batches():
+                    sizes.append((batch.read_id, len(batch)))
+                    batch.ack()
+                    if batch.read_id == 2:
+                        sub.stop()
+        self.assertEqual(sizes, [(1, 3), (2, 1)])
+
+    async def test_each_delivery_has_its_span_and_it_goes_back_with_the_ack(self) -> None:
+        try:
+            from opentelemetry.sdk.trace import TracerProvider
+        except ImportError:
+            self.skipTest("needs opentelemetry-sdk")
+        target = await self.start([self.two_reads])
+        tracer = TracerProvider().get_tracer("test")
+        spans = {}
+        with mock.patch.object(window_client.tracing, "_tracer", return_value=tracer):
+            async with WindowClient(target, token="") as client:
+                sub = client.subscribe("s", "g")
+                async with sub:
+                    async for batch in sub.batches():
+                        for d in batch:
+                            spans[d.slot] = format(d.span.get_span_context().span_id, "016x")
+                        batch.ack()
+                        if batch.read_id == 2:
+                            sub.stop()
+        outcomes = {o.slot: o for b in self.batches for o in b.outcomes}
+        self.assertEqual(sorted(outcomes), [1, 2, 3, 4])
+        for slot, span_id in spans.items():
+            self.assertEqual(outcomes[slot].kind, pb.OUTCOME_KIND_ACK)
+            self.assertEqual(outcomes[slot].trace.traceparent.split("-")[2], span_id)
+
+    async def test_one_way_or_the_other(self) -> None:
+        target = await self.start([serve_until_closed, serve_until_closed])
+        async with WindowClient(target, token="") as client:
+            async with client.subscribe("s", "g") as sub:
+                sub.batches()
+                with self.assertRaisesRegex(TypeError, "iterate sub.batches"):
+                    sub.__aiter__()
+            async with client.subscribe("s", "g") as sub:
+                sub.__aiter__()
+                with self.assertRaisesRegex(TypeError, "delivery by delivery"):
+                    sub.batches()
+
+
 class Lifecycle(SidecarTest):
     async def test_draining_then_resubscribed(self) -> None:
         """The sidecar drains while the handler holds one delivery of a read of two: the
@@ -634,6 +753,33 @@ class Synchronous(unittest.TestCase):
         self.assertEqual([(p.stream, p.channel, p.list) for p in self.fake.publishes],
                          [("s", "", ""), ("", "c", ""), ("", "", "l")])
         self.assertEqual(self.fake.metadata[0]["authorization"], "Bearer t")
+
+    def test_batches(self) -> None:
+        import window_client as sync
+
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"), delivery(2, "b")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = self.start([script])
+        with sync.WindowClient(target, token="") as client:
+            with client.subscribe("s", "g", packed_acks=True) as sub:
+                for batch in sub.batches():
+                    self.assertIsInstance(batch, sync.Batch)
+                    self.assertEqual([(d.slot, d.payload) for d in batch], [(1, b"a"), (2, b"b")])
+                    batch[1].retry("later")
+                    for d in batch.unsettled:
+                        d.queue("INCR", d.payload)
+                    batch.ack()
+                    self.assertEqual([d.outcome for d in batch], ["ack", "retry"])
+                    sub.stop()
+                with self.assertRaisesRegex(TypeError, "iterate sub.batches"):
+                    iter(sub)
+        self.assertEqual([(c.slot, list(c.args)) for c in self.batch.commands], [(1, [b"a"])])
+        self.assertEqual([(o.slot, o.kind) for o in self.batch.outcomes],
+                         [(2, pb.OUTCOME_KIND_RETRY), (1, pb.OUTCOME_KIND_ACK)])
 
     @unittest.skipUnless(window_client.tracing.AVAILABLE, "needs opentelemetry-api")
     def test_the_span_is_current_in_the_callers_thread(self) -> None:

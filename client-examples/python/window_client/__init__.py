@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import aio, tracing
 from ._proto import pb, pb_grpc
-from ._sync import Delivery, Subscription, SyncHandler, WindowClient
+from ._sync import Batch, Delivery, Subscription, SyncHandler, WindowClient
 from .client import (
     ADDR_ENV,
     CONNECT_TIMEOUT,
@@ -90,6 +90,7 @@ __all__ = [
     "UNFIXABLE",
     "AlreadySettledError",
     "ConnectionError",
+    "Batch",
     "Delivery",
     "FlushEvent",
     "LifecycleEvent",

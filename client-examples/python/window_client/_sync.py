@@ -33,11 +33,14 @@ from typing import (
     Coroutine,
     Dict,
     Iterable,
+    Iterator,
     List,
     Optional,
     Sequence,
     Tuple,
     TypeVar,
+    cast,
+    overload,
 )
 
 from . import client as aio
@@ -222,6 +225,52 @@ class Delivery:
         return repr(self._d)
 
 
+class Batch(Sequence[Delivery]):
+    """The deliveries of one read, handed out together by :meth:`Subscription.batches` (see
+    the asyncio :class:`~window_client.aio.Batch`)."""
+
+    def __init__(self, batch: aio.Batch, loop: _Loop, sub: "Subscription") -> None:
+        self._batch = batch
+        self._loop = loop
+        self._deliveries = [Delivery(d, loop, sub) for d in batch]
+
+    @property
+    def read_id(self) -> int:
+        return self._batch.read_id
+
+    @property
+    def unsettled(self) -> List[Delivery]:
+        """The deliveries not settled yet."""
+        return [d for d in self._deliveries if d.outcome is None]
+
+    @overload
+    def __getitem__(self, index: int) -> Delivery: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> List[Delivery]: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._deliveries[index]
+
+    def __len__(self) -> int:
+        return len(self._deliveries)
+
+    def __iter__(self) -> Iterator[Delivery]:
+        return iter(self._deliveries)
+
+    def ack(self) -> None:
+        self._loop.call(self._batch.ack)
+
+    def drop(self, reason: str = "") -> None:
+        self._loop.call(self._batch.drop, reason)
+
+    def retry(self, reason: str = "") -> None:
+        self._loop.call(self._batch.retry, reason)
+
+    def __repr__(self) -> str:
+        return repr(self._batch)
+
+
 class Subscription:
     """A blocking iterator of :class:`Delivery` over one subscription and a context manager
     (leaving it closes the subscription: what is settled is flushed and reported)."""
@@ -254,7 +303,8 @@ class Subscription:
         return self._loop.run(self._sub.wait_opened(timeout))
 
     def __iter__(self) -> "Subscription":
-        return self.start()
+        self._loop.call(self._sub.__aiter__)  # refuses a subscription iterated by batches
+        return self
 
     def __next__(self) -> Delivery:
         self._leave()
@@ -266,6 +316,19 @@ class Subscription:
             # Current in the caller's thread while it handles the delivery.
             self._token = tracing.attach(d.context)
         return Delivery(d, self._loop, self)
+
+    def batches(self) -> Iterator[Batch]:
+        """A blocking iterator of :class:`Batch`: each read's deliveries handed out together
+        (``for batch in sub.batches(): for d in batch: ...; batch.ack()``). No delivery span is
+        made current in the caller's thread (a batch is no one delivery)."""
+        self._loop.call(self._sub.batches)  # from now on the iteration hands out batches
+        while True:
+            self._leave()
+            try:
+                batch = cast(aio.Batch, self._loop.run(self._sub.__anext__()))
+            except StopAsyncIteration:
+                return
+            yield Batch(batch, self._loop, self)
 
     def _leave(self) -> None:
         token, self._token = self._token, None

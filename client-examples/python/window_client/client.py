@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from typing import (
     TYPE_CHECKING,
     Any,
+    AsyncIterator,
     Awaitable,
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Mapping,
     Optional,
@@ -37,6 +39,7 @@ from typing import (
     Tuple,
     Union,
     cast,
+    overload,
 )
 
 import grpc
@@ -533,6 +536,60 @@ class Delivery:
         )
 
 
+class Batch(Sequence[Delivery]):
+    """The deliveries of one read, handed out together by :meth:`Subscription.batches`: a
+    sequence of :class:`Delivery` in stream order, each settled on its own as usual, or all
+    that are still open at once with :meth:`ack` (or :meth:`drop`, :meth:`retry`).
+
+    A read handled as one call costs the helper less per delivery than handing its deliveries
+    out one by one: what a handler needs per entry is its side effects and its outcome."""
+
+    __slots__ = ("read_id", "_deliveries", "_sub", "_stream")
+
+    def __init__(self, sub: "Subscription", stream: "_Stream", read_id: int,
+                 deliveries: List[Delivery]) -> None:
+        self.read_id = read_id
+        self._deliveries = deliveries
+        self._sub = sub
+        self._stream = stream
+
+    @overload
+    def __getitem__(self, index: int) -> Delivery: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> List[Delivery]: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._deliveries[index]
+
+    def __len__(self) -> int:
+        return len(self._deliveries)
+
+    def __iter__(self) -> Iterator[Delivery]:
+        return iter(self._deliveries)
+
+    @property
+    def unsettled(self) -> List[Delivery]:
+        """The deliveries not settled yet."""
+        return [d for d in self._deliveries if d.outcome is None]
+
+    def ack(self) -> None:
+        """Acks every delivery of the batch that is not settled yet, keeping its queued
+        commands: the same as :meth:`Delivery.ack` on each, in one step."""
+        self._sub._settle_all(self, "ack")
+
+    def drop(self, reason: str = "") -> None:
+        """Drops every delivery of the batch that is not settled yet."""
+        self._sub._settle_all(self, "drop", reason)
+
+    def retry(self, reason: str = "") -> None:
+        """Retries every delivery of the batch that is not settled yet."""
+        self._sub._settle_all(self, "retry", reason)
+
+    def __repr__(self) -> str:
+        return f"Batch(read_id={self.read_id}, deliveries={len(self._deliveries)})"
+
+
 @dataclass
 class FlushEvent:
     """A flush report of the sidecar, with the deliveries of the read it belongs to that it
@@ -660,6 +717,22 @@ class _Stream:
             waiter.set_result(None)
 
 
+class _Batches:
+    """What :meth:`Subscription.batches` returns: the subscription's own iteration, which
+    hands out a Batch per read once the subscription is batched."""
+
+    __slots__ = ("_sub",)
+
+    def __init__(self, sub: "Subscription") -> None:
+        self._sub = sub
+
+    def __aiter__(self) -> "_Batches":
+        return self
+
+    def __anext__(self) -> Awaitable[Batch]:
+        return cast(Awaitable[Batch], self._sub.__anext__())
+
+
 # --------------------------------------------------------------------------------------------
 # Subscription
 
@@ -714,6 +787,9 @@ class Subscription:
         # Deliveries to hand out, and the iterator's waiter when there are none. A deque and a
         # future rather than an asyncio.Queue: this is paid per delivery.
         self._ready: collections.deque[Any] = collections.deque()
+        # Hands out a Batch per read (batches()) instead of one Delivery at a time.
+        self._batched = False
+        self._iterated = False  # iterated delivery by delivery
         self._waiter: Optional[asyncio.Future[None]] = None
         # A read's batch was queued for the writer: let it run before the next delivery.
         self._yield_to_writer = False
@@ -743,7 +819,33 @@ class Subscription:
         return self
 
     def __aiter__(self) -> "Subscription":
+        if self._batched:
+            raise TypeError("this subscription hands out batches: iterate sub.batches()")
+        self._iterated = True
         return self.start()
+
+    def batches(self) -> AsyncIterator[Batch]:
+        """An async iterator of :class:`Batch`: each read's deliveries handed out together
+        (``async for batch in sub.batches(): for d in batch: ...; batch.ack()``) instead of one
+        at a time. The same subscription cannot be iterated both ways."""
+        if self._iterated:
+            raise TypeError("this subscription is already iterated delivery by delivery")
+        if not self._batched:
+            self._batched = True
+            # Reads that came before (``async with`` starts the subscription) are regrouped.
+            waiting = list(self._ready)
+            self._ready.clear()
+            for item in waiting:
+                last = self._ready[-1] if self._ready else None
+                if item is _END:
+                    self._ready.append(item)
+                elif (isinstance(last, Batch) and last._stream is item._stream
+                        and last.read_id == item.read_id):
+                    last._deliveries.append(item)
+                else:
+                    self._ready.append(Batch(self, item._stream, item.read_id, [item]))
+        self.start()
+        return _Batches(self)
 
     async def __anext__(self) -> Delivery:
         self._leave_current()
@@ -770,6 +872,8 @@ class Subscription:
                 # Not handed out: stays outstanding on the sidecar, then pending in Redis, and
                 # comes back on the next stream of this consumer name.
                 continue
+            if self._batched:
+                return cast(Delivery, self._hand_out_batch(item))
             return self._hand_out(item)
 
     async def wait_opened(self, timeout: Optional[float] = None) -> pb.Opened:
@@ -811,8 +915,27 @@ class Subscription:
         d._handed = True
         d._stream.handed_unsettled += 1
         self._current = d
-        if not tracing.AVAILABLE:
-            return d
+        if tracing.AVAILABLE:
+            self._start_span(d)
+            if d._span is not None and self._attach_spans:
+                # Current while the loop body handles it: spans the application starts are
+                # children.
+                d._span.attach()
+        return d
+
+    def _hand_out_batch(self, batch: Batch) -> Batch:
+        deliveries = batch._deliveries
+        for d in deliveries:
+            d._handed = True
+        batch._stream.handed_unsettled += len(deliveries)
+        if tracing.AVAILABLE:
+            # Each delivery's span is started, none made current: a batch's loop body runs in
+            # no one delivery's span (use Delivery.context to make one current).
+            for d in deliveries:
+                self._start_span(d)
+        return batch
+
+    def _start_span(self, d: Delivery) -> None:
         trace = d.trace
         d._span = tracing.start_delivery_span(
             stream=self.stream_key,
@@ -824,10 +947,6 @@ class Subscription:
             traceparent=trace.traceparent if trace is not None else "",
             tracestate=trace.tracestate if trace is not None else "",
         )
-        if d._span is not None and self._attach_spans:
-            # Current while the loop body handles it: spans the application starts are children.
-            d._span.attach()
-        return d
 
     def _leave_current(self) -> None:
         d, self._current = self._current, None
@@ -977,12 +1096,58 @@ class Subscription:
         rd.commands.extend(d._commands)
         rd.outcomes.append(outcome)
         rd.unsettled -= 1
+        self._read_settled(st, rd)
+
+    def _read_settled(self, st: _Stream, rd: _Read) -> None:
+        """Deliveries of ``rd`` were settled: send them now, or when the rest is."""
         if rd.unsettled == 0 or st.draining or self._ordered:
             # Draining: the grace is running, nothing waits for the rest of the read. Ordered:
             # a key's next entry waits in the sidecar for this one's flush.
             self._send(st, rd)
         elif rd.timer is None and self._linger is not None:
             rd.timer = asyncio.get_running_loop().call_later(self._linger, self._send, st, rd)
+
+    def _settle_all(self, batch: Batch, kind: str, reason: str = "") -> None:
+        """Settles every open delivery of ``batch`` with ``kind``: what :meth:`_settled` does
+        per delivery, once per batch for plain acks (the usual end of a batch)."""
+        pending = [d for d in batch._deliveries if d.outcome is None]
+        if not pending:
+            return
+        if kind != "ack" or any(d._span is not None or d.rejection is not None for d in pending):
+            for d in pending:
+                if kind == "ack":
+                    d.ack()
+                else:
+                    getattr(d, kind)(reason)
+            return
+        n = len(pending)
+        outcomes = self.stats.outcomes
+        outcomes["ack"] = outcomes.get("ack", 0) + n
+        st = batch._stream
+        handed = 0
+        for d in pending:
+            d.outcome = "ack"
+            handed += d._handed
+        st.handed_unsettled -= handed
+        if handed and st.handed_unsettled == 0 and st.drained is not None:
+            st.wake_drained()
+        if not st.alive or st.half_closed:
+            log.debug("%d deliveries settled after their stream ended: they will be delivered "
+                      "again", n)
+            return
+        rd = st.reads.get(batch.read_id)
+        if rd is None:
+            log.debug("%d deliveries settled after the sidecar abandoned them: they will be "
+                      "delivered again", n)
+            return
+        st.unsettled -= n
+        commands = rd.commands
+        for d in pending:
+            if d._commands:
+                commands.extend(d._commands)
+        rd.outcomes.extend([(d.slot, _ACK, None) for d in pending])
+        rd.unsettled -= n
+        self._read_settled(st, rd)
 
     def _in_progress(self, d: Delivery) -> None:
         st = d._stream
@@ -1265,7 +1430,10 @@ class Subscription:
         self.stats.deliveries += len(deliveries)
         if self._closing:
             return  # not handed out: abandoned on close, delivered again later
-        self._hand_out_all(deliveries)
+        if self._batched:
+            self._hand_out_all((Batch(self, st, read.read_id, deliveries),))
+        else:
+            self._hand_out_all(deliveries)
 
     async def _flushed(self, st: _Stream, report: Any) -> None:
         """A flush report. An ordered subscription's read may be flushed in parts (a settled
