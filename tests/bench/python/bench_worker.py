@@ -14,6 +14,9 @@ MODE is one of:
   (``delivery.queue("INCR", ...)``, ``delivery.ack()``).
 * ``sidecar-python-typed``: the same, its side effect through redis-py's command method
   (``delivery.redis.incr(...)``) instead of ``delivery.queue("INCR", ...)``.
+* ``sidecar-python-batches``: the same helper, a read handled as one batch
+  (``async for batch in sub.batches()``, ``delivery.queue("INCR", ...)`` per delivery, one
+  ``batch.ack()``), as the hand-pipelined loop handles its reads.
 
 Per entry: decode the JSON payload, ``INCR count:<id mod 1000>``, acknowledge.
 
@@ -120,11 +123,12 @@ def redis_py(args: argparse.Namespace, pipelined: bool) -> dict:
 # Through the sidecar with the client-examples/python helper
 
 
-async def sidecar_python(args: argparse.Namespace, typed: bool) -> dict:
+async def sidecar_python(args: argparse.Namespace, mode: str) -> dict:
     sys.path.insert(0, PY_CLIENT)
     import grpc
     from window_client.aio import WindowClient
 
+    typed = mode == "sidecar-python-typed"
     if typed:
         # redis-py's command modules (60-100 ms): imports come before `ready`, as the redis-py
         # contenders import redis before theirs. The helper imports them before its first
@@ -178,14 +182,21 @@ async def sidecar_python(args: argparse.Namespace, typed: bool) -> dict:
 
             sub._read = stamped
         async with sub:
-            async for delivery in sub:
-                p = json.loads(delivery.payload)
-                if typed:
-                    # redis-py's command method, recorded: the typed API a user writes.
-                    delivery.redis.incr(f"count:{p['id'] % 1000}")
-                else:
-                    delivery.queue("INCR", f"count:{p['id'] % 1000}")
-                delivery.ack()
+            if mode == "sidecar-python-batches":
+                async for batch in sub.batches():
+                    for delivery in batch:
+                        p = json.loads(delivery.payload)
+                        delivery.queue("INCR", f"count:{p['id'] % 1000}")
+                    batch.ack()
+            else:
+                async for delivery in sub:
+                    p = json.loads(delivery.payload)
+                    if typed:
+                        # redis-py's command method, recorded: the typed API a user writes.
+                        delivery.redis.incr(f"count:{p['id'] % 1000}")
+                    else:
+                        delivery.queue("INCR", f"count:{p['id'] % 1000}")
+                    delivery.ack()
         stats = sub.stats
     if state["failed"]:
         raise SystemExit(f"{state['failed']} flushes failed")
@@ -199,7 +210,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "mode",
-        choices=["redis-py-per-message", "redis-py-pipelined", "sidecar-python", "sidecar-python-typed"],
+        choices=[
+            "redis-py-per-message", "redis-py-pipelined", "sidecar-python", "sidecar-python-typed",
+            "sidecar-python-batches",
+        ],
     )
     ap.add_argument("--redis-url")
     ap.add_argument("--sidecar")
@@ -212,7 +226,7 @@ def main() -> int:
     ap.add_argument("--latency", action="store_true")
     args = ap.parse_args()
     if args.mode.startswith("sidecar-python"):
-        result = asyncio.run(sidecar_python(args, typed=args.mode == "sidecar-python-typed"))
+        result = asyncio.run(sidecar_python(args, args.mode))
     else:
         result = redis_py(args, pipelined=args.mode == "redis-py-pipelined")
     emit("result " + json.dumps(result, separators=(",", ":")))

@@ -47,7 +47,7 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-python, sidecar-python-typed, redis-py-per-message, redis-py-pipelined, seed-in-process,
+    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-python, sidecar-python-typed, sidecar-python-batches, redis-py-per-message, redis-py-pipelined, seed-in-process,
     /// redis-rs-pipelined, fred-raw; the sidecar ones
     /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
@@ -98,10 +98,9 @@ pub enum Contender {
         atomic: bool,
         baseline: bool,
     },
-    /// `typed`: side effects through redis-py's command methods (`d.redis.incr`), else the
-    /// untyped `d.queue("INCR", …)`: what the typed API costs, in the same run.
+    /// The Python helper, used through `api`.
     SidecarPython {
-        typed: bool,
+        api: PythonApi,
         baseline: bool,
     },
     RedisPyPerMessage,
@@ -119,8 +118,32 @@ pub enum Contender {
     FredRaw,
 }
 
+/// How the Python contender uses the helper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PythonApi {
+    /// `async for d in sub`, `d.queue("INCR", …)`, `d.ack()`.
+    Deliveries,
+    /// The same, its side effect through redis-py's command methods (`d.redis.incr`): what
+    /// the typed API costs, in the same run.
+    Typed,
+    /// `async for batch in sub.batches()`, `d.queue(…)` per delivery, one `batch.ack()`: a
+    /// read handled as one batch.
+    Batches,
+}
+
+impl PythonApi {
+    /// The contender's name and `bench_worker.py`'s mode.
+    fn mode(self) -> &'static str {
+        match self {
+            PythonApi::Deliveries => "sidecar-python",
+            PythonApi::Typed => "sidecar-python-typed",
+            PythonApi::Batches => "sidecar-python-batches",
+        }
+    }
+}
+
 impl Contender {
-    pub const ALL: [Contender; 13] = [
+    pub const ALL: [Contender; 14] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
@@ -150,11 +173,15 @@ impl Contender {
             baseline: false,
         },
         Contender::SidecarPython {
-            typed: false,
+            api: PythonApi::Deliveries,
             baseline: false,
         },
         Contender::SidecarPython {
-            typed: true,
+            api: PythonApi::Typed,
+            baseline: false,
+        },
+        Contender::SidecarPython {
+            api: PythonApi::Batches,
             baseline: false,
         },
         Contender::RedisPyPerMessage,
@@ -172,8 +199,7 @@ impl Contender {
             ),
             Contender::SidecarRustOrdered { hot: false, .. } => "sidecar-rust-ordered-64".into(),
             Contender::SidecarRustOrdered { hot: true, .. } => "sidecar-rust-ordered-hot-64".into(),
-            Contender::SidecarPython { typed: false, .. } => "sidecar-python".into(),
-            Contender::SidecarPython { typed: true, .. } => "sidecar-python-typed".into(),
+            Contender::SidecarPython { api, .. } => api.mode().into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
             Contender::RedisPyPipelined => "redis-py-pipelined".into(),
             Contender::SeedInProcess => "seed-in-process".into(),
@@ -243,10 +269,10 @@ impl Contender {
                 baseline: true,
             }),
             Contender::SidecarPython {
-                typed,
+                api,
                 baseline: false,
             } => Some(Contender::SidecarPython {
-                typed,
+                api,
                 baseline: true,
             }),
             Contender::SidecarRustOrdered {
@@ -262,8 +288,7 @@ impl Contender {
 
     fn python_mode(&self) -> Option<&'static str> {
         match self {
-            Contender::SidecarPython { typed: false, .. } => Some("sidecar-python"),
-            Contender::SidecarPython { typed: true, .. } => Some("sidecar-python-typed"),
+            Contender::SidecarPython { api, .. } => Some(api.mode()),
             Contender::RedisPyPerMessage => Some("redis-py-per-message"),
             Contender::RedisPyPipelined => Some("redis-py-pipelined"),
             _ => None,
