@@ -40,7 +40,6 @@ from typing import (
     Tuple,
     TypeVar,
     cast,
-    overload,
 )
 
 from . import client as aio
@@ -225,7 +224,7 @@ class Delivery:
         return repr(self._d)
 
 
-class Batch(Sequence[Delivery]):
+class Batch(aio._Deliveries[Delivery]):
     """The deliveries of one read, handed out together by :meth:`Subscription.batches` (see
     the asyncio :class:`~window_client.aio.Batch`)."""
 
@@ -237,26 +236,6 @@ class Batch(Sequence[Delivery]):
     @property
     def read_id(self) -> int:
         return self._batch.read_id
-
-    @property
-    def unsettled(self) -> List[Delivery]:
-        """The deliveries not settled yet."""
-        return [d for d in self._deliveries if d.outcome is None]
-
-    @overload
-    def __getitem__(self, index: int) -> Delivery: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> List[Delivery]: ...
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._deliveries[index]
-
-    def __len__(self) -> int:
-        return len(self._deliveries)
-
-    def __iter__(self) -> Iterator[Delivery]:
-        return iter(self._deliveries)
 
     def ack(self) -> None:
         self._loop.call(self._batch.ack)
@@ -321,7 +300,12 @@ class Subscription:
         """A blocking iterator of :class:`Batch`: each read's deliveries handed out together
         (``for batch in sub.batches(): for d in batch: ...; batch.ack()``). No delivery span is
         made current in the caller's thread (a batch is no one delivery)."""
-        self._loop.call(self._sub.batches)  # from now on the iteration hands out batches
+        # At the call, as the asyncio method: from now on the iteration hands out batches (or
+        # TypeError when it is already iterated delivery by delivery).
+        self._loop.call(self._sub.batches)
+        return self._batches()
+
+    def _batches(self) -> Iterator[Batch]:
         while True:
             self._leave()
             try:

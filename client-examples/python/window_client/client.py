@@ -35,8 +35,10 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
     cast,
     overload,
@@ -536,7 +538,42 @@ class Delivery:
         )
 
 
-class Batch(Sequence[Delivery]):
+class _Settles(Protocol):
+    @property
+    def outcome(self) -> Optional[str]: ...
+
+
+_D = TypeVar("_D", bound=_Settles)
+
+
+class _Deliveries(Sequence[_D]):
+    """A read's deliveries in stream order, as a sequence: what both clients' ``Batch`` are."""
+
+    __slots__ = ()
+    _deliveries: List[_D]
+
+    @overload
+    def __getitem__(self, index: int) -> _D: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> List[_D]: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._deliveries[index]
+
+    def __len__(self) -> int:
+        return len(self._deliveries)
+
+    def __iter__(self) -> Iterator[_D]:
+        return iter(self._deliveries)
+
+    @property
+    def unsettled(self) -> List[_D]:
+        """The deliveries not settled yet."""
+        return [d for d in self._deliveries if d.outcome is None]
+
+
+class Batch(_Deliveries[Delivery]):
     """The deliveries of one read, handed out together by :meth:`Subscription.batches`: a
     sequence of :class:`Delivery` in stream order, each settled on its own as usual, or all
     that are still open at once with :meth:`ack` (or :meth:`drop`, :meth:`retry`).
@@ -552,26 +589,6 @@ class Batch(Sequence[Delivery]):
         self._deliveries = deliveries
         self._sub = sub
         self._stream = stream
-
-    @overload
-    def __getitem__(self, index: int) -> Delivery: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> List[Delivery]: ...
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._deliveries[index]
-
-    def __len__(self) -> int:
-        return len(self._deliveries)
-
-    def __iter__(self) -> Iterator[Delivery]:
-        return iter(self._deliveries)
-
-    @property
-    def unsettled(self) -> List[Delivery]:
-        """The deliveries not settled yet."""
-        return [d for d in self._deliveries if d.outcome is None]
 
     def ack(self) -> None:
         """Acks every delivery of the batch that is not settled yet, keeping its queued
@@ -1075,6 +1092,7 @@ class Subscription:
             if st.alive and not st.half_closed:
                 st.outbox.put_nowait((list(d._commands), [outcome]))
             return
+        # What _join_read does for a batch, inline: this runs for every delivery settled.
         if d._handed:
             st.handed_unsettled -= 1
             if st.handed_unsettled == 0 and st.drained is not None:
@@ -1096,6 +1114,36 @@ class Subscription:
         rd.commands.extend(d._commands)
         rd.outcomes.append(outcome)
         rd.unsettled -= 1
+        self._read_settled(st, rd)
+
+    def _join_read(
+        self, st: _Stream, read_id: int, settled: Sequence[Delivery], outcomes: Sequence[Any]
+    ) -> None:
+        """Settled deliveries of one read, and their outcomes in order, join the read's batch:
+        a batch's rest settled at once (:meth:`_settled` does the same for one delivery)."""
+        handed = 0
+        for d in settled:
+            handed += d._handed
+        if handed:
+            st.handed_unsettled -= handed
+            if st.handed_unsettled == 0 and st.drained is not None:
+                st.wake_drained()
+        if not st.alive or st.half_closed:
+            log.debug("%d deliveries of read %d settled after their stream ended: they will be "
+                      "delivered again", len(settled), read_id)
+            return
+        rd = st.reads.get(read_id)
+        if rd is None:
+            log.debug("%d deliveries of read %d settled after the sidecar abandoned them: they "
+                      "will be delivered again", len(settled), read_id)
+            return
+        st.unsettled -= len(settled)
+        commands = rd.commands
+        for d in settled:
+            if d._commands:
+                commands.extend(d._commands)
+        rd.outcomes.extend(outcomes)
+        rd.unsettled -= len(settled)
         self._read_settled(st, rd)
 
     def _read_settled(self, st: _Stream, rd: _Read) -> None:
@@ -1120,34 +1168,12 @@ class Subscription:
                 else:
                     getattr(d, kind)(reason)
             return
-        n = len(pending)
         outcomes = self.stats.outcomes
-        outcomes["ack"] = outcomes.get("ack", 0) + n
-        st = batch._stream
-        handed = 0
+        outcomes["ack"] = outcomes.get("ack", 0) + len(pending)
         for d in pending:
             d.outcome = "ack"
-            handed += d._handed
-        st.handed_unsettled -= handed
-        if handed and st.handed_unsettled == 0 and st.drained is not None:
-            st.wake_drained()
-        if not st.alive or st.half_closed:
-            log.debug("%d deliveries settled after their stream ended: they will be delivered "
-                      "again", n)
-            return
-        rd = st.reads.get(batch.read_id)
-        if rd is None:
-            log.debug("%d deliveries settled after the sidecar abandoned them: they will be "
-                      "delivered again", n)
-            return
-        st.unsettled -= n
-        commands = rd.commands
-        for d in pending:
-            if d._commands:
-                commands.extend(d._commands)
-        rd.outcomes.extend([(d.slot, _ACK, None) for d in pending])
-        rd.unsettled -= n
-        self._read_settled(st, rd)
+        self._join_read(batch._stream, batch.read_id, pending,
+                        [(d.slot, _ACK, None) for d in pending])
 
     def _in_progress(self, d: Delivery) -> None:
         st = d._stream
