@@ -321,36 +321,32 @@ check_end_state "unix socket" "$uds_stream"
 check_no_invalid_picks "unix socket"
 [[ $rc -eq 0 ]] || tail -30 "$work/uds-worker.log"
 
+# worker_scenario NAME ARGS...: a fresh database, the producer, then the order worker as
+# consumer NAME-1 with ARGS until done; its exit code, summary and the Redis end state.
+worker_scenario() {
+  local name="$1"; shift
+  rcli flushdb >/dev/null
+  (cd "$app" && PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py --sidecar "$addr" --orders "$orders") \
+    >"$work/$name-producer.log" 2>&1 || { cat "$work/$name-producer.log"; fail "$name: producer"; }
+  rc=0
+  (cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 90 "$vpy" worker.py --sidecar "$addr" \
+    --orders "$orders" --consumer "$name-1" --idle-exit 20 "$@") >"$work/$name-worker.log" 2>&1 || rc=$?
+  grep -E "^$name-1:|^not settled" "$work/$name-worker.log" || true
+  check "$name: worker exit code" "$rc" 0
+  check_worker_summary "$name" "$name-1" "$work/$name-worker.log"
+  check_end_state "$name"
+  check_no_invalid_picks "$name"
+  [[ $rc -eq 0 ]] || tail -30 "$work/$name-worker.log"
+}
+
 # ---- 8. scenario "atomic" --------------------------------------------------------------------
 log "scenario atomic: the worker in atomic mode (MULTI/EXEC per acked order)"
-rcli flushdb >/dev/null
-(cd "$app" && PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py --sidecar "$addr" --orders "$orders") \
-  >"$work/atomic-producer.log" 2>&1 || { cat "$work/atomic-producer.log"; fail "atomic: producer"; }
-rc=0
-(cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 90 "$vpy" worker.py --sidecar "$addr" \
-  --orders "$orders" --consumer atomic-1 --atomic --idle-exit 20) >"$work/atomic-worker.log" 2>&1 || rc=$?
-grep -E '^atomic-1:|^not settled' "$work/atomic-worker.log" || true
-check "atomic: worker exit code" "$rc" 0
+worker_scenario atomic --atomic
 check "atomic: the sidecar opened the subscription in MODE_ATOMIC" \
   "$(grep -c 'mode MODE_ATOMIC' "$work/atomic-worker.log" | awk '{print ($1 > 0)}')" 1
-check_worker_summary atomic atomic-1 "$work/atomic-worker.log"
-check_end_state atomic
-check_no_invalid_picks atomic
-[[ $rc -eq 0 ]] || tail -30 "$work/atomic-worker.log"
 
 log "scenario batches: the worker handling each read as one batch"
-rcli flushdb >/dev/null
-(cd "$app" && PYTHONPATH="$here/tests/no_otel" "$vpy" producer.py --sidecar "$addr" --orders "$orders") \
-  >"$work/batches-producer.log" 2>&1 || { cat "$work/batches-producer.log"; fail "batches: producer"; }
-rc=0
-(cd "$app" && PYTHONPATH="$here/tests/no_otel" timeout 90 "$vpy" worker.py --sidecar "$addr" \
-  --orders "$orders" --consumer batches-1 --batches --idle-exit 20) >"$work/batches-worker.log" 2>&1 || rc=$?
-grep -E '^batches-1:|^not settled' "$work/batches-worker.log" || true
-check "batches: worker exit code" "$rc" 0
-check_worker_summary batches batches-1 "$work/batches-worker.log"
-check_end_state batches
-check_no_invalid_picks batches
-[[ $rc -eq 0 ]] || tail -30 "$work/batches-worker.log"
+worker_scenario batches --batches
 
 # ---- 9. scenario "poison" --------------------------------------------------------------------
 # The rule for a refused command: the helper never acks (nor drops) the delivery but settles it
