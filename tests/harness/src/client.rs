@@ -565,9 +565,10 @@ impl Worker {
             if left.is_zero() {
                 return None;
             }
-            // Reads queued earlier stay queued: only the stream is looked at here.
+            // Reads queued earlier stay queued: only the stream is looked at here. `next`
+            // returns on reads only, so it is asked in short turns to see the report soon.
             let queued = std::mem::take(&mut self.queued);
-            let next = self.next(left).await;
+            let next = self.next(left.min(Duration::from_millis(100))).await;
             self.queued = queued;
             match next {
                 Next::Read(read) => self.queued.push_back(read),
