@@ -721,6 +721,103 @@ async fn without_wait_replicas_a_read_the_replica_never_saw_can_run_twice() {
     );
 }
 
+/// Redis keeps a re-read of a consumer's own pending entries (`XREADGROUP … 0`) in memory only,
+/// away from its replicas: after a failover the new primary would show an entry just delivered
+/// again as idle since its first read, for another consumer's reclaim to take while its
+/// handler runs (in atomic mode, its side effects twice). The sidecar claims such entries
+/// again to itself and, with `--wait-replicas`, delivers them once the replica has that claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_an_entry_delivered_again_from_pending_stays_its_consumers_across_a_failover()
+ {
+    let mut cluster = RedisCluster::start(3, 1);
+    let slot = slot_of("{orders}");
+    let old = cluster.primary_for_slot(slot);
+    let inspect = cluster.client().await;
+    let on_primary = inspect.with_cluster_node(Server::new("127.0.0.1", old));
+    let _: Value = inspect
+        .custom(fred::cmd!("XADD"), vec!["{orders}", "*", "n", "1"])
+        .await
+        .unwrap();
+    let _: Value = inspect
+        .custom(fred::cmd!("XGROUP"), vec!["CREATE", "{orders}", "g", "0"])
+        .await
+        .unwrap();
+    // Read by `c1` before, by a sidecar that died holding it; the replica has that read.
+    let _: Value = inspect
+        .custom(
+            fred::cmd!("XREADGROUP"),
+            vec!["GROUP", "g", "c1", "COUNT", "1", "STREAMS", "{orders}", ">"],
+        )
+        .await
+        .unwrap();
+    let replicated: i64 = on_primary
+        .custom(fred::cmd!("WAIT"), vec![1, 2000])
+        .await
+        .unwrap();
+    assert_eq!(replicated, 1);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let sidecar = Sidecar::start(
+        &cluster.url(),
+        &["--wait-replicas", "1", "--redis-timeout", "2s"],
+    )
+    .await;
+    let mut client = sidecar.client().await;
+    // The default min_idle (60 s): c1 gets its entry back through the re-read of its own
+    // pending entries, not through a claim of its own.
+    let (mut sub, _) =
+        Subscription::open(&mut client, atomic(stream_open("{orders}", "g", "c1", 10)))
+            .await
+            .unwrap();
+    let read = loop {
+        match sub.next().await.unwrap() {
+            Some(Kind::Read(read)) => break read,
+            Some(_) => {}
+            None => panic!("the subscription ended"),
+        }
+    };
+    assert_eq!(read.deliveries.len(), 1);
+    assert_eq!(read.deliveries[0].delivery_count, 2, "{read:?}");
+    let delivered = Instant::now();
+
+    cluster.kill(old);
+    tokio::task::block_in_place(|| cluster.wait_for_failover(slot, old, Duration::from_secs(20)));
+    // Idle since it was delivered again, it is not claimed with a min_idle a second above
+    // that; idle since its first read (4 s more), it would be.
+    let min_idle = (delivered.elapsed() + Duration::from_secs(1))
+        .as_millis()
+        .to_string();
+    let reply: Value = inspect
+        .custom(
+            fred::cmd!("XAUTOCLAIM"),
+            vec!["{orders}", "g", "c2", &min_idle, "0-0", "JUSTID"],
+        )
+        .await
+        .unwrap();
+    let claimed = match reply {
+        Value::Array(parts) => parts.into_iter().nth(1),
+        other => panic!("XAUTOCLAIM replied {other:?}"),
+    };
+    assert!(
+        matches!(&claimed, Some(Value::Array(ids)) if ids.is_empty()),
+        "another consumer's reclaim took {claimed:?} with min_idle {min_idle} ms, delivered \
+         again to c1 a second less ago, 4 s after its first read"
+    );
+
+    ack_read(&sub, &read, |d: &proto::Delivery| {
+        vec![command(d.slot, "INCR", &["{orders}:count"])]
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while try_pending(&inspect, "{orders}", "g").await != Some(0) {
+        assert!(Instant::now() < deadline, "the ack is not settled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(counter(&inspect, "{orders}:count").await, 1);
+    let _ = inspect.quit().await;
+    sidecar.stop().await;
+}
+
 /// The slot of the subscription's key moves to another primary (a completed resharding: the
 /// old owner answers MOVED): the subscription goes on reading and flushing on the new owner,
 /// and Publish follows the redirection too.

@@ -425,6 +425,100 @@ async fn in_atomic_mode_a_redis_restart_while_reads_ride_on_flushes_runs_every_s
     drop(sidecar);
 }
 
+/// The test's own `XAUTOCLAIM … <min_idle> 0-0` as consumer `c2`: the ids it took.
+async fn claim_as_c2(inspect: &Client, min_idle: Duration) -> Vec<String> {
+    let args = vec![
+        KEY.to_owned(),
+        "g".into(),
+        "c2".into(),
+        min_idle.as_millis().to_string(),
+        "0-0".into(),
+        "JUSTID".into(),
+    ];
+    let reply: Value = inspect
+        .custom(fred::cmd!("XAUTOCLAIM"), args)
+        .await
+        .expect("XAUTOCLAIM");
+    match reply {
+        Value::Array(parts) => match parts.into_iter().nth(1) {
+            Some(Value::Array(ids)) => ids.into_iter().filter_map(|v| v.as_string()).collect(),
+            _ => Vec::new(),
+        },
+        other => panic!("XAUTOCLAIM replied {other:?}"),
+    }
+}
+
+/// Redis keeps a re-read of a consumer's own pending entries (`XREADGROUP … 0`) in memory only:
+/// restarted from its AOF, it would show an entry just delivered again as idle since its first
+/// read, and another consumer's reclaim would take it while its handler runs, in atomic mode
+/// running its side effects twice. The sidecar claims such entries again to itself, which
+/// Redis persists: the entry stays this consumer's, its side effects run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_delivered_again_from_pending_stays_this_consumers_across_a_redis_restart() {
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let url = redis.url();
+    let inspect = connect(&url).await;
+    produce(&inspect, 0..1, 0).await;
+    let _: Value = inspect
+        .custom(fred::cmd!("XGROUP"), vec!["CREATE", KEY, "g", "0"])
+        .await
+        .expect("XGROUP CREATE");
+    // Read by `c1` before, by a sidecar that died holding it.
+    let _: Value = inspect
+        .custom(
+            fred::cmd!("XREADGROUP"),
+            vec!["GROUP", "g", "c1", "COUNT", "1", "STREAMS", KEY, ">"],
+        )
+        .await
+        .expect("XREADGROUP");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let listen = listen_addr();
+    let sidecar = SidecarProcess::serve(&url, &listen, &["--redis-timeout", "1s"]);
+    // The default min_idle (60 s): c1 gets its entry back through the re-read of its own
+    // pending entries, not through a claim of its own.
+    let open = proto::Open {
+        mode: Mode::Atomic as i32,
+        ..stream_open(KEY, "g", "c1", 10)
+    };
+    let mut worker = Worker::open(&listen, open).await;
+    let read = worker.next_read().await;
+    assert_eq!(read.deliveries.len(), 1);
+    assert_eq!(read.deliveries[0].delivery_count, 2, "{read:?}");
+    let delivered = Instant::now();
+
+    redis.restart();
+    let inspect = connect(&url).await;
+    // Idle since it was delivered again, it is not claimed with a min_idle a second above
+    // that; idle since its first read (4 s more), it would be.
+    let min_idle = delivered.elapsed() + Duration::from_secs(1);
+    let claimed = claim_as_c2(&inspect, min_idle).await;
+    assert!(
+        claimed.is_empty(),
+        "another consumer's reclaim took {claimed:?} with min_idle {min_idle:?}, delivered \
+         again to c1 a second less ago, 4 s after its first read"
+    );
+    let rows: Vec<Value> = inspect
+        .custom(fred::cmd!("XPENDING"), vec![KEY, "g", "-", "+", "10"])
+        .await
+        .expect("XPENDING");
+    let Some(Value::Array(row)) = rows.into_iter().next() else {
+        panic!("the entry is no longer pending")
+    };
+    assert_eq!(row[1].as_string().as_deref(), Some("c1"), "{row:?}");
+    assert_eq!(row[3].as_u64(), Some(2), "the count survives too: {row:?}");
+
+    worker.ack(&read.deliveries).await;
+    let report = worker
+        .report_for(read.read_id, STEP)
+        .await
+        .expect("the ack is flushed");
+    assert!(report.ok, "{report:?}");
+    let (seen, count, left) = state(&inspect).await;
+    assert_eq!((seen, count, left), (1, 1, 0), "handled once, settled");
+    drop(sidecar);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. The sidecar SIGKILLed mid-window.
 

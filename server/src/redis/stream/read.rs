@@ -19,14 +19,24 @@ use super::{StreamKeys, create_group, group_start};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, StreamSource};
 
-/// The group's delivery count of each id in ARGV[2..] (0 when it is not pending), for the
-/// stream KEYS[1] and group ARGV[1].
-static PENDING_COUNTS: LazyLock<Script> = LazyLock::new(|| {
+/// The delivery count of each id in ARGV[3..] while it is pending on consumer ARGV[2] of group
+/// ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or another consumer's). Each entry
+/// of this consumer is also claimed again by it, its count and idle time as they are
+/// (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries (`XREADGROUP … 0`) renews
+/// both in memory only, Redis writing it to neither its AOF nor its replicas, and a restart
+/// or failover would otherwise hand back an entry just delivered again as idle since its
+/// first read, for another consumer to claim while it is being handled. An `XCLAIM` is
+/// written to both.
+static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r#"
 local counts = {}
-for i = 2, #ARGV do
-  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
+  if row then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', row[4], 'JUSTID')
+  end
   counts[#counts + 1] = row and row[4] or 0
 end
 return counts
@@ -139,9 +149,10 @@ pub(crate) fn read_ahead_reply(
 }
 
 /// Redelivered entries with their counts from the group's pending entries list. An entry gone
-/// from that list between the read and the look-up was settled meanwhile (acked by a flush of
-/// an earlier delivery): it is not delivered again, where it would otherwise come back with a
-/// count of 1, lower than the count of the delivery that settled it.
+/// from this consumer's part of that list between the read and the look-up was settled
+/// meanwhile (acked by a flush of an earlier delivery), or another consumer claimed it: it is
+/// not delivered again, where it would otherwise come back with a count of 1, lower than the
+/// count of the delivery that settled it, or be handled by two consumers at once.
 pub(super) fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
     entries
         .into_iter()
@@ -387,10 +398,10 @@ impl StreamReader {
             batch.claims += 1;
             let claimed = self.autoclaim(count).await?;
             if !claimed.is_empty() {
-                self.replicate().await?;
                 batch.claimed = claimed.len();
                 batch.count_lookups += 1;
                 batch.entries = self.with_delivery_counts(claimed).await?;
+                self.replicate().await?;
                 batch.redelivery = true;
                 return Ok(batch);
             }
@@ -404,6 +415,7 @@ impl StreamReader {
                     self.cursor = Cursor::Pending(last.id.clone());
                     batch.count_lookups += 1;
                     batch.entries = self.with_delivery_counts(entries).await?;
+                    self.replicate().await?;
                     batch.redelivery = true;
                     return Ok(batch);
                 }
@@ -511,8 +523,10 @@ impl StreamReader {
     }
 
     /// Fills in the delivery counts of redelivered entries from the group's pending entries
-    /// list, each looked up by its own id (one script, one round trip): a range look-up would
-    /// also return this consumer's other pending entries between them and miss some.
+    /// list, each looked up by its own id (one script, one round trip: a range look-up would
+    /// also return this consumer's other pending entries between them and miss some), and
+    /// makes their renewal durable ([`RENEW_COUNTS`]). Entries no longer this consumer's are
+    /// not delivered.
     async fn with_delivery_counts(
         &self,
         mut entries: Vec<Entry>,
@@ -521,10 +535,13 @@ impl StreamReader {
             return Ok(entries);
         }
         let keys = vec![arg(&self.keys.key)];
-        let mut args = vec![Value::Bytes(self.keys.group.clone())];
+        let mut args = vec![
+            Value::Bytes(self.keys.group.clone()),
+            Value::Bytes(self.keys.consumer.clone()),
+        ];
         args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
         let commands = self.connection.commands(None);
-        let reply = eval_script(&commands, &PENDING_COUNTS, self.keys.slot, keys, args).await?;
+        let reply = eval_script(&commands, &RENEW_COUNTS, self.keys.slot, keys, args).await?;
         let Value::Array(counts) = reply else {
             return Err(RedisError::Protocol {
                 command: "XPENDING",
