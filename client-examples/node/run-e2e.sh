@@ -32,7 +32,9 @@
 #    mode) and give the same end state;
 # 8. scenario "reliable list": the orders LPUSHed onto a list, which the worker reads with the
 #    reliable-list source; the same SKU totals and picks, the list, the processing list and the
-#    delay set empty.
+#    delay set empty;
+# 9. scenario "batches": the worker with --batches takes a read at a time (sub.batches()),
+#    drops and retries per order and acks the rest with one batch.ack(); the same end state.
 # Every program runs from the scratch project. Prints "N passed, 0 failed" last and exits
 # non-zero on any failure.
 set -euo pipefail
@@ -341,6 +343,21 @@ check "reliable list: the list, the processing list and the delay set are empty"
   "$(rcli llen "$list_key") $(rcli llen "{$list_key}:window:processing:list-1") $(rcli zcard "{$list_key}:window:delayed")" "0 0 0"
 check_no_invalid_picks "reliable list"
 [[ $rc -eq 0 ]] || tail -30 "$work/list-worker.log"
+
+# ---- 9. scenario "batches" -----------------------------------------------------------------
+log "scenario batches: producer, then the worker a read at a time"
+rcli flushdb >/dev/null
+run producer --sidecar "$addr" --orders "$orders" \
+  >"$work/batches-producer.log" 2>&1 || { cat "$work/batches-producer.log"; fail "batches: producer"; }
+rc=0
+run_for 90 worker --sidecar "$addr" --orders "$orders" --batches --idle-exit 20 \
+  >"$work/batches-worker.log" 2>&1 || rc=$?
+grep -E '^worker-1:|^not settled' "$work/batches-worker.log" || true
+check "batches: worker exit code" "$rc" 0
+check_worker_summary batches worker-1 "$work/batches-worker.log"
+check_end_state batches
+check_no_invalid_picks batches
+[[ $rc -eq 0 ]] || tail -30 "$work/batches-worker.log"
 
 e2e_summary
 

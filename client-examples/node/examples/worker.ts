@@ -9,7 +9,8 @@
 // which settles it for good too; --poison-command "NAME ARG…" queues that command for every
 // order as well (a command the sidecar refuses shows the rejection rule: dropped at once by
 // default, or with --rejected-outcome retry_after retried, then the dead letter). --atomic flushes each ack as one MULTI/EXEC. --reliable-list KEY reads the orders
-// from that list (pushed with LPUSH) instead of the stream.
+// from that list (pushed with LPUSH) instead of the stream. --batches takes a read at a time
+// (sub.batches()): drops and retries per order, the rest acked with one batch.ack().
 //
 // Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (read by the client), WINDOW_CONSUMER,
 // WINDOW_ORDERS, WORKER_DELAY_MS (sleep per delivery).
@@ -64,6 +65,7 @@ async function main(): Promise<number> {
     "poison-command": "",
     "rejected-outcome": "auto",
     "reliable-list": "",
+    batches: "",
   });
   const spec = JSON.parse(readFileSync(args.orders, "utf8"));
   const expected = new Set<string>(spec.orders.map((o: Order) => String(o.id)));
@@ -124,7 +126,8 @@ async function main(): Promise<number> {
 
   let failed = false;
   try {
-    for await (const d of sub) {
+    // Settles `d`, except a plain ack when `ackLater` (its batch acks the rest in one call).
+    const handle = async (d: Delivery, ackLater: boolean) => {
       lastDelivery = Date.now();
       if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
       let order: Order;
@@ -132,7 +135,7 @@ async function main(): Promise<number> {
         order = d.json<Order>();
       } catch {
         d.drop("payload is not JSON");
-        continue;
+        return;
       }
       const id = String(order.id ?? d.entryId);
       const reason = invalidReason(order);
@@ -149,8 +152,16 @@ async function main(): Promise<number> {
           d.redis.hIncrBy("sku-totals", line.sku!, line.qty as number);
         }
         log(`ack ${id} (${d.entryId}, delivery ${d.deliveryCount})`);
-        d.ack();
+        if (!ackLater) d.ack();
       }
+    };
+    if (args.batches === "true") {
+      for await (const batch of sub.batches()) {
+        for (const d of batch) await handle(d, true);
+        batch.ack();
+      }
+    } else {
+      for await (const d of sub) await handle(d, false);
     }
   } catch (err) {
     failed = true;

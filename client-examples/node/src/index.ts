@@ -6,6 +6,7 @@ export {
   WindowClient,
   Subscription,
   Delivery,
+  DeliveryBatch,
   FlushEvent,
   consoleLogger,
   openMessage,

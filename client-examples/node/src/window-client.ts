@@ -340,6 +340,41 @@ export class Delivery {
   }
 }
 
+/**
+ * One read's deliveries, handed out together by `Subscription.batches()`: a handler that can
+ * take a read whole settles the deliveries it must on their own (`d.drop(reason)`,
+ * `d.queue(...).ack()`) and the rest with one call. Iterable, and `deliveries` is the array.
+ */
+export class DeliveryBatch implements Iterable<Delivery> {
+  constructor(
+    /** The read these deliveries came in (as `Delivery.readId`). */
+    readonly readId: number,
+    readonly deliveries: readonly Delivery[],
+  ) {}
+  get length(): number {
+    return this.deliveries.length;
+  }
+  [Symbol.iterator](): Iterator<Delivery> {
+    return this.deliveries[Symbol.iterator]();
+  }
+  /** The deliveries without an outcome yet. */
+  get unsettled(): Delivery[] {
+    return this.deliveries.filter((d) => !d.settled);
+  }
+  /** Acks every delivery without an outcome yet (with the commands queued on it). */
+  ack(): void {
+    for (const d of this.unsettled) d.ack();
+  }
+  /** Drops every delivery without an outcome yet. */
+  drop(reason = ""): void {
+    for (const d of this.unsettled) d.drop(reason);
+  }
+  /** Retries every delivery without an outcome yet. */
+  retry(reason = ""): void {
+    for (const d of this.unsettled) d.retry(reason);
+  }
+}
+
 /** A flush report with the deliveries of its read that it covers (an ordered read may be flushed in parts, one event per part). */
 export class FlushEvent {
   constructor(
@@ -629,6 +664,8 @@ export class Subscription implements AsyncIterable<Delivery> {
   private running: Promise<void> | undefined;
   private wakeBackoff: (() => void) | undefined;
   private drain = true;
+  /** How the deliveries are taken: one at a time (iterating, `run()`) or a read at a time (`batches()`). */
+  private way: "deliveries" | "batches" | undefined;
 
   /** @internal */
   constructor(
@@ -656,7 +693,7 @@ export class Subscription implements AsyncIterable<Delivery> {
   }
 
   [Symbol.asyncIterator](): AsyncIterator<Delivery> {
-    this.start();
+    this.takenAs("deliveries");
     return {
       next: () => this.next(),
       return: async () => {
@@ -664,6 +701,56 @@ export class Subscription implements AsyncIterable<Delivery> {
         return { done: true, value: undefined };
       },
     };
+  }
+
+  /**
+   * The reads as they came, each handed out whole as a {@link DeliveryBatch}:
+   * `for await (const batch of sub.batches()) { ...; batch.ack(); }`. A subscription is taken
+   * one way only, read by read or delivery by delivery (iterating it, `run()`): the other
+   * throws a TypeError. Ending the loop (break, return, throw) stops the subscription.
+   */
+  batches(): AsyncIterable<DeliveryBatch> {
+    this.takenAs("batches");
+    return {
+      [Symbol.asyncIterator]: () => ({
+        next: () => this.nextBatch(),
+        return: async () => {
+          this.stop();
+          return { done: true, value: undefined };
+        },
+      }),
+    };
+  }
+
+  private takenAs(way: "deliveries" | "batches"): void {
+    if (this.way !== undefined && this.way !== way) {
+      const taken = this.way === "batches" ? "read by read (batches())" : "delivery by delivery";
+      throw new TypeError(`this subscription is already taken ${taken}: take it one way only`);
+    }
+    this.way = way;
+    this.start();
+  }
+
+  private async nextBatch(): Promise<IteratorResult<DeliveryBatch>> {
+    const first = await this.next();
+    if (first.done) return first;
+    const d = first.value;
+    const deliveries = [d];
+    // A read's deliveries are queued together: the rest of it is at the head of the queue.
+    for (;;) {
+      const n = this.queue[0];
+      if (n === undefined || n.readId !== d.readId || n.stream !== d.stream) break;
+      this.queue.shift();
+      if (n.stream.alive && !n.stream.draining) deliveries.push(this.handOut(n));
+    }
+    return { done: false, value: new DeliveryBatch(d.readId, deliveries) };
+  }
+
+  private handOut(d: Delivery): Delivery {
+    d.handed = true;
+    d.stream.handedUnsettled += 1;
+    if (this.opts.tracing !== false) d.span = this.startSpan(d);
+    return d;
   }
 
   private async next(): Promise<IteratorResult<Delivery>> {
@@ -679,10 +766,7 @@ export class Subscription implements AsyncIterable<Delivery> {
       }
       // From a lost or draining stream: not handed out, the sidecar delivers it again.
       if (!d.stream.alive || d.stream.draining) continue;
-      d.handed = true;
-      d.stream.handedUnsettled += 1;
-      if (this.opts.tracing !== false) d.span = this.startSpan(d);
-      return { done: false, value: d };
+      return { done: false, value: this.handOut(d) };
     }
   }
 

@@ -129,6 +129,66 @@ test("packed acks: plain acks go as slots in Batch.acks, the other outcomes as o
   assert.deepEqual(batch.commands.map((c) => c.slot), [1, 3]);
 });
 
+test("batches(): each read handed out whole, settled on its own where needed and the rest in one call", async () => {
+  const batches: Batch[] = [];
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "a"), delivery(2, "b"), delivery(3, "c")] } });
+    send(call, { read: { readId: 2, deliveries: [delivery(4, "d"), delivery(5, "e")] } });
+    // Outcomes settled in one turn of the event loop share a message.
+    while (batches.flatMap((b) => b.outcomes).length < 5) batches.push(await inbox.batch());
+    send(call, { flush: { readId: 1, settles: 3, ok: true } });
+    send(call, { flush: { readId: 2, settles: 2, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target, { tls: false });
+  let flushes = 0;
+  const sub = client.subscribe({ stream: "s", group: "g", logger: quiet, onFlush: () => {
+    if (++flushes === 2) sub.stop();
+  } });
+  // Both reads arrive before the loop asks: each is still a batch of its own.
+  sub.start();
+  while (sub.stats.reads < 2) await new Promise((r) => setTimeout(r, 10));
+  const seen: Array<[number, number[], number]> = [];
+  for await (const batch of sub.batches()) {
+    seen.push([batch.readId, [...batch].map((d) => d.slot), batch.unsettled.length]);
+    if (batch.readId === 1) {
+      batch.deliveries[1].drop("bad");
+      batch.deliveries[0].queue("INCR", "n");
+      assert.equal(batch.unsettled.length, 2);
+      batch.ack();
+    } else {
+      batch.retry("later");
+    }
+    assert.equal(batch.unsettled.length, 0);
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(seen, [[1, [1, 2, 3], 3], [2, [4, 5], 2]]);
+  const { OUTCOME_KIND_ACK: ACK, OUTCOME_KIND_DROP: DROP, OUTCOME_KIND_RETRY: RETRY } = OutcomeKind;
+  assert.deepEqual(batches.flatMap((b) => b.outcomes.map((o) => [o.slot, o.kind, o.reason])), [
+    [2, DROP, "bad"], [1, ACK, ""], [3, ACK, ""], [4, RETRY, "later"], [5, RETRY, "later"],
+  ]);
+  assert.deepEqual(batches.flatMap((b) => b.commands.map((c) => c.slot)), [1]);
+});
+
+test("batches(): a subscription is taken one way only", async () => {
+  const client = new WindowClient("127.0.0.1:1", { tls: false });
+  const byRead = client.subscribe({ stream: "s", group: "g", logger: quiet });
+  byRead.batches();
+  assert.throws(() => byRead[Symbol.asyncIterator](), TypeError);
+  await assert.rejects(byRead.run(() => {}), TypeError);
+  const byDelivery = client.subscribe({ stream: "s", group: "g", logger: quiet });
+  byDelivery[Symbol.asyncIterator]();
+  assert.throws(() => byDelivery.batches(), /already taken delivery by delivery/);
+  await byRead.close();
+  await byDelivery.close();
+  client.close();
+});
+
 test("extend: sent at once as Batch.extend before the outcome, refused once the delivery is settled", async () => {
   const batches: Batch[] = [];
   const f = await fake(async (call, inbox) => {
