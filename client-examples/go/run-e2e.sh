@@ -13,7 +13,7 @@
 # order run again through a second sidecar on a Unix socket (--listen unix:PATH, grpc-go's
 # target unix:///PATH, no other dial option), and through a third one started with
 # --auth-token-file (the token from WINDOW_SIDECAR_TOKEN; without it, UNAUTHENTICATED), the
-# worker in atomic mode.
+# worker in atomic mode; and once more with the worker taking a read at a time (-batches).
 #
 #   WINDOW_SIDECAR_BIN   the sidecar binary (default ../../target/debug/window-sidecar; built
 #                        with cargo when missing)
@@ -264,5 +264,22 @@ exec_calls="$(rcli info commandstats | sed -nE 's/^cmdstat_exec:calls=([0-9]+),.
 check "token: atomic mode, a MULTI/EXEC per acked order" "$((${exec_calls:-0} >= acked))" 1
 check_summary_counts "token" "$work/auth-worker.log"
 check_end_state "token" "$auth_stream"
+
+# --- a read at a time -------------------------------------------------------------------------
+# The worker with -batches receives whole reads (Batches): drops and retries per order, the rest
+# acked with one Batch.Ack; the same end state as delivery by delivery.
+rcli flushdb >/dev/null
+set +e
+timeout 60 "$bin/producer" -addr "$addr" -orders "$orders" >"$work/batches-producer.log" 2>&1
+producer_rc=$?
+timeout 120 "$bin/worker" -addr "$addr" -orders "$orders" -consumer batches-1 -idle-timeout 20s \
+  -batches >"$work/batches-worker.log" 2>&1
+worker_rc=$?
+set -e
+grep -E '^summary:' "$work/batches-worker.log" || true
+check "batches: producer exit status" "$producer_rc" 0
+check "batches: worker exit status" "$worker_rc" 0
+check_summary_counts "batches" "$work/batches-worker.log"
+check_end_state "batches"
 
 e2e_summary

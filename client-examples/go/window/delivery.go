@@ -65,6 +65,51 @@ type readState struct {
 	sent       bool
 }
 
+// Batch is one read's deliveries in stream order, handed out together by
+// Subscription.Batches. Settle a delivery on its own where the handler must (d.Drop(reason),
+// d.Queue(…) then d.Ack()), and the rest with one call.
+type Batch struct {
+	// ReadID is the read these deliveries came in.
+	ReadID     uint64
+	Deliveries []*Delivery
+}
+
+// Unsettled is the deliveries without an outcome yet.
+func (b *Batch) Unsettled() []*Delivery {
+	var out []*Delivery
+	for _, d := range b.Deliveries {
+		if !d.Settled() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Ack acks every delivery without an outcome yet, with the commands queued on it.
+func (b *Batch) Ack() error { return b.each((*Delivery).Ack) }
+
+// Drop drops every delivery without an outcome yet.
+func (b *Batch) Drop(reason string) error {
+	return b.each(func(d *Delivery) error { return d.Drop(reason) })
+}
+
+// Retry retries every delivery without an outcome yet.
+func (b *Batch) Retry(reason string) error {
+	return b.each(func(d *Delivery) error { return d.Retry(reason) })
+}
+
+// each settles the unsettled deliveries, all of them whatever fails, and returns the first
+// error.
+func (b *Batch) each(settle func(*Delivery) error) error {
+	var first error
+	for _, d := range b.Unsettled() {
+		if err := settle(d); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // HasPayload says whether the entry is in the payload layout (what the clients publish): false
 // for an entry another producer wrote with plain fields, which has Fields instead.
 func (d *Delivery) HasPayload() bool { return len(d.RawFields) == 0 }

@@ -229,6 +229,7 @@ type Subscription struct {
 	logf   func(string, ...any)
 
 	out       chan *Delivery
+	batches   chan *Batch
 	closing   chan struct{}
 	closeOnce sync.Once
 	finished  chan struct{}
@@ -293,6 +294,7 @@ func (c *Client) Subscribe(ctx context.Context, opts Options) (*Subscription, er
 		ctx:      ctx,
 		logf:     opts.Logf,
 		out:      make(chan *Delivery),
+		batches:  make(chan *Batch),
 		closing:  make(chan struct{}),
 		finished: make(chan struct{}),
 	}
@@ -307,6 +309,13 @@ func (c *Client) Subscribe(ctx context.Context, opts Options) (*Subscription, er
 // the sidecar when all its deliveries are settled, and the sidecar reads no more than the
 // in-flight limit ahead.
 func (sub *Subscription) Deliveries() <-chan *Delivery { return sub.out }
+
+// Batches is the channel of reads, each handed out whole as a Batch: a handler that can take a
+// read at a time settles the deliveries it must on their own and the rest with one call
+// (Batch.Ack, Drop, Retry). Receive from Batches or from Deliveries (Run does), not both: each
+// delivery goes to whichever channel is received from first, alone or with the rest of its
+// read. Closed when the subscription ends, as Deliveries is.
+func (sub *Subscription) Batches() <-chan *Batch { return sub.batches }
 
 // Err is the error that ended the subscription, once Deliveries is closed (nil after Close).
 func (sub *Subscription) Err() error {
@@ -393,6 +402,7 @@ func (sub *Subscription) setErr(err error) {
 func (sub *Subscription) run() {
 	defer close(sub.finished)
 	defer close(sub.out)
+	defer close(sub.batches)
 	backoff := sub.opts.MinBackoff
 	failedOpens := 0
 	for attempt := 0; ; attempt++ {
@@ -484,22 +494,29 @@ func (sub *Subscription) serve(s *session) bool {
 				return false
 			}
 		}
-		s.hand(d)
+		// d alone on Deliveries, or its whole read on Batches. Both are counted as handed out
+		// before they are offered: the application may settle them as soon as it has them.
+		batch := s.readOf(d)
+		rest := batch.Deliveries[1:]
+		s.hand(batch.Deliveries...)
 		select {
 		case sub.out <- d:
+			s.unhand(rest...)
+		case sub.batches <- batch:
+			s.dequeue(rest)
 		case <-s.drain:
 			// The sidecar drains: deliveries not handed out yet stay pending and come back.
-			s.unhand(d)
+			s.unhand(batch.Deliveries...)
 		case <-s.done:
 			// Undelivered deliveries of a lost stream are dropped here: their entries are
 			// pending in Redis and come back on the next stream.
-			s.unhand(d)
+			s.unhand(batch.Deliveries...)
 			return false
 		case <-sub.closing:
-			s.unhand(d)
+			s.unhand(batch.Deliveries...)
 			return true
 		case <-sub.ctx.Done():
-			s.unhand(d)
+			s.unhand(batch.Deliveries...)
 			<-s.done
 			return false
 		}
@@ -712,22 +729,59 @@ func (s *session) next() *Delivery {
 	return d
 }
 
-// hand counts d as handed out (before it is offered to the application).
-func (s *session) hand(d *Delivery) {
+// readOf is d's read as a Batch: d and the deliveries of its read queued right behind it (a
+// read's deliveries are queued together), which stay queued until the batch is taken.
+func (s *session) readOf(d *Delivery) *Batch {
 	s.mu.Lock()
-	d.handed = true
-	s.handed++
+	defer s.mu.Unlock()
+	b := &Batch{ReadID: d.read.id, Deliveries: []*Delivery{d}}
+	for _, n := range s.queue {
+		if n.read != d.read {
+			break
+		}
+		b.Deliveries = append(b.Deliveries, n)
+	}
+	return b
+}
+
+// dequeue takes off the queue the rest of a read the application took as a batch (still at
+// its head, unless the queue was emptied meanwhile).
+func (s *session) dequeue(ds []*Delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range ds {
+		if len(s.queue) > 0 && s.queue[0] == d {
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+		}
+	}
+}
+
+// hand counts deliveries as handed out (before they are offered to the application).
+func (s *session) hand(ds ...*Delivery) {
+	s.mu.Lock()
+	for _, d := range ds {
+		d.handed = true
+		s.handed++
+	}
 	s.mu.Unlock()
 }
 
-// unhand takes back a delivery offered and not taken.
-func (s *session) unhand(d *Delivery) {
+// unhand takes back deliveries offered and not taken (those settled meanwhile are done).
+func (s *session) unhand(ds ...*Delivery) {
 	s.mu.Lock()
-	if d.handed {
-		d.handed = false
-		s.handed--
+	for _, d := range ds {
+		if d.handed {
+			d.handed = false
+			s.handed--
+		}
 	}
 	s.mu.Unlock()
+	// A shutdown may be waiting for the count to fall.
+	select {
+	case s.idle <- struct{}{}:
+	default:
+	}
 }
 
 // settledLocked notes that d has an outcome. Called with s.mu held.

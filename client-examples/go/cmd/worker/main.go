@@ -39,6 +39,7 @@ func main() {
 	atomic := flag.Bool("atomic", false, "flush each acked order's commands with its settle in one MULTI/EXEC")
 	maxDeliveries := flag.Uint("max-deliveries", 0, "deliveries of an order before it goes to -dead-letter (0: no cap)")
 	deadLetter := flag.String("dead-letter", "", "the dead-letter stream (with -max-deliveries)")
+	batchMode := flag.Bool("batches", false, "take a read at a time (Batches): drops and retries per order, the rest acked with one Batch.Ack")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	log.SetPrefix("worker: ")
@@ -82,22 +83,34 @@ func main() {
 	log.Printf("consuming %s as %s/%s via %s (atomic: %v), %s", *stream, *group, *consumer, *addr, *atomic, goal)
 
 	idle := time.NewTimer(*idleTimeout)
+	// One of the two is received from: a nil channel's case never runs.
+	var deliveries <-chan *window.Delivery
+	var batches <-chan *window.Batch
+	if *batchMode {
+		batches = sub.Batches()
+	} else {
+		deliveries = sub.Deliveries()
+	}
 	exit := 0
 loop:
 	for {
+		var ds []*window.Delivery
+		var batch *window.Batch
 		select {
-		case d, ok := <-sub.Deliveries():
+		case d, ok := <-deliveries:
 			if !ok {
 				log.Printf("subscription ended: %v", sub.Err())
 				exit = 1
 				break loop
 			}
-			if !idle.Stop() {
-				<-idle.C
+			ds = []*window.Delivery{d}
+		case b, ok := <-batches:
+			if !ok {
+				log.Printf("subscription ended: %v", sub.Err())
+				exit = 1
+				break loop
 			}
-			idle.Reset(*idleTimeout)
-			time.Sleep(*workTime)
-			handle(d, *retryDelay)
+			ds, batch = b.Deliveries, b
 		case <-tally.done:
 			break loop
 		case <-idle.C:
@@ -113,6 +126,19 @@ loop:
 			exit = 130
 			break loop
 		}
+		if !idle.Stop() {
+			<-idle.C
+		}
+		idle.Reset(*idleTimeout)
+		for _, d := range ds {
+			time.Sleep(*workTime)
+			handle(d, *retryDelay, batch == nil)
+		}
+		if batch != nil {
+			if err := batch.Ack(); err != nil {
+				log.Printf("read %d: the batch's acks not sent: %v", batch.ReadID, err)
+			}
+		}
 	}
 	if err := sub.Close(context.Background()); err != nil && ctx.Err() == nil && exit != 1 {
 		log.Printf("closing the subscription: %v", err)
@@ -122,9 +148,9 @@ loop:
 	os.Exit(exit)
 }
 
-// handle decides one delivery. Errors from Queue and the outcome are only ErrStale (the stream
-// was lost; the entry comes back) or a bug.
-func handle(d *window.Delivery, retryDelay time.Duration) {
+// handle decides one delivery; an ack is left to its batch unless ackNow. Errors from Queue and
+// the outcome are only ErrStale (the stream was lost; the entry comes back) or a bug.
+func handle(d *window.Delivery, retryDelay time.Duration, ackNow bool) {
 	o, err := orders.Parse(d.Payload)
 	if err != nil {
 		report(d, "?", "drop", d.Drop("payload is not an order: "+err.Error()))
@@ -150,7 +176,11 @@ func handle(d *window.Delivery, retryDelay time.Duration) {
 			return
 		}
 	}
-	report(d, o.ID, fmt.Sprintf("ack (%d lines)", len(o.Lines)), d.Ack())
+	err = nil
+	if ackNow {
+		err = d.Ack()
+	}
+	report(d, o.ID, fmt.Sprintf("ack (%d lines)", len(o.Lines)), err)
 }
 
 func report(d *window.Delivery, id, what string, err error) {
