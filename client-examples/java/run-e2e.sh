@@ -19,7 +19,9 @@
 #      --rejected-outcome retry_after the helper settles it with retry_after 1 s, and with a cap
 #      of 2 deliveries it ends in the dead-letter stream; with the default (auto) it is
 #      dead-lettered at once (dropped at once without a dead letter), and no line repeats the
-#      sidecar's advice to settle it otherwise.
+#      sidecar's advice to settle it otherwise;
+#   7. the orders once more with the worker taking a read at a time (--batches: subscribeBatches,
+#      drops and retries per order, the rest acked with one batch.ack()): the same end state.
 #   Besides: RedisCommands.java is what generate-commands.sh makes of the checked-in command
 #   specification, and the jar carries the repository's LICENSE.
 #
@@ -278,5 +280,21 @@ check "refused command, auto, no dead letter: XPENDING $drop_stream order-servic
   "$(rcli xpending "$drop_stream" order-service | head -1)" 0
 check "refused command, auto, no dead letter: ZCARD {$drop_stream}:window:delayed" \
   "$(rcli zcard "{$drop_stream}:window:delayed")" 0
+
+# --- a read at a time ---------------------------------------------------------------------
+rcli flushdb >/dev/null
+set +e
+timeout 60 java -cp "$app_cp" dev.windowsidecar.examples.Producer --addr "$addr" \
+  --orders "$orders" >"$work/batches-producer.log" 2>&1
+producer_rc=$?
+timeout 120 java -cp "$app_cp" dev.windowsidecar.examples.Worker --addr "$addr" \
+  --orders "$orders" --consumer batches-1 --idle-timeout 20s --batches true >"$work/batches-worker.log" 2>&1
+worker_rc=$?
+set -e
+grep -E '^summary:' "$work/batches-worker.log" || true
+check "batches: producer exit status" "$producer_rc" 0
+check "batches: worker exit status" "$worker_rc" 0
+check_summary_counts "batches" "$work/batches-worker.log"
+check_end_state "batches"
 
 e2e_summary

@@ -5,6 +5,8 @@ import dev.windowsidecar.v1.SubscribeRequest;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
@@ -24,7 +26,9 @@ public final class Subscription implements AutoCloseable {
 
   private final WindowClient client;
   final SubscribeOptions options;
+  /** One of the two is set: deliveries one at a time, or a read at a time. */
   private final DeliveryHandler handler;
+  private final BatchHandler batchHandler;
   private final Thread thread;
   private final CountDownLatch closeRequested = new CountDownLatch(1);
   private final CountDownLatch terminated = new CountDownLatch(1);
@@ -33,9 +37,22 @@ public final class Subscription implements AutoCloseable {
   private volatile String consumer = "";
 
   Subscription(WindowClient client, SubscribeOptions options, DeliveryHandler handler) {
+    this(client, options, handler, null);
+  }
+
+  Subscription(WindowClient client, SubscribeOptions options, BatchHandler batchHandler) {
+    this(client, options, null, batchHandler);
+  }
+
+  private Subscription(
+      WindowClient client,
+      SubscribeOptions options,
+      DeliveryHandler handler,
+      BatchHandler batchHandler) {
     this.client = client;
     this.options = options;
     this.handler = handler;
+    this.batchHandler = batchHandler;
     this.thread = new Thread(this::run, "window-subscription-" + options.describe());
   }
 
@@ -203,25 +220,61 @@ public final class Subscription implements AutoCloseable {
       if (s.isDraining()) {
         continue; // not handed out either: the sidecar is draining
       }
+      if (batchHandler != null) {
+        handleBatch(s, d);
+        continue;
+      }
+      Exception failure = null;
       try {
         handler.handle(d);
-        if (!d.later && !d.isSettled()) {
-          try {
-            d.ack(); // a handler that only queues commands
-          } catch (IllegalStateException raced) {
-            // settled meanwhile from another thread
-          }
-        }
       } catch (Exception e) {
         LOG.log(Level.WARNING, "handler failed for " + d, e);
-        if (!d.isSettled()) {
-          try {
-            d.retryAfter(options.retryDelay(d.deliveryCount()), "handler failed: " + e);
-          } catch (IllegalStateException raced) {
-            // settled meanwhile
-          }
-        }
+        failure = e;
       }
+      finish(d, failure);
+    }
+  }
+
+  /**
+   * Hands {@code first} out with the rest of its read, which is queued right behind it (a read's
+   * deliveries are queued together), to the batch handler.
+   */
+  private void handleBatch(Session s, Delivery first) {
+    List<Delivery> ds = new ArrayList<>();
+    ds.add(first);
+    for (Delivery n = s.inbox.peek(); n != null && n.read == first.read; n = s.inbox.peek()) {
+      if (!s.inbox.remove(n)) {
+        break; // the inbox was cleared meanwhile (the stream ended): the rest comes back
+      }
+      ds.add(n);
+    }
+    Exception failure = null;
+    try {
+      batchHandler.handle(new DeliveryBatch(first.read.id, ds));
+    } catch (Exception e) {
+      LOG.log(Level.WARNING, "batch handler failed for read " + first.read.id, e);
+      failure = e;
+    }
+    for (Delivery d : ds) {
+      finish(d, failure);
+    }
+  }
+
+  /**
+   * The rule for what a handler left without an outcome: acked when it returned (a handler that
+   * only queues commands), unless settled later; retried after the growing delay when it threw.
+   */
+  private void finish(Delivery d, Exception failure) {
+    try {
+      if (failure == null) {
+        if (!d.later && !d.isSettled()) {
+          d.ack();
+        }
+      } else if (!d.isSettled()) {
+        d.retryAfter(options.retryDelay(d.deliveryCount()), "handler failed: " + failure);
+      }
+    } catch (IllegalStateException | AlreadySettledException raced) {
+      // settled meanwhile from another thread
     }
   }
 

@@ -400,6 +400,17 @@ public final class WindowClient implements AutoCloseable {
     return sub;
   }
 
+  /**
+   * Starts a subscription that takes a read at a time: {@code handler} is called with each read's
+   * deliveries as one {@link DeliveryBatch}, one batch at a time, on the subscription's own
+   * thread. What reaches the sidecar is what settling each delivery would send.
+   */
+  public Subscription subscribeBatches(SubscribeOptions options, BatchHandler handler) {
+    Subscription sub = new Subscription(this, options, handler);
+    sub.start();
+    return sub;
+  }
+
   @Override
   public void close() {
     if (!owned) {

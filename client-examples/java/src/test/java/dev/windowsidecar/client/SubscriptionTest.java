@@ -220,6 +220,69 @@ public class SubscriptionTest {
   }
 
   /**
+   * A read at a time: each read handed out whole to the batch handler, a delivery settled on its
+   * own and the rest with one call; a batch handler that throws has every delivery still without
+   * an outcome retried after the delay with the reason, none acked.
+   */
+  @Test
+  public void aReadAtATime() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0", "2-0", "3-0"));
+              out.onNext(read(2, 4, "4-0", "5-0"));
+              int outcomes = 0;
+              while (outcomes < 5) {
+                Batch b = in.next();
+                got.add(b);
+                outcomes += b.getOutcomesCount();
+              }
+              out.onNext(flushed(1, 3));
+              out.onNext(flushed(2, 2));
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<String> seen = new LinkedBlockingQueue<>();
+    BatchHandler handler =
+        batch -> {
+          seen.add(batch.readId() + ":" + batch.size() + ":" + batch.unsettled().size());
+          if (batch.readId() == 2) {
+            throw new IllegalStateException("no stock");
+          }
+          batch.deliveries().get(1).drop("bad");
+          batch.deliveries().get(0).queue("INCR", "n");
+          assertEquals(2, batch.unsettled().size());
+          assertTrue(batch.ack());
+          assertEquals(0, batch.unsettled().size());
+        };
+    try (Subscription sub = client.subscribeBatches(options().build(), handler)) {
+      assertFalse(sub.isTerminated());
+      assertEquals("1:3:3", seen.poll(5, TimeUnit.SECONDS));
+      assertEquals("2:2:2", seen.poll(5, TimeUnit.SECONDS));
+      List<String> outcomes = new java.util.ArrayList<>();
+      int commands = 0;
+      while (outcomes.size() < 5) {
+        Batch b = got.poll(5, TimeUnit.SECONDS);
+        assertNotNull("no batch", b);
+        commands += b.getCommandsCount();
+        for (var o : b.getOutcomesList()) {
+          outcomes.add(o.getSlot() + " " + o.getKind() + " " + o.getReason());
+        }
+      }
+      assertEquals(1, commands);
+      assertEquals("2 OUTCOME_KIND_DROP bad", outcomes.get(0));
+      assertEquals("1 OUTCOME_KIND_ACK ", outcomes.get(1));
+      assertEquals("3 OUTCOME_KIND_ACK ", outcomes.get(2));
+      for (String o : outcomes.subList(3, 5)) {
+        assertTrue(o, o.contains("OUTCOME_KIND_RETRY_AFTER handler failed: "));
+        assertTrue(o, o.contains("no stock"));
+      }
+    }
+  }
+
+  /**
    * Ordered: each outcome goes out as it is given (a key's next entry waits in the sidecar for its
    * flush), and a read flushed in parts keeps its unsettled deliveries: the outcome given after the
    * first report goes out too, and the second report covers it.

@@ -1,6 +1,7 @@
 package dev.windowsidecar.examples;
 
 import dev.windowsidecar.client.Delivery;
+import dev.windowsidecar.client.DeliveryHandler;
 import dev.windowsidecar.client.Flush;
 import dev.windowsidecar.client.RejectedOutcome;
 import dev.windowsidecar.client.SubscribeOptions;
@@ -38,7 +39,8 @@ import java.util.concurrent.TimeUnit;
  * {@code --max-deliveries 0} and {@code --dead-letter KEY} (the delivery cap and where entries past
  * it go), {@code --atomic false} (each order's commands and XACK in one MULTI/EXEC), {@code
  * --rejected-outcome auto} (auto, drop or retry_after: how the helper settles a delivery whose
- * command the sidecar refused).
+ * command the sidecar refused), {@code --batches false} (a read at a time: drops and retries per
+ * order, the rest acked with one {@code batch.ack()}).
  */
 public final class Worker {
   private Worker() {}
@@ -60,6 +62,7 @@ public final class Worker {
     int maxDeliveries = args.getInt("max-deliveries", 0);
     String deadLetter = args.get("dead-letter", "");
     boolean atomic = Boolean.parseBoolean(args.get("atomic", "false"));
+    boolean batches = Boolean.parseBoolean(args.get("batches", "false"));
     RejectedOutcome rejectedOutcome =
         RejectedOutcome.valueOf(args.get("rejected-outcome", "auto").toUpperCase(java.util.Locale.ROOT));
     args.done();
@@ -81,18 +84,30 @@ public final class Worker {
         builder.deadLetter(maxDeliveries, deadLetter);
       }
       SubscribeOptions options = builder.build();
+      DeliveryHandler handler =
+          d -> {
+            synchronized (lastDelivery) {
+              lastDelivery[0] = System.nanoTime();
+            }
+            if (!workTime.isZero()) {
+              Thread.sleep(workTime.toMillis());
+            }
+            handle(d, retryDelay, true);
+          };
       Subscription sub =
-          client.subscribe(
-              options,
-              d -> {
-                synchronized (lastDelivery) {
-                  lastDelivery[0] = System.nanoTime();
-                }
-                if (!workTime.isZero()) {
-                  Thread.sleep(workTime.toMillis());
-                }
-                handle(d, retryDelay);
-              });
+          batches
+              ? client.subscribeBatches(
+                  options,
+                  batch -> {
+                    for (Delivery d : batch) {
+                      synchronized (lastDelivery) {
+                        lastDelivery[0] = System.nanoTime();
+                      }
+                      handle(d, retryDelay, false);
+                    }
+                    batch.ack(); // the rest, with their commands
+                  })
+              : client.subscribe(options, handler);
       log(
           "consuming %s as %s/%s via %s, %s",
           stream, group, consumer, addr, want > 0 ? "until " + want + " orders are settled" : "until idle");
@@ -127,8 +142,8 @@ public final class Worker {
     System.exit(exit);
   }
 
-  /** Decides one delivery. */
-  static void handle(Delivery d, Duration retryDelay) {
+  /** Decides one delivery; an ack is left to its batch unless {@code ackNow}. */
+  static void handle(Delivery d, Duration retryDelay, boolean ackNow) {
     Orders.Order o;
     try {
       o = Orders.parse(d.payloadUtf8());
@@ -159,7 +174,7 @@ public final class Worker {
       // --rejected-outcome retry_after retries it until the cap sends it to the dead letter.
       d.queue("FLUSHALL");
     }
-    report(d, o.id, "ack (" + o.lines.size() + " lines)", d.ack());
+    report(d, o.id, "ack (" + o.lines.size() + " lines)", !ackNow || d.ack());
   }
 
   private static void report(Delivery d, String id, String what, boolean sent) {
