@@ -168,20 +168,26 @@ pub(super) fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
 /// Claims to consumer ARGV[2] of group ARGV[1] on the stream KEYS[1] each id of the pairs
 /// `id, retry count` in ARGV[3..] (`-`: the count untouched), idle from now, but only those
 /// still pending on that consumer: an entry another consumer claimed meanwhile is theirs, and
-/// a bare `XCLAIM … 0` would take it back from under them. Returns how many it claimed.
+/// a bare `XCLAIM … 0` would take it back from under them. A retry count `n` is set only
+/// while Redis counts `n + 1`, the delivery it takes back: a higher count is a delivery made
+/// since (a re-read of the consumer's pending entries by whoever holds its name now), which
+/// taking back would let a later delivery count lower than one a client already saw. Returns
+/// how many it claimed.
 static CLAIM_OWN: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r#"
 local claimed = 0
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  if redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1] then
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
+  if row then
     if ARGV[i + 1] == '-' then
       redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'JUSTID')
-    else
+      claimed = claimed + 1
+    elseif row[4] == tonumber(ARGV[i + 1]) + 1 then
       redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', ARGV[i + 1], 'JUSTID')
+      claimed = claimed + 1
     end
-    claimed = claimed + 1
   end
 end
 return claimed
@@ -220,8 +226,9 @@ async fn claim_own(
 
 /// Takes back the delivery a read made of entries nobody got: each stays pending on this
 /// consumer with its count one lower (`XCLAIM … RETRYCOUNT n JUSTID`), so its next delivery
-/// counts as if that read had not happened. An entry settled meanwhile, or claimed by another
-/// consumer, is left alone.
+/// counts as if that read had not happened. An entry settled meanwhile, claimed by another
+/// consumer, or delivered again since (its count past the entry's) is left alone: a count may
+/// run ahead of the deliveries a client saw, never behind.
 pub(crate) async fn uncount(
     client: &Client,
     keys: &StreamKeys,
