@@ -173,19 +173,28 @@ for (const o of spec.orders) {
 }
 EOF
 
+# worker_scenario NAME ARGS...: a fresh database, the producer, then the order worker as
+# consumer NAME-1 with ARGS until done; its exit code, summary and the Redis end state.
+worker_scenario() {
+  local name="$1"; shift
+  rcli flushdb >/dev/null
+  run producer --sidecar "$addr" --orders "$orders" \
+    >"$work/$name-producer.log" 2>&1 || { cat "$work/$name-producer.log"; fail "$name: producer"; }
+  cat "$work/$name-producer.log"
+  rc=0
+  run_for 90 worker --sidecar "$addr" --orders "$orders" --consumer "$name-1" --idle-exit 20 "$@" \
+    >"$work/$name-worker.log" 2>&1 || rc=$?
+  grep -E "^$name-1:|^not settled" "$work/$name-worker.log" || true
+  check "$name: worker exit code" "$rc" 0
+  check_worker_summary "$name" "$name-1" "$work/$name-worker.log"
+  check_end_state "$name"
+  check_no_invalid_picks "$name"
+  [[ $rc -eq 0 ]] || tail -30 "$work/$name-worker.log"
+}
+
 # ---- 3. scenario "plain" -----------------------------------------------------------------
 log "scenario plain: producer, then worker"
-run producer --sidecar "$addr" --orders "$orders" \
-  >"$work/plain-producer.log" 2>&1 || { cat "$work/plain-producer.log"; fail "plain: producer"; }
-cat "$work/plain-producer.log"
-rc=0
-run_for 90 worker --sidecar "$addr" --orders "$orders" --idle-exit 20 >"$work/plain-worker.log" 2>&1 || rc=$?
-grep -E '^worker-1:|^not settled' "$work/plain-worker.log" || true
-check "plain: worker exit code" "$rc" 0
-check_worker_summary plain worker-1 "$work/plain-worker.log"
-check_end_state plain
-check_no_invalid_picks plain
-[[ $rc -eq 0 ]] || tail -30 "$work/plain-worker.log"
+worker_scenario plain
 
 # ---- 4. scenario "restart" ---------------------------------------------------------------
 log "scenario restart: SIGTERM the sidecar in the middle of a slow worker run"
@@ -346,18 +355,7 @@ check_no_invalid_picks "reliable list"
 
 # ---- 9. scenario "batches" -----------------------------------------------------------------
 log "scenario batches: producer, then the worker a read at a time"
-rcli flushdb >/dev/null
-run producer --sidecar "$addr" --orders "$orders" \
-  >"$work/batches-producer.log" 2>&1 || { cat "$work/batches-producer.log"; fail "batches: producer"; }
-rc=0
-run_for 90 worker --sidecar "$addr" --orders "$orders" --batches --idle-exit 20 \
-  >"$work/batches-worker.log" 2>&1 || rc=$?
-grep -E '^worker-1:|^not settled' "$work/batches-worker.log" || true
-check "batches: worker exit code" "$rc" 0
-check_worker_summary batches worker-1 "$work/batches-worker.log"
-check_end_state batches
-check_no_invalid_picks batches
-[[ $rc -eq 0 ]] || tail -30 "$work/batches-worker.log"
+worker_scenario batches --batches
 
 e2e_summary
 
