@@ -15,6 +15,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The order service: consumes the {@code orders} stream through the sidecar.
@@ -69,7 +70,8 @@ public final class Worker {
 
     int want = expect != 0 ? expect : Orders.load(Path.of(ordersPath)).payloads().size();
     Tally tally = new Tally(want);
-    long[] lastDelivery = {System.nanoTime()};
+    // When the last delivery came, for the idle timeout: set by the handlers' threads.
+    AtomicLong lastDelivery = new AtomicLong(System.nanoTime());
 
     int exit = 0;
     try (WindowClient client = WindowClient.connect(addr)) {
@@ -86,9 +88,7 @@ public final class Worker {
       SubscribeOptions options = builder.build();
       DeliveryHandler handler =
           d -> {
-            synchronized (lastDelivery) {
-              lastDelivery[0] = System.nanoTime();
-            }
+            lastDelivery.set(System.nanoTime());
             if (!workTime.isZero()) {
               Thread.sleep(workTime.toMillis());
             }
@@ -100,9 +100,7 @@ public final class Worker {
                   options,
                   batch -> {
                     for (Delivery d : batch) {
-                      synchronized (lastDelivery) {
-                        lastDelivery[0] = System.nanoTime();
-                      }
+                      lastDelivery.set(System.nanoTime());
                       handle(d, retryDelay, false);
                     }
                     batch.ack(); // the rest, with their commands
@@ -120,10 +118,7 @@ public final class Worker {
           exit = 1;
           break;
         }
-        long idle;
-        synchronized (lastDelivery) {
-          idle = System.nanoTime() - lastDelivery[0];
-        }
+        long idle = System.nanoTime() - lastDelivery.get();
         if (idle > idleTimeout.toNanos()) {
           if (want > 0) {
             log("idle for %s before every order was settled", idleTimeout);
