@@ -341,6 +341,26 @@ async fn entries_waiting_for_their_key_are_not_reclaimed_by_another_consumer() {
 /// the next two in order, each counted once: the waiting ones went back as never read.
 #[tokio::test]
 async fn a_client_that_leaves_mid_key_gets_the_key_back_in_order() {
+    let seen = leave_mid_key(false).await;
+    assert_eq!(seen, vec![(0, 2), (1, 1), (2, 1)]);
+}
+
+/// Done when: the entries a closing subscription gives back (here those waiting for their
+/// key) take back only the delivery its own read counted. Another holder of the consumer name
+/// re-read them meanwhile (as a subscription that took the name's lease over after it lapsed
+/// would): their counts stay where that re-read left them, and the next delivery of each
+/// counts past it, where an unfenced give-back lowered them below a delivery already made.
+#[tokio::test]
+async fn a_give_back_never_lowers_a_count_a_later_delivery_raised() {
+    let seen = leave_mid_key(true).await;
+    assert_eq!(seen, vec![(0, 3), (1, 3), (2, 3)]);
+}
+
+/// Three entries of key a; the client takes the first and leaves without an outcome (the next
+/// two wait for the key), after another holder of its consumer name re-read them when
+/// `reread_between`; then it reopens and acks the key's entries one at a time. Returns each
+/// delivery after the reopen as (n, delivery count); nothing is left pending.
+async fn leave_mid_key(reread_between: bool) -> Vec<(usize, u32)> {
     let redis = RedisServer::start();
     let inspect: Client = redis.client().await;
     let sidecar = Sidecar::start(&redis.url(), &[]).await;
@@ -357,7 +377,17 @@ async fn a_client_that_leaves_mid_key_gets_the_key_back_in_order() {
     };
     let (mut gone, _) = Subscription::open(&mut client, open()).await.unwrap();
     let first = gone.read().await;
-    assert_eq!(first.deliveries.len(), 1);
+    assert_eq!(first.deliveries.len(), 1, "1 and 2 wait for key a");
+    if reread_between {
+        // Each counts a second delivery.
+        let _: fred::types::Value = inspect
+            .custom(
+                fred::cmd!("XREADGROUP"),
+                vec!["GROUP", "g", "w1", "STREAMS", "orders", "0"],
+            )
+            .await
+            .unwrap();
+    }
     gone.close();
     assert!(matches!(gone.next().await, Ok(None)));
     drop(gone);
@@ -382,71 +412,10 @@ async fn a_client_that_leaves_mid_key_gets_the_key_back_in_order() {
             .await;
         assert!(sub.flush().await.ok);
     }
-    assert_eq!(seen, vec![(0, 2), (1, 1), (2, 1)]);
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
     sub.close();
     sidecar.stop().await;
-}
-
-/// Done when: the entries a closing subscription gives back (here those waiting for their
-/// key) take back only the delivery its own read counted. Another holder of the consumer name
-/// re-read them meanwhile (as a subscription that took the name's lease over after it lapsed
-/// would): their counts stay where that re-read left them, and the next delivery of each
-/// counts past it, where an unfenced give-back lowered them below a delivery already made.
-#[tokio::test]
-async fn a_give_back_never_lowers_a_count_a_later_delivery_raised() {
-    let redis = RedisServer::start();
-    let inspect: Client = redis.client().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let mut client = sidecar.client().await;
-    let entries = [0, 1, 2]
-        .map(|n| vec![("k", "a".to_string()), ("n", n.to_string())])
-        .to_vec();
-    publish(&mut client, "orders", entries).await;
-    let open = || {
-        ordered(
-            stream_open("orders", "g", "w1", 3),
-            proto::ordering_key::Source::Field("k".into()),
-        )
-    };
-    let (mut gone, _) = Subscription::open(&mut client, open()).await.unwrap();
-    let first = gone.read().await;
-    assert_eq!(first.deliveries.len(), 1, "1 and 2 wait for key a");
-
-    // Whoever else holds the name re-reads its pending entries: each counts a second delivery.
-    let _: fred::types::Value = inspect
-        .custom(
-            fred::cmd!("XREADGROUP"),
-            vec!["GROUP", "g", "w1", "STREAMS", "orders", "0"],
-        )
-        .await
-        .unwrap();
-    gone.close();
-    assert!(matches!(gone.next().await, Ok(None)));
-    drop(gone);
-
-    let (mut sub, _) = loop {
-        match Subscription::open(&mut client, open()).await {
-            Ok(opened) => break opened,
-            Err(status) if status.code() == tonic::Code::AlreadyExists => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(status) => panic!("{status:?}"),
-        }
-    };
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        let read = sub.read().await;
-        let d = &read.deliveries[0];
-        seen.push((key_and_n(d).1, d.delivery_count));
-        sub.send(Vec::new(), vec![outcome(d.slot, OutcomeKind::Ack)])
-            .await;
-        assert!(sub.flush().await.ok);
-    }
-    assert_eq!(seen, vec![(0, 3), (1, 3), (2, 3)]);
-    assert_eq!(pending(&inspect, "orders", "g").await, 0);
-    sub.close();
-    sidecar.stop().await;
+    seen
 }
 
 /// Done when: a hot key does not stop the reads. Key h holds every other entry and its first
