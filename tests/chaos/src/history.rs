@@ -13,11 +13,6 @@ mod order;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-/// How long a read may wait in a subscription stream before its worker sees it: behind a
-/// read whose handling was slow (the campaign's slow handler takes 4.5 s), with the reads
-/// around it.
-const READ_WAITS_MS: u64 = 10_000;
-
 /// What a worker decided for one delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Decision {
@@ -302,8 +297,6 @@ struct Facts {
     late: BTreeSet<String>,
     /// Per (worker, entry): the counts it saw, in order, with when.
     seen: HashMap<(u32, String), Vec<(u64, u32)>>,
-    /// When Redis may have lost delivery counts: a restart from the AOF, or a failover.
-    restarts: Vec<u64>,
     /// Per root: its deliveries with count 1.
     first_deliveries: HashMap<String, i64>,
     /// Per root: the most deliveries one read had.
@@ -321,24 +314,12 @@ impl Facts {
             .filter(|(_, parent)| parent.is_none())
             .map(|(id, _)| id.clone())
             .collect();
-        // Redis writes a re-read of a consumer's own pending entries (XREADGROUP 0) to
-        // neither its AOF nor its replicas, so a restart from the AOF, or a failover to a
-        // replica, takes those counts back.
-        let restarts = history
-            .iter()
-            .filter(|s| {
-                matches!(&s.event, Event::Fault(f)
-                    if f.starts_with("redis-restart") || f.starts_with("primary-kill"))
-            })
-            .map(|s| s.at_ms)
-            .collect();
         let mut facts = Facts {
             roots_of,
             all_roots,
             decisions: HashMap::new(),
             late: BTreeSet::new(),
             seen: HashMap::new(),
-            restarts,
             first_deliveries: HashMap::new(),
             same_read: HashMap::new(),
             dead: HashMap::new(),
@@ -424,7 +405,8 @@ impl Facts {
     /// Redis never lowers a count: a delivery with a lower count than another worker saw
     /// before was read before that one, whose consumer could take the entry only once it had
     /// been idle past min_idle. So this one waited that long between Redis and its worker:
-    /// handled past min_idle. Unless Redis lost counts (a restart, a failover) in between.
+    /// handled past min_idle. Nor across a restart from the AOF or a failover: the sidecar
+    /// makes a re-read's counts durable (an `XREADGROUP … 0` alone is kept in memory only).
     /// (One worker seeing its own counts go back is an anomaly of its own.)
     fn note_order(
         &mut self,
@@ -435,13 +417,7 @@ impl Facts {
         root: &str,
     ) {
         if count < highest.1 && worker != highest.2 {
-            let lost_counts = self
-                .restarts
-                .iter()
-                .any(|t| (highest.0.saturating_sub(READ_WAITS_MS)..=at_ms).contains(t));
-            if !lost_counts {
-                self.late.insert(root.to_owned());
-            }
+            self.late.insert(root.to_owned());
         } else if count >= highest.1 {
             *highest = (at_ms, count, worker);
         }
@@ -676,16 +652,7 @@ fn generations(end: &EndState) -> Vec<Anomaly> {
 fn counts_never_go_back(facts: &Facts) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     for ((worker, entry), seen) in &facts.seen {
-        let backwards = seen.windows(2).any(|w| {
-            let ((before, earlier), (after, later)) = (w[0], w[1]);
-            // The earlier delivery may have been read well before the worker saw it (its
-            // read waited in the stream behind a slow one): a restart shortly before it counts.
-            let restarted = facts
-                .restarts
-                .iter()
-                .any(|t| (before.saturating_sub(READ_WAITS_MS)..=after).contains(t));
-            later < earlier && !restarted
-        });
+        let backwards = seen.windows(2).any(|w| w[1].1 < w[0].1);
         if backwards {
             let counts: Vec<u32> = seen.iter().map(|(_, c)| *c).collect();
             anomalies.push(anomaly(
@@ -1171,14 +1138,11 @@ mod tests {
         ];
         let (anomalies, _) = check(&history, &state, promise);
         assert_eq!(anomalies, vec![]);
-        // Not after Redis lost its counts: then the lower count says nothing about the order.
+        // After a failover too: the sidecar makes every count it delivers durable.
         let mut failover = history.clone();
         failover.insert(2, at(50, Event::Fault("primary-kill 7000".into())));
         let (anomalies, _) = check(&failover, &state, promise);
-        assert!(
-            anomalies.iter().any(|a| a.what.contains("in atomic mode")),
-            "{anomalies:?}"
-        );
+        assert_eq!(anomalies, vec![]);
         // Nor in the order Redis counts: the second delivery is the claim of a quick one.
         let mut in_order = history;
         in_order.swap(0, 2);
@@ -1205,15 +1169,16 @@ mod tests {
         ];
         let (anomalies, _) = check(&history, &state, PROMISE);
         let text: Vec<String> = anomalies.iter().map(ToString::to_string).collect();
+        // Across a Redis restart too: the sidecar makes every count it delivers durable.
         let mut restarted = history;
         restarted.insert(
             1,
             at(0, Event::Fault("redis-restart (SIGKILL, AOF)".into())),
         );
-        let (excused, _) = check(&restarted, &state, PROMISE);
+        let (restarted, _) = check(&restarted, &state, PROMISE);
         assert!(
-            !excused.iter().any(|a| a.what.contains("backwards")),
-            "{excused:?}"
+            restarted.iter().any(|a| a.what.contains("backwards")),
+            "{restarted:?}"
         );
         for want in [
             "1-0: delivered with count 5",
@@ -1382,7 +1347,7 @@ mod tests {
     }
 
     #[test]
-    fn a_count_read_before_a_failover_and_seen_after_it_may_be_taken_back() {
+    fn a_count_going_back_is_an_anomaly_across_a_failover_too() {
         let state = end(&[("1-0", None)]);
         let failover = |t| {
             at(
@@ -1390,21 +1355,14 @@ mod tests {
                 Event::Fault("primary-kill 7000 (replica takes over)".into()),
             )
         };
-        // Read before the failover, seen after it (its read waited behind a slow one).
+        // Read before the failover, seen after it: the sidecar made the count durable (with
+        // `--wait-replicas`, on the replica before delivering), so it never goes back.
         let waited = vec![
             failover(1_000),
             at(1_700, delivered("1-0", 2)),
             at(3_000, delivered("1-0", 1)),
         ];
         let (anomalies, _) = check(&waited, &state, PROMISE);
-        assert!(!anomalies.iter().any(|a| a.what.contains("backwards")));
-        // Long after a failover, a count going back is an anomaly.
-        let later = vec![
-            failover(1_000),
-            at(20_000, delivered("1-0", 2)),
-            at(21_000, delivered("1-0", 1)),
-        ];
-        let (anomalies, _) = check(&later, &state, PROMISE);
         assert!(anomalies.iter().any(|a| a.what.contains("backwards")));
     }
 
