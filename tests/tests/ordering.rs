@@ -356,6 +356,58 @@ async fn a_give_back_never_lowers_a_count_a_later_delivery_raised() {
     assert_eq!(seen, vec![(0, 3), (1, 3), (2, 3)]);
 }
 
+/// Done when: a retry kept in place counts its next delivery without lowering the count Redis
+/// has. Another holder of the consumer name re-read the entry twice meanwhile (count 3): the
+/// retry leaves 3, where setting its own next count (2) took a delivery back.
+#[tokio::test]
+async fn a_retry_kept_in_place_never_lowers_a_count_a_later_delivery_raised() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    publish(
+        &mut client,
+        "orders",
+        vec![vec![("k", "a".into()), ("n", "0".into())]],
+    )
+    .await;
+    let open = ordered(
+        stream_open("orders", "g", "w1", 1),
+        proto::ordering_key::Source::Field("k".into()),
+    );
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let d = sub.read().await.deliveries.remove(0);
+    assert_eq!(d.delivery_count, 1);
+    for _ in 0..2 {
+        let _: fred::types::Value = inspect
+            .custom(
+                fred::cmd!("XREADGROUP"),
+                vec!["GROUP", "g", "w1", "STREAMS", "orders", "0"],
+            )
+            .await
+            .unwrap();
+    }
+    sub.send(Vec::new(), vec![outcome(d.slot, OutcomeKind::Retry)])
+        .await;
+    assert!(sub.flush().await.ok);
+    let again = sub.read().await.deliveries.remove(0);
+    assert_eq!(again.entry_id, d.entry_id, "kept in place, delivered again");
+    let rows: Vec<fred::types::Value> = inspect
+        .custom(fred::cmd!("XPENDING"), vec!["orders", "g", "-", "+", "10"])
+        .await
+        .unwrap();
+    let fred::types::Value::Array(row) = &rows[0] else {
+        panic!("{rows:?}")
+    };
+    assert_eq!(row[3].as_u64(), Some(3), "{row:?}");
+    sub.send(Vec::new(), vec![outcome(again.slot, OutcomeKind::Ack)])
+        .await;
+    assert!(sub.flush().await.ok);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sub.close();
+    sidecar.stop().await;
+}
+
 /// Three entries of key a; the client takes the first and leaves without an outcome (the next
 /// two wait for the key), after another holder of its consumer name re-read them when
 /// `reread_between`; then it reopens and acks the key's entries one at a time. Returns each

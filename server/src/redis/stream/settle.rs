@@ -9,6 +9,20 @@ use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step, owned
 use super::StreamKeys;
 use crate::domain::Entry;
 
+/// Keeps entry ARGV[3], pending in group ARGV[1] of the stream KEYS[1], pending on consumer
+/// ARGV[2] with its next delivery counted: `XCLAIM … RETRYCOUNT n JUSTID` (which alone counts
+/// nothing), `n` ARGV[4] or the count Redis has if higher. Never lower: a higher count is a
+/// delivery made since by whoever holds the consumer name now (this subscription's lease
+/// lapsed while Redis was away), and a later delivery must not count below it.
+pub(crate) const KEEP_IN_PLACE: &str = r#"
+local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)[1]
+if row then
+  local n = math.max(row[4], tonumber(ARGV[4]))
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', n, 'JUSTID')
+end
+return 0
+"#;
+
 impl Settling for StreamKeys {
     fn slot(&self) -> Option<u16> {
         Some(self.slot)
@@ -60,19 +74,22 @@ impl Settling for StreamKeys {
     }
 
     /// The entry stays pending on this consumer, its delivery count set to its next delivery's
-    /// and its idle time reset (`XCLAIM … RETRYCOUNT n JUSTID`, which alone does not count).
+    /// and its idle time reset: [`KEEP_IN_PLACE`].
     fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
+        // Redis counts this entry's deliveries, not its earlier copies'.
+        let pel = entry
+            .delivery_count
+            .saturating_sub(entry.earlier_attempts());
         let args = vec![
+            Bytes::from_static(KEEP_IN_PLACE.as_bytes()),
+            Bytes::from_static(b"1"),
             self.key.clone(),
             self.group.clone(),
             self.consumer.clone(),
-            Bytes::from_static(b"0"),
             entry.id.clone(),
-            Bytes::from_static(b"RETRYCOUNT"),
-            Bytes::from((entry.delivery_count + 1).to_string()),
-            Bytes::from_static(b"JUSTID"),
+            Bytes::from((pel + 1).to_string()),
         ];
-        plan.push("XCLAIM", args, Role::Bookkeeping, Some(self.slot));
+        plan.push("EVAL", args, Role::Bookkeeping, Some(self.slot));
     }
 
     /// A copy at the end of the stream.

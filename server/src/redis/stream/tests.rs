@@ -298,15 +298,37 @@ fn a_retry_kept_in_place_is_neither_copied_nor_acked_but_counted() {
     // What the engine marks on an ordered subscription.
     batch.in_place = vec![1, 2];
     let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
-    assert_eq!(
-        plan.render(),
-        vec![
-            "INCR k1",
-            "XACK orders g 1-0",
-            "XCLAIM orders g c 0 2-0 RETRYCOUNT 2 JUSTID",
-            "XCLAIM orders g c 0 3-0 RETRYCOUNT 2 JUSTID",
-        ]
-    );
+    let rendered = plan.render();
+    assert_eq!(rendered[..2], ["INCR k1", "XACK orders g 1-0"]);
+    // Each kept pending on this consumer, its next delivery counted, never lower than Redis has.
+    let script = format!("EVAL {} 1", settle::KEEP_IN_PLACE);
+    assert_eq!(rendered[2], format!("{script} orders g c 2-0 2"));
+    assert_eq!(rendered[3], format!("{script} orders g c 3-0 2"));
+    assert_eq!(rendered.len(), 4);
     assert_eq!(plan.commands[2].role, Role::Bookkeeping);
     assert_eq!(plan.settles, 1);
+}
+
+/// Redis counts a copy's own deliveries: a copy delivered for the third time in all, two of
+/// them its original's, is kept in place with Redis counting two.
+#[test]
+fn a_copy_kept_in_place_is_counted_without_its_originals_deliveries() {
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let mut copy = entry("5-0");
+    copy.fields.push((
+        Bytes::from_static(b"h:x-window-attempts"),
+        Bytes::from_static(b"2"),
+    ));
+    copy.delivery_count = 3;
+    let read = w.open_read(vec![copy]).unwrap();
+    let mut batch = w
+        .settle(read.first_slot, Outcome::Retry, None)
+        .unwrap()
+        .unwrap();
+    batch.in_place = vec![0];
+    let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
+    let script = format!("EVAL {} 1", settle::KEEP_IN_PLACE);
+    assert_eq!(plan.render(), [format!("{script} orders g c 5-0 2")]);
 }
