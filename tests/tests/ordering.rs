@@ -379,13 +379,7 @@ async fn a_retry_kept_in_place_never_lowers_a_count_a_later_delivery_raised() {
     let d = sub.read().await.deliveries.remove(0);
     assert_eq!(d.delivery_count, 1);
     for _ in 0..2 {
-        let _: fred::types::Value = inspect
-            .custom(
-                fred::cmd!("XREADGROUP"),
-                vec!["GROUP", "g", "w1", "STREAMS", "orders", "0"],
-            )
-            .await
-            .unwrap();
+        reread_pending_as_w1(&inspect).await;
     }
     sub.send(Vec::new(), vec![outcome(d.slot, OutcomeKind::Retry)])
         .await;
@@ -406,6 +400,18 @@ async fn a_retry_kept_in_place_never_lowers_a_count_a_later_delivery_raised() {
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
     sub.close();
     sidecar.stop().await;
+}
+
+/// Another holder of consumer w1's name re-reads its pending entries of "orders" (as a
+/// subscription that took the name's lease over would): each counts one delivery more.
+async fn reread_pending_as_w1(inspect: &Client) {
+    let _: fred::types::Value = inspect
+        .custom(
+            fred::cmd!("XREADGROUP"),
+            vec!["GROUP", "g", "w1", "STREAMS", "orders", "0"],
+        )
+        .await
+        .unwrap();
 }
 
 /// Three entries of key a; the client takes the first and leaves without an outcome (the next
@@ -432,13 +438,7 @@ async fn leave_mid_key(reread_between: bool) -> Vec<(usize, u32)> {
     assert_eq!(first.deliveries.len(), 1, "1 and 2 wait for key a");
     if reread_between {
         // Each counts a second delivery.
-        let _: fred::types::Value = inspect
-            .custom(
-                fred::cmd!("XREADGROUP"),
-                vec!["GROUP", "g", "w1", "STREAMS", "orders", "0"],
-            )
-            .await
-            .unwrap();
+        reread_pending_as_w1(&inspect).await;
     }
     gone.close();
     assert!(matches!(gone.next().await, Ok(None)));

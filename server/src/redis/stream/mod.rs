@@ -82,6 +82,14 @@ pub(super) async fn create_group<C: ClientLike>(
 mod read;
 mod settle;
 
+/// The deliveries the group's pending entries list counts for an entry: its own, not its
+/// earlier copies' (which its delivery count adds, and a re-read's look-up adds back).
+fn pending_count(entry: &crate::domain::Entry) -> u32 {
+    entry
+        .delivery_count
+        .saturating_sub(entry.earlier_attempts())
+}
+
 pub(crate) use read::{StreamReader, extend, fetch, read_ahead, read_ahead_reply, uncount};
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::redis::flush::{Planned, Role};
 use crate::redis::read_connection::ReadConnection;
 use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at, str_arg};
 
-use super::{StreamKeys, create_group, group_start};
+use super::{StreamKeys, create_group, group_start, pending_count};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, StreamSource};
 
@@ -237,10 +237,10 @@ pub(crate) async fn uncount(
     let ids = entries
         .iter()
         .map(|entry| {
-            let pel = entry
-                .delivery_count
-                .saturating_sub(entry.earlier_attempts());
-            (entry.id.clone(), Some(pel.saturating_sub(1)))
+            (
+                entry.id.clone(),
+                Some(pending_count(entry).saturating_sub(1)),
+            )
         })
         .collect();
     claim_own(client, keys, ids).await

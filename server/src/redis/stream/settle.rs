@@ -6,7 +6,7 @@ use bytes::Bytes;
 use crate::redis::delay;
 use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step, owned_step_lua};
 
-use super::StreamKeys;
+use super::{StreamKeys, pending_count};
 use crate::domain::Entry;
 
 /// Keeps entry ARGV[3], pending in group ARGV[1] of the stream KEYS[1], pending on consumer
@@ -76,10 +76,6 @@ impl Settling for StreamKeys {
     /// The entry stays pending on this consumer, its delivery count set to its next delivery's
     /// and its idle time reset: [`KEEP_IN_PLACE`].
     fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
-        // Redis counts this entry's deliveries, not its earlier copies'.
-        let pel = entry
-            .delivery_count
-            .saturating_sub(entry.earlier_attempts());
         let args = vec![
             Bytes::from_static(KEEP_IN_PLACE.as_bytes()),
             Bytes::from_static(b"1"),
@@ -87,7 +83,7 @@ impl Settling for StreamKeys {
             self.group.clone(),
             self.consumer.clone(),
             entry.id.clone(),
-            Bytes::from((pel + 1).to_string()),
+            Bytes::from((pending_count(entry) + 1).to_string()),
         ];
         plan.push("EVAL", args, Role::Bookkeeping, Some(self.slot));
     }
