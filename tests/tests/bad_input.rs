@@ -277,6 +277,98 @@ async fn an_incomplete_segment_refuses_an_ack() {
     on.sidecar.stop().await;
 }
 
+/// Commands Redis would refuse for their arguments (a wrong number of them, a subcommand it
+/// does not know) are refused for their slot before anything is sent, in either mode: in
+/// atomic mode Redis would discard the delivery's whole transaction for them, and in pipeline
+/// mode ack the entry beside a side effect that never ran.
+#[tokio::test]
+async fn commands_redis_would_refuse_for_their_arguments_are_rejected_for_their_slot() {
+    for mode in [proto::Mode::Pipeline, proto::Mode::Atomic] {
+        let redis = RedisServer::start();
+        let sidecar = Sidecar::start(&redis.url(), &[]).await;
+        let mut client = sidecar.client().await;
+        publish(&mut client, "orders", numbered(3)).await;
+        let open = proto::Open {
+            mode: mode as i32,
+            ..stream_open("orders", "g", "c", 3)
+        };
+        let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+        let read = sub.read().await;
+        let [a, b, c] = [0, 1, 2].map(|i| read.deliveries[i].slot);
+        sub.send(
+            vec![
+                command(a, "INCR", &["applied-never", "1"]),
+                command(b, "SET", &["k"]),
+                command(c, "OBJECT", &["nope", "k"]),
+                command(c, "SET", &["applied-never", "v", "EX", "60"]),
+            ],
+            vec![],
+        )
+        .await;
+        let rejections = sub.rejections().await;
+        let got: Vec<_> = rejections
+            .iter()
+            .map(|r| (r.slot, r.reason, r.command.clone(), r.message.clone()))
+            .collect();
+        let invalid = RejectionReason::InvalidCommand as i32;
+        let want = |slot: u64, command: &str, why: &str| {
+            (
+                slot,
+                invalid,
+                command.to_owned(),
+                format!("slot {slot}: {why}"),
+            )
+        };
+        assert_eq!(
+            got,
+            [
+                want(
+                    a,
+                    "INCR",
+                    "wrong number of arguments: INCR takes exactly 1 argument, 2 given"
+                ),
+                want(
+                    b,
+                    "SET",
+                    "wrong number of arguments: SET takes at least 2 arguments, 1 given"
+                ),
+                want(
+                    c,
+                    "OBJECT NOPE",
+                    "Redis does not know the command OBJECT NOPE"
+                ),
+            ],
+            "{mode:?}"
+        );
+        // Their segments are incomplete: an ack is refused, a drop settles them.
+        sub.send(vec![], vec![outcome(a, Ack)]).await;
+        let refused = sub.rejections().await;
+        assert_eq!(
+            refused[0].reason,
+            RejectionReason::IncompleteSegment as i32,
+            "{mode:?}"
+        );
+        sub.send(
+            vec![],
+            vec![outcome(a, Drop), outcome(b, Drop), outcome(c, Drop)],
+        )
+        .await;
+        let report = sub.flush().await;
+        assert!(report.ok, "{mode:?}: {report:?}");
+        assert_eq!((report.settles, report.commands), (3, 0), "{mode:?}");
+        let inspect = redis.client().await;
+        assert_eq!(
+            inspect
+                .exists::<i64, _>(vec!["applied-never", "k"])
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(pending(&inspect, "orders", "g").await, 0);
+        sidecar.stop().await;
+    }
+}
+
 /// A second outcome for a slot and a command for a settled slot are refused; the incomplete
 /// segment's drop and the other outcomes are flushed.
 #[tokio::test]

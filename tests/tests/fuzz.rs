@@ -68,6 +68,7 @@ fn exercise(message: proto::SubscribeRequest, window: &mut Window<u32>, policy: 
                     policy
                         .check_command(&full, categories, &command.args)
                         .map_err(refused)?;
+                    table.check_arity(&command.name, &command.args)?;
                     let keys = table
                         .keys(&command.name, &command.args)
                         .map_err(|_| CommandError::Unknown(command.name.clone()))?;

@@ -224,7 +224,8 @@ const (
 	RejectionReason_REJECTION_REASON_UNKNOWN_SLOT RejectionReason = 1
 	// The slot already has an outcome (or was abandoned): nothing more can be queued or settled.
 	RejectionReason_REJECTION_REASON_ALREADY_SETTLED RejectionReason = 2
-	// The command is malformed (empty or invalid name, a command Redis does not know).
+	// The command is malformed (empty or invalid name, a command or subcommand Redis does not
+	// know, a number of arguments Redis refuses for it).
 	RejectionReason_REJECTION_REASON_INVALID_COMMAND RejectionReason = 3
 	// The command must never run inside a window (blocking, transactional, administrative).
 	RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND RejectionReason = 4

@@ -31,6 +31,15 @@ pub enum CommandError {
     Forbidden { name: String, why: &'static str },
     #[error("Redis does not know the command {0}")]
     Unknown(String),
+    /// Redis would refuse it for its number of arguments (in atomic mode, aborting the whole
+    /// transaction): refused before it joins the segment. `command` is the full name (`OBJECT
+    /// FREQ` for a subcommand); `expected` and `given` count the arguments after it.
+    #[error("wrong number of arguments: {command} takes {expected}, {given} given")]
+    Arity {
+        command: String,
+        expected: Arity,
+        given: usize,
+    },
     /// The operator's policy refuses it (or one of its keys, or an argument's size).
     #[error("{source}")]
     Policy {
@@ -49,6 +58,44 @@ pub enum CommandError {
         subscription_slot: u16,
         tag: String,
     },
+}
+
+/// How many arguments a command takes after its name, as Redis's command table says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arity {
+    Exactly(usize),
+    AtLeast(usize),
+}
+
+impl Arity {
+    /// From the command table's arity, which counts the name's `words` too (two for a
+    /// subcommand): `n` is exactly `n`, `-n` at least `n`.
+    pub fn from_table(arity: i64, words: usize) -> Self {
+        let count = (arity.unsigned_abs() as usize).saturating_sub(words);
+        if arity < 0 {
+            Arity::AtLeast(count)
+        } else {
+            Arity::Exactly(count)
+        }
+    }
+
+    pub fn admits(self, given: usize) -> bool {
+        match self {
+            Arity::Exactly(n) => given == n,
+            Arity::AtLeast(n) => given >= n,
+        }
+    }
+}
+
+impl std::fmt::Display for Arity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (how, n) = match *self {
+            Arity::Exactly(n) => ("exactly", n),
+            Arity::AtLeast(n) => ("at least", n),
+        };
+        let noun = if n == 1 { "argument" } else { "arguments" };
+        write!(f, "{how} {n} {noun}")
+    }
 }
 
 impl Command {
@@ -106,6 +153,28 @@ fn forbidden(name: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arity_counts_the_arguments_after_the_full_name() {
+        assert_eq!(Arity::from_table(2, 1), Arity::Exactly(1));
+        assert_eq!(Arity::from_table(-3, 1), Arity::AtLeast(2));
+        assert_eq!(Arity::from_table(3, 2), Arity::Exactly(1));
+        assert_eq!(Arity::from_table(-2, 2), Arity::AtLeast(0));
+        assert!(Arity::Exactly(1).admits(1) && !Arity::Exactly(1).admits(0));
+        assert!(!Arity::Exactly(1).admits(2));
+        assert!(Arity::AtLeast(2).admits(2) && Arity::AtLeast(2).admits(9));
+        assert!(!Arity::AtLeast(2).admits(1));
+        let err = CommandError::Arity {
+            command: "INCR".into(),
+            expected: Arity::Exactly(1),
+            given: 0,
+        };
+        assert_eq!(
+            err.to_string(),
+            "wrong number of arguments: INCR takes exactly 1 argument, 0 given"
+        );
+        assert_eq!(Arity::AtLeast(2).to_string(), "at least 2 arguments");
+    }
 
     #[test]
     fn normalises_the_name() {

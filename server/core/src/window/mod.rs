@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-pub use command::{Command, CommandError};
+pub use command::{Arity, Command, CommandError};
 pub use reason::Reason;
 
 /// A delivery's slot id. Unique within a subscription and never reused; 0 is never a slot.

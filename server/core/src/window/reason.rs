@@ -58,7 +58,8 @@ impl SlotError {
                 CommandError::Forbidden { .. } => Reason::ForbiddenCommand,
                 CommandError::InvalidName(_)
                 | CommandError::EmptyName
-                | CommandError::Unknown(_) => Reason::InvalidCommand,
+                | CommandError::Unknown(_)
+                | CommandError::Arity { .. } => Reason::InvalidCommand,
                 CommandError::CrossSlot { .. } => Reason::CrossSlot,
                 CommandError::Policy { source, .. } if source.is_limit() => Reason::LimitExceeded,
                 CommandError::Policy { .. } => Reason::PermissionDenied,
@@ -79,9 +80,9 @@ impl SlotError {
             CommandError::Forbidden { name, .. }
             | CommandError::InvalidName(name)
             | CommandError::Unknown(name) => Some(name),
-            CommandError::CrossSlot { command, .. } | CommandError::Policy { command, .. } => {
-                Some(command)
-            }
+            CommandError::CrossSlot { command, .. }
+            | CommandError::Policy { command, .. }
+            | CommandError::Arity { command, .. } => Some(command),
         }
     }
 }

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use fred::util::redis_keyslot;
 use thiserror::Error;
 
-use super::KeySpecs;
 use super::hash_tag;
+use super::{KeyError, KeySpecs};
 use crate::domain::{Mode, Source};
 use crate::policy::Policy;
 use crate::redis::flush::Settling;
@@ -47,7 +47,7 @@ impl Admission<'_> {
         let (full_name, info) = self
             .key_specs
             .lookup(&command.name, &command.args)
-            .map_err(|_| CommandError::Unknown(command.name.clone()))?;
+            .map_err(|KeyError::UnknownCommand(name)| CommandError::Unknown(name))?;
         let refused = |source| CommandError::Policy {
             command: command.name.clone(),
             source,
@@ -55,6 +55,7 @@ impl Admission<'_> {
         self.policy
             .check_command(&full_name, info.categories(), &command.args)
             .map_err(refused)?;
+        info.check_arity(&command.name, &full_name, &command.args)?;
         // The keys matter to a key policy and to a cluster's routing; a single node with any
         // key allowed (the usual side effect) needs none of them.
         if !self.cluster && self.policy.allows_any_key() {

@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use super::entry::into_bytes;
 use super::{RedisError, call};
+use crate::window::{Arity, CommandError};
 
 /// Where the keys of a command begin.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +59,9 @@ pub enum KeyError {
 
 #[derive(Debug, Default)]
 pub(crate) struct Info {
+    /// As the table gives it: the arguments with the name (a subcommand's with both words),
+    /// negative for "at least".
+    arity: i64,
     specs: Vec<Spec>,
     /// As Redis spells them: `@write`.
     categories: Vec<String>,
@@ -136,6 +140,7 @@ impl KeySpecs {
         self.commands.insert(
             name,
             Info {
+                arity: int(1),
                 specs,
                 categories,
                 subcommands: container,
@@ -161,6 +166,8 @@ impl KeySpecs {
 
     /// The entry of `name args…`: its subcommand's when it has one, looked up once for
     /// everything admission asks of it. Returns the full name (`NAME|SUB` for a subcommand).
+    /// A container's first argument is always its subcommand (Redis refuses one it does not
+    /// know, `OBJECT NOPE`, as it refuses an unknown command).
     pub(crate) fn lookup(&self, name: &str, args: &[Bytes]) -> Result<(String, &Info), KeyError> {
         let upper = name.to_ascii_uppercase();
         let Some(info) = self.commands.get(&upper) else {
@@ -171,13 +178,12 @@ impl KeySpecs {
         if info.subcommands
             && let Some(sub) = args.first()
         {
-            let full = format!(
-                "{upper}|{}",
-                String::from_utf8_lossy(sub).to_ascii_uppercase()
-            );
-            if let Some(info) = self.commands.get(&full) {
-                return Ok((full, info));
-            }
+            let sub = String::from_utf8_lossy(sub).to_ascii_uppercase();
+            let full = format!("{upper}|{sub}");
+            return match self.commands.get(&full) {
+                Some(info) => Ok((full, info)),
+                None => Err(KeyError::UnknownCommand(format!("{upper} {sub}"))),
+            };
         }
         Ok((upper, info))
     }
@@ -188,6 +194,14 @@ impl KeySpecs {
             .map(|(full, info)| (full, info.categories.as_slice()))
     }
 
+    /// Refuses `name args…` when Redis would refuse its number of arguments.
+    pub fn check_arity(&self, name: &str, args: &[Bytes]) -> Result<(), CommandError> {
+        let (full, info) = self
+            .lookup(name, args)
+            .map_err(|KeyError::UnknownCommand(name)| CommandError::Unknown(name))?;
+        info.check_arity(name, &full, args)
+    }
+
     /// The key arguments of `name args…`.
     pub fn keys<'a>(&self, name: &str, args: &'a [Bytes]) -> Result<Vec<&'a Bytes>, KeyError> {
         Ok(self.lookup(name, args)?.1.keys(args))
@@ -195,6 +209,28 @@ impl KeySpecs {
 }
 
 impl Info {
+    /// Refuses `name args…` when Redis would refuse its number of arguments. `full_name` is
+    /// what [`KeySpecs::lookup`] returned for it (`OBJECT|FREQ` for `OBJECT freq k`).
+    pub(crate) fn check_arity(
+        &self,
+        name: &str,
+        full_name: &str,
+        args: &[Bytes],
+    ) -> Result<(), CommandError> {
+        let words = |name: &str| 1 + name.matches('|').count();
+        let expected = Arity::from_table(self.arity, words(full_name));
+        // A subcommand is the first of the arguments unless the name already carries it.
+        let given = args.len() - (words(full_name) - words(name)).min(args.len());
+        if self.arity == 0 || expected.admits(given) {
+            return Ok(());
+        }
+        Err(CommandError::Arity {
+            command: full_name.replace('|', " "),
+            expected,
+            given,
+        })
+    }
+
     /// As Redis spells them: `@write`.
     pub(crate) fn categories(&self) -> &[String] {
         &self.categories
@@ -517,6 +553,65 @@ mod tests {
             .unwrap();
         assert_eq!(name, "OBJECT|FREQ");
         assert!(categories.contains(&"@keyspace".to_string()));
+    }
+
+    #[test]
+    fn refuses_what_redis_would_refuse_for_its_arguments() {
+        let with_arity = |command: Value, arity: i64| match command {
+            Value::Array(mut fields) => {
+                fields[1] = i(arity);
+                fields
+            }
+            _ => unreachable!(),
+        };
+        let incr = with_arity(command("incr", 1, 1, 1, vec![]), 2);
+        let set = with_arity(command("set", 1, 1, 1, vec![]), -3);
+        let mut object = with_arity(command("object", 0, 0, 0, vec![]), -2);
+        let freq = with_arity(command("object|freq", 2, 2, 1, vec![]), 3);
+        object[9] = a(vec![Value::Array(freq)]);
+        let t = KeySpecs::parse(a(vec![
+            Value::Array(incr),
+            Value::Array(set),
+            Value::Array(object),
+        ]));
+        let check = |name: &str, args: &[&str]| {
+            let args: Vec<Bytes> = args
+                .iter()
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            let (full, info) = t.lookup(name, &args).map_err(|e| e.to_string())?;
+            info.check_arity(name, &full, &args)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(check("INCR", &["k"]), Ok(()));
+        assert_eq!(
+            check("INCR", &[]),
+            Err("wrong number of arguments: INCR takes exactly 1 argument, 0 given".into())
+        );
+        assert_eq!(
+            check("INCR", &["k", "1"]),
+            Err("wrong number of arguments: INCR takes exactly 1 argument, 2 given".into())
+        );
+        assert_eq!(check("SET", &["k", "v", "EX", "10"]), Ok(()));
+        assert_eq!(
+            check("SET", &["k"]),
+            Err("wrong number of arguments: SET takes at least 2 arguments, 1 given".into())
+        );
+        // A subcommand's arguments are counted after it.
+        assert_eq!(check("OBJECT", &["freq", "k"]), Ok(()));
+        assert_eq!(
+            check("OBJECT", &["FREQ"]),
+            Err("wrong number of arguments: OBJECT FREQ takes exactly 1 argument, 0 given".into())
+        );
+        assert_eq!(
+            check("OBJECT", &[]),
+            Err("wrong number of arguments: OBJECT takes at least 1 argument, 0 given".into())
+        );
+        assert_eq!(check("OBJECT|FREQ", &["k"]), Ok(()));
+        assert_eq!(
+            check("OBJECT", &["nope", "k"]),
+            Err("Redis does not know the command OBJECT NOPE".into())
+        );
     }
 
     #[test]
