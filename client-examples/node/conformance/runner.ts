@@ -197,7 +197,11 @@ async function main(path: string): Promise<void> {
       d.ack();
       ackedOf(payload).resolve();
     }
-    else if (action === "reject") d.queue("FLUSHALL").ack();
+    else if (action === "reject" || action.startsWith("reject:")) {
+      // A command the sidecar refuses (FLUSHALL, or the one named): the client's rule applies.
+      const [name, ...args] = action.startsWith("reject:") ? action.slice("reject:".length).split(" ") : ["FLUSHALL"];
+      d.queue(name, ...args).ack();
+    }
     else if (action === "fail") throw new Error("the scenario's handler fails");
     else if (action === "typo") {
       // A name known only at run time, looked up as JavaScript does: a literal typo would not compile.

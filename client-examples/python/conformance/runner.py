@@ -181,8 +181,10 @@ async def main(path: str) -> None:
         elif action.startswith("hold_until:"):
             # Unsettled until that delivery is acked; the others go on meanwhile.
             await hold(d, payload, action.split(":", 1)[1])
-        elif action == "reject":
-            d.queue("FLUSHALL")  # refused by the sidecar: the client's rule applies
+        elif action == "reject" or action.startswith("reject:"):
+            # A command the sidecar refuses (FLUSHALL, or the one named): the client's rule applies.
+            name, *args = action.split(":", 1)[1].split(" ") if ":" in action else ["FLUSHALL"]
+            d.queue(name, *args)
             d.ack()
         elif action == "fail":
             raise RuntimeError("the scenario's handler fails")

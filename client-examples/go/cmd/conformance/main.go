@@ -326,7 +326,16 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 		acked(name).Do(func() { close(ackedChan(name)) })
 		return nil
 	case "reject":
-		if err := d.Queue("FLUSHALL"); err != nil {
+		// A command the sidecar refuses (FLUSHALL, or the one named): the client's rule applies.
+		words := []string{"FLUSHALL"}
+		if arg != "" {
+			words = strings.Split(arg, " ")
+		}
+		args := make([]any, 0, len(words)-1)
+		for _, w := range words[1:] {
+			args = append(args, w)
+		}
+		if err := d.Queue(words[0], args...); err != nil {
 			return err
 		}
 		return d.Ack()

@@ -277,8 +277,13 @@ public final class Runner {
                 d.ack();
                 acked(name).complete(null);
               });
-    } else if (action.equals("reject")) {
-      d.queue("FLUSHALL");
+    } else if (action.equals("reject") || action.startsWith("reject:")) {
+      // A command the sidecar refuses (FLUSHALL, or the one named): the client's rule applies.
+      String[] words =
+          action.equals("reject")
+              ? new String[] {"FLUSHALL"}
+              : action.substring("reject:".length()).split(" ");
+      d.queue(words[0], (Object[]) java.util.Arrays.copyOfRange(words, 1, words.length));
       d.ack();
     } else if (action.equals("fail")) {
       throw new IllegalStateException("the scenario's handler fails");
