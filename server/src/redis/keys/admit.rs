@@ -9,8 +9,8 @@ use bytes::Bytes;
 use fred::util::redis_keyslot;
 use thiserror::Error;
 
+use super::KeySpecs;
 use super::hash_tag;
-use super::{KeyError, KeySpecs};
 use crate::domain::{Mode, Source};
 use crate::policy::Policy;
 use crate::redis::flush::Settling;
@@ -44,10 +44,7 @@ pub(crate) struct Admission<'a> {
 impl Admission<'_> {
     /// Applies the policy to a command and, on a cluster, finds where it must run.
     pub(crate) fn admit(&self, mut command: Command) -> Result<Command, CommandError> {
-        let (full_name, info) = self
-            .key_specs
-            .lookup(&command.name, &command.args)
-            .map_err(|KeyError::UnknownCommand(name)| CommandError::Unknown(name))?;
+        let (full_name, info) = self.key_specs.lookup(&command.name, &command.args)?;
         let refused = |source| CommandError::Policy {
             command: command.name.clone(),
             source,

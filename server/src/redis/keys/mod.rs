@@ -57,6 +57,15 @@ pub enum KeyError {
     UnknownCommand(String),
 }
 
+/// A command Redis does not know is refused for its slot as an invalid command.
+impl From<KeyError> for CommandError {
+    fn from(err: KeyError) -> Self {
+        match err {
+            KeyError::UnknownCommand(name) => CommandError::Unknown(name),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Info {
     /// As the table gives it: the arguments with the name (a subcommand's with both words),
@@ -196,9 +205,7 @@ impl KeySpecs {
 
     /// Refuses `name args…` when Redis would refuse its number of arguments.
     pub fn check_arity(&self, name: &str, args: &[Bytes]) -> Result<(), CommandError> {
-        let (full, info) = self
-            .lookup(name, args)
-            .map_err(|KeyError::UnknownCommand(name)| CommandError::Unknown(name))?;
+        let (full, info) = self.lookup(name, args)?;
         info.check_arity(name, &full, args)
     }
 
