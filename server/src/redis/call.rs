@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::{ClusterHash, CustomCommand, Resp3Frame};
 
 use super::error::RedisError;
 
@@ -29,12 +29,37 @@ pub async fn call_at<C: ClientLike>(
     blocking: bool,
     slot: Option<u16>,
 ) -> Result<Value, RedisError> {
+    let frame = call_frame_at(client, name, args, blocking, slot).await?;
+    Value::try_from(frame).map_err(|e| RedisError::from_fred(name, &e))
+}
+
+/// Like [`call_at`], with the reply as the frame it came in, for a reply the sidecar takes
+/// apart itself (a read's entries, see [`super::entry::Reply`]): no fred value per element.
+pub(crate) async fn call_frame_at<C: ClientLike>(
+    client: &C,
+    name: &'static str,
+    args: Vec<Value>,
+    blocking: bool,
+    slot: Option<u16>,
+) -> Result<Resp3Frame, RedisError> {
     let hash = slot.map_or(ClusterHash::FirstKey, ClusterHash::Custom);
     let command = CustomCommand::new_static(name, hash, blocking);
     client
-        .custom::<Value, _>(command, args)
+        .custom_raw(command, args)
         .await
+        .and_then(refused)
         .map_err(|e| RedisError::from_fred(name, &e))
+}
+
+/// A reply frame that is an error reply as the error fred makes of it (as [`call_at`] returns
+/// it), any other as it came.
+pub(crate) fn refused(frame: Resp3Frame) -> Result<Resp3Frame, Error> {
+    match frame {
+        Resp3Frame::SimpleError { .. } | Resp3Frame::BlobError { .. } => {
+            Err(Value::try_from(frame).expect_err("an error reply converts to an error"))
+        }
+        frame => Ok(frame),
+    }
 }
 
 /// Bytes to a fred argument without copying.

@@ -463,6 +463,20 @@ fn incr_resp(key: &str) -> String {
     format!("*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n", key.len())
 }
 
+/// `raw_commands`, each reply converted as a pipeline's are: an error reply is an `Err` in its
+/// place, an error of the whole a single `Err`.
+async fn raw_values(
+    client: &Client,
+    encoded: impl Into<bytes::Bytes>,
+    count: usize,
+    hash: fred::types::ClusterHash,
+) -> Vec<Result<Value, fred::error::Error>> {
+    match client.raw_commands(encoded.into(), count, hash).await {
+        Ok(frames) => frames.into_iter().map(Value::try_from).collect(),
+        Err(err) => vec![Err(err)],
+    }
+}
+
 /// The vendored fred writes commands the caller encoded (`raw_commands`) as they are, in one
 /// write, and answers each in order with an error in its own place; a client that times out,
 /// writes again or reconnects keeps working afterwards.
@@ -484,13 +498,13 @@ async fn raw_commands_reach_redis_in_one_write_and_answer_each_in_its_place() {
             .collect();
         let encoded: String = keys.iter().map(|key| incr_resp(key)).collect();
         let before = reads_processed(&observer).await;
-        let replies = client
-            .raw_commands(
-                encoded.into(),
-                keys.len(),
-                fred::types::ClusterHash::FirstKey,
-            )
-            .await;
+        let replies = raw_values(
+            &client,
+            encoded,
+            keys.len(),
+            fred::types::ClusterHash::FirstKey,
+        )
+        .await;
         let reads = reads_processed(&observer).await - before;
         assert!(
             reads <= 3,
@@ -510,9 +524,7 @@ async fn raw_commands_reach_redis_in_one_write_and_answer_each_in_its_place() {
     }
     // A transaction inside: its replies are QUEUED and then EXEC's array, like a pipeline's.
     let multi = "*1\r\n$5\r\nMULTI\r\n".to_owned() + &incr_resp("raw:0") + "*1\r\n$4\r\nEXEC\r\n";
-    let replies = client
-        .raw_commands(multi.into(), 3, fred::types::ClusterHash::FirstKey)
-        .await;
+    let replies = raw_values(&client, multi, 3, fred::types::ClusterHash::FirstKey).await;
     assert_eq!(
         replies,
         vec![
@@ -526,6 +538,7 @@ async fn raw_commands_reach_redis_in_one_write_and_answer_each_in_its_place() {
         client
             .raw_commands(bytes::Bytes::new(), 0, fred::types::ClusterHash::FirstKey)
             .await
+            .expect("nothing sent")
             .is_empty()
     );
     // The connection is in step: an ordinary command after them gets its own reply.
@@ -548,21 +561,19 @@ async fn raw_commands_on_a_cluster_go_to_one_node_and_a_foreign_key_gets_moved_i
         .find(|key| cluster.primary_for_slot(slot_of(key)) != node)
         .expect("a key of another node");
     let encoded = incr_resp(here) + &incr_resp(&elsewhere) + &incr_resp(here);
-    let replies = client
-        .raw_commands(encoded.into(), 3, fred::types::ClusterHash::Custom(slot))
-        .await;
+    let replies = raw_values(&client, encoded, 3, fred::types::ClusterHash::Custom(slot)).await;
     assert_eq!(replies.len(), 3);
     assert_eq!(replies[0], Ok(Value::Integer(1)));
     let moved = replies[1].as_ref().expect_err("another node's key");
     assert!(moved.details().contains("MOVED"), "{moved:?}");
     assert_eq!(replies[2], Ok(Value::Integer(2)));
     let other = slot_of(&elsewhere);
-    let replies = client
-        .raw_commands(
-            incr_resp(&elsewhere).into(),
-            1,
-            fred::types::ClusterHash::Custom(other),
-        )
-        .await;
+    let replies = raw_values(
+        &client,
+        incr_resp(&elsewhere),
+        1,
+        fred::types::ClusterHash::Custom(other),
+    )
+    .await;
     assert_eq!(replies, vec![Ok(Value::Integer(1))]);
 }

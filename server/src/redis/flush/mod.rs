@@ -109,8 +109,8 @@ impl FlushResult {
     }
 }
 
-/// The reply of a plan's read-ahead: `None` when the plan had none.
-pub(crate) type ReadAheadReply = Option<Result<Value, Error>>;
+/// The reply of a plan's read-ahead, as the frame it came in: `None` when the plan had none.
+pub(crate) type ReadAheadReply = Option<wire::Reply>;
 
 /// Sends the plans as one pipeline, in order (each plan's commands, then its read-ahead), and
 /// interprets each plan's replies apart: one round trip for flushes that queued behind one
@@ -162,16 +162,21 @@ pub(crate) async fn execute(
     results
 }
 
-/// Each plan's replies, in the order the plans were sent, and its read-ahead's.
+/// Each plan's replies, in the order the plans were sent, as fred's values, and its
+/// read-ahead's as it came.
 fn split_replies(
     plans: &[&FlushPlan],
-    replies: Vec<Result<Value, Error>>,
+    replies: Vec<wire::Reply>,
 ) -> Vec<(Vec<Result<Value, Error>>, ReadAheadReply)> {
     let mut replies = replies.into_iter();
     plans
         .iter()
         .map(|plan| {
-            let mine: Vec<_> = replies.by_ref().take(plan.commands.len()).collect();
+            let mine: Vec<_> = replies
+                .by_ref()
+                .take(plan.commands.len())
+                .map(|reply| reply.and_then(Value::try_from))
+                .collect();
             let read = plan.read_ahead.as_ref().map(|_| {
                 // Fewer replies than commands: the connection closed before the rest.
                 replies.next().unwrap_or_else(|| {
@@ -214,6 +219,7 @@ pub(crate) async fn settle_unknown(client: &Client, bound: std::time::Duration) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fred::types::Resp3Frame;
 
     fn planned(role: Role) -> Planned {
         Planned::new("X", vec![], role)
@@ -275,8 +281,14 @@ mod tests {
             commands: vec![planned(Role::SideEffect), planned(Role::Settle)],
             ..Default::default()
         };
-        let one = || Ok(Value::Integer(1));
-        let replies = vec![err("WRONGTYPE"), one(), Ok(Value::Null), one(), one()];
+        let one = || {
+            Ok(Resp3Frame::Number {
+                data: 1,
+                attributes: None,
+            })
+        };
+        let failed = || Err(Error::new(ErrorKind::InvalidArgument, "WRONGTYPE"));
+        let replies = vec![failed(), one(), Ok(Resp3Frame::Null), one(), one()];
         let plans = [&first, &second];
         let results = |replies| -> Vec<(FlushResult, ReadAheadReply)> {
             split_replies(&plans, replies)
@@ -290,7 +302,7 @@ mod tests {
         assert_eq!(results.len(), 2);
         let (result, read) = &results[0];
         assert_eq!((result.failed, result.settle_failed), (1, false));
-        assert_eq!(read.as_ref().unwrap().as_ref().unwrap(), &Value::Null);
+        assert_eq!(read.as_ref().unwrap().as_ref().unwrap(), &Resp3Frame::Null);
         assert!(results[1].0.ok() && results[1].1.is_none());
 
         // The connection closed after the first plan's settle: its read-ahead and the second

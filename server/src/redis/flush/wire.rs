@@ -6,10 +6,17 @@
 use bytes::{BufMut, BytesMut};
 use fred::prelude::*;
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::{ClusterHash, CustomCommand, Resp3Frame};
 use fred::util::redis_keyslot;
 
 use super::plan::Planned;
+use crate::redis::call::refused;
+
+/// A command's reply: the frame it came in, or the error Redis answered (as fred makes it of
+/// an error reply) or that stood for the whole (no connection, a timeout). Frames, so that a
+/// read's entries are taken apart once, by the sidecar; `Value::try_from` gives any other
+/// reply as fred would have.
+pub(crate) type Reply = Result<Resp3Frame, Error>;
 
 /// The error says no reply came (a timeout, a broken connection), not that Redis refused:
 /// the command may have run, or may still run.
@@ -39,7 +46,7 @@ pub(crate) fn custom(planned: &Planned) -> (CustomCommand, Vec<Value>) {
     (command, args)
 }
 
-/// Sends `commands` in order and returns one reply per command, in the same order. Their RESP
+/// Sends `commands` in order and returns one [`Reply`] per command, in the same order. Their RESP
 /// is built here into one buffer per node and written by fred as it is (a raw command, fred as
 /// patched in server/vendor): one write, one responder and one reply conversion per command,
 /// instead of a fred `Command`, its argument values and its frames per command. On a cluster,
@@ -47,7 +54,7 @@ pub(crate) fn custom(planned: &Planned) -> (CustomCommand, Vec<Value>) {
 /// moved meanwhile is answered `-MOVED` in its place, as in a pipeline); the groups go out
 /// together. A group that fails as a whole (no connection, a timeout) gives that error to each
 /// of its commands.
-pub(crate) async fn send(client: &Client, commands: &[&Planned]) -> Vec<Result<Value, Error>> {
+pub(crate) async fn send(client: &Client, commands: &[&Planned]) -> Vec<Reply> {
     let client = client.with_options(&FAIL_FAST);
     let routing = if client.is_clustered() {
         client.cached_cluster_state()
@@ -82,8 +89,7 @@ pub(crate) async fn send(client: &Client, commands: &[&Planned]) -> Vec<Result<V
         client.raw_commands(encoded, members.len(), ClusterHash::Custom(*slot))
     });
     let answers = futures::future::join_all(sends).await;
-    let mut replies: Vec<Option<Result<Value, Error>>> =
-        (0..commands.len()).map(|_| None).collect();
+    let mut replies: Vec<Option<Reply>> = (0..commands.len()).map(|_| None).collect();
     for ((.., members), answer) in groups.iter().zip(answers) {
         for (&index, reply) in members.iter().zip(expand(answer, members.len())) {
             replies[index] = Some(reply);
@@ -96,10 +102,10 @@ pub(crate) async fn send(client: &Client, commands: &[&Planned]) -> Vec<Result<V
 }
 
 /// A group's replies, one per command: an error of the whole stands for each.
-fn expand(replies: Vec<Result<Value, Error>>, count: usize) -> Vec<Result<Value, Error>> {
-    match replies.as_slice() {
-        [Err(err)] if count > 1 => vec![Err(err.clone()); count],
-        _ => replies,
+fn expand(replies: Result<Vec<Resp3Frame>, Error>, count: usize) -> Vec<Reply> {
+    match replies {
+        Ok(frames) => frames.into_iter().map(refused).collect(),
+        Err(err) => vec![Err(err); count],
     }
 }
 
@@ -173,10 +179,25 @@ mod tests {
     #[test]
     fn an_error_of_the_whole_group_stands_for_each_command() {
         let err = Error::new(ErrorKind::Timeout, "timed out");
-        let replies = expand(vec![Err(err)], 3);
+        let replies = expand(Err(err), 3);
         assert_eq!(replies.len(), 3);
         assert!(replies.iter().all(|r| r.as_ref().is_err_and(unanswered)));
-        let one = expand(vec![Ok(Value::Integer(1))], 1);
-        assert_eq!(one, vec![Ok(Value::Integer(1))]);
+    }
+
+    #[test]
+    fn an_error_reply_is_an_error_in_its_place_and_the_rest_come_as_they_are() {
+        let one = Resp3Frame::Number {
+            data: 1,
+            attributes: None,
+        };
+        let wrongtype = Resp3Frame::SimpleError {
+            data: "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+            attributes: None,
+        };
+        let replies = expand(Ok(vec![one.clone(), wrongtype]), 2);
+        assert_eq!(replies[0].as_ref().ok(), Some(&one));
+        let err = replies[1].as_ref().unwrap_err();
+        assert!(err.details().starts_with("WRONGTYPE"), "{err:?}");
+        assert!(!unanswered(err));
     }
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
+use fred::types::Resp3Frame;
 use fred::types::scripts::Script;
 
-use crate::redis::call::eval_script;
-use crate::redis::entry::{into_bytes, parse_entries};
+use crate::redis::call::{call_frame_at, eval_script};
+use crate::redis::entry::{Reply, into_bytes, parse_entries};
 use crate::redis::flush::{Planned, Role};
 use crate::redis::read_connection::ReadConnection;
 use crate::redis::{RedisError, Replication, ReplicationWatch, arg, call_at, str_arg};
@@ -79,13 +80,15 @@ enum Cursor {
 
 /// The entries of an XREADGROUP reply; ids of deleted entries (pending history only) go to
 /// `deleted`.
-fn parse_read(reply: Value, deleted: &mut Vec<Bytes>) -> Result<Vec<Entry>, RedisError> {
-    let Value::Array(streams) = reply else {
+fn parse_read(reply: Resp3Frame, deleted: &mut Vec<Bytes>) -> Result<Vec<Entry>, RedisError> {
+    let Ok(streams) = reply.into_array() else {
         return Ok(Vec::new()); // nil: BLOCK timed out, or nothing new
     };
     let mut entries = Vec::new();
     for stream in streams {
-        let Value::Array(pair) = stream else { continue };
+        let Ok(pair) = stream.into_array() else {
+            continue;
+        };
         if let Some(list) = pair.into_iter().nth(1) {
             entries.extend(parse_entries("XREADGROUP", list, deleted)?);
         }
@@ -123,7 +126,7 @@ pub(crate) fn read_ahead(keys: &StreamKeys, count: u32) -> Planned {
 }
 
 /// The reply of a [`read_ahead`] as a read.
-pub(crate) fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
+pub(crate) fn read_ahead_batch(reply: Resp3Frame) -> Result<ReadBatch, RedisError> {
     // `>` delivers entries that exist: deleted ones show only in pending history.
     let mut deleted = Vec::new();
     let mut entries = parse_read(reply, &mut deleted)?;
@@ -137,7 +140,7 @@ pub(crate) fn read_ahead_batch(reply: Value) -> Result<ReadBatch, RedisError> {
 /// The reply of a [`read_ahead`] as a read; `Err` with whether Redis may have delivered
 /// entries no reply named (no reply came).
 pub(crate) fn read_ahead_reply(
-    reply: Result<Value, fred::error::Error>,
+    reply: Result<Resp3Frame, fred::error::Error>,
 ) -> Result<ReadBatch, (RedisError, bool)> {
     match reply {
         Ok(reply) => read_ahead_batch(reply).map_err(|err| (err, false)),
@@ -476,7 +479,7 @@ impl StreamReader {
         }
         args.extend([str_arg("STREAMS"), arg(&self.keys.key), Value::Bytes(id)]);
         let slot = Some(self.keys.slot);
-        let reply = call_at(
+        let reply = call_frame_at(
             &self.connection.commands(block),
             "XREADGROUP",
             args,

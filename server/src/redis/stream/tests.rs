@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::Value;
+use fred::types::Resp3Frame;
 
 use super::read::{counted, read_ahead_batch};
 use super::*;
@@ -76,11 +77,18 @@ fn a_read_ahead_reads_new_entries_without_block_on_the_stream_slot() {
 
 #[test]
 fn a_read_ahead_reply_is_a_read_of_first_deliveries() {
-    let b = |s: &str| Value::Bytes(Bytes::copy_from_slice(s.as_bytes()));
-    let entry = |id: &str, fields: Vec<Value>| Value::Array(vec![b(id), Value::Array(fields)]);
-    let reply = Value::Array(vec![Value::Array(vec![
+    let b = |s: &str| Resp3Frame::BlobString {
+        data: Bytes::copy_from_slice(s.as_bytes()),
+        attributes: None,
+    };
+    let array = |data| Resp3Frame::Array {
+        data,
+        attributes: None,
+    };
+    let entry = |id: &str, fields: Vec<Resp3Frame>| array(vec![b(id), array(fields)]);
+    let reply = array(vec![array(vec![
         b("orders"),
-        Value::Array(vec![
+        array(vec![
             entry("1-0", vec![b("_payload"), b("{}")]),
             // A retry copy carries its earlier attempts.
             entry(
@@ -100,7 +108,12 @@ fn a_read_ahead_reply_is_a_read_of_first_deliveries() {
     assert!(!batch.redelivery);
     assert_eq!(batch.reads, 0, "it made no round trip of its own");
     // Nothing new: nil.
-    assert!(read_ahead_batch(Value::Null).unwrap().entries.is_empty());
+    assert!(
+        read_ahead_batch(Resp3Frame::Null)
+            .unwrap()
+            .entries
+            .is_empty()
+    );
 }
 
 #[test]

@@ -467,17 +467,19 @@ pub trait ClientLike: Clone + Send + Sync + Sized {
 
   /// window-sidecar patch (see server/vendor/README.md): writes `count` commands the caller
   /// already encoded as RESP (each an array of bulk strings) to one connection, as they are, and
-  /// returns each one's reply in order, converted as a pipeline's are. They are one command of
-  /// the router: one write, one responder, no `Command` or frame per command. On a cluster they
-  /// go to the node of `cluster_hash`, so every command in them must belong to that node; a
-  /// redirection is answered in place like any reply. An error of the whole (a timeout, a broken
-  /// connection) comes back as a single error.
+  /// returns each one's reply in order, as the frame it came in (like
+  /// [custom_raw](Self::custom_raw): an error reply is an error frame in its place, and
+  /// `Value::try_from` converts a frame as a pipeline's replies are converted). They are one
+  /// command of the router: one write, one responder, no `Command` or frame per command. On a
+  /// cluster they go to the node of `cluster_hash`, so every command in them must belong to that
+  /// node; a redirection is answered in place like any reply. An error of the whole (a timeout,
+  /// a broken connection) is the `Err`.
   fn raw_commands(
     &self,
     encoded: bytes::Bytes,
     count: usize,
     cluster_hash: ClusterHash,
-  ) -> impl Future<Output = Vec<FredResult<Value>>> + Send {
+  ) -> impl Future<Output = FredResult<Vec<Resp3Frame>>> + Send {
     async move { commands::server::raw_commands(self, encoded, count, cluster_hash).await }
   }
 

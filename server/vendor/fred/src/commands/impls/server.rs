@@ -230,9 +230,9 @@ pub async fn raw_commands<C: ClientLike>(
   encoded: bytes::Bytes,
   count: usize,
   cluster_hash: crate::types::ClusterHash,
-) -> Vec<Result<Value, Error>> {
+) -> Result<Vec<Resp3Frame>, Error> {
   if count == 0 {
-    return Vec::new();
+    return Ok(Vec::new());
   }
   let kind = CommandKind::_Raw(crate::types::RawCommands {
     encoded,
@@ -240,10 +240,9 @@ pub async fn raw_commands<C: ClientLike>(
     cluster_hash,
     received: Vec::new(),
   });
-  match utils::request_response(client, move || Ok((kind, Vec::new()))).await {
-    Ok(Resp3Frame::Array { data, .. }) => data.into_iter().map(protocol_utils::frame_to_results).collect(),
-    Ok(_) => vec![Err(Error::new(ErrorKind::Protocol, "raw commands answered without their replies"))],
-    Err(err) => vec![Err(err)],
+  match utils::request_response(client, move || Ok((kind, Vec::new()))).await? {
+    Resp3Frame::Array { data, .. } => Ok(data),
+    _ => Err(Error::new(ErrorKind::Protocol, "raw commands answered without their replies")),
   }
 }
 
