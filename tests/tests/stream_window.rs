@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use bytes::Bytes;
 use fred::prelude::*;
 use window_sidecar::proto;
 use window_sidecar::proto::OutcomeKind::{Ack, Drop, Retry};
@@ -661,4 +662,48 @@ async fn shutdown_flushes_what_is_owed_and_ends_the_stream_with_unavailable() {
     let inspect = redis.client().await;
     assert_eq!(counter(&inspect, "k").await, 2);
     assert_eq!(pending(&inspect, "orders", "g").await, 1);
+}
+
+/// Fields are passed on as the bytes Redis holds, UTF-8 or not, whether a read comes on the
+/// reader's own connection (the first) or rides on a flush (the rest, under a backlog).
+#[tokio::test]
+async fn fields_that_are_not_utf8_arrive_as_the_bytes_redis_holds() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let binary = |tail: u8| Bytes::from(vec![0xff, 0x00, 0xc3, tail]);
+    let entries: Vec<Vec<(Bytes, Bytes)>> = vec![
+        vec![
+            (binary(1), binary(2)),
+            (Bytes::from_static(b"n"), binary(3)),
+        ],
+        vec![(Bytes::from_static(b"_payload"), binary(4))],
+        vec![(binary(5), Bytes::new())],
+    ];
+    for fields in &entries {
+        let _: String = inspect
+            .xadd("bin", false, None, "*", fields.clone())
+            .await
+            .unwrap();
+    }
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("bin", "g", "c1", 1))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < entries.len() {
+        let read = sub.read().await;
+        let d = &read.deliveries[0];
+        seen.push(if d.payload.is_empty() {
+            d.fields
+                .iter()
+                .map(|f| (f.name.clone(), f.value.clone()))
+                .collect()
+        } else {
+            vec![(Bytes::from_static(b"_payload"), d.payload.clone())]
+        });
+        sub.send(Vec::new(), vec![outcome(d.slot, Ack)]).await;
+    }
+    assert_eq!(seen, entries);
+    sidecar.stop().await;
 }
