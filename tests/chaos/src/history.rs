@@ -938,6 +938,44 @@ pub(crate) fn around<'a>(
         .collect()
 }
 
+/// For an anomaly's report, what the workers that got `root` did before each delivery of it:
+/// the read it came in, and the slow acks the same worker decided within `window_ms` before
+/// (a worker asleep past `min_idle` leaves the reads behind that one waiting in its stream).
+/// Whether the entry was handled past `min_idle` shows here, where its own events cannot tell.
+pub(crate) fn workers_before<'a>(
+    history: &'a [Stamped],
+    end: &EndState,
+    root: &str,
+    window_ms: u64,
+) -> Vec<&'a Stamped> {
+    let roots_of = end.roots_of();
+    let mut picked = BTreeSet::new();
+    for (i, s) in history.iter().enumerate() {
+        let Event::Delivered { worker, entry, .. } = &s.event else {
+            continue;
+        };
+        if roots_of.get(entry).map(String::as_str) != Some(root) {
+            continue;
+        }
+        let carried_by = history[..i]
+            .iter()
+            .rposition(|e| matches!(&e.event, Event::Read { worker: w, .. } if w == worker));
+        picked.extend(carried_by);
+        picked.extend(
+            history[..i]
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| s.at_ms.saturating_sub(e.at_ms) <= window_ms)
+                .filter(|(_, e)| {
+                    matches!(&e.event, Event::Decided { worker: w, decision: Decision::SlowAck, .. }
+                        if w == worker)
+                })
+                .map(|(j, _)| j),
+        );
+    }
+    picked.into_iter().map(|i| &history[i]).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1434,5 +1472,31 @@ mod tests {
         let near = around(&history, &state, "1-0", 500);
         let times: Vec<u64> = near.iter().map(|s| s.at_ms).collect();
         assert_eq!(times, [0, 100, 9_100]);
+    }
+
+    #[test]
+    fn a_report_shows_the_read_an_entry_came_in_and_its_worker_s_slow_acks_before() {
+        let state = end(&[("1-0", None), ("5-0", None), ("6-0", None)]);
+        let read = |worker, read_id| Event::Read {
+            worker,
+            stream: 0,
+            read_id,
+        };
+        let history = vec![
+            at(0, decided("6-0", Decision::SlowAck)),
+            at(1_000, read(1, 1)),
+            at(1_000, decided("5-0", Decision::SlowAck)),
+            at(1_100, read(2, 7)),
+            at(1_200, Event::Fault("sigterm sidecar-1".into())),
+            at(5_500, read(1, 2)),
+            at(5_500, delivered("1-0", 1)),
+            at(5_500, decided("1-0", Decision::Ack)),
+        ];
+        let before = workers_before(&history, &state, "1-0", 5_000);
+        let times: Vec<u64> = before.iter().map(|s| s.at_ms).collect();
+        // Worker 1's read 2 that carried it and its slow ack at 1,000 ms; not the one 5.5 s
+        // before, nor worker 2's read, nor the fault (the report's other half shows faults).
+        assert_eq!(times, [1_000, 5_500]);
+        assert!(matches!(before[1].event, Event::Read { read_id: 2, .. }));
     }
 }

@@ -1325,6 +1325,14 @@ fn report(
             for event in history::around(&ended.history, end, root, 2_000) {
                 println!("     {:>7} ms  {:?}", event.at_ms, event.event);
             }
+            let window = (form::MIN_IDLE + SLOW).as_millis() as u64;
+            let before = history::workers_before(&ended.history, end, root, window);
+            if !before.is_empty() {
+                println!("     its workers before each delivery (read, slow acks):");
+                for event in before {
+                    println!("     {:>7} ms  {:?}", event.at_ms, event.event);
+                }
+            }
         }
     }
     // What held the entries still pending: every sidecar's subscriptions.
