@@ -22,7 +22,7 @@ mod form;
 mod history;
 mod proxy;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -298,6 +298,19 @@ struct Shared {
     settle: Arc<AtomicBool>,
     /// Numbers the workers' subscription streams across the run.
     streams: AtomicU32,
+    waits: Waits,
+}
+
+/// Reads that waited for their worker past [`LATE_AFTER`].
+#[derive(Default)]
+struct Waits {
+    late: AtomicU64,
+    /// Of those, the ones that did not follow a slow read at once: there were more than two
+    /// reads out.
+    further_back: AtomicU64,
+    longest_ms: AtomicU64,
+    /// Reads right after a slow one that did not wait that long (they came as it ended).
+    prompt_after_slow: AtomicU64,
 }
 
 /// One worker's loop: subscribe through some sidecar, decide each delivery at random, go again
@@ -334,11 +347,17 @@ async fn serve(
     rng: &mut StdRng,
 ) {
     let log = &shared.log;
+    let mut waiting = Waiting::new();
     let mut after_slow = false;
     while !shared.stop.load(Ordering::Relaxed) {
-        let Some(Ok(Some(message))) = sub.message_within(Duration::from_secs(5)).await else {
-            return;
+        let (came, message) = match waiting.pop_front() {
+            Some(message) => message,
+            None => match sub.message_within(Duration::from_secs(5)).await {
+                Some(Ok(Some(message))) => (Instant::now(), Some(message)),
+                _ => return,
+            },
         };
+        let Some(message) = message else { return };
         let flushed = |report: &proto::FlushReport| Event::Flushed {
             worker: id,
             stream,
@@ -364,8 +383,31 @@ async fn serve(
         for d in &read.deliveries {
             log_delivery(id, shared, (stream, ordered), read.read_id, d);
         }
-        let decisions = decide(shared, &read, rng, &mut after_slow);
-        if !answer(id, shared, sub, &read, decisions, rng).await {
+        let decisions = decide(shared, &read, rng, (came.elapsed(), &mut after_slow));
+        if !answer(id, shared, (sub, &mut waiting), &read, decisions, rng).await {
+            return;
+        }
+    }
+}
+
+/// What came in on a subscription stream while its worker slept on a slow ack, in order, each
+/// with when it came; `None`: the stream ended or broke there.
+type Waiting = VecDeque<(Instant, Option<proto::SubscribeResponse>)>;
+
+/// Sleeps `time`, taking each message off the stream as it comes meanwhile (as a client whose
+/// handler runs beside its receiving does), so that how long a read then waits for its worker
+/// is known.
+async fn sleep_receiving(sub: &mut Subscription, time: Duration, waiting: &mut Waiting) {
+    let until = Instant::now() + time;
+    while let Some(received) = sub
+        .message_within(until.saturating_duration_since(Instant::now()))
+        .await
+    {
+        let message = received.ok().flatten();
+        let ended = message.is_none();
+        waiting.push_back((Instant::now(), message));
+        if ended {
+            tokio::time::sleep_until(until).await;
             return;
         }
     }
@@ -399,16 +441,22 @@ fn log_delivery(
     }
 }
 
+/// How long a read may wait for its worker before it counts as handled past min_idle. Its
+/// entries may have been idle for a while already when it came (one that waited in the
+/// sidecar for its key is made idle again every third of min_idle), and their flush follows
+/// the worker's answer.
+const LATE_AFTER: Duration = Duration::from_millis(form::MIN_IDLE.as_millis() as u64 / 2);
+
 /// Each delivery's decision: at random, or an ack once the run settles. A read flushes once
 /// all its deliveries have outcomes: one slow delivery keeps every ack of its read unsettled
-/// past min_idle, so they are all slow acks; and the read after a slow one waited in the
-/// stream while the worker slept, so it too is handled past min_idle (at most two reads are
-/// out: max_in_flight is twice count). Either is logged late.
+/// past min_idle, so they are all slow acks. A read that `waited` for its worker past
+/// [`LATE_AFTER`] (it came while the worker slept on a slow ack: reads may be partial, so
+/// there may be several) is handled late too. Either is logged late.
 fn decide(
     shared: &Shared,
     read: &proto::Read,
     rng: &mut StdRng,
-    after_slow: &mut bool,
+    (waited, after_slow): (Duration, &mut bool),
 ) -> Vec<Decision> {
     let mut decisions: Vec<Decision> = read
         .deliveries
@@ -422,7 +470,22 @@ fn decide(
         })
         .collect();
     let slow_read = decisions.contains(&Decision::SlowAck);
-    if slow_read || *after_slow {
+    if waited >= LATE_AFTER {
+        let waits = &shared.waits;
+        waits.late.fetch_add(1, Ordering::Relaxed);
+        if !*after_slow {
+            waits.further_back.fetch_add(1, Ordering::Relaxed);
+        }
+        let ms = waited.as_millis() as u64;
+        waits.longest_ms.fetch_max(ms, Ordering::Relaxed);
+    } else if *after_slow {
+        shared
+            .waits
+            .prompt_after_slow
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    *after_slow = slow_read;
+    if slow_read || waited >= LATE_AFTER {
         for (d, delivery) in decisions.iter_mut().zip(&read.deliveries) {
             if slow_read && *d == Decision::Ack {
                 *d = Decision::SlowAck;
@@ -432,17 +495,16 @@ fn decide(
             });
         }
     }
-    *after_slow = slow_read;
     decisions
 }
 
 /// Sends each delivery's side effect and outcome, one batch per delivery, logging each
-/// decision; the first slow ack sleeps past min_idle. Returns false when the worker abandons
-/// the read (the rest of it is logged abandoned) or the stream stopped taking requests.
+/// decision; the first slow ack sleeps past min_idle (taking what comes meanwhile into
+/// `waiting`). Returns false when the worker abandons the read (the rest of it is logged abandoned) or the stream stopped taking requests.
 async fn answer(
     id: u32,
     shared: &Shared,
-    sub: &mut Subscription,
+    (sub, waiting): (&mut Subscription, &mut Waiting),
     read: &proto::Read,
     decisions: Vec<Decision>,
     rng: &mut StdRng,
@@ -456,7 +518,7 @@ async fn answer(
             Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
             Decision::SlowAck => {
                 if !late {
-                    tokio::time::sleep(SLOW).await;
+                    sleep_receiving(sub, SLOW, waiting).await;
                     late = true;
                 }
                 (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack))
@@ -1113,6 +1175,7 @@ impl Campaign {
             stop: Arc::clone(&workers_stop),
             settle: Arc::new(AtomicBool::new(false)),
             streams: AtomicU32::new(0),
+            waits: Waits::default(),
         });
         // Pub/sub has one worker: every subscriber of a channel gets every message.
         let worker_count = if form == Form::Pubsub {
@@ -1158,6 +1221,7 @@ impl Campaign {
             stop: Arc::clone(&nemesis_stop),
             settle: Arc::clone(&shared.settle),
             streams: AtomicU32::new(0),
+            waits: Waits::default(),
         });
         let nemesis = tokio::spawn(nemesis(
             nemesis_shared,
@@ -1311,6 +1375,15 @@ fn report(
             ended.parked_fetches
         );
     }
+    let waits = &ended.campaign.shared.waits;
+    println!(
+        "   reads handled late for waiting on their worker: {} ({} not right after a slow \
+         read; the longest wait {} ms); right after a slow read but not late: {}",
+        waits.late.load(Ordering::Relaxed),
+        waits.further_back.load(Ordering::Relaxed),
+        waits.longest_ms.load(Ordering::Relaxed),
+        waits.prompt_after_slow.load(Ordering::Relaxed)
+    );
     println!("   faults {:?}", figures.faults);
     println!("   quiesce: {}", ended.quiesce);
     for anomaly in anomalies {
