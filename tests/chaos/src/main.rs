@@ -313,6 +313,22 @@ struct Waits {
     prompt_after_slow: AtomicU64,
 }
 
+impl Waits {
+    /// Counts a read that `waited` for its worker, `late` or not, right `after_slow` or not.
+    fn note(&self, waited: Duration, late: bool, after_slow: bool) {
+        if late {
+            self.late.fetch_add(1, Ordering::Relaxed);
+            if !after_slow {
+                self.further_back.fetch_add(1, Ordering::Relaxed);
+            }
+            self.longest_ms
+                .fetch_max(waited.as_millis() as u64, Ordering::Relaxed);
+        } else if after_slow {
+            self.prompt_after_slow.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One worker's loop: subscribe through some sidecar, decide each delivery at random, go again
 /// when the stream ends, until `stop`; after `settle`, ack everything.
 async fn work(id: u32, shared: Arc<Shared>) {
@@ -470,22 +486,10 @@ fn decide(
         })
         .collect();
     let slow_read = decisions.contains(&Decision::SlowAck);
-    if waited >= LATE_AFTER {
-        let waits = &shared.waits;
-        waits.late.fetch_add(1, Ordering::Relaxed);
-        if !*after_slow {
-            waits.further_back.fetch_add(1, Ordering::Relaxed);
-        }
-        let ms = waited.as_millis() as u64;
-        waits.longest_ms.fetch_max(ms, Ordering::Relaxed);
-    } else if *after_slow {
-        shared
-            .waits
-            .prompt_after_slow
-            .fetch_add(1, Ordering::Relaxed);
-    }
+    let late_for_wait = waited >= LATE_AFTER;
+    shared.waits.note(waited, late_for_wait, *after_slow);
     *after_slow = slow_read;
-    if slow_read || waited >= LATE_AFTER {
+    if slow_read || late_for_wait {
         for (d, delivery) in decisions.iter_mut().zip(&read.deliveries) {
             if slow_read && *d == Decision::Ack {
                 *d = Decision::SlowAck;
