@@ -50,7 +50,7 @@ pub struct Entry {
     pub stored: Bytes,
     /// On an ordered subscription, the entry's ordering key (see
     /// [`super::source::OrderingKey`]), found when it was read.
-    pub ordering_key: Option<Bytes>,
+    pub ordering_key: Option<super::Key>,
 }
 
 /// An entry's body as the client sees it.
@@ -130,7 +130,7 @@ impl crate::engine::Item for std::sync::Arc<Entry> {
     fn delivery_count(&self) -> u32 {
         self.delivery_count
     }
-    fn ordering_key(&self) -> Option<&Bytes> {
+    fn ordering_key(&self) -> Option<&super::Key> {
         self.ordering_key.as_ref()
     }
     fn redelivered(&self) -> Self {

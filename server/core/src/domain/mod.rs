@@ -1,16 +1,18 @@
 //! The product's vocabulary, as plain data: what a subscription reads ([`Source`] and its
 //! forms, [`Mode`], the block limits), what it holds ([`Entry`], its payload-and-headers layout,
-//! [`ReadBatch`]), how list values and messages carry headers ([`frame`]), and where a Publish
+//! [`ReadBatch`], an ordering key's value [`Key`]), how list values and messages carry headers ([`frame`]), and where a Publish
 //! writes ([`Target`]), and a dead letter as an operator reads it ([`letter`]). Every layer speaks these types; how they are read from and written to
 //! Redis is the Redis adapter's business, how they travel on the wire the gRPC layer's.
 
 pub mod entry;
 pub mod frame;
+pub mod key;
 pub mod letter;
 pub mod source;
 pub mod target;
 
 pub use entry::{Body, Entry, ReadBatch};
 pub use frame::Framing;
+pub use key::Key;
 pub use source::{ListSource, MAX_BLOCK, Mode, OrderingKey, PubSubSource, Source, StreamSource};
 pub use target::Target;

@@ -140,13 +140,14 @@ pub enum OrderingKey {
 
 impl OrderingKey {
     /// The key of `entry`, if it has one.
-    pub fn of(&self, entry: &crate::domain::Entry) -> Option<bytes::Bytes> {
-        match self {
-            OrderingKey::Header(name) => entry.header(name).cloned(),
+    pub fn of(&self, entry: &crate::domain::Entry) -> Option<crate::domain::Key> {
+        let value = match self {
+            OrderingKey::Header(name) => entry.header(name),
             OrderingKey::Field(name) => entry
                 .fields
                 .iter()
-                .find_map(|(field, value)| (field == name.as_bytes()).then(|| value.clone())),
-        }
+                .find_map(|(field, value)| (field == name.as_bytes()).then_some(value)),
+        };
+        value.map(crate::domain::Key::new)
     }
 }

@@ -45,7 +45,7 @@ pub trait Item: Clone {
     /// Borrowed: the engine looks a key up several times per delivery and keeps a copy only
     /// where it stores one, and a key is a slice of its read's buffer, whose reference count
     /// the reply's other slices share across threads.
-    fn ordering_key(&self) -> Option<&bytes::Bytes>;
+    fn ordering_key(&self) -> Option<&crate::domain::Key>;
     /// The entry as its next delivery sees it after a retry kept in place (whose flush counted
     /// that delivery in Redis): one delivery more.
     fn redelivered(&self) -> Self;

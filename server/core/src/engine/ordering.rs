@@ -15,12 +15,11 @@
 //! meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry and the reads run
 //! on past it for the other keys.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque, hash_map};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::{FlushId, Item};
+use crate::domain::Key;
 use crate::window::SlotId;
 
 /// Why a lane holds its next entry back.
@@ -115,22 +114,22 @@ pub(super) struct Admitted<E> {
 }
 
 /// A fetch of parked entries under way: how many it asked of each lane, in order.
-type Fetch = Vec<(Bytes, usize)>;
+type Fetch = Vec<(Key, usize)>;
 
 /// Every lane of one subscription.
 #[derive(Debug)]
 pub(super) struct Lanes<E: Item> {
-    lanes: HashMap<Bytes, Lane<E>>,
+    lanes: HashMap<Key, Lane<E>>,
     /// Entries without a key that a read brought past the room the window had for them
     /// (see [`Lanes::admit`]): handed out first as room frees.
     loose: VecDeque<E>,
     /// The keys whose lanes have entries waiting in memory, and how many lanes wait for a
     /// re-read: what is asked on every engine event looks at these, never at every key in
     /// flight (a hot key's run has hundreds).
-    queued: HashSet<Bytes>,
+    queued: HashSet<Key>,
     rereads: usize,
     /// Keys settled by each flush under way, with the entry settled.
-    by_flush: HashMap<FlushId, Vec<(Bytes, E::Id)>>,
+    by_flush: HashMap<FlushId, Vec<(Key, E::Id)>>,
     /// Entries waiting in lanes.
     waiting: usize,
     /// How often waiting entries are made idle again, so that no other consumer reclaims
@@ -143,7 +142,7 @@ pub(super) struct Lanes<E: Item> {
     parked: usize,
     /// The keys whose lanes hold parked entries: a fetch looks at these lanes only, so a
     /// hot key's backlog costs no walk over every key in flight.
-    parked_keys: HashSet<Bytes>,
+    parked_keys: HashSet<Key>,
     /// Entries asked by the fetches under way.
     fetching: usize,
     fetches: HashMap<FetchId, Fetch>,
@@ -313,7 +312,7 @@ impl<E: Item> Lanes<E> {
     }
 
     /// A flush settles these keys' deliveries: each stays busy until it is reported.
-    pub(super) fn flushing(&mut self, flush: FlushId, keys: Vec<(Bytes, E::Id)>) {
+    pub(super) fn flushing(&mut self, flush: FlushId, keys: Vec<(Key, E::Id)>) {
         for (key, _) in &keys {
             if let Some(lane) = self.lanes.get_mut(key) {
                 lane.busy = Busy::Flushing;
@@ -334,7 +333,10 @@ impl<E: Item> Lanes<E> {
         (now, asked): (Instant, u64),
     ) {
         for (key, id) in self.by_flush.remove(&flush).unwrap_or_default() {
-            if let Some(lane) = self.lanes.get_mut(&key) {
+            // One lookup for the lane and its removal: on a stream of many keys every
+            // delivery's lane ends here.
+            if let hash_map::Entry::Occupied(mut found) = self.lanes.entry(key) {
+                let lane = found.get_mut();
                 if matches!(lane.busy, Busy::Reread(_)) {
                     self.rereads -= 1;
                 }
@@ -344,7 +346,7 @@ impl<E: Item> Lanes<E> {
                 lane.busy = if ok { Busy::Free } else { Busy::Reread(asked) };
                 lane.unsettled = (!ok).then_some(id);
                 if !lane.holds() {
-                    self.lanes.remove(&key);
+                    found.remove();
                 }
             }
         }
@@ -582,7 +584,7 @@ impl<E: Item> Lanes<E> {
     /// The counts and key sets kept beside the lanes agree with the lanes.
     #[cfg(test)]
     pub(super) fn check_books(&self) {
-        let keys_where = |has: fn(&Lane<E>) -> bool| -> HashSet<&Bytes> {
+        let keys_where = |has: fn(&Lane<E>) -> bool| -> HashSet<&Key> {
             self.lanes
                 .iter()
                 .filter(|(_, lane)| has(lane))

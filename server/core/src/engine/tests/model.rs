@@ -40,10 +40,13 @@ impl Item for E {
     fn delivery_count(&self) -> u32 {
         self.count
     }
-    fn ordering_key(&self) -> Option<&bytes::Bytes> {
-        static KEYS: std::sync::OnceLock<Vec<bytes::Bytes>> = std::sync::OnceLock::new();
-        let keys =
-            KEYS.get_or_init(|| (0..=u8::MAX).map(|k| bytes::Bytes::from(vec![k])).collect());
+    fn ordering_key(&self) -> Option<&crate::domain::Key> {
+        static KEYS: std::sync::OnceLock<Vec<crate::domain::Key>> = std::sync::OnceLock::new();
+        let keys = KEYS.get_or_init(|| {
+            (0..=u8::MAX)
+                .map(|k| crate::domain::Key::from(&[k][..]))
+                .collect()
+        });
         self.key.map(|k| &keys[usize::from(k)])
     }
     fn redelivered(&self) -> Self {
