@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::mpsc;
@@ -21,7 +21,9 @@ use window_sidecar::proto::{self, Mode};
 
 use window_sidecar_harness::OpenExt;
 
-use crate::workload::{self, CONSUMER, GROUP, KEY_FIELD, Keying, Payload, STREAM, now_us};
+use crate::workload::{
+    self, CONSUMER, GROUP, KEY_FIELD, Keying, ORDER_PREFIX, Payload, STREAM, now_us,
+};
 
 /// What a consumer reports when every expected entry is acknowledged.
 #[derive(Debug, Default)]
@@ -226,7 +228,7 @@ impl SidecarClient {
                     let mut others_in_read = 0;
                     for delivery in read.deliveries {
                         let payload = Payload::decode(payload_of(&delivery))?;
-                        commands.push(self.side_effect(delivery.slot, &payload));
+                        commands.push(self.side_effect(&delivery, &payload)?);
                         acks.push(delivery.slot);
                         if latency {
                             sent.push(payload.ts);
@@ -282,24 +284,34 @@ impl SidecarClient {
     }
 
     /// A delivery's one side effect: `INCR` of its counter, or on an ordered subscription
-    /// `RPUSH order:<key> <id>`, which records the order the key's entries ran in.
-    fn side_effect(&self, slot: u64, payload: &Payload) -> proto::QueuedCommand {
+    /// `RPUSH order:<key> <id>`, which records the order the key's entries ran in. The key is
+    /// the delivery's own field, as a consumer would take it, built in one buffer.
+    fn side_effect(
+        &self,
+        delivery: &proto::Delivery,
+        payload: &Payload,
+    ) -> Result<proto::QueuedCommand, String> {
         let (name, args) = match (self.ordered, &self.counter) {
-            (Some(keying), _) => (
-                "RPUSH",
-                vec![
-                    Bytes::from(workload::order_list(&keying.key_of(payload.id))),
-                    Bytes::from(payload.id.to_string()),
-                ],
-            ),
+            (Some(_), _) => {
+                let key = delivery
+                    .fields
+                    .iter()
+                    .find(|f| f.name.as_ref() == KEY_FIELD.as_bytes())
+                    .ok_or("an ordered delivery without its key field")?;
+                let mut list = BytesMut::with_capacity(ORDER_PREFIX.len() + key.value.len());
+                list.put_slice(ORDER_PREFIX.as_bytes());
+                list.put_slice(&key.value);
+                let id = Bytes::copy_from_slice(itoa::Buffer::new().format(payload.id).as_bytes());
+                ("RPUSH", vec![list.freeze(), id])
+            }
             (None, Some(counter)) => ("INCR", vec![counter.clone()]),
             (None, None) => ("INCR", vec![Bytes::from(payload.counter_key())]),
         };
-        proto::QueuedCommand {
-            slot,
+        Ok(proto::QueuedCommand {
+            slot: delivery.slot,
             name: name.to_owned(),
             args,
-        }
+        })
     }
 }
 

@@ -120,8 +120,11 @@ impl Keying {
 /// The list an ordered contender's side effect appends an entry's id to: `RPUSH
 /// order:<key> <id>`, one command per delivery like the unordered contenders' `INCR`.
 pub(crate) fn order_list(key: &str) -> String {
-    format!("order:{key}")
+    format!("{ORDER_PREFIX}{key}")
 }
+
+/// What an ordered contender's list names start with, before the key.
+pub(crate) const ORDER_PREFIX: &str = "order:";
 
 /// Creates the stream and group `g` (at `0`, so it sees every entry).
 pub(crate) async fn create_group(client: &Client) -> Result<(), String> {
