@@ -11,8 +11,14 @@ use fred::prelude::{Client, ClientLike, KeysInterface, ListInterface, StreamsInt
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::*;
 
-/// Three keys, round-robin: entry `n` has key `"abc"[n % 3]`.
-const KEYS: [&str; 3] = ["a", "b", "c"];
+/// Three keys, round-robin: entry `n` has key `KEYS[n % 3]`. The sidecar copies a key of up
+/// to 38 bytes out of its read and shares the read's buffer for a longer one: both kinds run,
+/// and the two long keys differ only past the first 38 bytes.
+const KEYS: [&str; 3] = [
+    "a",
+    "customer-7f3c2a9e-1b4d-4c8a-9e2f-5a6b7c8d9e0f/region-eu-west-1",
+    "customer-7f3c2a9e-1b4d-4c8a-9e2f-5a6b7c8d9e0f/region-us-east-1",
+];
 const ENTRIES: usize = 9;
 
 /// What the worker did: each key's deliveries as (n, delivery count), in delivery order.
@@ -55,6 +61,14 @@ async fn work(sub: &mut Subscription) -> Seen {
                     outcome(d.slot, OutcomeKind::Ack)
                 }
             });
+        }
+        if seen.values().map(Vec::len).sum::<usize>() == keys_in_read.len() {
+            // The first read: every key's first entry goes out, and only that.
+            assert_eq!(
+                keys_in_read.len(),
+                KEYS.len(),
+                "one delivery per key in the first read: {read:?}"
+            );
         }
         sub.send(Vec::new(), outcomes).await;
         assert!(sub.flush().await.ok);
