@@ -293,14 +293,11 @@ impl SidecarClient {
     ) -> Result<proto::QueuedCommand, String> {
         let (name, args) = match (self.ordered, &self.counter) {
             (Some(_), _) => {
-                let key = delivery
-                    .fields
-                    .iter()
-                    .find(|f| f.name.as_ref() == KEY_FIELD.as_bytes())
+                let key = field(delivery, KEY_FIELD.as_bytes())
                     .ok_or("an ordered delivery without its key field")?;
-                let mut list = BytesMut::with_capacity(ORDER_PREFIX.len() + key.value.len());
+                let mut list = BytesMut::with_capacity(ORDER_PREFIX.len() + key.len());
                 list.put_slice(ORDER_PREFIX.as_bytes());
-                list.put_slice(&key.value);
+                list.put_slice(key);
                 let id = Bytes::copy_from_slice(itoa::Buffer::new().format(payload.id).as_bytes());
                 ("RPUSH", vec![list.freeze(), id])
             }
@@ -322,11 +319,16 @@ fn payload_of(delivery: &proto::Delivery) -> &[u8] {
     if !delivery.payload.is_empty() {
         return &delivery.payload;
     }
+    field(delivery, b"_payload").unwrap_or_default()
+}
+
+/// A raw field of a delivery, by name.
+fn field<'a>(delivery: &'a proto::Delivery, name: &[u8]) -> Option<&'a [u8]> {
     delivery
         .fields
         .iter()
-        .find(|f| f.name.as_ref() == b"_payload")
-        .map_or(&[], |f| f.value.as_ref())
+        .find(|f| f.name.as_ref() == name)
+        .map(|f| f.value.as_ref())
 }
 
 /// A read in flight: when it arrived, its entries' send times (latency phase), how many it

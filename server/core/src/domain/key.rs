@@ -25,15 +25,16 @@ enum Repr {
 impl Key {
     /// The key `value`, copied when short.
     pub fn new(value: &Bytes) -> Key {
-        if value.len() > INLINE {
-            return Key(Repr::Shared(value.clone()));
-        }
+        Key::inline(value).unwrap_or_else(|| Key(Repr::Shared(value.clone())))
+    }
+
+    fn inline(value: &[u8]) -> Option<Key> {
         let mut bytes = [0; INLINE];
-        bytes[..value.len()].copy_from_slice(value);
-        Key(Repr::Inline {
+        bytes.get_mut(..value.len())?.copy_from_slice(value);
+        Some(Key(Repr::Inline {
             len: value.len() as u8,
             bytes,
-        })
+        }))
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -46,7 +47,7 @@ impl Key {
 
 impl From<&[u8]> for Key {
     fn from(value: &[u8]) -> Key {
-        Key::new(&Bytes::copy_from_slice(value))
+        Key::inline(value).unwrap_or_else(|| Key(Repr::Shared(Bytes::copy_from_slice(value))))
     }
 }
 
@@ -66,7 +67,7 @@ impl Hash for Key {
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({:?})", Bytes::copy_from_slice(self.as_bytes()))
+        write!(f, "Key(b\"{}\")", self.as_bytes().escape_ascii())
     }
 }
 

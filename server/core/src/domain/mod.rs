@@ -1,7 +1,8 @@
 //! The product's vocabulary, as plain data: what a subscription reads ([`Source`] and its
 //! forms, [`Mode`], the block limits), what it holds ([`Entry`], its payload-and-headers layout,
-//! [`ReadBatch`], an ordering key's value [`Key`]), how list values and messages carry headers ([`frame`]), and where a Publish
-//! writes ([`Target`]), and a dead letter as an operator reads it ([`letter`]). Every layer speaks these types; how they are read from and written to
+//! [`ReadBatch`], an ordering key's value [`Key`]), how list values and messages carry headers
+//! ([`frame`]), and where a Publish writes ([`Target`]), and a dead letter as an operator reads
+//! it ([`letter`]). Every layer speaks these types; how they are read from and written to
 //! Redis is the Redis adapter's business, how they travel on the wire the gRPC layer's.
 
 pub mod entry;

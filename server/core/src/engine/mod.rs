@@ -43,8 +43,8 @@ pub trait Item: Clone {
     /// The entry's ordering key on an ordered subscription (see [`Config::ordered`]); `None`:
     /// it is handed out whatever else is out.
     /// Borrowed: the engine looks a key up several times per delivery and keeps a copy only
-    /// where it stores one, and a key is a slice of its read's buffer, whose reference count
-    /// the reply's other slices share across threads.
+    /// where it stores one (a long key still shares its read's buffer; see
+    /// [`crate::domain::Key`]).
     fn ordering_key(&self) -> Option<&crate::domain::Key>;
     /// The entry as its next delivery sees it after a retry kept in place (whose flush counted
     /// that delivery in Redis): one delivery more.
