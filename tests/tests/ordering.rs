@@ -492,7 +492,7 @@ async fn leave_mid_key(reread_between: bool) -> Vec<(usize, u32)> {
 /// h's entries come in order, each counted once, fetched back by id (round trips of kind
 /// `fetch`); nothing else is left pending.
 #[tokio::test]
-async fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_other_keys_flow() {
+async fn past_a_fetchs_worth_a_hot_keys_entries_are_parked_and_the_other_keys_flow() {
     const N: usize = 42; // n even: key h; n odd: a key of its own.
     let redis = RedisServer::start();
     let inspect: Client = redis.client().await;
@@ -543,7 +543,7 @@ async fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_other_keys
     })
     .await;
     assert!(shown, "{}", scrape(metrics).await);
-    // Entry 30 is among the parked ones (h's entries 2 to 16 wait in memory).
+    // Entry 30 is among the parked ones (h's entries 2 to 8 wait in memory: a fetch's worth).
     let all: Vec<(String, std::collections::HashMap<String, String>)> =
         inspect.xrange("orders", "-", "+", None).await.unwrap();
     let id = |n: &str| all.iter().find(|(_, f)| f["n"] == n).unwrap().0.clone();
@@ -598,8 +598,72 @@ async fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_other_keys
     );
     assert!(
         fetches >= 3.0,
-        "12 parked, fetched 4 at a time: {fetches} fetches"
+        "16 parked, fetched 4 at a time: {fetches} fetches"
     );
+    sub.close();
+    sidecar.stop().await;
+}
+
+/// Many keys busy at once with an entry or two waiting each (a window larger than the keys
+/// in flight, a client that settles each read at once): nothing is parked and fetched back by
+/// a round trip of its own, where parking them would cost a fetch for nearly every entry.
+/// Each key's entries come in order, one at a time.
+#[tokio::test]
+async fn keys_busy_with_few_entries_each_wait_in_memory_unparked() {
+    const N: usize = 100_000;
+    const KEYS: usize = 1000;
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let (sidecar, metrics) = with_metrics(&redis).await;
+    let mut client = sidecar.client().await;
+    let entries: Vec<_> = (0..N)
+        .map(|n| vec![("k", format!("k{}", n % KEYS)), ("n", n.to_string())])
+        .collect();
+    for part in entries.chunks(10_000) {
+        publish(&mut client, "orders", part.to_vec()).await;
+    }
+    let mut open = ordered(
+        stream_open("orders", "g", "w1", 64),
+        proto::ordering_key::Source::Field("k".into()),
+    );
+    open.max_in_flight = 1024;
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+
+    let mut last: BTreeMap<String, usize> = BTreeMap::new();
+    let mut acked = 0;
+    while acked < N {
+        let read = sub.read().await;
+        let (mut commands, mut outcomes) = (Vec::new(), Vec::new());
+        for d in &read.deliveries {
+            let (key, n) = key_and_n(d);
+            if let Some(before) = last.insert(key.clone(), n) {
+                assert!(before < n, "{key}: {n} after {before}");
+            }
+            let list = format!("order:{key}");
+            commands.push(command(d.slot, "RPUSH", &[&list, &n.to_string()]));
+            outcomes.push(outcome(d.slot, OutcomeKind::Ack));
+        }
+        let keys: std::collections::HashSet<_> =
+            read.deliveries.iter().map(|d| key_and_n(d).0).collect();
+        assert_eq!(keys.len(), read.deliveries.len(), "a key twice in one read");
+        acked += outcomes.len();
+        sub.send(commands, outcomes).await;
+    }
+    assert_eq!(
+        last.values().min(),
+        Some(&(N - KEYS)),
+        "every key to its last"
+    );
+    let settled = eventually(STEP, || async {
+        pending(&inspect, "orders", "g").await == 0
+    })
+    .await;
+    assert!(settled, "entries left pending");
+    let fetches = sample(
+        &scrape(metrics).await,
+        "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"fetch\"}",
+    );
+    assert_eq!(fetches, 0.0, "nothing parked, nothing fetched back");
     sub.close();
     sidecar.stop().await;
 }

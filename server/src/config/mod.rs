@@ -124,10 +124,10 @@ pub struct Config {
     #[arg(long, env = "WINDOW_MAX_COMMANDS_PER_SLOT", default_value_t = 1024)]
     pub max_commands_per_slot: usize,
 
-    /// On an ordered stream subscription, the most entries waiting for their ordering key past
-    /// the subscription's max_in_flight that are parked as ids (24 bytes each; still pending in
-    /// Redis, fetched by id when their turn comes). Reads stop once this many are parked; 0:
-    /// none are, and reads stop at max_in_flight entries waiting.
+    /// On an ordered stream subscription, the most entries waiting for their ordering key that
+    /// are parked as ids (24 bytes each; still pending in Redis, fetched by id when their turn
+    /// comes): a hot key's, past the COUNT already waiting for it in memory. Reads stop once
+    /// this many are parked; 0: none are, and reads stop at max_in_flight entries waiting.
     #[arg(long, env = "WINDOW_MAX_PARKED", default_value_t = 100_000)]
     pub max_parked: u32,
 

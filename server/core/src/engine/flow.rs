@@ -46,13 +46,26 @@ impl<E: Item> Engine<E> {
             // Entries waiting for their key have a bound of their own, the same size: a hot
             // key stops the reads once it fills it, not before, and never takes the room of
             // the deliveries out. Not while keys wait for a re-read, which only reads free:
-            // the bound may be passed by those reads. Where entries past it are parked, the
-            // reads stop at the bound of parked ones instead.
-            let (waiting, bound) = match self.lanes.parking() {
-                Some(parking) => (self.lanes.parked(), parking.max_parked),
-                None => (self.lanes.waiting(), max),
+            // the bound may be passed by those reads. On a stream that parks a hot key's
+            // entries, the reads stop at the bound of parked ones, or when the keys that do
+            // not park (each busy with few entries waiting) fill the bound in memory. Reads
+            // under way count against the parked bound only: beside a hot key, whose part of
+            // them parks, counting them in memory too would stop the reads for the others
+            // while the hot key's own entries fill half the bound; what they bring past it
+            // is bounded by them.
+            let memory = self.lanes.waiting();
+            let (waiting, bound, waiting_room) = match self.lanes.parking() {
+                Some(parking) => {
+                    let parked = self.lanes.parked();
+                    let room = parking.max_parked.saturating_sub(parked + reading);
+                    (
+                        memory + parked,
+                        max.min(parking.max_parked),
+                        room.min(max.saturating_sub(memory)),
+                    )
+                }
+                None => (memory, max, max.saturating_sub(memory + reading)),
             };
-            let waiting_room = bound.saturating_sub(waiting + reading);
             if waiting > 0 && waiting_room < (self.config.count as usize).min(bound) {
                 // A hot key frees its bound one entry at a time: a read per freed place would
                 // cost a round trip each for no more pace. Wait for a whole read's worth.

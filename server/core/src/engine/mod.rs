@@ -49,7 +49,7 @@ pub trait Item: Clone {
     /// The entry as its next delivery sees it after a retry kept in place (whose flush counted
     /// that delivery in Redis): one delivery more.
     fn redelivered(&self) -> Self;
-    /// What an entry parked past the waiting bound keeps of itself (see
+    /// What a hot key's entry parked as an id keeps of itself (see
     /// [`Config::max_parked`]): enough to fetch it by id, and to extend it or give it back.
     type Parked: Clone + std::fmt::Debug + PartialEq;
     fn park(&self) -> Self::Parked;
@@ -138,10 +138,9 @@ pub struct Config {
     /// On an ordered stream, how often entries waiting for their key are made idle again
     /// (other consumers reclaim entries idle past their `min_idle`).
     pub extend_waiting_every: Option<Duration>,
-    /// On an ordered stream, how many entries waiting for their key may be parked as ids past
-    /// the waiting bound (`max_in_flight` entries in memory), to be fetched by id when their
-    /// turn comes; reads stop once this many are parked. 0: none are, and reads stop at the
-    /// waiting bound.
+    /// On an ordered stream, how many entries waiting for their key may be parked as ids (a
+    /// key's past `count` waiting in memory), to be fetched by id when their turn comes; reads
+    /// stop once this many are parked, or once `max_in_flight` wait in memory. 0: none are.
     pub max_parked: u32,
 }
 

@@ -9,11 +9,11 @@
 //! copied to the end of the stream. When a lane frees, its first entry is handed out, once
 //! due. Entries without a key take no lane.
 //!
-//! On a stream, entries that would wait past the waiting bound are parked instead: a lane
-//! keeps only what it needs to fetch them again by id ([`Item::Parked`]), after its waiting
-//! entries, and fetches the first of them back while it runs short. Redis keeps them pending
-//! meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry and the reads run
-//! on past it for the other keys.
+//! On a stream, a hot key's entries past a fetch's worth waiting in memory are parked
+//! instead: its lane keeps only what it needs to fetch them again by id ([`Item::Parked`]),
+//! after its waiting entries, and fetches the first of them back while it runs short. Redis
+//! keeps them pending meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry
+//! and the reads run on past it for the other keys.
 
 use std::collections::{HashMap, HashSet, VecDeque, hash_map};
 use std::time::{Duration, Instant};
@@ -55,8 +55,8 @@ struct Lane<E: Item> {
     unsettled: Option<E::Id>,
     /// The slot of its delivery out.
     out_slot: Option<SlotId>,
-    /// Entries parked past the waiting bound, oldest first, all after those in `queue`; the
-    /// first `fetching` of them are being fetched (by one fetch at most).
+    /// Entries parked past a fetch's worth waiting, oldest first, all after those in `queue`;
+    /// the first `fetching` of them are being fetched (by one fetch at most).
     parked: VecDeque<E::Parked>,
     fetching: usize,
 }
@@ -93,8 +93,9 @@ impl<E: Item> Lane<E> {
     }
 }
 
-/// Parking on an ordered stream: entries past `bound` waiting in memory are parked; a lane
-/// fetches `batch` at a time once fewer than `batch` of its entries wait in memory.
+/// Parking on an ordered stream: a key's entries past `batch` waiting in memory are parked; a
+/// lane fetches `batch` at a time once fewer than `batch` of its entries wait in memory, while
+/// fewer than `bound` entries of all keys do.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Parking {
     pub(super) bound: usize,
@@ -264,14 +265,16 @@ impl<E: Item> Lanes<E> {
             if !free && lane.busy == Busy::Out && !lane.waits() {
                 behind.extend(lane.out_slot);
             }
-            // A free key's entry past the room waits in memory whatever the waiting bound: it
-            // goes out as soon as there is room, while a fetch would wait for the bound a hot
-            // key fills. One read's worth past the bound at most (a read asks for at most
-            // twice COUNT).
+            // A free key's entry past the room waits in memory: it goes out as soon as there
+            // is room. Only a hot key parks: a busy key's entry parks once its key has a
+            // fetch's worth waiting in memory. Where many keys are busy with an entry or two
+            // waiting each, parking them would cost a fetch, a round trip, for nearly every
+            // entry; in memory each goes out as its key frees, and the reads stop at the
+            // waiting bound (see `room`), passed at most by the reads under way when it filled.
             let park = !free
                 && self
                     .parking
-                    .is_some_and(|p| !lane.parked.is_empty() || self.waiting >= p.bound);
+                    .is_some_and(|p| !lane.parked.is_empty() || lane.queue.len() >= p.batch);
             if park {
                 if lane.parked.is_empty() {
                     self.parked_keys.insert(key.clone());

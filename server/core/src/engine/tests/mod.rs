@@ -684,22 +684,37 @@ fn a_retried_keyed_entry_comes_back_first_in_its_place() {
     );
 }
 
-/// Past the bound of entries waiting in memory, a hot key's entries are parked by id and the
-/// reads go on for the other keys. Each parked entry is fetched back by id as its lane runs
-/// short, in order: a failed fetch is tried again after a backoff, and an entry gone from the
-/// stream is skipped.
-#[test]
-fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
-    let mut now = Instant::now();
+/// An ordered stream's engine that parks a hot key's entries (up to 100), reading on the
+/// reader (no read-ahead), its first actions taken.
+fn parking_engine(count: u32, max_in_flight: u32, now: Instant) -> Engine<E> {
     let config = Config {
-        count: 2,
-        max_in_flight: 4,
+        count,
+        max_in_flight,
         max_parked: 100,
         read_ahead: false,
         ..model::ordered_config(Kind::Stream)
     };
     let mut engine = Engine::new(config, now);
     engine.take_actions();
+    engine
+}
+
+/// The COUNT of the read asked for, if one was.
+fn read_asked(actions: &[Action<E>]) -> Option<u32> {
+    actions.iter().find_map(|a| match a {
+        Action::Read { count, .. } => Some(*count),
+        _ => None,
+    })
+}
+
+/// Past a fetch's worth waiting in memory (COUNT), a hot key's entries are parked by id and
+/// the reads go on for the other keys. Each parked entry is fetched back by id as its lane
+/// runs short, in order: a failed fetch is tried again after a backoff, and an entry gone from
+/// the stream is skipped.
+#[test]
+fn past_a_fetchs_worth_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
+    let mut now = Instant::now();
+    let mut engine = parking_engine(2, 4, now);
     // Ten reads, each of a hot entry (key 0, odd ids) and one of another key (even ids),
     // which the client acks at once; the hot key's first delivery stays out meanwhile.
     let mut hot_out = None;
@@ -737,8 +752,8 @@ fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
             engine.take_actions();
         }
     }
-    assert_eq!(engine.lanes.waiting(), 4, "3, 5, 7 and 9 wait in memory");
-    assert_eq!(engine.lanes.parked(), 5, "11 to 19 are parked");
+    assert_eq!(engine.lanes.waiting(), 2, "3 and 5 wait in memory");
+    assert_eq!(engine.lanes.parked(), 7, "7 to 19 are parked");
     assert_eq!(engine.view().waiting_for_key, 9);
 
     // The client acks each hot delivery as it comes; entry 13 is gone from the stream.
@@ -804,11 +819,56 @@ fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
     assert!(failed);
     assert_eq!(
         fetched,
-        vec![11, 13, 15, 17, 19],
+        vec![7, 9, 11, 13, 15, 17, 19],
         "fetched once each, in order"
     );
     assert_eq!(hot, vec![1, 3, 5, 7, 9, 11, 15, 17, 19]);
     assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (0, 0));
+}
+
+/// Where many keys are busy with an entry or two waiting each, nothing parks: they wait in
+/// memory and the reads stop at the bound there, rather than read on and fetch nearly every
+/// entry back by a round trip of its own. As keys free, their entries go out and the reads
+/// go on.
+#[test]
+fn keys_waiting_for_few_entries_each_stop_the_reads_at_the_bound_unparked() {
+    let now = Instant::now();
+    let mut engine = parking_engine(2, 4, now);
+    // Keys 1 and 2 go out; two more reads bring two entries of each.
+    engine.read_returned(now, Ok(Read::new(vec![keyed(1, 1), keyed(2, 2)])));
+    let actions = engine.take_actions();
+    let out = handed_out(&actions);
+    assert_eq!(delivered(&actions), vec![1, 2]);
+    assert!(read_asked(&actions).is_some());
+    engine.read_returned(now, Ok(Read::new(vec![keyed(3, 1), keyed(4, 2)])));
+    assert!(
+        read_asked(&engine.take_actions()).is_some(),
+        "room for more in memory"
+    );
+    engine.read_returned(now, Ok(Read::new(vec![keyed(5, 1), keyed(6, 2)])));
+    let actions = engine.take_actions();
+    assert_eq!(
+        read_asked(&actions),
+        None,
+        "the bound in memory is full: the reads stop"
+    );
+    assert!(!actions.iter().any(|a| matches!(a, Action::Fetch { .. })));
+    assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (4, 0));
+
+    // Both keys settle: their next entries go out, and the reads go on.
+    let acks = out
+        .iter()
+        .map(|&(slot, _)| settle(slot, Outcome::Ack))
+        .collect();
+    engine.apply(now, Vec::new(), acks, |_, _| None);
+    let flush = flushes(&engine.take_actions())[0].0;
+    engine.flushed(now, flush, FlushStatus::Ok, None);
+    let actions = engine.take_actions();
+    let mut next = delivered(&actions);
+    next.sort_unstable();
+    assert_eq!(next, vec![3, 4], "each key's next, keys in no order");
+    assert!(read_asked(&actions).is_some(), "room in memory again");
+    assert_eq!((engine.lanes.waiting(), engine.lanes.parked()), (2, 0));
 }
 
 /// Beside a hot key whose entries are parked, a read asks Redis for enough entries that about
@@ -818,21 +878,7 @@ fn past_the_waiting_bound_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
 #[test]
 fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room() {
     let now = Instant::now();
-    let config = Config {
-        count: 4,
-        max_in_flight: 8,
-        max_parked: 100,
-        read_ahead: false,
-        ..model::ordered_config(Kind::Stream)
-    };
-    let mut engine = Engine::new(config, now);
-    engine.take_actions();
-    let asked = |actions: &[Action<E>]| -> Option<u32> {
-        actions.iter().find_map(|a| match a {
-            Action::Read { count, .. } => Some(*count),
-            _ => None,
-        })
-    };
+    let mut engine = parking_engine(4, 8, now);
     let mut out = Vec::new();
     // Half of the first read is the hot key's (key 0): 3 of 4 go out, so the next asks 6.
     let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
@@ -841,7 +887,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
     assert_eq!(delivered(&actions), vec![1, 2, 4]);
     out.extend(handed_out(&actions));
     assert_eq!(
-        asked(&actions),
+        read_asked(&actions),
         Some(6),
         "5 places free: 4 and the 2 held back"
     );
@@ -858,7 +904,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
     assert_eq!(delivered(&actions), vec![6, 8, 10]);
     out.extend(handed_out(&actions));
     assert_eq!(
-        asked(&actions),
+        read_asked(&actions),
         Some(6),
         "2 places free and the 4 the hot key holds back"
     );
@@ -950,30 +996,20 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
 #[test]
 fn once_the_backlog_ends_reads_ask_for_count_again() {
     let now = Instant::now();
-    let config = Config {
-        count: 4,
-        max_in_flight: 16,
-        max_parked: 100,
-        read_ahead: false,
-        ..model::ordered_config(Kind::Stream)
-    };
-    let mut engine = Engine::new(config, now);
-    engine.take_actions();
-    let asked = |actions: &[Action<E>]| -> Option<u32> {
-        actions.iter().find_map(|a| match a {
-            Action::Read { count, .. } => Some(*count),
-            _ => None,
-        })
-    };
+    let mut engine = parking_engine(4, 16, now);
     // Half of a full read is the hot key's: the next asks for 6 so that about 4 go out.
     let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
     engine.read_returned(now, Ok(Read::new(first)));
-    assert_eq!(asked(&engine.take_actions()), Some(6));
+    assert_eq!(read_asked(&engine.take_actions()), Some(6));
     // It brings two: the backlog is over.
     engine.read_returned(now, Ok(Read::new(vec![keyed(5, 3), keyed(6, 4)])));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![5, 6]);
-    assert_eq!(asked(&actions), Some(4), "COUNT, not COUNT and the extra");
+    assert_eq!(
+        read_asked(&actions),
+        Some(4),
+        "COUNT, not COUNT and the extra"
+    );
 }
 
 /// The end-to-end shape of a hot key: its first delivery held all along, half the stream its,
