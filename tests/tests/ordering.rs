@@ -612,7 +612,8 @@ async fn past_a_fetchs_worth_a_hot_keys_entries_are_parked_and_the_other_keys_fl
 /// Many keys busy at once with an entry or two waiting each (a window larger than the keys
 /// in flight, a client that settles each read at once): nothing is parked and fetched back by
 /// a round trip of its own, where parking them would cost a fetch for nearly every entry.
-/// Each key's entries come in order, one at a time.
+/// Each key's entries come in order, one at a time. Under the backlog the reads go on the
+/// subscription's read lane, each a round trip of its own (kind `read`).
 #[tokio::test]
 async fn keys_busy_with_few_entries_each_wait_in_memory_unparked() {
     const N: usize = 100_000;
@@ -663,6 +664,20 @@ async fn keys_busy_with_few_entries_each_wait_in_memory_unparked() {
     }
     let fetches = fetches(metrics).await;
     assert_eq!(fetches, 0.0, "nothing parked, nothing fetched back");
+    let text = scrape(metrics).await;
+    let aheads = sample(&text, "window_sidecar_read_aheads_total{form=\"stream\"}");
+    let reads = sample(
+        &text,
+        "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"read\"}",
+    );
+    assert!(
+        aheads >= (N / 128) as f64,
+        "{aheads} reads ahead of the reader for {N} entries read at most 128 at a time"
+    );
+    assert!(
+        reads >= aheads,
+        "{reads} read round trips for {aheads} reads on the lane"
+    );
     sub.close();
     sidecar.stop().await;
 }

@@ -1,11 +1,16 @@
 //! The tasks that do a subscription's I/O beside it: the reader (blocking reads on the
 //! subscription's own connection), the flusher (flushes in order over the pool, those that
-//! queued going together in one round trip), the promoter of due retry_after entries and the
-//! trim of a stream under retention by acknowledgement.
+//! queued going together in one round trip), an ordered stream's read lane (its reads under a
+//! backlog, in order on one connection), the promoter of due retry_after entries and the trim
+//! of a stream under retention by acknowledgement.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fred::interfaces::ClientLike;
+use futures::StreamExt;
+use futures::future::Either;
 use opentelemetry::global::BoxedSpan;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -56,15 +61,22 @@ pub(super) struct FlushJob {
     pub span: Option<BoxedSpan>,
 }
 
-/// What a read that rode at the end of a flush read; `Err` with whether no reply came.
+/// A read the engine asked of an ordered stream's read lane (a plan of only a read).
+pub(super) struct LaneRead {
+    pub flush: FlushId,
+    pub plan: FlushPlan,
+}
+
+/// What a read that rode at the end of a flush, or went on the read lane, read; `Err` with
+/// whether no reply came.
 pub(super) type ReadAhead = Result<ReadBatch, (RedisError, bool)>;
 
 /// What the flusher tells its subscription.
 pub(super) enum Flushed {
     /// A flush is done, with its report and what its read-ahead read.
     Report(FlushId, FlushReport, Option<ReadAhead>),
-    /// A read sent behind the flushes (a plan with no commands) is done. `unknown`: no reply
-    /// came; it stays able to run until [`Flushed::Settled`].
+    /// A read on the read lane is done. `unknown`: no reply came; it stays able to run until
+    /// [`Flushed::Settled`].
     Read(FlushId, ReadAhead, bool),
     /// A flush reported with an unknown outcome can no longer run (see
     /// [`flush::settle_unknown`]).
@@ -78,8 +90,7 @@ const UNKNOWN_FLUSH_BARRIER: Duration = Duration::from_secs(60);
 /// The most queued flushes one pipeline carries (each at most a read's worth of segments).
 const MAX_FLUSHES_PER_ROUND_TRIP: usize = 16;
 
-/// Runs flushes (and reads sent behind them) one after another, in the order they were handed
-/// over (the order reads
+/// Runs flushes one after another, in the order they were handed over (the order reads
 /// completed). Flushes that queued while one was under way go together, in order, in the next
 /// pipeline: one round trip for all of them, so a flusher that falls behind catches up rather
 /// than queueing further. The queue is bounded by the in-flight limit: deliveries waiting for
@@ -107,7 +118,7 @@ pub(super) async fn flush_loop(
             .get_or_create(&RoundTripLabels { form, kind })
             .clone()
     };
-    let (flush_round_trips, read_round_trips) = (round_trips("flush"), round_trips("read"));
+    let flush_round_trips = round_trips("flush");
     let skipped = metrics
         .settles_skipped
         .get_or_create(&FormLabels { form })
@@ -119,72 +130,58 @@ pub(super) async fn flush_loop(
         let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
         let results = flush::execute(client, redis.pool(), &plans, redis.timeout()).await;
         let elapsed = started.elapsed().as_secs_f64();
-        if plans.iter().all(|plan| plan.reads_only()) {
-            read_round_trips.inc();
-        } else {
-            flush_round_trips.inc();
-        }
+        flush_round_trips.inc();
         let mut unknown = Vec::new();
         for (job, (result, read_ahead)) in group.drain(..).zip(results) {
             let flush = job.flush;
-            let message = match read_ahead.map(stream::read_ahead_reply) {
-                Some(read) if job.plan.reads_only() => {
-                    let lost = matches!(read, Err((_, true)));
-                    if lost {
-                        unknown.push(flush);
-                    }
-                    Flushed::Read(flush, read, lost)
-                }
-                read_ahead => {
-                    let FlushJob {
-                        mut report, span, ..
-                    } = job;
-                    report.result = result;
-                    let exemplar = crate::scale::exemplar::of_span(span.as_ref());
-                    duration.observe(elapsed, exemplar, None);
-                    let outcome = if report.result.ok() { "ok" } else { "failed" };
-                    metrics
-                        .flushes
-                        .get_or_create(&FlushLabels {
-                            form,
-                            mode: mode.as_str(),
-                            result: outcome,
-                        })
-                        .inc();
-                    let dead_lettered = report
-                        .dead_lettered
-                        .saturating_sub(report.result.skipped_dead_letters);
-                    if report.result.ok() && dead_lettered > 0 {
-                        metrics
-                            .scale
-                            .dead_letters
-                            .get_or_create(&labels)
-                            .inc_by(dead_lettered as u64);
-                    }
-                    if report.result.skipped > 0 {
-                        skipped.inc_by(report.result.skipped as u64);
-                        warn!(
-                            entries = report.result.skipped,
-                            "entries left to the consumer that claimed them: this one held them past min_idle without extending them (Redis out of reach?); not requeued or settled here"
-                        );
-                    }
-                    metrics
-                        .flush_commands
-                        .get_or_create(&labels)
-                        .observe(report.commands as f64);
-                    metrics
-                        .flush_settles
-                        .get_or_create(&labels)
-                        .observe(report.settles as f64);
-                    if let Some(span) = span {
-                        observe::end_flush_span(span, &report.result);
-                    }
-                    if report.result.unknown {
-                        unknown.push(flush);
-                    }
-                    Flushed::Report(flush, report, read_ahead)
-                }
-            };
+            let read_ahead = read_ahead.map(stream::read_ahead_reply);
+            let FlushJob {
+                mut report, span, ..
+            } = job;
+            report.result = result;
+            let exemplar = crate::scale::exemplar::of_span(span.as_ref());
+            duration.observe(elapsed, exemplar, None);
+            let outcome = if report.result.ok() { "ok" } else { "failed" };
+            metrics
+                .flushes
+                .get_or_create(&FlushLabels {
+                    form,
+                    mode: mode.as_str(),
+                    result: outcome,
+                })
+                .inc();
+            let dead_lettered = report
+                .dead_lettered
+                .saturating_sub(report.result.skipped_dead_letters);
+            if report.result.ok() && dead_lettered > 0 {
+                metrics
+                    .scale
+                    .dead_letters
+                    .get_or_create(&labels)
+                    .inc_by(dead_lettered as u64);
+            }
+            if report.result.skipped > 0 {
+                skipped.inc_by(report.result.skipped as u64);
+                warn!(
+                    entries = report.result.skipped,
+                    "entries left to the consumer that claimed them: this one held them past min_idle without extending them (Redis out of reach?); not requeued or settled here"
+                );
+            }
+            metrics
+                .flush_commands
+                .get_or_create(&labels)
+                .observe(report.commands as f64);
+            metrics
+                .flush_settles
+                .get_or_create(&labels)
+                .observe(report.settles as f64);
+            if let Some(span) = span {
+                observe::end_flush_span(span, &report.result);
+            }
+            if report.result.unknown {
+                unknown.push(flush);
+            }
+            let message = Flushed::Report(flush, report, read_ahead);
             if reports.send(message).is_err() {
                 return;
             }
@@ -200,6 +197,84 @@ pub(super) async fn flush_loop(
                 }
             });
         }
+    }
+}
+
+/// Runs an ordered stream's reads under a backlog (plans of only a read) on one connection,
+/// each sent as it comes while the ones before it are out, and reports them in the order
+/// asked. One connection runs its commands in the order they were written, so the reads take
+/// entries in the order asked: what keeps a key's entries in order (see Ordering keys in
+/// design.md). While Redis runs one read, this task takes the last one's reply apart.
+pub(super) async fn read_lane(
+    redis: Redis,
+    shared: Arc<Shared>,
+    form: &'static str,
+    mut jobs: mpsc::UnboundedReceiver<LaneRead>,
+    reports: mpsc::UnboundedSender<Flushed>,
+) {
+    let client = redis.flush_client().clone();
+    let round_trips = shared
+        .metrics
+        .round_trips
+        .get_or_create(&RoundTripLabels { form, kind: "read" })
+        .clone();
+    let report = |(flush, read): (FlushId, ReadAhead)| {
+        let lost = matches!(read, Err((_, true)));
+        if lost {
+            let (client, reports) = (client.clone(), reports.clone());
+            tokio::spawn(async move {
+                flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
+                let _ = reports.send(Flushed::Settled(flush));
+            });
+        }
+        reports.send(Flushed::Read(flush, read, lost)).is_ok()
+    };
+    let read = |job: LaneRead| {
+        let (client, follower) = (client.clone(), redis.pool().clone());
+        let timeout = redis.timeout();
+        round_trips.inc();
+        async move {
+            let mut results = flush::execute(&client, &follower, &[&job.plan], timeout).await;
+            let reply = results.pop().and_then(|(_, read)| read);
+            let reply = reply.expect("a plan of only a read answers its read");
+            (job.flush, stream::read_ahead_reply(reply))
+        }
+    };
+    let mut out = futures::stream::FuturesOrdered::new();
+    loop {
+        tokio::select! {
+            job = jobs.recv() => {
+                let Some(job) = job else { break };
+                if !client.is_connected() {
+                    // Reads waiting for the connection to come back could then be written in
+                    // either order: until it is, one at a time.
+                    while let Some(done) = out.next().await {
+                        if !report(done) {
+                            return;
+                        }
+                    }
+                    if !report(read(job).await) {
+                        return;
+                    }
+                    continue;
+                }
+                // Polled once now, so that fred writes it behind the reads before it.
+                let mut started = Box::pin(read(job));
+                match futures::poll!(started.as_mut()) {
+                    Poll::Ready(done) => out.push_back(Either::Left(std::future::ready(done))),
+                    Poll::Pending => out.push_back(Either::Right(started)),
+                }
+            }
+            Some(done) = out.next(), if !out.is_empty() => {
+                if !report(done) {
+                    return;
+                }
+            }
+        }
+    }
+    // The subscription is gone; what it left out still runs, and is still settled if lost.
+    while let Some(done) = out.next().await {
+        report(done);
     }
 }
 

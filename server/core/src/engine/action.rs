@@ -17,10 +17,11 @@ pub enum Action<E: super::Item> {
         reread: bool,
         recover: bool,
     },
-    /// Read up to `count` new entries on the flusher, after the flushes handed out before it
-    /// (no block: there is a backlog). It settles nothing and has no report for the client;
-    /// answer with [`Engine::flushed`] for `flush`, the read as its read-ahead.
-    ReadBehindFlushes { flush: FlushId, count: u32 },
+    /// Read up to `count` new entries on the read lane, behind the reads handed to it before
+    /// (no block: there is a backlog). The lane runs its reads one after another on one
+    /// connection and answers them in the order asked. It settles nothing and has no report
+    /// for the client; answer with [`Engine::flushed`] for `flush`, the read as its read-ahead.
+    ReadInOrder { flush: FlushId, count: u32 },
     /// Fetch these parked entries by id, in order, without counting a delivery; settle those
     /// gone from the stream. Answer with [`Engine::fetched`]. Runs beside everything else:
     /// the entries are this consumer's pending ones already.

@@ -1,11 +1,15 @@
 //! Flow control: how much room the window has, when the reader reads and how many, when a
-//! read rides on a flush instead, when this consumer's own entries are read again, and the
-//! flushes under way that all of it depends on.
+//! read rides on a flush or goes on the read lane instead, when this consumer's own entries
+//! are read again, and the flushes under way that all of it depends on.
 
 use std::time::{Duration, Instant};
 
 use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, ReaderRead, counts};
 use crate::window::{FlushBatch, Outcome, SlotId};
+
+/// The reads an ordered stream keeps out at once on its read lane: Redis runs the next while
+/// the sidecar takes the last apart. More went no faster (see Performance in development.md).
+const READS_IN_ORDER: usize = 2;
 
 /// The wait before the next read after `failures` failed ones in a row.
 pub(super) fn backoff(failures: u32) -> Duration {
@@ -97,17 +101,26 @@ impl<E: Item> Engine<E> {
 
     /// Asks the reader for more when the window has room and no read is under way: while a
     /// read rides on a flush, the flush's reply brings the next entries, and a read of the
-    /// reader's own would only cost a round trip of its own.
+    /// reader's own would only cost a round trip of its own. An ordered stream under a backlog
+    /// reads on its read lane instead, up to [`READS_IN_ORDER`] at once.
     pub(super) fn maybe_read(&mut self, now: Instant) {
+        while self.read_once(now) {}
+    }
+
+    /// Asks for one read if one is due; whether it went on the read lane (another may follow).
+    fn read_once(&mut self, now: Instant) -> bool {
         let room = self.room();
-        if !self.may_read() || self.reader.is_some() || !self.ahead.is_empty() || room == 0 {
-            return;
+        if !self.may_read() || self.reader.is_some() || room == 0 {
+            return false;
+        }
+        if !self.ahead.is_empty() && !self.another_read_in_order(now) {
+            return false;
         }
         let reread = self.reread_owed && self.reread_ready();
         if self.config.ordered && self.reread_owed && !reread {
             // A read past this consumer's own pending entries could hand out a key's later
             // entry before the earlier one the re-read brings back.
-            return;
+            return false;
         }
         if reread {
             self.reread_owed = false;
@@ -129,17 +142,15 @@ impl<E: Item> Engine<E> {
         } else {
             count + self.read_extra
         };
-        if self.config.ordered && self.reads_behind_flushes() && !reread && !recover {
-            // The next flushes may then carry the reads after it: all of them run in order on
-            // the flusher, so their entries come in the order Redis handed them out. A read
-            // of the reader's own could pass them.
+        if self.config.ordered && self.reads_ahead_now() && !reread && !recover {
+            // The lane runs its reads in the order asked, so their entries come in the order
+            // Redis handed them out. A read of the reader's own could pass them.
             let flush = self.next_flush;
             self.next_flush += 1;
             self.track_flush(flush, 0, Vec::new());
             self.ahead.insert(flush, count);
-            self.actions
-                .push(Action::ReadBehindFlushes { flush, count });
-            return;
+            self.actions.push(Action::ReadInOrder { flush, count });
+            return true;
         }
         self.reader = Some(ReaderRead {
             count,
@@ -155,11 +166,24 @@ impl<E: Item> Engine<E> {
             reread,
             recover,
         });
+        false
     }
 
-    /// Reads of new entries may go on the flusher: the form reads ahead, nothing waits for
-    /// replicas, and the stream has a backlog (so no read need block).
-    fn reads_behind_flushes(&self) -> bool {
+    /// Whether a read may go on the read lane beside the ones out there: only reads of new
+    /// entries go there, never while this consumer's own entries wait to be read again or a
+    /// recovery is due (the reader does those, alone).
+    fn another_read_in_order(&self, now: Instant) -> bool {
+        self.config.ordered
+            && self.ahead.len() < READS_IN_ORDER
+            && self.reads_ahead_now()
+            && !self.reread_owed
+            && !self.recovery.as_ref().is_some_and(|r| r.due(now))
+    }
+
+    /// Reads of new entries may go ahead of the reader (riding on flushes, or on an ordered
+    /// stream's read lane): the form reads ahead, nothing waits for replicas, and the stream
+    /// has a backlog (so no read need block).
+    fn reads_ahead_now(&self) -> bool {
         self.config.kind.reads_ahead() && self.config.read_ahead && self.backlog
     }
 
@@ -171,18 +195,17 @@ impl<E: Item> Engine<E> {
     pub(super) fn read_ahead(&mut self, now: Instant, flush: FlushId) -> Option<u32> {
         let recovery_due = self.recovery.as_ref().is_some_and(|r| r.due(now));
         let room = self.room();
-        if !self.reads_behind_flushes()
+        if !self.reads_ahead_now()
             || self.reread_owed
             || recovery_due
             || room == 0
             || !self.may_read()
             || self.reader.is_some_and(|r| !r.fresh)
-            || (self.config.ordered && self.reader.is_some())
+            || self.config.ordered
         {
-            // An ordered subscription admits entries in the order Redis handed them out. Reads
-            // riding on flushes run and answer in the order of their flushes, one after
-            // another on the flusher; the reader's read goes on a connection of its own and
-            // could pass them, so it never runs beside them.
+            // An ordered subscription admits entries in the order Redis handed them out: its
+            // reads go on its read lane, which runs them in the order asked. A read riding on
+            // a flush could pass them.
             return None;
         }
         let count = room.min(self.config.count as usize) as u32 + self.read_extra;

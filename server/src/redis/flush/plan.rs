@@ -119,18 +119,13 @@ pub(crate) struct FlushPlan {
 }
 
 impl FlushPlan {
-    /// A read of new entries alone, sent by the flusher behind the flushes before it (an
-    /// ordered stream under a backlog): no flush, nothing for the client.
+    /// A read of new entries alone, for an ordered stream's read lane: no flush, nothing for
+    /// the client.
     pub(crate) fn read_only(read: Planned) -> Self {
         Self {
             read_ahead: Some(read),
             ..Self::default()
         }
-    }
-
-    /// Whether the plan is only a read (see [`FlushPlan::read_only`]).
-    pub(crate) fn reads_only(&self) -> bool {
-        self.commands.is_empty() && self.read_ahead.is_some()
     }
 
     pub(crate) fn push(

@@ -15,7 +15,7 @@ use crate::redis::flush::{PlanContext, plan_dead_letters, plan_flush};
 use crate::redis::form::{Form, read_error};
 use crate::redis::stream;
 use crate::session::FlushReport;
-use crate::session::workers::{self, FlushJob, Flushed, ReadAhead};
+use crate::session::workers::{self, FlushJob, Flushed, LaneRead, ReadAhead};
 use crate::telemetry::LogIds;
 use crate::window::ReadId;
 
@@ -66,12 +66,12 @@ impl Subscription {
         });
     }
 
-    /// Reads new entries on the flusher, behind the flushes handed to it before: the read
-    /// and those riding on the flushes after it then run in the order they were asked.
-    pub(super) fn read_behind_flushes(&mut self, flush: FlushId, count: u32) {
-        let Form::Stream(keys) = &self.form else {
-            // The engine reads on the flusher on streams only; anything else reads on the
-            // reader, as if this read had failed.
+    /// Reads new entries on the read lane, behind the reads handed to it before: they run in
+    /// the order they were asked.
+    pub(super) fn read_in_order(&mut self, flush: FlushId, count: u32) {
+        let (Form::Stream(keys), Some(lane)) = (&self.form, &self.lane_tx) else {
+            // Only an ordered stream has a read lane; anything else reads on the reader, as if
+            // this read had failed.
             let unread = ReadError::Retry { unknown: false };
             self.engine.flushed(
                 Instant::now().into_std(),
@@ -83,14 +83,8 @@ impl Subscription {
         };
         let plan = FlushPlan::read_only(stream::read_ahead(keys, count));
         self.reading_since = Some(SystemTime::now());
-        let report = report(0, 0, 0, &plan);
-        // No report for the client: it is not put with the others.
-        let _ = self.flush_tx.send(FlushJob {
-            flush,
-            report,
-            plan,
-            span: None,
-        });
+        // The lane lives as long as this task holds its sender.
+        let _ = lane.send(LaneRead { flush, plan });
     }
 
     /// Moves entries past the delivery cap to the dead letter with their settle, reported as a

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, info, warn};
 
 use super::observe::{self, SubscriptionView};
-use super::workers::{FlushJob, Flushed, ReadRequest};
+use super::workers::{FlushJob, Flushed, LaneRead, ReadRequest};
 use super::{
     ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Outbound, Release,
     SessionError, Shared,
@@ -55,6 +55,8 @@ pub(super) struct Subscription {
     /// Cuts the reader's blocking read short when the subscription closes.
     interrupter: Option<ReadInterrupter>,
     flush_tx: mpsc::UnboundedSender<FlushJob>,
+    /// An ordered stream's read lane.
+    lane_tx: Option<mpsc::UnboundedSender<LaneRead>>,
     flush_rx: mpsc::UnboundedReceiver<Flushed>,
     /// Fetches of parked entries answer here.
     fetch_tx: mpsc::UnboundedSender<Fetched>,
@@ -185,7 +187,7 @@ impl Subscription {
                     warn!("the reader stopped");
                 }
             }
-            Action::ReadBehindFlushes { flush, count } => self.read_behind_flushes(flush, count),
+            Action::ReadInOrder { flush, count } => self.read_in_order(flush, count),
             Action::Fetch { fetch, parked } => {
                 let (form, client) = (self.form.clone(), self.shared.redis.pool().clone());
                 let answer = self.fetch_tx.clone();

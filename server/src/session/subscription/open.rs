@@ -121,10 +121,23 @@ impl Subscription {
                 form_name,
                 request.mode,
                 jobs,
-                reports,
+                reports.clone(),
             )
             .in_current_span(),
         );
+        let lane_tx =
+            (request.ordering_key.is_some() && matches!(source, Source::Stream(_))).then(|| {
+                let (lane_tx, reads) = mpsc::unbounded_channel();
+                let lane = workers::read_lane(
+                    redis.clone(),
+                    Arc::clone(shared),
+                    form_name,
+                    reads,
+                    reports,
+                );
+                tokio::spawn(lane.in_current_span());
+                lane_tx
+            });
         let every = settings.promote_interval;
         let mut helpers = vec![tokio::spawn(
             workers::promote(redis.clone(), form.clone(), every).in_current_span(),
@@ -216,6 +229,7 @@ impl Subscription {
             reader_rx,
             interrupter,
             flush_tx,
+            lane_tx,
             flush_rx,
             fetch_tx,
             fetch_rx,

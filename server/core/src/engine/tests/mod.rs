@@ -5,6 +5,7 @@
 
 mod model;
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -428,12 +429,11 @@ fn under_a_backlog_every_read_rides_on_a_flush() {
     assert_eq!(reader_reads, 4, "the reader read only to fill the window");
 }
 
-/// An ordered subscription under a backlog reads on the flusher, behind the flushes: its reads
-/// and those riding on flushes then run one after the other, in the order their entries were
-/// handed out, and still cost one round trip per read. The reader reads once, before the
-/// backlog is known.
+/// An ordered subscription under a backlog reads on its read lane, two reads out at once,
+/// answered in the order asked; its flushes carry none (a read riding on one could pass the
+/// lane's). The reader reads once, before the backlog is known.
 #[test]
-fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
+fn under_a_backlog_an_ordered_subscription_reads_on_its_lane() {
     let start = Instant::now();
     let config = Config {
         count: 2,
@@ -450,16 +450,22 @@ fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
         });
         Read::new(entries.collect())
     };
-    let (mut reader_reads, mut behind) = (0, Vec::new());
+    let (mut reader_reads, mut lane_reads) = (0, 0);
     let mut held: Vec<SlotId> = Vec::new();
-    let mut riding: Vec<FlushId> = Vec::new();
-    let mut take = |engine: &mut Engine<E>, held: &mut Vec<SlotId>, riding: &mut Vec<_>| {
+    let mut lane: VecDeque<FlushId> = VecDeque::new();
+    let mut flushes: Vec<FlushId> = Vec::new();
+    let mut take = |engine: &mut Engine<E>,
+                    held: &mut Vec<SlotId>,
+                    lane: &mut VecDeque<FlushId>,
+                    flushes: &mut Vec<FlushId>| {
         for action in engine.take_actions() {
             match action {
                 Action::Read { .. } => reader_reads += 1,
-                Action::ReadBehindFlushes { flush, count } => {
+                Action::ReadInOrder { flush, count } => {
                     assert_eq!(count, 2);
-                    behind.push(flush);
+                    lane_reads += 1;
+                    lane.push_back(flush);
+                    assert!(lane.len() <= 2, "more than two reads out on the lane");
                 }
                 Action::Deliver { read, entries, .. } => {
                     held.extend((0..entries.len() as u64).map(|i| read.first_slot + i));
@@ -467,44 +473,45 @@ fn under_a_backlog_an_ordered_subscription_reads_behind_its_flushes() {
                 Action::Flush {
                     flush, read_ahead, ..
                 } => {
-                    assert_eq!(read_ahead, Some(2), "a read rides on every flush");
-                    riding.push(flush);
+                    assert_eq!(read_ahead, None, "a read riding on an ordered flush");
+                    flushes.push(flush);
                 }
                 _ => {}
             }
         }
-        (reader_reads, std::mem::take(&mut behind))
+        (reader_reads, lane_reads)
     };
-    take(&mut engine, &mut held, &mut riding);
+    take(&mut engine, &mut held, &mut lane, &mut flushes);
     engine.read_returned(start, Ok(full_read()));
-    // The window fills with reads on the flusher, one after the other.
-    let mut reads_behind = 0;
-    loop {
-        let (_, behind) = take(&mut engine, &mut held, &mut riding);
-        let [flush] = behind[..] else {
-            assert!(behind.is_empty(), "one read on the flusher at a time");
-            break;
-        };
-        reads_behind += 1;
+    take(&mut engine, &mut held, &mut lane, &mut flushes);
+    assert_eq!(lane.len(), 2, "two reads out on the lane at once");
+    // The window fills with the lane's reads, answered in the order asked.
+    while let Some(flush) = lane.pop_front() {
         engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+        take(&mut engine, &mut held, &mut lane, &mut flushes);
     }
-    assert_eq!((reads_behind, held.len()), (3, 8));
+    let (_, filled_by) = take(&mut engine, &mut held, &mut lane, &mut flushes);
+    assert_eq!((filled_by, held.len()), (3, 8));
     for round in 0..50 {
         for _ in 0..2 {
             let read: Vec<_> = held.drain(..2).collect();
             let outcomes = read.iter().map(|&s| settle(s, Outcome::Ack)).collect();
             engine.apply(start, Vec::new(), outcomes, |_, _| None);
-            take(&mut engine, &mut held, &mut riding);
+            take(&mut engine, &mut held, &mut lane, &mut flushes);
         }
-        assert_eq!(riding.len(), 2, "round {round}: both flushes carry a read");
-        for flush in std::mem::take(&mut riding) {
+        assert_eq!(flushes.len(), 2, "round {round}: a flush per read");
+        for flush in std::mem::take(&mut flushes) {
+            engine.flushed(start, flush, FlushStatus::Ok, None);
+            take(&mut engine, &mut held, &mut lane, &mut flushes);
+        }
+        assert!(!lane.is_empty(), "round {round}: the lane reads again");
+        while let Some(flush) = lane.pop_front() {
             engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
-            let (_, behind) = take(&mut engine, &mut held, &mut riding);
-            assert!(behind.is_empty(), "round {round}: no read of its own");
+            take(&mut engine, &mut held, &mut lane, &mut flushes);
         }
         assert_eq!(held.len(), 8, "round {round}: the window is full again");
     }
-    let (reader_reads, _) = take(&mut engine, &mut held, &mut riding);
+    let (reader_reads, _) = take(&mut engine, &mut held, &mut lane, &mut flushes);
     assert_eq!(
         reader_reads, 1,
         "the reader read only before the backlog was known"
@@ -529,9 +536,7 @@ fn behind_a_hot_key_a_read_waits_for_a_whole_count_of_room() {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Read { count, .. } | Action::ReadBehindFlushes { count, .. } => {
-                    Some(*count)
-                }
+                Action::Read { count, .. } | Action::ReadInOrder { count, .. } => Some(*count),
                 _ => None,
             })
             .collect()
@@ -539,7 +544,7 @@ fn behind_a_hot_key_a_read_waits_for_a_whole_count_of_room() {
     engine.read_returned(start, Ok(Read::new(vec![keyed(1, 0), keyed(2, 0)])));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![1]);
-    let Some(&Action::ReadBehindFlushes { flush, count: 2 }) = actions.last() else {
+    let Some(&Action::ReadInOrder { flush, count: 2 }) = actions.last() else {
         panic!("a read of 2 while 3 places are free: {actions:?}");
     };
     engine.flushed(
@@ -1038,7 +1043,7 @@ fn beside_a_held_hot_key_every_other_key_is_handed_out() {
         for action in std::mem::take(&mut actions) {
             match action {
                 Action::Read { count, .. } => engine.read_returned(now, Ok(take(count))),
-                Action::ReadBehindFlushes { flush, count } => {
+                Action::ReadInOrder { flush, count } => {
                     engine.flushed(now, flush, FlushStatus::Ok, Some(Ok(take(count))));
                 }
                 Action::Flush {

@@ -150,6 +150,9 @@ pub(super) struct World {
     reader: Option<(u32, bool)>,
     reader_answer: Option<Result<Read<E>, ReadError>>,
     flusher: VecDeque<FlushOp>,
+    /// An ordered stream's read lane: its reads run and answer in the order asked, in any
+    /// order with the flusher's flushes.
+    lane: VecDeque<FlushOp>,
     /// Fetches of parked entries under way, by id with the entries asked (id and count).
     fetcher: VecDeque<(FetchId, Vec<(u64, u32)>)>,
     /// Flushes whose reply was lost, which may still run.
@@ -222,6 +225,7 @@ impl World {
             reader: None,
             reader_answer: None,
             flusher: VecDeque::new(),
+            lane: VecDeque::new(),
             fetcher: VecDeque::new(),
             stale: Vec::new(),
             settle_after_report: Vec::new(),
@@ -281,18 +285,19 @@ impl World {
                         self.lost_replies.extend(self.pending.iter().copied());
                     }
                 }
-                Action::ReadBehindFlushes { flush, count } => {
+                Action::ReadInOrder { flush, count } => {
                     assert!(
                         self.ordered && self.kind == Kind::Stream,
-                        "a read on the flusher unordered or off a stream"
+                        "a read on the lane unordered or off a stream"
                     );
                     assert!((1..=self.most_read()).contains(&count), "a read of {count}");
                     assert!(
                         self.reader.is_none() && self.reader_answer.is_none(),
-                        "a read on the flusher beside the reader's"
+                        "a read on the lane beside the reader's"
                     );
+                    assert!(self.lane.len() < 2, "more than two reads out on the lane");
                     self.flushing.insert(flush, Vec::new());
-                    self.flusher.push_back(FlushOp {
+                    self.lane.push_back(FlushOp {
                         id: flush,
                         settles: Vec::new(),
                         in_place: Vec::new(),
@@ -382,6 +387,10 @@ impl World {
                     assert!(
                         read_ahead.is_none() || !matches!(self.reader, Some((_, true))),
                         "a read ahead beside a re-read that has not run"
+                    );
+                    assert!(
+                        read_ahead.is_none() || !self.ordered,
+                        "an ordered read riding on a flush, beside the lane's"
                     );
                     let settles = batch
                         .settles
@@ -619,11 +628,19 @@ impl World {
     /// Runs the next flush in Redis: `ok`, not sent, or sent with the reply lost (then it may
     /// still run until [`Engine::flush_settled`]).
     pub(super) fn run_flush(&mut self, how: u8) {
-        let Some(op) = self.flusher.iter_mut().find(|op| op.ran.is_none()) else {
+        let lane = self.on_lane(how);
+        let queue = if lane {
+            &mut self.lane
+        } else {
+            &mut self.flusher
+        };
+        let Some(op) = queue.iter_mut().find(|op| op.ran.is_none()) else {
             return;
         };
         let status = match how % 4 {
             0 | 1 => FlushStatus::Ok,
+            // A read on the lane settles nothing: it fails unsent (below), never its settles.
+            2 if lane => FlushStatus::Ok,
             2 => FlushStatus::Failed {
                 settle_failed: true,
             },
@@ -643,6 +660,7 @@ impl World {
             }
         }
         let read = read_ahead.map(|count| match status {
+            FlushStatus::Ok if lane && how % 4 == 2 => Err(ReadError::Retry { unknown: false }),
             FlushStatus::Ok => Ok(Read::new(self.take_new(count))),
             FlushStatus::Failed { .. } => Err(ReadError::Retry { unknown: false }),
             FlushStatus::Unknown => {
@@ -655,8 +673,12 @@ impl World {
                 Err(ReadError::Retry { unknown: true })
             }
         });
-        let op = self
-            .flusher
+        let queue = if lane {
+            &mut self.lane
+        } else {
+            &mut self.flusher
+        };
+        let op = queue
             .iter_mut()
             .find(|op| op.id == id)
             .expect("found above");
@@ -720,7 +742,12 @@ impl World {
         } else if self.kind == Kind::SimpleList {
             self.may_lose.extend(settles.iter().map(|(e, ..)| e.id));
         }
-        if !self.flusher.iter().any(|op| op.id == flush) {
+        if !self
+            .flusher
+            .iter()
+            .chain(&self.lane)
+            .any(|op| op.id == flush)
+        {
             self.flushing.remove(&flush);
             self.dead_lettering.remove(&flush);
             self.engine.flush_settled(self.now, flush);
@@ -755,14 +782,25 @@ impl World {
         self.collect();
     }
 
-    pub(super) fn answer_flush(&mut self) {
-        let Some(op) = self.flusher.front() else {
-            return;
+    /// Whether `pick` runs or answers the lane rather than the flusher: the one it names, or
+    /// the other when that one is empty.
+    fn on_lane(&self, pick: u8) -> bool {
+        if self.lane.is_empty() {
+            return false;
+        }
+        pick & 64 != 0 || self.flusher.is_empty()
+    }
+
+    pub(super) fn answer_flush(&mut self, pick: u8) {
+        let queue = if self.on_lane(pick) {
+            &mut self.lane
+        } else {
+            &mut self.flusher
         };
-        if op.ran.is_none() {
+        if queue.front().is_none_or(|op| op.ran.is_none()) {
             return;
         }
-        let op = self.flusher.pop_front().expect("front");
+        let op = queue.pop_front().expect("front");
         let (status, read) = op.ran.expect("ran");
         if status != FlushStatus::Unknown {
             self.flushing.remove(&op.id);
@@ -790,7 +828,7 @@ impl World {
                 }
             }
             3 => self.run_flush(pick),
-            4 => self.answer_flush(),
+            4 => self.answer_flush(pick),
             5 => self.settle_stale(pick.is_multiple_of(2)),
             6 | 7 => self.client_settles(pick),
             8 => {

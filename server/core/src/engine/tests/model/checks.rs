@@ -73,6 +73,7 @@ impl World {
                 && self.holding.is_empty()
                 && self.stale.is_empty()
                 && self.flusher.is_empty()
+                && self.lane.is_empty()
             {
                 return;
             }
@@ -83,7 +84,9 @@ impl World {
                 self.collect();
             }
             self.run_flush(0);
-            self.answer_flush();
+            self.answer_flush(0);
+            self.run_flush(64);
+            self.answer_flush(64);
             self.answer_fetch(true);
             self.client_acks_all();
             if self.lease_asked {
@@ -118,7 +121,9 @@ impl World {
                 self.collect();
             }
             self.run_flush(0);
-            self.answer_flush();
+            self.answer_flush(0);
+            self.run_flush(64);
+            self.answer_flush(64);
             self.answer_fetch(true);
             self.settle_stale(false);
             if self.lease_asked {
