@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use futures::StreamExt;
 use futures::future::Either;
@@ -200,11 +201,12 @@ pub(super) async fn flush_loop(
     }
 }
 
-/// Runs an ordered stream's reads under a backlog (plans of only a read) on one connection,
-/// each sent as it comes while the ones before it are out, and reports them in the order
-/// asked. One connection runs its commands in the order they were written, so the reads take
-/// entries in the order asked: what keeps a key's entries in order (see Ordering keys in
-/// design.md). While Redis runs one read, this task takes the last one's reply apart.
+/// Runs an ordered stream's reads under a backlog (plans of only a read), each sent as it
+/// comes on the connection of the reads still out, and reports them in the order asked. One
+/// connection runs its commands in the order they were written, so the reads take entries in
+/// the order asked: what keeps a key's entries in order (see Ordering keys in design.md).
+/// With none out, the next goes on the pool's next connection that is up. While Redis runs
+/// one read, this task takes the last one's reply apart.
 pub(super) async fn read_lane(
     redis: Redis,
     shared: Arc<Shared>,
@@ -212,16 +214,16 @@ pub(super) async fn read_lane(
     mut jobs: mpsc::UnboundedReceiver<LaneRead>,
     reports: mpsc::UnboundedSender<Flushed>,
 ) {
-    let client = redis.flush_client().clone();
     let round_trips = shared
         .metrics
         .round_trips
         .get_or_create(&RoundTripLabels { form, kind: "read" })
         .clone();
-    let report = |(flush, read): (FlushId, ReadAhead)| {
+    // A lost read is settled on the connection it went on.
+    let report = |(flush, read, client): (FlushId, ReadAhead, Client)| {
         let lost = matches!(read, Err((_, true)));
         if lost {
-            let (client, reports) = (client.clone(), reports.clone());
+            let reports = reports.clone();
             tokio::spawn(async move {
                 flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
                 let _ = reports.send(Flushed::Settled(flush));
@@ -229,7 +231,7 @@ pub(super) async fn read_lane(
         }
         reports.send(Flushed::Read(flush, read, lost)).is_ok()
     };
-    let read = |job: LaneRead| {
+    let read = |job: LaneRead, client: &Client| {
         let (client, follower) = (client.clone(), redis.pool().clone());
         let timeout = redis.timeout();
         round_trips.inc();
@@ -237,14 +239,19 @@ pub(super) async fn read_lane(
             let mut results = flush::execute(&client, &follower, &[&job.plan], timeout).await;
             let reply = results.pop().and_then(|(_, read)| read);
             let reply = reply.expect("a plan of only a read answers its read");
-            (job.flush, stream::read_ahead_reply(reply))
+            (job.flush, stream::read_ahead_reply(reply), client)
         }
     };
+    let mut client = redis.flush_client().clone();
     let mut out = futures::stream::FuturesOrdered::new();
     loop {
         tokio::select! {
             job = jobs.recv() => {
                 let Some(job) = job else { break };
+                if out.is_empty() {
+                    // No read out to stay behind: the pool's next connection that is up.
+                    client = redis.flush_client().clone();
+                }
                 if !client.is_connected() {
                     // Reads waiting for the connection to come back could then be written in
                     // either order: until it is, one at a time.
@@ -253,13 +260,13 @@ pub(super) async fn read_lane(
                             return;
                         }
                     }
-                    if !report(read(job).await) {
+                    if !report(read(job, &client).await) {
                         return;
                     }
                     continue;
                 }
                 // Polled once now, so that fred writes it behind the reads before it.
-                let mut started = Box::pin(read(job));
+                let mut started = Box::pin(read(job, &client));
                 match futures::poll!(started.as_mut()) {
                     Poll::Ready(done) => out.push_back(Either::Left(std::future::ready(done))),
                     Poll::Pending => out.push_back(Either::Right(started)),
