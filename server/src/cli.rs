@@ -14,6 +14,7 @@ use thiserror::Error;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use crate::domain::letter::REDRIVE_REFUSED;
 use crate::proto::dead_letter_service_client::DeadLetterServiceClient;
 use crate::proto::dead_letter_target::Kind as TargetKind;
 use crate::proto::{self, DeadLetterEntry};
@@ -194,6 +195,10 @@ pub enum CliError {
     Refused { addr: String, status: tonic::Status },
     #[error("no dead letter {0} there")]
     NotFound(String),
+    #[error(
+        "Redis refused to redrive {refused} of the {chosen} dead letters chosen; they are still dead letters, each listed with Redis's error"
+    )]
+    RedriveRefused { refused: usize, chosen: usize },
 }
 
 impl DeadLettersCli {
@@ -285,13 +290,18 @@ impl DeadLettersCli {
                     ("redrove", "redriven")
                 };
                 let mut moved = 0;
+                let mut refused = 0;
                 for r in &done.redriven {
+                    let was_refused = r.skipped.starts_with(REDRIVE_REFUSED);
+                    refused += usize::from(was_refused);
                     if self.json {
                         let _ = writeln!(
                             out,
                             "{}",
-                            serde_json::json!({"id": r.id, "to": r.to, "new_id": r.new_id, "skipped": r.skipped, "dry_run": done.dry_run})
+                            serde_json::json!({"id": r.id, "to": r.to, "new_id": r.new_id, "skipped": r.skipped, "refused": was_refused, "dry_run": done.dry_run})
                         );
+                    } else if was_refused {
+                        let _ = writeln!(out, "refused {}: {}", r.id, r.skipped);
                     } else if r.skipped.is_empty() {
                         moved += 1;
                         let new = if r.new_id.is_empty() {
@@ -310,6 +320,13 @@ impl DeadLettersCli {
                         "{moved} of {} dead letters {summary}",
                         done.redriven.len()
                     );
+                }
+                if refused > 0 {
+                    print!("{out}");
+                    return Err(CliError::RedriveRefused {
+                        refused,
+                        chosen: done.redriven.len(),
+                    });
                 }
             }
             Action::Purge {

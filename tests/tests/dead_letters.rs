@@ -1,8 +1,10 @@
 //! The dead-letter admin service and the `window-sidecar dead-letters` command against a real
 //! server: dead letters written by subscriptions of every form that has them (and in the
 //! shapes ruststream-fred and plain producers leave), listed decoded, redriven back to their
-//! origin with their counts reset, purged, refused outside `--allow-keys`, and a redrive
-//! killed half-way that leaves each dead letter either still there or redriven once.
+//! origin with their counts reset, purged, refused outside `--allow-keys`, a redrive killed
+//! half-way that leaves each dead letter either still there or redriven once, redrives Redis
+//! refuses (a destination of another type, no memory) that leave every dead letter in place,
+//! and ids that name one of several identical list dead letters.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -17,8 +19,8 @@ use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 use window_sidecar::proto::dead_letter_target::Kind as TargetKind;
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
-    Launch, RedisServer, Sidecar, Worker, connect_client, eventually, free_port, outcome,
-    sidecar_bin, stream_open,
+    Launch, RedisServer, Sidecar, Worker, acl_user, connect_client, eventually, free_port, outcome,
+    resp, sidecar_bin, stream_open, url_with_auth,
 };
 
 const REASON: &str = "card declined";
@@ -130,7 +132,7 @@ async fn publish_payloads(addr: &str, target: proto::PublishRequest, payloads: &
 /// A sidecar whose subscription to `dl:orders` (group `billing`) retried "a", "b" and "c" past
 /// their cap of one delivery: three dead letters on `dl:orders:dead`.
 struct StreamDeadLetters {
-    _redis: RedisServer,
+    redis: RedisServer,
     client: Client,
     sidecar: Sidecar,
     addr: String,
@@ -155,7 +157,7 @@ impl StreamDeadLetters {
         )
         .await;
         StreamDeadLetters {
-            _redis: redis,
+            redis,
             client,
             sidecar,
             addr,
@@ -669,4 +671,389 @@ async fn each_redriven_once_or_still_dead(
         assert!(still.is_empty());
     }
     (moved.len(), still.len())
+}
+
+/// The ids of `listed`.
+fn ids(letters: &[proto::DeadLetterEntry]) -> Vec<String> {
+    letters.iter().map(|l| l.id.clone()).collect()
+}
+
+async fn redrive_all(
+    admin: &mut DeadLetterServiceClient<Channel>,
+    target: Option<proto::DeadLetterTarget>,
+) -> Vec<proto::Redriven> {
+    admin
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
+            target,
+            selection: all(),
+            per_second: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .redriven
+}
+
+/// A stream redrive Redis refuses (the destination holds a hash: WRONGTYPE) leaves every dead
+/// letter in place and the destination untouched; the command names each refused dead letter
+/// with Redis's error and exits 1, and the service reports, letter by letter, which moved and
+/// which Redis refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_redrive_redis_refuses_leaves_the_dead_letters_in_place() {
+    let on = StreamDeadLetters::start().await;
+    let (addr, client) = (&on.addr, &on.client);
+    let mut admin = admin(addr).await;
+    let before = ids(&on.listed(&mut admin).await.dead_letters);
+    let _: i64 = client.hset("dl:totals", ("apple", 1)).await.unwrap();
+
+    let (code, out, err) = cli(
+        addr,
+        &[
+            "redrive",
+            "stream:dl:orders:dead",
+            "--all",
+            "--to",
+            "dl:totals",
+        ],
+    );
+    let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    assert_eq!(len, 3, "every dead letter is still there: {out}{err}");
+    assert_eq!(ids(&on.listed(&mut admin).await.dead_letters), before);
+    let totals: HashMap<String, String> = client.hgetall("dl:totals").await.unwrap();
+    assert_eq!(totals, HashMap::from([("apple".into(), "1".into())]));
+    assert_eq!(code, 1, "{out}{err}");
+    for id in &before {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("refused {id}: ")))
+            .unwrap_or_else(|| panic!("{id} is said to be refused: {out}"));
+        assert!(line.contains("WRONGTYPE"), "{line}");
+    }
+    assert!(out.contains("0 of 3 dead letters redriven"), "{out}");
+    assert!(err.contains("3 dead letters"), "{err}");
+
+    // One whose origin is the hash among three that go home: those move, it stays.
+    let odd: String = client
+        .xadd(
+            "dl:orders:dead",
+            false,
+            None,
+            "*",
+            vec![
+                ("_payload", "d"),
+                ("h:x-window-subscription", "dl:totals/billing"),
+            ],
+        )
+        .await
+        .unwrap();
+    let done = redrive_all(&mut admin, stream("dl:orders:dead")).await;
+    assert_eq!(done.len(), 4, "{done:?}");
+    for moved in &done[..3] {
+        assert!(
+            moved.skipped.is_empty() && !moved.new_id.is_empty(),
+            "{moved:?}"
+        );
+    }
+    assert_eq!(done[3].id, odd);
+    assert_eq!(done[3].to, "dl:totals");
+    assert!(done[3].new_id.is_empty());
+    assert!(
+        done[3].skipped.contains("WRONGTYPE") && done[3].skipped.contains("still a dead letter"),
+        "{:?}",
+        done[3].skipped
+    );
+    let left = on.listed(&mut admin).await.dead_letters;
+    assert_eq!(ids(&left), [odd]);
+    on.sidecar.stop().await;
+}
+
+/// A list redrive Redis refuses leaves the dead letters in place: redriven `--to` a string,
+/// every one stays, byte for byte, and the command exits 1 naming each; when one's origin now
+/// holds a string, it stays while the others move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_redrive_redis_refuses_leaves_the_dead_letters_in_place() {
+    let on = ListDeadLetters::start().await;
+    let client = &on.client;
+    let mut admin = admin(&on.addr).await;
+    let _: () = client
+        .set("dl:mail", "a string now", None, None, false)
+        .await
+        .unwrap();
+    let before: Vec<Bytes> = client.lrange("dl:jobs:dead", 0, -1).await.unwrap();
+    assert_eq!(before.len(), 5);
+
+    let (code, out, err) = cli(
+        &on.addr,
+        &["redrive", "list:dl:jobs:dead", "--all", "--to", "dl:mail"],
+    );
+    let after: Vec<Bytes> = client.lrange("dl:jobs:dead", 0, -1).await.unwrap();
+    assert_eq!(
+        after, before,
+        "every dead letter is still there as it was: {out}{err}"
+    );
+    let mail: String = client.get("dl:mail").await.unwrap();
+    assert_eq!(mail, "a string now");
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("refused ")).count(),
+        5,
+        "{out}"
+    );
+    assert!(out.contains("WRONGTYPE"), "{out}");
+    assert!(out.contains("0 of 5 dead letters redriven"), "{out}");
+
+    // Each to its origin: m1's is the string.
+    let done = redrive_all(&mut admin, list("dl:jobs:dead")).await;
+    assert_eq!(done.len(), 5, "{done:?}");
+    assert!(done[0].skipped.is_empty() && done[1].skipped.is_empty());
+    assert_eq!(done[2].to, "dl:mail");
+    assert!(
+        done[2].skipped.contains("WRONGTYPE") && done[2].skipped.contains("still a dead letter"),
+        "{:?}",
+        done[2].skipped
+    );
+    assert!(done[3].skipped.contains("redrive it with `to`"));
+    let dead: Vec<Bytes> = client.lrange("dl:jobs:dead", 0, -1).await.unwrap();
+    assert_eq!(dead.len(), 3, "m1 and the two without an origin stay");
+    assert!(dead.iter().all(|v| before.contains(v)));
+    let jobs: u64 = client.llen("dl:jobs").await.unwrap();
+    assert_eq!(jobs, 2);
+    on.sidecar.stop().await;
+}
+
+/// Under `maxmemory` with `noeviction` Redis refuses the redrive whole, before it writes
+/// anything: every dead letter, stream and list, stays; once Redis has memory again the same
+/// redrive moves them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_refused_for_memory_leaves_the_dead_letters_in_place() {
+    let on = StreamDeadLetters::start().await;
+    let (addr, client) = (&on.addr, &on.client);
+    let port = on.redis.port();
+    let frame = frame::encode(&[
+        (Bytes::from_static(b"_payload"), Bytes::from_static(b"j1")),
+        (
+            Bytes::from_static(b"h:x-window-subscription"),
+            Bytes::from_static(b"dl:jobs"),
+        ),
+    ]);
+    let _: i64 = client.lpush("dl:jobs:dead", frame.to_vec()).await.unwrap();
+    let origin_before: u64 = client.xlen("dl:orders").await.unwrap();
+    let config = |args: &[&str]| {
+        let mut call = vec!["CONFIG", "SET"];
+        call.extend(args);
+        let reply = resp::call(port, &call).unwrap();
+        assert_eq!(reply.text(), "OK", "CONFIG SET {args:?}");
+    };
+    config(&["maxmemory-policy", "noeviction"]);
+    config(&["maxmemory", "1"]);
+
+    let (code, out, err) = cli(addr, &["redrive", "stream:dl:orders:dead", "--all"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("OOM"), "{out}");
+    assert!(out.contains("0 of 3 dead letters redriven"), "{out}");
+    let mut admin = admin(addr).await;
+    let done = redrive_all(&mut admin, list("dl:jobs:dead")).await;
+    assert_eq!(done.len(), 1);
+    assert!(done[0].skipped.contains("OOM"), "{done:?}");
+
+    let dead: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    let origin: u64 = client.xlen("dl:orders").await.unwrap();
+    assert_eq!((dead, origin), (3, origin_before), "nothing moved");
+    let dead: Vec<Bytes> = client.lrange("dl:jobs:dead", 0, -1).await.unwrap();
+    assert_eq!(dead, [frame]);
+    let jobs: u64 = client.llen("dl:jobs").await.unwrap();
+    assert_eq!(jobs, 0);
+
+    config(&["maxmemory", "0"]);
+    let (code, out, err) = cli(addr, &["redrive", "stream:dl:orders:dead", "--all"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("3 of 3 dead letters redriven"), "{out}");
+    let done = redrive_all(&mut admin, list("dl:jobs:dead")).await;
+    assert!(done[0].skipped.is_empty(), "{done:?}");
+    let jobs: u64 = client.llen("dl:jobs").await.unwrap();
+    assert_eq!(jobs, 1);
+    on.sidecar.stop().await;
+}
+
+/// Byte-identical list dead letters (the same value dead-lettered with the same reason) are
+/// listed under ids of one digest; each id purges or redrives exactly one of them, by the
+/// command and by the service, an id given twice still one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_names_one_of_identical_list_dead_letters() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    let reliable = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "dl:twins".into(),
+                consumer: "w1".into(),
+                ..Default::default()
+            },
+        )),
+        count: 4,
+        block: Some(window_sidecar_harness::duration(Duration::from_millis(200))),
+        ..Default::default()
+    };
+    let target = proto::PublishRequest {
+        list: "dl:twins".into(),
+        ..Default::default()
+    };
+    publish_payloads(&addr, target, &["job-7"; 4]).await;
+    dead_letter_through(&addr, reliable, list_dead_letter("dl:twins:dead"), 4).await;
+    // As in ListDeadLetters: no list subscription left to take a redriven value.
+    sidecar.stop().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    let mut admin = admin(&addr).await;
+    let listed = admin
+        .list_dead_letters(proto::ListDeadLettersRequest {
+            target: list("dl:twins:dead"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .dead_letters;
+    let listed = ids(&listed);
+    let digest = listed[0].split_once(':').unwrap().1.to_owned();
+    assert_eq!(
+        listed,
+        (0..4).map(|i| format!("{i}:{digest}")).collect::<Vec<_>>(),
+        "four identical dead letters"
+    );
+    let dead = || async {
+        let n: u64 = client.llen("dl:twins:dead").await.unwrap();
+        n
+    };
+
+    // The command purges the one named.
+    let (code, out, err) = cli(&addr, &["purge", "list:dl:twins:dead", "--id", &listed[1]]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("purged {}", listed[1])), "{out}");
+    assert!(out.contains("1 dead letters purged"), "{out}");
+    assert_eq!(dead().await, 3);
+
+    // An id given twice is one dead letter; two ids are two.
+    let purged = admin
+        .purge_dead_letters(proto::PurgeDeadLettersRequest {
+            target: list("dl:twins:dead"),
+            selection: Some(proto::DeadLetterSelection {
+                ids: vec![listed[0].clone(), listed[0].clone()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(purged.ids, [listed[0].clone()]);
+    assert_eq!(dead().await, 2);
+
+    // The service redrives the one named (the value at place 1 is no longer there: it moved to
+    // place 0, and its digest still finds one).
+    let done = admin
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
+            target: list("dl:twins:dead"),
+            selection: Some(proto::DeadLetterSelection {
+                ids: vec![listed[3].clone()],
+                ..Default::default()
+            }),
+            per_second: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .redriven;
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(done[0].skipped.is_empty(), "{done:?}");
+    assert_eq!(dead().await, 1);
+    let twins: u64 = client.llen("dl:twins").await.unwrap();
+    assert_eq!(twins, 1);
+
+    // The command redrives the one named, the last.
+    let (code, out, err) = cli(
+        &addr,
+        &["redrive", "list:dl:twins:dead", "--id", &listed[0]],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 of 1 dead letters redriven"), "{out}");
+    assert_eq!(dead().await, 0);
+    let twins: u64 = client.llen("dl:twins").await.unwrap();
+    assert_eq!(twins, 2);
+    sidecar.stop().await;
+}
+
+/// A sidecar whose Redis user may write the origins but not delete dead letters (`-xdel
+/// -lrem`): a redrive writes no copy that it could not follow by removing the dead letter
+/// (which would leave both), so each is refused with NOPERM and stays; a purge fails saying
+/// where it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_not_delete_dead_letters_redrives_and_purges_nothing() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    for p in ["x", "y"] {
+        let _: String = client
+            .xadd(
+                "dl:orders:dead",
+                false,
+                None,
+                "*",
+                vec![("_payload", p), ("h:x-window-subscription", "dl:orders/g")],
+            )
+            .await
+            .unwrap();
+    }
+    let value = frame::encode(&[
+        (Bytes::from_static(b"_payload"), Bytes::from_static(b"j")),
+        (
+            Bytes::from_static(b"h:x-window-subscription"),
+            Bytes::from_static(b"dl:jobs"),
+        ),
+    ]);
+    let _: i64 = client.lpush("dl:jobs:dead", value.to_vec()).await.unwrap();
+    acl_user(&client, "keeper", "pw", "~* &* +@all -xdel -lrem").await;
+    let url = url_with_auth(&redis.url(), Some("keeper"), "pw");
+    let sidecar = Sidecar::start(&url, &[]).await;
+    let mut admin = admin(&sidecar.addr.to_string()).await;
+
+    let done = redrive_all(&mut admin, stream("dl:orders:dead")).await;
+    let done_list = redrive_all(&mut admin, list("dl:jobs:dead")).await;
+    for r in done.iter().chain(&done_list) {
+        assert!(
+            r.skipped.contains("NOPERM") && r.skipped.contains("still a dead letter"),
+            "{r:?}"
+        );
+    }
+    assert_eq!((done.len(), done_list.len()), (2, 1));
+    let dead: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    let copies: u64 = client.xlen("dl:orders").await.unwrap();
+    assert_eq!((dead, copies), (2, 0), "no copy beside a dead letter");
+    let dead: u64 = client.llen("dl:jobs:dead").await.unwrap();
+    let copies: u64 = client.llen("dl:jobs").await.unwrap();
+    assert_eq!((dead, copies), (1, 0));
+
+    let refused = admin
+        .purge_dead_letters(proto::PurgeDeadLettersRequest {
+            target: stream("dl:orders:dead"),
+            selection: all(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("NOPERM")
+            && refused
+                .message()
+                .contains("0 of the 2 dead letters chosen were purged before it"),
+        "{}",
+        refused.message()
+    );
+    let dead: u64 = client.xlen("dl:orders:dead").await.unwrap();
+    assert_eq!(dead, 2);
+    sidecar.stop().await;
 }

@@ -3,6 +3,7 @@
 //! every key is checked against `--allow-keys` before anything is read or written, and the
 //! Redis work is `redis::dead_letters`'.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,7 +11,7 @@ use thiserror::Error;
 use tonic::{Request, Response, Status};
 
 use super::{policy_status, redis_status};
-use crate::domain::letter::{Letter, Redrive, Selection, Store};
+use crate::domain::letter::{Letter, REDRIVE_REFUSED, Redrive, Selection, Store};
 use crate::policy::Patterns;
 use crate::proto;
 use crate::proto::dead_letter_service_server::DeadLetterService;
@@ -103,7 +104,7 @@ impl DeadLetters {
 
     fn failed(&self, err: RedisError, keys: &[&str]) -> Status {
         if let RedisError::Refused { message, .. } = &err
-            && message.starts_with("CROSSSLOT")
+            && crossslot(message)
         {
             return Status::failed_precondition(format!(
                 "on a cluster a dead letter is redriven atomically only to a key in its own hash slot, and {} are in different slots; give them one hash tag, such as \"{{orders}}\" and \"{{orders}}:dead\", or redrive with `to` naming a key in the dead letter's slot",
@@ -123,6 +124,22 @@ impl DeadLetters {
         dead_letters::select(self.shared.redis.pool(), store, selection, now_ms(), limit)
             .await
             .map_err(|e| self.failed(e, &[store.key()]))
+    }
+}
+
+fn crossslot(message: &str) -> bool {
+    message.starts_with("CROSSSLOT")
+}
+
+/// Why a dead letter was not redriven when Redis refused its script (WRONGTYPE, OOM, NOPERM,
+/// READONLY): the script writes nothing before Redis could refuse it, so the dead letter is
+/// still there. `first` is the dead letter whose refusal this one was not tried after.
+fn refusal(to: &str, message: &str, first: Option<&str>) -> String {
+    match first {
+        None => format!("{REDRIVE_REFUSED} to {to}, so it is still a dead letter: {message}"),
+        Some(first) => format!(
+            "{REDRIVE_REFUSED} of {first} to {to}, so this one was not tried and is still a dead letter: {message}"
+        ),
     }
 }
 
@@ -218,6 +235,10 @@ impl DeadLetterService for DeadLetters {
             tick
         });
         let mut redriven = Vec::with_capacity(letters.len());
+        // Per destination, the first dead letter Redis refused and why. What refuses one
+        // (a key of another type, no memory, no permission, a replica) refuses the next to the
+        // same key as well: those are reported without a round trip each.
+        let mut refused: HashMap<String, (String, String)> = HashMap::new();
         for letter in &letters {
             let Some(to) = destination(letter) else {
                 redriven.push(proto::Redriven {
@@ -235,13 +256,38 @@ impl DeadLetterService for DeadLetters {
                 });
                 continue;
             }
+            if let Some((first, message)) = refused.get(&to) {
+                redriven.push(proto::Redriven {
+                    id: letter.id.clone(),
+                    skipped: refusal(&to, message, Some(first)),
+                    to,
+                    ..Default::default()
+                });
+                continue;
+            }
             if let Some(tick) = &mut pace {
                 tick.tick().await;
             }
             let done =
                 dead_letters::redrive(self.shared.redis.pool(), &store, letter, &to, now_ms())
-                    .await
-                    .map_err(|e| self.failed(e, &[store.key(), &to]))?;
+                    .await;
+            let done = match done {
+                // Redis said no and nothing was written: the other dead letters may still
+                // go, and the answer says which did. A timeout or a lost connection says
+                // nothing of what happened, so it fails the call; so does CROSSSLOT, which
+                // is the deployment's to fix.
+                Err(RedisError::Refused { message, .. }) if !crossslot(&message) => {
+                    redriven.push(proto::Redriven {
+                        id: letter.id.clone(),
+                        to: to.clone(),
+                        skipped: refusal(&to, &message, None),
+                        ..Default::default()
+                    });
+                    refused.insert(to, (letter.id.clone(), message));
+                    continue;
+                }
+                done => done.map_err(|e| self.failed(e, &[store.key(), &to]))?,
+            };
             redriven.push(match done {
                 Redrive::Written(new_id) => proto::Redriven {
                     id: letter.id.clone(),
@@ -258,6 +304,17 @@ impl DeadLetterService for DeadLetters {
             });
         }
         let moved = redriven.iter().filter(|r| r.skipped.is_empty()).count();
+        if !refused.is_empty() {
+            tracing::warn!(
+                dead_letter = store.key(),
+                refused = redriven
+                    .iter()
+                    .filter(|r| r.skipped.starts_with(REDRIVE_REFUSED))
+                    .count(),
+                errors = ?refused.values().map(|(_, m)| m).collect::<Vec<_>>(),
+                "Redis refused redrives; those dead letters are still there"
+            );
+        }
         tracing::info!(
             dead_letter = store.key(),
             redriven = moved,
@@ -285,11 +342,32 @@ impl DeadLetterService for DeadLetters {
         let letters = self.select(&store, &selection, limit).await?;
         let mut ids = Vec::with_capacity(letters.len());
         for letter in &letters {
-            if request.dry_run
-                || dead_letters::purge(self.shared.redis.pool(), &store, letter)
-                    .await
-                    .map_err(|e| self.failed(e, &[store.key()]))?
-            {
+            let removed = request.dry_run
+                || match dead_letters::purge(self.shared.redis.pool(), &store, letter).await {
+                    Ok(removed) => removed,
+                    // Redis refused it (READONLY, NOPERM) or did not answer: the call fails,
+                    // as what stops one purge of a key stops the next, but it says how far it
+                    // got, so that only the rest need another look.
+                    Err(err) => {
+                        let status = self.failed(err, &[store.key()]);
+                        let before = if ids.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            ids.join(", ")
+                        };
+                        return Err(Status::new(
+                            status.code(),
+                            format!(
+                                "{}; the purge stopped at {}: {} of the {} dead letters chosen were purged before it ({before}), the rest were not tried",
+                                status.message(),
+                                letter.id,
+                                ids.len(),
+                                letters.len(),
+                            ),
+                        ));
+                    }
+                };
+            if removed {
                 ids.push(letter.id.clone());
             }
         }
@@ -338,5 +416,17 @@ mod tests {
         assert_eq!(by_age.older_than_ms, Some(90_500));
         let status = Status::from(RequestError::NoSelection);
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_refused_redrive_says_so_as_the_command_reads_it() {
+        let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
+        let first = refusal("totals", wrongtype, None);
+        let next = refusal("totals", wrongtype, Some("1-0"));
+        for skipped in [&first, &next] {
+            assert!(skipped.starts_with(REDRIVE_REFUSED), "{skipped}");
+            assert!(skipped.contains("still a dead letter") && skipped.ends_with(wrongtype));
+        }
+        assert!(next.contains("of 1-0 to totals"), "{next}");
     }
 }

@@ -1,8 +1,16 @@
 //! Dead letters as Redis keeps them: a dead-letter stream's entries or a dead-letter list's
 //! values, read oldest first and decoded (as [`Letter`]s), and the scripts that redrive or purge
-//! one. A redrive removes the dead letter and writes its copy in one script, so a crash
+//! one. A redrive writes the copy and removes the dead letter in one script, so a crash
 //! leaves each dead letter either still there or redriven once, and two redrives of the same
 //! one write one copy.
+//!
+//! Redis runs a script's commands without rolling back those before one it refuses, so a
+//! script that removed the dead letter first and then had its copy refused destroyed it. The
+//! scripts therefore look the dead letter up without removing it, write the copy, and remove
+//! the dead letter last, after checking that they may. Each says `#!lua` (no `allow-oom`) so
+//! that under `maxmemory` Redis refuses it whole before it runs, rather than letting a
+//! non-shebang script's first write through; such a script must name in KEYS every key it
+//! touches, as it does.
 
 use std::sync::LazyLock;
 
@@ -11,7 +19,7 @@ use fred::types::scripts::Script;
 
 use super::entry::parse_entries;
 use super::{RedisError, call, str_arg};
-use crate::domain::letter::{Letter, Redrive, Selection, Store};
+use crate::domain::letter::{Choice, Letter, Redrive, Selection, Store};
 
 /// Dead letters read per round trip while scanning.
 const PAGE: usize = 1_000;
@@ -26,7 +34,7 @@ pub(crate) async fn count(client: &Client, store: &Store) -> Result<u64, RedisEr
     Ok(reply.as_u64().unwrap_or(0))
 }
 
-/// The dead letters `selection` chooses, oldest first, at most `limit`.
+/// The dead letters `selection` chooses, oldest first, at most `limit` (one per id asked).
 pub(crate) async fn select(
     client: &Client,
     store: &Store,
@@ -34,7 +42,7 @@ pub(crate) async fn select(
     now_ms: u64,
     limit: usize,
 ) -> Result<Vec<Letter>, RedisError> {
-    let mut chosen = Vec::new();
+    let mut choice = Choice::new(selection, now_ms, limit);
     match store {
         Store::Stream(key) => {
             let mut start = "-".to_owned();
@@ -52,12 +60,8 @@ pub(crate) async fn select(
                 let Some(last) = page.last() else { break };
                 start = format!("({}", String::from_utf8_lossy(&last.id));
                 for entry in page {
-                    let letter = Letter::from_entry(entry);
-                    if selection.chooses(&letter, now_ms) {
-                        chosen.push(letter);
-                        if chosen.len() == limit {
-                            return Ok(chosen);
-                        }
+                    if choice.offer(Letter::from_entry(entry)) {
+                        return Ok(choice.into_letters());
                     }
                 }
                 if !full {
@@ -86,11 +90,8 @@ pub(crate) async fn select(
                     };
                     let letter = Letter::from_value(from_tail, value);
                     from_tail += 1;
-                    if selection.chooses(&letter, now_ms) {
-                        chosen.push(letter);
-                        if chosen.len() == limit {
-                            return Ok(chosen);
-                        }
+                    if choice.offer(letter) {
+                        return Ok(choice.into_letters());
                     }
                 }
                 if !full {
@@ -99,29 +100,61 @@ pub(crate) async fn select(
             }
         }
     }
-    Ok(chosen)
+    Ok(choice.into_letters())
 }
 
-/// Deletes a dead-letter stream entry and, if it was still there, appends its copy to the
-/// origin stream: `KEYS[1]` the dead letter, `KEYS[2]` the origin, `ARGV[1]` the id, then the
-/// copy's fields. Replies the copy's id, or nil when the dead letter was gone.
+/// Appends a dead-letter stream entry's copy to the origin stream and then deletes the entry,
+/// if it is still there: `KEYS[1]` the dead letter, `KEYS[2]` the origin, `ARGV[1]` the id,
+/// then the copy's fields. Replies the copy's id, or nil when the dead letter was gone.
+///
+/// When Redis refuses a write, the dead letter stays and no copy is written:
+/// - OOM (`maxmemory`, `noeviction`): the script, which does not say `allow-oom`, is refused
+///   whole before it runs.
+/// - READONLY (a replica): refused whole before it runs, as a script that may write.
+/// - NOPERM: keys the user may not write are refused whole (EVALSHA declares its keys
+///   read-write); a user denied XDEL gets the script's own NOPERM before the XADD, since a
+///   refused XDEL after it would leave the dead letter and its copy both.
+/// - WRONGTYPE: a dead letter that is no stream fails the XRANGE, an origin that is no stream
+///   the XADD, both before anything was written. The XDEL cannot meet it: the XRANGE just read
+///   that key as a stream.
 static REDRIVE_STREAM: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
-        r#"
-if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return false end
-return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+        r#"#!lua
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return false end
+if not redis.acl_check_cmd('XDEL', KEYS[1], ARGV[1]) then
+  return redis.error_reply("NOPERM the sidecar's Redis user may not run XDEL on " .. KEYS[1])
+end
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return id
 "#,
     )
 });
 
-/// Removes one occurrence of a dead-letter list value (from the oldest end) and, if there was
-/// one, pushes its copy where producers push: `KEYS[1]` the dead letter, `KEYS[2]` the origin,
-/// `ARGV[1]` the value as stored, `ARGV[2]` the copy. Replies 1, or 0 when it was gone.
+/// Pushes a dead-letter list value's copy where producers push and then removes one
+/// occurrence of the value (from the oldest end), if there is one: `KEYS[1]` the dead letter,
+/// `KEYS[2]` the origin, `ARGV[1]` the value as stored, `ARGV[2]` the copy. Replies 1, or 0
+/// when it was gone.
+///
+/// When Redis refuses a write, the dead letter stays and no copy is written:
+/// - OOM (`maxmemory`, `noeviction`): the script, which does not say `allow-oom`, is refused
+///   whole before it runs.
+/// - READONLY (a replica): refused whole before it runs, as a script that may write.
+/// - NOPERM: keys the user may not write are refused whole (EVALSHA declares its keys
+///   read-write); a user denied LREM gets the script's own NOPERM before the LPUSH, since a
+///   refused LREM after it would leave the dead letter and its copy both.
+/// - WRONGTYPE: a dead letter that is no list fails the LPOS, an origin that is no list the
+///   LPUSH, both before anything was written. The LREM cannot meet it: the LPOS just read that
+///   key as a list.
 static REDRIVE_LIST: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
-        r#"
-if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 0 then return 0 end
+        r#"#!lua
+if not redis.call('LPOS', KEYS[1], ARGV[1], 'RANK', -1) then return 0 end
+if not redis.acl_check_cmd('LREM', KEYS[1], '-1', ARGV[1]) then
+  return redis.error_reply("NOPERM the sidecar's Redis user may not run LREM on " .. KEYS[1])
+end
 redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('LREM', KEYS[1], -1, ARGV[1])
 return 1
 "#,
     )
@@ -170,7 +203,13 @@ pub(crate) async fn redrive(
     }
 }
 
-/// Removes one dead letter; returns whether it was still there.
+/// Removes one dead letter (one occurrence of a list value: of identical values the caller
+/// chose as many as it means to remove); returns whether it was still there.
+///
+/// One command, no script: it writes nothing, so it runs under `maxmemory` too (XDEL and LREM
+/// are allowed there, and purging is how an operator frees that memory). When Redis refuses
+/// it (READONLY, NOPERM, WRONGTYPE if the key changed type since it was read) the dead letter
+/// stays; the error is the caller's to report.
 pub(crate) async fn purge(
     client: &Client,
     store: &Store,

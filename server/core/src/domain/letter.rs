@@ -1,8 +1,11 @@
 //! One dead letter as it reads: where it came from, how often it was delivered, why, and its
 //! body, decoded from the fields of a dead-letter stream entry or from a dead-letter list's
 //! value (a frame, else raw bytes: shown, never dropped). Also which dead letters a selection
-//! chooses, the fields of a redriven copy, where dead letters are kept ([`Store`]) and what a
-//! redrive did ([`Redrive`]).
+//! chooses ([`Choice`]: one dead letter per id, even among identical list values), the fields
+//! of a redriven copy, where dead letters are kept ([`Store`]) and what a redrive did
+//! ([`Redrive`]).
+
+use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 
@@ -15,6 +18,11 @@ use crate::policy::Patterns;
 
 /// Header on redriven copies: `<times redriven>;<unix ms of the last redrive>`.
 pub const REDRIVEN_HEADER: &str = "x-window-redriven";
+
+/// How a redrive's `skipped` begins when Redis refused the write (the dead letter stayed), so
+/// that the command can tell a refusal, which it exits 1 for, from a dead letter that names no
+/// origin or was gone.
+pub const REDRIVE_REFUSED: &str = "Redis refused the redrive";
 
 /// The headers a redriven copy leaves behind: its counts restart, its origin and reason were
 /// about the delivery that gave up.
@@ -213,6 +221,8 @@ impl Selection {
         self.all || !self.ids.is_empty() || self.reason.is_some() || self.older_than_ms.is_some()
     }
 
+    /// Whether `letter` is one the selection may choose. A list id matches every value with
+    /// its digest, so identical values all match it: [`Choice`] picks one per id.
     pub fn chooses(&self, letter: &Letter, now_ms: u64) -> bool {
         let by_id = self.ids.is_empty() || self.ids.iter().any(|id| same_id(id, &letter.id));
         let by_reason = self.reason.as_ref().is_none_or(|p| {
@@ -234,6 +244,117 @@ fn same_id(asked: &str, id: &str) -> bool {
     match (list_digest(asked), list_digest(id)) {
         (Some((_, a)), Some((_, b))) => a == b,
         _ => asked == id,
+    }
+}
+
+/// The dead letters a selection chooses, picked as a store is read oldest first.
+///
+/// Identical list values share a digest, so a list id matches all of them; acting on each
+/// would purge or redrive every copy when one was asked for. Each list id asked picks one
+/// value: the one at the place it names when that still holds its digest (so the id
+/// reported is the one asked), else one of the others with that digest (it moved; identical
+/// values are interchangeable). A place is read once, so no value is picked twice.
+#[derive(Debug)]
+pub struct Choice<'a> {
+    selection: &'a Selection,
+    now_ms: u64,
+    limit: usize,
+    /// Per digest a list id asked for: the places asked and what the read found.
+    asked: HashMap<u64, Asked>,
+    /// Every id asked is a list id: once each is found at its place, nothing else can match.
+    list_ids_only: bool,
+    /// Picked, in the order read, each with the digest it stands in for when it is a spare.
+    picked: Vec<(Letter, Option<u64>)>,
+}
+
+#[derive(Debug, Default)]
+struct Asked {
+    places: BTreeSet<usize>,
+    /// Values found at a place asked.
+    at_place: usize,
+    /// Values with the digest elsewhere, kept until the read shows whether they are needed.
+    spares: usize,
+}
+
+impl Asked {
+    fn wanted(&self) -> usize {
+        self.places.len()
+    }
+}
+
+impl<'a> Choice<'a> {
+    /// At most `limit` of the dead letters `selection` chooses.
+    pub fn new(selection: &'a Selection, now_ms: u64, limit: usize) -> Self {
+        let mut asked: HashMap<u64, Asked> = HashMap::new();
+        let mut list_ids_only = true;
+        for id in &selection.ids {
+            match list_digest(id) {
+                Some((place, digest)) => {
+                    asked.entry(digest).or_default().places.insert(place);
+                }
+                None => list_ids_only = false,
+            }
+        }
+        Self {
+            selection,
+            now_ms,
+            limit,
+            asked,
+            list_ids_only,
+            picked: Vec::new(),
+        }
+    }
+
+    /// Offers the next dead letter read; returns whether the choice is made (read no more).
+    pub fn offer(&mut self, letter: Letter) -> bool {
+        if self.selection.chooses(&letter, self.now_ms) {
+            match list_digest(&letter.id) {
+                Some((place, digest)) if self.asked.contains_key(&digest) => {
+                    let asked = self.asked.get_mut(&digest).expect("checked");
+                    if asked.places.contains(&place) {
+                        asked.at_place += 1;
+                        self.picked.push((letter, None));
+                    } else if asked.spares < asked.wanted() {
+                        asked.spares += 1;
+                        self.picked.push((letter, Some(digest)));
+                    }
+                }
+                _ => self.picked.push((letter, None)),
+            }
+        }
+        self.made()
+    }
+
+    fn made(&self) -> bool {
+        if self.asked.is_empty() {
+            return self.picked.len() >= self.limit;
+        }
+        self.list_ids_only && self.asked.values().all(|a| a.at_place == a.wanted())
+    }
+
+    /// The dead letters chosen, oldest first: spares only as many as the places asked that
+    /// held no value of their digest.
+    pub fn into_letters(self) -> Vec<Letter> {
+        let mut missing: HashMap<u64, usize> = self
+            .asked
+            .iter()
+            .map(|(digest, a)| (*digest, a.wanted() - a.at_place))
+            .collect();
+        self.picked
+            .into_iter()
+            .filter(|(_, spare)| match spare {
+                None => true,
+                Some(digest) => match missing.get_mut(digest) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        true
+                    }
+                    _ => false,
+                },
+            })
+            .map(|(letter, _)| letter)
+            .take(self.limit)
+            .collect()
     }
 }
 
@@ -383,5 +504,76 @@ mod tests {
         let value = Letter::from_value(2, b("v"));
         assert!(ids(&list_id(5, b"v")).chooses(&value, now));
         assert!(!ids(&list_id(2, b"w")).chooses(&value, now));
+    }
+
+    /// Reads `values` (oldest first) as a list store and returns the ids `ids` chooses.
+    fn chosen(values: &[&str], ids: &[String], limit: usize) -> Vec<String> {
+        let selection = Selection {
+            ids: ids.to_vec(),
+            ..Default::default()
+        };
+        let mut choice = Choice::new(&selection, 0, limit);
+        for (place, value) in values.iter().enumerate() {
+            if choice.offer(Letter::from_value(place, b(value))) {
+                break;
+            }
+        }
+        choice.into_letters().into_iter().map(|l| l.id).collect()
+    }
+
+    #[test]
+    fn a_list_id_chooses_one_of_identical_values() {
+        let twins = ["job-7", "job-7", "job-8", "job-7"];
+        let id = |place, value: &str| list_id(place, value.as_bytes());
+        // Each id one value, the one at its place.
+        assert_eq!(chosen(&twins, &[id(1, "job-7")], 100), [id(1, "job-7")]);
+        assert_eq!(
+            chosen(&twins, &[id(0, "job-7"), id(3, "job-7")], 100),
+            [id(0, "job-7"), id(3, "job-7")]
+        );
+        // An id given twice is one.
+        assert_eq!(
+            chosen(&twins, &[id(0, "job-7"), id(0, "job-7")], 100),
+            [id(0, "job-7")]
+        );
+        // A value that moved is still found by its digest: the first not chosen otherwise.
+        assert_eq!(
+            chosen(&twins, &[id(2, "job-7"), id(0, "job-7")], 100),
+            [id(0, "job-7"), id(1, "job-7")]
+        );
+        assert_eq!(chosen(&twins, &[id(9, "job-8")], 100), [id(2, "job-8")]);
+        // More ids than copies: every copy, once.
+        let asked: Vec<_> = (4..9).map(|place| id(place, "job-7")).collect();
+        assert_eq!(
+            chosen(&twins, &asked, 100),
+            [id(0, "job-7"), id(1, "job-7"), id(3, "job-7")]
+        );
+        assert_eq!(chosen(&twins, &[id(0, "job-9")], 100), Vec::<String>::new());
+        assert_eq!(chosen(&twins, &asked, 2), [id(0, "job-7"), id(1, "job-7")]);
+    }
+
+    #[test]
+    fn a_choice_without_ids_takes_every_match_up_to_its_limit() {
+        let values = ["a", "a", "b"];
+        let all = Selection {
+            all: true,
+            ..Default::default()
+        };
+        let mut choice = Choice::new(&all, 0, 2);
+        assert!(!choice.offer(Letter::from_value(0, b(values[0]))));
+        assert!(
+            choice.offer(Letter::from_value(1, b(values[1]))),
+            "the limit is reached"
+        );
+        assert_eq!(choice.into_letters().len(), 2);
+        // Stream ids name one entry each, however often they are given.
+        let letter = stream_letter();
+        let twice = Selection {
+            ids: vec![letter.id.clone(), letter.id.clone()],
+            ..Default::default()
+        };
+        let mut choice = Choice::new(&twice, 0, 100);
+        assert!(!choice.offer(letter.clone()));
+        assert_eq!(choice.into_letters(), [letter]);
     }
 }
