@@ -106,6 +106,7 @@ pub struct Metrics {
     pub published: Counter,
     pub retention_trimmed: Family<KeyLabels, Counter>,
     pub retention_blocked: Family<GroupLabels, Gauge>,
+    pub retention_failures: Family<KeyLabels, Counter>,
     /// Work waiting, keeper and alerting series (crate::scale).
     pub scale: crate::scale::ScaleMetrics,
     pub read_duration: Family<FormLabels, LatencyWithExemplars, fn() -> LatencyWithExemplars>,
@@ -151,6 +152,7 @@ impl Metrics {
             published: Counter::default(),
             retention_trimmed: Family::default(),
             retention_blocked: Family::default(),
+            retention_failures: Family::default(),
             scale: Default::default(),
             read_duration: Family::new_with_constructor(crate::scale::exemplar::latency_histogram),
             registry: Registry::default(),
@@ -268,6 +270,11 @@ impl Metrics {
             "retention_blocked",
             "1 while a group's position is unknown to Redis (XINFO GROUPS has no lag), so its stream is not trimmed",
             m.retention_blocked.clone(),
+        );
+        r.register(
+            "retention_trim_failures",
+            "Trims of a stream under retention by acknowledgement that Redis refused or did not answer (NOPERM, READONLY, an outage); each is tried again at the next interval",
+            m.retention_failures.clone(),
         );
         m.scale.register(r);
         r.register_with_unit(

@@ -252,7 +252,6 @@ pub async fn run(
         }),
         retention: (!config.ack_retention.is_empty())
             .then(|| crate::policy::Patterns::new(&config.ack_retention)),
-        retention_interval: config.retention_interval,
     };
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
     for watch in &config.watch {
@@ -277,6 +276,13 @@ pub async fn run(
         Arc::clone(&shared),
         config.sample_interval,
     ));
+    if !config.ack_retention.is_empty() {
+        tokio::spawn(crate::session::retention::run(
+            Arc::clone(&shared),
+            config.ack_retention.clone(),
+            config.retention_interval,
+        ));
+    }
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
             let listener = bind(addr).await?;

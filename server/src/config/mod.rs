@@ -212,11 +212,14 @@ pub struct Config {
     /// group of the stream has acknowledged them (retention by acknowledgement): an entry no
     /// group still has unread or pending is deleted, whoever consumes the other groups. With
     /// `XACKDEL` (Redis 8.2, Valkey 9.2) at the settle, and on every server by a background trim
-    /// every --retention-interval. Off (nothing matches) by default.
+    /// every --retention-interval of every matching stream, whether or not a subscription of it
+    /// is open here (streams are found with SCAN on every primary). Off (nothing matches) by
+    /// default.
     #[arg(long, env = "WINDOW_ACK_RETENTION", value_delimiter = ',')]
     pub ack_retention: Vec<String>,
 
-    /// How often a stream under --ack-retention is trimmed below what its groups still need.
+    /// How often each stream under --ack-retention is trimmed below what its groups still need,
+    /// and the keyspace walked a step further for such streams (one SCAN of 1000 keys a primary).
     #[arg(long, env = "WINDOW_RETENTION_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub retention_interval: Duration,
 

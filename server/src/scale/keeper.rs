@@ -1,8 +1,9 @@
 //! The keeper: `--keep stream:<key>:<group>` / `--keep list:<key>` (repeatable) makes this
 //! sidecar promote the due `retry_after` entries of those keys and sample their backlog and
-//! work gauges from startup, whether or not a subscription is open on them. Run without an
-//! application, as one small always-on replica, it keeps delayed retries moving and the
-//! backlog visible while every worker is scaled to zero; it holds no consumer and no lease.
+//! work gauges from startup, whether or not a subscription is open on them; a kept stream under
+//! `--ack-retention` is trimmed from startup too. Run without an application, as one small
+//! always-on replica, it keeps delayed retries moving, the backlog visible and acknowledged
+//! entries leaving while every worker is scaled to zero; it holds no consumer and no lease.
 //! Promotion is the delay set's script, which runs alone on the server: keepers and workers'
 //! sidecars promoting the same set move each due entry back exactly once.
 //!
@@ -27,6 +28,7 @@ use crate::redis::entry::into_bytes;
 use crate::redis::form::Form;
 use crate::redis::{Redis, RedisError, arg, call_at};
 use crate::session::Shared;
+use crate::session::retention::Why;
 
 /// Delayed entries promoted per script call; a full batch is followed by another at once.
 const PROMOTE_LIMIT: u32 = 256;
@@ -159,6 +161,9 @@ pub fn start(shared: &Arc<Shared>, keep: &[Watch], min_idle: Duration, every: Du
         let form = Form::new(&source, None);
         shared.backlog.watch(&source, &form);
         shared.metrics.scale.watch(&source, &form);
+        if let Watch::Stream { key, .. } = kept {
+            shared.retention.register(key, Why::Kept);
+        }
         info!(keep = %spec(kept), "keeping: promoting due delayed entries and sampling the backlog");
         tokio::spawn(promote(Arc::clone(shared), source, form, every));
     }

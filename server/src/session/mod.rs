@@ -2,10 +2,12 @@
 //! subscriptions share, and [`run`], which takes one Subscribe stream from its `open` to its end.
 //! The task that runs a subscription's engine is in [`subscription`], the tasks that read and
 //! flush beside it in [`workers`]; what operators see of it (admin view, spans) is in
-//! [`observe`], the backlog gauges of every key it served in [`backlog`].
+//! [`observe`], the backlog gauges of every key it served in [`backlog`], the trim of every
+//! stream under retention by acknowledgement in [`retention`].
 
 pub mod backlog;
 mod observe;
+pub mod retention;
 mod subscription;
 mod workers;
 
@@ -60,8 +62,6 @@ pub struct Settings {
     pub replication: Option<Replication>,
     /// Streams whose entries leave once every group has acknowledged them.
     pub retention: Option<Patterns>,
-    /// How often such a stream is trimmed in the background.
-    pub retention_interval: Duration,
 }
 
 /// What all sessions of the process share.
@@ -74,6 +74,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Every stream group and list whose backlog gauges are sampled.
     pub backlog: backlog::Backlog,
+    /// Where streams are handed to the retention job.
+    pub retention: retention::Retention,
     /// Redis answers and the sidecar is not draining (readiness).
     pub ready: AtomicBool,
     /// Why the sidecar is not ready, when it is not: said by `/readyz`.
@@ -96,6 +98,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(redis: Redis, settings: Settings, shutdown: CancellationToken) -> Self {
         Self {
+            retention: retention::Retention::new(settings.retention.clone()),
             redis,
             settings,
             shutdown,
@@ -149,10 +152,7 @@ impl Shared {
 
     /// Whether entries of this stream leave once every group has acknowledged them.
     pub fn retained(&self, key: &str) -> bool {
-        self.settings
-            .retention
-            .as_ref()
-            .is_some_and(|p| p.allows(key.as_bytes()))
+        self.retention.covers(key.as_bytes())
     }
 
     /// The admin view of every open subscription.

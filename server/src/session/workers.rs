@@ -1,8 +1,7 @@
 //! The tasks that do a subscription's I/O beside it: the reader (blocking reads on the
 //! subscription's own connection), the flusher (flushes in order over the pool, those that
 //! queued going together in one round trip), an ordered stream's read lane (its reads under a
-//! backlog, in order on one connection), the promoter of due retry_after entries and the trim
-//! of a stream under retention by acknowledgement.
+//! backlog, in order on one connection) and the promoter of due retry_after entries.
 
 use std::sync::Arc;
 use std::task::Poll;
@@ -15,18 +14,15 @@ use futures::future::Either;
 use opentelemetry::global::BoxedSpan;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::observe;
 use super::{FlushReport, Shared};
 use crate::domain::{Mode, ReadBatch};
 use crate::engine::FlushId;
-use crate::metrics::{
-    FlushLabels, FormLabels, GroupLabels, KeyLabels, ModeLabels, RoundTripLabels,
-};
+use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RoundTripLabels};
 use crate::redis::flush::{self, FlushPlan};
 use crate::redis::form::{Form, Reader};
-use crate::redis::retention::{self, Trim};
 use crate::redis::stream;
 use crate::redis::{Redis, RedisError};
 
@@ -315,63 +311,5 @@ pub(super) async fn promote(redis: Redis, form: Form, every: Duration) {
                 }
             }
         }
-    }
-}
-
-/// Trims a stream under retention by acknowledgement below what its groups still need, for as
-/// long as the subscription runs. A group whose position Redis cannot tell stops the trim:
-/// said once when it starts and once when it ends, and in a gauge meanwhile.
-pub(super) async fn retain(shared: Arc<Shared>, key: String, every: Duration) {
-    let key_bytes = bytes::Bytes::from(key.clone());
-    let mut blocked_by: Option<String> = None;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let trim = retention::trim_acknowledged(shared.redis.pool(), &key_bytes).await;
-        let now_blocked = match trim {
-            Ok(Trim::Trimmed { entries, floor }) => {
-                if entries > 0 {
-                    debug!(entries, %floor, "retention: trimmed acknowledged entries");
-                    let labels = KeyLabels { key: key.clone() };
-                    shared
-                        .metrics
-                        .retention_trimmed
-                        .get_or_create(&labels)
-                        .inc_by(entries);
-                }
-                None
-            }
-            Ok(Trim::Unknown { group }) => Some(group),
-            Ok(Trim::NoGroups) => None,
-            Err(err) => {
-                debug!(error = %err, "retention trim failed; will try again");
-                continue;
-            }
-        };
-        if now_blocked == blocked_by {
-            continue;
-        }
-        let metric = &shared.metrics.retention_blocked;
-        if let Some(group) = blocked_by.take() {
-            info!(group = %group, "retention: the group's position is known again; trimming resumes");
-            metric.remove(&GroupLabels {
-                key: key.clone(),
-                group,
-            });
-        }
-        if let Some(group) = &now_blocked {
-            warn!(
-                group = %group,
-                "retention: not trimming the stream: Redis cannot tell this group's position (XINFO GROUPS has no lag), and an entry it has not read would be lost"
-            );
-            metric
-                .get_or_create(&GroupLabels {
-                    key: key.clone(),
-                    group: group.clone(),
-                })
-                .set(1);
-        }
-        blocked_by = now_blocked;
     }
 }

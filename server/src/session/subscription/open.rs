@@ -139,16 +139,13 @@ impl Subscription {
                 lane_tx
             });
         let every = settings.promote_interval;
-        let mut helpers = vec![tokio::spawn(
+        let helpers = vec![tokio::spawn(
             workers::promote(redis.clone(), form.clone(), every).in_current_span(),
         )];
-        if let Source::Stream(stream) = &source
-            && shared.retained(&stream.key)
-        {
-            let (key, every) = (stream.key.clone(), settings.retention_interval);
-            helpers.push(tokio::spawn(
-                workers::retain(Arc::clone(shared), key, every).in_current_span(),
-            ));
+        if let Source::Stream(stream) = &source {
+            shared
+                .retention
+                .register(&stream.key, crate::session::retention::Why::Seen);
         }
         shared.backlog.watch(&source, &form);
         shared.metrics.scale.watch(&source, &form);
