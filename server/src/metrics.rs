@@ -68,6 +68,15 @@ pub struct KeyLabels {
     pub key: String,
 }
 
+/// Labels of writes Redis refused, per subscription.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// As dead letters name it: `stream/group`, or the list's key.
+    pub subscription: String,
+    /// The class of Redis's error (`crate::redis::flush::refusal_reason`).
+    pub reason: &'static str,
+}
+
 /// Labels of rejections.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -89,6 +98,7 @@ pub struct Metrics {
     pub redeliveries: Family<FormLabels, Counter>,
     pub reclaimed: Family<FormLabels, Counter>,
     pub settles_skipped: Family<FormLabels, Counter>,
+    pub requeue_refused: Family<RefusalLabels, Counter>,
     pub outcomes: Family<OutcomeLabels, Counter>,
     pub rejections: Family<ReasonLabels, Counter>,
     pub flushes: Family<FlushLabels, Counter>,
@@ -135,6 +145,7 @@ impl Metrics {
             redeliveries: Family::default(),
             reclaimed: Family::default(),
             settles_skipped: Family::default(),
+            requeue_refused: Family::default(),
             outcomes: Family::default(),
             rejections: Family::default(),
             flushes: Family::default(),
@@ -192,6 +203,11 @@ impl Metrics {
             "settles_skipped",
             "Entries a flush neither settled nor requeued: another consumer had claimed them",
             m.settles_skipped.clone(),
+        );
+        r.register(
+            "requeue_refused",
+            "Entries whose retry, delay or dead letter Redis refused to write (memory, ACL, a key's type): left pending, delivered again",
+            m.requeue_refused.clone(),
         );
         r.register("outcomes", "Outcomes accepted, by kind", m.outcomes.clone());
         r.register(

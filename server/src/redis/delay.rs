@@ -59,9 +59,16 @@ pub fn unique_token() -> Bytes {
     Bytes::from(format!("{:016x}", hasher.finish()))
 }
 
+/// Writes each due member of the delay set KEYS[1] back to KEYS[2] (ARGV[3] says how), then
+/// removes it: at most ARGV[2] members due by ARGV[1] (Unix ms).
+///
+/// When Redis refuses: declared with a shebang, the script is refused whole when Redis is out
+/// of memory or a replica (nothing moves). A copy refused inside it (`NOPERM`, `WRONGTYPE` on
+/// the target) raises before that member's `ZREM`: the member stays in the set and is tried
+/// again at the next promotion, and the members before it are promoted.
 static PROMOTE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
-        r#"
+        r#"#!lua
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, member in ipairs(due) do
   local parts = {}

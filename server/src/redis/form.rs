@@ -180,6 +180,16 @@ impl Form {
         }
     }
 
+    /// The subscription as its dead letters name it (`stream/group`, the list's key), and as
+    /// the refusal counter labels it.
+    pub fn subscription(&self) -> String {
+        match self {
+            Form::Stream(keys) => keys.subscription.clone(),
+            Form::List(keys) => keys.subscription(),
+            Form::PubSub(form) => String::from_utf8_lossy(&form.delayed).into_owned(),
+        }
+    }
+
     /// The delay set and the key its depth is reported under.
     pub fn delayed(&self) -> &Bytes {
         match self {

@@ -20,8 +20,8 @@ use super::observe;
 use super::{FlushReport, Shared};
 use crate::domain::{Mode, ReadBatch};
 use crate::engine::FlushId;
-use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RoundTripLabels};
-use crate::redis::flush::{self, FlushPlan};
+use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RefusalLabels, RoundTripLabels};
+use crate::redis::flush::{self, FlushPlan, RequeueRefused};
 use crate::redis::form::{Form, Reader};
 use crate::redis::stream;
 use crate::redis::{Redis, RedisError};
@@ -95,7 +95,7 @@ const MAX_FLUSHES_PER_ROUND_TRIP: usize = 16;
 pub(super) async fn flush_loop(
     redis: Redis,
     shared: Arc<Shared>,
-    form: &'static str,
+    (form, subscription): (&'static str, String),
     mode: Mode,
     mut jobs: mpsc::UnboundedReceiver<FlushJob>,
     reports: mpsc::UnboundedSender<Flushed>,
@@ -157,6 +157,7 @@ pub(super) async fn flush_loop(
                     .get_or_create(&labels)
                     .inc_by(dead_lettered as u64);
             }
+            report_refusals(metrics, &subscription, &report.result.requeue_refused);
             if report.result.skipped > 0 {
                 skipped.inc_by(report.result.skipped as u64);
                 warn!(
@@ -194,6 +195,36 @@ pub(super) async fn flush_loop(
                 }
             });
         }
+    }
+}
+
+/// Counts and logs the entries whose requeue write Redis refused: an operator's signal that
+/// Redis is out of memory, an ACL lacks a write, or a key holds the wrong type, while the
+/// entries wait pending for Redis to accept writes again.
+fn report_refusals(
+    metrics: &crate::metrics::Metrics,
+    subscription: &str,
+    refused: &[RequeueRefused],
+) {
+    for refusal in refused {
+        let reason = flush::refusal_reason(&refusal.error);
+        metrics
+            .requeue_refused
+            .get_or_create(&RefusalLabels {
+                subscription: subscription.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+    if let Some(first) = refused.first() {
+        warn!(
+            subscription,
+            entries = refused.len(),
+            entry_id = %String::from_utf8_lossy(&first.entry_id),
+            slot = first.slot,
+            error = %first.error,
+            "Redis refused to write a retry, delay or dead letter: the entries stay pending and are delivered again once Redis accepts writes"
+        );
     }
 }
 

@@ -549,6 +549,15 @@ fn flush_report(report: FlushReport) -> proto::FlushReport {
         aborted: result.aborted as u32,
         dead_lettered: report.dead_lettered as u32,
         outcome_unknown: result.unknown,
+        requeue_refused: result
+            .requeue_refused
+            .into_iter()
+            .map(|refused| proto::RequeueRefusal {
+                slot: refused.slot,
+                entry_id: String::from_utf8_lossy(&refused.entry_id).into_owned(),
+                error: refused.error,
+            })
+            .collect(),
     }
 }
 

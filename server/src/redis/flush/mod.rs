@@ -12,8 +12,8 @@ pub(crate) mod wire;
 use fred::prelude::*;
 
 pub(crate) use plan::{
-    FlushPlan, PlanContext, Planned, Requeued, Role, Settling, owned_step, owned_step_lua,
-    plan_dead_letters, plan_flush,
+    FlushPlan, PlanContext, Planned, Requeued, Role, Settling, StepEntry, owned_step,
+    owned_step_lua, plan_dead_letters, plan_flush,
 };
 pub(crate) use wire::unanswered;
 
@@ -36,6 +36,45 @@ pub struct FlushResult {
     pub skipped: usize,
     /// Of those, the ones that were to be dead letters.
     pub skipped_dead_letters: usize,
+    /// Entries whose retry, delay or dead letter Redis refused to write: neither requeued nor
+    /// settled, they stay pending and are delivered again.
+    pub requeue_refused: Vec<RequeueRefused>,
+}
+
+/// An entry whose requeue write Redis refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequeueRefused {
+    /// The slot it was delivered in; 0 for an entry dead-lettered unread.
+    pub slot: u64,
+    /// Its stream entry id; empty for a list value.
+    pub entry_id: bytes::Bytes,
+    /// Redis's error, as Redis worded it.
+    pub error: String,
+}
+
+/// Why Redis refused a write, as the `reason` label of the refusal counters: one word per
+/// class an operator acts on differently, found by how Redis's error begins.
+pub(crate) fn refusal_reason(error: &str) -> &'static str {
+    const REASONS: &[(&str, &str)] = &[
+        ("OOM ", "oom"),
+        ("NOPERM ", "noperm"),
+        // Redis 7.0's words inside a script for a command the user's ACL does not allow.
+        ("ERR The user executing the script can't run", "noperm"),
+        ("WRONGTYPE ", "wrongtype"),
+        ("READONLY ", "readonly"),
+        ("NOSCRIPT ", "noscript"),
+        ("BUSY ", "busy"),
+        ("MOVED ", "moved"),
+        ("ASK ", "moved"),
+        ("TRYAGAIN ", "moved"),
+        ("CLUSTERDOWN ", "clusterdown"),
+        ("MASTERDOWN ", "masterdown"),
+        ("NOGROUP ", "nogroup"),
+    ];
+    REASONS
+        .iter()
+        .find(|(prefix, _)| error.starts_with(prefix))
+        .map_or("other", |(_, reason)| reason)
 }
 
 impl FlushResult {
@@ -43,14 +82,14 @@ impl FlushResult {
         self.failed == 0
     }
 
-    /// Interprets the replies of `plan`, one per command.
-    pub fn from_replies(plan: &[Planned], replies: Vec<Result<Value, Error>>) -> Self {
+    /// Interprets the replies of `plan`'s commands, one per command.
+    pub(crate) fn from_replies(plan: &FlushPlan, replies: Vec<Result<Value, Error>>) -> Self {
         let mut result = FlushResult::default();
         let answered = replies.len();
-        for (planned, reply) in plan.iter().zip(replies) {
+        for (planned, reply) in plan.commands.iter().zip(replies) {
             let err = match reply {
                 Ok(reply) if planned.role == Role::SettleOwned => {
-                    result.owned(reply);
+                    result.owned(reply, &plan.requeue_step);
                     continue;
                 }
                 Ok(_) => continue,
@@ -66,11 +105,13 @@ impl FlushResult {
             }
             let aborted = message.starts_with("EXECABORT");
             result.failed += 1;
-            if result.first_error.is_none() {
-                result.first_error = Some(message);
-            }
             match planned.role {
-                Role::Settle | Role::SettleOwned => result.settle_failed = true,
+                Role::Settle => result.settle_failed = true,
+                // Refused whole: nothing of it ran, every entry in it is still pending.
+                Role::SettleOwned => {
+                    result.settle_failed = true;
+                    result.refuse(plan.requeue_step.iter(), &message);
+                }
                 Role::Commit { settles } if aborted => {
                     result.aborted += 1;
                     result.settle_failed |= settles;
@@ -79,9 +120,12 @@ impl FlushResult {
                 // applied, the settle among them.
                 _ => {}
             }
+            if result.first_error.is_none() {
+                result.first_error = Some(message);
+            }
         }
-        if answered < plan.len() {
-            result.failed += plan.len() - answered;
+        if answered < plan.commands.len() {
+            result.failed += plan.commands.len() - answered;
             result.unknown = true;
             result
                 .first_error
@@ -91,21 +135,48 @@ impl FlushResult {
     }
 
     /// Reads the reply of a [`Role::SettleOwned`] script: `[skipped, skipped dead letters,
-    /// the first requeue write's error or false]`. A write's error leaves the settles and the
-    /// other writes applied, as an error inside EXEC does.
-    fn owned(&mut self, reply: Value) {
+    /// the first write's error or nil, [positions of the entries a refusal left unsettled]]`.
+    fn owned(&mut self, reply: Value, step: &[StepEntry]) {
         let Value::Array(parts) = reply else { return };
         let mut parts = parts.into_iter();
         let mut count = || parts.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
         self.skipped += count();
         self.skipped_dead_letters += count();
-        if let Some(error) = parts.next().filter(|v| !v.is_null()) {
-            self.failed += 1;
-            let error = error
+        let error = parts.next().filter(|v| !v.is_null()).map(|error| {
+            error
                 .as_string()
-                .unwrap_or_else(|| "a requeue write failed".into());
+                .unwrap_or_else(|| "a requeue write failed".into())
+        });
+        let refused: Vec<&StepEntry> = match parts.next() {
+            Some(Value::Array(positions)) => positions
+                .iter()
+                .filter_map(|p| p.as_u64())
+                .filter_map(|p| step.get((p as usize).checked_sub(1)?))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(error) = error {
+            self.failed += 1;
+            if !refused.is_empty() {
+                // Still pending on this consumer: read them again.
+                self.settle_failed = true;
+                self.refuse(refused.into_iter(), &error);
+            }
             self.first_error.get_or_insert(error);
         }
+    }
+
+    /// Records the entries of `step` that had requeue writes as refused with `error`.
+    fn refuse<'a>(&mut self, step: impl Iterator<Item = &'a StepEntry>, error: &str) {
+        self.requeue_refused
+            .extend(
+                step.filter(|entry| entry.requeues)
+                    .map(|entry| RequeueRefused {
+                        slot: entry.slot,
+                        entry_id: entry.id.clone(),
+                        error: error.to_owned(),
+                    }),
+            );
     }
 }
 
@@ -157,7 +228,7 @@ pub(crate) async fn execute(
     for (plan, (mut mine, read)) in plans.iter().zip(split_replies(plans, replies)) {
         // What a slot migration refused runs again where its keys live now.
         redirect::follow(client, follower, plan, &mut mine, deadline).await;
-        results.push((FlushResult::from_replies(&plan.commands, mine), read));
+        results.push((FlushResult::from_replies(plan, mine), read));
     }
     results
 }
@@ -225,6 +296,13 @@ mod tests {
         Planned::new("X", vec![], role)
     }
 
+    fn plan_of(commands: &[Planned]) -> FlushPlan {
+        FlushPlan {
+            commands: commands.to_vec(),
+            ..Default::default()
+        }
+    }
+
     fn err(msg: &str) -> Result<Value, Error> {
         Err(Error::new(ErrorKind::Unknown, msg.to_owned()))
     }
@@ -232,8 +310,10 @@ mod tests {
     #[test]
     fn a_failed_side_effect_does_not_fail_the_settle() {
         let plan = [planned(Role::SideEffect), planned(Role::Settle)];
-        let result =
-            FlushResult::from_replies(&plan, vec![err("WRONGTYPE"), Ok(Value::Integer(1))]);
+        let result = FlushResult::from_replies(
+            &plan_of(&plan),
+            vec![err("WRONGTYPE"), Ok(Value::Integer(1))],
+        );
         assert_eq!(result.failed, 1);
         assert!(!result.settle_failed);
         assert_eq!(result.first_error.as_deref(), Some("WRONGTYPE"));
@@ -253,7 +333,7 @@ mod tests {
             Ok(Value::Queued),
             err("EXECABORT Transaction discarded"),
         ];
-        let result = FlushResult::from_replies(&plan, replies);
+        let result = FlushResult::from_replies(&plan_of(&plan), replies);
         assert!(result.settle_failed);
         assert_eq!(result.aborted, 1);
         assert_eq!(result.failed, 2);
@@ -265,7 +345,8 @@ mod tests {
             planned(Role::Begin),
             planned(Role::Commit { settles: true }),
         ];
-        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), err("WRONGTYPE")]);
+        let result =
+            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), err("WRONGTYPE")]);
         assert!(!result.settle_failed);
         assert_eq!(result.aborted, 0);
     }
@@ -294,7 +375,7 @@ mod tests {
             split_replies(&plans, replies)
                 .into_iter()
                 .zip(plans)
-                .map(|((mine, read), plan)| (FlushResult::from_replies(&plan.commands, mine), read))
+                .map(|((mine, read), plan)| (FlushResult::from_replies(plan, mine), read))
                 .collect()
         };
         let results_of = results;
@@ -324,14 +405,16 @@ mod tests {
                 error,
             ]))
         };
-        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), reply(Value::Null)]);
+        let result =
+            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), reply(Value::Null)]);
         assert!(result.ok() && !result.settle_failed);
         assert_eq!((result.skipped, result.skipped_dead_letters), (2, 1));
 
         // A write refused inside the step: the settles and the other writes stand, as after
         // an error inside EXEC.
         let wrongtype = Value::String("WRONGTYPE Operation against a key".into());
-        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), reply(wrongtype)]);
+        let result =
+            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), reply(wrongtype)]);
         assert_eq!((result.failed, result.settle_failed), (1, false));
         assert_eq!(
             result.first_error.as_deref(),
@@ -339,19 +422,93 @@ mod tests {
         );
 
         // The step refused as a whole (no group, say): nothing of it ran.
-        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Null), err("NOGROUP")]);
+        let result =
+            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), err("NOGROUP")]);
         assert!(result.settle_failed);
     }
 
     #[test]
     fn missing_replies_and_timeouts_leave_the_outcome_unknown() {
         let plan = [planned(Role::SideEffect), planned(Role::Settle)];
-        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(1))]);
+        let result = FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Integer(1))]);
         assert!(result.unknown);
         assert!(!result.settle_failed, "nothing says the settle was refused");
         assert_eq!(result.failed, 1);
         let timeout = Err(Error::new(ErrorKind::Timeout, "Request timed out."));
-        let result = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(1)), timeout]);
+        let result =
+            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Integer(1)), timeout]);
         assert!(result.unknown && !result.settle_failed);
+    }
+
+    #[test]
+    fn a_refused_requeue_write_names_the_entries_it_left_pending() {
+        let step = |slot, id: &'static str, requeues| StepEntry {
+            slot,
+            id: bytes::Bytes::from_static(id.as_bytes()),
+            requeues,
+        };
+        let plan = FlushPlan {
+            commands: vec![planned(Role::SettleOwned)],
+            requeue_step: vec![
+                step(1, "1-0", false),
+                step(2, "2-0", true),
+                step(3, "3-0", true),
+            ],
+            ..Default::default()
+        };
+        let reply = Value::Array(vec![
+            Value::Integer(0),
+            Value::Integer(0),
+            Value::String(
+                "NOPERM User default has no permissions to run the 'xadd' command".into(),
+            ),
+            Value::Array(vec![Value::Integer(2), Value::Integer(3)]),
+        ]);
+        let result = FlushResult::from_replies(&plan, vec![Ok(reply)]);
+        assert!(result.settle_failed, "the refused entries are read again");
+        let refused: Vec<_> = result.requeue_refused.iter().map(|r| r.slot).collect();
+        assert_eq!(refused, [2, 3]);
+        assert!(result.requeue_refused[0].error.starts_with("NOPERM"));
+
+        // Refused whole (out of memory): every entry with a requeue write is named.
+        let oom = err("OOM command not allowed when used memory > 'maxmemory'.");
+        let result = FlushResult::from_replies(&plan, vec![oom]);
+        assert!(result.settle_failed);
+        let refused: Vec<_> = result.requeue_refused.iter().map(|r| r.slot).collect();
+        assert_eq!(refused, [2, 3]);
+        assert_eq!(refusal_reason(&result.requeue_refused[0].error), "oom");
+
+        // A bookkeeping write refused after its requeue write: nothing left pending.
+        let reply = Value::Array(vec![
+            Value::Integer(0),
+            Value::Integer(0),
+            Value::String("WRONGTYPE Operation against a key".into()),
+            Value::Array(vec![]),
+        ]);
+        let result = FlushResult::from_replies(&plan, vec![Ok(reply)]);
+        assert!(!result.settle_failed && result.requeue_refused.is_empty());
+        assert_eq!(result.failed, 1);
+    }
+
+    #[test]
+    fn refusals_are_classified_by_their_code() {
+        for (error, reason) in [
+            ("OOM command not allowed", "oom"),
+            ("NOPERM User u has no permissions", "noperm"),
+            ("WRONGTYPE Operation against a key", "wrongtype"),
+            (
+                "READONLY You can't write against a read only replica.",
+                "readonly",
+            ),
+            ("BUSY Redis is busy running a script.", "busy"),
+            ("MOVED 3999 127.0.0.1:6381", "moved"),
+            (
+                "ERR The user executing the script can't run this command or subcommand",
+                "noperm",
+            ),
+            ("ERR something else", "other"),
+        ] {
+            assert_eq!(refusal_reason(error), reason, "{error}");
+        }
     }
 }

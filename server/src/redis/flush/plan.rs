@@ -26,7 +26,7 @@ use crate::window::{FlushBatch, Outcome};
 
 /// What a planned command is for; decides what its failure means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// A client's queued command.
     SideEffect,
     /// A write that makes a retry durable (a copy, a delay-set member).
@@ -49,7 +49,7 @@ pub enum Role {
 
 /// One command of a flush.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Planned {
+pub(crate) struct Planned {
     /// fred's string: static for the sidecar's own commands and interned for a client's (see
     /// [`command_name`]), so handing it to fred copies nothing.
     pub name: Str,
@@ -60,7 +60,7 @@ pub struct Planned {
 }
 
 impl Planned {
-    pub fn new(name: &'static str, args: Vec<Bytes>, role: Role) -> Self {
+    pub(crate) fn new(name: &'static str, args: Vec<Bytes>, role: Role) -> Self {
         Self::named(Str::from_static(name), args, role)
     }
 
@@ -116,6 +116,20 @@ pub(crate) struct FlushPlan {
     /// A read sent after the flush's commands, in the same pipeline: the subscription's next
     /// read without a round trip of its own. Not part of the flush: its reply is returned apart.
     pub read_ahead: Option<Planned>,
+    /// The entries of the plan's requeue step ([`owned_step`]), in its order: how its reply's
+    /// positions name the entries a refusal left pending.
+    pub requeue_step: Vec<StepEntry>,
+}
+
+/// An entry of a requeue step, as a refusal names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StepEntry {
+    /// The slot it was delivered in; 0 for an entry dead-lettered unread.
+    pub slot: u64,
+    /// Its stream entry id; empty for a list value.
+    pub id: Bytes,
+    /// Whether it has requeue writes (a retry, a delay, a dead letter), which Redis may refuse.
+    pub requeues: bool,
 }
 
 impl FlushPlan {
@@ -234,7 +248,9 @@ pub(crate) trait Settling {
 /// The command of a form's requeue step ([`Settling::settle_owned`]): `EVAL script` with the
 /// keys (then every write's target, declared for the cluster) and, in ARGV, the length of
 /// `header`, the header, then per entry its id (or value), `d` for a dead letter or `-`, its
-/// number of writes, and per write its length and its command.
+/// number of writes, and per write `r` (the requeue itself) or `b` (bookkeeping), its length
+/// and its command. The forms put an entry's bookkeeping after its requeue writes, so a
+/// refused requeue write leaves the entry as it was.
 pub(crate) fn owned_step(
     script: &'static str,
     slot: u16,
@@ -263,6 +279,12 @@ pub(crate) fn owned_step(
             Bytes::from(writes.len().to_string()),
         ]);
         for write in writes {
+            let flag: &'static [u8] = if write.role == Role::Bookkeeping {
+                b"b"
+            } else {
+                b"r"
+            };
+            args.push(Bytes::from_static(flag));
             args.push(Bytes::from((write.args.len() + 1).to_string()));
             args.push(Bytes::copy_from_slice(write.name.as_bytes()));
             args.extend(write.args);
@@ -274,38 +296,69 @@ pub(crate) fn owned_step(
     }
 }
 
-/// The Lua half every form's requeue step script starts with: `owned_step(mine)` walks the
-/// entries as [`owned_step`] lays them out, asks `mine(id)` whether each is still this
-/// consumer's (the form's check, which may settle it as it asks), runs the writes of those
-/// only (`pcall`: a write's error is kept, as inside EXEC, and the rest go on), and returns
-/// their ids and the step's reply, `{skipped, skipped dead letters, the first write error or
-/// false}` (see [`super::FlushResult`]). A macro so that each form's script is one literal.
+/// The Lua half every form's requeue step script starts with. The script is declared with a
+/// shebang and no flags, so Redis refuses it whole, before any of it runs, when it is out of
+/// memory (`OOM`, as it does not say `allow-oom`), on a replica (`READONLY`) or while writes
+/// are paused (it waits): then nothing is written and nothing settled, and every entry stays
+/// this consumer's, to be read again.
+///
+/// `owned_step(mine, settle)` walks the entries as [`owned_step`] lays them out. For each it
+/// asks `mine(id)` whether it is still this consumer's (without changing anything), runs the
+/// writes of those only (`pcall`), and calls `settle(id)` for an entry whose requeue writes all
+/// took effect (a form that settles them together collects them there). A refused requeue write
+/// (`NOPERM`, `WRONGTYPE`, …) leaves its entry unsettled, and every later entry with requeue
+/// writes untouched and unsettled too: each stays pending (or on the processing list) as it
+/// was, and is delivered again. A refused bookkeeping write (a delivery count, after the
+/// requeue writes it follows) loses nothing: its entry settles.
+/// Entries without requeue writes (acked or dropped beside the retries) depend on no write and
+/// are settled in any case.
+///
+/// It returns the step's reply, `{skipped, skipped dead letters, the first write error or
+/// false, {the 1-based positions of the entries a refusal left unsettled}}` (see
+/// [`super::FlushResult`]). A macro so that each form's script is one literal.
 macro_rules! owned_step_lua {
     () => {
-        r#"
-local function owned_step(mine)
-  local ours, skipped, skipped_dead, failure = {}, 0, 0, false
-  local i = 2 + ARGV[1]
+        r#"#!lua
+local function owned_step(mine, settle)
+  local skipped, skipped_dead, failure, refused, stopped = 0, 0, false, {}, false
+  local i, position = 2 + ARGV[1], 0
   while i <= #ARGV do
     local id, dead, writes = ARGV[i], ARGV[i + 1] == 'd', tonumber(ARGV[i + 2])
-    local is_mine = mine(id)
+    position = position + 1
     i = i + 3
+    local first, requeues = i, 0
     for _ = 1, writes do
-      local n = tonumber(ARGV[i])
-      if is_mine then
-        local reply = redis.pcall(unpack(ARGV, i + 1, i + n))
-        if type(reply) == 'table' and reply.err and not failure then failure = reply.err end
-      end
-      i = i + 1 + n
+      if ARGV[i] == 'r' then requeues = requeues + 1 end
+      i = i + 2 + tonumber(ARGV[i + 1])
     end
-    if is_mine then
-      ours[#ours + 1] = id
-    else
+    if not mine(id) then
       skipped = skipped + 1
       if dead then skipped_dead = skipped_dead + 1 end
+    elseif stopped and requeues > 0 then
+      refused[#refused + 1] = position
+    else
+      local j, ok = first, true
+      for _ = 1, writes do
+        local required, n = ARGV[j] == 'r', tonumber(ARGV[j + 1])
+        local reply = redis.pcall(unpack(ARGV, j + 2, j + 1 + n))
+        if type(reply) == 'table' and reply.err then
+          if not failure then failure = reply.err end
+          if required then
+            ok = false
+            break
+          end
+        end
+        j = j + 2 + n
+      end
+      if ok then
+        settle(id)
+      else
+        stopped = true
+        refused[#refused + 1] = position
+      end
     end
   end
-  return ours, {skipped, skipped_dead, failure}
+  return {skipped, skipped_dead, failure, refused}
 end
 "#
     };
@@ -341,10 +394,15 @@ impl OwnedStep {
             let dead_letter = &args.next().unwrap()[..] == b"d";
             let writes = (0..number(&mut args))
                 .map(|_| {
+                    let role = match &args.next().unwrap()[..] {
+                        b"r" => Role::Requeue,
+                        b"b" => Role::Bookkeeping,
+                        flag => panic!("a write's flag is r or b, not {flag:?}"),
+                    };
                     let n = number(&mut args);
                     let name = String::from_utf8(args.next().unwrap().to_vec()).unwrap();
                     let command_args = args.by_ref().take(n - 1).collect();
-                    Planned::named(Str::from(name), command_args, Role::Requeue)
+                    Planned::named(Str::from(name), command_args, role)
                 })
                 .collect();
             entries.push((id, dead_letter, writes));
@@ -361,6 +419,8 @@ impl OwnedStep {
 /// acked or dropped entry settled beside the retries).
 #[derive(Debug)]
 pub(crate) struct Requeued<'a> {
+    /// The slot it was delivered in; 0 for an entry dead-lettered unread.
+    pub slot: u64,
     pub entry: &'a Entry,
     pub writes: Vec<Planned>,
     pub dead_letter: bool,
@@ -451,6 +511,7 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
         .filter(|((index, _), inside)| !**inside && !batch.in_place.contains(index))
         .map(|((_, settle), _)| {
             (
+                settle.slot,
                 settle.entry.borrow(),
                 requeue(
                     settle.entry.borrow(),
@@ -461,17 +522,18 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
             )
         })
         .collect();
-    let requeues = rest.iter().any(|(_, r)| !matches!(r, Requeue::None));
+    let requeues = rest.iter().any(|(_, _, r)| !matches!(r, Requeue::None));
     let requeued: Vec<Requeued<'_>> = rest
         .iter()
-        .map(|&(entry, ref action)| Requeued {
+        .map(|&(slot, entry, ref action)| Requeued {
+            slot,
             entry,
             writes: requeue_writes(form, entry, action, ctx),
             dead_letter: matches!(action, Requeue::DeadLetter(_)),
         })
         .collect();
     plan.dead_lettered = requeued.iter().filter(|r| r.dead_letter).count();
-    if !(requeues && form.settle_owned(&requeued, &mut plan)) {
+    if !(requeues && settle_owned(form, &requeued, &mut plan)) {
         if requeues {
             plan.push("MULTI", vec![], Role::Begin, slot);
         }
@@ -484,8 +546,8 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
             form.settle(&entries, &mut plan);
             let done: Vec<&Entry> = rest
                 .iter()
-                .filter(|(_, r)| matches!(r, Requeue::None | Requeue::DeadLetter(_)))
-                .map(|(entry, _)| *entry)
+                .filter(|(_, _, r)| matches!(r, Requeue::None | Requeue::DeadLetter(_)))
+                .map(|(_, entry, _)| *entry)
                 .collect();
             form.finished(&done, &mut plan);
         }
@@ -526,8 +588,26 @@ fn requeue_writes(
     writes.commands
 }
 
-/// The plan that moves entries read beyond the delivery cap to the dead letter, atomically
-/// with their settle, without delivering them.
+/// The form's requeue step ([`Settling::settle_owned`]), with its entries recorded for its
+/// reply; `false` when the form has none.
+fn settle_owned(form: &impl Settling, requeued: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
+    if !form.settle_owned(requeued, plan) {
+        return false;
+    }
+    plan.requeue_step = requeued
+        .iter()
+        .map(|r| StepEntry {
+            slot: r.slot,
+            id: r.entry.id.clone(),
+            requeues: r.writes.iter().any(|w| w.role != Role::Bookkeeping),
+        })
+        .collect();
+    true
+}
+
+/// The plan that moves entries read beyond the delivery cap to the dead letter, without
+/// delivering them: in the form's requeue step, so that an entry is settled only once its dead
+/// letter is written; a form without one (a simple list) writes them in a MULTI.
 pub(crate) fn plan_dead_letters(
     form: &impl Settling,
     entries: &[&Entry],
@@ -535,20 +615,35 @@ pub(crate) fn plan_dead_letters(
 ) -> FlushPlan {
     let mut plan = FlushPlan::default();
     let slot = form.slot();
-    plan.push("MULTI", vec![], Role::Begin, slot);
-    for entry in entries {
-        form.dead_letter(entry, Some(reason), &mut plan);
+    let requeued: Vec<Requeued<'_>> = entries
+        .iter()
+        .map(|&entry| {
+            let mut writes = FlushPlan::default();
+            form.dead_letter(entry, Some(reason), &mut writes);
+            Requeued {
+                slot: 0,
+                entry,
+                writes: writes.commands,
+                dead_letter: true,
+            }
+        })
+        .collect();
+    if !settle_owned(form, &requeued, &mut plan) {
+        plan.push("MULTI", vec![], Role::Begin, slot);
+        for requeue in requeued {
+            plan.commands.extend(requeue.writes);
+        }
+        form.settle(entries, &mut plan);
+        form.finished(entries, &mut plan);
+        plan.push(
+            "EXEC",
+            vec![],
+            Role::Commit {
+                settles: form.settles_in_redis(),
+            },
+            slot,
+        );
     }
-    form.settle(entries, &mut plan);
-    form.finished(entries, &mut plan);
-    plan.push(
-        "EXEC",
-        vec![],
-        Role::Commit {
-            settles: form.settles_in_redis(),
-        },
-        slot,
-    );
     plan.dead_lettered = entries.len();
     plan.settles = if form.settles_in_redis() {
         entries.len()

@@ -122,7 +122,7 @@ impl ListKeys {
     }
 
     /// The subscription a dead letter names.
-    fn subscription(&self) -> String {
+    pub(crate) fn subscription(&self) -> String {
         String::from_utf8_lossy(&self.key).into_owned()
     }
 }

@@ -36,9 +36,10 @@ impl Settling for ListKeys {
         self.forget_counts(entries, plan);
     }
 
-    /// One [`SETTLE_OWNED`] script on a reliable list: an entry is requeued only when its
-    /// `LREM` takes its value off this consumer's processing list. A simple list keeps no
-    /// processing list, so nobody else can hold its entries: its writes go in a MULTI.
+    /// One [`SETTLE_OWNED`] script on a reliable list: an entry is requeued only while its
+    /// value is on this consumer's processing list, and taken off it only once its writes took
+    /// effect. A simple list keeps no processing list, so nobody else can hold its entries: its
+    /// writes go in a MULTI.
     fn settle_owned(&self, requeues: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
         if !self.reliable {
             return false;
@@ -131,13 +132,21 @@ impl Settling for ListKeys {
 /// would be a second one. Such an entry is left alone.
 ///
 /// KEYS[1] is the processing list; ARGV as [`owned_step`] lays it out, with each entry's value
-/// as its id and no header; the `LREM` that settles an entry says whether it was still this
-/// consumer's, and only then are its writes run ([`owned_step_lua`]).
+/// as its id and no header; an entry is this consumer's while its value is on the processing
+/// list (`LPOS`), and its `LREM` runs only once its writes took effect ([`owned_step_lua`]).
+///
+/// When Redis refuses: the whole step under `OOM`, `READONLY`, `NOPERM` for `EVAL`, `BUSY` or
+/// a slot that moved (nothing runs; every value stays on the processing list and is read
+/// again); a copy, delay-set member or dead letter refused inside it (`NOPERM` for
+/// `LPUSH`/`ZADD`, `WRONGTYPE`) leaves that value and every later requeued one on the
+/// processing list, and the values before it settled with their writes.
 pub(crate) const SETTLE_OWNED: &str = concat!(
     owned_step_lua!(),
     r#"
-local _, reply = owned_step(function(value)
-  return redis.call('LREM', KEYS[1], 1, value) > 0
+local reply = owned_step(function(value)
+  return redis.call('LPOS', KEYS[1], value) ~= false
+end, function(value)
+  redis.call('LREM', KEYS[1], 1, value)
 end)
 return reply
 "#

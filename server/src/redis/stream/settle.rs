@@ -135,13 +135,25 @@ impl Settling for StreamKeys {
 ///
 /// KEYS[1] is the stream; ARGV as [`owned_step`] lays it out, with the group, the consumer and
 /// the settle (`XACK` or `XACKDEL`) as its header; the entries still pending on this consumer
-/// (`XPENDING`) are written ([`owned_step_lua`]) and then settled together.
+/// (`XPENDING`) are written ([`owned_step_lua`]), and those whose writes took effect are then
+/// settled together.
+///
+/// When Redis refuses: the whole step under `OOM`, `READONLY`, `NOPERM` for `EVAL`, `BUSY` or
+/// a slot that moved (nothing runs; every entry stays pending and is read again); a copy,
+/// delay-set member or dead letter refused inside it (`NOPERM` for `XADD`/`ZADD`,
+/// `WRONGTYPE`) leaves that entry and every later requeued one pending, unsettled, and the
+/// entries before it settled with their writes. A settle refused after the writes (an ACL
+/// without `XACK`) fails the script: the writes made stand, the entries stay pending and come
+/// again beside their copies, a duplicate rather than a loss.
 pub(crate) const SETTLE_OWNED: &str = concat!(
     owned_step_lua!(),
     r#"
 local key, group, consumer, settle = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
-local ours, reply = owned_step(function(id)
+local ours = {}
+local reply = owned_step(function(id)
   return redis.call('XPENDING', key, group, id, id, 1, consumer)[1] ~= nil
+end, function(id)
+  ours[#ours + 1] = id
 end)
 for j = 1, #ours, 512 do
   local ids = {unpack(ours, j, math.min(j + 511, #ours))}

@@ -118,7 +118,7 @@ impl Subscription {
             workers::flush_loop(
                 redis.clone(),
                 Arc::clone(shared),
-                form_name,
+                (form_name, form.subscription()),
                 request.mode,
                 jobs,
                 reports.clone(),
