@@ -58,8 +58,10 @@ pub(crate) fn refusal_reason(error: &str) -> &'static str {
     const REASONS: &[(&str, &str)] = &[
         ("OOM ", "oom"),
         ("NOPERM ", "noperm"),
-        // Redis 7.0's words inside a script for a command the user's ACL does not allow.
+        // Inside a script, the user's ACL refusing a command: Redis 7.0's words, then Redis
+        // 7.2+'s and Valkey's.
         ("ERR The user executing the script can't run", "noperm"),
+        ("ERR ACL failure in script", "noperm"),
         ("WRONGTYPE ", "wrongtype"),
         ("READONLY ", "readonly"),
         ("NOSCRIPT ", "noscript"),
@@ -504,6 +506,10 @@ mod tests {
             ("MOVED 3999 127.0.0.1:6381", "moved"),
             (
                 "ERR The user executing the script can't run this command or subcommand",
+                "noperm",
+            ),
+            (
+                "ERR ACL failure in script: User default has no permissions to run the 'xadd' command",
                 "noperm",
             ),
             ("ERR something else", "other"),
