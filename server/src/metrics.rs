@@ -99,6 +99,7 @@ pub struct Metrics {
     pub reclaimed: Family<FormLabels, Counter>,
     pub settles_skipped: Family<FormLabels, Counter>,
     pub requeue_refused: Family<RefusalLabels, Counter>,
+    pub side_effect_failures: Family<ModeLabels, Counter>,
     pub outcomes: Family<OutcomeLabels, Counter>,
     pub rejections: Family<ReasonLabels, Counter>,
     pub flushes: Family<FlushLabels, Counter>,
@@ -146,6 +147,7 @@ impl Metrics {
             reclaimed: Family::default(),
             settles_skipped: Family::default(),
             requeue_refused: Family::default(),
+            side_effect_failures: Family::default(),
             outcomes: Family::default(),
             rejections: Family::default(),
             flushes: Family::default(),
@@ -208,6 +210,11 @@ impl Metrics {
             "requeue_refused",
             "Entries whose retry, delay or dead letter Redis refused to write (memory, ACL, a key's type): left pending, delivered again",
             m.requeue_refused.clone(),
+        );
+        r.register(
+            "side_effect_failures",
+            "Side-effect commands Redis answered with an error when they ran (pipeline mode: their entries settled all the same; atomic mode: left pending)",
+            m.side_effect_failures.clone(),
         );
         r.register("outcomes", "Outcomes accepted, by kind", m.outcomes.clone());
         r.register(
@@ -333,6 +340,9 @@ impl Metrics {
                 .get_or_create(&FlushLabels { form, mode, result })
                 .inc_by(0);
         }
+        self.side_effect_failures
+            .get_or_create(&ModeLabels { form, mode })
+            .inc_by(0);
     }
 
     /// The exposition for a scraper whose `Accept` header is `accept`: with exemplars when it

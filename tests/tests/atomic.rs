@@ -1,5 +1,5 @@
-//! Atomic mode on a standalone Redis: each kept segment is MULTI, its commands, its own XACK,
-//! EXEC, inside the flush's one pipeline.
+//! Atomic mode on a standalone Redis: each kept segment is one script of its commands, then
+//! its own XACK only if none failed, inside the flush's one pipeline.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -77,7 +77,7 @@ impl std::ops::Drop for Monitor {
 }
 
 #[tokio::test]
-async fn each_kept_segment_is_multi_its_commands_its_xack_exec() {
+async fn each_kept_segment_is_one_script_of_its_commands_then_its_xack() {
     let redis = RedisServer::start();
     let sidecar = Sidecar::start(&redis.url(), &[]).await;
     let mut client = sidecar.client().await;
@@ -96,7 +96,7 @@ async fn each_kept_segment_is_multi_its_commands_its_xack_exec() {
             command(d[0].slot, "INCR", &["b"]),
             command(d[1].slot, "INCR", &["dropped"]),
         ],
-        // d[2] is acked without commands: it needs no MULTI.
+        // d[2] is acked without commands: it needs no script.
         vec![
             outcome(d[2].slot, Ack),
             outcome(d[1].slot, Drop),
@@ -111,19 +111,26 @@ async fn each_kept_segment_is_multi_its_commands_its_xack_exec() {
         (2, 2, 3)
     );
 
-    let seen = eventually(STEP, || async {
-        monitor.commands(&["MULTI", "EXEC", "INCR", "XACK"]).len() >= 6
-    })
-    .await;
-    assert!(seen);
+    // MONITOR shows the script, then the commands it ran (`[0 lua]`), the settle last.
+    let names = || -> Vec<String> {
+        monitor
+            .commands(&["MULTI", "EXEC", "EVAL", "INCR", "XACK"])
+            .into_iter()
+            .map(|line| match line.starts_with("EVAL ") {
+                true => "EVAL".to_owned(),
+                false => line,
+            })
+            .collect()
+    };
+    let seen = eventually(STEP, || async { names().len() >= 5 }).await;
+    assert!(seen, "{:?}", names());
     assert_eq!(
-        monitor.commands(&["MULTI", "EXEC", "INCR", "XACK"]),
+        names(),
         vec![
-            "MULTI".to_string(),
+            "EVAL".to_string(),
             "INCR a".into(),
             "INCR b".into(),
             format!("XACK orders g {}", ids[0]),
-            "EXEC".into(),
             format!("XACK orders g {} {}", ids[1], ids[2]),
         ]
     );
@@ -189,10 +196,16 @@ async fn a_command_refused_while_queuing_aborts_and_the_entry_comes_back() {
     sidecar.stop().await;
 }
 
+/// A command that fails when it runs (`WRONGTYPE`, a value that is not an integer) stops its
+/// segment: the commands before it stay applied (Redis has no rollback), those after it do not
+/// run, and the entry is not acknowledged. The report names the command and Redis's error; the
+/// entry comes back with its count raised, and one whose side effect keeps failing ends in the
+/// dead letter past `max_deliveries` with Redis's error as its reason.
 #[tokio::test]
-async fn a_runtime_error_inside_exec_is_reported_and_the_rest_applies() {
+async fn a_runtime_error_stops_the_segment_and_the_entry_comes_back() {
     let redis = RedisServer::start();
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
     let mut client = sidecar.client().await;
     let inspect = redis.client().await;
     let _: () = inspect
@@ -200,28 +213,62 @@ async fn a_runtime_error_inside_exec_is_reported_and_the_rest_applies() {
         .await
         .unwrap();
     publish(&mut client, "orders", numbered(1)).await;
-    let (mut sub, _) = Subscription::open(&mut client, atomic_open("orders", "c", 1))
-        .await
-        .unwrap();
-    let d = sub.read().await.deliveries.remove(0);
-    sub.send(
-        vec![
-            command(d.slot, "LPUSH", &["a-string", "v"]),
-            command(d.slot, "INCR", &["applied"]),
-        ],
-        vec![outcome(d.slot, Ack)],
-    )
+    let open = proto::Open {
+        max_deliveries: 2,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+        }),
+        ..atomic_open("orders", "c", 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    for delivery in 1..=2 {
+        let d = sub.read().await.deliveries.remove(0);
+        assert_eq!(d.delivery_count, delivery);
+        sub.send(
+            vec![
+                command(d.slot, "INCR", &["before"]),
+                command(d.slot, "LPUSH", &["a-string", "v"]),
+                command(d.slot, "INCR", &["after"]),
+            ],
+            vec![outcome(d.slot, Ack)],
+        )
+        .await;
+        let report = sub.flush().await;
+        assert!(!report.ok);
+        assert!(report.error.starts_with("WRONGTYPE"), "{}", report.error);
+        assert!(report.settle_failed, "the entry was not acknowledged");
+        assert_eq!(report.aborted, 0, "a command ran before the failed one");
+        let failure = &report.side_effect_failures[..];
+        assert_eq!(failure.len(), 1, "{report:?}");
+        assert_eq!(failure[0].slot, d.slot);
+        assert_eq!(failure[0].entry_id, d.entry_id);
+        assert_eq!(failure[0].command, "LPUSH");
+        assert!(failure[0].error.starts_with("WRONGTYPE"));
+        assert!(!failure[0].settled);
+        assert_eq!(
+            inspect.get::<i64, _>("before").await.unwrap(),
+            delivery as i64
+        );
+        assert_eq!(inspect.exists::<i64, _>("after").await.unwrap(), 0);
+        assert_eq!(pending(&inspect, "orders", "g").await, 1);
+    }
+    // Past max_deliveries: into the dead letter with Redis's error, unread, and settled.
+    let moved = eventually(STEP, || async {
+        inspect.xlen::<u64, _>("orders:dead").await.unwrap() == 1
+    })
     .await;
-    let report = sub.flush().await;
-    assert!(!report.ok);
-    assert!(report.error.contains("WRONGTYPE"), "{}", report.error);
+    assert!(moved, "the poison entry went to the dead letter");
+    let dead: Vec<(String, std::collections::HashMap<String, String>)> =
+        inspect.xrange("orders:dead", "-", "+", None).await.unwrap();
+    let reason = &dead[0].1["h:x-window-reason"];
     assert!(
-        !report.settle_failed,
-        "Redis has no rollback: the XACK in the EXEC ran"
+        reason.starts_with("side effect LPUSH failed: WRONGTYPE"),
+        "{reason}"
     );
-    assert_eq!(report.aborted, 0);
-    assert_eq!(inspect.get::<i64, _>("applied").await.unwrap(), 1);
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    let exposition = scrape(&metrics).await;
+    let series = "window_sidecar_side_effect_failures_total{form=\"stream\",mode=\"atomic\"}";
+    assert_eq!(sample(&exposition, series), 2.0, "{exposition}");
     sidecar.stop().await;
 }
 
@@ -256,9 +303,9 @@ async fn the_mixed_window_keeps_thirteen_of_twenty_in_atomic_mode() {
     assert_eq!((report.segments_kept, report.settles), (13, 20));
     assert_eq!(inspect.get::<i64, _>("side-effects").await.unwrap(), 13);
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
-    // 13 transactions with their own XACK, and one XACK for the 7 dropped entries.
-    assert_eq!(command_calls(&inspect, "multi").await, 13);
-    assert_eq!(command_calls(&inspect, "exec").await, 13);
+    // 13 segment scripts with their own XACK, and one XACK for the 7 dropped entries.
+    assert_eq!(command_calls(&inspect, "eval").await, 13);
+    assert_eq!(command_calls(&inspect, "multi").await, 0);
     assert_eq!(command_calls(&inspect, "xack").await, 14);
     sidecar.stop().await;
 }

@@ -107,8 +107,8 @@ impl OnCluster {
     }
 }
 
-/// Atomic segments on the stream's slot commit with their XACK, as a transaction on that
-/// slot's node.
+/// Atomic segments on the stream's slot commit with their XACK, as one script on that slot's
+/// node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_atomic_segments_commit_on_the_streams_slot() {
     let mut on = OnCluster::start().await;
@@ -136,8 +136,8 @@ async fn cluster_atomic_segments_commit_on_the_streams_slot() {
     assert_eq!(sum, (0..10).sum::<i64>());
     assert_eq!(inspect.scard::<i64, _>("{orders}:seen").await.unwrap(), 10);
     assert_eq!(pending(inspect, "{orders}", "g").await, 0);
-    // Every kept segment ran as a transaction on the node of the stream's slot.
-    assert_eq!(node_calls(orders_node, "exec"), 10);
+    // Every kept segment ran as one script on the node of the stream's slot.
+    assert_eq!(node_calls(orders_node, "eval"), 10);
     assert_eq!(node_calls(orders_node, "xack"), 10);
     sub.close();
     on.stop().await;

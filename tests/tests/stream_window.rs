@@ -410,6 +410,15 @@ async fn a_failed_flush_is_reported_once_and_the_stream_goes_on() {
     assert_eq!(report.failed, 1);
     assert!(report.error.contains("WRONGTYPE"), "{}", report.error);
     assert!(!report.settle_failed, "the XACK itself succeeded");
+    // The report names the failed command, its entry and Redis's error, settled all the same.
+    let failure = &report.side_effect_failures[..];
+    assert_eq!(failure.len(), 1, "{report:?}");
+    assert_eq!(
+        (failure[0].slot, failure[0].command.as_str()),
+        (d.slot, "LPUSH")
+    );
+    assert_eq!(failure[0].entry_id, d.entry_id);
+    assert!(failure[0].error.starts_with("WRONGTYPE") && failure[0].settled);
     // Redis has no rollback: the other command ran, and the entry is settled.
     assert_eq!(counter(&inspect, "after").await, 1);
     assert_eq!(pending(&inspect, "orders", "g").await, 0);

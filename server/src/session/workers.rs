@@ -116,6 +116,13 @@ pub(super) async fn flush_loop(
             .clone()
     };
     let flush_round_trips = round_trips("flush");
+    let side_effect_failures = metrics
+        .side_effect_failures
+        .get_or_create(&ModeLabels {
+            form,
+            mode: mode.as_str(),
+        })
+        .clone();
     let skipped = metrics
         .settles_skipped
         .get_or_create(&FormLabels { form })
@@ -158,6 +165,9 @@ pub(super) async fn flush_loop(
                     .inc_by(dead_lettered as u64);
             }
             report_refusals(metrics, &subscription, &report.result.requeue_refused);
+            if !report.result.side_effect_failures.is_empty() {
+                side_effect_failures.inc_by(report.result.side_effect_failures.len() as u64);
+            }
             if report.result.skipped > 0 {
                 skipped.inc_by(report.result.skipped as u64);
                 warn!(

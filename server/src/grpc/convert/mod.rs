@@ -558,6 +558,17 @@ fn flush_report(report: FlushReport) -> proto::FlushReport {
                 error: refused.error,
             })
             .collect(),
+        side_effect_failures: result
+            .side_effect_failures
+            .into_iter()
+            .map(|failure| proto::SideEffectFailure {
+                slot: failure.slot,
+                entry_id: String::from_utf8_lossy(&failure.entry_id).into_owned(),
+                command: failure.command,
+                error: failure.error,
+                settled: failure.settled,
+            })
+            .collect(),
     }
 }
 

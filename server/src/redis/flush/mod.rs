@@ -12,8 +12,8 @@ pub(crate) mod wire;
 use fred::prelude::*;
 
 pub(crate) use plan::{
-    FlushPlan, PlanContext, Planned, Requeued, Role, Settling, StepEntry, owned_step,
-    owned_step_lua, plan_dead_letters, plan_flush,
+    FlushPlan, PlanContext, Planned, Requeued, Role, SegmentSpan, Settling, StepEntry, entry_key,
+    owned_step, owned_step_lua, plan_dead_letters, plan_flush,
 };
 pub(crate) use wire::unanswered;
 
@@ -39,6 +39,25 @@ pub struct FlushResult {
     /// Entries whose retry, delay or dead letter Redis refused to write: neither requeued nor
     /// settled, they stay pending and are delivered again.
     pub requeue_refused: Vec<RequeueRefused>,
+    /// Side-effect commands Redis answered with an error when they ran.
+    pub side_effect_failures: Vec<SideEffectFailure>,
+}
+
+/// A side-effect command Redis answered with an error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SideEffectFailure {
+    /// The slot whose segment held it.
+    pub slot: u64,
+    /// Its entry's stream id; empty for a list value or a message.
+    pub entry_id: bytes::Bytes,
+    /// The command's name, as queued.
+    pub command: String,
+    /// Redis's error, as Redis worded it.
+    pub error: String,
+    /// The entry was settled all the same (pipeline mode), not left pending (atomic mode).
+    pub settled: bool,
+    /// What the entry is known by when it comes back (its id, or a list value as stored).
+    pub entry_key: bytes::Bytes,
 }
 
 /// An entry whose requeue write Redis refused, and why.
@@ -88,10 +107,14 @@ impl FlushResult {
     pub(crate) fn from_replies(plan: &FlushPlan, replies: Vec<Result<Value, Error>>) -> Self {
         let mut result = FlushResult::default();
         let answered = replies.len();
-        for (planned, reply) in plan.commands.iter().zip(replies) {
+        for (index, (planned, reply)) in plan.commands.iter().zip(replies).enumerate() {
             let err = match reply {
                 Ok(reply) if planned.role == Role::SettleOwned => {
                     result.owned(reply, &plan.requeue_step);
+                    continue;
+                }
+                Ok(Value::Array(failed)) if matches!(planned.role, Role::Segment { .. }) => {
+                    result.segment_failed(plan, index, failed);
                     continue;
                 }
                 Ok(_) => continue,
@@ -117,6 +140,26 @@ impl FlushResult {
                 Role::Commit { settles } if aborted => {
                     result.aborted += 1;
                     result.settle_failed |= settles;
+                }
+                Role::Segment { settles } => {
+                    // A runtime error names the script ("user_script:…"): its settle was
+                    // refused after its commands ran. Anything else refused it whole.
+                    if !message.contains("user_script") {
+                        result.aborted += 1;
+                    }
+                    result.settle_failed |= settles;
+                }
+                Role::SideEffect => {
+                    if let Some(segment) = segment_of(plan, index) {
+                        result.side_effect_failures.push(SideEffectFailure {
+                            slot: segment.slot,
+                            entry_id: segment.id.clone(),
+                            command: planned.name.to_string(),
+                            error: message.clone(),
+                            settled: true,
+                            entry_key: segment.key.clone(),
+                        });
+                    }
                 }
                 // Redis has no rollback: an error inside EXEC leaves the other commands
                 // applied, the settle among them.
@@ -168,6 +211,36 @@ impl FlushResult {
         }
     }
 
+    /// Reads the reply of an atomic-mode segment that stopped at a failed command:
+    /// `[its position, Redis's error, how many commands ran before it]`. Its entry was not
+    /// settled: it is read again. One that ran none of its commands counts as aborted, as a
+    /// transaction refused while queuing does.
+    fn segment_failed(&mut self, plan: &FlushPlan, index: usize, reply: Vec<Value>) {
+        let mut reply = reply.into_iter();
+        let position = reply.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
+        let error = reply
+            .next()
+            .and_then(|v| v.as_string())
+            .unwrap_or_else(|| "a side effect failed".into());
+        if reply.next().and_then(|v| v.as_u64()) == Some(0) {
+            self.aborted += 1;
+        }
+        self.failed += 1;
+        self.settle_failed = true;
+        if let Some(segment) = segment_of(plan, index) {
+            let command = plan::segment_command(&plan.commands[index], position);
+            self.side_effect_failures.push(SideEffectFailure {
+                slot: segment.slot,
+                entry_id: segment.id.clone(),
+                command: command.unwrap_or_default(),
+                error: error.clone(),
+                settled: false,
+                entry_key: segment.key.clone(),
+            });
+        }
+        self.first_error.get_or_insert(error);
+    }
+
     /// Records the entries of `step` that had requeue writes as refused with `error`.
     fn refuse<'a>(&mut self, step: impl Iterator<Item = &'a StepEntry>, error: &str) {
         self.requeue_refused
@@ -180,6 +253,12 @@ impl FlushResult {
                     }),
             );
     }
+}
+
+/// The kept segment the plan's `index`th command belongs to.
+fn segment_of(plan: &FlushPlan, index: usize) -> Option<&SegmentSpan> {
+    let after = plan.segments.partition_point(|s| s.first <= index);
+    plan.segments.get(after.checked_sub(1)?)
 }
 
 /// The reply of a plan's read-ahead, as the frame it came in: `None` when the plan had none.
@@ -516,5 +595,86 @@ mod tests {
         ] {
             assert_eq!(refusal_reason(error), reason, "{error}");
         }
+    }
+
+    #[test]
+    fn a_failed_side_effect_is_named_with_its_entry_in_both_modes() {
+        let span = |slot, id: &'static str, first| SegmentSpan {
+            slot,
+            id: bytes::Bytes::from_static(id.as_bytes()),
+            first,
+            key: bytes::Bytes::from_static(id.as_bytes()),
+        };
+        // Pipeline mode: two segments of two commands, then the XACK.
+        let named = |name: &'static str| Planned::new(name, vec![], Role::SideEffect);
+        let plan = FlushPlan {
+            commands: vec![
+                named("INCR"),
+                named("HSET"),
+                named("INCR"),
+                named("LPUSH"),
+                planned(Role::Settle),
+            ],
+            segments: vec![span(1, "1-0", 0), span(2, "2-0", 2)],
+            ..Default::default()
+        };
+        let replies = vec![
+            Ok(Value::Integer(1)),
+            Ok(Value::Integer(1)),
+            Ok(Value::Integer(1)),
+            err("WRONGTYPE Operation against a key"),
+            Ok(Value::Integer(2)),
+        ];
+        let result = FlushResult::from_replies(&plan, replies);
+        assert!(!result.settle_failed, "pipeline mode settles all the same");
+        let failure = &result.side_effect_failures[..];
+        assert_eq!(failure.len(), 1);
+        assert_eq!((failure[0].slot, failure[0].command.as_str()), (2, "LPUSH"));
+        assert!(failure[0].settled && failure[0].error.starts_with("WRONGTYPE"));
+
+        // Atomic mode: the segment's script names the command it stopped at.
+        let segment = |commands: &[&str]| {
+            let mut args = vec![
+                "SCRIPT", "1", "orders", "1", "4", "XACK", "orders", "g", "1-0",
+            ];
+            for command in commands {
+                args.extend(["2", command, "k"]);
+            }
+            Planned::new(
+                "EVAL",
+                args.into_iter()
+                    .map(|a| bytes::Bytes::copy_from_slice(a.as_bytes()))
+                    .collect(),
+                Role::Segment { settles: true },
+            )
+        };
+        let plan = FlushPlan {
+            commands: vec![segment(&["INCR", "HINCRBY"])],
+            segments: vec![span(7, "1-0", 0)],
+            ..Default::default()
+        };
+        assert_eq!(
+            plan::segment_command(&plan.commands[0], 2).as_deref(),
+            Some("HINCRBY")
+        );
+        let stopped = Value::Array(vec![
+            Value::Integer(2),
+            Value::String("ERR hash value is not an integer".into()),
+            Value::Integer(1),
+        ]);
+        let result = FlushResult::from_replies(&plan, vec![Ok(stopped)]);
+        assert!(result.settle_failed, "its entry comes back");
+        assert_eq!(result.aborted, 0);
+        let failure = &result.side_effect_failures[0];
+        assert_eq!((failure.slot, failure.command.as_str()), (7, "HINCRBY"));
+        assert!(!failure.settled);
+
+        // Refused whole (an ACL without EVAL): nothing ran, like an aborted transaction.
+        let refused = err("NOPERM this user has no permissions to run the 'eval' command");
+        let result = FlushResult::from_replies(&plan, vec![refused]);
+        assert!(result.settle_failed && result.aborted == 1);
+        assert!(result.side_effect_failures.is_empty());
+        let ok = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(0))]);
+        assert!(ok.ok() && !ok.settle_failed);
     }
 }

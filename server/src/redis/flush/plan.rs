@@ -8,8 +8,9 @@
 //! only the entries still this consumer's where the form can tell ([`Settling::settle_owned`]:
 //! streams and reliable lists), else a MULTI; without retries, the settles alone.
 //!
-//! Atomic mode: each kept segment with commands becomes MULTI, its commands, its own entry's
-//! settle, EXEC; the rest of the read settles as in pipeline mode.
+//! Atomic mode: each kept segment with commands becomes one script ([`SEGMENT`]) that runs its
+//! commands and settles its own entry only if none of them failed; the rest of the read settles
+//! as in pipeline mode.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -43,6 +44,9 @@ pub(crate) enum Role {
     Begin,
     /// EXEC; `settles` when the transaction carries a settle.
     Commit { settles: bool },
+    /// An atomic-mode segment ([`SEGMENT`]): its commands, then its entry's settle when they
+    /// all succeeded. `settles` when it carries a settle.
+    Segment { settles: bool },
     /// The next read, sent after everything else (see [`FlushPlan::read_ahead`]).
     ReadAhead,
 }
@@ -119,6 +123,22 @@ pub(crate) struct FlushPlan {
     /// The entries of the plan's requeue step ([`owned_step`]), in its order: how its reply's
     /// positions name the entries a refusal left pending.
     pub requeue_step: Vec<StepEntry>,
+    /// The kept segments with commands, in order: whose a failed side effect was.
+    pub segments: Vec<SegmentSpan>,
+}
+
+/// Where a kept segment's commands are in a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentSpan {
+    /// The slot it was delivered in.
+    pub slot: u64,
+    /// Its stream entry id; empty for a list value or a message.
+    pub id: Bytes,
+    /// Its first command's index in [`FlushPlan::commands`]: the [`SEGMENT`] script in atomic
+    /// mode, the first of its commands in pipeline mode.
+    pub first: usize,
+    /// What the entry is known by when it comes back: its id, or a list value as stored.
+    pub key: Bytes,
 }
 
 /// An entry of a requeue step, as a refusal names it.
@@ -174,6 +194,10 @@ impl FlushPlan {
         };
         let mut lines = Vec::new();
         for command in &self.commands {
+            if let Role::Segment { .. } = command.role {
+                lines.push(render_segment(command));
+                continue;
+            }
             if command.role != Role::SettleOwned {
                 lines.push(line(command));
                 continue;
@@ -470,36 +494,40 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
     let mut plan = FlushPlan::default();
     let slot = form.slot();
     let mut settled_inside = vec![false; batch.settles.len()];
-    // Room for the usual: the commands, a MULTI, a settle and an EXEC per kept segment
-    // (atomic mode), a settle per entry (LREM), the MULTI and EXEC of the requeues.
-    let wrapped = if ctx.mode == Mode::Atomic {
-        3 * batch.kept.len()
-    } else {
-        0
-    };
+    // Room for the usual: the commands (one script per kept segment in atomic mode), a settle
+    // per entry (LREM), the MULTI and EXEC of the requeues.
     plan.commands
-        .reserve(batch.command_count() + wrapped + batch.settles.len() + 2);
+        .reserve(batch.command_count() + batch.settles.len() + 2);
     for segment in &mut batch.kept {
-        let wrap = ctx.mode == Mode::Atomic && !segment.commands.is_empty();
-        if wrap {
-            plan.push("MULTI", vec![], Role::Begin, slot);
+        if segment.commands.is_empty() {
+            continue;
         }
-        for command in std::mem::take(&mut segment.commands) {
-            let hash_slot = if wrap { slot } else { command.hash_slot };
+        let settle = &batch.settles[segment.settle];
+        let entry: &Entry = settle.entry.borrow();
+        plan.segments.push(SegmentSpan {
+            slot: settle.slot,
+            id: entry.id.clone(),
+            first: plan.commands.len(),
+            key: entry_key(entry),
+        });
+        let commands = std::mem::take(&mut segment.commands);
+        if ctx.mode == Mode::Atomic {
+            plan.side_effects += commands.len();
+            let mut settles = FlushPlan::default();
+            form.settle(&[entry], &mut settles);
+            form.finished(&[entry], &mut settles);
+            plan.commands
+                .push(segment_script(form, slot, settles.commands, commands));
+            settled_inside[segment.settle] = true;
+            continue;
+        }
+        for command in commands {
             plan.push_named(
                 command_name(command.name),
                 command.args,
                 Role::SideEffect,
-                hash_slot,
+                command.hash_slot,
             );
-        }
-        if wrap {
-            let entry: &Entry = batch.settles[segment.settle].entry.borrow();
-            form.settle(&[entry], &mut plan);
-            form.finished(&[entry], &mut plan);
-            let settles = form.settles_in_redis();
-            plan.push("EXEC", vec![], Role::Commit { settles }, slot);
-            settled_inside[segment.settle] = true;
         }
     }
 
@@ -567,6 +595,146 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
     plan
 }
 
+/// An atomic-mode segment: `EVAL SEGMENT` with the form's settle key (if any) as KEYS[1], and
+/// in ARGV the number of settle commands, each settle command, then each side-effect command,
+/// every command as its length and its words.
+fn segment_script(
+    form: &impl Settling,
+    slot: Option<u16>,
+    settles: Vec<Planned>,
+    commands: Vec<crate::window::Command>,
+) -> Planned {
+    let words: usize = settles.iter().map(|c| c.args.len() + 2).sum::<usize>()
+        + commands.iter().map(|c| c.args.len() + 2).sum::<usize>();
+    let key = settles.first().and_then(|c| c.args.first().cloned());
+    let mut args = Vec::with_capacity(words + 4);
+    args.push(Bytes::from_static(SEGMENT.as_bytes()));
+    match key {
+        Some(key) => args.extend([Bytes::from_static(b"1"), key]),
+        None => args.push(Bytes::from_static(b"0")),
+    }
+    args.push(Bytes::from(settles.len().to_string()));
+    for settle in settles {
+        args.push(Bytes::from((settle.args.len() + 1).to_string()));
+        args.push(Bytes::copy_from_slice(settle.name.as_bytes()));
+        args.extend(settle.args);
+    }
+    for command in commands {
+        args.push(Bytes::from((command.args.len() + 1).to_string()));
+        args.push(Bytes::from(command.name));
+        args.extend(command.args);
+    }
+    Planned {
+        hash_slot: slot,
+        ..Planned::new(
+            "EVAL",
+            args,
+            Role::Segment {
+                settles: form.settles_in_redis(),
+            },
+        )
+    }
+}
+
+/// The script of an atomic-mode segment ([`segment_script`]). First it asks the ACL whether
+/// the sidecar's user may run each side-effect command (`redis.acl_check_cmd`): if not, it
+/// runs none of them, as a `MULTI` refused while queuing would. Then it runs them in order and
+/// stops at the first that fails; only when none failed does it run the settle commands (the
+/// entry's `XACK` or `LREM`, its bookkeeping). It replies 0, or `{the failed command's 1-based
+/// position, Redis's error, how many commands ran before it}`. Commands that ran before a
+/// failed one stay applied (Redis has no rollback); the entry stays pending and comes back
+/// with its count raised.
+///
+/// When Redis refuses: no shebang, so that the client's commands may name keys it does not
+/// declare. Out of memory, the first command that would grow memory is refused inside it
+/// (`OOM`) and nothing is settled; refused whole (`NOPERM` for `EVAL`, `BUSY`, a slot that
+/// moved), nothing ran; a settle refused after the commands (an ACL without `XACK`) fails the
+/// script with the commands applied and the entry pending, as a refused `XACK` inside `EXEC`
+/// would.
+pub(crate) const SEGMENT: &str = r#"
+local settles, i = {}, 2
+for _ = 1, tonumber(ARGV[1]) do
+  local n = tonumber(ARGV[i])
+  settles[#settles + 1] = {i + 1, i + n}
+  i = i + 1 + n
+end
+local commands = {}
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  commands[#commands + 1] = {i + 1, i + n}
+  if not redis.acl_check_cmd(unpack(ARGV, i + 1, i + n)) then
+    return {#commands, "NOPERM the sidecar's Redis user may not run " .. ARGV[i + 1] ..
+      " on these keys", 0}
+  end
+  i = i + 1 + n
+end
+for position, command in ipairs(commands) do
+  local reply = redis.pcall(unpack(ARGV, command[1], command[2]))
+  if type(reply) == 'table' and reply.err then return {position, reply.err, position - 1} end
+end
+for _, settle in ipairs(settles) do redis.call(unpack(ARGV, settle[1], settle[2])) end
+return 0
+"#;
+
+/// A [`SEGMENT`] script as `SEGMENT keys | command; command | settle; settle`, for tests.
+#[cfg(test)]
+fn render_segment(planned: &Planned) -> String {
+    assert_eq!(
+        (&*planned.name, planned.args[0].as_ref()),
+        ("EVAL", SEGMENT.as_bytes())
+    );
+    let mut args = planned.args[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let number =
+        |args: &mut dyn Iterator<Item = String>| -> usize { args.next().unwrap().parse().unwrap() };
+    let keys = number(&mut args);
+    let keys: Vec<String> = args.by_ref().take(keys).collect();
+    let settles = number(&mut args);
+    let command = |args: &mut dyn Iterator<Item = String>| -> Option<String> {
+        let n: usize = args.next()?.parse().unwrap();
+        Some(args.take(n).collect::<Vec<_>>().join(" "))
+    };
+    let settles: Vec<String> = (0..settles).map(|_| command(&mut args).unwrap()).collect();
+    let side_effects: Vec<String> = std::iter::from_fn(|| command(&mut args)).collect();
+    format!(
+        "SEGMENT {} | {} | {}",
+        keys.join(" "),
+        side_effects.join("; "),
+        settles.join("; ")
+    )
+}
+
+/// What an entry is known by when it comes back: its stream id, or its value as stored (a list
+/// value has no id; identical values are interchangeable).
+pub(crate) fn entry_key(entry: &Entry) -> Bytes {
+    if entry.id.is_empty() {
+        entry.value().clone()
+    } else {
+        entry.id.clone()
+    }
+}
+
+/// The name of the `position`th (1-based) side-effect command of a [`SEGMENT`] script.
+pub(crate) fn segment_command(planned: &Planned, position: usize) -> Option<String> {
+    let mut args = planned.args.iter().skip(1);
+    let keys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
+    let mut args = args.skip(keys);
+    let number =
+        |arg: Option<&Bytes>| -> Option<usize> { std::str::from_utf8(arg?).ok()?.parse().ok() };
+    let settles = number(args.next())?;
+    for _ in 0..settles {
+        let n = number(args.next())?;
+        args.by_ref().take(n).for_each(drop);
+    }
+    for _ in 1..position {
+        let n = number(args.next())?;
+        args.by_ref().take(n).for_each(drop);
+    }
+    number(args.next())?;
+    Some(String::from_utf8_lossy(args.next()?).into_owned())
+}
+
 /// The writes that requeue one entry (a copy, a delay-set member, a dead letter), in the form's
 /// commands.
 fn requeue_writes(
@@ -611,7 +779,7 @@ fn settle_owned(form: &impl Settling, requeued: &[Requeued<'_>], plan: &mut Flus
 pub(crate) fn plan_dead_letters(
     form: &impl Settling,
     entries: &[&Entry],
-    reason: &str,
+    mut reason: impl FnMut(&Entry) -> String,
 ) -> FlushPlan {
     let mut plan = FlushPlan::default();
     let slot = form.slot();
@@ -619,7 +787,7 @@ pub(crate) fn plan_dead_letters(
         .iter()
         .map(|&entry| {
             let mut writes = FlushPlan::default();
-            form.dead_letter(entry, Some(reason), &mut writes);
+            form.dead_letter(entry, Some(&reason(entry)), &mut writes);
             Requeued {
                 slot: 0,
                 entry,

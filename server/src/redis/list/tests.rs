@@ -208,14 +208,11 @@ fn atomic_mode_wraps_each_segment_with_its_lrem_and_a_simple_list_settles_nothin
     assert_eq!(
         rendered,
         vec![
-            "MULTI",
-            "INCR k0",
-            "LREM {jobs}:window:processing:c1 1 v0",
-            "EXEC"
+            "SEGMENT {jobs}:window:processing:c1 | INCR k0 | LREM {jobs}:window:processing:c1 1 v0"
         ]
     );
     let rendered = plan(&keys(false), &[Outcome::Ack, Outcome::Drop], Mode::Atomic);
-    assert_eq!(rendered, vec!["MULTI", "INCR k0", "EXEC"]);
+    assert_eq!(rendered, vec!["SEGMENT  | INCR k0 | "]);
 }
 
 #[test]

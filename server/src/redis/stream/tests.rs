@@ -163,14 +163,8 @@ fn atomic_mode_wraps_each_kept_segment_with_its_own_settle() {
     assert_eq!(
         plan.render(),
         vec![
-            "MULTI",
-            "INCR k1",
-            "XACK orders g 1-0",
-            "EXEC",
-            "MULTI",
-            "INCR k3",
-            "XACK orders g 3-0",
-            "EXEC",
+            "SEGMENT orders | INCR k1 | XACK orders g 1-0",
+            "SEGMENT orders | INCR k3 | XACK orders g 3-0",
             "XACK orders g 2-0",
         ]
     );

@@ -1,7 +1,10 @@
 //! A subscription's flushes: the engine's batches turned into plans with their spans and
 //! reports, handed to the flusher, and the flusher's answers handed back to the engine.
 
+use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
+
+use bytes::Bytes;
 
 use opentelemetry::trace::{Span, SpanContext};
 use tokio::time::Instant;
@@ -11,7 +14,7 @@ use super::{Item, Subscription, observe};
 use crate::domain::Entry;
 use crate::engine::{FlushId, FlushStatus, Read, ReadError};
 use crate::redis::flush::{FlushPlan, FlushResult};
-use crate::redis::flush::{PlanContext, plan_dead_letters, plan_flush};
+use crate::redis::flush::{PlanContext, entry_key, plan_dead_letters, plan_flush};
 use crate::redis::form::{Form, read_error};
 use crate::redis::stream;
 use crate::session::FlushReport;
@@ -91,8 +94,12 @@ impl Subscription {
     /// flush of read 0.
     pub(super) fn dead_letter(&mut self, flush: FlushId, entries: Vec<Item>) {
         let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
-        let reason = "delivered more often than max_deliveries without an outcome";
-        let plan = plan_dead_letters(&self.form, &refs, reason);
+        let poison = &mut self.poison;
+        let plan = plan_dead_letters(&self.form, &refs, |entry| {
+            poison.take(&entry_key(entry)).unwrap_or_else(|| {
+                "delivered more often than max_deliveries without an outcome".to_owned()
+            })
+        });
         warn!(
             entries = refs.len(),
             "entries past max_deliveries go to the dead letter"
@@ -118,6 +125,13 @@ impl Subscription {
             Flushed::Report(flush, report, read_ahead) => {
                 let span = self.flush_spans.remove(&flush);
                 let status = self.record(&report, span.as_ref());
+                for failure in &report.result.side_effect_failures {
+                    if !failure.settled {
+                        let reason =
+                            format!("side effect {} failed: {}", failure.command, failure.error);
+                        self.poison.remember(failure.entry_key.clone(), reason);
+                    }
+                }
                 self.reports.insert(flush, report);
                 let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
                 self.engine.flushed(now, flush, status, read_ahead);
@@ -216,5 +230,36 @@ fn report(read_id: ReadId, kept: usize, dropped: usize, plan: &FlushPlan) -> Flu
         settles: plan.settles,
         dead_lettered: plan.dead_lettered,
         result: FlushResult::default(),
+    }
+}
+
+/// The last side-effect error of entries an atomic-mode segment left pending, so that one that
+/// keeps failing goes to the dead letter with Redis's error as its reason once past
+/// `max_deliveries`. Bounded: past [`PoisonReasons::CAPACITY`] the oldest is forgotten (its
+/// dead letter then gets the generic reason, as after a restart).
+#[derive(Debug, Default)]
+pub(super) struct PoisonReasons {
+    reasons: HashMap<Bytes, String>,
+    order: VecDeque<Bytes>,
+}
+
+impl PoisonReasons {
+    const CAPACITY: usize = 1024;
+
+    fn remember(&mut self, key: Bytes, reason: String) {
+        if self.reasons.insert(key.clone(), reason).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > Self::CAPACITY
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.reasons.remove(&oldest);
+            }
+        }
+    }
+
+    fn take(&mut self, key: &Bytes) -> Option<String> {
+        let reason = self.reasons.remove(key)?;
+        self.order.retain(|k| k != key);
+        Some(reason)
     }
 }

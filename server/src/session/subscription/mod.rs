@@ -78,6 +78,8 @@ pub(super) struct Subscription {
     client_spans: HashMap<SlotId, SpanContext>,
     /// Spans of flushes under way, for the log lines about them.
     flush_spans: HashMap<FlushId, SpanContext>,
+    /// Why entries an atomic-mode segment left pending failed, for their dead letter.
+    poison: flushes::PoisonReasons,
     view: SubscriptionView,
     form_labels: FormLabels,
     labels: SubscriptionLabels,

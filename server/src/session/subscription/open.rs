@@ -240,6 +240,7 @@ impl Subscription {
             read_spans: HashMap::new(),
             client_spans: HashMap::new(),
             flush_spans: HashMap::new(),
+            poison: Default::default(),
             view,
             form_labels,
             labels: SubscriptionLabels {
