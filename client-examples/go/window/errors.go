@@ -16,11 +16,14 @@ import (
 //	*WindowError             any failed call (an RPC's status other than the ones below)
 //	*ConnectionError         the sidecar cannot be reached: names the address and the cause
 //	*RejectedError           the sidecar refused a command or an outcome of a delivery
+//	*SideEffectError         Redis answered a side effect of an acked delivery with an error
+//	*RequeueRefusedError     Redis refused to write a Retry, RetryAfter or dead letter
 //	*SubscriptionEndedError  the subscription stopped for good
 //	*AlreadySettledError     a command or an outcome after the delivery's outcome
 //
 // Match them with errors.As, or with errors.Is against the sentinels ErrWindow (any of them),
-// ErrConnection, ErrRejected, ErrSubscriptionEnded and ErrAlreadySettled. Each that comes from
+// ErrConnection, ErrRejected, ErrSideEffect, ErrRequeueRefused, ErrSubscriptionEnded and
+// ErrAlreadySettled. Each that comes from
 // an RPC carries its gRPC status (Status(), and errors.Unwrap gives the status error), so that
 // nobody needs to import gRPC to tell them apart.
 var (
@@ -30,6 +33,10 @@ var (
 	ErrConnection = errors.New("window: cannot reach the sidecar")
 	// ErrRejected matches a *RejectedError.
 	ErrRejected = errors.New("window: the sidecar refused a command or an outcome")
+	// ErrSideEffect matches a *SideEffectError.
+	ErrSideEffect = errors.New("window: a side effect failed in Redis")
+	// ErrRequeueRefused matches a *RequeueRefusedError.
+	ErrRequeueRefused = errors.New("window: Redis refused a requeue")
 	// ErrSubscriptionEnded matches a *SubscriptionEndedError.
 	ErrSubscriptionEnded = errors.New("window: the subscription ended")
 	// ErrAlreadySettled matches an *AlreadySettledError: the delivery already has an outcome.
@@ -130,6 +137,92 @@ func (e *RejectedError) Error() string {
 
 // Is matches ErrRejected and ErrWindow.
 func (e *RejectedError) Is(target error) bool { return target == ErrRejected || target == ErrWindow }
+
+// entryName is how a message names an entry: its stream id, else (a list value) its slot.
+func entryName(entryID string, slot uint64) string {
+	if entryID != "" {
+		return "entry " + entryID
+	}
+	return fmt.Sprintf("the entry of slot %d", slot)
+}
+
+// SideEffectError is a side-effect command of an acked delivery that Redis answered with an
+// error when it ran (WRONGTYPE, "ERR value is not an integer or out of range", …), from a flush
+// report's side_effect_failures, handed to Options.OnError (the report still goes to OnFlush).
+//
+// Settled says what became of the entry: true in pipeline mode, where it was acked all the same
+// (Redis has no rollback: the other commands ran); false in atomic mode, where its segment
+// stopped at the failed command (the commands before it stay applied), the entry was not acked
+// and is delivered again with its count raised, and at MaxDeliveries goes to the dead letter
+// with Redis's error as its reason.
+type SideEffectError struct {
+	// Slot is the delivery's slot; EntryID the stream entry id ("" for a list value or a
+	// message).
+	Slot    uint64
+	EntryID string
+	// Command is the failed command's name, as queued.
+	Command string
+	// RedisError is Redis's error as Redis worded it.
+	RedisError string
+	// Settled: the entry was acked all the same (pipeline mode), rather than left pending and
+	// delivered again (atomic mode).
+	Settled bool
+	// Delivery is the delivery it belongs to (nil if it was no longer known).
+	Delivery *Delivery
+	// Failure is the sidecar's report of it as received.
+	Failure *windowv1.SideEffectFailure
+}
+
+func (e *SideEffectError) Error() string {
+	after := "not settled: delivered again, and dead-lettered with this error at MaxDeliveries"
+	if e.Settled {
+		after = "settled all the same: Redis has no rollback"
+	}
+	return fmt.Sprintf("window: side effect %s of %s failed: %s (%s)", e.Command, entryName(e.EntryID, e.Slot), e.RedisError, after)
+}
+
+// Is matches ErrSideEffect and ErrWindow.
+func (e *SideEffectError) Is(target error) bool {
+	return target == ErrSideEffect || target == ErrWindow
+}
+
+// RequeueRefusedError is a Retry, RetryAfter or dead letter of an entry that Redis refused to
+// write (out of memory, an ACL without the write, a key of the wrong type, a read-only
+// replica), from a flush report's requeue_refused, handed to Options.OnError (the report still
+// goes to OnFlush). The entry was not settled: it stays pending and is delivered again.
+type RequeueRefusedError struct {
+	// Slot is the delivery's slot (0 for an entry moved to the dead letter past MaxDeliveries
+	// without being delivered); EntryID the stream entry id ("" for a list value).
+	Slot    uint64
+	EntryID string
+	// RedisError is Redis's error as Redis worded it.
+	RedisError string
+	// Outcome is the outcome whose write was refused ("retry", "retry_after", "dead_letter";
+	// "" when the client does not know it).
+	Outcome string
+	// Delivery is the delivery it belongs to (nil if it was no longer known).
+	Delivery *Delivery
+	// Refusal is the sidecar's report of it as received.
+	Refusal *windowv1.RequeueRefusal
+}
+
+func (e *RequeueRefusedError) Error() string {
+	what := "requeue"
+	switch {
+	case e.Outcome == "retry":
+		what = "Retry"
+	case e.Outcome == "retry_after":
+		what = "RetryAfter"
+	case e.Outcome == "dead_letter" || e.Slot == 0:
+		what = "dead letter"
+	}
+	return fmt.Sprintf("window: %s of %s not written: %s; it stays pending and is delivered again", what, entryName(e.EntryID, e.Slot), e.RedisError)
+}
+
+// Is matches ErrRequeueRefused and ErrWindow.
+func (e *RequeueRefusedError) Is(target error) bool {
+	return target == ErrRequeueRefused || target == ErrWindow
+}
 
 // SubscriptionEndedError is a subscription that stopped for good: MaxAttempts consecutive opens
 // failed, or the sidecar answered with a status no retry fixes (UNAUTHENTICATED,

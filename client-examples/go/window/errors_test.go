@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,5 +171,71 @@ func TestRetryDelayDoublesUpToTheCap(t *testing.T) {
 		if got := o.retryDelay(count); got != want {
 			t.Errorf("delivery %d: %v, want %v", count, got, want)
 		}
+	}
+}
+
+// A flush report's side-effect failures and refused requeues reach OnError, after OnFlush got
+// the report: a *SideEffectError per failed command (settled or not, as the report says) and a
+// *RequeueRefusedError per refused requeue, each with its delivery and the outcome given.
+func TestFlushReportErrors(t *testing.T) {
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 1, "1-0", "2-0"))
+		if _, err := s.Recv(); err != nil {
+			return nil
+		}
+		s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Flush{Flush: &windowv1.FlushReport{
+			ReadId: 1, Settles: 1, Ok: true,
+			SideEffectFailures: []*windowv1.SideEffectFailure{
+				{Slot: 1, EntryId: "1-0", Command: "HINCRBY", Error: "ERR hash value is not an integer", Settled: true},
+			},
+			RequeueRefused: []*windowv1.RequeueRefusal{{Slot: 2, EntryId: "2-0", Error: "OOM command not allowed"}},
+		}}})
+		for {
+			if _, err := s.Recv(); err != nil {
+				return nil
+			}
+		}
+	})
+	var order []string
+	var mu sync.Mutex
+	errs := make(chan error, 4)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16,
+		Logf: func(string, ...any) {},
+		OnFlush: func(Flush) {
+			mu.Lock()
+			order = append(order, "flush")
+			mu.Unlock()
+		},
+		OnError: func(err error) {
+			mu.Lock()
+			order = append(order, "error")
+			mu.Unlock()
+			errs <- err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	d1, d2 := recvDelivery(t, sub), recvDelivery(t, sub)
+	d1.Queue("HINCRBY", "h", "f", 1)
+	d1.Ack()
+	d2.Retry("later")
+	var se *SideEffectError
+	if err := <-errs; !errors.As(err, &se) || !errors.Is(err, ErrSideEffect) || !errors.Is(err, ErrWindow) ||
+		se.Command != "HINCRBY" || !se.Settled || se.Delivery != d1 ||
+		err.Error() != "window: side effect HINCRBY of entry 1-0 failed: ERR hash value is not an integer (settled all the same: Redis has no rollback)" {
+		t.Fatalf("first error: %v", err)
+	}
+	var re *RequeueRefusedError
+	if err := <-errs; !errors.As(err, &re) || !errors.Is(err, ErrRequeueRefused) || re.Delivery != d2 || re.Outcome != "retry" ||
+		err.Error() != "window: Retry of entry 2-0 not written: OOM command not allowed; it stays pending and is delivered again" {
+		t.Fatalf("second error: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, ",") != "flush,error,error" {
+		t.Fatalf("callbacks in the order %v", order)
 	}
 }

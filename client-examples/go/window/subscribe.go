@@ -92,7 +92,10 @@ type Options struct {
 	MaxAttempts int
 	// OnError, when set, gets the errors of the subscription that the application did not
 	// cause by a call: a *RejectedError for each delivery the sidecar refused something of
-	// (after the client settled it), and the *SubscriptionEndedError it ends with. Called on
+	// (after the client settled it), a *SideEffectError for each side effect Redis answered
+	// with an error and a *RequeueRefusedError for each Retry, RetryAfter or dead letter Redis
+	// did not write (both from a flush report, after OnFlush got it), and the
+	// *SubscriptionEndedError it ends with. Called on
 	// the subscription's goroutines: keep it short.
 	OnError func(error)
 	// OnDisconnected, when set, is called when a stream ended or could not be opened and the
@@ -957,6 +960,23 @@ func (s *session) settledUnsentLocked() []*Delivery {
 // the rest).
 func (s *session) onFlush(report *windowv1.FlushReport) {
 	s.mu.Lock()
+	// What the report says Redis refused, as errors for OnError, with their deliveries (known
+	// until this report is handled).
+	var errs []error
+	for _, f := range report.GetSideEffectFailures() {
+		errs = append(errs, &SideEffectError{Slot: f.GetSlot(), EntryID: f.GetEntryId(), Command: f.GetCommand(),
+			RedisError: f.GetError(), Settled: f.GetSettled(), Delivery: s.slots[f.GetSlot()], Failure: f})
+	}
+	for _, r := range report.GetRequeueRefused() {
+		rerr := &RequeueRefusedError{Slot: r.GetSlot(), EntryID: r.GetEntryId(), RedisError: r.GetError(), Refusal: r}
+		if d := s.slots[r.GetSlot()]; r.GetSlot() != 0 && d != nil {
+			rerr.Delivery = d
+			if d.outcome != nil {
+				rerr.Outcome = outcomeName(d.outcome.GetKind())
+			}
+		}
+		errs = append(errs, rerr)
+	}
 	rs := s.reads[report.GetReadId()]
 	var settled []*Delivery
 	if rs != nil {
@@ -994,6 +1014,10 @@ func (s *session) onFlush(report *windowv1.FlushReport) {
 	}
 	if s.sub.opts.OnFlush != nil {
 		s.sub.opts.OnFlush(Flush{Report: report, Settled: settled})
+	}
+	for _, err := range errs {
+		s.sub.logf("%v", err)
+		s.sub.onError(err)
 	}
 }
 

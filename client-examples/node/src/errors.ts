@@ -5,6 +5,8 @@
 //   WindowError
 //   ├── ConnectionError          the sidecar cannot be reached
 //   ├── RejectedError            the sidecar refused a command or an outcome of a delivery
+//   ├── SideEffectError          Redis answered a side effect of an acked delivery with an error
+//   ├── RequeueRefusedError      Redis refused to write a retry, retryAfter or dead letter
 //   ├── SubscriptionEndedError   a subscription stopped for good
 //   └── AlreadySettledError      a command or an outcome for a delivery already settled
 
@@ -57,6 +59,70 @@ export class RejectedError extends WindowError {
     readonly delivery: Delivery | undefined,
   ) {
     super(message);
+  }
+}
+
+/** How a message names an entry: its stream id, else (a list value) its slot. */
+function entryName(entryId: string, slot: number): string {
+  return entryId ? `entry ${entryId}` : `the entry of slot ${slot}`;
+}
+
+/**
+ * A side-effect command of an acked delivery that Redis answered with an error when it ran
+ * (WRONGTYPE, `ERR value is not an integer or out of range`, …), from a flush report's
+ * `sideEffectFailures`. `command` is the command's name, `error` Redis's error as Redis worded
+ * it, `entryId` the stream entry id (empty for a list value or a message), `slot` the
+ * delivery's slot, `delivery` the delivery when the client still has it.
+ *
+ * `settled` says what became of the entry: true in pipeline mode, where it was acked all the
+ * same (Redis has no rollback: the other commands ran); false in atomic mode, where its segment
+ * stopped at the failed command (the commands before it stay applied), the entry was not acked
+ * and is delivered again with its count raised, and at `maxDeliveries` goes to the dead letter
+ * with Redis's error as its reason.
+ */
+export class SideEffectError extends WindowError {
+  constructor(
+    readonly slot: number,
+    readonly entryId: string,
+    readonly command: string,
+    readonly error: string,
+    readonly settled: boolean,
+    readonly delivery: Delivery | undefined,
+  ) {
+    super(
+      `side effect ${command} of ${entryName(entryId, slot)} failed: ${error} (${
+        settled
+          ? "settled all the same: Redis has no rollback"
+          : "not settled: delivered again, and dead-lettered with this error at maxDeliveries"
+      })`,
+    );
+  }
+}
+
+/**
+ * Redis refused to write the retry, retryAfter or dead letter of an entry (out of memory, an
+ * ACL without the write, a key of the wrong type, a read-only replica), from a flush report's
+ * `requeueRefused`. The entry was not settled: it stays pending and is delivered again. `error`
+ * is Redis's error as Redis worded it, `entryId` the stream entry id (empty for a list value),
+ * `slot` the delivery's slot (0 for an entry moved to the dead letter past `maxDeliveries`
+ * without being delivered), `outcome` the outcome whose write was refused ("retry",
+ * "retry_after", "dead_letter"; undefined when the client does not know it), `delivery` the
+ * delivery when the client still has it.
+ */
+export class RequeueRefusedError extends WindowError {
+  constructor(
+    readonly slot: number,
+    readonly entryId: string,
+    readonly error: string,
+    readonly outcome: string | undefined,
+    readonly delivery: Delivery | undefined,
+  ) {
+    const what =
+      outcome === "retry" ? "retry"
+      : outcome === "retry_after" ? "retryAfter"
+      : outcome === "dead_letter" || slot === 0 ? "dead letter"
+      : "requeue";
+    super(`${what} of ${entryName(entryId, slot)} not written: ${error}; it stays pending and is delivered again`);
   }
 }
 

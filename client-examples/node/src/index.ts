@@ -44,6 +44,8 @@ export {
   WindowError,
   ConnectionError,
   RejectedError,
+  SideEffectError,
+  RequeueRefusedError,
   SubscriptionEndedError,
   AlreadySettledError,
   SettledError,

@@ -51,6 +51,8 @@ import {
   AlreadySettledError,
   ConnectionError,
   RejectedError,
+  RequeueRefusedError,
+  SideEffectError,
   SubscriptionEndedError,
   WindowError,
   fromServiceError,
@@ -539,8 +541,10 @@ export interface WindowOptions {
   onRejection?: (rejection: Rejection, delivery: Delivery | undefined) => void | Promise<void>;
   /**
    * The errors of the subscription: a RejectedError for each delivery the sidecar refused a
-   * command or outcome of (after the client settled it), and the SubscriptionEndedError it ends
-   * with (also thrown by the iteration and `run`).
+   * command or outcome of (after the client settled it), a SideEffectError for each side effect
+   * Redis answered with an error and a RequeueRefusedError for each retry, retryAfter or dead
+   * letter Redis did not write (both from a flush report, after `onFlush` got it), and the
+   * SubscriptionEndedError it ends with (also thrown by the iteration and `run`).
    */
   onError?: (error: WindowError) => void | Promise<void>;
   /**
@@ -1193,6 +1197,30 @@ export class Subscription implements AsyncIterable<Delivery> {
       this.log.warn(`flush of read ${report.readId} failed: ${report.error} (${report.failed} failed, settle failed: ${report.settleFailed})`);
     }
     if (this.opts.onFlush) await this.callback(() => this.opts.onFlush!(new FlushEvent(report, deliveries)));
+    if (report.sideEffectFailures.length > 0 || report.requeueRefused.length > 0) {
+      await this.flushErrors(report, deliveries);
+    }
+  }
+
+  /**
+   * What a flush report says Redis refused, each as an error for onError: a side effect that
+   * failed when it ran (SideEffectError) and a retry, retryAfter or dead letter Redis did not
+   * write (RequeueRefusedError).
+   */
+  private async flushErrors(report: FlushReport, deliveries: Delivery[]): Promise<void> {
+    const bySlot = new Map(deliveries.map((d) => [d.slot, d] as const));
+    const errors: WindowError[] = [];
+    for (const f of report.sideEffectFailures) {
+      errors.push(new SideEffectError(f.slot, f.entryId, f.command, f.error, f.settled, bySlot.get(f.slot)));
+    }
+    for (const r of report.requeueRefused) {
+      const d = r.slot ? bySlot.get(r.slot) : undefined;
+      errors.push(new RequeueRefusedError(r.slot, r.entryId, r.error, d?.outcome, d));
+    }
+    for (const error of errors) {
+      this.log.warn(error.message);
+      await this.report(error);
+    }
   }
 
   /**

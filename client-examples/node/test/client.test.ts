@@ -17,7 +17,14 @@ import {
   type SubscribeRequest,
 } from "../src/gen/window_sidecar/v1/window";
 import { openMessage, RETRY_DELAY_MS, WindowClient, type Delivery, type Logger, type RejectedOutcome } from "../src/window-client";
-import { ConnectionError, RejectedError, SubscriptionEndedError, WindowError } from "../src/errors";
+import {
+  ConnectionError,
+  RejectedError,
+  RequeueRefusedError,
+  SideEffectError,
+  SubscriptionEndedError,
+  WindowError,
+} from "../src/errors";
 import { createServer } from "node:net";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
@@ -237,6 +244,67 @@ test("a refused command of a dropped delivery leaves the drop as it is", async (
   server.forceShutdown();
   assert.equal(extra, false);
   assert.deepEqual(sub.stats.outcomes, { drop: 1 });
+});
+
+for (const settled of [true, false]) {
+  test(`a side effect Redis failed reaches onError as a SideEffectError after onFlush (settled ${settled})`, async () => {
+    const { target, server } = await fakeSidecar(async (call, batches) => {
+      await batches.next();
+      call.write(SubscribeResponse.fromPartial({
+        flush: {
+          readId: 1, settles: settled ? 1 : 0, ok: false,
+          sideEffectFailures: [{ slot: 7, entryId: "1-0", command: "HINCRBY", error: "ERR hash value is not an integer", settled }],
+        },
+      }));
+    });
+    const calls: Array<string | WindowError> = [];
+    const client = new WindowClient(target);
+    const sub = client.subscribe({
+      stream: "s", group: "g", count: 1, logger: quiet,
+      onFlush: () => { calls.push("flush"); sub.stop(); },
+      onError: (e) => { calls.push(e); },
+    });
+    let delivery: Delivery | undefined;
+    for await (const d of sub) {
+      delivery = d;
+      d.queue("HINCRBY", "h", "f", 1).ack();
+    }
+    await sub.close();
+    client.close();
+    server.forceShutdown();
+    assert.equal(calls[0], "flush");
+    assert.equal(calls.length, 2);
+    const err = calls[1] as SideEffectError;
+    assert.ok(err instanceof SideEffectError && err instanceof WindowError);
+    assert.deepEqual([err.slot, err.entryId, err.command, err.settled, err.delivery], [7, "1-0", "HINCRBY", settled, delivery]);
+    assert.equal(
+      err.message,
+      `side effect HINCRBY of entry 1-0 failed: ERR hash value is not an integer (${
+        settled ? "settled all the same: Redis has no rollback" : "not settled: delivered again, and dead-lettered with this error at maxDeliveries"
+      })`,
+    );
+  });
+}
+
+test("a retry Redis did not write reaches onError as a RequeueRefusedError", async () => {
+  const { target, server } = await fakeSidecar(async (call, batches) => {
+    await batches.next();
+    call.write(SubscribeResponse.fromPartial({
+      flush: { readId: 1, ok: false, settleFailed: true, requeueRefused: [{ slot: 7, entryId: "1-0", error: "OOM command not allowed" }] },
+    }));
+  });
+  const errors: WindowError[] = [];
+  const client = new WindowClient(target);
+  const sub = client.subscribe({ stream: "s", group: "g", count: 1, logger: quiet, onFlush: () => sub.stop(), onError: (e) => { errors.push(e); } });
+  for await (const d of sub) d.retry("later");
+  await sub.close();
+  client.close();
+  server.forceShutdown();
+  assert.equal(errors.length, 1);
+  const err = errors[0] as RequeueRefusedError;
+  assert.ok(err instanceof RequeueRefusedError && err instanceof WindowError);
+  assert.deepEqual([err.slot, err.entryId, err.error, err.outcome], [7, "1-0", "OOM command not allowed", "retry"]);
+  assert.equal(err.message, "retry of entry 1-0 not written: OOM command not allowed; it stays pending and is delivered again");
 });
 
 test("the bearer token comes from WINDOW_SIDECAR_TOKEN and goes out as authorization metadata", async () => {

@@ -24,6 +24,8 @@ from window_client import (
     TOKEN_ENV,
     ConnectionError,
     RejectedError,
+    RequeueRefusedError,
+    SideEffectError,
     WindowError,
     pb,
 )
@@ -213,6 +215,57 @@ class RejectedCommandByDefault(unittest.IsolatedAsyncioTestCase):
     async def test_rejected_outcome_is_checked(self) -> None:
         with self.assertRaises(ValueError):
             self.client.subscribe("orders", "g", rejected_outcome="dead_letter")
+
+
+class FlushReportErrors(unittest.IsolatedAsyncioTestCase):
+    """What a flush report says Redis refused reaches on_error, after on_flush got it."""
+
+    async def asyncSetUp(self) -> None:
+        self.client = WindowClient("127.0.0.1:1", token="")
+        self.calls: List[Any] = []
+        self.sub = self.client.subscribe(
+            "orders", "g", max_deliveries=2, dead_letter="orders:dead",
+            on_error=lambda err: self.calls.append(err),
+            on_flush=lambda ev: self.calls.append("flush"),
+        )
+
+    async def asyncTearDown(self) -> None:
+        await self.client.close()
+
+    async def test_a_failed_side_effect_of_an_ack(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.queue("HINCRBY", "h", "f", 1).ack()
+        _sent(st)
+        await self.sub._flushed(st, pb.FlushReport(
+            read_id=1, ok=False, settles=1, side_effect_failures=[pb.SideEffectFailure(
+                slot=7, entry_id="1-0", command="HINCRBY",
+                error="ERR hash value is not an integer", settled=True)]))
+        self.assertEqual(self.calls[0], "flush")
+        [err] = self.calls[1:]
+        assert isinstance(err, SideEffectError)
+        self.assertIsInstance(err, WindowError)
+        self.assertEqual((err.slot, err.entry_id, err.command, err.settled, err.delivery),
+                         (7, "1-0", "HINCRBY", True, d))
+        self.assertEqual(str(err), "side effect HINCRBY of entry 1-0 failed: ERR hash value is "
+                         "not an integer (settled all the same: Redis has no rollback)")
+        atomic = SideEffectError(slot=7, entry_id="", command="INCR", error="ERR x",
+                                 settled=False)
+        self.assertIn("of the entry of slot 7 failed: ERR x (not settled: delivered again",
+                      str(atomic))
+
+    async def test_a_refused_dead_letter(self) -> None:
+        st, d = _one_delivery(self.sub)
+        d.dead_letter("poison")
+        _sent(st)
+        await self.sub._flushed(st, pb.FlushReport(
+            read_id=1, ok=False, settle_failed=True, requeue_refused=[pb.RequeueRefusal(
+                slot=7, entry_id="1-0", error="WRONGTYPE Operation against a key")]))
+        [_, err] = self.calls
+        assert isinstance(err, RequeueRefusedError)
+        self.assertEqual((err.slot, err.entry_id, err.outcome, err.delivery),
+                         (7, "1-0", "dead_letter", d))
+        self.assertEqual(str(err), "dead letter of entry 1-0 not written: WRONGTYPE Operation "
+                         "against a key; it stays pending and is delivered again")
 
 
 class TypedSideEffects(unittest.IsolatedAsyncioTestCase):

@@ -53,7 +53,9 @@ from .errors import (
     AlreadySettledError,
     ConnectionError,
     RejectedError,
+    RequeueRefusedError,
     SettledError,
+    SideEffectError,
     SubscriptionEndedError,
     WindowError,
     from_rpc,
@@ -1540,6 +1542,29 @@ class Subscription:
             )
         if self._on_flush is not None:
             await _call(self._on_flush, FlushEvent(report, deliveries))
+        if report.side_effect_failures or report.requeue_refused:
+            await self._flush_errors(report, deliveries)
+
+    async def _flush_errors(self, report: Any, deliveries: List[Delivery]) -> None:
+        """What a flush report says Redis refused, each as an error for ``on_error``: a side
+        effect that failed when it ran (:class:`SideEffectError`) and a retry, retry_after or
+        dead letter Redis did not write (:class:`RequeueRefusedError`)."""
+        by_slot = {d.slot: d for d in deliveries}
+        errors: List[WindowError] = []
+        for f in report.side_effect_failures:
+            errors.append(SideEffectError(
+                slot=f.slot, entry_id=f.entry_id, command=f.command, error=f.error,
+                settled=f.settled, delivery=by_slot.get(f.slot),
+            ))
+        for r in report.requeue_refused:
+            d = by_slot.get(r.slot) if r.slot else None
+            errors.append(RequeueRefusedError(
+                slot=r.slot, entry_id=r.entry_id, error=r.error,
+                outcome=d.outcome if d is not None else None, delivery=d,
+            ))
+        for error in errors:
+            log.warning("%s", error.message)
+            await self._report(error)
 
     async def _rejected(self, st: _Stream, rejections: pb.Rejections) -> None:
         """The rule for a refused command or outcome: the delivery is never acked without its
@@ -1976,10 +2001,12 @@ class WindowClient:
         ``"drop"`` or ``"retry_after"``; its own ``retry_after`` (also after
         a failed handler) waits ``retry_delay`` seconds doubled per delivery, at most
         ``max_retry_delay``. ``on_error(WindowError)`` (plain or async) gets every
-        :class:`RejectedError` and the :class:`SubscriptionEndedError` the subscription ends
-        with: after ``max_attempts`` consecutive failed opens (0: never give up), or at once
-        for a status no retry fixes. ``rejected_retry_delay`` is the deprecated name of
-        ``retry_delay``."""
+        :class:`RejectedError`, a :class:`SideEffectError` per side effect Redis answered with
+        an error, a :class:`RequeueRefusedError` per retry, retry_after or dead letter Redis
+        did not write (both from the flush reports, which ``on_flush`` still gets), and the
+        :class:`SubscriptionEndedError` the subscription ends with: after ``max_attempts``
+        consecutive failed opens (0: never give up), or at once for a status no retry fixes.
+        ``rejected_retry_delay`` is the deprecated name of ``retry_delay``."""
         if rejected_retry_delay is not None:
             warnings.warn("rejected_retry_delay is deprecated: use retry_delay",
                           DeprecationWarning, stacklevel=3)

@@ -5,6 +5,8 @@ needs no import of grpc.
     WindowError
     ├── ConnectionError          the sidecar cannot be reached (also a builtin ConnectionError)
     ├── RejectedError            the sidecar refused a command or an outcome of a delivery
+    ├── SideEffectError          Redis answered a side effect of an acked delivery with an error
+    ├── RequeueRefusedError      Redis refused to write a retry, retry_after or dead letter
     ├── SubscriptionEndedError   a subscription stopped for good
     └── AlreadySettledError      a command or an outcome for a delivery already settled
 """
@@ -80,6 +82,87 @@ class RejectedError(WindowError):
         self.command = command
         self.delivery = delivery
         self.outcome = outcome
+
+
+def _entry(entry_id: str, slot: int) -> str:
+    """How a message names an entry: its stream id, else (a list value) its slot."""
+    return f"entry {entry_id}" if entry_id else f"the entry of slot {slot}"
+
+
+class SideEffectError(WindowError):
+    """A side-effect command of an acked delivery that Redis answered with an error when it
+    ran (``WRONGTYPE``, ``ERR value is not an integer or out of range``, …), from a flush
+    report's ``side_effect_failures``. ``command`` is the command's name, ``error`` Redis's
+    error as Redis worded it, ``entry_id`` the stream entry id (empty for a list value or a
+    message), ``slot`` the delivery's slot and ``delivery`` the delivery when the client still
+    has it.
+
+    ``settled`` says what became of the entry: True in pipeline mode, where it was acked all
+    the same (Redis has no rollback: the commands before and after the failed one ran); False
+    in atomic mode, where its segment stopped at the failed command (the commands before it
+    stay applied), the entry was not acked and is delivered again with its count raised, and
+    at ``max_deliveries`` goes to the dead letter with Redis's error as its reason."""
+
+    def __init__(
+        self,
+        *,
+        slot: int,
+        entry_id: str,
+        command: str,
+        error: str,
+        settled: bool,
+        delivery: Optional["Delivery"] = None,
+    ) -> None:
+        after = (
+            "settled all the same: Redis has no rollback"
+            if settled
+            else "not settled: delivered again, and dead-lettered with this error at "
+            "max_deliveries"
+        )
+        super().__init__(
+            f"side effect {command} of {_entry(entry_id, slot)} failed: {error} ({after})"
+        )
+        self.slot = slot
+        self.entry_id = entry_id
+        self.command = command
+        self.error = error
+        self.settled = settled
+        self.delivery = delivery
+
+
+class RequeueRefusedError(WindowError):
+    """Redis refused to write the ``retry``, ``retry_after`` or dead letter of an entry (out
+    of memory, an ACL without the write, a key of the wrong type, a read-only replica), from a
+    flush report's ``requeue_refused``. The entry was not settled: it stays pending and is
+    delivered again. ``error`` is Redis's error as Redis worded it, ``entry_id`` the stream
+    entry id (empty for a list value), ``slot`` the delivery's slot (0 for an entry moved to
+    the dead letter past ``max_deliveries`` without being delivered), ``outcome`` the outcome
+    whose write was refused (``"retry"``, ``"retry_after"``, ``"dead_letter"``; None when the
+    client does not know it) and ``delivery`` the delivery when the client still has it."""
+
+    def __init__(
+        self,
+        *,
+        slot: int,
+        entry_id: str,
+        error: str,
+        outcome: Optional[str] = None,
+        delivery: Optional["Delivery"] = None,
+    ) -> None:
+        what = {
+            "retry": "retry",
+            "retry_after": "retry_after",
+            "dead_letter": "dead letter",
+        }.get(outcome or "", "dead letter" if slot == 0 else "requeue")
+        super().__init__(
+            f"{what} of {_entry(entry_id, slot)} not written: {error}; it stays pending and "
+            "is delivered again"
+        )
+        self.slot = slot
+        self.entry_id = entry_id
+        self.error = error
+        self.outcome = outcome
+        self.delivery = delivery
 
 
 class SubscriptionEndedError(WindowError):
@@ -166,7 +249,9 @@ __all__ = [
     "AlreadySettledError",
     "ConnectionError",
     "RejectedError",
+    "RequeueRefusedError",
     "SettledError",
+    "SideEffectError",
     "SubscriptionEndedError",
     "WindowError",
 ]

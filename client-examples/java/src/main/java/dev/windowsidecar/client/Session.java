@@ -9,6 +9,8 @@ import dev.windowsidecar.v1.OutcomeKind;
 import dev.windowsidecar.v1.Read;
 import dev.windowsidecar.v1.Rejection;
 import dev.windowsidecar.v1.RejectionReason;
+import dev.windowsidecar.v1.RequeueRefusal;
+import dev.windowsidecar.v1.SideEffectFailure;
 import dev.windowsidecar.v1.SubscribeRequest;
 import dev.windowsidecar.v1.SubscribeResponse;
 import io.grpc.Status;
@@ -19,6 +21,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -257,7 +260,22 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
    */
   private void onFlush(FlushReport report) {
     List<Delivery> settled = new ArrayList<>();
+    // What the report says Redis refused, as errors for the listener, with their deliveries
+    // (known until this report is handled).
+    List<WindowException> errors = new ArrayList<>();
     synchronized (lock) {
+      for (SideEffectFailure f : report.getSideEffectFailuresList()) {
+        errors.add(new SideEffectException(f, slots.get(f.getSlot())));
+      }
+      for (RequeueRefusal q : report.getRequeueRefusedList()) {
+        Delivery d = q.getSlot() == 0 ? null : slots.get(q.getSlot());
+        String outcome = "";
+        if (d != null && d.outcome != null) {
+          String kind = d.outcome.getKind().name();
+          outcome = kind.substring("OUTCOME_KIND_".length()).toLowerCase(Locale.ROOT);
+        }
+        errors.add(new RequeueRefusedException(q, d, outcome));
+      }
       ReadState r = reads.get(report.getReadId());
       if (r != null) {
         for (Delivery d : r.settled) {
@@ -289,6 +307,10 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     }
     if (sub.options.onFlush != null) {
       sub.options.onFlush.accept(new Flush(report, List.copyOf(settled)));
+    }
+    for (WindowException error : errors) {
+      sub.log("%s", error.getMessage());
+      sub.reportError(error);
     }
   }
 

@@ -41,8 +41,11 @@ public interface SubscriptionListener {
   /**
    * An error of the subscription that no call of the application raised: a {@link
    * RejectedException} for each delivery the sidecar refused something of (after the client
-   * settled it), and the {@link SubscriptionEndedException} the subscription ends with. Runs on
-   * a gRPC thread or the subscription's.
+   * settled it), a {@link SideEffectException} for each side effect Redis answered with an error
+   * and a {@link RequeueRefusedException} for each retry, retryAfter or dead letter Redis did not
+   * write (both from a flush report, after {@code onFlush} got it), and the {@link
+   * SubscriptionEndedException} the subscription ends with. Runs on a gRPC thread or the
+   * subscription's.
    */
   default void error(WindowException error) {}
 }

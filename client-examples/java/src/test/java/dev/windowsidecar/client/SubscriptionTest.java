@@ -16,6 +16,8 @@ import dev.windowsidecar.v1.Read;
 import dev.windowsidecar.v1.Rejection;
 import dev.windowsidecar.v1.RejectionReason;
 import dev.windowsidecar.v1.Rejections;
+import dev.windowsidecar.v1.RequeueRefusal;
+import dev.windowsidecar.v1.SideEffectFailure;
 import dev.windowsidecar.v1.SubscribeRequest;
 import dev.windowsidecar.v1.SubscribeResponse;
 import dev.windowsidecar.v1.WindowServiceGrpc;
@@ -494,6 +496,82 @@ public class SubscriptionTest {
       WindowException e = errors.poll(5, TimeUnit.SECONDS);
       assertTrue(String.valueOf(e), e instanceof RejectedException);
       assertEquals("dead_letter", ((RejectedException) e).outcome());
+      assertFalse(sub.isTerminated());
+    }
+  }
+
+  /**
+   * A flush report's failed side effects and refused requeues reach the listener's error, after
+   * onFlush got the report: a SideEffectException per failed command, a RequeueRefusedException
+   * per refused requeue, each with its delivery.
+   */
+  @Test
+  public void flushReportErrorsGoToTheListener() throws Exception {
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0", "2-0"));
+              in.next();
+              out.onNext(
+                  SubscribeResponse.newBuilder()
+                      .setFlush(
+                          FlushReport.newBuilder()
+                              .setReadId(1)
+                              .setSettles(1)
+                              .addSideEffectFailures(
+                                  SideEffectFailure.newBuilder()
+                                      .setSlot(1)
+                                      .setEntryId("1-0")
+                                      .setCommand("HINCRBY")
+                                      .setError("ERR hash value is not an integer")
+                                      .setSettled(true))
+                              .addRequeueRefused(
+                                  RequeueRefusal.newBuilder()
+                                      .setSlot(2)
+                                      .setEntryId("2-0")
+                                      .setError("OOM command not allowed")))
+                      .build());
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<Object> calls = new LinkedBlockingQueue<>();
+    SubscriptionListener listener =
+        new SubscriptionListener() {
+          @Override
+          public void error(WindowException e) {
+            calls.add(e);
+          }
+        };
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    try (Subscription sub =
+        client.subscribe(
+            options().listener(listener).onFlush(f -> calls.add("flush")).build(), later(ds))) {
+      Delivery d1 = take(ds);
+      Delivery d2 = take(ds);
+      d1.queue("HINCRBY", "h", "f", 1);
+      assertTrue(d1.ack());
+      assertTrue(d2.retry("later"));
+      assertEquals("flush", calls.poll(5, TimeUnit.SECONDS));
+      Object first = calls.poll(5, TimeUnit.SECONDS);
+      assertTrue(String.valueOf(first), first instanceof SideEffectException);
+      SideEffectException se = (SideEffectException) first;
+      assertEquals("HINCRBY", se.command());
+      assertTrue(se.settled());
+      assertTrue(se.delivery() == d1);
+      assertEquals(
+          "side effect HINCRBY of entry 1-0 failed: ERR hash value is not an integer"
+              + " (settled all the same: Redis has no rollback)",
+          se.getMessage());
+      Object second = calls.poll(5, TimeUnit.SECONDS);
+      assertTrue(String.valueOf(second), second instanceof RequeueRefusedException);
+      RequeueRefusedException re = (RequeueRefusedException) second;
+      assertEquals("retry", re.outcome());
+      assertTrue(re.delivery() == d2);
+      assertEquals(
+          "retry of entry 2-0 not written: OOM command not allowed;"
+              + " it stays pending and is delivered again",
+          re.getMessage());
       assertFalse(sub.isTerminated());
     }
   }
