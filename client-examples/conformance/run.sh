@@ -155,6 +155,32 @@ expectations() {
         | .reason] | unique | join(",")' <<<"$seen")"
     printf 'RejectedError reasons of %s\t%s\t%s\n' "$p" "$got" "$want"
   done < <(jq -r '.expect.rejected // {} | keys[]' "$file")
+  # The error callback got a SideEffectError for this delivery: the command Redis failed,
+  # whether the entry was settled all the same, and a text its message contains.
+  while read -r p; do
+    [[ -n $p ]] || continue
+    e="$(jq -c --arg p "$p" '.expect.side_effect_errors[$p]' "$file")"
+    want="$(jq -r '"\(.command | ascii_upcase) settled=\(.settled)"' <<<"$e")"
+    got="$(jq -r --arg p "$p" \
+      '[.[] | select(.event == "side_effect_error" and .payload == $p and .error == "SideEffectError")
+        | "\(.command | ascii_upcase) settled=\(.settled)"] | unique | join(",")' <<<"$seen")"
+    printf 'SideEffectError of %s\t%s\t%s\n' "$p" "$got" "$want"
+    want="$(jq -r '.contains // ""' <<<"$e")"
+    got="$(jq -r --arg p "$p" --arg w "$want" \
+      'any(.[]; .event == "side_effect_error" and .payload == $p
+        and ((.message // "") | ascii_downcase | contains($w | ascii_downcase)))' <<<"$seen")"
+    printf 'SideEffectError of %s says "%s"\t%s\ttrue\n' "$p" "$want" "$got"
+  done < <(jq -r '.expect.side_effect_errors // {} | keys[]' "$file")
+  # The error callback got a RequeueRefusedError for this delivery, its message containing
+  # this text (Redis's error).
+  while read -r p; do
+    [[ -n $p ]] || continue
+    want="$(jq -r --arg p "$p" '.expect.requeue_refused[$p]' "$file")"
+    got="$(jq -r --arg p "$p" --arg w "$want" \
+      'any(.[]; .event == "requeue_refused" and .payload == $p and .error == "RequeueRefusedError"
+        and ((.message // "") | ascii_downcase | contains($w | ascii_downcase)))' <<<"$seen")"
+    printf 'RequeueRefusedError of %s says "%s"\t%s\ttrue\n' "$p" "$want" "$got"
+  done < <(jq -r '.expect.requeue_refused // {} | keys[]' "$file")
   # Text that must appear nowhere in what the runner printed (stdout and stderr).
   while read -r e; do
     [[ -n $e ]] || continue
@@ -290,6 +316,13 @@ run_scenario() {
   out="$work/$lang-$name.jsonl"
   err="$work/$lang-$name.log"
   rcli flushall >/dev/null
+  # What Redis holds before the scenario starts (a key of the wrong type, a non-integer).
+  local line words
+  while read -r line; do
+    [[ -n $line ]] || continue
+    mapfile -t words < <(jq -r '.[]' <<<"$line")
+    rcli "${words[@]}" >/dev/null
+  done < <(jq -c '.setup // [] | .[]' "$file")
   local listen
   listen="$(jq -r '.sidecar.listen // "tcp"' "$file")"
   if [[ $listen == unix ]]; then

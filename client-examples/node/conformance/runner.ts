@@ -11,6 +11,8 @@
 import { readFileSync } from "node:fs";
 import {
   RejectedError,
+  RequeueRefusedError,
+  SideEffectError,
   WindowClient,
   WindowError,
   type Delivery,
@@ -74,6 +76,13 @@ function nameOf(d: Delivery): string {
 function onError(err: WindowError): void {
   if (err instanceof RejectedError) {
     emit("rejected", { payload: err.delivery ? nameOf(err.delivery) : "", reason: err.reason, error: err.name, message: err.message });
+  } else if (err instanceof SideEffectError) {
+    emit("side_effect_error", {
+      payload: err.delivery ? nameOf(err.delivery) : "", command: err.command, settled: err.settled,
+      error: err.name, message: err.message,
+    });
+  } else if (err instanceof RequeueRefusedError) {
+    emit("requeue_refused", { payload: err.delivery ? nameOf(err.delivery) : "", error: err.name, message: err.message });
   }
 }
 
@@ -201,6 +210,14 @@ async function main(path: string): Promise<void> {
       // A command the sidecar refuses (FLUSHALL, or the one named): the client's rule applies.
       const [name, ...args] = action.startsWith("reject:") ? action.slice("reject:".length).split(" ") : ["FLUSHALL"];
       d.queue(name, ...args).ack();
+    }
+    else if (action.startsWith("queue:")) {
+      // A command the sidecar accepts and Redis may fail when it runs, then an ack.
+      const [name, ...args] = action.slice("queue:".length).split(" ");
+      d.queue(name, ...args);
+      settle(d, payload);
+      d.ack();
+      ackedOf(payload).resolve();
     }
     else if (action === "fail") throw new Error("the scenario's handler fails");
     else if (action === "typo") {

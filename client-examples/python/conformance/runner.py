@@ -17,7 +17,13 @@ import time
 from collections import Counter
 from typing import Any, Dict, List
 
-from window_client import LifecycleEvent, RejectedError, WindowError
+from window_client import (
+    LifecycleEvent,
+    RejectedError,
+    RequeueRefusedError,
+    SideEffectError,
+    WindowError,
+)
 from window_client.aio import Delivery, Subscription, WindowClient
 
 
@@ -47,6 +53,15 @@ def on_error(err: WindowError) -> None:
     if isinstance(err, RejectedError):
         emit("rejected", payload=name_of(err.delivery) if err.delivery is not None else "",
              reason=err.reason, error=type(err).__name__, message=str(err))
+    elif isinstance(err, SideEffectError):
+        emit("side_effect_error",
+             payload=name_of(err.delivery) if err.delivery is not None else "",
+             command=err.command, settled=err.settled, error=type(err).__name__,
+             message=str(err))
+    elif isinstance(err, RequeueRefusedError):
+        emit("requeue_refused",
+             payload=name_of(err.delivery) if err.delivery is not None else "",
+             error=type(err).__name__, message=str(err))
 
 
 def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
@@ -186,6 +201,13 @@ async def main(path: str) -> None:
             name, *args = action.split(":", 1)[1].split(" ") if ":" in action else ["FLUSHALL"]
             d.queue(name, *args)
             d.ack()
+        elif action.startswith("queue:"):
+            # A command the sidecar accepts and Redis may fail when it runs, then an ack.
+            name, *args = action.split(":", 1)[1].split(" ")
+            d.queue(name, *args)
+            settle(d, payload)
+            d.ack()
+            acked_event(payload).set()
         elif action == "fail":
             raise RuntimeError("the scenario's handler fails")
         elif action == "typo":

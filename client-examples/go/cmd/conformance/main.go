@@ -101,13 +101,25 @@ func main() {
 		RejectedOutcome: rejectedOutcome(o.RejectedOutcome),
 		MaxAttempts:     o.MaxAttempts,
 		OnError: func(err error) {
-			var re *window.RejectedError
-			if errors.As(err, &re) {
-				name := ""
-				if n, ok := names.Load(re.Delivery); ok {
-					name = n.(string)
+			nameOf := func(d *window.Delivery) string {
+				if n, ok := names.Load(d); ok {
+					return n.(string)
 				}
-				emit("rejected", map[string]any{"payload": name, "reason": re.Reason, "error": errorClass(err), "message": err.Error()})
+				return ""
+			}
+			var (
+				re *window.RejectedError
+				se *window.SideEffectError
+				qe *window.RequeueRefusedError
+			)
+			switch {
+			case errors.As(err, &re):
+				emit("rejected", map[string]any{"payload": nameOf(re.Delivery), "reason": re.Reason, "error": errorClass(err), "message": err.Error()})
+			case errors.As(err, &se):
+				emit("side_effect_error", map[string]any{"payload": nameOf(se.Delivery), "command": se.Command,
+					"settled": se.Settled, "error": errorClass(err), "message": err.Error()})
+			case errors.As(err, &qe):
+				emit("requeue_refused", map[string]any{"payload": nameOf(qe.Delivery), "error": errorClass(err), "message": err.Error()})
 			}
 		},
 		Count:          o.Count,
@@ -339,6 +351,22 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 			return err
 		}
 		return d.Ack()
+	case "queue":
+		// A command the sidecar accepts and Redis may fail when it runs, then an ack.
+		words := strings.Split(arg, " ")
+		args := make([]any, 0, len(words)-1)
+		for _, w := range words[1:] {
+			args = append(args, w)
+		}
+		if err := d.Queue(words[0], args...); err != nil {
+			return err
+		}
+		settle(d, name)
+		if err := d.Ack(); err != nil {
+			return err
+		}
+		acked(name).Do(func() { close(ackedChan(name)) })
+		return nil
 	case "fail":
 		return errors.New("the scenario's handler fails")
 	case "typo":
@@ -394,6 +422,8 @@ func errorClass(err error) string {
 	var (
 		ce *window.ConnectionError
 		re *window.RejectedError
+		fe *window.SideEffectError
+		qe *window.RequeueRefusedError
 		se *window.SubscriptionEndedError
 		ae *window.AlreadySettledError
 		we *window.WindowError
@@ -405,6 +435,10 @@ func errorClass(err error) string {
 		return "ConnectionError"
 	case errors.As(err, &re):
 		return "RejectedError"
+	case errors.As(err, &fe):
+		return "SideEffectError"
+	case errors.As(err, &qe):
+		return "RequeueRefusedError"
 	case errors.As(err, &ae):
 		return "AlreadySettledError"
 	case errors.As(err, &we):

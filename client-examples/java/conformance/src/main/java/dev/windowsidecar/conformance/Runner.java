@@ -9,6 +9,8 @@ import dev.windowsidecar.client.ConnectionException;
 import dev.windowsidecar.client.Delivery;
 import dev.windowsidecar.client.RedisCommands;
 import dev.windowsidecar.client.RejectedException;
+import dev.windowsidecar.client.RequeueRefusedException;
+import dev.windowsidecar.client.SideEffectException;
 import dev.windowsidecar.client.RejectedOutcome;
 import dev.windowsidecar.client.SubscriptionEndedException;
 import dev.windowsidecar.client.WindowException;
@@ -119,6 +121,20 @@ public final class Runner {
               f.put("error", errorClass(e));
               f.put("message", e.getMessage());
               emit("rejected", f);
+            } else if (e instanceof SideEffectException s) {
+              Map<String, Object> f = new LinkedHashMap<>();
+              f.put("payload", s.delivery() == null ? "" : runner.names.getOrDefault(s.delivery(), ""));
+              f.put("command", s.command());
+              f.put("settled", s.settled());
+              f.put("error", errorClass(e));
+              f.put("message", e.getMessage());
+              emit("side_effect_error", f);
+            } else if (e instanceof RequeueRefusedException q) {
+              Map<String, Object> f = new LinkedHashMap<>();
+              f.put("payload", q.delivery() == null ? "" : runner.names.getOrDefault(q.delivery(), ""));
+              f.put("error", errorClass(e));
+              f.put("message", e.getMessage());
+              emit("requeue_refused", f);
             }
           }
         };
@@ -285,6 +301,13 @@ public final class Runner {
               : action.substring("reject:".length()).split(" ");
       d.queue(words[0], (Object[]) java.util.Arrays.copyOfRange(words, 1, words.length));
       d.ack();
+    } else if (action.startsWith("queue:")) {
+      // A command the sidecar accepts and Redis may fail when it runs, then an ack.
+      String[] words = action.substring("queue:".length()).split(" ");
+      d.queue(words[0], (Object[]) java.util.Arrays.copyOfRange(words, 1, words.length));
+      settle(d, payload);
+      d.ack();
+      acked(payload).complete(null);
     } else if (action.equals("fail")) {
       throw new IllegalStateException("the scenario's handler fails");
     } else if (action.equals("typo")) {
@@ -340,6 +363,12 @@ public final class Runner {
     }
     if (t instanceof RejectedException) {
       return "RejectedError";
+    }
+    if (t instanceof SideEffectException) {
+      return "SideEffectError";
+    }
+    if (t instanceof RequeueRefusedException) {
+      return "RequeueRefusedError";
     }
     if (t instanceof AlreadySettledException) {
       return "AlreadySettledError";
