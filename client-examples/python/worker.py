@@ -185,7 +185,7 @@ async def main() -> int:
     ap.add_argument("--count", type=int, default=16, help="entries per read")
     ap.add_argument("--max-in-flight", type=int, default=0, help="0: twice count")
     ap.add_argument("--atomic", action="store_true",
-                    help="each acked order's commands and settle in one MULTI/EXEC")
+                    help="each acked order's commands and settle in one script")
     ap.add_argument("--max-deliveries", type=int, default=0,
                     help="an order retried this many times goes to --dead-letter (0: no cap)")
     ap.add_argument("--dead-letter", default="", help="the dead-letter stream")

@@ -43,7 +43,7 @@ type Options struct {
 	SimpleList string
 	// PubSub reads channels and patterns: at most once, only while subscribed.
 	PubSub *PubSub
-	// Atomic flushes each acked delivery's commands with its own settle in one MULTI/EXEC
+	// Atomic flushes each acked delivery's commands with its own settle in one script
 	// (MODE_ATOMIC), so a crash never leaves a delivery's side effects half applied; the
 	// default pipelines the whole read's commands and settles in one round trip.
 	Atomic bool

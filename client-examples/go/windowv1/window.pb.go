@@ -99,7 +99,8 @@ const (
 	Mode_MODE_UNSPECIFIED Mode = 0
 	// Kept segments in commit order, then the settles of the read, in one pipeline.
 	Mode_MODE_PIPELINE Mode = 1
-	// Each kept segment as MULTI, its commands, the delivery's own settle, EXEC.
+	// Each kept segment as one script: its commands, then the delivery's own settle only if
+	// none of them failed.
 	Mode_MODE_ATOMIC Mode = 2
 )
 
@@ -160,7 +161,7 @@ const (
 	// Redis, so a sidecar restart does not lose it).
 	OutcomeKind_OUTCOME_KIND_RETRY_AFTER OutcomeKind = 4
 	// Discard the segment, as drop does; the entry is written to the subscription's dead-letter
-	// target (open.dead_letter) with `reason` and settled, in one MULTI, whatever its delivery
+	// target (open.dead_letter) with `reason` and settled, in one script, whatever its delivery
 	// count: for an entry no retry can fix. Refused per slot with
 	// REJECTION_REASON_INVALID_OUTCOME when the subscription has no dead-letter target (open it
 	// with open.dead_letter and open.max_deliveries) and on pub/sub, which has none.

@@ -8,7 +8,7 @@
 // With --max-deliveries N --dead-letter KEY an order retried N times ends in the dead letter,
 // which settles it for good too; --poison-command "NAME ARG…" queues that command for every
 // order as well (a command the sidecar refuses shows the rejection rule: dropped at once by
-// default, or with --rejected-outcome retry_after retried, then the dead letter). --atomic flushes each ack as one MULTI/EXEC. --reliable-list KEY reads the orders
+// default, or with --rejected-outcome retry_after retried, then the dead letter). --atomic flushes each ack as one script. --reliable-list KEY reads the orders
 // from that list (pushed with LPUSH) instead of the stream. --batches takes a read at a time
 // (sub.batches()): drops and retries per order, the rest acked with one batch.ack().
 //

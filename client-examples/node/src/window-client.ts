@@ -479,7 +479,7 @@ export interface WindowOptions {
   maxInFlight?: number;
   /** How long one read waits for new entries (sidecar default 5 s). */
   blockMs?: number;
-  /** Each acked delivery's commands and its settle as one MULTI/EXEC, instead of one pipeline per read. */
+  /** Each acked delivery's commands and its settle as one script, instead of one pipeline per read. */
   atomic?: boolean;
   /**
    * The most times an entry is delivered (streams and lists). An entry at the cap settled with

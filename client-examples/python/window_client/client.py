@@ -1976,7 +1976,7 @@ class WindowClient:
     ) -> Subscription:
         """The options of every source. ``count`` entries per read; ``max_in_flight`` (0:
         twice count) caps unsettled deliveries; ``block`` in seconds. ``atomic``: each acked
-        delivery's commands and its settle run as one MULTI/EXEC. ``max_deliveries`` (0: no
+        delivery's commands and its settle run as one script. ``max_deliveries`` (0: no
         cap) with ``dead_letter`` (a stream for streams, a list for lists): an entry retried at
         the cap goes there instead. ``reports_in_reads``: the sidecar sends the report of the
         flush a read rode on inside that read (one message per read each way under a

@@ -36,7 +36,7 @@ func main() {
 	retryDelay := flag.Duration("retry-delay", 200*time.Millisecond, "retry_after delay for a flaky order's first delivery")
 	idleTimeout := flag.Duration("idle-timeout", 30*time.Second, "exit after this long without a delivery")
 	workTime := flag.Duration("work-time", 0, "simulated handling time per order (to watch a sidecar restart mid-run)")
-	atomic := flag.Bool("atomic", false, "flush each acked order's commands with its settle in one MULTI/EXEC")
+	atomic := flag.Bool("atomic", false, "flush each acked order's commands with its settle in one script")
 	maxDeliveries := flag.Uint("max-deliveries", 0, "deliveries of an order before it goes to -dead-letter (0: no cap)")
 	deadLetter := flag.String("dead-letter", "", "the dead-letter stream (with -max-deliveries)")
 	batchMode := flag.Bool("batches", false, "take a read at a time (Batches): drops and retries per order, the rest acked with one Batch.Ack")

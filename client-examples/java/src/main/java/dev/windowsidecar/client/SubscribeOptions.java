@@ -396,7 +396,7 @@ public final class SubscribeOptions {
     }
 
     /**
-     * Atomic mode: each acked delivery's commands and its own settle run as one MULTI/EXEC,
+     * Atomic mode: each acked delivery's commands and its own settle run as one script,
      * instead of one pipeline for the whole read (the default, faster). For side effects that
      * must never be seen half-applied.
      */

@@ -38,7 +38,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * {@code --expect N} (0: as many as in --orders; -1: until idle), {@code --retry-delay 200ms},
  * {@code --idle-timeout 30s}, {@code --work-time 0ms} (simulated handling time per order),
  * {@code --max-deliveries 0} and {@code --dead-letter KEY} (the delivery cap and where entries past
- * it go), {@code --atomic false} (each order's commands and XACK in one MULTI/EXEC), {@code
+ * it go), {@code --atomic false} (each order's commands and XACK in one script), {@code
  * --rejected-outcome auto} (auto, drop or retry_after: how the helper settles a delivery whose
  * command the sidecar refused), {@code --batches false} (a read at a time: drops and retries per
  * order, the rest acked with one {@code batch.ack()}).
