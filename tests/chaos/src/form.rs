@@ -83,6 +83,11 @@ impl Form {
         }
     }
 
+    /// The delay set of the form's retry_after.
+    pub(crate) fn delayed_key(self) -> String {
+        companion_key(self.key(), "window:delayed")
+    }
+
     /// The delivery cap of the form (pub/sub has none).
     pub(crate) fn max_deliveries(self) -> Option<u32> {
         (self != Form::Pubsub).then_some(MAX_DELIVERIES)

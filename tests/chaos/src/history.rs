@@ -82,6 +82,23 @@ pub(crate) enum Event {
     },
     /// A fault the nemesis injected (its name and target).
     Fault(String),
+    /// The nemesis undid a refusal it injected (its kind): Redis takes writes again.
+    Undone(String),
+    /// The faults are over: from here every delivery is acked until the run is quiet.
+    Settling,
+    /// A flush report on subscription stream `stream` that failed (logged after its
+    /// `Flushed`): the class of its first error (`oom`, `noperm`, `wrongtype`, ..., `other`),
+    /// the class of each requeue Redis refused (`requeue_refused`), and, in pipeline mode, the
+    /// read's kept entries when Redis refused side effects of it out of memory while the
+    /// settle stood (Redis has no rollback: the report is all the client gets).
+    Refused {
+        worker: u32,
+        stream: u32,
+        read_id: u64,
+        error: String,
+        requeues: Vec<String>,
+        kept_unwritten: Vec<String>,
+    },
     /// The dead-letter service said it redrove dead letter `dead` as stream entry `copy`.
     Redriven { dead: String, copy: String },
 }
@@ -251,6 +268,61 @@ pub(crate) struct Figures {
     /// per-key order check covered.
     pub ordered_deliveries: usize,
     pub ordered_streams: usize,
+    /// The refusals the nemesis injected, by kind, with the flush reports they touched.
+    pub refusals: BTreeMap<String, Touched>,
+    /// Requeued entries Redis refused, by reason, over the whole run (from the flush reports
+    /// the workers got).
+    pub requeue_refused: BTreeMap<String, usize>,
+    /// Roots settled without their kept side effect because Redis refused it out of memory in
+    /// pipeline mode, as their flush report said (Redis has no rollback).
+    pub effects_refused: usize,
+}
+
+/// What the refusals of one kind touched: the flush reports the workers took from a refusal's
+/// start until [`AFTER_UNDO_MS`] after its undo (or the next refusal's start, or the end of
+/// the faults).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Touched {
+    pub injected: usize,
+    pub reports: usize,
+    /// Of those, the ones with `ok` false, and of these the ones whose first error is a
+    /// refusal (out of memory, an ACL, a key's type, a script gone, busy, read-only).
+    pub failed: usize,
+    pub refused: usize,
+    /// Of those, the ones with `requeue_refused` entries, and how many entries.
+    pub requeue_refused: usize,
+    pub requeue_refused_entries: usize,
+    /// Of those, the ones whose side effects Redis refused while the settle stood.
+    pub effects_refused: usize,
+}
+
+/// How long after a refusal's undo a flush report still counts as touched by it: a flush
+/// refused just before the undo is reported a moment later, and a worker asleep on a slow ack
+/// (4.5 s) takes the reports that came meanwhile when it wakes.
+pub(crate) const AFTER_UNDO_MS: u64 = 5_000;
+
+/// The classes of error that are Redis refusing a write (the others: a connection lost, a
+/// timeout, a slot moving).
+const REFUSAL_ERRORS: [&str; 6] = ["oom", "noperm", "wrongtype", "noscript", "busy", "readonly"];
+
+impl fmt::Display for Touched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}x: {} flush reports, {} failed ({} refused by Redis), {} with requeue_refused \
+             ({} entries)",
+            self.injected,
+            self.reports,
+            self.failed,
+            self.refused,
+            self.requeue_refused,
+            self.requeue_refused_entries
+        )?;
+        if self.effects_refused > 0 {
+            write!(f, ", {} with side effects refused", self.effects_refused)?;
+        }
+        Ok(())
+    }
 }
 
 /// Checks the whole history against the end state: each invariant on its own, in this order,
@@ -303,6 +375,9 @@ struct Facts {
     same_read: HashMap<String, i64>,
     /// Per root: its dead letters.
     dead: HashMap<String, usize>,
+    /// Roots acked in a read whose flush report said Redis refused its side effects while the
+    /// settle stood (pipeline mode, out of memory).
+    unwritten: BTreeSet<String>,
 }
 
 impl Facts {
@@ -323,6 +398,7 @@ impl Facts {
             first_deliveries: HashMap::new(),
             same_read: HashMap::new(),
             dead: HashMap::new(),
+            unwritten: BTreeSet::new(),
         };
         facts.read_history(history);
         for (copied_from, _) in &end.dead_letters {
@@ -394,9 +470,18 @@ impl Facts {
                 } => {
                     reading.insert(*worker, (*stream, *read_id));
                 }
+                Event::Refused { kept_unwritten, .. } => {
+                    for entry in kept_unwritten {
+                        if let Some(r) = self.root(entry) {
+                            self.unwritten.insert(r);
+                        }
+                    }
+                }
                 Event::Flushed { .. }
                 | Event::InOrder { .. }
                 | Event::Fault(_)
+                | Event::Undone(_)
+                | Event::Settling
                 | Event::Redriven { .. } => {}
             }
         }
@@ -460,6 +545,13 @@ impl Facts {
         kept_runs(end, root) == 0
             && self.dead_letters(root) == 0
             && !self.decided(root).contains(&Decision::Drop)
+    }
+
+    /// Settled without its side effect, which Redis refused: its ack's flush report said so
+    /// (pipeline mode: the settle stands, Redis has no rollback; docs/design.md, "When Redis
+    /// refuses a write").
+    fn effect_refused(&self, end: &EndState, root: &str) -> bool {
+        self.unsettled(end, root) && self.unwritten.contains(root)
     }
 }
 
@@ -779,7 +871,7 @@ fn at_least_once(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly
     facts
         .all_roots
         .iter()
-        .filter(|r| facts.unsettled(end, r))
+        .filter(|r| facts.unsettled(end, r) && !facts.effect_refused(end, r))
         .map(|r| {
             anomaly(
                 Some(r.clone()),
@@ -827,10 +919,20 @@ fn figures(history: &[Stamped], end: &EndState, facts: &Facts, promise: Promise)
                 let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
                 *figures.faults.entry(kind).or_default() += 1;
             }
+            Event::Refused { requeues, .. } => {
+                for reason in requeues {
+                    *figures.requeue_refused.entry(reason.clone()).or_default() += 1;
+                }
+            }
             Event::Redriven { .. } => figures.redriven += 1,
-            Event::Late { .. } | Event::Read { .. } | Event::InOrder { .. } => {}
+            Event::Late { .. }
+            | Event::Read { .. }
+            | Event::InOrder { .. }
+            | Event::Undone(_)
+            | Event::Settling => {}
         }
     }
+    figures.refusals = refusals_touched(history);
     for r in &facts.all_roots {
         let copies = facts.copies(r, promise);
         figures.duplicate_effects += (kept_runs(end, r) - copies).max(0);
@@ -838,8 +940,90 @@ fn figures(history: &[Stamped], end: &EndState, facts: &Facts, promise: Promise)
         if promise.at_most_once && facts.unsettled(end, r) {
             figures.lost_at_most_once += 1;
         }
+        if facts.effect_refused(end, r) {
+            figures.effects_refused += 1;
+        }
     }
     figures
+}
+
+/// Each refusal kind's windows (from its fault to [`AFTER_UNDO_MS`] after its undo, the next
+/// refusal or the end of the faults) and the
+/// flush reports received within them. A refusal is a fault of one of
+/// [`crate::refusal::Refusal::KINDS`]; one never undone lasts to the end of the history.
+fn refusals_touched(history: &[Stamped]) -> BTreeMap<String, Touched> {
+    let mut windows: Vec<(String, u64, u64)> = Vec::new();
+    let mut open: Option<(String, u64)> = None;
+    for stamped in history {
+        match &stamped.event {
+            Event::Fault(name) => {
+                let kind = name.split_whitespace().next().unwrap_or(name);
+                if crate::refusal::Refusal::KINDS.contains(&kind) {
+                    if let Some((kind, from)) = open.take() {
+                        windows.push((kind, from, stamped.at_ms));
+                    }
+                    // The window before ends where this one begins.
+                    if let Some(last) = windows.last_mut() {
+                        last.2 = last.2.min(stamped.at_ms.saturating_sub(1));
+                    }
+                    open = Some((kind.to_owned(), stamped.at_ms));
+                }
+            }
+            Event::Undone(kind) => {
+                if let Some((open_kind, from)) = open.take_if(|(k, _)| k == kind) {
+                    windows.push((open_kind, from, stamped.at_ms + AFTER_UNDO_MS));
+                }
+            }
+            // The quiesce acks the backlog the faults left: not the refusals' doing.
+            Event::Settling => {
+                if let Some((kind, from)) = open.take() {
+                    windows.push((kind, from, stamped.at_ms));
+                }
+                if let Some(last) = windows.last_mut() {
+                    last.2 = last.2.min(stamped.at_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some((kind, from)) = open {
+        windows.push((kind, from, u64::MAX));
+    }
+    let mut touched: BTreeMap<String, Touched> = BTreeMap::new();
+    for (kind, _, _) in &windows {
+        touched.entry(kind.clone()).or_default().injected += 1;
+    }
+    for stamped in history {
+        let at = stamped.at_ms;
+        let Some((kind, _, _)) = windows
+            .iter()
+            .find(|(_, from, to)| (*from..=*to).contains(&at))
+        else {
+            continue;
+        };
+        let figures = touched.entry(kind.clone()).or_default();
+        match &stamped.event {
+            Event::Flushed { ok, .. } => {
+                figures.reports += 1;
+                figures.failed += usize::from(!ok);
+            }
+            Event::Refused {
+                error,
+                requeues,
+                kept_unwritten,
+                ..
+            } => {
+                figures.refused += usize::from(REFUSAL_ERRORS.contains(&error.as_str()));
+                if !requeues.is_empty() {
+                    figures.requeue_refused += 1;
+                    figures.requeue_refused_entries += requeues.len();
+                }
+                figures.effects_refused += usize::from(!kept_unwritten.is_empty());
+            }
+            _ => {}
+        }
+    }
+    touched
 }
 
 /// How many of the entries still held sit where, then one line per entry: where, and its last
@@ -917,8 +1101,11 @@ pub(crate) fn around<'a>(
             | Event::Decided { entry, .. }
             | Event::Late { entry } => about(entry),
             Event::Fault(_)
+            | Event::Undone(_)
+            | Event::Settling
             | Event::Read { .. }
             | Event::Flushed { .. }
+            | Event::Refused { .. }
             | Event::InOrder { .. }
             | Event::Redriven { .. } => false,
         })
@@ -930,10 +1117,14 @@ pub(crate) fn around<'a>(
             Event::Delivered { entry, .. }
             | Event::Decided { entry, .. }
             | Event::Late { entry } => about(entry),
-            Event::Fault(_) | Event::Redriven { .. } => {
+            Event::Fault(_) | Event::Undone(_) | Event::Redriven { .. } => {
                 times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms)
             }
-            Event::Read { .. } | Event::Flushed { .. } | Event::InOrder { .. } => false,
+            Event::Refused { kept_unwritten, .. } => kept_unwritten.iter().any(|e| about(e)),
+            Event::Read { .. }
+            | Event::Flushed { .. }
+            | Event::InOrder { .. }
+            | Event::Settling => false,
         })
         .collect()
 }
@@ -1015,6 +1206,80 @@ mod tests {
                 .collect(),
             ..EndState::default()
         }
+    }
+
+    #[test]
+    fn an_ack_whose_side_effect_redis_refused_is_settled_only_when_its_report_says_so() {
+        let e = end(&[("1-0", None), ("2-0", None)]);
+        let read = |read_id| Event::Read {
+            worker: 1,
+            stream: 1,
+            read_id,
+        };
+        let flushed = |read_id, ok| Event::Flushed {
+            worker: 1,
+            stream: 1,
+            read_id,
+            ok,
+        };
+        // Both acked, neither side effect ran: read 1's report said Redis refused its side
+        // effects out of memory while the settle stood; read 2's said nothing of the kind.
+        let history = vec![
+            at(0, Event::Fault("oom [6379] for 900 ms".into())),
+            at(1, read(1)),
+            at(2, delivered("1-0", 1)),
+            at(3, decided("1-0", Decision::Ack)),
+            at(4, flushed(1, false)),
+            at(
+                4,
+                Event::Refused {
+                    worker: 1,
+                    stream: 1,
+                    read_id: 1,
+                    error: "oom".into(),
+                    requeues: vec!["oom".into()],
+                    kept_unwritten: vec!["1-0".into()],
+                },
+            ),
+            at(900, Event::Undone("oom".into())),
+            at(5_000, flushed(9, true)),
+            at(5_500, Event::Settling),
+            at(5_600, flushed(11, true)),
+            at(6_000, flushed(10, false)),
+            at(6_100, read(2)),
+            at(6_101, delivered("2-0", 1)),
+            at(6_102, decided("2-0", Decision::Ack)),
+            at(6_103, flushed(2, false)),
+        ];
+        let (anomalies, figures) = check(&history, &e, PROMISE);
+        assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+        assert_eq!(anomalies[0].root.as_deref(), Some("2-0"));
+        assert_eq!(figures.effects_refused, 1);
+        assert_eq!(figures.requeue_refused["oom"], 1);
+        // The window runs from the fault to a moment after its undo: read 9's report is in
+        // it, read 10's and read 2's are not.
+        let touched = &figures.refusals["oom"];
+        assert_eq!(
+            (
+                touched.injected,
+                touched.reports,
+                touched.failed,
+                touched.refused
+            ),
+            (1, 2, 1, 1)
+        );
+        assert_eq!(
+            (
+                touched.requeue_refused,
+                touched.requeue_refused_entries,
+                touched.effects_refused
+            ),
+            (1, 1, 1)
+        );
+        // The other faults are not refusals.
+        let mut other = history;
+        other[0] = at(0, Event::Fault("client-kill normal on 6379".into()));
+        assert!(check(&other, &e, PROMISE).1.refusals.is_empty());
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The fault campaign: producers publish through the sidecars, workers consume with queued
 //! side effects and random outcomes, and a nemesis kills, pauses, cuts and restarts what
 //! production loses (sidecars, workers, their TCP connections, Redis connections, Redis itself,
-//! a cluster primary, a slot's owner) at random moments. At the end the whole history is
-//! checked against what Redis holds ([`history::check`]): nothing lost, nothing done twice that
-//! the README does not allow. Streams run under retention by acknowledgement, with a second
+//! a cluster primary, a slot's owner) at random moments, and has Redis refuse the sidecars'
+//! writes for a moment ([`refusal`]: out of memory, an ACL, a key's type, scripts flushed,
+//! writes paused). At the end the whole history is checked against what Redis holds
+//! ([`history::check`]): nothing lost, nothing done twice that the README does not allow.
+//! Streams run under retention by acknowledgement, with a second
 //! group the campaign reads itself behind the workers (no entry may leave before both groups
 //! have it), and the nemesis also redrives dead letters through the dead-letter service.
 //! Stream and reliable-list workers open ordered subscriptions (`Open.ordering_key`, few keys
@@ -21,8 +23,9 @@ mod admin;
 mod form;
 mod history;
 mod proxy;
+mod refusal;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -40,13 +43,14 @@ use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
     RedisCluster, RedisServer, SidecarProcess, Subscription, command, free_port, outcome,
-    retry_after, slot_of, try_http_get,
+    retry_after, slot_of, try_http_get, url_with_auth,
 };
 
 use admin::{SubscriptionState, at_rest, describe_subscriptions};
 use form::{AUDIT_GROUP, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
 use history::{Decision, EndState, Event, Promise, Stamped};
 use proxy::Proxy;
+use refusal::Refusal;
 
 const SLOW: Duration = Duration::from_millis(4_500);
 
@@ -151,6 +155,14 @@ impl Backend {
             Backend::Cluster(cluster) => cluster.primary_for_slot(slot_of(form::STREAM)),
         }
     }
+
+    /// The ports of every primary (the single node's own).
+    fn primaries(&self) -> Vec<u16> {
+        match self {
+            Backend::Single(redis) => vec![redis.port()],
+            Backend::Cluster(cluster) => cluster.primaries(),
+        }
+    }
 }
 
 /// The sidecars, by index: each on its own port, restarted on it after a kill, and each behind
@@ -252,12 +264,9 @@ impl Sidecars {
         all
     }
 
-    /// Fetches of entries parked for their ordering key, summed over the sidecars that answer
-    /// (each counts since it last started): that the campaign ran through parking at all.
-    async fn parked_fetches(&self) -> u64 {
-        const SERIES: &str =
-            "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"fetch\"} ";
-        let mut fetches = 0;
+    /// Every answering sidecar's `/metrics` (each counts since it last started).
+    async fn metrics(&self) -> Vec<String> {
+        let mut bodies = Vec::new();
         for port in &self.admin_ports {
             let answer = tokio::time::timeout(
                 Duration::from_secs(2),
@@ -265,13 +274,10 @@ impl Sidecars {
             )
             .await;
             if let Ok(Ok((200, body))) = answer {
-                fetches += body
-                    .lines()
-                    .filter_map(|line| line.strip_prefix(SERIES)?.trim().parse::<f64>().ok())
-                    .sum::<f64>() as u64;
+                bodies.push(body);
             }
         }
-        fetches
+        bodies
     }
 
     /// Takes sidecar `i` out (SIGKILL, or SIGTERM and its drain), then starts it again.
@@ -365,6 +371,13 @@ async fn serve(
     let log = &shared.log;
     let mut waiting = Waiting::new();
     let mut after_slow = false;
+    // Each read's acked entries, for a report that says Redis refused their side effects.
+    let mut kept: HashMap<u64, Vec<String>> = HashMap::new();
+    let note_refused = |report: &proto::FlushReport, kept: &HashMap<u64, Vec<String>>| {
+        if let Some(event) = refused(id, (stream, shared.run.atomic), report, kept) {
+            log.push(event);
+        }
+    };
     while !shared.stop.load(Ordering::Relaxed) {
         let (came, message) = match waiting.pop_front() {
             Some(message) => message,
@@ -384,6 +397,7 @@ async fn serve(
             Some(Kind::Read(read)) => read,
             Some(Kind::Flush(report)) => {
                 log.push(flushed(&report));
+                note_refused(&report, &kept);
                 continue;
             }
             _ => continue,
@@ -395,15 +409,61 @@ async fn serve(
         });
         if let Some(report) = &read.flushed {
             log.push(flushed(report));
+            note_refused(report, &kept);
         }
         for d in &read.deliveries {
             log_delivery(id, shared, (stream, ordered), read.read_id, d);
         }
         let decisions = decide(shared, &read, rng, (came.elapsed(), &mut after_slow));
+        let acked = read
+            .deliveries
+            .iter()
+            .zip(&decisions)
+            .take_while(|(_, decision)| **decision != Decision::Abandon)
+            .filter(|(_, decision)| decision.keeps())
+            .map(|(d, _)| shared.run.form.identity(d))
+            .collect();
+        kept.insert(read.read_id, acked);
         if !answer(id, shared, (sub, &mut waiting), &read, decisions, rng).await {
             return;
         }
     }
+}
+
+/// The event of a failed flush report (None for one that succeeded): the class of its error,
+/// each refused requeue's, and in pipeline mode, when Redis refused side effects out of
+/// memory while the settle stood (not refused, not aborted, answered), the read's acked
+/// entries (from `kept`, by read), whose side effects may not have run.
+fn refused(
+    worker: u32,
+    (stream, atomic): (u32, bool),
+    report: &proto::FlushReport,
+    kept: &HashMap<u64, Vec<String>>,
+) -> Option<Event> {
+    let requeues: Vec<String> = report
+        .requeue_refused
+        .iter()
+        .map(|r| refusal::reason(&r.error).to_owned())
+        .collect();
+    let effects_refused = !atomic
+        && !report.ok
+        && !report.settle_failed
+        && !report.outcome_unknown
+        && report.aborted == 0
+        && report.error.contains("OOM ");
+    let kept_unwritten = if effects_refused {
+        kept.get(&report.read_id).cloned().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    (!report.ok).then(|| Event::Refused {
+        worker,
+        stream,
+        read_id: report.read_id,
+        error: refusal::reason(&report.error).to_owned(),
+        requeues,
+        kept_unwritten,
+    })
 }
 
 /// What came in on a subscription stream while its worker slept on a slow ack, in order, each
@@ -673,7 +733,7 @@ async fn nemesis(
         }
         let sidecar = rng.random_range(0..sidecars.ports.len());
         let down_for = Duration::from_millis(rng.random_range(200..1_500));
-        match rng.random_range(0..100) {
+        match rng.random_range(0..130) {
             0..20 => bounce_sidecar(sidecars, log, sidecar, false, down_for).await,
             20..32 => bounce_sidecar(sidecars, log, sidecar, true, down_for).await,
             32..48 => {
@@ -698,6 +758,20 @@ async fn nemesis(
                 redrive(&sidecars.addr(sidecar), log).await;
             }
             84..92 if cluster => slot_migrate(&redis, log, &mut rng).await,
+            // Redis refusing the sidecars' writes for a moment.
+            100..130 => {
+                let refusal = match rng.random_range(100..130) {
+                    100..106 => Refusal::Oom,
+                    106..109 => Refusal::AclWrites,
+                    109..112 => Refusal::AclScripts,
+                    // Pub/sub has no dead letter.
+                    112..115 if shared.run.form != Form::Pubsub => Refusal::WrongTypeDead,
+                    112..118 => Refusal::WrongTypeDelayed,
+                    118..123 => Refusal::ScriptFlush,
+                    _ => Refusal::PauseWrite,
+                };
+                refuse(&redis, log, shared.run.form, refusal, &mut rng).await;
+            }
             _ if cluster => primary_kill(&redis, log).await,
             _ => redis_restart(&redis, log, down_for).await,
         }
@@ -719,6 +793,61 @@ async fn bounce_sidecar(
     tokio::task::spawn_blocking(move || s.bounce(i, graceful, down_for))
         .await
         .expect("bounce");
+}
+
+/// Has Redis refuse the sidecars' writes for a moment (a refusal on every primary; a key's
+/// wrong type on the node that holds it), then undoes it. Logged with its moments, so that the
+/// flush reports it touched are counted.
+async fn refuse(
+    redis: &Arc<Mutex<Backend>>,
+    log: &Log,
+    form: Form,
+    refusal: Refusal,
+    rng: &mut StdRng,
+) {
+    let (primaries, owner) = {
+        let redis = redis.lock();
+        (redis.primaries(), redis.primary())
+    };
+    let (key, ports) = match refusal {
+        Refusal::WrongTypeDead => (form::DEAD.to_owned(), vec![owner]),
+        Refusal::WrongTypeDelayed => (form.delayed_key(), vec![owner]),
+        _ => (String::new(), primaries),
+    };
+    let aside = format!("{key}:aside");
+    // Shorter than a consumer lease (2 s) where the sidecars' own bookkeeping is refused too
+    // (out of memory, scripts taken away): a lease lost to a refusal would let two sidecars
+    // serve one consumer, which no client can tell from a double delivery. A key's type stops
+    // only requeue writes, so it may last longer.
+    let lasts = Duration::from_millis(match refusal {
+        Refusal::WrongTypeDead | Refusal::WrongTypeDelayed => rng.random_range(1_000..3_000),
+        Refusal::ScriptFlush => 1_000,
+        _ => rng.random_range(500..1_800),
+    });
+    let name = refusal.name();
+    if let Err(e) = refusal::inject(refusal, &ports, (&key, &aside), lasts).await {
+        log.push(Event::Fault(format!(
+            "refusal-failed {name} on {ports:?}: {e}"
+        )));
+        return;
+    }
+    let what = if key.is_empty() {
+        format!("{ports:?}")
+    } else {
+        format!("{key} on {ports:?}")
+    };
+    log.push(Event::Fault(format!(
+        "{name} {what} for {} ms",
+        lasts.as_millis()
+    )));
+    tokio::time::sleep(lasts).await;
+    if let Err(e) = refusal::undo(refusal, &ports, (&key, &aside)).await {
+        println!("   the nemesis could not undo {name} on {ports:?}: {e}");
+        log.push(Event::Fault(format!(
+            "undo-failed {name} on {ports:?}: {e}"
+        )));
+    }
+    log.push(Event::Undone(name.to_owned()));
 }
 
 /// Kills every normal client connection of the node that owns the campaign's keys.
@@ -793,9 +922,12 @@ async fn primary_kill(redis: &Arc<Mutex<Backend>>, log: &Log) {
         c.kill(old);
         c.wait_for_failover(slot, old, Duration::from_secs(30));
         c.restart(old);
+        // A user made with ACL SETUSER does not survive a restart.
+        refusal::create_user(old)
     })
     .await
-    .expect("failover");
+    .expect("failover")
+    .unwrap_or_else(|e| panic!("the sidecars' user on the restarted {old}: {e}"));
 }
 
 /// SIGKILLs the single node and restarts it from its AOF after `down_for`.
@@ -1065,7 +1197,10 @@ async fn run(args: &Args, run: Run) -> usize {
             .xgroup_create(form::STREAM, AUDIT_GROUP, "0", true)
             .await;
     }
-    let sidecars = Sidecars::start(&url, args.sidecars, cluster, retain).await;
+    // The sidecars as a user of their own: the nemesis takes rights from it, never from the
+    // campaign's clients.
+    let sidecar_url = url_with_auth(&url, Some(refusal::SIDECAR_USER), refusal::SIDECAR_PASSWORD);
+    let sidecars = Sidecars::start(&sidecar_url, args.sidecars, cluster, retain).await;
     let campaign = Campaign::start(args, run, &admin, &sidecars, &redis).await;
 
     tokio::time::sleep(faults_for).await;
@@ -1098,18 +1233,21 @@ fn topology(run: Run) -> &'static str {
 }
 
 /// A cluster of three primaries with a replica each, or one node that writes its AOF on every
-/// command (a restart then loses nothing acknowledged).
+/// command (a restart then loses nothing acknowledged); either with the sidecars' own user.
 async fn start_backend(cluster: bool) -> Backend {
     tokio::task::spawn_blocking(move || {
         if cluster {
-            Backend::Cluster(RedisCluster::start(3, 1))
+            let cluster = RedisCluster::start(3, 1);
+            for port in cluster.ports() {
+                refusal::create_user(port)
+                    .unwrap_or_else(|e| panic!("the sidecars' user on {port}: {e}"));
+            }
+            Backend::Cluster(cluster)
         } else {
-            Backend::Single(RedisServer::start_with(&[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ]))
+            let mut args = vec!["--appendonly", "yes", "--appendfsync", "always"];
+            let user = refusal::user_args();
+            args.extend(user.iter().map(String::as_str));
+            Backend::Single(RedisServer::start_with(&args))
         }
     })
     .await
@@ -1146,6 +1284,8 @@ struct Ended {
     after_stop: Vec<Option<Vec<SubscriptionState>>>,
     /// Fetches of parked entries the sidecars up at the quiesce made.
     parked_fetches: u64,
+    /// What the sidecars up at the quiesce counted of refusals since they last started.
+    refusals_counted: refusal::Counted,
     /// Dropped (with the sidecars it holds) once the run is reported.
     campaign: Campaign,
 }
@@ -1263,10 +1403,16 @@ impl Campaign {
         // sidecar until settled, and go back to the list when their worker leaves (a slow ack
         // when the quiesce began, a worker that left while its sidecar's blocking read was
         // under way).
+        self.shared.log.push(Event::Settling);
         self.shared.settle.store(true, Ordering::Relaxed);
         let quiesce = quiesce(form, admin, sidecars).await;
         let at_quiet = sidecars.subscriptions().await;
-        let parked_fetches = sidecars.parked_fetches().await;
+        let metrics = sidecars.metrics().await;
+        let parked_fetches = parked_fetches(&metrics);
+        let mut refusals_counted = refusal::Counted::default();
+        for body in &metrics {
+            refusals_counted.add(body);
+        }
         // The audit group reads the rest while the workers' subscriptions are still open: the
         // trim runs beside them.
         let mut retained_after_settling = None;
@@ -1297,9 +1443,21 @@ impl Campaign {
             at_quiet,
             after_stop,
             parked_fetches,
+            refusals_counted,
             campaign: self,
         }
     }
+}
+
+/// Fetches of entries parked for their ordering key, summed over the sidecars' `/metrics`:
+/// that the campaign ran through parking at all.
+fn parked_fetches(metrics: &[String]) -> u64 {
+    const SERIES: &str = "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"fetch\"} ";
+    metrics
+        .iter()
+        .flat_map(|body| body.lines())
+        .filter_map(|line| line.strip_prefix(SERIES)?.trim().parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// Waits (15 s at most) for the workers' subscriptions to close, so that what they still held
@@ -1389,6 +1547,7 @@ fn report(
         waits.prompt_after_slow.load(Ordering::Relaxed)
     );
     println!("   faults {:?}", figures.faults);
+    report_refusals(ended, figures);
     println!("   quiesce: {}", ended.quiesce);
     for anomaly in anomalies {
         println!(
@@ -1423,6 +1582,61 @@ fn report(
             println!("     {line}");
         }
     }
+}
+
+/// The refusals the nemesis injected, by kind, with the flush reports they touched (received
+/// from each one's start until a moment after its undo); the requeues refused by reason over
+/// the run, from the reports; and what the sidecars up at the quiesce counted since they last
+/// started (a killed sidecar's counters are gone with it).
+fn report_refusals(ended: &Ended, figures: &history::Figures) {
+    let injected: Vec<String> = figures
+        .refusals
+        .iter()
+        .map(|(kind, touched)| format!("{kind} {touched}"))
+        .collect();
+    println!(
+        "   refusals injected: {}",
+        if injected.is_empty() {
+            "none".to_owned()
+        } else {
+            injected.join("; ")
+        }
+    );
+    let by_reason = |counts: Vec<(&String, u64)>| {
+        if counts.is_empty() {
+            return "none".to_owned();
+        }
+        counts
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "   requeues refused (entries, by reason, in the workers' flush reports): {}; acked \
+         entries settled without their side effect (refused out of memory, reported): {}",
+        by_reason(
+            figures
+                .requeue_refused
+                .iter()
+                .map(|(r, n)| (r, *n as u64))
+                .collect()
+        ),
+        figures.effects_refused
+    );
+    let counted = &ended.refusals_counted;
+    println!(
+        "   the sidecars' counters at the quiesce (each since it last started): \
+         window_sidecar_requeue_refused_total {}, window_sidecar_flushes_total{{result=\"failed\"}} {}",
+        by_reason(
+            counted
+                .requeue_refused
+                .iter()
+                .map(|(r, n)| (r, *n))
+                .collect()
+        ),
+        counted.flushes_failed
+    );
 }
 
 /// The runs of a campaign: every form and mode, streams also on a cluster, or what the flags
