@@ -1,8 +1,8 @@
 //! Redis refusing a write: a retry, a delay or a dead letter whose write Redis refuses (out of
 //! memory, an ACL without the write, a key of the wrong type, a script running long, writes
-//! paused) never settles its entry. The flush report names the entries left pending and why,
-//! the refusal counter counts them, and once Redis accepts writes again the entries come back
-//! and are requeued as asked. Every form that settles in Redis, in both modes.
+//! paused, a primary turned replica, a cluster slot on the move) never settles its entry. The
+//! flush report names the entries left pending and why, the refusal counter counts them, and
+//! once Redis accepts writes again the entries come back and are requeued as asked. Every form that settles in Redis, in both modes.
 
 use std::time::Duration;
 
@@ -635,4 +635,356 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
     );
     drop((sub, client));
     sidecar.terminate();
+}
+
+/// `INFO replication`'s `role` of a server (`master` or `slave`) and, for a replica, whether
+/// its link to its primary is up.
+fn replication(port: u16) -> (String, bool) {
+    let info = resp::call_text(port, &["INFO", "replication"]).unwrap_or_default();
+    let role = info_field(&info, "role").unwrap_or_default().to_owned();
+    let up = info_field(&info, "master_link_status") == Some("up");
+    (role, up)
+}
+
+/// Opens `open`, again every 100 ms while its consumer's lease is still held (a sidecar whose
+/// release Redis refused), for up to 5 s.
+async fn open_once_the_lease_expires(
+    client: &mut proto::window_service_client::WindowServiceClient<tonic::transport::Channel>,
+    open: proto::Open,
+) -> Subscription {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match Subscription::open(client, open.clone()).await {
+            Ok((sub, _)) => return sub,
+            Err(status)
+                if status.code() == tonic::Code::AlreadyExists
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(status) => panic!("open: {status:?}"),
+        }
+    }
+}
+
+/// A primary turned replica under a running sidecar (`READONLY`). The sidecar is pointed at a
+/// fixed address (a `redis://` URL, as to a managed service's node or a Service in front of a
+/// pod) and a coordinated failover (`FAILOVER`, as managed services and operators run it)
+/// swaps the roles while the deliveries are out: the old primary keeps the sidecar's
+/// connections and answers its writes with READONLY. Sentinel, by contrast, drops the clients
+/// of the primary it demotes, so the sidecar reconnects to the new one (see sentinel.rs). The
+/// requeue step is refused whole: nothing written, nothing settled, seen from the new primary;
+/// once the sidecar talks to the new primary the entries come back and are requeued as asked,
+/// each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_turned_replica_refuses_the_requeues_whole() {
+    let old = RedisServer::start();
+    let new = RedisServer::start_with(&["--replicaof", "127.0.0.1", &old.port().to_string()]);
+    let synced = eventually(STEP, || async { replication(new.port()).1 });
+    assert!(synced.await, "the replica synced");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    // A short consumer lease: the old primary refuses the lease's release too, and the new
+    // primary holds the lease as the failover left it until it expires.
+    let flags = ["--metrics-listen", &metrics, "--consumer-lease", "1s"];
+    let sidecar = Sidecar::start(&old.url(), &flags).await;
+    let form = Form::Stream;
+    let on_old = old.client().await;
+    let mut client = sidecar.client().await;
+    form.add(&on_old, &["a", "b", "c"]).await;
+    let (mut sub, _) = Subscription::open(&mut client, form.open(proto::Mode::Pipeline))
+        .await
+        .unwrap();
+    let read = deliveries(&mut sub, 3).await;
+    let values: Vec<String> = read.deliveries.iter().map(value).collect();
+    assert_eq!(values, ["a", "b", "c"]);
+    // The deliveries (the group's pending entries) reached the replica before the failover.
+    let replicated = resp::call(old.port(), &["WAIT", "1", "2000"]).unwrap();
+    assert_eq!(replicated.as_int(), Some(1));
+
+    admin(old.port(), &["FAILOVER", "TIMEOUT", "5000"]);
+    let swapped = eventually(Duration::from_secs(10), || async {
+        replication(old.port()) == ("slave".to_owned(), true)
+            && replication(new.port()).0 == "master"
+    });
+    assert!(swapped.await, "the failover swapped the roles");
+    sub.send(vec![], requeues(&read)).await;
+    let report = sub.flush().await;
+    eprintln!("the flush on the demoted primary: {report:?}");
+    assert!(!report.ok, "{report:?}");
+    assert!(report.settle_failed, "{report:?}");
+    if report.requeue_refused.is_empty() {
+        // A connection the failover dropped: the step was never sent, or its reply never came.
+        assert!(
+            report.error.starts_with("not sent") || report.outcome_unknown,
+            "{report:?}"
+        );
+    } else {
+        let slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
+        let expected: Vec<u64> = read.deliveries.iter().map(|d| d.slot).collect();
+        assert_eq!(slots, expected, "{report:?}");
+        for (refusal, delivery) in report.requeue_refused.iter().zip(&read.deliveries) {
+            assert!(refusal.error.starts_with("READONLY "), "{refusal:?}");
+            assert_eq!(refusal.entry_id, delivery.entry_id, "{refusal:?}");
+        }
+        let exposition = scrape(&metrics).await;
+        let counted = metric_sum(
+            &exposition,
+            "window_sidecar_requeue_refused_total",
+            "reason=\"readonly\"",
+        );
+        assert_eq!(counted, 3.0, "{exposition}");
+    }
+    sub.close();
+    sidecar.stop().await;
+
+    // The new primary's view: the three entries still pending on their consumer, no copy, no
+    // delay-set member, no dead letter.
+    let on_new = new.client().await;
+    assert_eq!(pending(&on_new, "orders", "g").await, 3);
+    assert_eq!(form.length(&on_new).await, 3);
+    assert_eq!(form.delayed_members(&on_new).await, 0);
+    assert_eq!(form.dead_letters(&on_new).await, 0);
+
+    // The sidecar pointed at the new primary (the address updated, or the URL changed): the
+    // entries come back, are requeued as asked, and each requeue is written once.
+    let sidecar = Sidecar::start(&new.url(), &["--consumer-lease", "1s"]).await;
+    let mut client = sidecar.client().await;
+    let mut sub = open_once_the_lease_expires(&mut client, form.open(proto::Mode::Pipeline)).await;
+    let back = deliveries(&mut sub, 3).await;
+    let again: Vec<String> = back.deliveries.iter().map(value).collect();
+    assert_eq!(again, values, "{back:?}");
+    sub.send(vec![], requeues(&back)).await;
+    let report = sub.flush().await;
+    assert!(report.ok && report.requeue_refused.is_empty(), "{report:?}");
+    let copy = deliveries(&mut sub, 1).await;
+    assert_eq!(value(&copy.deliveries[0]), "a", "{copy:?}");
+    let slot = copy.deliveries[0].slot;
+    sub.send(vec![], vec![outcome(slot, proto::OutcomeKind::Ack)])
+        .await;
+    assert!(sub.flush().await.ok);
+    assert!(
+        sub.message_within(Duration::from_millis(600))
+            .await
+            .is_none(),
+        "nothing more is delivered"
+    );
+    assert_eq!(pending(&on_new, "orders", "g").await, 0);
+    assert_eq!(form.length(&on_new).await, 4);
+    assert_eq!(form.delayed_members(&on_new).await, 1);
+    assert_eq!(form.dead_letters(&on_new).await, 1);
+    sub.close();
+    sidecar.stop().await;
+}
+
+/// Where the slot of the subscription's keys stands when its deliveries are answered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SlotMove {
+    /// `MIGRATING`/`IMPORTING`, no key moved yet: the old owner still serves them all.
+    Begun,
+    /// The stream moved, its delay set and dead-letter stream not yet (`TRYAGAIN` for the
+    /// requeue step, which declares all three), for 400 ms; then the rest moves.
+    Split,
+    /// Split as above for longer than `--redis-timeout`; then the rest moves.
+    SplitPastTimeout,
+    /// The slot moved for good: the old owner answers `MOVED`.
+    Moved,
+}
+
+/// `errorstat_<code>`'s count on a node.
+fn errors(port: u16, code: &str) -> u64 {
+    let prefix = format!("errorstat_{code}:count=");
+    resp::call_text(port, &["INFO", "errorstats"])
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).and_then(|n| n.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// An integer reply of a node, as a count.
+fn count_on(port: u16, args: &[&str]) -> u64 {
+    let reply = resp::call(port, args).unwrap_or_else(|e| panic!("{args:?} on {port}: {e}"));
+    reply
+        .as_int()
+        .unwrap_or_else(|| panic!("{args:?}: {reply:?}")) as u64
+}
+
+/// The requeue step of a stream on a 3-primary cluster whose slot is moving when the
+/// deliveries are answered retry, retry_after and dead_letter. The step declares the stream,
+/// the delay set and the dead-letter stream, so a node serving only some of them refuses it
+/// whole; the sidecar runs it again where the keys live. Either it runs once (each entry
+/// settled with exactly one copy, delay-set member or dead letter) or it is refused and every
+/// entry stays pending, comes back once the slot has moved, and is requeued once then. The
+/// delay set and the dead-letter stream exist beforehand (a marker each), so that a migration
+/// can split them from the stream.
+async fn requeues_while_the_slot_moves(stage: SlotMove) {
+    let cluster = RedisCluster::start(3, 0);
+    let sidecar = Sidecar::start(&cluster.url(), &["--redis-timeout", "1s"]).await;
+    let inspect = cluster.client().await;
+    let mut client = sidecar.client().await;
+    let form = Form::Stream;
+    let slot = slot_of("orders");
+    for key in [form.dead_letter(), &form.delayed()] {
+        assert_eq!(slot_of(key), slot, "{key}");
+    }
+    let from = cluster.primary_for_slot(slot);
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    let _: String = inspect
+        .xadd(form.dead_letter(), false, None, "*", ("marker", "1"))
+        .await
+        .unwrap();
+    let _: i64 = inspect
+        .zadd(form.delayed(), None, None, false, false, (9e15, "marker"))
+        .await
+        .unwrap();
+    form.add(&inspect, &["a", "b", "c"]).await;
+    let (mut sub, _) = Subscription::open(&mut client, form.open(proto::Mode::Pipeline))
+        .await
+        .unwrap();
+    let read = deliveries(&mut sub, 3).await;
+    let values: Vec<String> = read.deliveries.iter().map(value).collect();
+    assert_eq!(values, ["a", "b", "c"]);
+
+    let migration = tokio::task::block_in_place(|| match stage {
+        SlotMove::Moved => {
+            cluster.migrate_slot(slot, to);
+            None
+        }
+        SlotMove::Begun => Some(cluster.begin_slot_migration(slot, to)),
+        SlotMove::Split | SlotMove::SplitPastTimeout => {
+            let migration = cluster.begin_slot_migration(slot, to);
+            let port = to.to_string();
+            let args = [
+                "MIGRATE",
+                "127.0.0.1",
+                &port,
+                "",
+                "0",
+                "10000",
+                "KEYS",
+                "orders",
+            ];
+            admin(from, &args);
+            Some(migration)
+        }
+    });
+    let tryagain_before = errors(from, "TRYAGAIN") + errors(to, "TRYAGAIN");
+    sub.send(vec![], requeues(&read)).await;
+    if stage == SlotMove::Split {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::task::block_in_place(|| cluster.finish_slot_migration(migration.unwrap()));
+    }
+    let report = sub.flush().await;
+    eprintln!("{stage:?}: {report:?}");
+    if let Some(migration) = migration.filter(|_| stage != SlotMove::Split) {
+        tokio::task::block_in_place(|| cluster.finish_slot_migration(migration));
+    }
+    assert_eq!(cluster.primary_for_slot(slot), to);
+    let tryagain = errors(from, "TRYAGAIN") + errors(to, "TRYAGAIN") - tryagain_before;
+    if matches!(stage, SlotMove::Split | SlotMove::SplitPastTimeout) {
+        assert!(tryagain > 0, "{stage:?}: the step met the split keys");
+    }
+
+    // What the new owner holds, with the markers.
+    let stream = || count_on(to, &["XLEN", "orders"]);
+    let delayed = || count_on(to, &["ZCARD", "{orders}:window:delayed"]);
+    let dead = || count_on(to, &["XLEN", "{orders}:dead"]);
+    let held = || {
+        let reply = resp::call(to, &["XPENDING", "orders", "g"]).unwrap();
+        reply.items()[0].as_int().unwrap() as u64
+    };
+    let mut copies = 0;
+    if stage == SlotMove::SplitPastTimeout {
+        assert!(!report.ok, "keys split past --redis-timeout: {report:?}");
+    }
+    if report.ok {
+        // Run once, where the keys were: each requeue written once, each entry settled.
+        assert!(report.requeue_refused.is_empty(), "{stage:?}: {report:?}");
+        assert_eq!((stream(), delayed(), dead()), (4, 2, 2), "{stage:?}");
+        assert!(held() <= 1, "{stage:?}: only the copy may be held");
+    } else {
+        // Refused (given up on at `--redis-timeout`): nothing written, nothing settled, and
+        // the report names every entry with Redis's error.
+        let split = matches!(stage, SlotMove::Split | SlotMove::SplitPastTimeout);
+        assert!(split, "{stage:?}: {report:?}");
+        assert!(report.settle_failed, "{stage:?}: {report:?}");
+        let slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
+        let expected: Vec<u64> = read.deliveries.iter().map(|d| d.slot).collect();
+        assert_eq!(slots, expected, "{stage:?}: {report:?}");
+        for refusal in &report.requeue_refused {
+            assert!(refusal.error.starts_with("TRYAGAIN "), "{refusal:?}");
+        }
+        assert_eq!((stream(), delayed(), dead()), (3, 1, 1), "{stage:?}");
+        assert_eq!(held(), 3, "{stage:?}");
+        // They come back, and are requeued now that the keys have settled on the new owner.
+        let mut left = values.clone();
+        while !left.is_empty() {
+            let read = sub.read().await;
+            let mut outcomes = Vec::new();
+            for delivery in &read.deliveries {
+                let value = value(delivery);
+                if let Some(at) = left.iter().position(|v| *v == value) {
+                    left.remove(at);
+                    outcomes.push(match value.as_str() {
+                        "a" => outcome(delivery.slot, Retry),
+                        "b" => retry_after(delivery.slot, DELAY),
+                        _ => outcome(delivery.slot, DeadLetter),
+                    });
+                } else {
+                    assert_eq!(value, "a", "{stage:?}: only the retry is copied");
+                    copies += 1;
+                    outcomes.push(outcome(delivery.slot, proto::OutcomeKind::Ack));
+                }
+            }
+            sub.send(vec![], outcomes).await;
+            let report = sub.flush().await;
+            assert!(report.ok, "{stage:?}: {report:?}");
+        }
+    }
+    // The retry's copy comes back once and is acked.
+    while copies == 0 {
+        let read = sub.read().await;
+        let mut acks = Vec::new();
+        for delivery in &read.deliveries {
+            assert_eq!(value(delivery), "a", "{stage:?}: {delivery:?}");
+            copies += 1;
+            acks.push(outcome(delivery.slot, proto::OutcomeKind::Ack));
+        }
+        sub.send(vec![], acks).await;
+        assert!(sub.flush().await.ok, "{stage:?}");
+    }
+    assert_eq!(copies, 1, "{stage:?}");
+    assert!(
+        sub.message_within(Duration::from_millis(600))
+            .await
+            .is_none(),
+        "{stage:?}: nothing more is delivered"
+    );
+    assert_eq!(
+        (stream(), delayed(), dead(), held()),
+        (4, 2, 2, 0),
+        "{stage:?}"
+    );
+    sub.close();
+    let _ = inspect.quit().await;
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeues_while_the_slot_migrates_run_on_the_old_owner() {
+    requeues_while_the_slot_moves(SlotMove::Begun).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeues_with_the_slots_keys_split_run_once_they_moved() {
+    requeues_while_the_slot_moves(SlotMove::Split).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeues_with_the_slots_keys_split_too_long_stay_pending() {
+    requeues_while_the_slot_moves(SlotMove::SplitPastTimeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeues_after_the_slot_moved_run_on_the_new_owner() {
+    requeues_while_the_slot_moves(SlotMove::Moved).await;
 }
