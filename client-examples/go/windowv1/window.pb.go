@@ -99,8 +99,8 @@ const (
 	Mode_MODE_UNSPECIFIED Mode = 0
 	// Kept segments in commit order, then the settles of the read, in one pipeline.
 	Mode_MODE_PIPELINE Mode = 1
-	// Each kept segment as one script: its commands, then the delivery's own settle only if
-	// none of them failed.
+	// Each kept segment's commands, then the delivery's own settle only if none of them failed,
+	// run by one script for the read's segments.
 	Mode_MODE_ATOMIC Mode = 2
 )
 

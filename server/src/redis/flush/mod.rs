@@ -113,8 +113,12 @@ impl FlushResult {
                     result.owned(reply, &plan.requeue_step);
                     continue;
                 }
-                Ok(Value::Array(failed)) if matches!(planned.role, Role::Segment { .. }) => {
-                    result.segment_failed(plan, index, failed);
+                Ok(Value::Array(failures)) if matches!(planned.role, Role::Segments { .. }) => {
+                    for failure in failures {
+                        if let Value::Array(failure) = failure {
+                            result.segment_failed(plan, index, failure);
+                        }
+                    }
                     continue;
                 }
                 Ok(_) => continue,
@@ -141,7 +145,7 @@ impl FlushResult {
                     result.aborted += 1;
                     result.settle_failed |= settles;
                 }
-                Role::Segment { settles } => {
+                Role::Segments { settles } => {
                     // A runtime error names the script ("user_script:…"): its settle was
                     // refused after its commands ran. Anything else refused it whole.
                     if !message.contains("user_script") {
@@ -211,24 +215,29 @@ impl FlushResult {
         }
     }
 
-    /// Reads the reply of an atomic-mode segment that stopped at a failed command:
-    /// `[its position, Redis's error, how many commands ran before it]`. Its entry was not
-    /// settled: it is read again. One that ran none of its commands counts as aborted, as a
-    /// transaction refused while queuing does.
-    fn segment_failed(&mut self, plan: &FlushPlan, index: usize, reply: Vec<Value>) {
-        let mut reply = reply.into_iter();
-        let position = reply.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
-        let error = reply
+    /// Reads one failure of a [`Role::Segments`] call, a segment that stopped at a failed
+    /// command: `[the segment, the command's position, Redis's error, how many commands ran
+    /// before it]`. Its entry was not settled: it is read again. One that ran none of its
+    /// commands counts as aborted, as a transaction refused while queuing does.
+    fn segment_failed(&mut self, plan: &FlushPlan, index: usize, failure: Vec<Value>) {
+        let mut failure = failure.into_iter();
+        let mut number = || failure.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
+        let (nth, position) = (number(), number());
+        let error = failure
             .next()
             .and_then(|v| v.as_string())
             .unwrap_or_else(|| "a side effect failed".into());
-        if reply.next().and_then(|v| v.as_u64()) == Some(0) {
+        if failure.next().and_then(|v| v.as_u64()) == Some(0) {
             self.aborted += 1;
         }
         self.failed += 1;
         self.settle_failed = true;
-        if let Some(segment) = segment_of(plan, index) {
-            let command = plan::segment_command(&plan.commands[index], position);
+        let segment = plan
+            .segments
+            .iter()
+            .find(|s| s.first == index && s.nth == nth);
+        if let Some(segment) = segment {
+            let command = plan::segment_command(&plan.commands[index], nth, position);
             self.side_effect_failures.push(SideEffectFailure {
                 slot: segment.slot,
                 entry_id: segment.id.clone(),
@@ -603,6 +612,7 @@ mod tests {
             slot,
             id: bytes::Bytes::from_static(id.as_bytes()),
             first,
+            nth: 0,
             key: bytes::Bytes::from_static(id.as_bytes()),
         };
         // Pipeline mode: two segments of two commands, then the XACK.
@@ -632,49 +642,64 @@ mod tests {
         assert_eq!((failure[0].slot, failure[0].command.as_str()), (2, "LPUSH"));
         assert!(failure[0].settled && failure[0].error.starts_with("WRONGTYPE"));
 
-        // Atomic mode: the segment's script names the command it stopped at.
-        let segment = |commands: &[&str]| {
-            let mut args = vec![
-                "SCRIPT", "1", "orders", "1", "4", "XACK", "orders", "g", "1-0",
-            ];
-            for command in commands {
-                args.extend(["2", command, "k"]);
+        // Atomic mode: the segments' script names the segment and the command it stopped at.
+        let segments = |segments: &[&[&str]]| {
+            let count = segments.len().to_string();
+            let mut args = vec!["SHA", "1", "orders", count.as_str()];
+            for commands in segments {
+                args.extend(["1", "4", "XACK", "orders", "g", "1-0"]);
+                args.push(["0", "1", "2", "3"][commands.len()]);
+                for command in *commands {
+                    args.extend(["2", command, "k"]);
+                }
             }
-            Planned::new(
-                "EVAL",
-                args.into_iter()
-                    .map(|a| bytes::Bytes::copy_from_slice(a.as_bytes()))
-                    .collect(),
-                Role::Segment { settles: true },
-            )
+            let args = args
+                .into_iter()
+                .map(|a| bytes::Bytes::copy_from_slice(a.as_bytes()));
+            Planned::new("EVAL", args.collect(), Role::Segments { settles: true })
         };
         let plan = FlushPlan {
-            commands: vec![segment(&["INCR", "HINCRBY"])],
-            segments: vec![span(7, "1-0", 0)],
+            commands: vec![segments(&[&["INCR"], &["INCR", "HINCRBY"]])],
+            segments: vec![
+                SegmentSpan {
+                    nth: 1,
+                    ..span(6, "1-0", 0)
+                },
+                SegmentSpan {
+                    nth: 2,
+                    ..span(7, "2-0", 0)
+                },
+            ],
             ..Default::default()
         };
         assert_eq!(
-            plan::segment_command(&plan.commands[0], 2).as_deref(),
+            plan::segment_command(&plan.commands[0], 2, 2).as_deref(),
             Some("HINCRBY")
         );
-        let stopped = Value::Array(vec![
+        let stopped = Value::Array(vec![Value::Array(vec![
+            Value::Integer(2),
             Value::Integer(2),
             Value::String("ERR hash value is not an integer".into()),
             Value::Integer(1),
-        ]);
+        ])]);
         let result = FlushResult::from_replies(&plan, vec![Ok(stopped)]);
         assert!(result.settle_failed, "its entry comes back");
         assert_eq!(result.aborted, 0);
-        let failure = &result.side_effect_failures[0];
-        assert_eq!((failure.slot, failure.command.as_str()), (7, "HINCRBY"));
-        assert!(!failure.settled);
+        let failure = &result.side_effect_failures[..];
+        assert_eq!(failure.len(), 1);
+        assert_eq!(
+            (failure[0].slot, failure[0].command.as_str()),
+            (7, "HINCRBY")
+        );
+        assert_eq!(failure[0].entry_id, "2-0");
+        assert!(!failure[0].settled);
 
         // Refused whole (an ACL without EVAL): nothing ran, like an aborted transaction.
         let refused = err("NOPERM this user has no permissions to run the 'eval' command");
         let result = FlushResult::from_replies(&plan, vec![refused]);
         assert!(result.settle_failed && result.aborted == 1);
         assert!(result.side_effect_failures.is_empty());
-        let ok = FlushResult::from_replies(&plan, vec![Ok(Value::Integer(0))]);
+        let ok = FlushResult::from_replies(&plan, vec![Ok(Value::Array(vec![]))]);
         assert!(ok.ok() && !ok.settle_failed);
     }
 }

@@ -8,9 +8,9 @@
 //! only the entries still this consumer's where the form can tell ([`Settling::settle_owned`]:
 //! streams and reliable lists), else a MULTI; without retries, the settles alone.
 //!
-//! Atomic mode: each kept segment with commands becomes one script ([`SEGMENT`]) that runs its
-//! commands and settles its own entry only if none of them failed; the rest of the read settles
-//! as in pipeline mode.
+//! Atomic mode: the kept segments with commands go to one script ([`SEGMENTS`]) that runs each
+//! segment's commands and settles its entry only if none of them failed; the rest of the read
+//! settles as in pipeline mode.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -44,9 +44,9 @@ pub(crate) enum Role {
     Begin,
     /// EXEC; `settles` when the transaction carries a settle.
     Commit { settles: bool },
-    /// An atomic-mode segment ([`SEGMENT`]): its commands, then its entry's settle when they
-    /// all succeeded. `settles` when it carries a settle.
-    Segment { settles: bool },
+    /// Atomic-mode segments ([`SEGMENTS`]): each one's commands, then its entry's settle when
+    /// they all succeeded. `settles` when they carry settles.
+    Segments { settles: bool },
     /// The next read, sent after everything else (see [`FlushPlan::read_ahead`]).
     ReadAhead,
 }
@@ -66,6 +66,11 @@ pub(crate) struct Planned {
 impl Planned {
     pub(crate) fn new(name: &'static str, args: Vec<Bytes>, role: Role) -> Self {
         Self::named(Str::from_static(name), args, role)
+    }
+
+    /// The same, run on the node of `hash_slot`.
+    pub(crate) fn routed(self, hash_slot: Option<u16>) -> Self {
+        Self { hash_slot, ..self }
     }
 
     fn named(name: Str, args: Vec<Bytes>, role: Role) -> Self {
@@ -134,9 +139,11 @@ pub(crate) struct SegmentSpan {
     pub slot: u64,
     /// Its stream entry id; empty for a list value or a message.
     pub id: Bytes,
-    /// Its first command's index in [`FlushPlan::commands`]: the [`SEGMENT`] script in atomic
+    /// Its first command's index in [`FlushPlan::commands`]: the [`SEGMENTS`] script in atomic
     /// mode, the first of its commands in pipeline mode.
     pub first: usize,
+    /// Atomic mode: its place (1-based) among the segments of that script; 0 in pipeline mode.
+    pub nth: usize,
     /// What the entry is known by when it comes back: its id, or a list value as stored.
     pub key: Bytes,
 }
@@ -194,8 +201,8 @@ impl FlushPlan {
         };
         let mut lines = Vec::new();
         for command in &self.commands {
-            if let Role::Segment { .. } = command.role {
-                lines.push(render_segment(command));
+            if let Role::Segments { .. } = command.role {
+                lines.extend(render_segments(command));
                 continue;
             }
             if command.role != Role::SettleOwned {
@@ -498,29 +505,38 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
     // per entry (LREM), the MULTI and EXEC of the requeues.
     plan.commands
         .reserve(batch.command_count() + batch.settles.len() + 2);
+    let mut segments = Segments::default();
     for segment in &mut batch.kept {
         if segment.commands.is_empty() {
             continue;
         }
         let settle = &batch.settles[segment.settle];
         let entry: &Entry = settle.entry.borrow();
-        plan.segments.push(SegmentSpan {
-            slot: settle.slot,
-            id: entry.id.clone(),
-            first: plan.commands.len(),
-            key: entry_key(entry),
-        });
         let commands = std::mem::take(&mut segment.commands);
         if ctx.mode == Mode::Atomic {
             plan.side_effects += commands.len();
             let mut settles = FlushPlan::default();
             form.settle(&[entry], &mut settles);
             form.finished(&[entry], &mut settles);
-            plan.commands
-                .push(segment_script(form, slot, settles.commands, commands));
+            segments.add(
+                form,
+                slot,
+                &mut plan,
+                settle.slot,
+                entry,
+                settles.commands,
+                commands,
+            );
             settled_inside[segment.settle] = true;
             continue;
         }
+        plan.segments.push(SegmentSpan {
+            slot: settle.slot,
+            id: entry.id.clone(),
+            first: plan.commands.len(),
+            nth: 0,
+            key: entry_key(entry),
+        });
         for command in commands {
             plan.push_named(
                 command_name(command.name),
@@ -531,6 +547,7 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
         }
     }
 
+    segments.close(&mut plan);
     let rest: Vec<_> = batch
         .settles
         .iter()
@@ -595,114 +612,206 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
     plan
 }
 
-/// An atomic-mode segment: `EVAL SEGMENT` with the form's settle key (if any) as KEYS[1], and
-/// in ARGV the number of settle commands, each settle command, then each side-effect command,
-/// every command as its length and its words.
-fn segment_script(
-    form: &impl Settling,
+/// The most segments one [`SEGMENTS`] call carries: a bound on how long Redis runs one script
+/// (a read of 1,000 acked deliveries is 8 calls, still in the flush's one pipeline).
+const SEGMENTS_PER_SCRIPT: usize = 128;
+
+/// The atomic-mode segments of a flush, gathered into [`SEGMENTS`] calls: `EVAL` with the
+/// form's settle key (if any) as KEYS[1], and in ARGV the number of segments, then per segment
+/// the number of its settle commands, each settle command, the number of its side-effect
+/// commands and each of them, every command as its length and its words.
+#[derive(Default)]
+struct Segments {
+    args: Vec<Bytes>,
+    count: usize,
+    settles_in_redis: bool,
     slot: Option<u16>,
-    settles: Vec<Planned>,
-    commands: Vec<crate::window::Command>,
-) -> Planned {
-    let words: usize = settles.iter().map(|c| c.args.len() + 2).sum::<usize>()
-        + commands.iter().map(|c| c.args.len() + 2).sum::<usize>();
-    let key = settles.first().and_then(|c| c.args.first().cloned());
-    let mut args = Vec::with_capacity(words + 4);
-    args.push(Bytes::from_static(SEGMENT.as_bytes()));
-    match key {
-        Some(key) => args.extend([Bytes::from_static(b"1"), key]),
-        None => args.push(Bytes::from_static(b"0")),
+}
+
+impl Segments {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        form: &impl Settling,
+        slot: Option<u16>,
+        plan: &mut FlushPlan,
+        delivered_in: u64,
+        entry: &Entry,
+        settles: Vec<Planned>,
+        commands: Vec<crate::window::Command>,
+    ) {
+        if self.count == SEGMENTS_PER_SCRIPT {
+            self.close(plan);
+        }
+        if self.count == 0 {
+            self.settles_in_redis = form.settles_in_redis();
+            self.args.push(Bytes::from_static(SEGMENTS.as_bytes()));
+            match settles.first().and_then(|c| c.args.first()) {
+                Some(key) => self.args.extend([Bytes::from_static(b"1"), key.clone()]),
+                None => self.args.push(Bytes::from_static(b"0")),
+            }
+            // The number of segments, filled in by `close`.
+            self.args.push(Bytes::new());
+        }
+        self.count += 1;
+        plan.segments.push(SegmentSpan {
+            slot: delivered_in,
+            id: entry.id.clone(),
+            first: plan.commands.len(),
+            nth: self.count,
+            key: entry_key(entry),
+        });
+        self.args.push(Bytes::from(settles.len().to_string()));
+        for settle in settles {
+            self.args
+                .push(Bytes::from((settle.args.len() + 1).to_string()));
+            self.args
+                .push(Bytes::copy_from_slice(settle.name.as_bytes()));
+            self.args.extend(settle.args);
+        }
+        self.args.push(Bytes::from(commands.len().to_string()));
+        for command in commands {
+            self.args
+                .push(Bytes::from((command.args.len() + 1).to_string()));
+            self.args.push(Bytes::from(command.name));
+            self.args.extend(command.args);
+        }
+        self.slot = slot;
     }
-    args.push(Bytes::from(settles.len().to_string()));
-    for settle in settles {
-        args.push(Bytes::from((settle.args.len() + 1).to_string()));
-        args.push(Bytes::copy_from_slice(settle.name.as_bytes()));
-        args.extend(settle.args);
-    }
-    for command in commands {
-        args.push(Bytes::from((command.args.len() + 1).to_string()));
-        args.push(Bytes::from(command.name));
-        args.extend(command.args);
-    }
-    Planned {
-        hash_slot: slot,
-        ..Planned::new(
-            "EVAL",
-            args,
-            Role::Segment {
-                settles: form.settles_in_redis(),
-            },
-        )
+
+    /// Appends the call of the segments gathered so far, if any.
+    fn close(&mut self, plan: &mut FlushPlan) {
+        if self.count == 0 {
+            return;
+        }
+        let mut args = std::mem::take(&mut self.args);
+        let count_at = if args[1].as_ref() == b"1" { 3 } else { 2 };
+        args[count_at] = Bytes::from(self.count.to_string());
+        let role = Role::Segments {
+            settles: self.settles_in_redis,
+        };
+        plan.commands
+            .push(Planned::new("EVAL", args, role).routed(self.slot));
+        self.count = 0;
     }
 }
 
-/// The script of an atomic-mode segment ([`segment_script`]). First it asks the ACL whether
-/// the sidecar's user may run each side-effect command (`redis.acl_check_cmd`): if not, it
-/// runs none of them, as a `MULTI` refused while queuing would. Then it runs them in order and
-/// stops at the first that fails; only when none failed does it run the settle commands (the
-/// entry's `XACK` or `LREM`, its bookkeeping). It replies 0, or `{the failed command's 1-based
-/// position, Redis's error, how many commands ran before it}`. Commands that ran before a
-/// failed one stay applied (Redis has no rollback); the entry stays pending and comes back
-/// with its count raised.
+/// The script of a flush's atomic-mode segments ([`Segments`]). For each segment, first it
+/// asks the ACL whether the sidecar's user may run each of its commands
+/// (`redis.acl_check_cmd`): if not, it runs none of them, as a `MULTI` refused while queuing
+/// would. Then it runs them in order and stops at the first that fails; only when none failed
+/// does it run the segment's settle commands (its entry's `XACK` or `LREM`, its bookkeeping).
+/// It replies with one `{segment, the failed command's position, Redis's error, how many of
+/// its commands ran before it}` per segment that failed (positions 1-based): commands that ran
+/// before a failed one stay applied (Redis has no rollback); the entry stays pending and comes
+/// back with its count raised. One script for many segments: Redis pays its call (and hashing
+/// its text: it is sent as `EVAL`, so a node that never ran it, after a failover or a restart,
+/// needs nothing loaded first) once, not once per segment.
 ///
 /// When Redis refuses: no shebang, so that the client's commands may name keys it does not
-/// declare. Out of memory, the first command that would grow memory is refused inside it
-/// (`OOM`) and nothing is settled; refused whole (`NOPERM` for `EVAL`, `BUSY`, a slot that
-/// moved), nothing ran; a settle refused after the commands (an ACL without `XACK`) fails the
-/// script with the commands applied and the entry pending, as a refused `XACK` inside `EXEC`
-/// would.
-pub(crate) const SEGMENT: &str = r#"
-local settles, i = {}, 2
-for _ = 1, tonumber(ARGV[1]) do
+/// declare. Out of memory, each segment's first command that would grow memory is refused
+/// inside it (`OOM`) and nothing is settled; refused whole (`NOPERM` for `EVALSHA`, `BUSY`, a
+/// slot that moved), nothing ran; a settle refused after its commands (an ACL without `XACK`)
+/// fails the script there, with the segments before it settled and that one's commands
+/// applied, as a refused `XACK` inside `EXEC` would.
+pub(crate) const SEGMENTS: &str = r#"
+local i, failures = 2, {}
+local function command()
   local n = tonumber(ARGV[i])
-  settles[#settles + 1] = {i + 1, i + n}
   i = i + 1 + n
+  return {i - n, i - 1}
 end
-local commands = {}
-while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  commands[#commands + 1] = {i + 1, i + n}
-  if not redis.acl_check_cmd(unpack(ARGV, i + 1, i + n)) then
-    return {#commands, "NOPERM the sidecar's Redis user may not run " .. ARGV[i + 1] ..
-      " on these keys", 0}
+for segment = 1, tonumber(ARGV[1]) do
+  local settles, commands, failed = {}, {}, nil
+  i = i + 1
+  for k = 1, tonumber(ARGV[i - 1]) do settles[k] = command() end
+  i = i + 1
+  for k = 1, tonumber(ARGV[i - 1]) do
+    commands[k] = command()
+    if not failed and not redis.acl_check_cmd(unpack(ARGV, commands[k][1], commands[k][2])) then
+      failed = {segment, k, "NOPERM the sidecar's Redis user may not run " ..
+        ARGV[commands[k][1]] .. " on these keys", 0}
+    end
   end
-  i = i + 1 + n
+  if not failed then
+    for k, c in ipairs(commands) do
+      local reply = redis.pcall(unpack(ARGV, c[1], c[2]))
+      if type(reply) == 'table' and reply.err then
+        failed = {segment, k, reply.err, k - 1}
+        break
+      end
+    end
+  end
+  if failed then
+    failures[#failures + 1] = failed
+  else
+    for _, c in ipairs(settles) do redis.call(unpack(ARGV, c[1], c[2])) end
+  end
 end
-for position, command in ipairs(commands) do
-  local reply = redis.pcall(unpack(ARGV, command[1], command[2]))
-  if type(reply) == 'table' and reply.err then return {position, reply.err, position - 1} end
-end
-for _, settle in ipairs(settles) do redis.call(unpack(ARGV, settle[1], settle[2])) end
-return 0
+return failures
 "#;
 
-/// A [`SEGMENT`] script as `SEGMENT keys | command; command | settle; settle`, for tests.
+/// The name of the `position`th (1-based) command of the `nth` segment of a [`SEGMENTS`] call.
+pub(crate) fn segment_command(planned: &Planned, nth: usize, position: usize) -> Option<String> {
+    segments_of(planned)?
+        .into_iter()
+        .nth(nth.checked_sub(1)?)?
+        .1
+        .into_iter()
+        .nth(position.checked_sub(1)?)
+        .and_then(|words| words.into_iter().next())
+        .map(|name| String::from_utf8_lossy(&name).into_owned())
+}
+
+/// Each segment of a [`SEGMENTS`] call: its settle commands and its side-effect commands, each
+/// as its words.
+type Words = Vec<Vec<Bytes>>;
+fn segments_of(planned: &Planned) -> Option<Vec<(Words, Words)>> {
+    let mut args = planned.args.iter().skip(1);
+    let number =
+        |arg: Option<&Bytes>| -> Option<usize> { std::str::from_utf8(arg?).ok()?.parse().ok() };
+    let keys = number(args.next())?;
+    let mut args = args.skip(keys);
+    let commands = |args: &mut dyn Iterator<Item = &Bytes>| -> Option<Words> {
+        let count = number(args.next())?;
+        (0..count)
+            .map(|_| {
+                let n = number(args.next())?;
+                Some(args.take(n).cloned().collect())
+            })
+            .collect()
+    };
+    let count = number(args.next())?;
+    (0..count)
+        .map(|_| Some((commands(&mut args)?, commands(&mut args)?)))
+        .collect()
+}
+
+/// A [`SEGMENTS`] call as one `SEGMENT keys | command; command | settle; settle` line per
+/// segment, for tests.
 #[cfg(test)]
-fn render_segment(planned: &Planned) -> String {
+fn render_segments(planned: &Planned) -> Vec<String> {
     assert_eq!(
         (&*planned.name, planned.args[0].as_ref()),
-        ("EVAL", SEGMENT.as_bytes())
+        ("EVAL", SEGMENTS.as_bytes())
     );
-    let mut args = planned.args[1..]
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).into_owned());
-    let number =
-        |args: &mut dyn Iterator<Item = String>| -> usize { args.next().unwrap().parse().unwrap() };
-    let keys = number(&mut args);
-    let keys: Vec<String> = args.by_ref().take(keys).collect();
-    let settles = number(&mut args);
-    let command = |args: &mut dyn Iterator<Item = String>| -> Option<String> {
-        let n: usize = args.next()?.parse().unwrap();
-        Some(args.take(n).collect::<Vec<_>>().join(" "))
+    let text = |words: &Vec<Bytes>| {
+        let words: Vec<_> = words.iter().map(|w| String::from_utf8_lossy(w)).collect();
+        words.join(" ")
     };
-    let settles: Vec<String> = (0..settles).map(|_| command(&mut args).unwrap()).collect();
-    let side_effects: Vec<String> = std::iter::from_fn(|| command(&mut args)).collect();
-    format!(
-        "SEGMENT {} | {} | {}",
-        keys.join(" "),
-        side_effects.join("; "),
-        settles.join("; ")
-    )
+    let lines = |commands: &Words| commands.iter().map(text).collect::<Vec<_>>().join("; ");
+    let keys: usize = std::str::from_utf8(&planned.args[1])
+        .unwrap()
+        .parse()
+        .unwrap();
+    let keys = text(&planned.args[2..2 + keys].to_vec());
+    segments_of(planned)
+        .unwrap()
+        .iter()
+        .map(|(settles, commands)| {
+            format!("SEGMENT {keys} | {} | {}", lines(commands), lines(settles))
+        })
+        .collect()
 }
 
 /// What an entry is known by when it comes back: its stream id, or its value as stored (a list
@@ -713,26 +822,6 @@ pub(crate) fn entry_key(entry: &Entry) -> Bytes {
     } else {
         entry.id.clone()
     }
-}
-
-/// The name of the `position`th (1-based) side-effect command of a [`SEGMENT`] script.
-pub(crate) fn segment_command(planned: &Planned, position: usize) -> Option<String> {
-    let mut args = planned.args.iter().skip(1);
-    let keys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
-    let mut args = args.skip(keys);
-    let number =
-        |arg: Option<&Bytes>| -> Option<usize> { std::str::from_utf8(arg?).ok()?.parse().ok() };
-    let settles = number(args.next())?;
-    for _ in 0..settles {
-        let n = number(args.next())?;
-        args.by_ref().take(n).for_each(drop);
-    }
-    for _ in 1..position {
-        let n = number(args.next())?;
-        args.by_ref().take(n).for_each(drop);
-    }
-    number(args.next())?;
-    Some(String::from_utf8_lossy(args.next()?).into_owned())
 }
 
 /// The writes that requeue one entry (a copy, a delay-set member, a dead letter), in the form's
