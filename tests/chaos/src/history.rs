@@ -88,9 +88,10 @@ pub(crate) enum Event {
     Settling,
     /// A flush report on subscription stream `stream` that failed (logged after its
     /// `Flushed`): the class of its first error (`oom`, `noperm`, `wrongtype`, ..., `other`),
-    /// the class of each requeue Redis refused (`requeue_refused`), and, in pipeline mode, the
-    /// read's kept entries when Redis refused side effects of it out of memory while the
-    /// settle stood (Redis has no rollback: the report is all the client gets).
+    /// the class of each requeue Redis refused (`requeue_refused`), and the acked entries
+    /// whose side effect Redis refused while their settle stood (`side_effect_failures`
+    /// marked `settled`, pipeline mode: Redis has no rollback, the report is all the client
+    /// gets).
     Refused {
         worker: u32,
         stream: u32,
@@ -273,8 +274,8 @@ pub(crate) struct Figures {
     /// Requeued entries Redis refused, by reason, over the whole run (from the flush reports
     /// the workers got).
     pub requeue_refused: BTreeMap<String, usize>,
-    /// Roots settled without their kept side effect because Redis refused it out of memory in
-    /// pipeline mode, as their flush report said (Redis has no rollback).
+    /// Roots settled without their kept side effect because Redis refused it in pipeline mode,
+    /// as their flush report said (Redis has no rollback).
     pub effects_refused: usize,
 }
 
@@ -292,7 +293,7 @@ pub(crate) struct Touched {
     /// Of those, the ones with `requeue_refused` entries, and how many entries.
     pub requeue_refused: usize,
     pub requeue_refused_entries: usize,
-    /// Of those, the ones whose side effects Redis refused while the settle stood.
+    /// Of those, the ones with side effects Redis refused while the settle stood.
     pub effects_refused: usize,
 }
 
@@ -375,8 +376,8 @@ struct Facts {
     same_read: HashMap<String, i64>,
     /// Per root: its dead letters.
     dead: HashMap<String, usize>,
-    /// Roots acked in a read whose flush report said Redis refused its side effects while the
-    /// settle stood (pipeline mode, out of memory).
+    /// Roots acked whose flush report said Redis refused their side effect while the settle
+    /// stood (pipeline mode).
     unwritten: BTreeSet<String>,
 }
 
@@ -1130,9 +1131,10 @@ pub(crate) fn around<'a>(
 }
 
 /// For an anomaly's report, what the workers that got `root` did before each delivery of it:
-/// the read it came in, and the slow acks the same worker decided within `window_ms` before
-/// (a worker asleep past `min_idle` leaves the reads behind that one waiting in its stream).
-/// Whether the entry was handled past `min_idle` shows here, where its own events cannot tell.
+/// the read it came in (and that read's flush reports), and the slow acks the same worker
+/// decided within `window_ms` before (a worker asleep past `min_idle` leaves the reads behind
+/// that one waiting in its stream). Whether the entry was handled past `min_idle` shows here,
+/// where its own events cannot tell.
 pub(crate) fn workers_before<'a>(
     history: &'a [Stamped],
     end: &EndState,
@@ -1152,6 +1154,30 @@ pub(crate) fn workers_before<'a>(
             .iter()
             .rposition(|e| matches!(&e.event, Event::Read { worker: w, .. } if w == worker));
         picked.extend(carried_by);
+        // The reports of that read: whether its flush failed, and what Redis refused.
+        if let Some(Event::Read {
+            stream, read_id, ..
+        }) = carried_by.map(|at| &history[at].event)
+        {
+            picked.extend(history.iter().enumerate().skip(i).filter_map(|(j, e)| {
+                let (w, st, r) = match &e.event {
+                    Event::Flushed {
+                        worker,
+                        stream,
+                        read_id,
+                        ..
+                    }
+                    | Event::Refused {
+                        worker,
+                        stream,
+                        read_id,
+                        ..
+                    } => (worker, stream, read_id),
+                    _ => return None,
+                };
+                (w == worker && st == stream && r == read_id).then_some(j)
+            }));
+        }
         picked.extend(
             history[..i]
                 .iter()
@@ -1222,8 +1248,8 @@ mod tests {
             read_id,
             ok,
         };
-        // Both acked, neither side effect ran: read 1's report said Redis refused its side
-        // effects out of memory while the settle stood; read 2's said nothing of the kind.
+        // Both acked, neither side effect ran: read 1's report said Redis refused 1-0's side
+        // effect while its settle stood; read 2's said nothing of the kind.
         let history = vec![
             at(0, Event::Fault("oom [6379] for 900 ms".into())),
             at(1, read(1)),

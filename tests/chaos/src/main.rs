@@ -371,10 +371,10 @@ async fn serve(
     let log = &shared.log;
     let mut waiting = Waiting::new();
     let mut after_slow = false;
-    // Each read's acked entries, for a report that says Redis refused their side effects.
-    let mut kept: HashMap<u64, Vec<String>> = HashMap::new();
-    let note_refused = |report: &proto::FlushReport, kept: &HashMap<u64, Vec<String>>| {
-        if let Some(event) = refused(id, (stream, shared.run.atomic), report, kept) {
+    // The acked entries by slot, for a report that says Redis refused their side effects.
+    let mut kept: HashMap<u64, String> = HashMap::new();
+    let note_refused = |report: &proto::FlushReport, kept: &HashMap<u64, String>| {
+        if let Some(event) = refused(id, stream, report, kept) {
             log.push(event);
         }
     };
@@ -415,15 +415,14 @@ async fn serve(
             log_delivery(id, shared, (stream, ordered), read.read_id, d);
         }
         let decisions = decide(shared, &read, rng, (came.elapsed(), &mut after_slow));
-        let acked = read
-            .deliveries
-            .iter()
-            .zip(&decisions)
-            .take_while(|(_, decision)| **decision != Decision::Abandon)
-            .filter(|(_, decision)| decision.keeps())
-            .map(|(d, _)| shared.run.form.identity(d))
-            .collect();
-        kept.insert(read.read_id, acked);
+        kept.extend(
+            read.deliveries
+                .iter()
+                .zip(&decisions)
+                .take_while(|(_, decision)| **decision != Decision::Abandon)
+                .filter(|(_, decision)| decision.keeps())
+                .map(|(d, _)| (d.slot, shared.run.form.identity(d))),
+        );
         if !answer(id, shared, (sub, &mut waiting), &read, decisions, rng).await {
             return;
         }
@@ -431,31 +430,26 @@ async fn serve(
 }
 
 /// The event of a failed flush report (None for one that succeeded): the class of its error,
-/// each refused requeue's, and in pipeline mode, when Redis refused side effects out of
-/// memory while the settle stood (not refused, not aborted, answered), the read's acked
-/// entries (from `kept`, by read), whose side effects may not have run.
+/// each refused requeue's, and the acked entries (from `kept`, by slot) whose side effect
+/// Redis refused while their settle stood (`side_effect_failures` marked `settled`: pipeline
+/// mode, where Redis has no rollback).
 fn refused(
     worker: u32,
-    (stream, atomic): (u32, bool),
+    stream: u32,
     report: &proto::FlushReport,
-    kept: &HashMap<u64, Vec<String>>,
+    kept: &HashMap<u64, String>,
 ) -> Option<Event> {
     let requeues: Vec<String> = report
         .requeue_refused
         .iter()
         .map(|r| refusal::reason(&r.error).to_owned())
         .collect();
-    let effects_refused = !atomic
-        && !report.ok
-        && !report.settle_failed
-        && !report.outcome_unknown
-        && report.aborted == 0
-        && report.error.contains("OOM ");
-    let kept_unwritten = if effects_refused {
-        kept.get(&report.read_id).cloned().unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    let kept_unwritten = report
+        .side_effect_failures
+        .iter()
+        .filter(|f| f.settled)
+        .filter_map(|f| kept.get(&f.slot).cloned())
+        .collect();
     (!report.ok).then(|| Event::Refused {
         worker,
         stream,
@@ -1614,7 +1608,7 @@ fn report_refusals(ended: &Ended, figures: &history::Figures) {
     };
     println!(
         "   requeues refused (entries, by reason, in the workers' flush reports): {}; acked \
-         entries settled without their side effect (refused out of memory, reported): {}",
+         entries settled without their side effect (Redis refused it, reported): {}",
         by_reason(
             figures
                 .requeue_refused
