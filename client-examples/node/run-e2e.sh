@@ -290,7 +290,7 @@ check "rejected command: no side effect was applied" "$(rcli exists "$totals_key
 
 # ---- 7. scenario "token" ---------------------------------------------------------------------
 # A sidecar that requires a bearer token: the client reads it from WINDOW_SIDECAR_TOKEN. The
-# worker runs in atomic mode here (each ack one MULTI/EXEC), with the same end state.
+# worker runs in atomic mode here (the acked segments of a read in one script), with the same end state.
 log "scenario token: a third sidecar with --auth-token-file, the worker in atomic mode"
 rcli flushdb >/dev/null
 start_token_sidecar

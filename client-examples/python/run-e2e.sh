@@ -26,7 +26,7 @@
 # 7. scenario "unix socket": a second sidecar on --listen unix:PATH, reached with grpcio's usual
 #    target "unix:PATH" and no channel option: a health Check (grpcio-health-checking), then
 #    the producer and the worker on a fresh stream; asserts the same end state.
-# 8. scenario "atomic": the worker in atomic mode (MULTI/EXEC per acked order): same end state.
+# 8. scenario "atomic": the worker in atomic mode (a script per read's acked orders): same end state.
 #    Then the worker again with --batches (Subscription.batches, one batch.ack() per read):
 #    same end state.
 # 9. scenario "poison": a handler (Subscription.run) queues FLUSHALL, which the sidecar refuses;
@@ -340,7 +340,7 @@ worker_scenario() {
 }
 
 # ---- 8. scenario "atomic" --------------------------------------------------------------------
-log "scenario atomic: the worker in atomic mode (MULTI/EXEC per acked order)"
+log "scenario atomic: the worker in atomic mode (a script per read's acked orders)"
 worker_scenario atomic --atomic
 check "atomic: the sidecar opened the subscription in MODE_ATOMIC" \
   "$(grep -c 'mode MODE_ATOMIC' "$work/atomic-worker.log" | awk '{print ($1 > 0)}')" 1
