@@ -43,5 +43,6 @@ pub(crate) mod stream;
 pub use call::{arg, call, call_at, str_arg};
 pub use connection::{ConnectOptions, Redis, TlsFiles};
 pub use error::RedisError;
+pub use flush::refusal_reason;
 pub use keys::{companion_key, hash_tag};
 pub use replication::{Replication, ReplicationWatch};

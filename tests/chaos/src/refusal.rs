@@ -201,29 +201,9 @@ pub(crate) async fn undo(
     }
 }
 
-/// The class of a refusal Redis worded as `error`, as the sidecar's
-/// `window_sidecar_requeue_refused_total` labels it.
-pub(crate) fn reason(error: &str) -> &'static str {
-    const REASONS: &[(&str, &str)] = &[
-        ("OOM ", "oom"),
-        ("NOPERM ", "noperm"),
-        ("ERR The user executing the script can't run", "noperm"),
-        ("ERR ACL failure in script", "noperm"),
-        ("WRONGTYPE ", "wrongtype"),
-        ("READONLY ", "readonly"),
-        ("NOSCRIPT ", "noscript"),
-        ("BUSY ", "busy"),
-        ("MOVED ", "moved"),
-        ("ASK ", "moved"),
-        ("TRYAGAIN ", "moved"),
-        ("CLUSTERDOWN ", "clusterdown"),
-        ("MASTERDOWN ", "masterdown"),
-    ];
-    REASONS
-        .iter()
-        .find(|(prefix, _)| error.starts_with(prefix))
-        .map_or("other", |(_, reason)| reason)
-}
+/// The class of a refusal Redis worded as `error`: the sidecar's own classification, the one
+/// its `window_sidecar_requeue_refused_total` labels.
+pub(crate) use window_sidecar::redis::refusal_reason as reason;
 
 /// What a sidecar's `/metrics` says of refusals since it last started: requeued entries
 /// refused, by reason, and flushes that failed.

@@ -73,7 +73,7 @@ pub struct RequeueRefused {
 
 /// Why Redis refused a write, as the `reason` label of the refusal counters: one word per
 /// class an operator acts on differently, found by how Redis's error begins.
-pub(crate) fn refusal_reason(error: &str) -> &'static str {
+pub fn refusal_reason(error: &str) -> &'static str {
     const REASONS: &[(&str, &str)] = &[
         ("OOM ", "oom"),
         ("NOPERM ", "noperm"),
