@@ -1,6 +1,7 @@
 //! Logs and traces, set up in one place. Logs: `tracing` with `RUST_LOG` filtering, plain or
-//! JSON lines on stderr. Traces: OpenTelemetry spans exported over OTLP, gRPC or HTTP/protobuf,
-//! configured by the standard `OTEL_*` variables and off unless an OTLP endpoint is set. Also
+//! JSON lines on stderr. Traces: OpenTelemetry spans exported over OTLP (gRPC or
+//! HTTP/protobuf) or printed on stdout, configured by the standard `OTEL_*` variables as the
+//! SDK environment-variable specification defines them, and off unless one asks for them. Also
 //! the W3C `traceparent` conversions the session and Publish need, and the trace ids a log
 //! line written about a span carries.
 
@@ -14,7 +15,7 @@ use opentelemetry_http::hyper::HyperClient;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use thiserror::Error;
 use tracing_subscriber::EnvFilter;
 
@@ -31,6 +32,11 @@ const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 const TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
 const TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+/// The SDK's general variables: which exporters, all of it off, which spans are sampled.
+const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+const SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+const SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 
 /// The spec's default export timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,15 +51,65 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
-/// Where and how spans are exported, worked out once at start from the environment.
+/// How spans are sent over OTLP.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TraceExport {
+pub struct OtlpExport {
     pub protocol: Protocol,
     /// A request's deadline, retries included (`OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`, ms).
     pub timeout: Duration,
 }
 
-/// An OTLP setting the sidecar cannot honour: it refuses to start rather than lose its spans.
+/// Which root spans are recorded (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`); a span
+/// with a parent follows its parent's decision when `parent_based`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    pub parent_based: bool,
+    /// The share of root spans recorded: 1 for `always_on`, 0 for `always_off`.
+    pub ratio: f64,
+}
+
+impl Default for Sampling {
+    /// The spec's default, `parentbased_always_on`.
+    fn default() -> Self {
+        Self {
+            parent_based: true,
+            ratio: 1.0,
+        }
+    }
+}
+
+impl Sampling {
+    fn sampler(self) -> Sampler {
+        let root = if self.ratio >= 1.0 {
+            Sampler::AlwaysOn
+        } else if self.ratio <= 0.0 {
+            Sampler::AlwaysOff
+        } else {
+            Sampler::TraceIdRatioBased(self.ratio)
+        };
+        if self.parent_based {
+            Sampler::ParentBased(Box::new(root))
+        } else {
+            root
+        }
+    }
+}
+
+/// Where spans go, worked out once at start from the environment: over OTLP, on stdout, or
+/// both.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceExport {
+    /// Over OTLP: `OTEL_TRACES_EXPORTER` names `otlp`, or is unset and an endpoint is set.
+    pub otlp: Option<OtlpExport>,
+    /// Printed on stdout, one block per span: `OTEL_TRACES_EXPORTER` names `console`.
+    pub console: bool,
+    pub sampling: Sampling,
+    /// What a variable said that the sidecar ignored, logged as a warning once logs are up.
+    pub warnings: Vec<String>,
+}
+
+/// An `OTEL_*` setting the sidecar cannot honour: it refuses to start rather than lose its
+/// spans.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum TelemetryError {
     #[error("{variable}={value:?} is not an OTLP protocol; use grpc or http/protobuf")]
@@ -67,6 +123,78 @@ pub enum TelemetryError {
         "{variable} is an https endpoint, and OTLP/HTTP is exported without TLS; use an http:// endpoint (a collector on the node or in the cluster)"
     )]
     HttpsEndpoint { variable: &'static str },
+    #[error(
+        "OTEL_TRACES_EXPORTER={value:?}: {exporter:?} is not a trace exporter of the sidecar; use otlp, console or none, or a comma-separated list of otlp and console"
+    )]
+    UnknownExporter { value: String, exporter: String },
+    #[error(
+        "OTEL_TRACES_EXPORTER={value:?} names none with other exporters; use none alone to turn traces off"
+    )]
+    NoneWithOthers { value: String },
+}
+
+/// The exporters `OTEL_TRACES_EXPORTER` names: a comma-separated list, matched without regard
+/// to case; `None` when it names none (empty is unset).
+fn exporters(value: &str) -> Result<Option<(bool, bool)>, TelemetryError> {
+    let (mut otlp, mut console, mut none) = (false, false, false);
+    let mut named = false;
+    for exporter in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        named = true;
+        match exporter.to_ascii_lowercase().as_str() {
+            "otlp" => otlp = true,
+            "console" => console = true,
+            "none" => none = true,
+            _ => {
+                return Err(TelemetryError::UnknownExporter {
+                    value: value.to_owned(),
+                    exporter: exporter.to_owned(),
+                });
+            }
+        }
+    }
+    if none && (otlp || console) {
+        return Err(TelemetryError::NoneWithOthers {
+            value: value.to_owned(),
+        });
+    }
+    Ok(named.then_some((otlp, console)))
+}
+
+/// `OTEL_TRACES_SAMPLER` and its argument, as the spec reads them: an unknown sampler is
+/// warned about and the default taken, a ratio that is not a number in [0, 1] too (1).
+fn sampling(sampler: Option<String>, arg: Option<String>, warnings: &mut Vec<String>) -> Sampling {
+    let Some(sampler) = sampler else {
+        return Sampling::default();
+    };
+    let mut ratio = || match arg.as_deref().map(str::parse::<f64>) {
+        None => 1.0,
+        Some(Ok(ratio)) if (0.0..=1.0).contains(&ratio) => ratio,
+        Some(_) => {
+            warnings.push(format!(
+                "{SAMPLER_ARG}={:?} is not a probability between 0 and 1; sampling with 1",
+                arg.as_deref().unwrap_or_default()
+            ));
+            1.0
+        }
+    };
+    let (parent_based, ratio) = match sampler.to_ascii_lowercase().as_str() {
+        "always_on" => (false, 1.0),
+        "always_off" => (false, 0.0),
+        "traceidratio" => (false, ratio()),
+        "parentbased_always_on" => (true, 1.0),
+        "parentbased_always_off" => (true, 0.0),
+        "parentbased_traceidratio" => (true, ratio()),
+        _ => {
+            warnings.push(format!(
+                "{SAMPLER}={sampler:?} is not a sampler of the sidecar (always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio); sampling with parentbased_always_on"
+            ));
+            return Sampling::default();
+        }
+    };
+    Sampling {
+        parent_based,
+        ratio,
+    }
 }
 
 impl TraceExport {
@@ -75,9 +203,11 @@ impl TraceExport {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// The export the variables `var` returns ask for: off unless an endpoint is set, or when
-    /// `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. An empty variable is unset, as
-    /// the spec says.
+    /// The export the variables `var` returns ask for. `OTEL_TRACES_EXPORTER` names the
+    /// exporters (`otlp`, `console`, or `none`); unset, spans go over OTLP when an endpoint is
+    /// set and nowhere otherwise. `OTEL_SDK_DISABLED=true` turns everything off. An empty
+    /// variable is unset, as the spec says; an exporter or OTLP protocol the sidecar does not
+    /// have is an error, even while traces are off.
     pub fn from_lookup(
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Self>, TelemetryError> {
@@ -86,14 +216,51 @@ impl TraceExport {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        let mut warnings = Vec::new();
+        let named = match var(TRACES_EXPORTER) {
+            Some(value) => exporters(&value)?,
+            None => None,
+        };
+        let disabled = match var(SDK_DISABLED) {
+            None => false,
+            Some(v) if v.eq_ignore_ascii_case("true") => true,
+            Some(v) if v.eq_ignore_ascii_case("false") => false,
+            Some(v) => {
+                warnings.push(format!(
+                    "{SDK_DISABLED}={v:?} is neither true nor false; taken as false"
+                ));
+                false
+            }
+        };
         let endpoint = [TRACES_ENDPOINT, ENDPOINT]
             .into_iter()
             .find_map(|name| Some((name, var(name)?)));
-        let Some((endpoint_var, endpoint)) = endpoint.filter(|_| !disabled) else {
+        let (otlp, console) = named.unwrap_or((endpoint.is_some(), false));
+        if disabled || !(otlp || console) {
             return Ok(None);
+        }
+        let otlp = if otlp {
+            Some(OtlpExport::from_vars(&var, endpoint)?)
+        } else {
+            None
         };
+        let sampling = sampling(var(SAMPLER), var(SAMPLER_ARG), &mut warnings);
+        Ok(Some(Self {
+            otlp,
+            console,
+            sampling,
+            warnings,
+        }))
+    }
+}
+
+impl OtlpExport {
+    /// The protocol and timeout; `endpoint` is the one set, with its variable, if any (the
+    /// exporter's default, `localhost` at the protocol's port, otherwise).
+    fn from_vars(
+        var: &impl Fn(&str) -> Option<String>,
+        endpoint: Option<(&'static str, String)>,
+    ) -> Result<Self, TelemetryError> {
         let protocol = match [TRACES_PROTOCOL, PROTOCOL]
             .into_iter()
             .find_map(|name| Some((name, var(name)?)))
@@ -106,20 +273,22 @@ impl TraceExport {
                 _ => return Err(TelemetryError::UnknownProtocol { variable, value }),
             },
         };
-        let https = endpoint
-            .get(..8)
-            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
-        if protocol == Protocol::HttpProtobuf && https {
-            return Err(TelemetryError::HttpsEndpoint {
-                variable: endpoint_var,
-            });
+        if let Some((endpoint_var, endpoint)) = endpoint {
+            let https = endpoint
+                .get(..8)
+                .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+            if protocol == Protocol::HttpProtobuf && https {
+                return Err(TelemetryError::HttpsEndpoint {
+                    variable: endpoint_var,
+                });
+            }
         }
         // Like the exporter itself, a timeout that is not a number of milliseconds is ignored.
         let timeout = [TRACES_TIMEOUT, TIMEOUT]
             .into_iter()
             .find_map(|name| var(name)?.parse().ok())
             .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-        Ok(Some(Self { protocol, timeout }))
+        Ok(Self { protocol, timeout })
     }
 }
 
@@ -191,12 +360,58 @@ impl HttpClient for RuntimeHttpClient {
 }
 
 fn init_traces(export: TraceExport) -> Option<SdkTracerProvider> {
-    // The exporter reads the other OTEL_EXPORTER_OTLP_* variables (endpoint, headers,
-    // compression) itself; for http/protobuf it appends /v1/traces to the generic endpoint and
-    // takes the signal-specific one as it is. The resource reads OTEL_SERVICE_NAME and
-    // OTEL_RESOURCE_ATTRIBUTES; the batch processor reads OTEL_BSP_*.
+    for warning in &export.warnings {
+        tracing::warn!("{warning}");
+    }
+    let mut builder = SdkTracerProvider::builder().with_sampler(export.sampling.sampler());
+    let mut exporting = false;
+    if let Some(otlp) = &export.otlp {
+        match otlp_exporter(otlp) {
+            Ok(exporter) => {
+                builder = builder.with_batch_exporter(exporter);
+                exporting = true;
+                let protocol = match otlp.protocol {
+                    Protocol::Grpc => "grpc",
+                    Protocol::HttpProtobuf => "http/protobuf",
+                };
+                tracing::info!(protocol, "exporting traces over OTLP");
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "OTLP trace exporter could not be built; no spans go over OTLP");
+            }
+        }
+    }
+    if export.console {
+        // Batched like OTLP, from the processor's own thread: a slow reader of stdout holds
+        // up that thread, never a flush (it drops spans past OTEL_BSP_MAX_QUEUE_SIZE).
+        builder = builder.with_batch_exporter(opentelemetry_stdout::SpanExporter::default());
+        exporting = true;
+        tracing::info!("printing traces on stdout (OTEL_TRACES_EXPORTER=console)");
+    }
+    if !exporting {
+        tracing::error!("no trace exporter could be built; traces are off");
+        return None;
+    }
+    // The resource reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the batch
+    // processors read OTEL_BSP_*.
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if !env_set("OTEL_SERVICE_NAME") {
+        resource = resource.with_service_name(TRACER);
+    }
+    let provider = builder.with_resource(resource.build()).build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    Some(provider)
+}
+
+/// The OTLP exporter. It reads the other OTEL_EXPORTER_OTLP_* variables (endpoint, headers,
+/// compression) itself; for http/protobuf it appends /v1/traces to the generic endpoint and
+/// takes the signal-specific one as it is.
+fn otlp_exporter(
+    export: &OtlpExport,
+) -> Result<opentelemetry_otlp::SpanExporter, opentelemetry_otlp::ExporterBuildError> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
-    let exporter = match export.protocol {
+    match export.protocol {
         Protocol::Grpc => builder.with_tonic().build(),
         Protocol::HttpProtobuf => builder
             .with_http()
@@ -207,30 +422,7 @@ fn init_traces(export: TraceExport) -> Option<SdkTracerProvider> {
                 runtime: tokio::runtime::Handle::current(),
             })
             .build(),
-    };
-    let exporter = match exporter {
-        Ok(exporter) => exporter,
-        Err(err) => {
-            tracing::error!(error = %err, "OTLP trace exporter could not be built; traces are off");
-            return None;
-        }
-    };
-    let mut resource = opentelemetry_sdk::Resource::builder();
-    if !env_set("OTEL_SERVICE_NAME") {
-        resource = resource.with_service_name(TRACER);
     }
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource.build())
-        .build();
-    opentelemetry::global::set_tracer_provider(provider.clone());
-    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let protocol = match export.protocol {
-        Protocol::Grpc => "grpc",
-        Protocol::HttpProtobuf => "http/protobuf",
-    };
-    tracing::info!(protocol, "exporting traces over OTLP");
-    Some(provider)
 }
 
 /// The ids a log line about a span carries (`trace_id`, `span_id`, lowercase hex as in
@@ -290,7 +482,13 @@ mod tests {
     }
 
     fn protocol(vars: &[(&str, &str)]) -> Protocol {
-        export(vars).unwrap().unwrap().protocol
+        export(vars).unwrap().unwrap().otlp.unwrap().protocol
+    }
+
+    /// Whether spans go over OTLP and whether they are printed.
+    fn exporters(vars: &[(&str, &str)]) -> (bool, bool) {
+        let export = export(vars).unwrap().unwrap();
+        (export.otlp.is_some(), export.console)
     }
 
     const AT: (&str, &str) = (ENDPOINT, "http://collector:4318");
@@ -307,6 +505,97 @@ mod tests {
             export(&[(TRACES_ENDPOINT, "http://collector:4318/v1/traces")])
                 .unwrap()
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn the_traces_exporter_names_the_exporters() {
+        const EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+        // Unset: over OTLP when an endpoint is set (above), nowhere otherwise.
+        assert_eq!(exporters(&[AT, (EXPORTER, "")]), (true, false));
+        assert_eq!(exporters(&[AT, (EXPORTER, "otlp")]), (true, false));
+        // console alone prints, whatever endpoint is set.
+        assert_eq!(exporters(&[(EXPORTER, "console")]), (false, true));
+        assert_eq!(exporters(&[AT, (EXPORTER, " Console ")]), (false, true));
+        assert_eq!(exporters(&[(EXPORTER, "console,otlp")]), (true, true));
+        assert_eq!(exporters(&[AT, (EXPORTER, "otlp, console,")]), (true, true));
+        // otlp without an endpoint uses the exporter's default (localhost).
+        assert_eq!(exporters(&[(EXPORTER, "otlp")]), (true, false));
+        assert_eq!(export(&[AT, (EXPORTER, "NONE")]), Ok(None));
+        assert_eq!(
+            export(&[(EXPORTER, "console"), ("OTEL_SDK_DISABLED", "TRUE")]),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn an_unknown_traces_exporter_is_refused_with_its_variable() {
+        const EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+        for value in ["zipkin", "otlp,logging", "stdout"] {
+            let err = export(&[AT, (EXPORTER, value)]).unwrap_err();
+            assert!(
+                matches!(&err, TelemetryError::UnknownExporter { value: v, .. } if v == value),
+                "{err:?}"
+            );
+            let message = err.to_string();
+            assert!(message.starts_with("OTEL_TRACES_EXPORTER="), "{message}");
+            assert!(message.contains("otlp, console or none"), "{message}");
+        }
+        // Refused even while traces are off: a typo is found before it matters.
+        assert!(export(&[(EXPORTER, "consol"), ("OTEL_SDK_DISABLED", "true")]).is_err());
+        assert_eq!(
+            export(&[(EXPORTER, "none,console")]),
+            Err(TelemetryError::NoneWithOthers {
+                value: "none,console".into()
+            })
+        );
+    }
+
+    #[test]
+    fn the_sampler_is_read_as_the_spec_says_and_an_unknown_one_warned_about() {
+        let console = ("OTEL_TRACES_EXPORTER", "console");
+        let sampled = |vars: &[(&str, &str)]| {
+            let export = export(vars).unwrap().unwrap();
+            (export.sampling, export.warnings)
+        };
+        let on = Sampling::default();
+        assert_eq!(sampled(&[console]), (on, vec![]));
+        let ratio = |parent_based, ratio| Sampling {
+            parent_based,
+            ratio,
+        };
+        for (sampler, arg, expected) in [
+            ("always_on", None, ratio(false, 1.0)),
+            ("ALWAYS_OFF", None, ratio(false, 0.0)),
+            ("traceidratio", Some("0.25"), ratio(false, 0.25)),
+            ("traceidratio", None, ratio(false, 1.0)),
+            ("parentbased_always_off", None, ratio(true, 0.0)),
+            ("parentbased_traceidratio", Some("0.5"), ratio(true, 0.5)),
+        ] {
+            let mut vars = vec![console, ("OTEL_TRACES_SAMPLER", sampler)];
+            vars.extend(arg.map(|a| ("OTEL_TRACES_SAMPLER_ARG", a)));
+            assert_eq!(sampled(&vars), (expected, vec![]), "{sampler} {arg:?}");
+        }
+        let (sampling, warnings) = sampled(&[console, ("OTEL_TRACES_SAMPLER", "sometimes")]);
+        assert_eq!(sampling, on);
+        assert!(
+            warnings[0].starts_with("OTEL_TRACES_SAMPLER=\"sometimes\""),
+            "{warnings:?}"
+        );
+        let (sampling, warnings) = sampled(&[
+            console,
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "1.5"),
+        ]);
+        assert_eq!(sampling, ratio(false, 1.0));
+        assert!(
+            warnings[0].starts_with("OTEL_TRACES_SAMPLER_ARG=\"1.5\""),
+            "{warnings:?}"
+        );
+        let (_, warnings) = sampled(&[console, ("OTEL_SDK_DISABLED", "yes")]);
+        assert!(
+            warnings[0].starts_with("OTEL_SDK_DISABLED=\"yes\""),
+            "{warnings:?}"
         );
     }
 
@@ -366,7 +655,7 @@ mod tests {
 
     #[test]
     fn the_traces_timeout_wins_and_a_malformed_one_is_ignored() {
-        let timeout = |vars: &[(&str, &str)]| export(vars).unwrap().unwrap().timeout;
+        let timeout = |vars: &[(&str, &str)]| export(vars).unwrap().unwrap().otlp.unwrap().timeout;
         assert_eq!(timeout(&[AT]), DEFAULT_TIMEOUT);
         assert_eq!(
             timeout(&[AT, (TIMEOUT, "2500")]),
