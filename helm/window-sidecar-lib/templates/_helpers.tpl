@@ -160,9 +160,19 @@ the sidecar binds to every address.
 {{- end }}
 {{- end }}
 
-{{/* "true" when the sidecar is rendered as a native sidecar (an init container). */}}
+{{/*
+"true" when the sidecar is rendered as a native sidecar (an init container with restartPolicy
+Always), else empty. sidecar.native true or false decides; "auto" (the default) is native on
+Kubernetes 1.29 or later, where native sidecars are on by default (1.28 has them only behind a
+feature gate), by .Capabilities.KubeVersion: the cluster's at install and upgrade, --kube-version
+or Helm's built-in default with `helm template`.
+*/}}
 {{- define "window-sidecar.native" -}}
-{{- if .Values.sidecar.native }}true{{ end }}
+{{- $native := .Values.sidecar.native }}
+{{- if kindIs "bool" $native }}
+{{- if $native }}true{{ end }}
+{{- else if semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version }}true
+{{- end }}
 {{- end }}
 
 {{/* The pod's terminationGracePeriodSeconds: the sidecar's drain grace plus a margin. */}}
@@ -176,8 +186,58 @@ something, so `helm template` fails early with a message instead of rendering a 
 */}}
 {{- define "window-sidecar.validate" -}}
 {{- $v := .Values }}
-{{- if and $v.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars); this cluster is %s. Set sidecar.native=false for the classic second container." .Capabilities.KubeVersion.Version) }}
+{{- $s := $v.sidecar }}
+{{- if not (has (toString $s.native) (list "auto" "true" "false")) }}
+{{- fail (printf "sidecar.native must be auto, true or false, got %v" $s.native) }}
+{{- end }}
+{{- if and (eq (toString $s.native) "true") (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "sidecar.native=true needs Kubernetes 1.29 or later (native sidecars); this cluster is %s. Set sidecar.native=auto (native where the cluster has it) or false for the classic second container." .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- /* Each listener needs a port of its own. */}}
+{{- $ports := list }}
+{{- if not $s.unixSocket.enabled }}
+{{- $ports = append $ports (list "grpc" ($s.ports.grpc | int)) }}
+{{- end }}
+{{- $ports = append $ports (list "health" ($s.ports.health | int)) }}
+{{- if $v.metrics.enabled }}
+{{- $ports = append $ports (list "metrics" ($s.ports.metrics | int)) }}
+{{- end }}
+{{- range $i, $a := $ports }}
+{{- range $j, $b := $ports }}
+{{- if and (lt $i $j) (eq (index $a 1) (index $b 1)) }}
+{{- fail (printf "sidecar.ports.%s and sidecar.ports.%s are both %d: each listener needs a port of its own" (index $a 0) (index $b 0) (index $a 1)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $s.unixSocket.enabled (or (ne $s.grpcBindAddress "127.0.0.1") (ne ($s.ports.grpc | int) 50051)) }}
+{{- fail "sidecar.grpcBindAddress and sidecar.ports.grpc are unused with sidecar.unixSocket.enabled (the window service listens on the socket alone): leave them at their defaults, or turn the socket off to listen on TCP" }}
+{{- end }}
+{{- if eq $s.livenessProbe.service "window_sidecar.v1.WindowService" }}
+{{- fail "sidecar.livenessProbe.service=window_sidecar.v1.WindowService goes NOT_SERVING whenever Redis does not answer, so liveness would restart every sidecar during a Redis outage: leave it empty (the overall status, SERVING while the process runs) and probe the WindowService with readiness" }}
+{{- end }}
+{{- if and $s.tls.existingSecret (not $s.tls.enabled) }}
+{{- fail "sidecar.tls.existingSecret is set but sidecar.tls.enabled is false, so the gRPC listener would serve plaintext: set sidecar.tls.enabled=true, or clear sidecar.tls.existingSecret" }}
+{{- end }}
+{{- /* Credentials and TLS material that would be written nowhere, or mounted from nothing. */}}
+{{- range $key := list "username" "password" }}
+{{- if index $v.redis.auth $key }}
+{{- if not $v.redis.auth.enabled }}
+{{- fail (printf "redis.auth.%s is set but redis.auth.enabled is false, so the sidecar would not get it: set redis.auth.enabled=true, or put the credentials in redis.url" $key) }}
+{{- end }}
+{{- if $v.redis.existingSecret }}
+{{- fail (printf "redis.auth.%s is written only to the Secret the chart creates, and redis.existingSecret names one of your own: put it in that Secret under redis.secretKeys.%s" $key $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $v.redis.tls.existingSecret (not $v.redis.tls.enabled) }}
+{{- fail "redis.tls.existingSecret is set but redis.tls.enabled is false, so nothing would be mounted from it: set redis.tls.enabled=true, or clear redis.tls.existingSecret" }}
+{{- end }}
+{{- range $key, $mount := dict "ca" "mountCA" "cert" "mountClientCertificate" "key" "mountClientCertificate" }}
+{{- if index $v.redis.tls $key }}
+{{- if not (and $v.redis.tls.enabled (index $v.redis.tls $mount) (not $v.redis.existingSecret) (not $v.redis.tls.existingSecret)) }}
+{{- fail (printf "redis.tls.%s is set but unused: it is written to the Secret the chart creates only with redis.tls.enabled and redis.tls.%s, and without redis.existingSecret or redis.tls.existingSecret" $key $mount) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if include "window-sidecar.createsRedisSecret" . }}
 {{- if not $v.redis.url }}
@@ -429,7 +489,7 @@ The sidecar container, as one item of a containers (or initContainers) list:
 - name: {{ $s.name }}
   image: {{ include "window-sidecar.imageRef" (dict "image" $v.image "appVersion" .Chart.AppVersion) | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
-  {{- if $s.native }}
+  {{- if include "window-sidecar.native" . }}
   # A native sidecar (Kubernetes 1.29+): started before the application containers and
   # stopped after them, so the application's last outcomes still reach Redis.
   restartPolicy: Always
