@@ -4,7 +4,8 @@ Publish RPC: one PublishEntry per order (payload = the order's JSON), all in one
 
 With the OpenTelemetry SDK installed, every order is created in its own span and carries its
 trace context (PublishEntry.trace), which the worker continues. Environment:
-WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (the bearer token)."""
+WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (the bearer token), and with the OpenTelemetry SDK
+the standard OTEL_* variables (OTEL_TRACES_EXPORTER=console prints every span on stdout)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _tracer():
-    """A tracer that records (so trace ids are real) when the SDK is installed, else None."""
+    """A tracer that records (so trace ids are real) when the SDK is installed, else None. The
+    tracer provider is set up from the standard OTEL_* variables by the SDK's own configurator
+    (the one `opentelemetry-instrument` runs): OTEL_TRACES_EXPORTER=console prints each span on
+    stdout, otlp sends it to OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT (with
+    opentelemetry-exporter-otlp installed), none or unset exports nothing; OTEL_SERVICE_NAME,
+    OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER[_ARG] and OTEL_SDK_DISABLED apply."""
     if not tracing.AVAILABLE:
         return None
     try:
         from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk._configuration import _OTelSDKConfigurator
     except ImportError:
         return None
-    trace.set_tracer_provider(TracerProvider())
+    try:
+        _OTelSDKConfigurator().configure()
+    except RuntimeError as err:  # an exporter or OTLP protocol the SDK does not have
+        sys.exit(f"OpenTelemetry from the OTEL_* variables "
+                 f"(OTEL_TRACES_EXPORTER={os.environ.get('OTEL_TRACES_EXPORTER', '')!r}): {err}")
     return trace.get_tracer("order-producer")
 
 
@@ -66,6 +76,12 @@ async def main() -> int:
     if args.traceparents_out:
         with open(args.traceparents_out, "w") as f:
             json.dump(traceparents, f)
+    if tracer is not None:
+        from opentelemetry import trace
+
+        shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
+        if shutdown is not None:
+            shutdown()  # sends (or prints) the spans still batched
     return 0
 
 

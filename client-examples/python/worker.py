@@ -10,7 +10,8 @@ retries are settled per order, the rest acked with one batch.ack(). Exits once e
 Environment: WINDOW_SIDECAR_ADDR, WINDOW_SIDECAR_TOKEN (the bearer token), WINDOW_CONSUMER,
 WORKER_DELAY_MS (sleep per delivery, for
 the restart test), WORKER_SPANS_FILE (with the OpenTelemetry SDK: write finished spans there as
-JSON lines)."""
+JSON lines), and with the OpenTelemetry SDK the standard OTEL_* variables
+(OTEL_TRACES_EXPORTER=console prints every span on stdout; see setup_tracing)."""
 
 from __future__ import annotations
 
@@ -45,17 +46,35 @@ def invalid_reason(order: dict) -> str | None:
     return None
 
 
-def setup_spans(path: str | None):
-    """With the OpenTelemetry SDK and WORKER_SPANS_FILE: record every span to that file."""
-    if not path or not tracing.AVAILABLE:
+def setup_tracing(spans_file: str | None):
+    """With the OpenTelemetry SDK installed: the tracer provider, set up from the standard OTEL_*
+    variables by the SDK's own configurator (the one `opentelemetry-instrument` runs).
+    OTEL_TRACES_EXPORTER=console prints each span on stdout, otlp sends it to
+    OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT (with opentelemetry-exporter-otlp installed), none or
+    unset exports nothing; OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER[_ARG]
+    and OTEL_SDK_DISABLED apply. With WORKER_SPANS_FILE every finished span is also written
+    there as a JSON line. Returns the provider (shut it down at exit: that flushes), or None."""
+    if not tracing.AVAILABLE:
         return None
     try:
         from opentelemetry import trace
+        from opentelemetry.sdk._configuration import _OTelSDKConfigurator
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
     except ImportError:
         log.info("opentelemetry-sdk is not installed: no spans recorded")
         return None
+
+    try:
+        _OTelSDKConfigurator().configure()
+    except RuntimeError as err:  # an exporter or OTLP protocol the SDK does not have
+        sys.exit(f"OpenTelemetry from the OTEL_* variables "
+                 f"(OTEL_TRACES_EXPORTER={os.environ.get('OTEL_TRACES_EXPORTER', '')!r}): {err}")
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        return None
+    if not spans_file:
+        return provider
 
     class JsonLines(SpanExporter):
         def __init__(self, file_path: str) -> None:
@@ -76,9 +95,7 @@ def setup_spans(path: str | None):
         def shutdown(self):
             self.f.close()
 
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(JsonLines(path)))
-    trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(JsonLines(spans_file)))
     return provider
 
 
@@ -203,7 +220,7 @@ async def main() -> int:
 
     with open(args.orders) as f:
         spec = json.load(f)
-    provider = setup_spans(os.environ.get("WORKER_SPANS_FILE"))
+    provider = setup_tracing(os.environ.get("WORKER_SPANS_FILE"))
     log.info("tracing: %s", "on" if tracing.AVAILABLE else "off (opentelemetry not installed)")
     worker = Worker({o["id"] for o in spec["orders"]}, float(os.environ.get("WORKER_DELAY_MS", "0")) / 1000)
     idle = False
