@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { WindowClient } from "@window-sidecar/client";
 import { parseArgs } from "./args";
+import { withOpenTelemetry } from "./otel";
 
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2), {
@@ -25,7 +26,7 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
+withOpenTelemetry(main).then(
   (code) => process.exit(code),
   (err) => {
     console.error(`producer failed: ${err?.stack ?? err}`);

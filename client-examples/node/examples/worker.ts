@@ -17,6 +17,7 @@
 import { readFileSync } from "node:fs";
 import { Delivery, FlushEvent, Status, WindowClient, WindowError, type RejectedOutcome, type SourceOptions } from "@window-sidecar/client";
 import { parseArgs } from "./args";
+import { withOpenTelemetry } from "./otel";
 
 interface Line {
   sku?: string;
@@ -184,7 +185,7 @@ async function main(): Promise<number> {
   return 3;
 }
 
-main().then(
+withOpenTelemetry(main).then(
   (code) => process.exit(code),
   (err) => {
     if (err instanceof WindowError) {
