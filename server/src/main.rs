@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
-use window_sidecar::cli::{self, DeadLettersCli};
+use window_sidecar::cli::dead_letters::DeadLettersCli;
+use window_sidecar::cli::{self, Cli, Command, exit};
 use window_sidecar::config::{Config, redact_url};
 use window_sidecar::telemetry::{self, TraceExport};
 use window_sidecar::{dev, server};
@@ -16,20 +17,25 @@ use window_sidecar::{dev, server};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// sysexits' EX_CONFIG-adjacent EX_USAGE: the configuration cannot work.
-const EXIT_CONFIG: u8 = 64;
+/// sysexits' EX_USAGE: the command line or the configuration cannot work.
+const EXIT_CONFIG: u8 = exit::USAGE;
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some(cli::DEAD_LETTERS) {
-        return dead_letters();
-    }
-    let mut config = match Config::try_parse() {
-        Ok(config) => config,
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(err) if !err.use_stderr() => err.exit(), // --help, --version
         Err(err) => {
             let _ = err.print();
             return ExitCode::from(EXIT_CONFIG);
         }
+    };
+    let mut config = match cli.command {
+        Some(Command::DeadLetters(command)) => return dead_letters(*command),
+        Some(Command::Completions { shell }) => {
+            cli::completions(shell, &mut std::io::stdout().lock());
+            return ExitCode::SUCCESS;
+        }
+        None => cli.config,
     };
     if let Err(err) = config.validate() {
         eprintln!("window-sidecar: invalid configuration: {err}");
@@ -61,23 +67,15 @@ fn main() -> ExitCode {
     runtime.block_on(serve(config, traces))
 }
 
-/// `window-sidecar dead-letters …`: 0 done, 1 failed (the sidecar refused or could not be
-/// reached, said on stderr), 64 a usage error.
-fn dead_letters() -> ExitCode {
-    let command = match DeadLettersCli::try_parse_from(std::env::args().skip(1)) {
-        Ok(command) => command,
-        Err(err) if !err.use_stderr() => err.exit(),
-        Err(err) => {
-            let _ = err.print();
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
+/// `window-sidecar dead-letters …`: 0 done, else the sysexits code of what failed (said on
+/// stderr; the table is in `window-sidecar dead-letters --help`).
+fn dead_letters(command: DeadLettersCli) -> ExitCode {
     let result = runtime(1).map(|runtime| runtime.block_on(command.run()));
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(err)) => {
             eprintln!("window-sidecar dead-letters: {err}");
-            ExitCode::FAILURE
+            ExitCode::from(err.exit_code())
         }
         Err(err) => {
             eprintln!("window-sidecar dead-letters: cannot start the async runtime: {err}");

@@ -1,4 +1,5 @@
-//! The real `window-sidecar` binary: configuration check, `--dev`, and the SIGTERM drain.
+//! The real `window-sidecar` binary: configuration check, `--help` and completions, `--dev`, and
+//! the SIGTERM drain.
 
 use std::process::Command;
 
@@ -30,6 +31,61 @@ fn check_config_accepts_a_good_configuration_and_refuses_a_bad_one_with_64() {
         assert!(!stderr.is_empty());
         assert!(!stderr.contains("hunter2"), "a password leaked: {stderr}");
     }
+}
+
+/// `--help` lists the subcommands and the exit codes; `dead-letters --help` its own exit
+/// codes; `completions` prints a script for bash, zsh and fish that completes the
+/// subcommands and their flags (bash loads it and registers the completion).
+#[test]
+fn help_lists_the_commands_and_exit_codes_and_completions_are_printed() {
+    let run = |args: &[&str]| {
+        let out = Command::new(sidecar_bin()).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let help = run(&["--help"]);
+    for said in [
+        "Usage: window-sidecar [OPTIONS]",
+        "window-sidecar <COMMAND>",
+        "dead-letters",
+        "completions",
+        "Exit codes (sysexits)",
+        "64  the configuration cannot work",
+    ] {
+        assert!(help.contains(said), "{said}: {help}");
+    }
+    let help = run(&["dead-letters", "--help"]);
+    for said in ["list", "show", "redrive", "purge", "Exit codes (sysexits)"] {
+        assert!(help.contains(said), "{said}: {help}");
+    }
+    for code in ["0 ", "1 ", "64", "66", "69", "76", "77"] {
+        assert!(help.contains(&format!("\n  {code}")), "{code}: {help}");
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let script = run(&["completions", shell]);
+        for word in ["dead-letters", "redrive", "older-than", "redis-url"] {
+            assert!(script.contains(word), "{shell}: {word}");
+        }
+    }
+    let bash = Command::new("bash")
+        .args([
+            "-c",
+            "source <(\"$0\" completions bash) && complete -p window-sidecar",
+        ])
+        .arg(sidecar_bin())
+        .output()
+        .unwrap();
+    assert!(bash.status.success(), "{bash:?}");
+    assert!(
+        String::from_utf8_lossy(&bash.stdout).contains("window-sidecar"),
+        "{bash:?}"
+    );
+    // A shell the command does not know is a usage error.
+    let out = Command::new(sidecar_bin())
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! origin with their counts reset, purged, refused outside `--allow-keys`, a redrive killed
 //! half-way that leaves each dead letter either still there or redriven once, redrives Redis
 //! refuses (a destination of another type, no memory) that leave every dead letter in place,
-//! and ids that name one of several identical list dead letters.
+//! ids that name one of several identical list dead letters, and the command's own answers:
+//! its flags named, each dead letter printed as it is redriven, ids that are not there, and
+//! each reason it cannot talk to a sidecar, with the sysexits code of each.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -19,8 +21,8 @@ use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 use window_sidecar::proto::dead_letter_target::Kind as TargetKind;
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
-    Launch, RedisServer, Sidecar, Worker, acl_user, connect_client, eventually, free_port, outcome,
-    resp, sidecar_bin, stream_open, url_with_auth,
+    Launch, RedisServer, Sidecar, TlsMaterial, Worker, acl_user, connect_client, eventually,
+    free_port, outcome, resp, sidecar_bin, stream_open, url_with_auth,
 };
 
 const REASON: &str = "card declined";
@@ -543,22 +545,25 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
         .unwrap_err();
     assert_eq!(no_target.code(), Code::InvalidArgument);
 
-    // The command says the same and exits 1; a malformed target is a usage error (64).
+    // The command says the same, naming the stream, and exits 77 (EX_NOPERM); a malformed
+    // target is a usage error (64).
     let (code, _, err) = cli(&addr, &["redrive", "stream:app:dead", "--all"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 77, "{err}");
     assert!(
-        err.contains("secret:orders") && err.contains("PermissionDenied"),
+        err.contains("secret:orders")
+            && err.contains("PermissionDenied")
+            && err.contains("stream app:dead"),
         "{err}"
     );
     let (code, _, err) = cli(&addr, &["list", "app:dead"]);
     assert_eq!(code, 64, "{err}");
-    let (code, _, err) = cli(
-        &format!("127.0.0.1:{}", free_port()),
-        &["list", "stream:app:dead"],
-    );
-    assert_eq!(code, 1);
+    let port = free_port();
+    let (code, _, err) = cli(&format!("127.0.0.1:{port}"), &["list", "stream:app:dead"]);
+    assert_eq!(code, 69, "{err}");
     assert!(
-        err.contains("cannot reach the sidecar at 127.0.0.1:"),
+        err.contains(&format!(
+            "No sidecar at 127.0.0.1:{port} (connection refused)"
+        )),
         "{err}"
     );
     sidecar.stop().await;
@@ -604,8 +609,8 @@ async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
             "300",
         ])
         .env("WINDOW_SIDECAR_ADDR", &listen)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Half-way at 300/s.
@@ -617,13 +622,34 @@ async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
         .await
     );
     sidecar.kill9();
-    let mut redrive = redrive;
-    let _ = redrive.wait();
+    let redrive = redrive.wait_with_output().unwrap();
 
     let (moved, left) = each_redriven_once_or_still_dead(&client, N, false).await;
     assert!(
         moved > 0 && left > 0,
         "killed half-way: {moved} moved, {left} left"
+    );
+    // The command printed what it redrove before the sidecar went away, and says so.
+    let (out, err) = (
+        String::from_utf8_lossy(&redrive.stdout),
+        String::from_utf8_lossy(&redrive.stderr),
+    );
+    let printed = redrove_lines(&out);
+    assert!(!printed.is_empty(), "nothing printed: {err}");
+    assert!(
+        printed.len() <= moved,
+        "{} printed, {moved} moved",
+        printed.len()
+    );
+    still_dead_none_of(&client, "kill:dead", &printed).await;
+    assert_eq!(redrive.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains(&format!("No sidecar at {listen}"))
+            && err.contains(&format!(
+                "{} of the {N} dead letters chosen were redriven before",
+                printed.len()
+            )),
+        "{err}"
     );
 
     let listen = format!("127.0.0.1:{}", free_port());
@@ -1055,5 +1081,351 @@ async fn a_user_that_may_not_delete_dead_letters_redrives_and_purges_nothing() {
     );
     let dead: u64 = client.xlen("dl:orders:dead").await.unwrap();
     assert_eq!(dead, 2);
+    sidecar.stop().await;
+}
+
+/// The ids of the `redrove ID to KEY …` lines of the command's output.
+fn redrove_lines(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("redrove "))
+        .map(|l| l.split(' ').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// None of `ids` is still a dead letter on the stream `dead`.
+async fn still_dead_none_of(client: &Client, dead: &str, ids: &[String]) {
+    let left: Vec<(String, HashMap<String, String>)> =
+        client.xrange(dead, "-", "+", None).await.unwrap();
+    for id in ids {
+        assert!(
+            !left.iter().any(|(left, _)| left == id),
+            "{id} was printed as redriven but is still a dead letter"
+        );
+    }
+}
+
+/// A redrive prints each dead letter as its batch returns, not when the whole call ends: the
+/// command killed (SIGKILL) half-way has printed what it moved, and each line printed is a
+/// dead letter that moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_prints_each_dead_letter_as_it_goes() {
+    use std::io::BufRead;
+    const N: usize = 300;
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    for i in 0..N {
+        let _: String = client
+            .xadd(
+                "slow:dead",
+                false,
+                None,
+                "*",
+                vec![
+                    ("_payload", i.to_string()),
+                    ("h:x-window-subscription", "slow:orders/g".to_owned()),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    drop(connect_client(&addr).await);
+    // 100 a second: the whole redrive takes 3 s, its first lines come within a fraction.
+    let mut redrive = Command::new(sidecar_bin())
+        .args(["dead-letters", "redrive", "stream:slow:dead", "--all"])
+        .env("WINDOW_SIDECAR_ADDR", &addr)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = redrive.stdout.take().unwrap();
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            lines.push(line.unwrap());
+            if lines.len() == 20 {
+                break;
+            }
+        }
+        lines
+    });
+    let lines = tokio::time::timeout(Duration::from_secs(10), lines)
+        .await
+        .expect("20 lines within 10 s")
+        .unwrap();
+    redrive.kill().unwrap();
+    let _ = redrive.wait();
+    let printed = redrove_lines(&lines.join("\n"));
+    assert_eq!(printed.len(), 20, "{lines:?}");
+    still_dead_none_of(&client, "slow:dead", &printed).await;
+    let left: u64 = client.xlen("slow:dead").await.unwrap();
+    assert!(left > 0, "the command was killed before the end");
+    sidecar.stop().await;
+}
+
+/// What the command line alone decides fails before any call, as a usage error (64) naming
+/// the command's flags, not the service's field names; an id that is no dead letter fails
+/// (66) naming it and the stream or list, and nothing is changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_names_its_flags_and_the_dead_letters_it_looked_in() {
+    let on = StreamDeadLetters::start().await;
+    let (addr, client) = (&on.addr, &on.client);
+    let mut admin = admin(addr).await;
+    let first = on.listed(&mut admin).await.dead_letters[0].id.clone();
+    let dead_letters = || async {
+        let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
+        len
+    };
+
+    // No selection: a usage error, told before any call (no sidecar needed).
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    for at in [addr.as_str(), nowhere.as_str()] {
+        for action in ["redrive", "purge"] {
+            let (code, _, err) = cli(at, &[action, "stream:dl:orders:dead"]);
+            assert_eq!(code, 64, "{action}: {err}");
+            for named in [
+                "--id",
+                "--reason",
+                "--older-than",
+                "--all",
+                "stream dl:orders:dead",
+            ] {
+                assert!(err.contains(named), "{action}: {named}: {err}");
+            }
+            for proto_name in ["all: true", "older_than", "`ids`"] {
+                assert!(!err.contains(proto_name), "{action}: {proto_name}: {err}");
+            }
+        }
+    }
+
+    // An id that is not there: 66, naming the id and the stream; nothing moves, not even the
+    // id given with it that is there.
+    for action in ["redrive", "purge"] {
+        let (code, out, err) = cli(
+            addr,
+            &[
+                action,
+                "stream:dl:orders:dead",
+                "--id",
+                &first,
+                "--id",
+                "999-0",
+            ],
+        );
+        assert_eq!(code, 66, "{action}: {out}{err}");
+        assert!(
+            err.contains("--id 999-0: no dead letter 999-0 in stream dl:orders:dead"),
+            "{action}: {err}"
+        );
+        assert!(!err.contains(&first), "{action}: {err}");
+        assert_eq!(dead_letters().await, 3, "{action} changed nothing");
+    }
+    let (code, _, err) = cli(addr, &["show", "stream:dl:orders:dead", "999-0"]);
+    assert_eq!(code, 66, "{err}");
+    assert!(
+        err.contains("no dead letter 999-0 in stream dl:orders:dead"),
+        "{err}"
+    );
+    let (code, _, err) = cli(addr, &["purge", "list:dl:none", "--id", "0:feed"]);
+    assert_eq!(code, 66, "{err}");
+    assert!(
+        err.contains("no dead letter 0:feed in list dl:none"),
+        "{err}"
+    );
+
+    // A list beyond what one call returns names --limit.
+    let (code, _, err) = cli(addr, &["list", "stream:dl:orders:dead", "--limit", "20000"]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--limit"), "{err}");
+
+    // The id that is there still goes, alone.
+    let (code, out, err) = cli(addr, &["redrive", "stream:dl:orders:dead", "--id", &first]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 of 1 dead letters redriven"), "{out}");
+    assert_eq!(dead_letters().await, 2);
+    on.sidecar.stop().await;
+}
+
+/// A sidecar the command cannot talk to is named with the reason: nothing listens, the host
+/// does not resolve, a socket file is missing (69); a URL where host:port belongs (64); TLS
+/// against a plaintext sidecar, plaintext against a TLS one, a CA that does not sign its
+/// certificate, and no client certificate for one that requires it (76).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_says_why_it_cannot_talk_to_the_sidecar() {
+    let redis = RedisServer::start();
+    let plain = Sidecar::start(&redis.url(), &[]).await;
+    let plain_addr = plain.addr.to_string();
+    drop(connect_client(&plain_addr).await);
+    let material = TlsMaterial::generate_temp();
+    let other = TlsMaterial::generate_temp();
+    let file = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let (cert, key, ca) = (
+        file(&material.server_cert),
+        file(&material.server_key),
+        file(&material.ca_cert),
+    );
+    let tls = Sidecar::start(&redis.url(), &["--tls-cert", &cert, "--tls-key", &key]).await;
+    let tls_addr = tls.addr.to_string();
+    let mutual = Sidecar::start(
+        &redis.url(),
+        &[
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-client-ca",
+            &ca,
+        ],
+    )
+    .await;
+    let mutual_addr = mutual.addr.to_string();
+    let list = ["list", "stream:dl:orders:dead"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        list.iter().chain(extra).map(|s| (*s).to_owned()).collect()
+    };
+    let run = |addr: &str, args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli(addr, &args)
+    };
+
+    // The right CA (and the client certificate where required) works.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            run(&tls_addr, with(&["--tls-ca", &ca])).0 == 0
+        })
+        .await
+    );
+    let (client_cert, client_key) = (file(&material.client_cert), file(&material.client_key));
+    let (code, _, err) = run(
+        &mutual_addr,
+        with(&[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &client_cert,
+            "--tls-key",
+            &client_key,
+        ]),
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let port = free_port();
+    let cases: Vec<(String, Vec<String>, i32, Vec<String>)> = vec![
+        (
+            format!("127.0.0.1:{port}"),
+            with(&[]),
+            69,
+            vec![
+                format!("No sidecar at 127.0.0.1:{port} (connection refused)"),
+                "--sidecar".into(),
+            ],
+        ),
+        (
+            "no-such-host.invalid:50051".into(),
+            with(&[]),
+            69,
+            vec!["No sidecar at no-such-host.invalid:50051 (its host name does not resolve".into()],
+        ),
+        (
+            "unix:/nonexistent/window-sidecar.sock".into(),
+            with(&[]),
+            69,
+            vec![
+                "No sidecar at unix:/nonexistent/window-sidecar.sock (no such socket file)".into(),
+            ],
+        ),
+        (
+            format!("http://{plain_addr}"),
+            with(&[]),
+            64,
+            vec![format!(
+                "--sidecar (WINDOW_SIDECAR_ADDR) \"http://{plain_addr}\" is a URL: write host:port (\"{plain_addr}\")"
+            )],
+        ),
+        (
+            plain_addr.clone(),
+            with(&["--tls-ca", &ca]),
+            76,
+            vec!["does not speak TLS".into(), "--tls-ca".into()],
+        ),
+        (
+            tls_addr.clone(),
+            with(&[]),
+            76,
+            vec!["it likely speaks TLS, so give its CA with --tls-ca".into()],
+        ),
+        (
+            tls_addr.clone(),
+            with(&["--tls-ca", &file(&other.ca_cert)]),
+            76,
+            vec!["presented a certificate that --tls-ca does not accept".into()],
+        ),
+        (
+            mutual_addr.clone(),
+            with(&["--tls-ca", &ca]),
+            76,
+            vec![
+                "requires a client certificate (mutual TLS), so give --tls-cert and --tls-key"
+                    .into(),
+            ],
+        ),
+    ];
+    for (addr, args, want, says) in cases {
+        let (code, out, err) = run(&addr, args.clone());
+        assert_eq!(code, want, "{addr} {args:?}: {out}{err}");
+        for said in &says {
+            assert!(
+                err.contains(said.as_str()),
+                "{addr} {args:?}: {said}: {err}"
+            );
+        }
+        assert!(!err.contains("transport error\n"), "{err}");
+    }
+    mutual.stop().await;
+    tls.stop().await;
+    plain.stop().await;
+}
+
+/// A list redrive in batches: each batch names its dead letters at their places as they are
+/// after the batches before it, and identical values (found by their digest) go once each;
+/// every value arrives once and the dead letter is left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_redrive_in_batches_moves_each_value_once() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let mut values: Vec<String> = (0..25).map(|i| format!("v{i}")).collect();
+    values.extend(std::iter::repeat_n("dup".to_owned(), 5));
+    for value in &values {
+        let _: i64 = client.lpush("batch:dead", value.as_str()).await.unwrap();
+    }
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    drop(connect_client(&addr).await);
+    // 50 a second: batches of 5.
+    let (code, out, err) = cli(
+        &addr,
+        &[
+            "redrive",
+            "list:batch:dead",
+            "--all",
+            "--to",
+            "batch:jobs",
+            "--rate",
+            "50",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("30 of 30 dead letters redriven"), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("redrove ")).count(),
+        30
+    );
+    let left: u64 = client.llen("batch:dead").await.unwrap();
+    assert_eq!(left, 0, "{out}");
+    let mut moved: Vec<String> = client.lrange("batch:jobs", 0, -1).await.unwrap();
+    moved.sort();
+    values.sort();
+    assert_eq!(moved, values);
     sidecar.stop().await;
 }

@@ -45,12 +45,12 @@ pub(crate) async fn select(
     let mut choice = Choice::new(selection, now_ms, limit);
     match store {
         Store::Stream(key) => {
-            let mut start = "-".to_owned();
+            let (mut start, end) = id_range(&selection.ids);
             loop {
                 let args = vec![
                     str_arg(key),
                     str_arg(&start),
-                    str_arg("+"),
+                    str_arg(&end),
                     str_arg("COUNT"),
                     str_arg(&PAGE.to_string()),
                 ];
@@ -101,6 +101,23 @@ pub(crate) async fn select(
         }
     }
     Ok(choice.into_letters())
+}
+
+/// The part of a stream that holds every entry `ids` names (`-` to `+` when no ids are asked
+/// or one is no stream id): a selection by ids, such as each batch of the command's redrive,
+/// reads only that part instead of the stream from its start.
+fn id_range(ids: &[String]) -> (String, String) {
+    let parse = |id: &String| -> Option<(u64, u64)> {
+        let (ms, seq) = id.split_once('-')?;
+        Some((ms.parse().ok()?, seq.parse().ok()?))
+    };
+    let parsed: Option<Vec<(u64, u64)>> = ids.iter().map(parse).collect();
+    match parsed.as_deref().map(|p| (p.iter().min(), p.iter().max())) {
+        Some((Some((ms, seq)), Some((last_ms, last_seq)))) => {
+            (format!("{ms}-{seq}"), format!("{last_ms}-{last_seq}"))
+        }
+        _ => ("-".to_owned(), "+".to_owned()),
+    }
 }
 
 /// Appends a dead-letter stream entry's copy to the origin stream and then deletes the entry,
@@ -228,4 +245,18 @@ pub(crate) async fn purge(
     };
     let reply = call(client, name, args, false).await?;
     Ok(reply.as_u64().unwrap_or(0) > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_bound_the_part_of_the_stream_read() {
+        let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let range = |from: &str, to: &str| (from.to_owned(), to.to_owned());
+        assert_eq!(id_range(&ids(&["5-1", "3-9", "5-0"])), range("3-9", "5-1"));
+        assert_eq!(id_range(&[]), range("-", "+"));
+        assert_eq!(id_range(&ids(&["3-9", "0:00ff"])), range("-", "+"));
+    }
 }

@@ -239,8 +239,9 @@ impl Selection {
     }
 }
 
-/// A list id names a value by its digest: the index may have moved since it was listed.
-fn same_id(asked: &str, id: &str) -> bool {
+/// Whether `id` names the dead letter `asked` names. A list id names a value by its digest:
+/// the index may have moved since it was listed.
+pub fn same_id(asked: &str, id: &str) -> bool {
     match (list_digest(asked), list_digest(id)) {
         (Some((_, a)), Some((_, b))) => a == b,
         _ => asked == id,
