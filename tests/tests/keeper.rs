@@ -2,7 +2,8 @@
 //! and exports the work waiting, so an autoscaler can wake a worker from zero; keepers and
 //! workers' sidecars promoting one delay set together move each entry back exactly once, a
 //! SIGKILL of one keeper included; a kept key of the wrong type or outside `--allow-keys`
-//! stops it with 64, naming the key.
+//! stops it with 64, naming the key; a list is `form="list"` on the keeper's series and the
+//! workers' alike.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use fred::prelude::{Client, KeysInterface, SortedSetsInterface, StreamsInterface};
+use window_sidecar::proto;
 use window_sidecar_harness::*;
 
 const STREAM: &str = "jobs";
@@ -357,4 +359,94 @@ async fn a_kept_key_of_the_wrong_type_or_outside_allow_keys_exits_64_naming_it()
         running.tail(20)
     );
     let _ = scrape(metrics).await;
+}
+
+/// One vocabulary for the `form` label: a list is `list` on every series, whether a reliable
+/// or a simple subscription counts it or the keeper (which knows the key, not how its workers
+/// read it) samples and promotes it. Two values retried later on a reliable list come back
+/// through the keeper: its work gauge and its promotions say `form="list"`, as the worker's
+/// deliveries and its simple list's series do, and no series says `reliable_list` or
+/// `simple_list`.
+#[tokio::test]
+async fn a_list_is_form_list_on_every_series_of_the_keeper_and_the_workers() {
+    use fred::prelude::ListInterface;
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let keeper_metrics = metrics_addr();
+    let _keeper = keeper(&redis, keeper_metrics, &["--keep", "list:tasks"]);
+    let worker_metrics = metrics_addr().to_string();
+    let worker = Sidecar::start(&redis.url(), &["--metrics-listen", &worker_metrics]).await;
+    let mut client = worker.client().await;
+    let _: i64 = inspect.lpush("tasks", vec!["a", "b"]).await.unwrap();
+    let reliable = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "tasks".into(),
+                consumer: "w1".into(),
+                ..Default::default()
+            },
+        )),
+        count: 2,
+        block: Some(duration(Duration::from_millis(200))),
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, reliable).await.unwrap();
+    let read = sub.read().await;
+    assert_eq!(read.deliveries.len(), 2);
+    let later: Vec<_> = read
+        .deliveries
+        .iter()
+        .map(|d| retry_after(d.slot, Duration::from_millis(300)))
+        .collect();
+    sub.send(Vec::new(), later).await;
+    assert!(sub.flush().await.ok);
+    sub.close();
+    assert!(matches!(sub.next().await, Ok(None)));
+    let simple = proto::Open {
+        source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+            key: "mail".into(),
+        })),
+        count: 1,
+        block: Some(duration(Duration::from_millis(200))),
+        ..Default::default()
+    };
+    let (_simple, _) = Subscription::open(&mut client, simple).await.unwrap();
+
+    // No subscription reads `tasks` now: the keeper promotes both retries.
+    let promoted = "window_sidecar_promoted_entries_total{form=\"list\"}";
+    let work = "window_sidecar_work_waiting_entries{form=\"list\",key=\"tasks\",group=\"\"}";
+    assert!(
+        eventually(STEP, || async {
+            let text = scrape(keeper_metrics).await;
+            sample(&text, promoted) == 2.0 && sample(&text, work) == 2.0
+        })
+        .await,
+        "{}",
+        scrape(keeper_metrics).await
+    );
+    let keeper_text = scrape(keeper_metrics).await;
+    let worker_text = scrape(&worker_metrics).await;
+    assert_eq!(
+        sample(
+            &worker_text,
+            "window_sidecar_deliveries_total{form=\"list\"}"
+        ),
+        2.0,
+        "{worker_text}"
+    );
+    assert_eq!(
+        sample(
+            &worker_text,
+            "window_sidecar_subscriptions_open{form=\"list\"}"
+        ),
+        1.0,
+        "the simple list's subscription: {worker_text}"
+    );
+    for text in [&keeper_text, &worker_text] {
+        assert!(
+            !text.contains("reliable_list") && !text.contains("simple_list"),
+            "{text}"
+        );
+    }
+    worker.stop().await;
 }

@@ -116,8 +116,8 @@ impl ScaleMetrics {
     /// for a group is the one its reclaimable entries are counted with.
     pub fn watch(&self, source: &Source, form: &Form) {
         let (kind, min_idle) = match source {
-            Source::Stream(stream) => ("stream", stream.min_idle),
-            Source::List(_) => ("list", Duration::ZERO),
+            Source::Stream(stream) => (source.form(), stream.min_idle),
+            Source::List(_) => (source.form(), Duration::ZERO),
             Source::PubSub(_) => return,
         };
         let (key, group, _) = source.describe();

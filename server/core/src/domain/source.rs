@@ -17,12 +17,14 @@ pub enum Source {
 }
 
 impl Source {
-    /// The form's name in logs, metrics and spans.
+    /// The form's name in logs, metrics and spans: `stream`, `list` or `pubsub`. A reliable
+    /// and a simple list are both `list`, the kind of key they read: the series that count
+    /// a key's work and promotions are sampled by the keeper too, which knows the key and not
+    /// how its workers read it, and one vocabulary serves every series.
     pub fn form(&self) -> &'static str {
         match self {
             Source::Stream(_) => "stream",
-            Source::List(list) if list.reliable => "reliable_list",
-            Source::List(_) => "simple_list",
+            Source::List(_) => "list",
             Source::PubSub(_) => "pubsub",
         }
     }
