@@ -112,31 +112,42 @@ def action_for(handle: Dict[str, List[str]], payload: str, n: int) -> str:
 
 
 async def without_sidecar(scenario: Dict[str, Any]) -> None:
-    """`listen: closed`: publish once, then subscribe until the client gives up; print each
-    call's error."""
+    """A scenario of failing calls (`expect.errors`): make the client, publish once, then
+    subscribe until the client gives up; print each call's error (only the calls the scenario
+    expects an error of)."""
     open_ = scenario["open"]
+    calls = {e["call"] for e in scenario.get("expect", {}).get("errors", [])}
     entries = [{"payload": e["payload"]} for e in scenario["publish"]]
-    async with WindowClient() as client:
-        started = time.monotonic()
-        try:
-            await publish(client, open_["form"], open_["key"], entries)
-            emit("published", count=len(entries))
-        except WindowError as err:
-            emit("error", call="publish", error=type(err).__name__, message=str(err),
-                 elapsed_ms=round((time.monotonic() - started) * 1000))
-        started = time.monotonic()
-        async with subscription(client, open_) as sub:
+    started = time.monotonic()
+    try:
+        client = WindowClient()
+    except WindowError as err:
+        emit("error", call="connect", error=type(err).__name__, message=str(err),
+             elapsed_ms=round((time.monotonic() - started) * 1000))
+        return
+    async with client:
+        if "publish" in calls:
+            started = time.monotonic()
             try:
-                await sub.wait_opened(timeout=30)
+                await publish(client, open_["form"], open_["key"], entries)
+                emit("published", count=len(entries))
             except WindowError as err:
-                emit("error", call="subscribe", error=type(err).__name__, message=str(err),
+                emit("error", call="publish", error=type(err).__name__, message=str(err),
                      elapsed_ms=round((time.monotonic() - started) * 1000))
+        if "subscribe" in calls:
+            started = time.monotonic()
+            async with subscription(client, open_) as sub:
+                try:
+                    await sub.wait_opened(timeout=50)
+                except WindowError as err:
+                    emit("error", call="subscribe", error=type(err).__name__, message=str(err),
+                         elapsed_ms=round((time.monotonic() - started) * 1000))
 
 
 async def main(path: str) -> None:
     with open(path) as f:
         scenario = json.load(f)
-    if scenario.get("sidecar", {}).get("listen") == "closed":
+    if scenario.get("expect", {}).get("errors"):
         await without_sidecar(scenario)
         return
     open_ = scenario["open"]

@@ -339,10 +339,136 @@ class Unreachable(unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(ConnectionError) as err:
                 await client.publish("orders", [b"x"])
             self.assertLess(time.monotonic() - started, 3)
-        self.assertEqual(str(err.exception),
-                         f"cannot reach the sidecar at {target}: connection refused")
+        self.assertEqual(
+            str(err.exception),
+            f"cannot reach the sidecar at {target}: connection refused; nothing listens there: "
+            "start the sidecar, or set WINDOW_SIDECAR_ADDR (or the client's address) to the "
+            "sidecar's gRPC address, its --listen (127.0.0.1:50051 by default)",
+        )
         self.assertIsInstance(err.exception, WindowError)
         self.assertIsInstance(err.exception, OSError)  # also the builtin ConnectionError
+
+
+class _FakeRpcError:
+    """What the classification reads of a grpc.aio.AioRpcError."""
+
+    def __init__(self, code: Any, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> Any:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+async def _serve_once(reply: bytes) -> Tuple[asyncio.AbstractServer, str]:
+    """A TCP server on a free port that answers any line with ``reply``."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"127.0.0.1:{port}"
+
+
+class ErrorsByCause(unittest.IsolatedAsyncioTestCase):
+    """Each cause has its own error, its message naming the address and the next step."""
+
+    def test_the_sidecars_answer_about_redis_is_not_a_connection_error(self) -> None:
+        import grpc
+        from window_client import RedisUnavailableError
+        from window_client.errors import from_rpc
+
+        # The sidecar quotes Redis's own "Connection refused": still the sidecar's answer.
+        err = from_rpc(_FakeRpcError(
+            grpc.StatusCode.UNAVAILABLE,
+            "Redis did not answer in time (XADD: Request timed out.; last connection error: "
+            "Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" })",
+        ), "127.0.0.1:50051", call="publish")
+        self.assertIsInstance(err, RedisUnavailableError)
+        self.assertNotIsInstance(err, ConnectionError)
+        self.assertIn("the sidecar at 127.0.0.1:50051 answered publish that Redis is unavailable",
+                      str(err))
+        self.assertIn("--redis-url", str(err))
+
+    def test_a_transport_unavailable_is_a_connection_error(self) -> None:
+        import grpc
+        from window_client.errors import from_rpc
+
+        err = from_rpc(_FakeRpcError(
+            grpc.StatusCode.UNAVAILABLE,
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
+            "Failed to connect to remote host: Connection refused",
+        ), "127.0.0.1:1")
+        self.assertIsInstance(err, ConnectionError)
+        self.assertIn("nothing listens there", str(err))
+
+    def test_refusals_and_timeouts(self) -> None:
+        import grpc
+        from window_client import CallTimeoutError, RefusedError
+        from window_client.errors import from_rpc
+
+        refused = from_rpc(_FakeRpcError(grpc.StatusCode.UNAUTHENTICATED, "token, please"),
+                           "127.0.0.1:50051", call="publish")
+        self.assertIsInstance(refused, RefusedError)
+        assert isinstance(refused, RefusedError)
+        self.assertEqual(refused.reason, "UNAUTHENTICATED")
+        self.assertIn("WINDOW_SIDECAR_TOKEN", str(refused))
+        late = from_rpc(_FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
+                        "127.0.0.1:50051", call="publish", timeout=30.0)
+        self.assertIsInstance(late, CallTimeoutError)
+        self.assertIsInstance(late, TimeoutError)  # also the builtin
+        self.assertIn("did not answer publish within 30 s", str(late))
+        self.assertIn("--redis-timeout", str(late))
+
+    def test_what_answers_a_probe(self) -> None:
+        from window_client.errors import what_answers
+
+        self.assertIn("a Redis server answers there", what_answers(b"+PONG\r\n") or "")
+        self.assertIn("a Redis server", what_answers(b"-NOAUTH Authentication required.") or "")
+        self.assertIn("an HTTP/1 server answers there",
+                      what_answers(b"HTTP/1.1 400 Bad Request\r\n") or "")
+        self.assertIn("a TLS server", what_answers(b"\x15\x03\x03\x00\x02\x02\x46") or "")
+        self.assertIsNone(what_answers(b"\x15\x03\x03\x00\x02\x02\x46", tls=True))
+        self.assertIsNone(what_answers(b"\x00\x00\x12\x04"))  # an HTTP/2 server's SETTINGS
+
+    async def test_a_publish_to_a_redis_port_says_so_at_once(self) -> None:
+        server, target = await _serve_once(b"-ERR wrong number of arguments for 'ping'\r\n")
+        async with server:
+            async with WindowClient(target, token="", tls=False) as client:
+                started = time.monotonic()
+                with self.assertRaises(ConnectionError) as err:
+                    await client.publish("orders", [b"x"])
+                self.assertLess(time.monotonic() - started, 3)
+        self.assertIn(f"cannot reach the sidecar at {target}: a Redis server answers there",
+                      str(err.exception))
+
+    async def test_a_publish_to_an_http1_port_says_so(self) -> None:
+        server, target = await _serve_once(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        async with server:
+            async with WindowClient(target, token="", tls=False) as client:
+                with self.assertRaises(ConnectionError) as err:
+                    await client.publish("orders", [b"x"])
+        self.assertIn("an HTTP/1 server answers there", str(err.exception))
+        self.assertIn("--metrics-listen", str(err.exception))
+
+    def test_a_url_is_refused_at_once_naming_host_and_port(self) -> None:
+        for url, want in (("http://127.0.0.1:50051", "give 127.0.0.1:50051"),
+                          ("https://sidecar:443/", "give sidecar:443 and WINDOW_SIDECAR_TLS_CA"),
+                          ("redis://127.0.0.1:6379", "a Redis URL")):
+            with self.assertRaises(ConnectionError) as err:
+                WindowClient(url, token="", tls=False)
+            self.assertIn("the address is a", str(err.exception))
+            self.assertIn(want, str(err.exception))
+            self.assertNotIn("does not resolve", str(err.exception))
+        # grpc's own URI schemes stay addresses.
+        for target in ("dns:///localhost:50051", "unix:///tmp/sidecar.sock"):
+            WindowClient(target, token="", tls=False)
 
 
 class ImportPaths(unittest.TestCase):

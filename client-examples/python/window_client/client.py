@@ -58,7 +58,11 @@ from .errors import (
     SideEffectError,
     SubscriptionEndedError,
     WindowError,
-    from_rpc,
+    address_problem,
+    explain,
+    not_the_sidecar,
+    probe,
+    transport_failure,
     unreachable_cause,
 )
 
@@ -1302,6 +1306,14 @@ class Subscription:
                         log.error("subscription failed: %s: %s", err.code().name, err.details())
                         await self._end(err, attempt + 1)
                         break
+                    if transport_failure(err):
+                        # Redis or an HTTP server at the address: no retry fixes that.
+                        explained = await explain(err, self._client.target,
+                                                  call="the subscription",
+                                                  tls=self._client.tls is not None)
+                        if not_the_sidecar(explained):
+                            await self._end(err, attempt + 1, explained)
+                            break
                     error = err
                     st = self._stream
                     reads = st.reads.values() if st is not None else ()
@@ -1344,22 +1356,22 @@ class Subscription:
         finally:
             self._hand_out_all((_END,))
 
-    async def _end(self, err: grpc.aio.AioRpcError, attempts: int) -> None:
+    async def _end(
+        self, err: grpc.aio.AioRpcError, attempts: int, known: Optional[WindowError] = None
+    ) -> None:
         """Ends the subscription for good with a SubscriptionEndedError made of ``err``, the
         last attempt's, and hands it to ``on_error``."""
-        cause = unreachable_cause(err)
+        explained = known or await explain(err, self._client.target, call="the subscription",
+                                           tls=self._client.tls is not None)
         what = f"the subscription to {self.stream_key or 'its source'}"
-        if cause is not None:
-            why = f"cannot reach the sidecar at {self._client.target}: {cause}"
-        else:
-            why = f"{err.code().name}: {err.details()}" if err.details() else err.code().name
-        if err.code() in RETRYABLE:
+        why = str(explained)
+        if err.code() in RETRYABLE and attempts > 1:
             message = f"{what} ended after {attempts} failed attempts: {why}"
         else:
             message = f"{what} ended: {why}"
         ended = SubscriptionEndedError(
             message, status=err.code(), details=err.details() or "", attempts=attempts,
-            cause=err,
+            cause=explained,
         )
         log.error("%s", message)
         self._error = ended
@@ -1648,6 +1660,11 @@ class Subscription:
                     d._span.end("abandoned", "the subscription stream ended before an outcome")
 
 
+async def _awaited(rpc: Any) -> Any:
+    """A gRPC call as a coroutine, for asyncio.wait."""
+    return await rpc
+
+
 async def _call(fn: Callable[..., Any], *args: Any) -> None:
     try:
         result = fn(*args)
@@ -1688,6 +1705,9 @@ class WindowClient:
     ) -> None:
         self.target = target or os.environ.get(ADDR_ENV) or DEFAULT_TARGET
         self.connect_timeout = connect_timeout
+        problem = address_problem(self.target) if channel is None else None
+        if problem is not None:
+            raise ConnectionError(self.target, problem, status=None)
         if tls is None:
             tls = TLSConfig.from_env()
         elif tls is True:
@@ -1823,47 +1843,56 @@ class WindowClient:
         response: pb.PublishResponse = await self._unary(self.stub.Publish, request, timeout)
         return response
 
-    async def _unary(self, method: Any, request: Any, timeout: float) -> Any:
+    async def _unary(self, method: Any, request: Any, timeout: float, call: str = "publish") -> Any:
         """One unary call, failing fast: a refused connection (nothing listens at the target)
         fails it at once; a connection that is neither made nor refused is waited for
         ``connect_timeout``; any other failure of a call that could not connect (it never
-        left the client) is tried again until then. Then, or on any other failure, the
-        library's error (never retried once sent)."""
+        left the client) is tried again until then. Reaching the sidecar is bounded by
+        ``connect_timeout``, its answer by ``timeout`` alone (longer than the sidecar's
+        ``--redis-timeout``, so that the sidecar's own answer about Redis arrives). Then, or on
+        any other failure, the library's error (never retried once sent)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         connect_by = loop.time() + min(self.connect_timeout, timeout)
         pause = 0.05
         while True:
             ready = self._channel.get_state(True) == grpc.ChannelConnectivity.READY
-            deadline = end if ready else min(end, connect_by)
+            rpc = method(
+                request,
+                timeout=max(0.001, end - loop.time()),
+                wait_for_ready=False,
+                metadata=self.metadata,
+            )
             try:
-                return await method(
-                    request,
-                    timeout=max(0.001, deadline - loop.time()),
-                    wait_for_ready=False,
-                    metadata=self.metadata,
-                )
-            except grpc.aio.AioRpcError as err:
-                cause = unreachable_cause(err)
-                if cause is not None:
-                    if cause in _REFUSED or loop.time() + pause >= connect_by:
-                        raise ConnectionError(self.target, cause,
-                                              details=err.details() or "") from None
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, 0.5)
-                    continue
-                if (
-                    err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-                    and not ready
-                    and self._channel.get_state() != grpc.ChannelConnectivity.READY
-                ):
+                if ready:
+                    return await rpc
+                answer = asyncio.ensure_future(_awaited(rpc))
+                done, _ = await asyncio.wait({answer}, timeout=max(0.0, connect_by - loop.time()))
+                if not done and self._channel.get_state() != grpc.ChannelConnectivity.READY:
+                    # Neither made nor refused within connect_timeout.
+                    rpc.cancel()
+                    answer.cancel()
+                    seen = await probe(self.target, tls=self.tls is not None)
                     raise ConnectionError(
                         self.target,
-                        f"no connection within {self.connect_timeout:g} s",
+                        seen or f"no connection within {self.connect_timeout:g} s",
                         status=grpc.StatusCode.DEADLINE_EXCEEDED,
-                        details=err.details() or "",
                     ) from None
-                raise from_rpc(err, self.target) from None
+                return await answer
+            except grpc.aio.AioRpcError as err:
+                cause = unreachable_cause(err)
+                if cause is not None and cause not in _REFUSED and "TLS" not in cause:
+                    # Something answers there that is not the sidecar: say what, at once.
+                    seen = await probe(self.target, tls=self.tls is not None)
+                    if seen is not None:
+                        raise ConnectionError(self.target, seen,
+                                              details=err.details() or "") from None
+                    if loop.time() + pause < connect_by:
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, 0.5)
+                        continue
+                raise await explain(err, self.target, call=call, timeout=timeout,
+                                    tls=self.tls is not None) from None
 
     def subscribe(
         self,
