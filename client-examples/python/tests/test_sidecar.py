@@ -663,6 +663,78 @@ class Lifecycle(SidecarTest):
                          [([1], ["INCR"])])
         self.assertEqual([o.stream.key for o in self.fake.opens], ["s", "s"])
 
+    async def test_draining_half_closes_once_the_started_are_settled(self) -> None:
+        """The sidecar drains with a long grace while the handler holds the first delivery of
+        a read of three: once that one is settled, the client sends its ack and half-closes the
+        stream (well before the grace), never starting the other two (they stay with the
+        sidecar, pending, and come back); the sidecar then ends the stream and the client opens
+        again. With nothing started, it half-closes at once."""
+        first: List[pb.Batch] = []
+        half_closed_after: List[float] = []
+
+        async def draining(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[
+                delivery(1, "slow"), delivery(2, "b"), delivery(3, "c")]))
+            await asyncio.sleep(0.1)  # "slow" is being handled
+            grace = pb.Draining(outstanding=3)
+            grace.grace.FromSeconds(30)
+            began = asyncio.get_running_loop().time()
+            await st.write(draining=grace)
+            first.extend(await st.until_half_closed())
+            half_closed_after.append(asyncio.get_running_loop().time() - began)
+            # The sidecar's engine ends the subscription once the client half-closed: OK.
+
+        async def idle_then_draining(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(4, "d")]))
+            await asyncio.sleep(0.1)
+            grace = pb.Draining(outstanding=1)
+            grace.grace.FromSeconds(30)
+            began = asyncio.get_running_loop().time()
+            await st.write(draining=grace)
+            await st.until_half_closed()
+            half_closed_after.append(asyncio.get_running_loop().time() - began)
+
+        events: List[LifecycleEvent] = []
+        handled: List[str] = []
+        target = await self.start([draining, serve_until_closed])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", backoff=(0.01, 0.05), linger=None,
+                                   on_lifecycle=events.append)
+
+            async def handler(d: Delivery) -> None:
+                handled.append(d.payload.decode())
+                await asyncio.sleep(0.4)
+
+            async with sub:
+                task = asyncio.create_task(sub.run(handler))
+                for _ in range(200):
+                    if sub.stats.opens == 2:
+                        break
+                    await asyncio.sleep(0.02)
+                sub.stop()
+                await task
+        self.assertEqual(handled, ["slow"])
+        self.assertEqual([[o.slot for o in b.outcomes] for b in first], [[1]])
+        self.assertLess(half_closed_after[0], 5.0)
+        self.assertEqual([e.kind for e in events],
+                         ["opened", "draining", "disconnected", "resubscribed"])
+        self.assertIsNone(events[2].error)
+
+        # Nothing started (the one delivery still waits in the client): half-closed at once.
+        await self.server.stop(None)
+        target = await self.start([idle_then_draining, serve_until_closed])
+        async with WindowClient(target, token="") as client:
+            async with client.subscribe("s", "g", backoff=(0.01, 0.05)) as sub:
+                for _ in range(200):
+                    if sub.stats.opens == 2:
+                        break
+                    await asyncio.sleep(0.02)
+        self.assertEqual(len(half_closed_after), 2)
+        self.assertLess(half_closed_after[1], 5.0)
+        self.assertEqual(sub.stats.opens, 2)
+
     async def test_reconnects_with_the_same_open_when_the_stream_is_lost(self) -> None:
         async def lost(st: Stream) -> None:
             await opened(st)

@@ -676,7 +676,10 @@ class LifecycleEvent:
     - ``"resubscribed"``: a later stream is open, after a reconnect (``opened`` as above);
     - ``"draining"``: the sidecar began its graceful shutdown (``draining`` is its
       ``Draining``: the grace and how many deliveries were outstanding). No new deliveries of
-      that stream are handed out; those handed out can still be settled within the grace;
+      that stream are handed out; those started (handed out by the iteration, or to ``run``'s
+      handler) can still be settled within the grace, and once they are the client
+      half-closes the stream, so the sidecar ends it at once: the deliveries it read ahead and
+      never handed out stay pending and are delivered again, to the next subscription;
     - ``"disconnected"``: the stream ended, or an attempt to open one failed, and the client
       tries again after its backoff (``error`` is the ``grpc.aio.AioRpcError`` it ended with,
       None when the sidecar ended it without one)."""
@@ -1074,7 +1077,8 @@ class Subscription:
     async def _half_close(self, st: _Stream, timeout: float) -> None:
         """Waits (up to ``timeout``) until the deliveries handed out on ``st`` are settled,
         sends what is settled and half-closes the stream: the sidecar flushes it, reports and
-        ends the stream; what has no outcome stays pending and comes back."""
+        ends the stream; what has no outcome stays pending and comes back. Used by :meth:`stop`
+        and when the sidecar drains (``timeout`` its grace)."""
         if st.handed_unsettled and self._drain and st.drained is None:
             st.drained = asyncio.get_running_loop().create_future()
         if st.drained is not None:
@@ -1433,21 +1437,26 @@ class Subscription:
 
     async def _draining(self, st: _Stream, draining: pb.Draining) -> None:
         """The sidecar is shutting down: no more reads come on this stream, and what is settled
-        within the grace is still flushed. Nothing more of this stream is handed out (what was
-        read and not handed out comes back on the next stream); what is settled goes out now,
-        and what the handler settles later as soon as it is settled, rather than at the end of
-        its read. The sidecar ends the stream (UNAVAILABLE) once every outstanding delivery is
-        settled or the grace is over, and the subscription resubscribes, to the next
-        sidecar."""
+        within the grace is still flushed. Nothing more of this stream is handed out; what is
+        settled goes out now, and what the application settles later as soon as it is settled,
+        rather than at the end of its read. Once every delivery the application started (was
+        handed) is settled, or the grace is over, the stream is half-closed: the sidecar then
+        ends the subscription at once instead of waiting out its grace for the deliveries the
+        client holds and will never hand out (they stay pending and are delivered again, to the
+        next subscription), and the subscription resubscribes, to the next sidecar."""
         grace = draining.grace.ToNanoseconds() / 1e9 if draining.HasField("grace") else 0.0
         log.info(
-            "the sidecar is draining (%d outstanding, grace %.1f s): sending settled outcomes "
-            "now, handing out nothing more",
-            draining.outstanding, grace,
+            "the sidecar is draining (%d outstanding, grace %.1f s, %d started here): sending "
+            "settled outcomes now, handing out nothing more, half-closing once the started "
+            "ones are settled",
+            draining.outstanding, grace, st.handed_unsettled,
         )
         st.draining = True
         for rd in list(st.reads.values()):
             self._send(st, rd)
+        if st.alive and not st.half_closed:
+            # A drain without a grace (none given) is bounded by close_timeout instead.
+            self._spawn(self._half_close(st, grace if grace > 0 else self._close_timeout))
         await self._lifecycle(LifecycleEvent("draining", draining=draining))
 
     def _opened(self, st: _Stream, opened: pb.Opened) -> None:
