@@ -524,8 +524,10 @@ export interface WindowOptions {
   /**
    * Called when the sidecar starts its graceful shutdown (a `Draining` message): the client
    * has stopped handing out this stream's deliveries, has sent what was settled, and sends each
-   * outcome of what the application still holds as soon as it is settled, within
-   * `draining.grace`. The stream then ends and the client resubscribes (to the next sidecar).
+   * outcome of what the application started (was handed) as soon as it is settled, within
+   * `draining.grace`. Once those are settled it half-closes the stream, so the sidecar ends it
+   * at once; deliveries the client received and never handed out stay pending and are
+   * delivered again. The client then resubscribes (to the next sidecar).
    */
   onDraining?: (draining: Draining) => void | Promise<void>;
   /**
@@ -876,10 +878,21 @@ export class Subscription implements AsyncIterable<Delivery> {
     }
   }
 
-  private async halfClose(st: StreamState): Promise<void> {
+  /**
+   * Waits (up to `limitMs`, closeTimeoutMs by default) until the deliveries handed out on `st`
+   * are settled, sends what is settled and half-closes the stream: the sidecar flushes it,
+   * reports and ends the stream; what has no outcome stays pending and comes back. Used by
+   * stop() and when the sidecar drains (`limitMs` its grace).
+   */
+  private async halfClose(st: StreamState, limitMs?: number): Promise<void> {
     if (st.handedUnsettled > 0 && this.drain) {
-      const limit = this.opts.closeTimeoutMs ?? 10_000;
-      await Promise.race([new Promise<void>((r) => st.drained.push(r)), sleep(limit)]);
+      const limit = limitMs ?? this.opts.closeTimeoutMs ?? 10_000;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((r) => st.drained.push(r)),
+        new Promise<void>((r) => (timer = setTimeout(r, limit))),
+      ]);
+      clearTimeout(timer);
       if (st.handedUnsettled > 0) {
         this.log.warn(`closing with ${st.handedUnsettled} unsettled deliveries: they stay pending and come back`);
       }
@@ -1103,21 +1116,25 @@ export class Subscription implements AsyncIterable<Delivery> {
 
   /**
    * The sidecar is shutting down: no more reads come, and outcomes sent within the grace are
-   * still flushed. Deliveries not handed out yet are not handed out (the sidecar abandons them:
-   * they stay pending and come back); what is settled goes out now, and what the application
-   * still holds goes out as soon as it is settled. The stream then ends with UNAVAILABLE and the
-   * subscription resubscribes, to the next sidecar.
+   * still flushed. Deliveries not handed out yet are not handed out; what is settled goes out
+   * now, and what the application started (was handed) goes out as soon as it is settled. Once
+   * every started delivery is settled, or the grace is over, the stream is half-closed: the
+   * sidecar then ends the subscription at once instead of waiting out its grace for the
+   * deliveries the client holds and will never hand out (they stay pending and are delivered
+   * again, to the next subscription), and the subscription resubscribes, to the next sidecar.
    */
   private async onDraining(st: StreamState, draining: Draining): Promise<void> {
     st.draining = true;
     this.stats.drains += 1;
     const grace = draining.grace ? draining.grace.seconds * 1000 + Math.round(draining.grace.nanos / 1e6) : 0;
     this.log.info(
-      `the sidecar is draining (grace ${grace} ms, ${draining.outstanding} outstanding, ${st.handedUnsettled} held here): ` +
-        `sending settled outcomes now`,
+      `the sidecar is draining (grace ${grace} ms, ${draining.outstanding} outstanding, ${st.handedUnsettled} started here): ` +
+        `sending settled outcomes now, half-closing once the started ones are settled`,
     );
     for (let i = this.queue.length - 1; i >= 0; i--) if (this.queue[i].stream === st) this.queue.splice(i, 1);
     for (const rd of st.reads.values()) this.send(st, rd);
+    // A drain without a grace (none given) is bounded by closeTimeoutMs instead.
+    if (st.alive && !st.halfClosed) void this.halfClose(st, grace > 0 ? grace : undefined);
     if (this.opts.onDraining) await this.callback(() => this.opts.onDraining!(draining));
   }
 

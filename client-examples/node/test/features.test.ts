@@ -345,6 +345,52 @@ test("draining: nothing more is handed out, the held delivery's outcome goes out
   assert.equal(sub.stats.opens, 2);
 });
 
+test("draining: once the started delivery is settled the client half-closes, long before the grace; the rest is never handed out", async () => {
+  const handled: string[] = [];
+  const events: string[] = [];
+  const drainBatches: Batch[] = [];
+  let halfClosedAfter = -1;
+  const f = await fake(async (call, inbox, n) => {
+    await inbox.next(); // open
+    opened(call);
+    if (n === 1) {
+      send(call, { read: { readId: 1, deliveries: [delivery(1, "slow"), delivery(2, "b"), delivery(3, "c")] } });
+      await new Promise((r) => setTimeout(r, 50));
+      const began = Date.now();
+      send(call, { draining: { grace: { seconds: 30, nanos: 0 }, outstanding: 3 } });
+      for (let m = await inbox.next(); m !== undefined; m = await inbox.next()) if (m.batch) drainBatches.push(m.batch);
+      halfClosedAfter = Date.now() - began;
+      send(call, { flush: { readId: 1, settles: 1, ok: true } });
+      call.end(); // the sidecar ends the subscription once the client half-closed
+      return;
+    }
+    await inbox.next(); // until the client half-closes
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const sub = client.subscribe({
+    stream: "s", group: "g", logger: quiet, backoff: { initialMs: 10, maxMs: 20 }, lingerMs: null,
+    onOpened: (_o: Opened, info: OpenedInfo) => {
+      events.push(info.resubscribed ? "resubscribed" : "opened");
+      if (info.resubscribed) sub.stop();
+    },
+    onDraining: () => {
+      events.push("draining");
+    },
+  });
+  await sub.run(async (d: Delivery) => {
+    handled.push(d.payload.toString());
+    await new Promise((r) => setTimeout(r, 300));
+  });
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(handled, ["slow"]);
+  assert.deepEqual(drainBatches.map((b) => b.outcomes.map((o) => o.slot)), [[1]]);
+  assert.ok(halfClosedAfter >= 0 && halfClosedAfter < 5_000, `half-closed after ${halfClosedAfter} ms`);
+  assert.deepEqual(events, ["opened", "draining", "resubscribed"]);
+});
+
 test("run(): a handler that returns acks, one that throws retries after 1 s with the reason, never acked", async () => {
   let batch: Batch | undefined;
   const f = await fake(async (call, inbox) => {
