@@ -111,3 +111,74 @@ func TestCloseWaitsForHeldDeliveries(t *testing.T) {
 		t.Fatal("a delivery after Close")
 	}
 }
+
+// Draining with a long grace: once the one delivery the application started is settled, the
+// client sends its outcome and half-closes the stream at once (the sidecar then ends the
+// subscription), never handing out the two it received behind it; with nothing started it
+// half-closes at once. Both well before the grace.
+func TestDrainingHalfClosesOnceTheStartedAreSettled(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	halfClosed := make(chan time.Duration, 2)
+	drain := func(entries ...string) func(*testing.T, windowv1.WindowService_SubscribeServer) error {
+		return func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+			s.Send(opened())
+			s.Send(read(1, 1, entries...))
+			time.Sleep(100 * time.Millisecond)
+			began := time.Now()
+			s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Draining{Draining: &windowv1.Draining{
+				Grace: durationpb.New(30 * time.Second), Outstanding: uint32(len(entries))}}})
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					// io.EOF: the client half-closed. The engine ends the subscription then.
+					halfClosed <- time.Since(began)
+					return nil
+				}
+				got <- m.GetBatch()
+			}
+		}
+	}
+	c, _ := start(t, drain("1-0", "2-0", "3-0"), drain("4-0"), batches(got))
+	opens := make(chan Opened, 3)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 4, Logf: quiet,
+		OnOpened: func(o Opened) { opens <- o }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	<-opens
+	d1 := recvDelivery(t, sub) // started; 2-0 and 3-0 wait behind it
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-halfClosed:
+		t.Fatal("half-closed while a started delivery was unsettled")
+	default:
+	}
+	d1.Ack()
+	if b := nextBatch(t, got); len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != 1 {
+		t.Fatalf("outcomes of the drained stream: %v", b)
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case after := <-halfClosed:
+			if after > 5*time.Second {
+				t.Fatalf("half-closed %v after the drain began", after)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stream %d: no half-close", i+1)
+		}
+		select {
+		case o := <-opens:
+			if !o.Resubscribed {
+				t.Fatalf("open after the drain: %+v", o)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no resubscription")
+		}
+	}
+	select {
+	case b := <-got:
+		t.Fatalf("an outcome of a delivery never started: %v", b)
+	default:
+	}
+}

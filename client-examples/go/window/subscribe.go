@@ -163,8 +163,11 @@ type Opened struct {
 
 // Draining is the sidecar's notice that it shuts down: no more reads come on this stream, and
 // outcomes sent within Grace are still flushed. The helper stops handing out deliveries it has
-// not handed out yet (their entries stay pending and come back), sends every outcome at once
-// from then on, and resubscribes (to the next sidecar) when the stream ends.
+// not handed out yet, sends every outcome at once from then on, and once every delivery the
+// application started (took from Deliveries or Batches) is settled, or Grace is over,
+// half-closes the stream, so that the sidecar ends it at once: the deliveries it received and
+// never handed out stay pending and are delivered again (their count raised once more). It then
+// resubscribes (to the next sidecar).
 type Draining struct {
 	// Grace is how long outcomes are still accepted.
 	Grace time.Duration
@@ -932,10 +935,58 @@ func (s *session) onDraining(dr *windowv1.Draining) {
 	s.sendLocked(s.batchOf(s.settledUnsentLocked()))
 	s.mu.Unlock()
 	info := Draining{Grace: dr.GetGrace().AsDuration(), Outstanding: dr.GetOutstanding()}
-	s.sub.logf("window: the sidecar is draining (grace %v, %d outstanding): sending settled outcomes now",
+	s.sub.logf("window: the sidecar is draining (grace %v, %d outstanding): sending settled outcomes now, half-closing once the started ones are settled",
 		info.Grace, info.Outstanding)
+	go s.halfCloseWhenSettled(info.Grace)
 	if s.sub.opts.OnDraining != nil {
 		s.sub.opts.OnDraining(info)
+	}
+}
+
+// halfCloseWhenSettled is the client's end of a drain: it waits (up to grace) until every
+// delivery the application started (took from Deliveries or Batches) is settled, sends the
+// outcomes not sent yet and half-closes the stream. The sidecar then ends the subscription at
+// once rather than waiting out its grace for deliveries this client received and never handed
+// out: their entries stay pending and are delivered again, to the next subscription.
+func (s *session) halfCloseWhenSettled(grace time.Duration) {
+	if grace <= 0 {
+		grace = s.sub.opts.CloseTimeout // a drain without a grace (none given)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+wait:
+	for {
+		s.mu.Lock()
+		n, dead, closing := s.handed, s.dead, s.closing
+		s.mu.Unlock()
+		if n == 0 || dead || closing {
+			break
+		}
+		select {
+		case <-s.idle:
+		case <-s.done:
+			return
+		case <-t.C:
+			s.sub.logf("window: the drain's grace is over with %d started deliveries unsettled: they stay pending and come back", n)
+			break wait
+		}
+	}
+	s.mu.Lock()
+	if s.dead || s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.sendLocked(s.batchOf(s.settledUnsentLocked()))
+	s.closing = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	// Close may be waiting on idle too: it sees the count it waits for, or the stream's end.
+	select {
+	case s.idle <- struct{}{}:
+	default:
 	}
 }
 
