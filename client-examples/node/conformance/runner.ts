@@ -44,6 +44,8 @@ interface Scenario {
   publish: Array<{ payload: string; headers?: Record<string, string> }>;
   handle: Record<string, string[]>;
   effects: string;
+  /** The calls that must fail, and how (read here only for which calls to make). */
+  expect?: { errors?: Array<{ call: string }> };
 }
 
 function emit(event: string, fields: Record<string, unknown> = {}): void {
@@ -86,27 +88,44 @@ function onError(err: WindowError): void {
   }
 }
 
-/** `listen: closed`: publish once, then subscribe until the client gives up; print each call's error. */
+/**
+ * A scenario of failing calls (`expect.errors`): make the client, publish once, then subscribe
+ * until the client gives up; print each call's error (only the calls the scenario expects an
+ * error of).
+ */
 async function withoutSidecar(scenario: Scenario): Promise<void> {
   const { source, target } = subscription(scenario.open);
-  const client = new WindowClient();
+  const calls = new Set((scenario.expect?.errors ?? []).map((e) => e.call));
   let started = Date.now();
+  let client: WindowClient;
   try {
-    await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })));
-    emit("published", { count: scenario.publish.length });
+    client = new WindowClient();
   } catch (e) {
     if (!(e instanceof WindowError)) throw e;
-    emit("error", { call: "publish", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+    emit("error", { call: "connect", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+    return;
   }
-  started = Date.now();
-  const sub = client.subscribe({ ...source, maxAttempts: scenario.open.max_attempts, closeTimeoutMs: 5_000 });
-  try {
-    await sub.run(() => undefined);
-  } catch (e) {
-    if (!(e instanceof WindowError)) throw e;
-    emit("error", { call: "subscribe", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+  if (calls.has("publish")) {
+    started = Date.now();
+    try {
+      await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })));
+      emit("published", { count: scenario.publish.length });
+    } catch (e) {
+      if (!(e instanceof WindowError)) throw e;
+      emit("error", { call: "publish", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+    }
   }
-  await sub.close();
+  if (calls.has("subscribe")) {
+    started = Date.now();
+    const sub = client.subscribe({ ...source, maxAttempts: scenario.open.max_attempts, closeTimeoutMs: 5_000 });
+    try {
+      await sub.run(() => undefined);
+    } catch (e) {
+      if (!(e instanceof WindowError)) throw e;
+      emit("error", { call: "subscribe", error: e.name, message: e.message, elapsed_ms: Date.now() - started });
+    }
+    await sub.close();
+  }
   client.close();
 }
 
@@ -117,7 +136,7 @@ function actionFor(handle: Record<string, string[]>, payload: string, n: number)
 
 async function main(path: string): Promise<void> {
   const scenario = JSON.parse(readFileSync(path, "utf8")) as Scenario;
-  if (scenario.sidecar?.listen === "closed") return withoutSidecar(scenario);
+  if ((scenario.expect?.errors ?? []).length > 0) return withoutSidecar(scenario);
   const open = scenario.open;
   const typed = scenario.side_effect === "typed";
   const seen = new Map<string, number>();

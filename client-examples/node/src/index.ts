@@ -43,6 +43,9 @@ export {
 export {
   WindowError,
   ConnectionError,
+  RedisUnavailableError,
+  RefusedError,
+  CallTimeoutError,
   RejectedError,
   SideEffectError,
   RequeueRefusedError,

@@ -55,7 +55,11 @@ import {
   SideEffectError,
   SubscriptionEndedError,
   WindowError,
-  fromServiceError,
+  addressProblem,
+  explain,
+  notTheSidecar,
+  probe,
+  transportFailure,
   unreachableCause,
 } from "./errors";
 
@@ -1018,6 +1022,14 @@ export class Subscription implements AsyncIterable<Delivery> {
             await this.end(err, attempt + 1);
             break;
           }
+          if (transportFailure(err)) {
+            // Redis or an HTTP server at the address: no retry fixes that, say so now.
+            const explained = await explain(err, this.client.target, "the subscription", undefined, this.client.tls);
+            if (notTheSidecar(explained)) {
+              await this.end(err, attempt + 1, explained);
+              break;
+            }
+          }
           if (this.stats.opens > opensBefore) attempt = 0;
           lastError = err;
           disconnectedBy = err;
@@ -1062,14 +1074,13 @@ export class Subscription implements AsyncIterable<Delivery> {
   }
 
   /** Ends the subscription for good with a SubscriptionEndedError made of `err`, the last attempt's, and hands it to onError. */
-  private async end(err: ServiceError, attempts: number): Promise<void> {
-    const cause = unreachableCause(err);
+  private async end(err: ServiceError, attempts: number, known?: WindowError): Promise<void> {
+    const explained = known ?? (await explain(err, this.client.target, "the subscription", undefined, this.client.tls));
     const what = `the subscription to ${describe(this.opts)}`;
-    const name = typeof err.code === "number" ? (Status[err.code] ?? String(err.code)) : "UNKNOWN";
-    const why = cause !== undefined ? `cannot reach the sidecar at ${this.client.target}: ${cause}` : err.details ? `${name}: ${err.details}` : name;
-    const message = typeof err.code === "number" && RETRYABLE.has(err.code) ? `${what} ended after ${attempts} failed attempts: ${why}` : `${what} ended: ${why}`;
+    const why = explained.message;
+    const message = typeof err.code === "number" && RETRYABLE.has(err.code) && attempts > 1 ? `${what} ended after ${attempts} failed attempts: ${why}` : `${what} ended: ${why}`;
     this.log.error(message);
-    const ended = new SubscriptionEndedError(message, attempts, { status: err.code, details: err.details, cause: err });
+    const ended = new SubscriptionEndedError(message, attempts, { status: err.code, details: err.details, cause: explained });
     this.error = ended;
     await this.report(ended);
   }
@@ -1447,6 +1458,8 @@ export class WindowClient {
    */
   constructor(target?: string, opts: ClientOptions = {}) {
     this.target = target || process.env.WINDOW_SIDECAR_ADDR || DEFAULT_TARGET;
+    const problem = addressProblem(this.target);
+    if (problem !== undefined) throw new ConnectionError(this.target, problem, { status: undefined });
     this.token = opts.token ?? (process.env.WINDOW_SIDECAR_TOKEN || undefined);
     this.connectTimeoutMs = opts.connectTimeoutMs ?? CONNECT_TIMEOUT_MS;
     const tls = opts.tls === false ? undefined : (opts.tls ?? tlsFromEnv());
@@ -1528,31 +1541,63 @@ export class WindowClient {
    * other failure of a call that could not connect (it never left the client) is tried again
    * until then. Then, or on any other failure, the library's error (never retried once sent).
    */
-  private async unary<T>(timeoutMs: number, call: (deadline: number, done: (err: ServiceError | null, res: T | undefined) => void) => void): Promise<T> {
+  private async unary<T>(
+    timeoutMs: number,
+    call: (deadline: number, done: (err: ServiceError | null, res: T | undefined) => void) => { cancel(): void } | void,
+    what = "publish",
+  ): Promise<T> {
     const end = Date.now() + timeoutMs;
     const connectBy = Date.now() + Math.min(this.connectTimeoutMs, timeoutMs);
     const channel = this.stub.getChannel();
     let pause = 50;
     for (;;) {
       const ready = channel.getConnectivityState(true) === connectivityState.READY;
-      const deadline = ready ? end : Math.min(end, connectBy);
+      // Reaching the sidecar is bounded by connectTimeoutMs, its answer by the call's own
+      // timeout alone (longer than the sidecar's --redis-timeout, so that the sidecar's answer
+      // about Redis arrives).
+      let timer: NodeJS.Timeout | undefined;
+      const handle: { call?: { cancel(): void } } = {};
       try {
-        return await new Promise<T>((resolve, reject) => call(deadline, (err, res) => (err ? reject(err) : resolve(res as T))));
-      } catch (e) {
-        const err = e as ServiceError;
-        const cause = unreachableCause(err);
-        if (cause !== undefined) {
-          if (REFUSED.has(cause) || Date.now() + pause >= connectBy) throw new ConnectionError(this.target, cause, { details: err.details, cause: err });
-          await sleep(pause);
-          pause = Math.min(pause * 2, 500);
-          continue;
-        }
-        if (err.code === Status.DEADLINE_EXCEEDED && !ready && channel.getConnectivityState(false) !== connectivityState.READY) {
-          throw new ConnectionError(this.target, `no connection within ${this.connectTimeoutMs / 1000} s`, {
-            status: Status.DEADLINE_EXCEEDED, details: err.details, cause: err,
+        const answer = new Promise<T>((resolve, reject) => {
+          const c = call(end, (err, res) => (err ? reject(err) : resolve(res as T)));
+          if (c) handle.call = c;
+        });
+        if (ready) return await answer;
+        const unconnected = new Promise<"unconnected">((resolve) => {
+          const check = () => {
+            if (channel.getConnectivityState(false) === connectivityState.READY) return;
+            resolve("unconnected");
+          };
+          timer = setTimeout(check, Math.max(0, connectBy - Date.now()));
+        });
+        const first = await Promise.race([answer, unconnected]);
+        if (first === "unconnected") {
+          // Neither made nor refused within connectTimeoutMs.
+          handle.call?.cancel();
+          answer.catch(() => undefined);
+          const seen = await probe(this.target, this.tls);
+          throw new ConnectionError(this.target, seen ?? `no connection within ${this.connectTimeoutMs / 1000} s`, {
+            status: Status.DEADLINE_EXCEEDED,
           });
         }
-        throw fromServiceError(err, this.target);
+        return first;
+      } catch (e) {
+        if (e instanceof WindowError) throw e;
+        const err = e as ServiceError;
+        const cause = unreachableCause(err);
+        if (cause !== undefined && !REFUSED.has(cause) && !cause.includes("TLS")) {
+          // Something answers there that is not the sidecar: say what, at once.
+          const seen = await probe(this.target, this.tls);
+          if (seen !== undefined) throw new ConnectionError(this.target, seen, { details: err.details, cause: err });
+          if (Date.now() + pause < connectBy) {
+            await sleep(pause);
+            pause = Math.min(pause * 2, 500);
+            continue;
+          }
+        }
+        throw await explain(err, this.target, what, timeoutMs, this.tls);
+      } finally {
+        if (timer !== undefined) clearTimeout(timer);
       }
     }
   }

@@ -18,13 +18,19 @@ import {
 } from "../src/gen/window_sidecar/v1/window";
 import { openMessage, RETRY_DELAY_MS, WindowClient, type Delivery, type Logger, type RejectedOutcome } from "../src/window-client";
 import {
+  CallTimeoutError,
   ConnectionError,
+  RedisUnavailableError,
+  RefusedError,
   RejectedError,
   RequeueRefusedError,
   SideEffectError,
   SubscriptionEndedError,
   WindowError,
+  fromServiceError,
+  whatAnswers,
 } from "../src/errors";
+import { status as GrpcStatus } from "@grpc/grpc-js";
 import { createServer } from "node:net";
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
@@ -219,11 +225,75 @@ test("publish to an address nothing listens on fails fast, naming the address an
   const started = Date.now();
   await assert.rejects(client.publish("s", ["x"]), (e: Error) => {
     assert.ok(e instanceof ConnectionError && e instanceof WindowError);
-    assert.equal(e.message, `cannot reach the sidecar at ${target}: connection refused`);
+    assert.equal(e.message, `cannot reach the sidecar at ${target}: connection refused; nothing listens there: start the sidecar, or set WINDOW_SIDECAR_ADDR (or the client's address) to the sidecar's gRPC address, its --listen (127.0.0.1:50051 by default)`);
     return true;
   });
   assert.ok(Date.now() - started < 3_000);
   client.close();
+});
+
+test("the sidecar's answer about Redis is a RedisUnavailableError, not a ConnectionError", () => {
+  // The sidecar quotes Redis's own "Connection refused": still the sidecar's answer.
+  const e = fromServiceError(
+    { code: GrpcStatus.UNAVAILABLE, details: 'Redis did not answer in time (XADD: Request timed out.; last connection error: Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })' },
+    "127.0.0.1:50051",
+    "publish",
+  );
+  assert.ok(e instanceof RedisUnavailableError && !(e instanceof ConnectionError) && e instanceof WindowError);
+  assert.match(e.message, /^the sidecar at 127\.0\.0\.1:50051 answered publish that Redis is unavailable: .*--redis-url/);
+});
+
+test("a refusal is a RefusedError with its reason, a deadline a CallTimeoutError", () => {
+  const refused = fromServiceError({ code: GrpcStatus.UNAUTHENTICATED, details: "token, please" }, "127.0.0.1:50051", "publish");
+  assert.ok(refused instanceof RefusedError);
+  assert.equal((refused as RefusedError).reason, "UNAUTHENTICATED");
+  assert.match(refused.message, /WINDOW_SIDECAR_TOKEN/);
+  const late = fromServiceError({ code: GrpcStatus.DEADLINE_EXCEEDED, details: "Deadline exceeded" }, "127.0.0.1:50051", "publish", 30_000);
+  assert.ok(late instanceof CallTimeoutError);
+  assert.match(late.message, /did not answer publish within 30 s.*--redis-timeout/);
+});
+
+test("a probe's reply names what answers: Redis, an HTTP/1 server, TLS", () => {
+  assert.match(whatAnswers(Buffer.from("+PONG\r\n")) ?? "", /^a Redis server answers there/);
+  assert.match(whatAnswers(Buffer.from("-NOAUTH Authentication required.")) ?? "", /^a Redis server/);
+  assert.match(whatAnswers(Buffer.from("HTTP/1.1 400 Bad Request\r\n")) ?? "", /^an HTTP\/1 server answers there/);
+  assert.match(whatAnswers(Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02])) ?? "", /^a TLS server/);
+  assert.equal(whatAnswers(Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02]), true), undefined);
+  assert.equal(whatAnswers(Buffer.from([0x00, 0x00, 0x12, 0x04])), undefined); // an HTTP/2 server's SETTINGS
+});
+
+test("publish to a Redis port says so at once", async () => {
+  const srv = createServer((sock) => {
+    sock.once("data", () => sock.end("-ERR wrong number of arguments for 'ping' command\r\n"));
+  });
+  const port = await new Promise<number>((resolve) => srv.listen(0, "127.0.0.1", () => resolve((srv.address() as { port: number }).port)));
+  const target = `127.0.0.1:${port}`;
+  const client = new WindowClient(target, { tls: false });
+  const started = Date.now();
+  await assert.rejects(client.publish("s", ["x"]), (e: Error) => {
+    assert.ok(e instanceof ConnectionError);
+    assert.match(e.message, new RegExp(`^cannot reach the sidecar at ${target}: a Redis server answers there`));
+    return true;
+  });
+  assert.ok(Date.now() - started < 3_000);
+  client.close();
+  srv.close();
+});
+
+test("a URL given as the address is refused at once, naming host:port", () => {
+  for (const [url, want] of [
+    ["http://127.0.0.1:50051", "give 127.0.0.1:50051"],
+    ["https://sidecar:443/", "give sidecar:443 and WINDOW_SIDECAR_TLS_CA"],
+    ["redis://127.0.0.1:6379", "a Redis URL"],
+  ]) {
+    assert.throws(() => new WindowClient(url, { tls: false }), (e: Error) => {
+      assert.ok(e instanceof ConnectionError);
+      assert.ok(e.message.includes("the address is a") && e.message.includes(want), e.message);
+      assert.ok(!e.message.includes("does not resolve"));
+      return true;
+    });
+  }
+  new WindowClient("dns:///localhost:50051", { tls: false }).close();
 });
 
 test("a refused command of a dropped delivery leaves the drop as it is", async () => {
@@ -375,7 +445,7 @@ test("a subscription that cannot open gives up after maxAttempts and says why, t
     (e: Error) => {
       assert.ok(e instanceof SubscriptionEndedError);
       assert.equal(e.attempts, 3);
-      assert.equal(e.message, `the subscription to stream s/g ended after 3 failed attempts: cannot reach the sidecar at ${target}: connection refused`);
+      assert.equal(e.message, `the subscription to stream s/g ended after 3 failed attempts: cannot reach the sidecar at ${target}: connection refused; nothing listens there: start the sidecar, or set WINDOW_SIDECAR_ADDR (or the client's address) to the sidecar's gRPC address, its --listen (127.0.0.1:50051 by default)`);
       return true;
     },
   );
