@@ -42,7 +42,14 @@ type Client struct {
 	stub  windowv1.WindowServiceClient
 	owned bool
 	addr  string // the address dialled, for the errors that name it
+	tls   bool   // whether the connection may use TLS (what the probe of a failure expects)
 }
+
+// DefaultCallTimeout bounds a Publish whose context has no deadline. It is longer than the
+// sidecar's --redis-timeout (5 s by default), within which the sidecar answers even when Redis
+// does not, so that the sidecar's own answer (a *RedisUnavailableError) arrives rather than a
+// deadline of the client's; a deadline of the caller's own should be longer than that too.
+const DefaultCallTimeout = 30 * time.Second
 
 // DefaultConnectTimeout is how long a call waits to reach the sidecar without
 // WithConnectTimeout.
@@ -100,6 +107,9 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if addr == "" {
 		addr = DefaultAddr
 	}
+	if problem := addressProblem(addr); problem != "" {
+		return nil, &ConnectionError{Addr: addr, Cause: problem}
+	}
 	timeout := DefaultConnectTimeout
 	transport := false
 	for _, o := range opts {
@@ -109,6 +119,7 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 			transport = true
 		}
 	}
+	_, tlsEnv := TLSFilesFromEnv()
 	if !transport {
 		creds, err := Environment()
 		if err != nil {
@@ -129,7 +140,7 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, &WindowError{Op: "dial " + addr, Err: err}
 	}
-	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true, addr: addr}, nil
+	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), owned: true, addr: addr, tls: transport || tlsEnv}, nil
 }
 
 // TLSFiles names the PEM files of a TLS connection to the sidecar.
@@ -242,7 +253,7 @@ func (plaintextInfo) AuthType() string { return "insecure" }
 
 // NewClient uses a connection the caller owns (Close leaves it open).
 func NewClient(conn *grpc.ClientConn) *Client {
-	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), addr: conn.Target()}
+	return &Client{conn: conn, stub: windowv1.NewWindowServiceClient(conn), addr: conn.Target(), tls: true}
 }
 
 // Addr is the address the client dialled.
@@ -282,9 +293,12 @@ type Target struct {
 }
 
 // PublishTo writes the messages to the target in one call, in order. The response has the
-// stream ids (streams) or the receivers of each message (channels). A sidecar that cannot be
-// reached fails the call with a *ConnectionError naming the address and the cause, any other
-// failure with a *WindowError carrying the status.
+// stream ids (streams) or the receivers of each message (channels). A context without a
+// deadline gets DefaultCallTimeout. A sidecar that cannot be reached fails the call with a
+// *ConnectionError naming the address and the cause (and what answers there instead, when
+// that is Redis or an HTTP/1 server), the sidecar's answer that Redis is unavailable with a
+// *RedisUnavailableError, a refusal with a *RefusedError, a deadline with a
+// *CallTimeoutError, anything else with a *WindowError carrying the status.
 func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*windowv1.PublishResponse, error) {
 	n := 0
 	for _, k := range []string{t.Stream, t.List, t.Channel, t.ShardedChannel} {
@@ -306,9 +320,18 @@ func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*win
 		}
 		req.Entries = append(req.Entries, &windowv1.PublishEntry{Payload: m.Payload, Headers: m.Headers, Trace: tr})
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
+		defer cancel()
+	}
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
 	resp, err := c.stub.Publish(ctx, req)
 	if err != nil {
-		return nil, callError("publish", c.addr, err)
+		return nil, classify("publish", c.addr, c.tls, timeout, err)
 	}
 	return resp, nil
 }

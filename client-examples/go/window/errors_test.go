@@ -46,7 +46,7 @@ func TestPublishToAClosedPortFailsFast(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, ErrConnection) || !errors.Is(err, ErrWindow) {
 		t.Fatalf("err %T: %v", err, err)
 	}
-	want := "window: cannot reach the sidecar at " + addr + ": connection refused"
+	want := "window: cannot reach the sidecar at " + addr + ": connection refused; " + "nothing listens there: start the sidecar, or set WINDOW_SIDECAR_ADDR (or the client's address) to the sidecar's gRPC address, its --listen (127.0.0.1:50051 by default)"
 	if err.Error() != want || ce.Addr != addr {
 		t.Fatalf("message %q, want %q", err.Error(), want)
 	}
@@ -237,5 +237,97 @@ func TestFlushReportErrors(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(order, ",") != "flush,error,error" {
 		t.Fatalf("callbacks in the order %v", order)
+	}
+}
+
+// The sidecar's answer about Redis (quoting Redis's own "Connection refused") is a
+// *RedisUnavailableError, not a *ConnectionError; a refusal a *RefusedError; a deadline a
+// *CallTimeoutError.
+func TestErrorsByCause(t *testing.T) {
+	addr := "127.0.0.1:50051"
+	err := classify("publish", addr, false, 0, status.Error(codes.Unavailable,
+		`Redis did not answer in time (XADD: Request timed out.; last connection error: Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })`))
+	var ru *RedisUnavailableError
+	if !errors.As(err, &ru) || errors.Is(err, ErrConnection) || !errors.Is(err, ErrRedisUnavailable) || !errors.Is(err, ErrWindow) {
+		t.Fatalf("err %T: %v", err, err)
+	}
+	if !strings.Contains(err.Error(), "the sidecar at "+addr+" answered publish that Redis is unavailable") ||
+		!strings.Contains(err.Error(), "--redis-url") || status.Code(err) != codes.Unavailable {
+		t.Fatalf("message %q", err.Error())
+	}
+	err = classify("publish", addr, false, 0, status.Error(codes.Unauthenticated, "token, please"))
+	var rf *RefusedError
+	if !errors.As(err, &rf) || rf.Reason != "UNAUTHENTICATED" || !strings.Contains(err.Error(), "WINDOW_SIDECAR_TOKEN") {
+		t.Fatalf("err %T: %v", err, err)
+	}
+	err = classify("publish", addr, false, 30*time.Second, status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+	var ct *CallTimeoutError
+	if !errors.As(err, &ct) || !errors.Is(err, ErrCallTimeout) || !strings.Contains(err.Error(), "within 30s") {
+		t.Fatalf("err %T: %v", err, err)
+	}
+}
+
+func TestWhatAnswersAProbe(t *testing.T) {
+	for reply, want := range map[string]string{
+		"+PONG\r\n":                       "a Redis server answers there",
+		"-NOAUTH Authentication required": "a Redis server answers there",
+		"HTTP/1.1 400 Bad Request\r\n":    "an HTTP/1 server answers there",
+		"\x15\x03\x03\x00\x02":            "a TLS server answers there",
+		"\x00\x00\x12\x04":                "",
+	} {
+		if got := whatAnswers([]byte(reply), false); !strings.HasPrefix(got, want) || (want == "") != (got == "") {
+			t.Errorf("%q: %q, want %q", reply, got, want)
+		}
+	}
+	if got := whatAnswers([]byte("\x15\x03\x03\x00\x02"), true); got != "" {
+		t.Errorf("a TLS client: %q", got)
+	}
+}
+
+// A client pointed at a Redis port says so at once.
+func TestPublishToARedisPort(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 256)
+				_, _ = c.Read(buf)
+				_, _ = c.Write([]byte("-ERR wrong number of arguments for 'ping' command\r\n"))
+			}()
+		}
+	}()
+	c, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Publish(context.Background(), "s", Message{Payload: []byte("a")})
+	var ce *ConnectionError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "cannot reach the sidecar at "+lis.Addr().String()+": a Redis server answers there") {
+		t.Fatalf("err %T: %v", err, err)
+	}
+}
+
+func TestAURLIsRefusedAtDial(t *testing.T) {
+	for url, want := range map[string]string{
+		"http://127.0.0.1:50051": "give 127.0.0.1:50051",
+		"https://sidecar:443/":   "give sidecar:443 and WINDOW_SIDECAR_TLS_CA",
+		"redis://127.0.0.1:6379": "a Redis URL",
+	} {
+		_, err := Dial(url)
+		var ce *ConnectionError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "the address is a") || !strings.Contains(err.Error(), want) ||
+			strings.Contains(err.Error(), "resolve") {
+			t.Errorf("%s: %v", url, err)
+		}
 	}
 }

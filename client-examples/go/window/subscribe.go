@@ -415,7 +415,7 @@ func (sub *Subscription) run() {
 		s, err := sub.open()
 		if err != nil {
 			failedOpens++
-			err = callError("subscribe", sub.client.addr, err)
+			err = classify("subscribe", sub.client.addr, sub.client.tls, 0, err)
 		}
 		if err == nil {
 			failedOpens = 0
@@ -439,7 +439,7 @@ func (sub *Subscription) run() {
 			if sub.serve(s) {
 				s.shutdown(sub.opts.CloseTimeout)
 				if err := s.endErr(); err != nil {
-					sub.setErr(callError("subscribe", sub.client.addr, err))
+					sub.setErr(classify("subscribe", sub.client.addr, sub.client.tls, 0, err))
 				}
 				return
 			}
@@ -452,7 +452,7 @@ func (sub *Subscription) run() {
 			sub.setErr(sub.ctx.Err())
 			return
 		}
-		if !retryable(unwrapStatus(err)) {
+		if !retryable(unwrapStatus(err)) || notTheSidecar(err) {
 			sub.end(&SubscriptionEndedError{Attempts: failedOpens, Err: err})
 			return
 		}

@@ -52,6 +52,22 @@ type scenario struct {
 	} `json:"publish"`
 	Handle  map[string][]string `json:"handle"`
 	Effects string              `json:"effects"`
+	// Expect is read here only for the calls that must fail (which calls to make).
+	Expect struct {
+		Errors []struct {
+			Call string `json:"call"`
+		} `json:"errors"`
+	} `json:"expect"`
+}
+
+// expects is whether the scenario expects call to fail.
+func (sc *scenario) expects(call string) bool {
+	for _, e := range sc.Expect.Errors {
+		if e.Call == call {
+			return true
+		}
+	}
+	return false
 }
 
 var outMu sync.Mutex
@@ -83,12 +99,17 @@ func main() {
 	if err := json.Unmarshal(raw, &sc); err != nil {
 		log.Fatal(err)
 	}
+	began := time.Now()
 	client, err := window.Dial("")
 	if err != nil {
+		if len(sc.Expect.Errors) > 0 {
+			failed("connect", err, began)
+			return
+		}
 		log.Fatal(err)
 	}
 	defer client.Close()
-	if sc.Sidecar.Listen == "closed" {
+	if len(sc.Expect.Errors) > 0 {
 		closedSidecar(client, &sc)
 		return
 	}
@@ -421,6 +442,9 @@ func rejectedOutcome(s string) window.RejectedOutcome {
 func errorClass(err error) string {
 	var (
 		ce *window.ConnectionError
+		ru *window.RedisUnavailableError
+		rf *window.RefusedError
+		ct *window.CallTimeoutError
 		re *window.RejectedError
 		fe *window.SideEffectError
 		qe *window.RequeueRefusedError
@@ -433,6 +457,12 @@ func errorClass(err error) string {
 		return "SubscriptionEndedError"
 	case errors.As(err, &ce):
 		return "ConnectionError"
+	case errors.As(err, &ru):
+		return "RedisUnavailableError"
+	case errors.As(err, &rf):
+		return "RefusedError"
+	case errors.As(err, &ct):
+		return "CallTimeoutError"
 	case errors.As(err, &re):
 		return "RejectedError"
 	case errors.As(err, &fe):
@@ -447,8 +477,9 @@ func errorClass(err error) string {
 	return fmt.Sprintf("%T", err)
 }
 
-// closedSidecar plays a scenario with no sidecar at the address: one publish, then a
-// subscription that must give up; each failure printed as an error line.
+// closedSidecar plays a scenario of failing calls (expect.errors): one publish, then a
+// subscription that must give up; each failure printed as an error line (only the calls the
+// scenario expects an error of).
 func closedSidecar(client *window.Client, sc *scenario) {
 	ctx := context.Background()
 	o := sc.Open
@@ -458,16 +489,20 @@ func closedSidecar(client *window.Client, sc *scenario) {
 	}
 	began := time.Now()
 	var err error
-	switch o.Form {
-	case "stream":
-		_, err = client.Publish(ctx, o.Key, msgs...)
-	case "reliable_list", "simple_list":
-		err = client.PublishList(ctx, o.Key, msgs...)
-	case "pubsub":
-		_, err = client.PublishChannel(ctx, o.Key, msgs...)
+	if sc.expects("publish") {
+		switch o.Form {
+		case "stream":
+			_, err = client.Publish(ctx, o.Key, msgs...)
+		case "reliable_list", "simple_list":
+			err = client.PublishList(ctx, o.Key, msgs...)
+		case "pubsub":
+			_, err = client.PublishChannel(ctx, o.Key, msgs...)
+		}
+		failed("publish", err, began)
 	}
-	failed("publish", err, began)
-
+	if !sc.expects("subscribe") {
+		return
+	}
 	opts := window.Options{Count: o.Count, MaxAttempts: o.MaxAttempts, Stream: o.Key, Group: o.Group, Consumer: o.Consumer}
 	if opts.Count == 0 {
 		opts.Count = 16
