@@ -36,6 +36,7 @@ public final class Delivery {
   Outcome outcome;
   boolean sent;
   boolean reported; // a flush report of its read came after its outcome was sent
+  boolean started; // handed to the application's handler and not settled yet
   /** The application's own trace context for handling this delivery, sent with its outcome. */
   TraceContext handlingTrace;
   /** The sidecar's refusal of one of its commands, kept to explain the refused ack after it. */

@@ -55,6 +55,8 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   private boolean closing;
   /** The sidecar sent {@code draining}: outcomes go out one by one, no delivery is handed out. */
   private boolean draining;
+  /** Deliveries handed to the application's handler (started) and not settled yet. */
+  private int started;
   private Throwable error;
 
   Session(Subscription sub) {
@@ -77,16 +79,25 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     }
   }
 
-  boolean isDraining() {
-    synchronized (lock) {
-      return draining;
-    }
-  }
-
   /** Why the stream ended: null after a clean close. */
   Throwable error() {
     synchronized (lock) {
       return error;
+    }
+  }
+
+  /**
+   * Marks {@code d} as started, about to be handed to the application; false (not handed out)
+   * when the stream has ended or is draining or closing: its entry stays pending and comes back.
+   */
+  boolean start(Delivery d) {
+    synchronized (lock) {
+      if (dead || draining || closing) {
+        return false;
+      }
+      d.started = true;
+      started++;
+      return true;
     }
   }
 
@@ -116,6 +127,10 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
         return false;
       }
       d.outcome = outcome;
+      if (d.started) {
+        d.started = false;
+        started--;
+      }
       ReadState r = d.read;
       r.settled.add(d);
       if (r.sent) {
@@ -128,6 +143,9 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
         // Within the grace every outcome counts: send it now, not with the rest of its read.
         // Ordered: a key's next entry waits in the sidecar for this one's flush, the same.
         sendLocked(batchOf(List.of(d)));
+        if (draining && started == 0) {
+          halfCloseLocked(); // the last started one: the sidecar need not wait for the rest
+        }
         return true;
       }
       if (r.unsettled == 0) {
@@ -193,12 +211,17 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   }
 
   /**
-   * The sidecar is shutting down: hand out nothing more (what is not handed out yet stays pending
-   * and comes back on the next stream), send every outcome given so far now, and each later one
-   * as it comes, so that they are flushed within the grace.
+   * The sidecar is shutting down: hand out nothing more, send every outcome given so far now, and
+   * each later one as it comes, so that they are flushed within the grace. Once every delivery
+   * the handler started is settled (at once when there is none), or the grace is over, the
+   * stream is half-closed: the sidecar then ends the subscription at once instead of waiting out
+   * its grace for the deliveries this client received and never handed out, which stay pending
+   * and are delivered again (to the next stream).
    */
   private void onDraining(Draining d) {
     int handedOut;
+    int unsettled;
+    Duration grace = Duration.ofSeconds(d.getGrace().getSeconds(), d.getGrace().getNanos());
     synchronized (lock) {
       if (dead || draining) {
         return;
@@ -217,11 +240,20 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
         sendLocked(batchOf(pending));
       }
       handedOut = d.getOutstanding();
+      unsettled = started;
+      if (started == 0) {
+        halfCloseLocked();
+      } else {
+        // A drain without a grace (none given) is bounded by the close timeout instead.
+        Duration bound = grace.isZero() || grace.isNegative() ? sub.options.closeTimeout : grace;
+        CompletableFuture.delayedExecutor(bound.toMillis(), TimeUnit.MILLISECONDS)
+            .execute(this::graceOver);
+      }
     }
-    Duration grace = Duration.ofSeconds(d.getGrace().getSeconds(), d.getGrace().getNanos());
     sub.log(
-        "subscription %s: the sidecar is draining (grace %s, %d outstanding)",
-        sub.options.describe(), grace, handedOut);
+        "subscription %s: the sidecar is draining (grace %s, %d outstanding, %d started here):"
+            + " half-closing once the started ones are settled",
+        sub.options.describe(), grace, handedOut, unsettled);
     try {
       sub.options.listener.draining(grace, handedOut);
     } catch (RuntimeException e) {
@@ -447,31 +479,54 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     requests.cancel(why, null);
   }
 
+  /** The drain's grace is over with started deliveries unsettled: half-close all the same. */
+  private void graceOver() {
+    synchronized (lock) {
+      if (dead || closing) {
+        return;
+      }
+      sub.log(
+          "subscription %s: the drain's grace is over with %d started deliveries unsettled:"
+              + " they stay pending and come back",
+          sub.options.describe(), started);
+      halfCloseLocked();
+    }
+  }
+
+  /**
+   * Sends the outcomes not sent yet (of reads still partly unsettled) and half-closes the stream,
+   * once. Called with the lock held.
+   */
+  private void halfCloseLocked() {
+    if (dead || closing) {
+      return;
+    }
+    List<Delivery> pending = new ArrayList<>();
+    for (ReadState r : reads.values()) {
+      for (Delivery d : r.settled) {
+        if (!d.sent) {
+          pending.add(d);
+        }
+      }
+    }
+    if (!pending.isEmpty()) {
+      sendLocked(batchOf(pending));
+    }
+    closing = true;
+    try {
+      requests.onCompleted();
+    } catch (RuntimeException e) {
+      // already closed
+    }
+  }
+
   /**
    * Sends the outcomes not sent yet (of reads still partly unsettled), half-closes, and waits for
    * the sidecar to flush and end the stream.
    */
   void shutdown(Duration timeout) throws InterruptedException {
     synchronized (lock) {
-      if (!dead) {
-        List<Delivery> pending = new ArrayList<>();
-        for (ReadState r : reads.values()) {
-          for (Delivery d : r.settled) {
-            if (!d.sent) {
-              pending.add(d);
-            }
-          }
-        }
-        if (!pending.isEmpty()) {
-          sendLocked(batchOf(pending));
-        }
-        closing = true;
-        try {
-          requests.onCompleted();
-        } catch (RuntimeException e) {
-          // already closed
-        }
-      }
+      halfCloseLocked();
       closing = true;
       inbox.clear();
     }

@@ -213,11 +213,11 @@ public final class Subscription implements AutoCloseable {
         }
         continue;
       }
-      if (s.isDead()) {
-        // Not handed out: its entry is pending and comes back on the next stream.
-        return false;
-      }
-      if (s.isDraining()) {
+      if (!s.start(d)) {
+        if (s.isDead()) {
+          // Not handed out: its entry is pending and comes back on the next stream.
+          return false;
+        }
         continue; // not handed out either: the sidecar is draining
       }
       if (batchHandler != null) {
@@ -243,8 +243,10 @@ public final class Subscription implements AutoCloseable {
     List<Delivery> ds = new ArrayList<>();
     ds.add(first);
     for (Delivery n = s.inbox.peek(); n != null && n.read == first.read; n = s.inbox.peek()) {
-      if (!s.inbox.remove(n)) {
-        break; // the inbox was cleared meanwhile (the stream ended): the rest comes back
+      if (!s.inbox.remove(n) || !s.start(n)) {
+        // The inbox was cleared meanwhile (the stream ended, or the sidecar drains): the rest
+        // is not handed out and comes back.
+        break;
       }
       ds.add(n);
     }

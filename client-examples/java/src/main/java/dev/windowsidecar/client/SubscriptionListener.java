@@ -24,8 +24,10 @@ public interface SubscriptionListener {
 
   /**
    * The sidecar is shutting down ({@code draining}): no more deliveries are handed out on this
-   * stream; outcomes given within {@code grace} are still sent and flushed, and the subscription
-   * opens a new stream once this one ends.
+   * stream; outcomes given within {@code grace} are still sent and flushed. Once the deliveries the
+   * handler started are settled the client half-closes the stream, so the sidecar ends it at once
+   * (those it received and never handed out are delivered again), and the subscription opens a
+   * new stream once this one ends.
    *
    * @param grace how long the sidecar still accepts outcomes
    * @param outstanding deliveries handed out and not settled when the drain began

@@ -280,6 +280,81 @@ public class SubscriptionLifecycleTest {
     }
   }
 
+  /**
+   * Draining with a long grace: once the one delivery the handler started is settled, the client
+   * sends its outcome and half-closes at once (the sidecar then ends the subscription), never
+   * handing out the two it received behind it; with nothing started it half-closes at once.
+   */
+  @Test
+  public void drainingHalfClosesOnceTheStartedAreSettled() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Long> halfClosedAfterMs = new LinkedBlockingQueue<>();
+    CountDownLatch holding = new CountDownLatch(1);
+    CountDownLatch third = new CountDownLatch(1);
+    SubscribeResponse drain =
+        SubscribeResponse.newBuilder()
+            .setDraining(
+                Draining.newBuilder()
+                    .setGrace(com.google.protobuf.Duration.newBuilder().setSeconds(30))
+                    .setOutstanding(3))
+            .build();
+    WindowClient client =
+        start(
+            (open, out, in) -> {
+              out.onNext(opened());
+              out.onNext(msg(read(1, 1, "1-0", "2-0", "3-0")));
+              assertTrue(holding.await(5, TimeUnit.SECONDS)); // the handler holds 1-0
+              long began = System.nanoTime();
+              out.onNext(drain);
+              for (Batch b = next(in); b != null; b = next(in)) {
+                got.add(b);
+              }
+              halfClosedAfterMs.add((System.nanoTime() - began) / 1_000_000);
+              out.onCompleted(); // the sidecar ends the subscription once the client half-closed
+            },
+            (open, out, in) -> {
+              // Nothing started: the handler is still busy with the first stream's delivery.
+              out.onNext(opened());
+              long began = System.nanoTime();
+              out.onNext(drain);
+              awaitEnd(in);
+              halfClosedAfterMs.add((System.nanoTime() - began) / 1_000_000);
+              out.onCompleted();
+            },
+            (open, out, in) -> {
+              out.onNext(opened());
+              third.countDown();
+              awaitEnd(in);
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<String> handed = new LinkedBlockingQueue<>();
+    try (Subscription sub =
+        client.subscribe(
+            options().build(),
+            d -> {
+              handed.add(d.entryId());
+              holding.countDown();
+              Thread.sleep(300);
+              d.ack();
+            })) {
+      Long first = halfClosedAfterMs.poll(10, TimeUnit.SECONDS);
+      assertNotNull("no half-close after the started delivery was settled", first);
+      assertTrue("half-closed after " + first + " ms", first >= 200 && first < 5_000);
+      Batch b = got.poll(1, TimeUnit.SECONDS);
+      assertNotNull("the started delivery's ack was not sent", b);
+      assertEquals(1, b.getOutcomesCount());
+      assertEquals(1, b.getOutcomes(0).getSlot());
+      assertNull("an outcome of a delivery never started", got.poll(100, TimeUnit.MILLISECONDS));
+      Long second = halfClosedAfterMs.poll(10, TimeUnit.SECONDS);
+      assertNotNull("no half-close with nothing started", second);
+      assertTrue("half-closed after " + second + " ms", second < 5_000);
+      assertTrue(third.await(10, TimeUnit.SECONDS));
+      assertEquals("1-0", handed.take());
+      assertNull("a delivery was handed out while draining", handed.poll(200, TimeUnit.MILLISECONDS));
+      assertEquals(2, sub.reconnects());
+    }
+  }
+
   /** An outcome given before the drain and held back with its read goes out on the drain. */
   @Test
   public void drainingSendsHeldOutcomes() throws Exception {
