@@ -254,6 +254,14 @@ expectations() {
     got="$(rcli "${cmd[@]}" | paste -sd' ')"
     printf '%s\t%s\t%s\n' "${cmd[*]}" "$got" "$(jq -r .reply <<<"$e")"
   done < <(jq -c '.expect.redis // [] | .[]' "$file")
+  # The drained sidecar exited within this long of its SIGTERM (fault `drain_sidecar`).
+  want="$(jq -r '.expect.drained_within_ms // empty' "$file")"
+  if [[ -n $want ]]; then
+    got="never drained"
+    [[ -n ${conf_drained_ms:-} ]] && got="$conf_drained_ms ms"
+    [[ -n ${conf_drained_ms:-} ]] && ((conf_drained_ms <= want)) && got=true
+    printf 'the drained sidecar exited within %s ms\t%s\ttrue\n' "$want" "$got"
+  fi
   # Nothing left unsettled, whatever the scenario expects besides (when there was a sidecar).
   [[ $(jq -r '.sidecar.listen // "tcp"' "$file") == closed ]] && return 0
   printf 'ZCARD {%s}:window:delayed\t%s\t0\n' "$key" "$(rcli zcard "{$key}:window:delayed")"
@@ -300,8 +308,12 @@ fault() {
       sleep 0.3
       ;;
     drain_sidecar)
+      # How long the drain took, SIGTERM to exit (`expect.drained_within_ms`).
+      local began
+      began=$(date +%s%3N)
       kill -TERM "$old"
       wait "$old" 2>/dev/null || true
+      conf_drained_ms=$(($(date +%s%3N) - began))
       ;;
     *) echo "unknown fault $kind" >&2; return 1 ;;
   esac
@@ -316,6 +328,7 @@ run_scenario() {
   out="$work/$lang-$name.jsonl"
   err="$work/$lang-$name.log"
   rcli flushall >/dev/null
+  conf_drained_ms=""
   # What Redis holds before the scenario starts (a key of the wrong type, a non-integer).
   local line words
   while read -r line; do
