@@ -9,8 +9,11 @@ import java.nio.channels.UnresolvedAddressException;
 
 /**
  * The sidecar cannot be reached: nothing listens at the address, the connection was refused or
- * timed out ({@link WindowClient.Builder#connectTimeout}). The message names the address and the
- * cause: {@code cannot reach the sidecar at 127.0.0.1:50079: connection refused}.
+ * timed out ({@link WindowClient.Builder#connectTimeout}), the host name does not resolve, TLS
+ * failed, or what answers there is not the sidecar (a Redis server, an HTTP/1 server such as the
+ * sidecar's metrics port, a URL given where {@code host:port} is expected). The message names the
+ * address, the cause and what to do: {@code cannot reach the sidecar at 127.0.0.1:50079:
+ * connection refused; nothing listens there: …}.
  */
 public class ConnectionException extends WindowException {
   private static final long serialVersionUID = 1L;
@@ -20,9 +23,44 @@ public class ConnectionException extends WindowException {
 
   /** The sidecar at {@code address} could not be reached, for {@code reason} ("connection refused"). */
   public ConnectionException(String address, String reason, Throwable cause) {
-    super("cannot reach the sidecar at " + address + ": " + reason, cause);
+    super(message(address, reason), cause);
     this.address = address;
     this.reason = reason;
+  }
+
+  /** Where a message tells the user to point the client. */
+  static final String LISTEN_HINT =
+      "set WINDOW_SIDECAR_ADDR (or the client's address) to the sidecar's gRPC address, its"
+          + " --listen (127.0.0.1:50051 by default)";
+
+  private static String message(String address, String reason) {
+    String step = nextStep(reason);
+    return "cannot reach the sidecar at " + address + ": " + reason + (step.isEmpty() ? "" : "; " + step);
+  }
+
+  /** What to do about an unreachable sidecar, by its cause. */
+  static String nextStep(String cause) {
+    String text = cause.toLowerCase(java.util.Locale.ROOT);
+    for (String p :
+        new String[] {"a redis server", "an http/1 server", "a tls server", "an http server", "the address is a"}) {
+      if (text.startsWith(p)) {
+        return "";
+      }
+    }
+    if (text.contains("connection refused") || text.contains("no such file or directory")) {
+      return "nothing listens there: start the sidecar, or " + LISTEN_HINT;
+    }
+    if (text.contains("unknown host") || text.contains("does not resolve")) {
+      return "check the host name in the address";
+    }
+    if (text.contains("tls") || text.contains("ssl") || text.contains("certificate") || text.contains("handshake")) {
+      return "check WINDOW_SIDECAR_TLS_CA (and _CERT, _KEY) against the sidecar's --tls-cert, or unset"
+          + " them for a plaintext sidecar";
+    }
+    if (text.contains("timed out") || text.contains("timeout")) {
+      return "check the address, and that no firewall drops the connection";
+    }
+    return "is the sidecar running there? " + LISTEN_HINT;
   }
 
   /** The address the client dialled. */
@@ -59,7 +97,10 @@ public class ConnectionException extends WindowException {
         return "no route to host";
       }
       if (c instanceof UnknownHostException || c instanceof UnresolvedAddressException) {
-        return "unknown host";
+        return "the host name does not resolve";
+      }
+      if (c instanceof javax.net.ssl.SSLException) {
+        return "the TLS handshake failed (" + msg + ")";
       }
       if (lower.contains("no such file or directory")) {
         return "no such file or directory";

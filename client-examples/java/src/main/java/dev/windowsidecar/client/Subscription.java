@@ -139,7 +139,7 @@ public final class Subscription implements AutoCloseable {
           s = open();
         } catch (StatusRuntimeException e) {
           failedOpens++;
-          failure = WindowException.of("subscribe", client.address(), e);
+          failure = WindowException.of("subscribe", client.address(), e, client.usesTls(), 0);
         }
         if (s != null) {
           failedOpens = 0;
@@ -162,7 +162,9 @@ public final class Subscription implements AutoCloseable {
             failure = Status.UNAVAILABLE.withDescription("the stream ended").asRuntimeException();
           }
         }
-        if (!retryable(failure) || (options.maxAttempts > 0 && failedOpens >= options.maxAttempts)) {
+        if (!retryable(failure)
+            || Probe.notTheSidecar(failure)
+            || (options.maxAttempts > 0 && failedOpens >= options.maxAttempts)) {
           SubscriptionEndedException ended = new SubscriptionEndedException(failedOpens, failure);
           error = ended;
           log("subscription %s: %s", options.describe(), ended.getMessage());

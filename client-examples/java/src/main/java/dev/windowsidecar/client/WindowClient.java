@@ -66,12 +66,21 @@ public final class WindowClient implements AutoCloseable {
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
 
+  /**
+   * The deadline of a publish: longer than the sidecar's {@code --redis-timeout} (5 s by default),
+   * within which the sidecar answers even when Redis does not, so that its own answer (a {@link
+   * RedisUnavailableException}) arrives rather than a deadline of the client's.
+   */
+  public static final long PUBLISH_DEADLINE_MS = 30_000;
+
   /** How long a call waits to reach the sidecar without {@link Builder#connectTimeout}. */
   public static final java.time.Duration DEFAULT_CONNECT_TIMEOUT = java.time.Duration.ofSeconds(5);
 
   private final ManagedChannel channel;
   private final boolean owned;
   private final String address;
+  /** Whether the channel uses TLS (what the probe of a failed call expects). */
+  private boolean tls;
   /** The event loop of a Unix socket channel, shut down after it; else null. */
   private final EventLoopGroup group;
   final WindowServiceGrpc.WindowServiceStub async;
@@ -219,6 +228,10 @@ public final class WindowClient implements AutoCloseable {
 
     /** Makes the channel (connecting lazily, as gRPC does) and the client that owns it. */
     public WindowClient connect() {
+      String problem = Probe.addressProblem(target);
+      if (problem != null) {
+        throw new ConnectionException(target, problem, null);
+      }
       Tls tls = tls();
       String path = unixSocketPath(target);
       if (path != null) {
@@ -237,7 +250,9 @@ public final class WindowClient implements AutoCloseable {
           b.overrideAuthority(tls.serverName());
         }
       }
-      return new WindowClient(b.build(), true, null, token, target);
+      WindowClient client = new WindowClient(b.build(), true, null, token, target);
+      client.tls = tls != null;
+      return client;
     }
   }
 
@@ -249,6 +264,11 @@ public final class WindowClient implements AutoCloseable {
   /** Uses a channel the caller owns, every call carrying this bearer token. */
   public static WindowClient of(ManagedChannel channel, String token) {
     return new WindowClient(channel, false, null, token, channel.authority());
+  }
+
+  /** Whether the channel uses TLS, as far as the client knows. */
+  boolean usesTls() {
+    return tls;
   }
 
   /** The address the client dialled (its target), as its errors name it. */
@@ -337,8 +357,10 @@ public final class WindowClient implements AutoCloseable {
   /**
    * Appends the messages to a stream in one call. The future completes with the ids Redis gave
    * them, or with a {@link ConnectionException} (the sidecar cannot be reached: it names the
-   * address and the cause) or a {@link WindowException} carrying the call's status (for example
-   * UNAUTHENTICATED without the sidecar's token). Asynchronous, so that a producer can keep publishing while
+   * address, the cause, and what answers there instead when that is Redis or an HTTP/1 server), a
+   * {@link RedisUnavailableException} (the sidecar's answer that Redis is unavailable), a {@link
+   * RefusedException} (for example UNAUTHENTICATED without the sidecar's token), a {@link
+   * CallTimeoutException} or a {@link WindowException} carrying the call's status. Asynchronous, so that a producer can keep publishing while
    * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s.
    */
   public CompletableFuture<List<String>> publish(String stream, List<Message> messages) {
@@ -368,7 +390,7 @@ public final class WindowClient implements AutoCloseable {
     }
     CompletableFuture<Published> result = new CompletableFuture<>();
     async
-        .withDeadlineAfter(30, TimeUnit.SECONDS)
+        .withDeadlineAfter(PUBLISH_DEADLINE_MS, TimeUnit.MILLISECONDS)
         .publish(
             req.build(),
             new StreamObserver<PublishResponse>() {
@@ -379,7 +401,11 @@ public final class WindowClient implements AutoCloseable {
 
               @Override
               public void onError(Throwable t) {
-                result.completeExceptionally(WindowException.of("publish", address, t));
+                // Off gRPC's thread: a transport failure probes the address once.
+                CompletableFuture.runAsync(
+                    () ->
+                        result.completeExceptionally(
+                            WindowException.of("publish", address, t, tls, PUBLISH_DEADLINE_MS)));
               }
 
               @Override

@@ -894,7 +894,13 @@ public class SubscriptionTest {
               () -> client.publish("s", List.of(WindowClient.Message.of("a"))).join());
       assertTrue(System.nanoTime() - began < TimeUnit.SECONDS.toNanos(5));
       assertTrue(String.valueOf(failed.getCause()), failed.getCause() instanceof ConnectionException);
-      assertEquals("cannot reach the sidecar at " + addr + ": connection refused", failed.getCause().getMessage());
+      assertEquals(
+          "cannot reach the sidecar at "
+              + addr
+              + ": connection refused; nothing listens there: start the sidecar, or set"
+              + " WINDOW_SIDECAR_ADDR (or the client's address) to the sidecar's gRPC address, its"
+              + " --listen (127.0.0.1:50051 by default)",
+          failed.getCause().getMessage());
       assertEquals(Status.Code.UNAVAILABLE, ((WindowException) failed.getCause()).getStatus().getCode());
 
       LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();

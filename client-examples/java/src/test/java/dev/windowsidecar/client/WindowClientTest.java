@@ -206,4 +206,100 @@ public class WindowClientTest {
       server.shutdownNow();
     }
   }
+
+  /**
+   * The sidecar's answer about Redis (quoting Redis's own "Connection refused") is a
+   * RedisUnavailableException, not a ConnectionException; a refusal a RefusedException with its
+   * reason; a deadline a CallTimeoutException.
+   */
+  @Test
+  public void errorsByCause() {
+    String addr = "127.0.0.1:50051";
+    WindowException redis =
+        WindowException.of(
+            "publish",
+            addr,
+            io.grpc.Status.UNAVAILABLE
+                .withDescription(
+                    "Redis did not answer in time (XADD: Request timed out.; last connection error:"
+                        + " Os { code: 111, kind: ConnectionRefused, message: \"Connection refused\" })")
+                .asRuntimeException());
+    org.junit.Assert.assertTrue(redis.toString(), redis instanceof RedisUnavailableException);
+    org.junit.Assert.assertTrue(
+        redis.getMessage(),
+        redis.getMessage().startsWith("the sidecar at " + addr + " answered publish that Redis is unavailable")
+            && redis.getMessage().contains("--redis-url"));
+    assertEquals(io.grpc.Status.Code.UNAVAILABLE, redis.getStatus().getCode());
+    WindowException refused =
+        WindowException.of(
+            "publish", addr, io.grpc.Status.UNAUTHENTICATED.withDescription("token").asRuntimeException());
+    org.junit.Assert.assertTrue(refused instanceof RefusedException);
+    assertEquals("UNAUTHENTICATED", ((RefusedException) refused).reason());
+    org.junit.Assert.assertTrue(refused.getMessage().contains("WINDOW_SIDECAR_TOKEN"));
+    WindowException late =
+        WindowException.of(
+            "publish", addr, io.grpc.Status.DEADLINE_EXCEEDED.asRuntimeException(), false, 30_000);
+    org.junit.Assert.assertTrue(late instanceof CallTimeoutException);
+    org.junit.Assert.assertTrue(late.getMessage(), late.getMessage().contains("did not answer publish within 30.0 s"));
+  }
+
+  @Test
+  public void aProbeNamesWhatAnswers() {
+    byte[] pong = "+PONG\r\n".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+    org.junit.Assert.assertTrue(Probe.whatAnswers(pong, pong.length, false).startsWith("a Redis server answers there"));
+    byte[] http = "HTTP/1.1 400 Bad Request\r\n".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+    org.junit.Assert.assertTrue(Probe.whatAnswers(http, http.length, false).startsWith("an HTTP/1 server answers there"));
+    byte[] alert = {0x15, 0x03, 0x03, 0x00, 0x02};
+    org.junit.Assert.assertTrue(Probe.whatAnswers(alert, alert.length, false).startsWith("a TLS server"));
+    assertNull(Probe.whatAnswers(alert, alert.length, true));
+    byte[] settings = {0x00, 0x00, 0x12, 0x04};
+    assertNull(Probe.whatAnswers(settings, settings.length, false));
+  }
+
+  @Test
+  public void aPublishToARedisPortSaysSo() throws Exception {
+    try (java.net.ServerSocket redis = new java.net.ServerSocket(0, 50, java.net.InetAddress.getLoopbackAddress())) {
+      Thread t =
+          new Thread(
+              () -> {
+                while (!redis.isClosed()) {
+                  try (java.net.Socket s = redis.accept()) {
+                    s.getInputStream().read(new byte[256]);
+                    s.getOutputStream()
+                        .write("-ERR wrong number of arguments for 'ping' command\r\n".getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+                  } catch (java.io.IOException e) {
+                    return;
+                  }
+                }
+              });
+      t.setDaemon(true);
+      t.start();
+      String addr = "127.0.0.1:" + redis.getLocalPort();
+      try (WindowClient client = WindowClient.builder().target(addr).plaintext().connect()) {
+        java.util.concurrent.CompletionException failed =
+            assertThrows(
+                java.util.concurrent.CompletionException.class,
+                () -> client.publish("s", List.of(WindowClient.Message.of("a"))).join());
+        org.junit.Assert.assertTrue(String.valueOf(failed.getCause()), failed.getCause() instanceof ConnectionException);
+        org.junit.Assert.assertTrue(
+            failed.getCause().getMessage(),
+            failed.getCause().getMessage().startsWith("cannot reach the sidecar at " + addr + ": a Redis server answers there"));
+      }
+    }
+  }
+
+  @Test
+  public void aUrlIsRefusedNamingHostAndPort() {
+    for (String[] c :
+        new String[][] {
+          {"http://127.0.0.1:50051", "give 127.0.0.1:50051"},
+          {"https://sidecar:443/", "give sidecar:443 and WINDOW_SIDECAR_TLS_CA"},
+          {"redis://127.0.0.1:6379", "a Redis URL"}
+        }) {
+      ConnectionException e =
+          assertThrows(ConnectionException.class, () -> WindowClient.builder().target(c[0]).plaintext().connect());
+      org.junit.Assert.assertTrue(e.getMessage(), e.getMessage().contains("the address is a") && e.getMessage().contains(c[1]));
+      org.junit.Assert.assertFalse(e.getMessage().contains("resolve"));
+    }
+  }
 }

@@ -90,7 +90,7 @@ public final class Runner {
     JsonObject scenario = JsonParser.parseString(Files.readString(Path.of(argv[0]))).getAsJsonObject();
     JsonObject open = scenario.getAsJsonObject("open");
     Runner runner = new Runner(scenario);
-    if (scenario.has("sidecar") && "closed".equals(str(scenario.getAsJsonObject("sidecar"), "listen"))) {
+    if (!expectedErrors(scenario).isEmpty()) {
       closedSidecar(scenario);
       System.exit(0);
     }
@@ -361,6 +361,15 @@ public final class Runner {
     if (t instanceof ConnectionException) {
       return "ConnectionError";
     }
+    if (t instanceof dev.windowsidecar.client.RedisUnavailableException) {
+      return "RedisUnavailableError";
+    }
+    if (t instanceof dev.windowsidecar.client.RefusedException) {
+      return "RefusedError";
+    }
+    if (t instanceof dev.windowsidecar.client.CallTimeoutException) {
+      return "CallTimeoutError";
+    }
     if (t instanceof RejectedException) {
       return "RejectedError";
     }
@@ -390,15 +399,29 @@ public final class Runner {
     for (JsonElement e : scenario.getAsJsonArray("publish")) {
       messages.add(Message.of(e.getAsJsonObject().get("payload").getAsString()));
     }
-    try (WindowClient client = WindowClient.connect()) {
-      long began = System.nanoTime();
-      Throwable failure = null;
-      try {
-        client.publish(PublishTarget.stream(key), messages).join();
-      } catch (RuntimeException e) {
-        failure = e instanceof java.util.concurrent.CompletionException ? e.getCause() : e;
+    java.util.Set<String> calls = expectedErrors(scenario);
+    long began = System.nanoTime();
+    WindowClient made;
+    try {
+      made = WindowClient.connect();
+    } catch (WindowException e) {
+      failed("connect", e, began);
+      return;
+    }
+    try (WindowClient client = made) {
+      if (calls.contains("publish")) {
+        began = System.nanoTime();
+        Throwable failure = null;
+        try {
+          client.publish(PublishTarget.stream(key), messages).join();
+        } catch (RuntimeException e) {
+          failure = e instanceof java.util.concurrent.CompletionException ? e.getCause() : e;
+        }
+        failed("publish", failure, began);
       }
-      failed("publish", failure, began);
+      if (!calls.contains("subscribe")) {
+        return;
+      }
       java.util.concurrent.LinkedBlockingQueue<WindowException> errors =
           new java.util.concurrent.LinkedBlockingQueue<>();
       SubscribeOptions.Builder b =
@@ -420,6 +443,17 @@ public final class Runner {
       WindowException reported = errors.poll();
       failed("subscribe", reported != null ? reported : sub.error(), began);
     }
+  }
+
+  /** The calls the scenario expects to fail ({@code expect.errors}), by name. */
+  private static java.util.Set<String> expectedErrors(JsonObject scenario) {
+    java.util.Set<String> calls = new java.util.HashSet<>();
+    if (scenario.has("expect") && scenario.getAsJsonObject("expect").has("errors")) {
+      for (JsonElement e : scenario.getAsJsonObject("expect").getAsJsonArray("errors")) {
+        calls.add(e.getAsJsonObject().get("call").getAsString());
+      }
+    }
+    return calls;
   }
 
   private static void failed(String call, Throwable t, long began) {
