@@ -75,7 +75,12 @@ scenario_sidecar() {
     flag=${defaults[i]} value=${defaults[i + 1]}
     printf '%s\n' "${extra[@]}" | grep -qx -- "$flag" || extra+=("$flag" "$value")
   done
-  "$sidecar_bin" --listen "$conf_listen" --redis-url "redis://127.0.0.1:$redis_port" \
+  # `listen: metrics`: the metrics port the runner is pointed at; `redis: down`: a Redis URL
+  # nothing answers at, as when Redis is down.
+  [[ -n ${conf_metrics:-} ]] && extra+=(--metrics-listen "$conf_metrics")
+  local redis_url="redis://127.0.0.1:$redis_port"
+  [[ $(jq -r '.sidecar.redis // "up"' "$file") == down ]] && redis_url="redis://127.0.0.1:$(free_port)"
+  "$sidecar_bin" --listen "$conf_listen" --redis-url "$redis_url" \
     "${extra[@]}" >"$work/$name-sidecar-$n.log" 2>&1 &
   conf_pid=$!
   pids+=("$conf_pid")
@@ -197,7 +202,7 @@ expectations() {
     within="$(jq -r '.within_ms // 30000' <<<"$e")"
     got="$(jq -c --arg c "$call" 'first(.[] | select(.event == "error" and .call == $c)) // null' <<<"$seen")"
     printf '%s fails with %s\t%s\t%s\n' "$call" "$cls" "$(jq -r '.error // "no error"' <<<"$got")" "$cls"
-    ok="$(jq -r --arg a "$conf_listen" --argjson e "$e" \
+    ok="$(jq -r --arg a "$conf_addr" --argjson e "$e" \
       '(.message // "") | ascii_downcase as $m
        | [$e.contains[] | sub("\\$ADDR"; $a) | ascii_downcase | select(($m | contains(.)) | not)]
        | join(", ")' <<<"$got")"
@@ -262,8 +267,8 @@ expectations() {
     [[ -n ${conf_drained_ms:-} ]] && ((conf_drained_ms <= want)) && got=true
     printf 'the drained sidecar exited within %s ms\t%s\ttrue\n' "$want" "$got"
   fi
-  # Nothing left unsettled, whatever the scenario expects besides (when there was a sidecar).
-  [[ $(jq -r '.sidecar.listen // "tcp"' "$file") == closed ]] && return 0
+  # Nothing left unsettled, whatever the scenario expects besides (when the runner consumed).
+  [[ $(jq -r '.expect.errors // [] | length' "$file") != 0 ]] && return 0
   printf 'ZCARD {%s}:window:delayed\t%s\t0\n' "$key" "$(rcli zcard "{$key}:window:delayed")"
   case $form in
     stream)
@@ -344,8 +349,15 @@ run_scenario() {
   else
     conf_listen="127.0.0.1:$(free_port)"
   fi
-  if [[ $listen == closed ]]; then
-    run_closed_scenario "$lang" "$file"
+  conf_addr=$conf_listen conf_metrics=""
+  case $listen in
+    closed) ;;
+    redis) conf_addr="127.0.0.1:$redis_port" ;;
+    url) conf_addr="http://$conf_listen" ;;
+    metrics) conf_metrics="127.0.0.1:$(free_port)" conf_addr=$conf_metrics ;;
+  esac
+  if [[ $(jq -r '.expect.errors // [] | length' "$file") != 0 ]]; then
+    run_error_scenario "$lang" "$file"
     return
   fi
   if ! scenario_sidecar "$file" 1; then
@@ -402,30 +414,45 @@ run_scenario() {
   wait "$conf_pid" 2>/dev/null || true
 }
 
-# run_closed_scenario LANG FILE: a scenario whose sidecar is never started (`listen:
-# closed`): the runner gets an address nothing listens on ($conf_listen), its calls fail, and it
-# must exit 0 by itself within 40 s; then the expectations are checked.
-run_closed_scenario() {
-  local lang=$1 file=$2 name out err runner status stopped
+# run_error_scenario LANG FILE: a scenario whose calls fail (`expect.errors`): the runner is
+# given an address where no sidecar answers ($conf_addr: nothing at all with `listen: closed`,
+# Redis's own port with `redis`, the sidecar's metrics port with `metrics`, a URL with `url`),
+# or a sidecar whose Redis is down (`redis: down`); it must exit 0 by itself within 60 s; then
+# the expectations are checked.
+run_error_scenario() {
+  local lang=$1 file=$2 name out err runner status stopped listen
   name="$(jq -r .name "$file")"
   out="$work/$lang-$name.jsonl"
   err="$work/$lang-$name.log"
-  WINDOW_SIDECAR_ADDR="$conf_listen" bash "$root/client-examples/$lang/conformance.sh" run "$file" \
+  listen="$(jq -r '.sidecar.listen // "tcp"' "$file")"
+  conf_pid=""
+  if [[ $listen == tcp || $listen == metrics ]]; then
+    if ! scenario_sidecar "$file" 1; then
+      fail "$lang/$name: the sidecar starts ($(tail -n 3 "$work/$name-sidecar-1.log" | paste -sd' '))"
+      return
+    fi
+    [[ $listen == metrics ]] && wait_for "the metrics port $conf_metrics" tcp_open "${conf_metrics##*:}"
+  fi
+  WINDOW_SIDECAR_ADDR="$conf_addr" bash "$root/client-examples/$lang/conformance.sh" run "$file" \
     >"$out" 2>"$err" &
   runner=$!
   pids+=("$runner")
   stopped=no
-  for _ in $(seq 400); do
+  for _ in $(seq 600); do
     if ! kill -0 "$runner" 2>/dev/null; then stopped=yes; break; fi
     sleep 0.1
   done
   [[ $stopped == yes ]] || kill -KILL "$runner" 2>/dev/null || true
   status=0
   wait "$runner" 2>/dev/null || status=$?
-  check "$lang/$name: the runner exited 0 by itself within 40 s" "$stopped:$status" "yes:0"
+  check "$lang/$name: the runner exited 0 by itself within 60 s" "$stopped:$status" "yes:0"
   while IFS=$'\t' read -r what got want; do
     check "$lang/$name: $what" "$got" "$want"
   done < <(expectations "$file" "$out")
+  if [[ -n $conf_pid ]]; then
+    kill -TERM "$conf_pid" 2>/dev/null || true
+    wait "$conf_pid" 2>/dev/null || true
+  fi
 }
 
 for lang in "${langs[@]}"; do
