@@ -1449,3 +1449,54 @@ fn an_unknown_traces_exporter_is_a_configuration_error() {
         }
     }
 }
+
+/// `OTEL_TRACES_SAMPLER` reaches the spans: `always_off` records none (nothing printed while the
+/// delivery still flushes), and a sampler the sidecar does not know is logged as a warning
+/// naming the variable, with the default sampler (every span printed) in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sampler_variable_chooses_what_is_recorded() {
+    let redis = RedisServer::start();
+    for sampler in ["always_off", "sometimes"] {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut sidecar = traced_env(
+            &redis.url(),
+            &listen,
+            &[
+                ("OTEL_TRACES_EXPORTER", "console"),
+                ("OTEL_TRACES_SAMPLER", sampler),
+            ],
+            &[],
+            "info",
+        );
+        flush_one_order(&listen).await;
+        sidecar.terminate();
+        let awaited = if sampler == "always_off" {
+            "window-sidecar stopped"
+        } else {
+            "window.flush"
+        };
+        let lines = settle_output(&sidecar, awaited).await;
+        let (printed, _) = printed_spans(&lines);
+        let warned: Vec<serde_json::Value> = lines
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l: &serde_json::Value| l["level"] == "WARN")
+            .collect();
+        if sampler == "always_off" {
+            assert!(printed.is_empty(), "always_off printed {printed:#?}");
+            assert!(warned.is_empty(), "{warned:#?}");
+        } else {
+            for name in ["window.publish", "window.read", "window.flush"] {
+                assert!(printed.iter().any(|s| s.name == name), "no {name}");
+            }
+            assert!(
+                warned.iter().any(|l| l["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("OTEL_TRACES_SAMPLER=\"sometimes\" is not a sampler")),
+                "{warned:#?}"
+            );
+        }
+    }
+}
