@@ -2,7 +2,9 @@
 //! memory, an ACL without the write, a key of the wrong type, a script running long, writes
 //! paused, a primary turned replica, a cluster slot on the move) never settles its entry. The
 //! flush report names the entries left pending and why, the refusal counter counts them, and
-//! once Redis accepts writes again the entries come back and are requeued as asked. Every form that settles in Redis, in both modes.
+//! once Redis accepts writes again the entries come back and are requeued as asked. Every form
+//! that requeues, in both modes: a simple list's entries, which left Redis when popped, are
+//! held by the sidecar and pushed back once Redis takes them.
 
 use std::time::Duration;
 
@@ -127,6 +129,9 @@ async fn del(redis: &Client, key: &str) {
 enum Form {
     Stream,
     ReliableList,
+    /// Entries leave Redis when popped: the sidecar holds the refused ones and pushes them
+    /// back once Redis takes that write.
+    SimpleList,
 }
 
 impl Form {
@@ -145,10 +150,20 @@ impl Form {
                 block: Some(duration(Duration::from_millis(200))),
                 ..Default::default()
             },
+            Form::SimpleList => proto::Open {
+                source: Some(proto::open::Source::SimpleList(proto::SimpleListSource {
+                    key: "orders".into(),
+                })),
+                count: 3,
+                block: Some(duration(Duration::from_millis(200))),
+                ..Default::default()
+            },
         };
         let target = match self {
             Form::Stream => proto::dead_letter::Target::Stream(self.dead_letter().into()),
-            Form::ReliableList => proto::dead_letter::Target::List(self.dead_letter().into()),
+            Form::ReliableList | Form::SimpleList => {
+                proto::dead_letter::Target::List(self.dead_letter().into())
+            }
         };
         proto::Open {
             mode: mode as i32,
@@ -177,14 +192,15 @@ impl Form {
                         .await
                         .unwrap();
                 }
-                Form::ReliableList => {
+                Form::ReliableList | Form::SimpleList => {
                     let _: i64 = redis.lpush("orders", *value).await.unwrap();
                 }
             }
         }
     }
 
-    /// Entries this consumer still holds: pending in the group, or on the processing list.
+    /// Entries this consumer still holds in Redis: pending in the group, or on the processing
+    /// list (a simple list's are held by the sidecar alone).
     async fn held(self, redis: &Client) -> u64 {
         match self {
             Form::Stream => pending(redis, "orders", "g").await,
@@ -192,6 +208,7 @@ impl Form {
                 .llen::<u64, _>("{orders}:window:processing:c")
                 .await
                 .unwrap(),
+            Form::SimpleList => 0,
         }
     }
 
@@ -199,7 +216,7 @@ impl Form {
     async fn length(self, redis: &Client) -> u64 {
         match self {
             Form::Stream => redis.xlen("orders").await.unwrap(),
-            Form::ReliableList => redis.llen("orders").await.unwrap(),
+            Form::ReliableList | Form::SimpleList => redis.llen("orders").await.unwrap(),
         }
     }
 
@@ -318,12 +335,16 @@ async fn refused_requeues_stay_pending(form: Form, mode: proto::Mode, fault: Fau
     assert_eq!(form.dead_letters(&inspect).await, u64::from(written(2)));
     // A copy written may be read already (then it is held too).
     let held = form.held(&inspect).await;
-    assert!(held == refused || held == refused + copies, "held {held}");
+    if !matches!(form, Form::SimpleList) {
+        assert!(held == refused || held == refused + copies, "held {held}");
+    }
     match form {
         Form::Stream => assert_eq!(form.length(&inspect).await, 3 + copies),
         Form::ReliableList => {
             assert_eq!(form.length(&inspect).await + held, refused + copies)
         }
+        // Refused entries the sidecar gave back already wait in the list, or were read.
+        Form::SimpleList => assert!(form.length(&inspect).await <= refused + copies),
     }
 
     // They come back, counted once more, and are requeued as asked now that Redis takes them.
@@ -460,6 +481,99 @@ async fn a_long_script_stream() {
 #[tokio::test]
 async fn a_long_script_reliable_list() {
     refused_requeues_stay_pending(Form::ReliableList, proto::Mode::Atomic, Fault::Busy).await;
+}
+
+#[tokio::test]
+async fn out_of_memory_simple_list() {
+    refused_requeues_stay_pending(Form::SimpleList, proto::Mode::Pipeline, Fault::OutOfMemory)
+        .await;
+}
+
+#[tokio::test]
+async fn out_of_memory_simple_list_atomic() {
+    refused_requeues_stay_pending(Form::SimpleList, proto::Mode::Atomic, Fault::OutOfMemory).await;
+}
+
+/// The give-back is refused too (no `RPUSH`) until the ACL is restored.
+#[tokio::test]
+async fn no_permission_for_the_writes_simple_list() {
+    refused_requeues_stay_pending(Form::SimpleList, proto::Mode::Pipeline, Fault::NoWrites).await;
+}
+
+#[tokio::test]
+async fn no_permission_for_scripts_simple_list() {
+    refused_requeues_stay_pending(Form::SimpleList, proto::Mode::Atomic, Fault::NoScripts).await;
+}
+
+#[tokio::test]
+async fn dead_letter_of_the_wrong_type_simple_list() {
+    refused_requeues_stay_pending(
+        Form::SimpleList,
+        proto::Mode::Pipeline,
+        Fault::DeadLetterWrongType,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn delay_set_of_the_wrong_type_simple_list() {
+    refused_requeues_stay_pending(
+        Form::SimpleList,
+        proto::Mode::Atomic,
+        Fault::DelaySetWrongType,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_long_script_simple_list() {
+    refused_requeues_stay_pending(Form::SimpleList, proto::Mode::Pipeline, Fault::Busy).await;
+}
+
+/// A simple list's entries given back when their client leaves, while Redis refuses the
+/// give-back (out of memory): nothing in Redis has them, so the closing subscription holds them
+/// and pushes them back once Redis takes writes again. The next subscriber gets them in their
+/// order, counted once more.
+#[tokio::test]
+async fn a_refused_give_back_of_a_simple_list_is_held_until_redis_takes_it() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let form = Form::SimpleList;
+    form.add(&inspect, &["a", "b", "c"]).await;
+    let open = form.open(proto::Mode::Pipeline);
+    let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
+    deliveries(&mut sub, 3).await;
+    assert_eq!(form.length(&inspect).await, 0);
+
+    Fault::OutOfMemory
+        .apply(&inspect, redis.port(), &form)
+        .await;
+    drop(sub);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        form.length(&inspect).await,
+        0,
+        "Redis refuses the give-back"
+    );
+    Fault::OutOfMemory.undo(&inspect, redis.port(), &form).await;
+    let back = eventually(Duration::from_secs(5), || async {
+        form.length(&inspect).await == 3
+    });
+    assert!(
+        back.await,
+        "held entries are pushed back once Redis takes them"
+    );
+
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    let read = deliveries(&mut sub, 3).await;
+    let values: Vec<String> = read.deliveries.iter().map(value).collect();
+    assert_eq!(values, ["a", "b", "c"]);
+    let counts: Vec<u32> = read.deliveries.iter().map(|d| d.delivery_count).collect();
+    assert_eq!(counts, [2, 2, 2], "{read:?}");
+    sub.close();
+    sidecar.stop().await;
 }
 
 /// Writes paused (`CLIENT PAUSE … WRITE`, as during a failover's hand-over): the requeue step
@@ -635,6 +749,69 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
     );
     drop((sub, client));
     sidecar.terminate();
+}
+
+/// The binary's lines for a simple list's held entries: held when Redis refuses their
+/// give-back, taken back once it accepts, and, when the sidecar stops while Redis still
+/// refuses, the error that says how many were lost and the first of them (documented fields).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_entries_of_a_simple_list_are_logged_taken_back_or_lost() {
+    let redis = RedisServer::start();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = Launch::new()
+        .args([
+            "--redis-url",
+            &redis.url(),
+            "--listen",
+            &listen,
+            "--log-format",
+            "json",
+            "--shutdown-grace",
+            "1s",
+        ])
+        .env("RUST_LOG", "info")
+        .capture_stdout()
+        .start();
+    sidecar.wait_for("Redis answers: SERVING");
+    let inspect = redis.client().await;
+    let form = Form::SimpleList;
+    form.add(&inspect, &["a", "b", "c"]).await;
+    let open = form.open(proto::Mode::Pipeline);
+    let json = |line: String| -> serde_json::Value { serde_json::from_str(&line).unwrap() };
+
+    let mut client = connect_client(&listen).await;
+    let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
+    deliveries(&mut sub, 3).await;
+    admin(redis.port(), &["CONFIG", "SET", "maxmemory", "1"]);
+    drop(sub);
+    let held = json(sidecar.wait_for("Redis refused to take popped entries back"));
+    assert_eq!(
+        (&held["level"], &held["entries"]),
+        (&"WARN".into(), &3.into()),
+        "{held}"
+    );
+    admin(redis.port(), &["CONFIG", "SET", "maxmemory", "0"]);
+    let back = json(sidecar.wait_for("held entries taken back by Redis"));
+    assert_eq!(
+        (&back["level"], &back["entries"]),
+        (&"INFO".into(), &3.into()),
+        "{back}"
+    );
+    assert_eq!(form.length(&inspect).await, 3);
+
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    deliveries(&mut sub, 3).await;
+    admin(redis.port(), &["CONFIG", "SET", "maxmemory", "1"]);
+    sidecar.signal("TERM");
+    let lost = json(sidecar.wait_for("popped entries lost"));
+    assert_eq!(lost["level"], "ERROR", "{lost}");
+    assert_eq!(
+        (&lost["entries"], &lost["first"]),
+        (&3.into(), &"a".into()),
+        "{lost}"
+    );
+    drop((sub, client));
+    sidecar.wait_exit();
 }
 
 /// `INFO replication`'s `role` of a server (`master` or `slave`) and, for a replica, whether

@@ -155,6 +155,12 @@ impl Form {
         }
     }
 
+    /// Whether its entries leave Redis when read (a simple list): a requeue or give-back Redis
+    /// refuses leaves them with the sidecar alone.
+    pub fn pops(&self) -> bool {
+        matches!(self, Form::List(keys) if !keys.reliable)
+    }
+
     /// Keeps outstanding stream entries from other consumers (see
     /// [`crate::engine::Action::Extend`]); other forms extend through their lease.
     pub async fn extend(&self, client: &Client, entries: &[&Entry]) -> Result<(), RedisError> {

@@ -31,6 +31,8 @@ pub struct FlushResult {
     /// A reply never came (timeout, broken connection): Redis may have applied the flush, or
     /// may still apply it.
     pub unknown: bool,
+    /// Nothing of it reached Redis (no connection in time): none of it ran.
+    pub not_sent: bool,
     /// Entries neither settled nor requeued because another consumer had claimed them (this
     /// sidecar held them past `min_idle` without extending them): theirs now.
     pub skipped: usize,
@@ -69,6 +71,9 @@ pub struct RequeueRefused {
     pub entry_id: bytes::Bytes,
     /// Redis's error, as Redis worded it.
     pub error: String,
+    /// Its place among the entries of the flush's requeue step, from 0: how the sidecar finds
+    /// a simple list's entry, which only it still has, to hold and give back.
+    pub step: usize,
 }
 
 /// Why Redis refused a write, as the `reason` label of the refusal counters: one word per
@@ -139,7 +144,7 @@ impl FlushResult {
                 // Refused whole: nothing of it ran, every entry in it is still pending.
                 Role::SettleOwned => {
                     result.settle_failed = true;
-                    result.refuse(plan.requeue_step.iter(), &message);
+                    result.refuse(plan.requeue_step.iter().enumerate(), &message);
                 }
                 Role::Commit { settles } if aborted => {
                     result.aborted += 1;
@@ -196,11 +201,14 @@ impl FlushResult {
                 .as_string()
                 .unwrap_or_else(|| "a requeue write failed".into())
         });
-        let refused: Vec<&StepEntry> = match parts.next() {
+        let refused: Vec<(usize, &StepEntry)> = match parts.next() {
             Some(Value::Array(positions)) => positions
                 .iter()
                 .filter_map(|p| p.as_u64())
-                .filter_map(|p| step.get((p as usize).checked_sub(1)?))
+                .filter_map(|p| {
+                    let at = (p as usize).checked_sub(1)?;
+                    Some((at, step.get(at)?))
+                })
                 .collect(),
             _ => Vec::new(),
         };
@@ -251,14 +259,15 @@ impl FlushResult {
     }
 
     /// Records the entries of `step` that had requeue writes as refused with `error`.
-    fn refuse<'a>(&mut self, step: impl Iterator<Item = &'a StepEntry>, error: &str) {
+    fn refuse<'a>(&mut self, step: impl Iterator<Item = (usize, &'a StepEntry)>, error: &str) {
         self.requeue_refused
             .extend(
-                step.filter(|entry| entry.requeues)
-                    .map(|entry| RequeueRefused {
+                step.filter(|(_, entry)| entry.requeues)
+                    .map(|(at, entry)| RequeueRefused {
                         slot: entry.slot,
                         entry_id: entry.id.clone(),
                         error: error.to_owned(),
+                        step: at,
                     }),
             );
     }
@@ -298,6 +307,7 @@ pub(crate) async fn execute(
                     failed: plan.commands.len(),
                     first_error: Some(not_sent.clone()),
                     settle_failed: plan.settles > 0,
+                    not_sent: true,
                     ..Default::default()
                 };
                 let read = plan

@@ -38,12 +38,10 @@ impl Settling for ListKeys {
 
     /// One [`SETTLE_OWNED`] script on a reliable list: an entry is requeued only while its
     /// value is on this consumer's processing list, and taken off it only once its writes took
-    /// effect. A simple list keeps no processing list, so nobody else can hold its entries: its
-    /// writes go in a MULTI.
+    /// effect. A simple list keeps no processing list, so nobody else can hold its entries:
+    /// [`REQUEUE_POPPED`] writes them, and reports those it could not write, which the sidecar
+    /// holds and gives back.
     fn settle_owned(&self, requeues: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
-        if !self.reliable {
-            return false;
-        }
         let entries = requeues
             .iter()
             .map(|r| {
@@ -57,10 +55,15 @@ impl Settling for ListKeys {
                 (value(r.entry).clone(), r.dead_letter, writes)
             })
             .collect();
+        let (script, key) = if self.reliable {
+            (SETTLE_OWNED, &self.processing)
+        } else {
+            (REQUEUE_POPPED, &self.key)
+        };
         plan.commands.push(owned_step(
-            SETTLE_OWNED,
+            script,
             self.slot,
-            vec![self.processing.clone()],
+            vec![key.clone()],
             vec![],
             entries,
         ));
@@ -149,5 +152,24 @@ end, function(value)
   redis.call('LREM', KEYS[1], 1, value)
 end)
 return reply
+"#
+);
+
+/// The requeue step of a simple list's flush: its entries left Redis when they were popped, so
+/// every one is this subscription's and settling it needs nothing in Redis. KEYS[1] is the
+/// list (for its slot); ARGV as [`owned_step`] lays it out.
+///
+/// When Redis refuses: the whole step under `OOM`, `READONLY`, `NOPERM` for `EVAL`, `BUSY` or
+/// a slot that moved; a copy, delay-set member or dead letter refused inside it (`NOPERM` for
+/// `LPUSH`/`ZADD`, `WRONGTYPE`) stops it there, as on a reliable list. Either way the reply
+/// names the entries not written, and the sidecar holds them and pushes them back where they
+/// were read (`RPUSH`, counted one delivery more) as soon as Redis takes that write: they are
+/// delivered again, and their retry, delay or dead letter is written as asked once Redis
+/// accepts it. Only a sidecar that stops while Redis still refuses loses them, as a crash
+/// would (a simple list is at most once).
+pub(crate) const REQUEUE_POPPED: &str = concat!(
+    owned_step_lua!(),
+    r#"
+return owned_step(function() return true end, function() end)
 "#
 );

@@ -189,17 +189,21 @@ fn a_retry_pushes_the_value_back_in_one_step_with_its_lrem_while_it_is_ours() {
             "v0: LPUSH jobs v0; HSET {jobs}:window:deliveries v0 1",
         ]
     );
-    // A simple list has no processing list: nobody else holds its entries.
-    let rendered = plan(&keys(false), &[Outcome::Retry], Mode::Pipeline);
+    // A simple list has no processing list: nobody else holds its entries, and its step
+    // needs nothing in Redis to settle them (the sidecar holds those it could not write).
+    let keys = keys(false);
+    let rendered = plan(&keys, &[Outcome::Retry], Mode::Pipeline);
     assert_eq!(
         rendered,
         vec![
-            "MULTI",
-            "LPUSH jobs v0",
-            "HSET {jobs}:window:deliveries v0 1",
-            "EXEC"
+            "OWNED jobs {jobs}:window:deliveries | ",
+            "v0: LPUSH jobs v0; HSET {jobs}:window:deliveries v0 1",
         ]
     );
+    let entries = vec![entry(b("v0"), 0, keys.framing)];
+    let planned = plan_of(&keys, entries, &[Outcome::Retry], Mode::Pipeline, 0);
+    let script = &planned.commands[0].args[0];
+    assert_eq!(script, settle::REQUEUE_POPPED.as_bytes());
 }
 
 #[test]

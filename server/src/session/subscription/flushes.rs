@@ -61,6 +61,18 @@ impl Subscription {
             batch.dropped_segments(),
             &plan,
         );
+        if self.form.pops() && !plan.requeue_step.is_empty() {
+            // A delivered entry's slot is unique in its read.
+            let entries = plan
+                .requeue_step
+                .iter()
+                .map(|step| {
+                    let settle = batch.settles.iter().find(|s| s.slot == step.slot);
+                    settle.filter(|_| step.requeues).map(|s| s.entry.clone())
+                })
+                .collect();
+            self.popped.insert(flush, entries);
+        }
         self.submit(FlushJob {
             flush,
             report,
@@ -105,6 +117,10 @@ impl Subscription {
             "entries past max_deliveries go to the dead letter"
         );
         let report = report(0, 0, 0, &plan);
+        if self.form.pops() {
+            self.popped
+                .insert(flush, entries.into_iter().map(Some).collect());
+        }
         self.submit(FlushJob {
             flush,
             report,
@@ -125,6 +141,7 @@ impl Subscription {
             Flushed::Report(flush, report, read_ahead) => {
                 let span = self.flush_spans.remove(&flush);
                 let status = self.record(&report, span.as_ref());
+                self.hold_refused(flush, &report.result);
                 for failure in &report.result.side_effect_failures {
                     if !failure.settled {
                         let reason =
@@ -152,6 +169,24 @@ impl Subscription {
                 self.engine.flush_settled(now, flush);
             }
         }
+    }
+
+    /// A simple list's entries whose requeue Redis refused, or that never reached Redis: only
+    /// this sidecar has them now, so it holds them until Redis takes them back.
+    fn hold_refused(&mut self, flush: FlushId, result: &FlushResult) {
+        let Some(mut step) = self.popped.remove(&flush) else {
+            return;
+        };
+        let refused: Vec<Item> = if result.not_sent {
+            step.into_iter().flatten().collect()
+        } else {
+            result
+                .requeue_refused
+                .iter()
+                .filter_map(|refusal| step.get_mut(refusal.step)?.take())
+                .collect()
+        };
+        self.held.hold(refused, true, Instant::now().into_std());
     }
 
     /// A flush report's counters and log line (with the ids of the flush's span, if it has

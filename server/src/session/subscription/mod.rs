@@ -6,6 +6,7 @@
 
 mod client;
 mod flushes;
+mod held;
 mod open;
 
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use opentelemetry::trace::SpanContext;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{Instrument, debug, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use super::observe::{self, SubscriptionView};
 use super::workers::{FlushJob, Flushed, LaneRead, ReadRequest};
@@ -80,6 +81,11 @@ pub(super) struct Subscription {
     flush_spans: HashMap<FlushId, SpanContext>,
     /// Why entries an atomic-mode segment left pending failed, for their dead letter.
     poison: flushes::PoisonReasons,
+    /// A simple list's flushes under way with requeues: the entries of each one's requeue
+    /// step, in its order (`None` for those without a requeue write), the only copy of them.
+    popped: HashMap<FlushId, Vec<Option<Item>>>,
+    /// A simple list's entries Redis refused to take back, until it does.
+    held: held::Held<Item>,
     view: SubscriptionView,
     form_labels: FormLabels,
     labels: SubscriptionLabels,
@@ -148,6 +154,7 @@ impl Subscription {
                     self.engine.shutdown(now());
                 }
                 () = sleep_until(deadline) => self.engine.tick(now()),
+                () = sleep_until(self.held.due().map(Instant::from_std)) => self.give_back_held().await,
             }
             self.execute().await;
         }
@@ -248,7 +255,12 @@ impl Subscription {
                     .give_back(self.shared.redis.pool(), &refs, seen)
                     .await
                 {
-                    warn!(error = %err, entries = refs.len(), seen, "could not give entries back; they count one delivery more");
+                    if self.form.pops() {
+                        warn!(error = %err, entries = refs.len(), "Redis refused to take popped entries back: held here until it does");
+                        self.held.hold(entries, seen, Instant::now().into_std());
+                    } else {
+                        warn!(error = %err, entries = refs.len(), seen, "could not give entries back; they count one delivery more");
+                    }
                 }
             }
             Action::Extend(entries) => {
@@ -354,8 +366,61 @@ impl Subscription {
             .insert(self.view.id.clone(), self.view.clone());
     }
 
-    /// The engine is done (the last read returned): free the lease, then the name.
-    async fn closed(self) {
+    /// Pushes a simple list's held entries back where they were read; held again, for a later
+    /// try, if Redis still refuses.
+    async fn give_back_held(&mut self) {
+        let now = || Instant::now().into_std();
+        let (seen, unseen) = self.held.take();
+        for (entries, seen) in [(seen, true), (unseen, false)] {
+            if entries.is_empty() {
+                continue;
+            }
+            let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
+            match self
+                .form
+                .give_back(self.shared.redis.pool(), &refs, seen)
+                .await
+            {
+                Ok(()) => {
+                    info!(
+                        entries = refs.len(),
+                        "held entries taken back by Redis: they are delivered again"
+                    );
+                    self.held.given_back();
+                }
+                Err(err) => {
+                    debug!(error = %err, entries = refs.len(), "Redis still refuses to take held entries back");
+                    self.held.refused(entries, seen, now());
+                }
+            }
+        }
+    }
+
+    /// The engine is done (the last read returned): give back what is held, free the lease,
+    /// then the name.
+    async fn closed(mut self) {
+        // At shutdown the process ends soon after the last subscription: a try or two, then
+        // the error line, before it does.
+        let hold = if self.shared.shutdown.is_cancelled() {
+            HELD_AT_SHUTDOWN
+        } else {
+            HELD_AT_CLOSE
+        };
+        let until = Instant::now() + hold;
+        while let Some(due) = self.held.due().map(Instant::from_std) {
+            if due > until {
+                let (seen, unseen) = self.held.take();
+                let first = seen.iter().chain(&unseen).next();
+                error!(
+                    entries = seen.len() + unseen.len(),
+                    first = %first.map(|e| String::from_utf8_lossy(e.value())).unwrap_or_default(),
+                    "popped entries lost: Redis refused to take them back until the subscription closed (a simple list is at most once)"
+                );
+                break;
+            }
+            tokio::time::sleep_until(due).await;
+            self.give_back_held().await;
+        }
         if let Some(lease) = &self.lease
             && let Err(err) = lease.free(self.shared.redis.pool()).await
         {
@@ -393,6 +458,11 @@ impl Subscription {
         );
     }
 }
+
+/// How long a closing subscription keeps trying to give back the entries it holds: after its
+/// client left, and at shutdown (within the drain's slack past the grace period).
+const HELD_AT_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
+const HELD_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// Sleeps until the deadline, or forever when there is none.
 async fn sleep_until(deadline: Option<Instant>) {

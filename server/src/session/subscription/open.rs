@@ -241,6 +241,8 @@ impl Subscription {
             client_spans: HashMap::new(),
             flush_spans: HashMap::new(),
             poison: Default::default(),
+            popped: HashMap::new(),
+            held: Default::default(),
             view,
             form_labels,
             labels: SubscriptionLabels {
