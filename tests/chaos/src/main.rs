@@ -373,7 +373,16 @@ async fn serve(
     let mut after_slow = false;
     // The acked entries by slot, for a report that says Redis refused their side effects.
     let mut kept: HashMap<u64, String> = HashMap::new();
-    let note_refused = |report: &proto::FlushReport, kept: &HashMap<u64, String>| {
+    // A flush report is logged as it comes, also while the worker sleeps on a slow ack: a
+    // worker that then abandons its read or stops would otherwise never log the reports it
+    // took meanwhile, and the checker would miss what they said (a side effect Redis refused).
+    let note_report = |report: &proto::FlushReport, kept: &HashMap<u64, String>| {
+        log.push(Event::Flushed {
+            worker: id,
+            stream,
+            read_id: report.read_id,
+            ok: report.ok,
+        });
         if let Some(event) = refused(id, stream, report, kept) {
             log.push(event);
         }
@@ -387,17 +396,10 @@ async fn serve(
             },
         };
         let Some(message) = message else { return };
-        let flushed = |report: &proto::FlushReport| Event::Flushed {
-            worker: id,
-            stream,
-            read_id: report.read_id,
-            ok: report.ok,
-        };
         let read = match message.kind {
             Some(Kind::Read(read)) => read,
             Some(Kind::Flush(report)) => {
-                log.push(flushed(&report));
-                note_refused(&report, &kept);
+                note_report(&report, &kept);
                 continue;
             }
             _ => continue,
@@ -408,8 +410,7 @@ async fn serve(
             read_id: read.read_id,
         });
         if let Some(report) = &read.flushed {
-            log.push(flushed(report));
-            note_refused(report, &kept);
+            note_report(report, &kept);
         }
         for d in &read.deliveries {
             log_delivery(id, shared, (stream, ordered), read.read_id, d);
@@ -423,7 +424,9 @@ async fn serve(
                 .filter(|(_, decision)| decision.keeps())
                 .map(|(d, _)| (d.slot, shared.run.form.identity(d))),
         );
-        if !answer(id, shared, (sub, &mut waiting), &read, decisions, rng).await {
+        let mut on_report = |report: &proto::FlushReport| note_report(report, &kept);
+        let receiving = (&mut *sub, &mut waiting, &mut on_report as OnReport<'_>);
+        if !answer(id, shared, receiving, &read, decisions, rng).await {
             return;
         }
     }
@@ -461,19 +464,40 @@ fn refused(
 }
 
 /// What came in on a subscription stream while its worker slept on a slow ack, in order, each
-/// with when it came; `None`: the stream ended or broke there.
+/// with when it came; `None`: the stream ended or broke there. Flush reports are not in it:
+/// they were handed over as they came.
 type Waiting = VecDeque<(Instant, Option<proto::SubscribeResponse>)>;
+
+/// Where a worker's flush reports go as they come.
+type OnReport<'a> = &'a mut (dyn FnMut(&proto::FlushReport) + Send);
 
 /// Sleeps `time`, taking each message off the stream as it comes meanwhile (as a client whose
 /// handler runs beside its receiving does), so that how long a read then waits for its worker
-/// is known.
-async fn sleep_receiving(sub: &mut Subscription, time: Duration, waiting: &mut Waiting) {
+/// is known. Flush reports, alone or in a read, go to `on_report` at once.
+async fn sleep_receiving(
+    sub: &mut Subscription,
+    time: Duration,
+    waiting: &mut Waiting,
+    on_report: OnReport<'_>,
+) {
     let until = Instant::now() + time;
     while let Some(received) = sub
         .message_within(until.saturating_duration_since(Instant::now()))
         .await
     {
-        let message = received.ok().flatten();
+        let mut message = received.ok().flatten();
+        match message.as_mut().and_then(|m| m.kind.as_mut()) {
+            Some(Kind::Flush(report)) => {
+                on_report(report);
+                continue;
+            }
+            Some(Kind::Read(read)) => {
+                if let Some(report) = read.flushed.take() {
+                    on_report(&report);
+                }
+            }
+            _ => {}
+        }
         let ended = message.is_none();
         waiting.push_back((Instant::now(), message));
         if ended {
@@ -562,7 +586,7 @@ fn decide(
 async fn answer(
     id: u32,
     shared: &Shared,
-    (sub, waiting): (&mut Subscription, &mut Waiting),
+    (sub, waiting, on_report): (&mut Subscription, &mut Waiting, OnReport<'_>),
     read: &proto::Read,
     decisions: Vec<Decision>,
     rng: &mut StdRng,
@@ -576,7 +600,7 @@ async fn answer(
             Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
             Decision::SlowAck => {
                 if !late {
-                    sleep_receiving(sub, SLOW, waiting).await;
+                    sleep_receiving(sub, SLOW, waiting, on_report).await;
                     late = true;
                 }
                 (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack))
