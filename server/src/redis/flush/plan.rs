@@ -864,7 +864,9 @@ fn settle_owned(form: &impl Settling, requeued: &[Requeued<'_>], plan: &mut Flus
 
 /// The plan that moves entries read beyond the delivery cap to the dead letter, without
 /// delivering them: in the form's requeue step, so that an entry is settled only once its dead
-/// letter is written; a form without one (a simple list) writes them in a MULTI.
+/// letter is written; a form without one (pub/sub has no dead letter) in a MULTI. The read
+/// that found them counted a delivery that never happened: their dead letters say how often
+/// they were delivered, one less.
 pub(crate) fn plan_dead_letters(
     form: &impl Settling,
     entries: &[&Entry],
@@ -876,7 +878,11 @@ pub(crate) fn plan_dead_letters(
         .iter()
         .map(|&entry| {
             let mut writes = FlushPlan::default();
-            form.dead_letter(entry, Some(&reason(entry)), &mut writes);
+            let delivered = Entry {
+                delivery_count: entry.delivery_count.saturating_sub(1),
+                ..entry.clone()
+            };
+            form.dead_letter(&delivered, Some(&reason(entry)), &mut writes);
             Requeued {
                 slot: 0,
                 entry,
