@@ -580,7 +580,7 @@ async fn a_refused_give_back_of_a_simple_list_is_held_until_redis_takes_it() {
 /// waits for the pause to end and then runs whole; nothing is refused or lost.
 #[tokio::test]
 async fn paused_writes_delay_the_requeues_and_lose_nothing() {
-    for form in [Form::Stream, Form::ReliableList] {
+    for form in [Form::Stream, Form::ReliableList, Form::SimpleList] {
         let redis = RedisServer::start();
         let sidecar = Sidecar::start(&redis.url(), &[]).await;
         let inspect = redis.client().await;
@@ -615,12 +615,18 @@ async fn paused_writes_delay_the_requeues_and_lose_nothing() {
 /// is sent with its text, and the promotion of due delays loads its script again.
 #[tokio::test]
 async fn a_flushed_script_cache_refuses_nothing() {
+    for form in [Form::Stream, Form::ReliableList, Form::SimpleList] {
+        a_flushed_script_cache_refuses_nothing_on(form).await;
+    }
+}
+
+async fn a_flushed_script_cache_refuses_nothing_on(form: Form) {
     let redis = RedisServer::start();
     let sidecar = Sidecar::start(&redis.url(), &[]).await;
     let inspect = redis.client().await;
     let mut client = sidecar.client().await;
-    Form::Stream.add(&inspect, &["a", "b"]).await;
-    let (mut sub, _) = Subscription::open(&mut client, Form::Stream.open(proto::Mode::Pipeline))
+    form.add(&inspect, &["a", "b"]).await;
+    let (mut sub, _) = Subscription::open(&mut client, form.open(proto::Mode::Pipeline))
         .await
         .unwrap();
     let read = deliveries(&mut sub, 2).await;
@@ -814,6 +820,68 @@ async fn held_entries_of_a_simple_list_are_logged_taken_back_or_lost() {
     sidecar.wait_exit();
 }
 
+/// A simple list's requeues on a primary turned replica (`READONLY`): the entries left Redis
+/// when they were popped, so the sidecar holds them; when the roles swap back (a failback) the
+/// node takes writes again, the held entries go back to the list, come back counted once more,
+/// and are requeued as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_turned_replica_refuses_the_requeues_whole_simple_list() {
+    let form = Form::SimpleList;
+    let old = RedisServer::start();
+    let new = RedisServer::start_with(&["--replicaof", "127.0.0.1", &old.port().to_string()]);
+    let synced = eventually(STEP, || async { replication(new.port()).1 });
+    assert!(synced.await, "the replica synced");
+    let sidecar = Sidecar::start(&old.url(), &[]).await;
+    let on_old = old.client().await;
+    let mut client = sidecar.client().await;
+    form.add(&on_old, &["a", "b", "c"]).await;
+    let (mut sub, _) = Subscription::open(&mut client, form.open(proto::Mode::Pipeline))
+        .await
+        .unwrap();
+    let read = deliveries(&mut sub, 3).await;
+    let values: Vec<String> = read.deliveries.iter().map(value).collect();
+    assert_eq!(values, ["a", "b", "c"]);
+    let swap = |from: u16, to: u16| async move {
+        admin(from, &["FAILOVER", "TIMEOUT", "5000"]);
+        let swapped = eventually(Duration::from_secs(10), || async {
+            replication(from) == ("slave".to_owned(), true) && replication(to).0 == "master"
+        });
+        assert!(swapped.await, "the failover swapped the roles");
+    };
+    swap(old.port(), new.port()).await;
+    sub.send(vec![], requeues(&read)).await;
+    let report = sub.flush().await;
+    assert!(!report.ok, "{report:?}");
+    if !report.requeue_refused.is_empty() {
+        assert_eq!(report.requeue_refused.len(), 3, "{report:?}");
+        let error = &report.requeue_refused[0].error;
+        assert!(error.starts_with("READONLY "), "{report:?}");
+    }
+    let on_new = new.client().await;
+    assert_eq!(form.length(&on_new).await, 0);
+    assert_eq!(form.delayed_members(&on_new).await, 0);
+    assert_eq!(form.dead_letters(&on_new).await, 0);
+
+    // The failback: the sidecar's node is a primary again and takes the held entries back.
+    swap(new.port(), old.port()).await;
+    let back = deliveries(&mut sub, 3).await;
+    let again: Vec<String> = back.deliveries.iter().map(value).collect();
+    assert_eq!(again, values, "{back:?}");
+    assert!(
+        back.deliveries.iter().all(|d| d.delivery_count == 2),
+        "{back:?}"
+    );
+    sub.send(vec![], requeues(&back)).await;
+    let report = sub.flush().await;
+    assert!(report.ok && report.requeue_refused.is_empty(), "{report:?}");
+    let copy = deliveries(&mut sub, 1).await;
+    assert_eq!(value(&copy.deliveries[0]), "a", "{copy:?}");
+    assert_eq!(form.delayed_members(&on_old).await, 1);
+    assert_eq!(form.dead_letters(&on_old).await, 1);
+    sub.close();
+    sidecar.stop().await;
+}
+
 /// `INFO replication`'s `role` of a server (`master` or `slave`) and, for a replica, whether
 /// its link to its primary is up.
 fn replication(port: u16) -> (String, bool) {
@@ -854,7 +922,16 @@ async fn open_once_the_lease_expires(
 /// once the sidecar talks to the new primary the entries come back and are requeued as asked,
 /// each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_primary_turned_replica_refuses_the_requeues_whole() {
+async fn a_primary_turned_replica_refuses_the_requeues_whole_stream() {
+    a_primary_turned_replica_refuses_the_requeues_whole(Form::Stream).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_turned_replica_refuses_the_requeues_whole_reliable_list() {
+    a_primary_turned_replica_refuses_the_requeues_whole(Form::ReliableList).await;
+}
+
+async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
     let old = RedisServer::start();
     let new = RedisServer::start_with(&["--replicaof", "127.0.0.1", &old.port().to_string()]);
     let synced = eventually(STEP, || async { replication(new.port()).1 });
@@ -864,13 +941,15 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole() {
     // primary holds the lease as the failover left it until it expires.
     let flags = ["--metrics-listen", &metrics, "--consumer-lease", "1s"];
     let sidecar = Sidecar::start(&old.url(), &flags).await;
-    let form = Form::Stream;
+    // A reliable list's lease is its heartbeat: as short as the stream's.
+    let mut open = form.open(proto::Mode::Pipeline);
+    if let Some(proto::open::Source::ReliableList(list)) = &mut open.source {
+        list.dead_after = Some(duration(Duration::from_secs(1)));
+    }
     let on_old = old.client().await;
     let mut client = sidecar.client().await;
     form.add(&on_old, &["a", "b", "c"]).await;
-    let (mut sub, _) = Subscription::open(&mut client, form.open(proto::Mode::Pipeline))
-        .await
-        .unwrap();
+    let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
     let read = deliveries(&mut sub, 3).await;
     let values: Vec<String> = read.deliveries.iter().map(value).collect();
     assert_eq!(values, ["a", "b", "c"]);
@@ -914,11 +993,12 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole() {
     sub.close();
     sidecar.stop().await;
 
-    // The new primary's view: the three entries still pending on their consumer, no copy, no
-    // delay-set member, no dead letter.
+    // The new primary's view: the three entries still pending on their consumer (on its
+    // processing list), no copy, no delay-set member, no dead letter.
     let on_new = new.client().await;
-    assert_eq!(pending(&on_new, "orders", "g").await, 3);
-    assert_eq!(form.length(&on_new).await, 3);
+    assert_eq!(form.held(&on_new).await, 3);
+    let before = form.length(&on_new).await;
+    assert_eq!(before, if let Form::Stream = form { 3 } else { 0 });
     assert_eq!(form.delayed_members(&on_new).await, 0);
     assert_eq!(form.dead_letters(&on_new).await, 0);
 
@@ -926,7 +1006,7 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole() {
     // entries come back, are requeued as asked, and each requeue is written once.
     let sidecar = Sidecar::start(&new.url(), &["--consumer-lease", "1s"]).await;
     let mut client = sidecar.client().await;
-    let mut sub = open_once_the_lease_expires(&mut client, form.open(proto::Mode::Pipeline)).await;
+    let mut sub = open_once_the_lease_expires(&mut client, open).await;
     let back = deliveries(&mut sub, 3).await;
     let again: Vec<String> = back.deliveries.iter().map(value).collect();
     assert_eq!(again, values, "{back:?}");
@@ -945,8 +1025,9 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole() {
             .is_none(),
         "nothing more is delivered"
     );
-    assert_eq!(pending(&on_new, "orders", "g").await, 0);
-    assert_eq!(form.length(&on_new).await, 4);
+    assert_eq!(form.held(&on_new).await, 0);
+    // A stream keeps its entries and the copy; a list's were all read.
+    assert_eq!(form.length(&on_new).await, before + u64::from(before > 0));
     assert_eq!(form.delayed_members(&on_new).await, 1);
     assert_eq!(form.dead_letters(&on_new).await, 1);
     sub.close();
