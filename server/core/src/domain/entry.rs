@@ -6,11 +6,7 @@
 use bytes::Bytes;
 
 use super::frame::{self, Framing};
-
-/// The field that holds the payload in the payload-and-headers layout.
-pub const PAYLOAD_FIELD: &[u8] = b"_payload";
-/// The prefix of header fields in that layout.
-pub const HEADER_PREFIX: &[u8] = b"h:";
+pub use super::layout::{HEADER_PREFIX, PAYLOAD_FIELD};
 /// Header on retried copies: deliveries of the entry before this copy was written.
 pub const ATTEMPTS_HEADER: &str = "x-window-attempts";
 /// Header on retried copies: the id of the entry first written by the producer.

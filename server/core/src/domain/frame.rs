@@ -17,7 +17,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::entry::{HEADER_PREFIX, PAYLOAD_FIELD};
+use super::layout::{HEADER_PREFIX, PAYLOAD_FIELD};
 
 /// How a subscription reads list values or messages, and how its copies are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

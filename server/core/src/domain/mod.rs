@@ -8,6 +8,7 @@
 pub mod entry;
 pub mod frame;
 pub mod key;
+pub mod layout;
 pub mod letter;
 pub mod source;
 pub mod target;
