@@ -20,8 +20,10 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 import time
+from typing import List
 
 
 from window_client import FlushEvent, WindowError, tracing
@@ -249,6 +251,18 @@ async def main() -> int:
                     sub.stop()
                     return
 
+        # Ctrl-C (SIGINT) and SIGTERM stop the subscription the way idle_exit does: it hands
+        # out nothing more, flushes what is settled and ends the iteration, without a traceback.
+        signalled: List[str] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            log.info("%s: stopping; what is settled is flushed", sig.name)
+            signalled.append(sig.name)
+            sub.stop()
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
         dog = asyncio.create_task(watchdog())
         try:
             async with sub:
@@ -260,10 +274,12 @@ async def main() -> int:
                         await worker.handle(delivery)
         finally:
             dog.cancel()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
     if provider is not None:
         provider.shutdown()
     print(worker.summary(args.consumer), flush=True)
-    if worker.done:
+    if worker.done or signalled:
         return 0
     missing = sorted(worker.expected - worker.acked - worker.dropped)
     print(f"not settled{' (idle exit)' if idle else ''}: {', '.join(missing)}", flush=True)

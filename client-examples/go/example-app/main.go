@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"example.invalid/window-sidecar/client-examples/go/window"
@@ -53,6 +55,9 @@ func main() {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	// Ctrl-C and SIGTERM: close the subscription (what is settled is flushed), then exit.
+	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 
 	if _, err := client.Publish(ctx, *stream, window.Message{Payload: []byte(`{"id":"poison-1"}`)}); err != nil {
 		log.Fatalf("publish: %v", err)
@@ -114,6 +119,12 @@ func main() {
 			}
 			fmt.Printf("deliveries=%d dropped=1 reason=%s\n", deliveries, re.Reason)
 			return
+		case <-interrupted.Done():
+			if err := sub.Close(ctx); err != nil {
+				log.Printf("close: %v", err)
+			}
+			fmt.Printf("interrupted: deliveries=%d\n", deliveries)
+			os.Exit(130)
 		case <-ctx.Done():
 			fmt.Printf("deliveries=%d dead_lettered=0\n", deliveries)
 			os.Exit(1)

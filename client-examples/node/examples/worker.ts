@@ -125,6 +125,17 @@ async function main(): Promise<number> {
     }
   }, 200);
 
+  // Ctrl-C (SIGINT) and SIGTERM stop the subscription as the idle exit does: nothing more is
+  // handed out, what is settled is flushed, and the worker ends with its summary.
+  let signalled = false;
+  const onSignal = (sig: NodeJS.Signals) => {
+    log(`${sig}: stopping; what is settled is flushed`);
+    signalled = true;
+    sub.stop();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
   let failed = false;
   try {
     // Settles `d`, except a plain ack when `ackLater` (its batch acks the rest in one call).
@@ -169,6 +180,8 @@ async function main(): Promise<number> {
     throw err;
   } finally {
     clearInterval(watchdog);
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
     // After an error, don't wait for the delivery that was being handled: it comes back.
     await sub.close({ drain: !failed });
     client.close();
@@ -179,7 +192,7 @@ async function main(): Promise<number> {
       (maxDeliveries > 0 ? `, dead-lettered ${deadLettered.size} ` : " ") +
       `(deliveries ${s.deliveries}, reads ${s.reads}, batches ${s.batches}, flushes ${s.flushes}, reconnects ${s.reconnects})`,
   );
-  if (done()) return 0;
+  if (done() || signalled) return 0;
   const missing = [...expected].filter((id) => !settled(id));
   console.log(`not settled${idle ? " (idle exit)" : ""}: ${missing.join(", ")}`);
   return 3;

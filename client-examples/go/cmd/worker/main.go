@@ -60,9 +60,11 @@ func main() {
 	defer client.Close()
 
 	tally := newTally(want)
+	// Ctrl-C and SIGTERM end the loop below; the subscription itself is not bound to them, so
+	// that Close still sends what is settled and waits for its flush.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sub, err := client.Subscribe(ctx, window.Options{
+	sub, err := client.Subscribe(context.Background(), window.Options{
 		Stream:   *stream,
 		Group:    *group,
 		Consumer: *consumer,

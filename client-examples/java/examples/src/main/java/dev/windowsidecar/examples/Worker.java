@@ -106,11 +106,30 @@ public final class Worker {
                     batch.ack(); // the rest, with their commands
                   })
               : client.subscribe(options, handler);
+      // Ctrl-C (SIGINT) and SIGTERM start the JVM's shutdown: this hook ends the loop below and
+      // waits (bounded) until the subscription is closed, so that what is settled is flushed and
+      // the summary printed, without a stack trace.
+      Thread hook =
+          new Thread(
+              () -> {
+                log("interrupted: stopping; what is settled is flushed");
+                interrupted.countDown();
+                try {
+                  finished.await(20, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                  Thread.currentThread().interrupt();
+                }
+              },
+              "worker-shutdown");
+      Runtime.getRuntime().addShutdownHook(hook);
       log(
           "consuming %s as %s/%s via %s, %s",
           stream, group, consumer, addr, want > 0 ? "until " + want + " orders are settled" : "until idle");
       while (true) {
         if (tally.done.await(100, TimeUnit.MILLISECONDS)) {
+          break;
+        }
+        if (interrupted.getCount() == 0) {
           break;
         }
         if (sub.isTerminated()) {
@@ -133,9 +152,22 @@ public final class Worker {
       int[] c = tally.counts();
       System.out.printf(
           "summary: acked=%d dropped=%d retried=%d reconnects=%d%n", c[0], c[1], c[2], sub.reconnects());
+      System.out.flush();
+      if (interrupted.getCount() == 0) {
+        // The JVM is already shutting down (System.exit here would wait for the hook forever).
+        finished.countDown();
+        return;
+      }
+      Runtime.getRuntime().removeShutdownHook(hook);
     }
     System.exit(exit);
   }
+
+  /** Counted down by the shutdown hook on Ctrl-C or SIGTERM. */
+  private static final CountDownLatch interrupted = new CountDownLatch(1);
+
+  /** Counted down once the subscription is closed after {@link #interrupted}. */
+  private static final CountDownLatch finished = new CountDownLatch(1);
 
   /** Decides one delivery; an ack is left to its batch unless {@code ackNow}. */
   static void handle(Delivery d, Duration retryDelay, boolean ackNow) {
