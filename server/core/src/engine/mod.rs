@@ -637,9 +637,11 @@ impl<E: Item> Engine<E> {
     }
 
     /// The client half-closed its stream, or sent something that ends it: it gets the reports
-    /// of what it settled, then the end.
+    /// of what it settled, then the end. While draining, the end says shutdown, as the drain
+    /// promised: the client resubscribes elsewhere.
     pub fn client_closed(&mut self, now: Instant) {
-        self.close(None);
+        let stop = matches!(self.phase, Phase::Draining { .. }).then_some(Stop::Shutdown);
+        self.close(stop);
         self.advance(now);
     }
 

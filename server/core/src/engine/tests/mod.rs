@@ -172,6 +172,30 @@ fn what_the_last_read_takes_after_the_client_left_goes_back_uncounted() {
     );
 }
 
+/// A drained client that half-closes once its started work is settled ends the drain at once,
+/// its stream ending as the drain said it would (shutdown), not as a client's own close; what it
+/// never started stays pending.
+#[test]
+fn a_half_close_while_draining_ends_at_once_with_the_shutdown() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.take_actions();
+    engine.shutdown(start);
+    assert!(matches!(
+        engine.take_actions()[..],
+        [Action::Draining { outstanding: 2, .. }, ..]
+    ));
+    engine.client_closed(start);
+    let actions = engine.take_actions();
+    assert!(
+        actions.contains(&Action::EndStream(Some(Stop::Shutdown))),
+        "{actions:?}"
+    );
+    assert_eq!(engine.view().closed.left_pending, 2);
+}
+
 #[test]
 fn a_simple_list_gives_back_the_read_under_way_before_what_the_client_held() {
     let start = Instant::now();
