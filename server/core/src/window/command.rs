@@ -16,6 +16,10 @@ pub struct Command {
     /// On a cluster, the hash slot the command must be sent to (its keys'); `None`: route by
     /// its first argument.
     pub hash_slot: Option<u16>,
+    /// On a cluster in atomic mode, the keys it touches: the script that runs its segment
+    /// declares them, so that while the slot migrates Redis refuses the script whole (`ASK`,
+    /// `TRYAGAIN`) before any of it runs, rather than failing it midway. Empty otherwise.
+    pub keys: Vec<Bytes>,
 }
 
 /// Why a command cannot be queued.
@@ -120,6 +124,7 @@ impl Command {
             name,
             args,
             hash_slot: None,
+            keys: Vec::new(),
         })
     }
 }

@@ -617,11 +617,15 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
 const SEGMENTS_PER_SCRIPT: usize = 128;
 
 /// The atomic-mode segments of a flush, gathered into [`SEGMENTS`] calls: `EVAL` with the
-/// form's settle key (if any) as KEYS[1], and in ARGV the number of segments, then per segment
-/// the number of its settle commands, each settle command, the number of its side-effect
-/// commands and each of them, every command as its length and its words.
+/// form's settle key (if any) and, on a cluster, every key the commands touch as its KEYS
+/// (the script reads none of them: declared, they make Redis refuse the call whole while the
+/// slot migrates, `ASK` or `TRYAGAIN`, which the flush follows, instead of failing a command
+/// midway), and in ARGV the number of segments, then per segment the number of its settle
+/// commands, each settle command, the number of its side-effect commands and each of them,
+/// every command as its length and its words.
 #[derive(Default)]
 struct Segments {
+    keys: Vec<Bytes>,
     args: Vec<Bytes>,
     count: usize,
     settles_in_redis: bool,
@@ -645,13 +649,13 @@ impl Segments {
         }
         if self.count == 0 {
             self.settles_in_redis = form.settles_in_redis();
-            self.args.push(Bytes::from_static(SEGMENTS.as_bytes()));
-            match settles.first().and_then(|c| c.args.first()) {
-                Some(key) => self.args.extend([Bytes::from_static(b"1"), key.clone()]),
-                None => self.args.push(Bytes::from_static(b"0")),
+            self.keys
+                .extend(settles.first().and_then(|c| c.args.first()).cloned());
+        }
+        for key in commands.iter().flat_map(|c| &c.keys) {
+            if !self.keys.contains(key) {
+                self.keys.push(key.clone());
             }
-            // The number of segments, filled in by `close`.
-            self.args.push(Bytes::new());
         }
         self.count += 1;
         plan.segments.push(SegmentSpan {
@@ -684,9 +688,14 @@ impl Segments {
         if self.count == 0 {
             return;
         }
-        let mut args = std::mem::take(&mut self.args);
-        let count_at = if args[1].as_ref() == b"1" { 3 } else { 2 };
-        args[count_at] = Bytes::from(self.count.to_string());
+        let keys = std::mem::take(&mut self.keys);
+        let body = std::mem::take(&mut self.args);
+        let mut args = Vec::with_capacity(3 + keys.len() + body.len());
+        args.push(Bytes::from_static(SEGMENTS.as_bytes()));
+        args.push(Bytes::from(keys.len().to_string()));
+        args.extend(keys);
+        args.push(Bytes::from(self.count.to_string()));
+        args.extend(body);
         let role = Role::Segments {
             settles: self.settles_in_redis,
         };

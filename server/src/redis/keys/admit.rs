@@ -67,6 +67,7 @@ impl Admission<'_> {
         }
         match self.mode {
             Mode::Atomic => {
+                command.keys = keys.iter().map(|&k| k.clone()).collect();
                 let Some(slot) = self.form.slot() else {
                     // Pub/sub has no key: a transaction goes to the node of its first key.
                     command.hash_slot = keys.first().map(|k| redis_keyslot(k));

@@ -170,6 +170,35 @@ fn atomic_mode_wraps_each_kept_segment_with_its_own_settle() {
     );
 }
 
+/// On a cluster the commands carry their keys (admitted in atomic mode): the call declares
+/// them after the settle key, each once, so a migrating slot refuses it whole.
+#[test]
+fn atomic_mode_on_a_cluster_declares_every_key_of_its_segments() {
+    let mut w = Window::new(Limits {
+        max_commands_per_slot: 8,
+    });
+    let read = w.open_read(vec![entry("1-0"), entry("2-0")]).unwrap();
+    let s = read.first_slot;
+    let keyed = |key: &str| {
+        let mut command = incr(key).unwrap();
+        command.keys = vec![Bytes::copy_from_slice(key.as_bytes())];
+        command
+    };
+    w.queue(s, Ok(keyed("{orders}:a"))).unwrap();
+    w.queue(s, Ok(keyed("{orders}:b"))).unwrap();
+    w.queue(s + 1, Ok(keyed("{orders}:a"))).unwrap();
+    w.settle(s, Outcome::Ack, None).unwrap();
+    let batch = w.settle(s + 1, Outcome::Ack, None).unwrap().unwrap();
+    let plan = plan(&keys(), &batch, Mode::Atomic, 0);
+    assert_eq!(
+        plan.render(),
+        vec![
+            "SEGMENT orders {orders}:a {orders}:b | INCR {orders}:a; INCR {orders}:b | XACK orders g 1-0",
+            "SEGMENT orders {orders}:a {orders}:b | INCR {orders}:a | XACK orders g 2-0",
+        ]
+    );
+}
+
 #[test]
 fn retries_are_written_in_one_step_with_the_xack_of_what_is_still_ours() {
     let mut w = Window::new(Limits {
