@@ -1,5 +1,6 @@
 //! The `window-sidecar` binary: configuration, logging, signals, then the server.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -32,8 +33,16 @@ fn main() -> ExitCode {
     let mut config = match cli.command {
         Some(Command::DeadLetters(command)) => return dead_letters(*command),
         Some(Command::Completions { shell }) => {
-            cli::completions(shell, &mut std::io::stdout().lock());
-            return ExitCode::SUCCESS;
+            let script = cli::completions(shell);
+            return match std::io::stdout().lock().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                // A reader that stopped early (`| head`) took what it wanted.
+                Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("window-sidecar completions: cannot write the script: {err}");
+                    ExitCode::from(exit::FAILURE)
+                }
+            };
         }
         None => cli.config,
     };

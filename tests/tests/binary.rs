@@ -67,6 +67,14 @@ fn help_lists_the_commands_and_exit_codes_and_completions_are_printed() {
             assert!(script.contains(word), "{shell}: {word}");
         }
     }
+    // A reader that stops early (`| head`) is no error.
+    let head = Command::new("bash")
+        .args(["-c", "set -o pipefail; \"$0\" completions bash | head -1"])
+        .arg(sidecar_bin())
+        .output()
+        .unwrap();
+    assert!(head.status.success(), "{head:?}");
+    assert!(head.stderr.is_empty(), "{head:?}");
     let bash = Command::new("bash")
         .args([
             "-c",

@@ -5,8 +5,6 @@
 pub mod dead_letters;
 pub mod exit;
 
-use std::io::Write;
-
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
 
@@ -54,9 +52,13 @@ Install:
   zsh   window-sidecar completions zsh > \"${fpath[1]}/_window-sidecar\"
   fish  window-sidecar completions fish > ~/.config/fish/completions/window-sidecar.fish";
 
-/// Writes the completion script of `shell` for every flag and subcommand to `out`.
-pub fn completions(shell: Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut Cli::command(), BIN, out);
+/// The completion script of `shell` for every flag and subcommand. Built whole before it is
+/// written: clap_complete panics on a write error, and a reader that stops early (`| head`)
+/// is no error.
+pub fn completions(shell: Shell) -> Vec<u8> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), BIN, &mut script);
+    script
 }
 
 #[cfg(test)]
@@ -75,9 +77,7 @@ mod tests {
     #[test]
     fn completions_cover_the_subcommands_and_their_flags() {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-            let mut out = Vec::new();
-            completions(shell, &mut out);
-            let script = String::from_utf8(out).unwrap();
+            let script = String::from_utf8(completions(shell)).unwrap();
             for word in ["dead-letters", "redrive", "older-than", "redis-url"] {
                 assert!(script.contains(word), "{shell}: {word}");
             }
