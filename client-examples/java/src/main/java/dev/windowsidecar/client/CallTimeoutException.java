@@ -3,7 +3,8 @@ package dev.windowsidecar.client;
 /**
  * The sidecar was reached, but no answer to the call came before its deadline. The sidecar
  * answers within its {@code --redis-timeout} (5 s by default) even when Redis does not, and the
- * client's deadlines are longer (a publish's is 30 s), so this means a sidecar too busy to answer.
+ * client's deadlines are longer (a publish's is 30 s unless the caller gives its own), so this
+ * means a sidecar too busy to answer or a deadline set shorter than its {@code --redis-timeout}.
  * A publish that timed out may have been written.
  */
 public class CallTimeoutException extends WindowException {

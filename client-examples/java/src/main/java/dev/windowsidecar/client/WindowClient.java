@@ -361,10 +361,22 @@ public final class WindowClient implements AutoCloseable {
    * {@link RedisUnavailableException} (the sidecar's answer that Redis is unavailable), a {@link
    * RefusedException} (for example UNAUTHENTICATED without the sidecar's token), a {@link
    * CallTimeoutException} or a {@link WindowException} carrying the call's status. Asynchronous, so that a producer can keep publishing while
-   * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s.
+   * earlier calls are in flight; {@code join()} it to wait. Deadline: 30 s ({@link
+   * #PUBLISH_DEADLINE_MS}).
    */
   public CompletableFuture<List<String>> publish(String stream, List<Message> messages) {
     return publish(PublishTarget.stream(stream), messages).thenApply(Published::ids);
+  }
+
+  /**
+   * {@link #publish(String, List)} with a deadline of the caller's own: past it, the future
+   * completes with a {@link CallTimeoutException} naming the address and the deadline. Keep it
+   * longer than the sidecar's {@code --redis-timeout}, or the sidecar's own answer that Redis is
+   * unavailable is lost to the deadline.
+   */
+  public CompletableFuture<List<String>> publish(
+      String stream, List<Message> messages, java.time.Duration deadline) {
+    return publish(PublishTarget.stream(stream), messages, deadline).thenApply(Published::ids);
   }
 
   /**
@@ -372,9 +384,24 @@ public final class WindowClient implements AutoCloseable {
    * sharded channel ({@link PublishTarget}). The future completes with the stream ids or the
    * channel receiver counts, or with a {@link ConnectionException} or a {@link WindowException}
    * carrying the call's status.
-   * Deadline: 30 s.
+   * Deadline: 30 s ({@link #PUBLISH_DEADLINE_MS}).
    */
   public CompletableFuture<Published> publish(PublishTarget target, List<Message> messages) {
+    return publish(target, messages, java.time.Duration.ofMillis(PUBLISH_DEADLINE_MS));
+  }
+
+  /**
+   * {@link #publish(PublishTarget, List)} with a deadline of the caller's own (positive): past
+   * it, the future completes with a {@link CallTimeoutException} naming the address and the
+   * deadline. Keep it longer than the sidecar's {@code --redis-timeout}, or the sidecar's own
+   * answer that Redis is unavailable is lost to the deadline.
+   */
+  public CompletableFuture<Published> publish(
+      PublishTarget target, List<Message> messages, java.time.Duration deadline) {
+    if (deadline == null || deadline.isNegative() || deadline.isZero()) {
+      throw new IllegalArgumentException("a publish deadline must be positive, got " + deadline);
+    }
+    long deadlineMs = Math.max(1, deadline.toMillis());
     PublishRequest.Builder req = PublishRequest.newBuilder();
     switch (target.kind()) {
       case STREAM -> req.setStream(target.name()).setMaxLen(target.maxLen());
@@ -390,7 +417,7 @@ public final class WindowClient implements AutoCloseable {
     }
     CompletableFuture<Published> result = new CompletableFuture<>();
     async
-        .withDeadlineAfter(PUBLISH_DEADLINE_MS, TimeUnit.MILLISECONDS)
+        .withDeadlineAfter(deadlineMs, TimeUnit.MILLISECONDS)
         .publish(
             req.build(),
             new StreamObserver<PublishResponse>() {
@@ -405,7 +432,7 @@ public final class WindowClient implements AutoCloseable {
                 CompletableFuture.runAsync(
                     () ->
                         result.completeExceptionally(
-                            WindowException.of("publish", address, t, tls, PUBLISH_DEADLINE_MS)));
+                            WindowException.of("publish", address, t, tls, deadlineMs)));
               }
 
               @Override

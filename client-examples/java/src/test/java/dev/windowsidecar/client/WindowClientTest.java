@@ -243,6 +243,58 @@ public class WindowClientTest {
     org.junit.Assert.assertTrue(late.getMessage(), late.getMessage().contains("did not answer publish within 30.0 s"));
   }
 
+  /**
+   * A publish given its own deadline fails past it with a CallTimeoutException naming the
+   * address, the call and that deadline (not the default 30 s); a deadline that is not positive
+   * is refused at the call.
+   */
+  @Test
+  public void aPublishDeadlineOfTheCallersOwn() throws Exception {
+    WindowServiceGrpc.WindowServiceImplBase silent =
+        new WindowServiceGrpc.WindowServiceImplBase() {
+          @Override
+          public void publish(PublishRequest req, StreamObserver<PublishResponse> out) {
+            // Never answers: the call's deadline ends it.
+          }
+        };
+    String name = InProcessServerBuilder.generateName();
+    Server server = InProcessServerBuilder.forName(name).addService(silent).build().start();
+    ManagedChannel channel = InProcessChannelBuilder.forName(name).build();
+    try {
+      WindowClient client = WindowClient.of(channel);
+      List<WindowClient.Message> one = List.of(WindowClient.Message.of("{}", Map.of()));
+      long began = System.nanoTime();
+      java.util.concurrent.ExecutionException failed =
+          assertThrows(
+              java.util.concurrent.ExecutionException.class,
+              () ->
+                  client
+                      .publish(PublishTarget.stream("s"), one, java.time.Duration.ofMillis(200))
+                      .get(10, TimeUnit.SECONDS));
+      long tookMs = (System.nanoTime() - began) / 1_000_000;
+      org.junit.Assert.assertTrue("took " + tookMs + " ms", tookMs < 5_000);
+      org.junit.Assert.assertTrue(
+          failed.getCause().toString(), failed.getCause() instanceof CallTimeoutException);
+      CallTimeoutException late = (CallTimeoutException) failed.getCause();
+      assertEquals(200, late.timeoutMs());
+      assertEquals("publish", late.call());
+      assertEquals(channel.authority(), late.address());
+      org.junit.Assert.assertTrue(
+          late.getMessage(),
+          late.getMessage()
+              .startsWith("the sidecar at " + channel.authority() + " did not answer publish within 0.2 s"));
+      assertThrows(
+          IllegalArgumentException.class,
+          () -> client.publish("s", one, java.time.Duration.ZERO));
+      assertThrows(
+          IllegalArgumentException.class,
+          () -> client.publish("s", one, java.time.Duration.ofSeconds(-1)));
+    } finally {
+      channel.shutdownNow();
+      server.shutdownNow();
+    }
+  }
+
   @Test
   public void aProbeNamesWhatAnswers() {
     byte[] pong = "+PONG\r\n".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
