@@ -662,11 +662,13 @@ func connectionCause(err error) (string, bool) {
 	default:
 		return "", false
 	}
+	tlsFailed := false
 	for _, known := range []string{"connection refused", "no such file or directory", "connection reset by peer",
 		"i/o timeout", "no route to host", "network is unreachable", "permission denied", "no such host",
 		"certificate", "handshake", "authentication handshake failed"} {
 		if strings.Contains(msg, known) {
 			if known == "certificate" || known == "handshake" || known == "authentication handshake failed" {
+				tlsFailed = true
 				break
 			}
 			if known == "no such host" {
@@ -680,5 +682,10 @@ func connectionCause(err error) (string, bool) {
 		cause = strings.Trim(cause[i+len("desc = "):], `"`)
 	}
 	cause = strings.TrimPrefix(cause, "transport: ")
+	if tlsFailed {
+		// The other clients' words: "the TLS handshake failed (tls: first record does not look
+		// like a TLS handshake)".
+		return "the TLS handshake failed (" + strings.TrimPrefix(cause, "authentication handshake failed: ") + ")", true
+	}
 	return cause, true
 }

@@ -267,6 +267,19 @@ func TestErrorsByCause(t *testing.T) {
 	}
 }
 
+// A TLS handshake that failed is named so, as the other clients name it, with grpc-go's words
+// in parentheses and the TLS settings as the next step.
+func TestATLSHandshakeThatFailed(t *testing.T) {
+	addr := "127.0.0.1:50051"
+	err := classify("publish", addr, true, 0, status.Error(codes.Unavailable,
+		`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`))
+	var ce *ConnectionError
+	want := "window: cannot reach the sidecar at " + addr + ": the TLS handshake failed (tls: first record does not look like a TLS handshake); check WINDOW_SIDECAR_TLS_CA"
+	if !errors.As(err, &ce) || !errors.Is(err, ErrConnection) || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("err %T: %v", err, err)
+	}
+}
+
 func TestWhatAnswersAProbe(t *testing.T) {
 	for reply, want := range map[string]string{
 		"+PONG\r\n":                       "a Redis server answers there",
