@@ -55,6 +55,19 @@ make_tls() {
 make_tls
 printf 'conformance-%s%s\n' "$RANDOM" "$RANDOM" >"$work/token"
 
+# runner_tls FILE: whether the runner is given the run's CA and client certificate
+# (WINDOW_SIDECAR_TLS_*): `sidecar.runner_tls` when the scenario says, else `sidecar.tls`, so that
+# a scenario can have the runner speak plaintext to a TLS sidecar or TLS to a plaintext one.
+runner_tls() {
+  jq -r 'if (.sidecar // {}) | has("runner_tls") then .sidecar.runner_tls
+         else .sidecar.tls // false end' "$1"
+}
+# tls_env: the runner's TLS environment, as NAME=VALUE words.
+tls_env() {
+  printf '%s\n' WINDOW_SIDECAR_TLS_CA="$work/tls/ca.pem" \
+    WINDOW_SIDECAR_TLS_CERT="$work/tls/client.pem" WINDOW_SIDECAR_TLS_KEY="$work/tls/client.key"
+}
+
 # scenario_sidecar SCENARIO N: starts the scenario's sidecar (on $conf_listen, chosen by the
 # caller) as the scenario's `sidecar` says, logging to $work/<scenario>-sidecar-N.log; sets
 # $conf_pid and waits until it listens.
@@ -367,9 +380,7 @@ run_scenario() {
   local env=(WINDOW_SIDECAR_ADDR="$conf_listen")
   [[ $(jq -r '.sidecar.token // false' "$file") == true ]] &&
     env+=(WINDOW_SIDECAR_TOKEN="$(cat "$work/token")")
-  [[ $(jq -r '.sidecar.tls // false' "$file") == true ]] &&
-    env+=(WINDOW_SIDECAR_TLS_CA="$work/tls/ca.pem" WINDOW_SIDECAR_TLS_CERT="$work/tls/client.pem"
-      WINDOW_SIDECAR_TLS_KEY="$work/tls/client.key")
+  [[ $(runner_tls "$file") == true ]] && mapfile -t -O "${#env[@]}" env < <(tls_env)
   env "${env[@]}" bash "$root/client-examples/$lang/conformance.sh" run "$file" >"$out" 2>"$err" &
   runner=$!
   pids+=("$runner")
@@ -417,10 +428,11 @@ run_scenario() {
 # run_error_scenario LANG FILE: a scenario whose calls fail (`expect.errors`): the runner is
 # given an address where no sidecar answers ($conf_addr: nothing at all with `listen: closed`,
 # Redis's own port with `redis`, the sidecar's metrics port with `metrics`, a URL with `url`),
-# or a sidecar whose Redis is down (`redis: down`); it must exit 0 by itself within 60 s; then
-# the expectations are checked.
+# a sidecar whose Redis is down (`redis: down`) or holds its writes (`redis: paused`), or one
+# that speaks TLS when the runner does not or the reverse (`tls`, `runner_tls`); never the
+# sidecar's token. It must exit 0 by itself within 60 s; then the expectations are checked.
 run_error_scenario() {
-  local lang=$1 file=$2 name out err runner status stopped listen
+  local lang=$1 file=$2 name out err runner status stopped listen paused=no env
   name="$(jq -r .name "$file")"
   out="$work/$lang-$name.jsonl"
   err="$work/$lang-$name.log"
@@ -433,8 +445,16 @@ run_error_scenario() {
     fi
     [[ $listen == metrics ]] && wait_for "the metrics port $conf_metrics" tcp_open "${conf_metrics##*:}"
   fi
-  WINDOW_SIDECAR_ADDR="$conf_addr" bash "$root/client-examples/$lang/conformance.sh" run "$file" \
-    >"$out" 2>"$err" &
+  # `redis: paused`: Redis holds every write (the sidecar's publish among them) until the
+  # runner has exited; reads and new connections still go through. 30 s bounds it should
+  # run.sh itself be stopped before it unpauses.
+  if [[ $(jq -r '.sidecar.redis // "up"' "$file") == paused ]]; then
+    rcli client pause 30000 WRITE >/dev/null
+    paused=yes
+  fi
+  env=(WINDOW_SIDECAR_ADDR="$conf_addr")
+  [[ $(runner_tls "$file") == true ]] && mapfile -t -O "${#env[@]}" env < <(tls_env)
+  env "${env[@]}" bash "$root/client-examples/$lang/conformance.sh" run "$file" >"$out" 2>"$err" &
   runner=$!
   pids+=("$runner")
   stopped=no
@@ -445,6 +465,7 @@ run_error_scenario() {
   [[ $stopped == yes ]] || kill -KILL "$runner" 2>/dev/null || true
   status=0
   wait "$runner" 2>/dev/null || status=$?
+  [[ $paused == yes ]] && rcli client unpause >/dev/null
   check "$lang/$name: the runner exited 0 by itself within 60 s" "$stopped:$status" "yes:0"
   while IFS=$'\t' read -r what got want; do
     check "$lang/$name: $what" "$got" "$want"

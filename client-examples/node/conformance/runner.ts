@@ -42,6 +42,8 @@ interface Scenario {
   sidecar?: { listen?: string };
   side_effect?: "queue" | "typed";
   publish: Array<{ payload: string; headers?: Record<string, string> }>;
+  /** The publish call's deadline (the client's `timeoutMs`); absent: the client's default. */
+  publish_timeout_ms?: number;
   handle: Record<string, string[]>;
   effects: string;
   /** The calls that must fail, and how (read here only for which calls to make). */
@@ -108,7 +110,7 @@ async function withoutSidecar(scenario: Scenario): Promise<void> {
   if (calls.has("publish")) {
     started = Date.now();
     try {
-      await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })));
+      await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })), { timeoutMs: scenario.publish_timeout_ms });
       emit("published", { count: scenario.publish.length });
     } catch (e) {
       if (!(e instanceof WindowError)) throw e;
@@ -262,7 +264,7 @@ async function main(path: string): Promise<void> {
   if (sub.stats.opens > 0) {
     emit("opened");
     const entries = scenario.publish.map((e) => ({ payload: e.payload, headers: e.headers ?? {} }));
-    await client.publish(target, entries);
+    await client.publish(target, entries, { timeoutMs: scenario.publish_timeout_ms });
     emit("published", { count: entries.length });
   }
   await worker;

@@ -95,13 +95,20 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     raise SystemExit(f"unknown form {form!r}")
 
 
-async def publish(client: WindowClient, form: str, key: str, entries: List[Dict[str, Any]]) -> None:
+async def publish(client: WindowClient, scenario: Dict[str, Any],
+                  entries: List[Dict[str, Any]]) -> None:
+    """Publishes to the form's target, with the scenario's `publish_timeout_ms` as the call's
+    ``timeout`` (the client's default when absent)."""
+    form, key = scenario["open"]["form"], scenario["open"]["key"]
+    options: Dict[str, Any] = {}
+    if "publish_timeout_ms" in scenario:
+        options["timeout"] = scenario["publish_timeout_ms"] / 1000
     if form == "stream":
-        await client.publish(key, entries)
+        await client.publish(key, entries, **options)
     elif form in ("reliable_list", "simple_list"):
-        await client.publish_list(key, entries)
+        await client.publish_list(key, entries, **options)
     else:
-        await client.publish_channel(key, entries)
+        await client.publish_channel(key, entries, **options)
 
 
 def action_for(handle: Dict[str, List[str]], payload: str, n: int) -> str:
@@ -129,7 +136,7 @@ async def without_sidecar(scenario: Dict[str, Any]) -> None:
         if "publish" in calls:
             started = time.monotonic()
             try:
-                await publish(client, open_["form"], open_["key"], entries)
+                await publish(client, scenario, entries)
                 emit("published", count=len(entries))
             except WindowError as err:
                 emit("error", call="publish", error=type(err).__name__, message=str(err),
@@ -266,7 +273,7 @@ async def main(path: str) -> None:
                     {"payload": e["payload"], "headers": e.get("headers", {})}
                     for e in scenario["publish"]
                 ]
-                await publish(client, open_["form"], open_["key"], entries)
+                await publish(client, scenario, entries)
                 emit("published", count=len(entries))
             await worker
 

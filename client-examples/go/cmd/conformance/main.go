@@ -50,8 +50,11 @@ type scenario struct {
 		Payload string            `json:"payload"`
 		Headers map[string]string `json:"headers"`
 	} `json:"publish"`
-	Handle  map[string][]string `json:"handle"`
-	Effects string              `json:"effects"`
+	// PublishTimeoutMs is the publish call's deadline (a context deadline); 0: the client's
+	// default (window.DefaultCallTimeout).
+	PublishTimeoutMs int                 `json:"publish_timeout_ms"`
+	Handle           map[string][]string `json:"handle"`
+	Effects          string              `json:"effects"`
 	// Expect is read here only for the calls that must fail (which calls to make).
 	Expect struct {
 		Errors []struct {
@@ -244,15 +247,7 @@ func main() {
 	for i, p := range sc.Publish {
 		msgs[i] = window.Message{Payload: []byte(p.Payload), Headers: p.Headers}
 	}
-	switch o.Form {
-	case "stream":
-		_, err = client.Publish(ctx, o.Key, msgs...)
-	case "reliable_list", "simple_list":
-		err = client.PublishList(ctx, o.Key, msgs...)
-	case "pubsub":
-		_, err = client.PublishChannel(ctx, o.Key, msgs...)
-	}
-	if err != nil {
+	if err := publish(ctx, client, &sc, msgs); err != nil {
 		log.Fatalf("publish: %v", err)
 	}
 	emit("published", map[string]any{"count": len(msgs)})
@@ -438,6 +433,28 @@ func rejectedOutcome(s string) window.RejectedOutcome {
 	return 0
 }
 
+// publish writes msgs to the form's target in one call, within the scenario's
+// publish_timeout_ms when it gives one (a deadline on the call's context).
+func publish(ctx context.Context, client *window.Client, sc *scenario, msgs []window.Message) error {
+	if sc.PublishTimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(sc.PublishTimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	var err error
+	switch o := sc.Open; o.Form {
+	case "stream":
+		_, err = client.Publish(ctx, o.Key, msgs...)
+	case "reliable_list", "simple_list":
+		err = client.PublishList(ctx, o.Key, msgs...)
+	case "pubsub":
+		_, err = client.PublishChannel(ctx, o.Key, msgs...)
+	default:
+		err = fmt.Errorf("unknown form %q", o.Form)
+	}
+	return err
+}
+
 // errorClass is the vocabulary's name of one of the window package's errors.
 func errorClass(err error) string {
 	var (
@@ -490,14 +507,7 @@ func closedSidecar(client *window.Client, sc *scenario) {
 	began := time.Now()
 	var err error
 	if sc.expects("publish") {
-		switch o.Form {
-		case "stream":
-			_, err = client.Publish(ctx, o.Key, msgs...)
-		case "reliable_list", "simple_list":
-			err = client.PublishList(ctx, o.Key, msgs...)
-		case "pubsub":
-			_, err = client.PublishChannel(ctx, o.Key, msgs...)
-		}
+		err = publish(ctx, client, sc, msgs)
 		failed("publish", err, began)
 	}
 	if !sc.expects("subscribe") {

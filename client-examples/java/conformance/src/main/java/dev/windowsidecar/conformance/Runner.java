@@ -216,7 +216,7 @@ public final class Runner {
       }
       messages.add(Message.of(entry.get("payload").getAsString(), headers));
     }
-    client.publish(target, messages).join();
+    client.publish(target, messages, publishDeadline(scenario)).join();
     emit("published", Map.of("count", messages.size()));
     sub.awaitTermination();
     if (sub.error() != null) {
@@ -413,7 +413,7 @@ public final class Runner {
         began = System.nanoTime();
         Throwable failure = null;
         try {
-          client.publish(PublishTarget.stream(key), messages).join();
+          client.publish(PublishTarget.stream(key), messages, publishDeadline(scenario)).join();
         } catch (RuntimeException e) {
           failure = e instanceof java.util.concurrent.CompletionException ? e.getCause() : e;
         }
@@ -443,6 +443,17 @@ public final class Runner {
       WindowException reported = errors.poll();
       failed("subscribe", reported != null ? reported : sub.error(), began);
     }
+  }
+
+  /**
+   * The publish call's deadline: the scenario's {@code publish_timeout_ms}, else the client's
+   * default ({@link WindowClient#PUBLISH_DEADLINE_MS}).
+   */
+  private static Duration publishDeadline(JsonObject scenario) {
+    return Duration.ofMillis(
+        scenario.has("publish_timeout_ms")
+            ? scenario.get("publish_timeout_ms").getAsLong()
+            : WindowClient.PUBLISH_DEADLINE_MS);
   }
 
   /** The calls the scenario expects to fail ({@code expect.errors}), by name. */
