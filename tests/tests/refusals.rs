@@ -757,6 +757,77 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
     sidecar.terminate();
 }
 
+/// A reliable list's entries a closing subscription gives back unread (on an ordered
+/// subscription, the one waiting behind its key's first) while Redis refuses the push back (an
+/// ACL without `RPUSH`): the value stays on the consumer's processing list, never taken off it
+/// without its copy back in the list, and the consumer's next subscription delivers it.
+#[tokio::test]
+async fn a_refused_give_back_of_a_reliable_list_leaves_the_value_on_its_processing_list() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let entries = ["a", "b"]
+        .iter()
+        .map(|payload| proto::PublishEntry {
+            payload: bytes::Bytes::from_static(payload.as_bytes()),
+            headers: [("k".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        })
+        .collect();
+    let request = proto::PublishRequest {
+        list: "jobs".into(),
+        entries,
+        ..Default::default()
+    };
+    client.publish(request).await.unwrap();
+    let open = proto::Open {
+        source: Some(proto::open::Source::ReliableList(
+            proto::ReliableListSource {
+                key: "jobs".into(),
+                consumer: "c".into(),
+                ..Default::default()
+            },
+        )),
+        count: 2,
+        ordering_key: Some(proto::OrderingKey {
+            source: Some(proto::ordering_key::Source::Header("k".into())),
+        }),
+        ..Default::default()
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
+    let first = sub.read().await;
+    assert_eq!(first.deliveries.len(), 1, "b waits behind a: {first:?}");
+    let processing = "{jobs}:window:processing:c";
+    let held = || async { inspect.llen::<u64, _>(processing).await.unwrap() };
+    assert_eq!(held().await, 2);
+
+    admin(redis.port(), &["ACL", "SETUSER", "default", "-rpush"]);
+    drop(sub);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    admin(redis.port(), &["ACL", "SETUSER", "default", "+@all"]);
+    assert_eq!(held().await, 2, "the refused give-back took nothing off");
+    assert_eq!(inspect.llen::<u64, _>("jobs").await.unwrap(), 0);
+
+    let mut sub = open_once_the_lease_expires(&mut client, open).await;
+    let mut back = Vec::new();
+    while back.len() < 2 {
+        let read = sub.read().await;
+        let acks = read
+            .deliveries
+            .iter()
+            .map(|d| outcome(d.slot, proto::OutcomeKind::Ack))
+            .collect();
+        back.extend(read.deliveries.iter().map(|d| d.payload.clone()));
+        sub.send(vec![], acks).await;
+        assert!(sub.flush().await.ok);
+    }
+    assert_eq!(back, [&b"a"[..], &b"b"[..]]);
+    assert_eq!(held().await, 0);
+    sub.close();
+    sidecar.stop().await;
+}
+
 /// The binary's lines for a simple list's held entries: held when Redis refuses their
 /// give-back, taken back once it accepts, and, when the sidecar stops while Redis still
 /// refuses, the error that says how many were lost and the first of them (documented fields).

@@ -62,12 +62,20 @@ return moved
 /// Moves values of a reliable list that a read took but nobody got from the processing list
 /// KEYS[1] back to the consumer end of the list KEYS[2], newest first, so the oldest is read
 /// first again; their counts are untouched (taking them counted nothing).
+///
+/// When Redis refuses: the whole script under `OOM` or on a replica (it says `#!lua`, no
+/// flags), every value stays on the processing list; a value's `RPUSH` refused (`NOPERM`,
+/// `WRONGTYPE`) ends the script before that value's `LREM`: it and the values after it stay on
+/// the processing list, this consumer's, and are read again, the ones before it moved. A value
+/// is taken off the processing list only once its copy is back in the list (a refused `LREM`
+/// after it leaves it in both: a duplicate, never a loss).
 static UNTAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
-        r#"
+        r#"#!lua
 for i = 1, #ARGV do
-  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
+  if redis.call('LPOS', KEYS[1], ARGV[i]) then
     redis.call('RPUSH', KEYS[2], ARGV[i])
+    redis.call('LREM', KEYS[1], 1, ARGV[i])
   end
 end
 return #ARGV
