@@ -112,34 +112,44 @@ pub(crate) async fn give_back(
             .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
         return Ok(());
     }
-    let pipeline = client.pipeline();
-    let mut push = vec![arg(&keys.key)];
-    push.extend(newest_first);
-    let rpush = fred::types::CustomCommand::new_static(
-        "RPUSH",
-        fred::types::ClusterHash::Custom(keys.slot),
-        false,
-    );
-    let hincrby = fred::types::CustomCommand::new_static(
-        "HINCRBY",
-        fred::types::ClusterHash::Custom(keys.slot),
-        false,
-    );
-    if seen {
-        // The delivery each had is recorded now, so a client that keeps crashing on an entry
-        // sees its count rise and the cap catches it.
-        for entry in entries {
-            let args = vec![arg(&keys.counts), arg(value(entry)), Value::Integer(1)];
-            let _: Result<Value, _> = pipeline.custom(hincrby.clone(), args).await;
-        }
-    }
-    let _: Result<Value, _> = pipeline.custom(rpush, push).await;
-    pipeline
-        .all::<Value>()
+    // The delivery each seen one had is recorded with it, so a client that keeps crashing on
+    // an entry sees its count rise and the cap catches it.
+    let mut args = vec![Value::from(if seen { "1" } else { "0" })];
+    args.extend(newest_first);
+    let _: Value = GIVE_BACK_POPPED
+        .evalsha_with_reload(
+            client,
+            vec![Key::from(keys.key.clone()), Key::from(keys.counts.clone())],
+            args,
+        )
         .await
-        .map(|_| ())
-        .map_err(|e| RedisError::from_fred("RPUSH", &e))
+        .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+    Ok(())
 }
+
+/// Pushes a simple list's popped values ARGV[2..] (newest first) back to the consumer end of
+/// the list KEYS[1] and, when ARGV[1] is `1` (the client had them), counts the delivery each
+/// had in the counts hash KEYS[2].
+///
+/// When Redis refuses: the whole script under `OOM` or on a replica (`#!lua`, no flags), and a
+/// refused `RPUSH` (`NOPERM`, `WRONGTYPE`) before anything else: nothing is pushed or counted,
+/// and the sidecar, which alone has the values, holds them and tries again; its tries count
+/// nothing until one succeeds. A count refused after the push loses that count, not a value.
+static GIVE_BACK_POPPED: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"#!lua
+for i = 2, #ARGV do
+  redis.call('RPUSH', KEYS[1], ARGV[i])
+end
+if ARGV[1] == '1' then
+  for i = 2, #ARGV do
+    redis.call('HINCRBY', KEYS[2], ARGV[i], 1)
+  end
+end
+return #ARGV - 1
+"#,
+    )
+});
 
 /// Reads one list subscription on its dedicated connection.
 pub(crate) struct ListReader {
