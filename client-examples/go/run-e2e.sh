@@ -254,9 +254,9 @@ set -e
 cat "$work/auth-producer.log"
 grep -E '^summary:' "$work/auth-worker.log" || true
 check "no token: producer fails with UNAUTHENTICATED" \
-  "$none_producer_rc $(grep -c 'code = Unauthenticated' "$work/auth-none-producer.log")" "1 1"
+  "$none_producer_rc $(grep -c 'refused publish: UNAUTHENTICATED: .*set WINDOW_SIDECAR_TOKEN' "$work/auth-none-producer.log")" "1 1"
 check "no token: worker fails with UNAUTHENTICATED" \
-  "$none_worker_rc $(grep -c 'subscription ended: rpc error: code = Unauthenticated' "$work/auth-none-worker.log")" "1 1"
+  "$none_worker_rc $(grep -c 'subscription ended: .*refused subscribe: UNAUTHENTICATED: .*set WINDOW_SIDECAR_TOKEN' "$work/auth-none-worker.log")" "1 1"
 check "token: producer exit status" "$producer_rc" 0
 check_published "token" "$work/auth-producer.log" "$auth_stream" '"'
 check "token: worker exit status" "$worker_rc" 0
