@@ -306,8 +306,14 @@ all_hold() {
 # wait_published OUT RUNNER_PID: waits (20 s at the most) for the runner's "published" line;
 # fails when it never comes or the runner exits first.
 wait_published() {
+  wait_event "$1" "$2" published
+}
+
+# wait_event OUT RUNNER EVENT: waits (up to 20 s) until the runner's output has a line of
+# EVENT; fails when the runner is gone first.
+wait_event() {
   for _ in $(seq 200); do
-    grep -q '"event" *: *"published"' "$1" 2>/dev/null && return 0
+    grep -q "\"event\" *: *\"$3\"" "$1" 2>/dev/null && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.1
   done
@@ -396,6 +402,12 @@ run_scenario() {
       rcli xadd "$xkey" '*' "${fv[@]}" >/dev/null
     done < <(jq -c '.xadd // [] | .[]' "$file")
     if [[ $(jq -r '.fault // empty' "$file") != "" ]]; then
+      # A fault meant to land while the runner handles a delivery waits for its first one,
+      # however long a loaded machine takes to hand it over.
+      if [[ $(jq -r '.fault.after // empty' "$file") == delivery ]] &&
+        ! wait_event "$out" "$runner" delivery; then
+        fail "$lang/$name: the runner got a delivery before the fault"
+      fi
       at_ms="$(jq -r .fault.at_ms "$file")"
       sleep "$(awk -v ms="$at_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
       fault "$file"
