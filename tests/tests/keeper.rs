@@ -1,7 +1,8 @@
-//! The keeper (`--keep`): with no subscription anywhere it moves due `retry_after` entries back
-//! and exports the work waiting, so an autoscaler can wake a worker from zero; keepers and
-//! workers' sidecars promoting one delay set together move each entry back exactly once, a
-//! SIGKILL of one keeper included; a kept key of the wrong type or outside `--allow-keys`
+//! The keeper (`--keep`): with no subscription anywhere it makes a stream group's due
+//! `retry_after` entries deliverable (they stay pending in the group) and exports the work
+//! waiting, so an autoscaler can wake a worker from zero; keepers and workers' sidecars
+//! promoting one delay set of copies an earlier version wrote move each entry back exactly
+//! once, a SIGKILL of one keeper included; a kept key of the wrong type or outside `--allow-keys`
 //! stops it with 64, naming the key; a list is `form="list"` on the keeper's series and the
 //! workers' alike.
 
@@ -80,15 +81,19 @@ async fn values_in_stream(client: &Client) -> BTreeMap<String, u32> {
     seen
 }
 
-/// The delay set the retries of `STREAM` wait in.
+/// The delay set of copies an earlier version wrote for `STREAM`'s retries.
 const DELAYED: &str = "{jobs}:window:delayed";
+
+/// The group's delay set: the due times of its entries kept pending.
+const GROUP_DUE: &str = "{jobs}:window:delayed:workers";
 
 /// How long the scaled-to-zero worker's retries wait. The keeper must read 0 and then the new
 /// entries' lag before they fall due, and a busy CI machine can take seconds for that.
 const RETRY_DELAY: Duration = Duration::from_secs(6);
 
 /// A worker reads five entries and asks for each again in `RETRY_DELAY`, then goes away
-/// (scaled to zero): no subscription is left anywhere, the five wait in the delay set.
+/// (scaled to zero): no subscription is left anywhere, the five wait pending in the group,
+/// their due times in its delay set, and nothing was appended to the stream.
 async fn scaled_to_zero(redis: &RedisServer, inspect: &Client) {
     let worker = Sidecar::start(&redis.url(), &[]).await;
     let mut client = worker.client().await;
@@ -108,8 +113,10 @@ async fn scaled_to_zero(redis: &RedisServer, inspect: &Client) {
     sub.close();
     assert!(matches!(sub.next().await, Ok(None)));
     worker.stop().await;
-    assert_eq!(zcard(inspect, DELAYED).await, 5);
-    assert_eq!(pending(inspect, STREAM, GROUP).await, 0);
+    assert_eq!(zcard(inspect, GROUP_DUE).await, 5);
+    assert_eq!(zcard(inspect, DELAYED).await, 0);
+    assert_eq!(pending(inspect, STREAM, GROUP).await, 5);
+    assert_eq!(values_in_stream(inspect).await.len(), 5);
 }
 
 /// A keeper started before the worker scales to zero, once it sampled that nothing waits
@@ -128,7 +135,7 @@ async fn idle_keeper(redis: &RedisServer, inspect: &Client) -> (SidecarProcess, 
 }
 
 /// Three new entries arrive (lag 3); then the five retries fall due and the keeper at
-/// `metrics` puts them back: 8 waiting, every retry promoted.
+/// `metrics` makes them deliverable (their consumer is gone): 8 waiting, every retry promoted.
 async fn due_retries_come_back(inspect: &Client, metrics: SocketAddr) {
     for n in 5..8 {
         let _: String = inspect
@@ -142,21 +149,23 @@ async fn due_retries_come_back(inspect: &Client, metrics: SocketAddr) {
         Some(8.0),
         "the due retries and the lag"
     );
-    // The gauge counts a due retry before and after its promotion alike: the promotion
-    // itself is read from the set and the keeper's counter.
+    // The promotion itself is read from the set and the keeper's counter.
     let promoted = "window_sidecar_promoted_entries_total{form=\"stream\"}";
     assert!(
         eventually(STEP, || async {
-            zcard(inspect, DELAYED).await == 0 && sample(&scrape(metrics).await, promoted) == 5.0
+            zcard(inspect, GROUP_DUE).await == 0 && sample(&scrape(metrics).await, promoted) == 5.0
         })
         .await,
-        "every retry promoted: {} left in the delay set",
-        zcard(inspect, DELAYED).await
+        "every retry promoted: {} left in the group's delay set",
+        zcard(inspect, GROUP_DUE).await
     );
+    // Still the same five entries, pending in the group: nothing was copied.
+    assert_eq!(pending(inspect, STREAM, GROUP).await, 5);
+    assert_eq!(values_in_stream(inspect).await.len(), 8);
 }
 
-/// Done when: zero subscriptions, a keeper running, retry_after entries become due and are back
-/// in the stream, and the work gauge goes from 0 to the due entries plus the lag.
+/// Done when: zero subscriptions, a keeper running, retry_after entries become due and
+/// deliverable, and the work gauge goes from 0 to the due entries plus the lag.
 #[tokio::test]
 async fn with_no_subscriber_a_keeper_brings_delayed_retries_back() {
     let redis = RedisServer::start();
@@ -175,8 +184,9 @@ async fn with_no_subscriber_a_keeper_brings_delayed_retries_back() {
     assert_eq!(sample(&text, "window_sidecar_redis_ready"), 1.0, "{text}");
 }
 
-/// A worker started once the keeper brought the retries back reads everything: each of the
-/// five retried values once, and the three new ones; the gauge drains to 0.
+/// A worker started once the keeper made the retries deliverable reads everything: each of the
+/// five retried entries once (reclaimed, the same entries), and the three new ones; the gauge
+/// drains to 0.
 #[tokio::test]
 async fn a_worker_started_after_the_keeper_drains_the_work_waiting() {
     let redis = RedisServer::start();
@@ -209,9 +219,9 @@ async fn a_worker_started_after_the_keeper_drains_the_work_waiting() {
     worker.stop().await;
 }
 
-/// Two keepers and a worker's sidecar promote one delay set at once, and one keeper is killed
-/// with SIGKILL halfway: each due entry is back in the stream exactly once, and the worker gets
-/// each once.
+/// Two keepers and a worker's sidecar promote one delay set of copies an earlier version wrote
+/// (as after an upgrade) at once, and one keeper is killed with SIGKILL halfway: each due entry
+/// is back in the stream exactly once, and the worker gets each once.
 #[tokio::test]
 async fn two_keepers_and_a_worker_promote_each_due_entry_exactly_once_through_a_sigkill() {
     const ENTRIES: usize = 300;

@@ -155,10 +155,13 @@ const (
 	OutcomeKind_OUTCOME_KIND_ACK OutcomeKind = 1
 	// Discard the segment and settle the entry: it will not be delivered again.
 	OutcomeKind_OUTCOME_KIND_DROP OutcomeKind = 2
-	// Discard the segment; the entry is delivered again as soon as possible.
+	// Discard the segment; the entry is delivered again as soon as possible. On a stream it
+	// stays pending in its consumer group, the same entry id, and no other group of the stream
+	// receives it again.
 	OutcomeKind_OUTCOME_KIND_RETRY OutcomeKind = 3
-	// Discard the segment; the entry is delivered again after `delay` (durably scheduled in
-	// Redis, so a sidecar restart does not lose it).
+	// Discard the segment; the entry is delivered again after `delay`, not before (durably
+	// scheduled in Redis, so a sidecar restart does not lose it). On a stream, as with retry,
+	// it stays in its group with its id.
 	OutcomeKind_OUTCOME_KIND_RETRY_AFTER OutcomeKind = 4
 	// Discard the segment, as drop does; the entry is written to the subscription's dead-letter
 	// target (open.dead_letter) with `reason` and settled, in one script, whatever its delivery
@@ -1235,7 +1238,8 @@ type Outcome struct {
 	// there and at least 1 ms; ignored otherwise.
 	Delay *durationpb.Duration `protobuf:"bytes,3,opt,name=delay,proto3" json:"delay,omitempty"`
 	// Why the client settled it this way (for example a validation error). Optional; kept with
-	// retried copies and dead letters as the header `x-window-reason`.
+	// dead letters (and a list's or a channel's retried copies) as the header `x-window-reason`;
+	// a stream's retry stays in place and carries none.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The client's own trace context for handling this delivery, if it traced it. The flush
 	// span links to it, so a trace view joins producer, client handling and flush.
@@ -1699,7 +1703,8 @@ type Delivery struct {
 	// layout, by name without the `h:` prefix.
 	Headers map[string]string `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"bytes,2,opt,name=value,proto3"`
 	// How many times this entry has been delivered, this time included (1 on first delivery).
-	// Counts deliveries of earlier copies made by retry and retry_after.
+	// A stream's retry keeps the entry (its id too) and counts one more; a list's or a
+	// channel's retried copy counts the deliveries of the copies before it.
 	DeliveryCount uint32 `protobuf:"varint,6,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
 	// Pub/sub: the channel the message arrived on.
 	Channel string `protobuf:"bytes,8,opt,name=channel,proto3" json:"channel,omitempty"`

@@ -16,7 +16,7 @@ use super::list::{self, ListKeys, ListReader};
 use super::pubsub::{PubSubForm, PubSubReader};
 use super::read_connection::ReadConnection;
 use super::stream::{self, StreamKeys, StreamReader};
-use super::{Redis, RedisError, Replication, companion_key};
+use super::{Redis, RedisError, Replication};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, Source};
 use crate::engine::{Kind, ReadError, Stop};
@@ -76,7 +76,10 @@ impl Form {
         }
     }
 
-    /// Moves due delayed entries back. Returns how many.
+    /// Moves due delayed entries back. Returns how many. On a stream: the due entries of the
+    /// group whose consumer is gone, made deliverable by the next reclaim (its retries stay
+    /// pending in the group), and the copies an earlier version wrote to the shared delay set,
+    /// appended to the stream as then, so that they are delivered once after an upgrade.
     pub async fn promote_due(
         &self,
         redis: &Redis,
@@ -88,7 +91,12 @@ impl Form {
             Form::List(keys) => (&keys.delayed, &keys.key, Target::List),
             Form::PubSub(form) => (&form.delayed, &form.delayed, Target::Publish),
         };
-        delay::promote_due(redis.pool(), delayed, target_key, target, now_ms, limit).await
+        let mut promoted =
+            delay::promote_due(redis.pool(), delayed, target_key, target, now_ms, limit).await?;
+        if let Form::Stream(keys) = self {
+            promoted += stream::promote_in_group(redis.pool(), keys, limit).await?;
+        }
+        Ok(promoted)
     }
 
     /// The engine's view of this form.
@@ -119,10 +127,7 @@ impl Form {
     ) -> Option<ConsumerLease> {
         match (self, source) {
             (Form::Stream(_), Source::Stream(s)) => Some(ConsumerLease {
-                key: Bytes::from(companion_key(
-                    &s.key,
-                    &format!("window:lease:{}:{}", s.group, s.consumer),
-                )),
+                key: Bytes::from(stream::lease_key(&s.key, &s.group, &s.consumer)),
                 members: None,
                 holder,
                 ttl: stream_ttl,
@@ -228,8 +233,8 @@ impl Settling for Form {
     fn finished(&self, entries: &[&Entry], plan: &mut FlushPlan) {
         self.settling().finished(entries, plan)
     }
-    fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
-        self.settling().keep_in_place(entry, plan)
+    fn keep_in_place(&self, entry: &Entry, delay: Option<Duration>, plan: &mut FlushPlan) {
+        self.settling().keep_in_place(entry, delay, plan)
     }
     fn settle_owned(&self, requeues: &[Requeued<'_>], plan: &mut FlushPlan) -> bool {
         self.settling().settle_owned(requeues, plan)

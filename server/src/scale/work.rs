@@ -1,8 +1,9 @@
 //! The work waiting per stream group and list, sampled on the backlog gauges' interval:
 //!
 //! - a stream group: its lag (entries not yet read; XINFO GROUPS), its pending entries idle
-//!   longer than min_idle (another consumer can reclaim them; XPENDING … IDLE) and the due
-//!   entries of its delay set (ZCOUNT up to now). When Redis does not report the lag (after
+//!   longer than min_idle (another consumer can reclaim them; XPENDING … IDLE) but for those
+//!   whose `retry_after` is not due (the group's delay set, ZMSCORE), and the due entries of the
+//!   delay set of copies an earlier version wrote (ZCOUNT up to now). When Redis does not report the lag (after
 //!   XDEL or trimming past the group, or on a group created at an arbitrary id) the sidecar
 //!   counts the entries after the group's last delivered id itself, at most [`COUNT_CAP`], and
 //!   says so with `window_sidecar_work_lag_counted` = 1. A group that does not exist yet counts
@@ -190,7 +191,7 @@ async fn stream_work(
             ],
         )
         .await?;
-        work.reclaimable = array_len(&reply);
+        work.reclaimable = array_len(&reply) - not_due(client, keys, &reply, now).await?;
         // The summary form: [count, smallest id, greatest id, consumers].
         let summary = at("XPENDING", vec![arg(&keys.key), arg(&keys.group)]).await?;
         if let Value::Array(fields) = summary
@@ -200,6 +201,40 @@ async fn stream_work(
         }
     }
     Ok(work)
+}
+
+/// How many of the pending entries an `XPENDING … IDLE` reply lists wait for a `retry_after`
+/// not due yet (the group's delay set scores them later than `now_ms`): a reclaim holds them
+/// until then, so they are no work yet, and a worker woken for them would only wait.
+async fn not_due(
+    client: &Client,
+    keys: &StreamKeys,
+    rows: &Value,
+    now_ms: u64,
+) -> Result<i64, RedisError> {
+    let Value::Array(rows) = rows else {
+        return Ok(0);
+    };
+    let ids: Vec<Value> = rows
+        .iter()
+        .filter_map(|row| match row {
+            Value::Array(fields) => fields.first().cloned(),
+            _ => None,
+        })
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut args = vec![arg(&keys.due)];
+    args.extend(ids);
+    let scores = call_at(client, "ZMSCORE", args, false, Some(keys.slot)).await?;
+    let Value::Array(scores) = scores else {
+        return Ok(0);
+    };
+    Ok(scores
+        .iter()
+        .filter(|score| score.as_f64().is_some_and(|due| due > now_ms as f64))
+        .count() as i64)
 }
 
 fn array_len(reply: &Value) -> i64 {

@@ -280,6 +280,9 @@ pub struct ReadBatch {
     pub entries: Vec<Entry>,
     /// Whether the entries may already be outstanding in this window (pending or claimed).
     pub redelivery: bool,
+    /// Redelivered stream entries whose `retry_after` is not due yet, with the time left:
+    /// held until then.
+    pub delayed: Vec<(Entry, std::time::Duration)>,
     /// Entries claimed from idle consumers (or recovered from dead ones).
     pub claimed: usize,
     /// Pub/sub: messages dropped for a slow client since the previous read.

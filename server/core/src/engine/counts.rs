@@ -57,6 +57,7 @@ impl<E: Item> Engine<E> {
             entries,
             redelivery,
             lost,
+            mut delayed,
         } = read;
         self.backlog = !redelivery && entries.len() >= count as usize;
         let mut entries = entries;
@@ -71,9 +72,23 @@ impl<E: Item> Engine<E> {
             );
             let (again, fresh) = split_held(entries, &held);
             entries = fresh;
+            let (again_delayed, fresh_delayed) = delayed
+                .into_iter()
+                .partition::<Vec<_>, _>(|(e, _)| held.contains(&e.id()));
+            delayed = fresh_delayed;
             self.give_back(again, false);
+            self.give_back(again_delayed.into_iter().map(|(e, _)| e).collect(), false);
         }
-        let (dead, alive) = past_cap(entries, self.config.max_deliveries);
+        let (mut dead, alive) = past_cap(entries, self.config.max_deliveries);
+        for (entry, wait) in delayed {
+            let cap = self.config.max_deliveries;
+            if cap > 0 && entry.delivery_count() > cap {
+                dead.push(entry);
+            } else {
+                // Its retry_after is not due: held, and handed out once it is.
+                self.lanes.hold(entry, now + wait, now);
+            }
+        }
         if !dead.is_empty() {
             self.dead_letter(dead);
         }

@@ -278,24 +278,28 @@ impl<E: Item> Engine<E> {
         );
     }
 
-    /// On an ordered subscription, marks the batch's retries of keyed entries to be kept in
-    /// place (unless the cap makes them dead letters) and puts its keys in flush. Returns the
-    /// retries, for their lanes once the flush succeeded.
+    /// Marks the batch's retries to be kept in place (unless the cap makes them dead
+    /// letters): every retry on a stream, a keyed entry's on an ordered subscription; and puts
+    /// an ordered subscription's keys in flush. Returns the retries, for their lanes (or the
+    /// queue of kept retries) once the flush succeeded.
     fn keep_in_place(
         &mut self,
         flush: FlushId,
         batch: &mut FlushBatch<E>,
     ) -> Vec<(E, Option<Duration>)> {
-        if !self.config.ordered {
+        let every = self.config.kind.keeps_every_retry_in_place();
+        if !self.config.ordered && !every {
             return Vec::new();
         }
         let mut keys = Vec::new();
         let mut in_place = Vec::new();
         for (index, settle) in batch.settles.iter().enumerate() {
-            let Some(key) = settle.entry.ordering_key() else {
+            let key = settle.entry.ordering_key().filter(|_| self.config.ordered);
+            if let Some(key) = key {
+                keys.push((key.clone(), settle.entry.id()));
+            } else if !every {
                 continue;
-            };
-            keys.push((key.clone(), settle.entry.id()));
+            }
             let delay = match settle.outcome {
                 Outcome::Retry => None,
                 Outcome::RetryAfter(delay) => Some(delay),
@@ -307,7 +311,9 @@ impl<E: Item> Engine<E> {
             batch.in_place.push(index);
             in_place.push((settle.entry.clone(), delay));
         }
-        self.lanes.flushing(flush, keys);
+        if self.config.ordered {
+            self.lanes.flushing(flush, keys);
+        }
         in_place
     }
 
@@ -340,7 +346,13 @@ impl<E: Item> Engine<E> {
         if self.phase != Phase::Open || !self.client_here {
             return;
         }
-        let room = (self.config.max_in_flight as usize).saturating_sub(self.window.held());
+        // An ordered read hands out no more than the room it finds (the rest waits); an
+        // unordered one hands out all it read, so the reads under way keep their room.
+        let room = if self.config.ordered {
+            (self.config.max_in_flight as usize).saturating_sub(self.window.held())
+        } else {
+            self.room()
+        };
         let released = self.lanes.release(room, now);
         if released.is_empty() {
             return;

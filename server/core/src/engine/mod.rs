@@ -77,6 +77,13 @@ impl Kind {
         matches!(self, Kind::Stream | Kind::ReliableList)
     }
 
+    /// Every retry stays where it is, pending in its group, delivered again by this consumer
+    /// (a stream: a copy appended to it would reach every other group of the stream). Other
+    /// forms keep in place only an ordered subscription's retries of keyed entries.
+    fn keeps_every_retry_in_place(self) -> bool {
+        self == Kind::Stream
+    }
+
     /// A read of new entries can ride at the end of a flush's pipeline (XREADGROUP `>`).
     fn reads_ahead(self) -> bool {
         self == Kind::Stream
@@ -135,8 +142,9 @@ pub struct Config {
     /// Entries with an ordering key are handed out one per key at a time, in the order read,
     /// and their retries are kept in place (streams and reliable lists only).
     pub ordered: bool,
-    /// On an ordered stream, how often entries waiting for their key are made idle again
-    /// (other consumers reclaim entries idle past their `min_idle`).
+    /// On a stream, how often entries waiting in memory (for their key, or retries kept in
+    /// place until due) are made idle again (other consumers reclaim entries idle past their
+    /// `min_idle`).
     pub extend_waiting_every: Option<Duration>,
     /// On an ordered stream, how many entries waiting for their key may be parked as ids (a
     /// key's past `count` waiting in memory), to be fetched by id when their turn comes; reads
@@ -155,15 +163,26 @@ pub struct Read<E> {
     pub redelivery: bool,
     /// Pub/sub: messages dropped for a slow client since the previous read.
     pub lost: u64,
+    /// Entries of a re-read or a reclaim whose `retry_after` is not due yet, with the time
+    /// left: held until then, not handed out now.
+    pub delayed: Vec<(E, Duration)>,
 }
 
-#[cfg(test)]
 impl<E> Read<E> {
+    /// Every entry it returned, due or not.
+    fn all(self) -> Vec<E> {
+        let mut entries = self.entries;
+        entries.extend(self.delayed.into_iter().map(|(e, _)| e));
+        entries
+    }
+
+    #[cfg(test)]
     pub fn new(entries: Vec<E>) -> Self {
         Self {
             entries,
             redelivery: false,
             lost: 0,
+            delayed: Vec::new(),
         }
     }
 }
@@ -329,7 +348,7 @@ impl<E: Item> Engine<E> {
                 batch: config.count as usize,
                 max_parked: config.max_parked as usize,
             });
-        let lanes = ordering::Lanes::new(config.extend_waiting_every, parking);
+        let lanes = ordering::Lanes::new(config.ordered, config.extend_waiting_every, parking);
         let recovery = config
             .kind
             .recovers()
@@ -420,7 +439,7 @@ impl<E: Item> Engine<E> {
             }
             // Nobody will see what a read returns once the subscription stops reading: give
             // it back uncounted, so its next delivery is its first.
-            Ok(read) => self.give_back(read.entries, false),
+            Ok(read) => self.give_back(read.all(), false),
             Err(ReadError::Fatal(stop)) => self.close(Some(stop)),
             Err(ReadError::Retry { .. }) => {
                 // A failed read may have claimed entries it never returned: they are pending
@@ -483,6 +502,17 @@ impl<E: Item> Engine<E> {
         self.flush_early(now, early);
         self.advance(now);
         applied
+    }
+
+    /// Entries that flush `flush` was to keep in place and another consumer holds now (it
+    /// reclaimed them while this one could not reach Redis): theirs to deliver, not to be
+    /// delivered again here. Said before the flush is reported.
+    pub fn left_to_others(&mut self, flush: FlushId, ids: &[E::Id]) {
+        if let Some(flushing) = self.flushes.get_mut(&flush) {
+            flushing
+                .in_place
+                .retain(|(entry, _)| !ids.contains(&entry.id()));
+        }
     }
 
     /// A flush was reported, with what its read-ahead read.
@@ -548,12 +578,12 @@ impl<E: Item> Engine<E> {
                     // An earlier read may have taken entries no reply named, or a flush left
                     // its entries pending: these later ones could pass them. Left pending,
                     // uncounted, they come back in their place with the re-read.
-                    self.give_back(read.entries, false);
+                    self.give_back(read.all(), false);
                 }
                 Ok(read) if self.phase == Phase::Open && self.client_here => {
                     report = self.deliver(now, read, count, report, None);
                 }
-                Ok(read) => self.give_back(read.entries, false),
+                Ok(read) => self.give_back(read.all(), false),
                 Err(ReadError::Retry { unknown }) => {
                     // The reader reads next; Redis may have delivered entries no reply named.
                     self.backlog = false;

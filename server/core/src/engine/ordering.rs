@@ -7,7 +7,8 @@
 //! may not have settled. Entries of a busy key wait in its lane, oldest first; a retry is kept
 //! in place at the front of its lane (delivered again before any later entry of its key), not
 //! copied to the end of the stream. When a lane frees, its first entry is handed out, once
-//! due. Entries without a key take no lane.
+//! due. Entries without a key take no lane: their retries kept in place (every retry on a
+//! stream, ordered or not) wait in one queue by due time, handed out before anything else.
 //!
 //! On a stream, a hot key's entries past a fetch's worth waiting in memory are parked
 //! instead: its lane keeps only what it needs to fetch them again by id ([`Item::Parked`]),
@@ -15,7 +16,7 @@
 //! keeps them pending meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry
 //! and the reads run on past it for the other keys.
 
-use std::collections::{HashMap, HashSet, VecDeque, hash_map};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque, hash_map};
 use std::time::{Duration, Instant};
 
 use super::{FlushId, Item};
@@ -120,10 +121,19 @@ type Fetch = Vec<(Key, usize)>;
 /// Every lane of one subscription.
 #[derive(Debug)]
 pub(super) struct Lanes<E: Item> {
+    /// Keyed entries wait in lanes (an ordered subscription).
+    keyed: bool,
     lanes: HashMap<Key, Lane<E>>,
     /// Entries without a key that a read brought past the room the window had for them
     /// (see [`Lanes::admit`]): handed out first as room frees.
     loose: VecDeque<E>,
+    /// Retries kept in place that wait for no key (no ordering key, or an unordered
+    /// subscription), by when they are due and then in the order they came: each goes out
+    /// once due, before the loose entries and the lanes.
+    kept: BTreeMap<(Instant, u64), E>,
+    kept_seq: u64,
+    /// When the first kept retry not yet due falls due, as of the last release.
+    kept_wake: Option<Instant>,
     /// The keys whose lanes have entries waiting in memory, and how many lanes wait for a
     /// re-read: what is asked on every engine event looks at these, never at every key in
     /// flight (a hot key's run has hundreds).
@@ -157,10 +167,18 @@ pub(super) struct Lanes<E: Item> {
 pub type FetchId = u64;
 
 impl<E: Item> Lanes<E> {
-    pub(super) fn new(extend_every: Option<Duration>, parking: Option<Parking>) -> Self {
+    pub(super) fn new(
+        keyed: bool,
+        extend_every: Option<Duration>,
+        parking: Option<Parking>,
+    ) -> Self {
         Self {
+            keyed,
             lanes: HashMap::new(),
             loose: VecDeque::new(),
+            kept: BTreeMap::new(),
+            kept_seq: 0,
+            kept_wake: None,
             queued: HashSet::new(),
             rereads: 0,
             by_flush: HashMap::new(),
@@ -199,7 +217,7 @@ impl<E: Item> Lanes<E> {
 
     /// The ids of the entries waiting, parked or not, in no particular order.
     pub(super) fn waiting_ids(&self) -> impl Iterator<Item = E::Id> + '_ {
-        let loose = self.loose.iter().map(Item::id);
+        let loose = self.loose.iter().chain(self.kept.values()).map(Item::id);
         loose.chain(self.lanes.values().flat_map(|lane| {
             let parked = lane.parked.iter().map(|p| E::stub(p).id());
             lane.queue.iter().map(|w| w.entry.id()).chain(parked)
@@ -209,6 +227,7 @@ impl<E: Item> Lanes<E> {
     /// The entries waiting, the parked ones as stubs, each key's in order.
     fn waiting_entries(&self) -> Vec<E> {
         let mut entries = Vec::with_capacity(self.waiting + self.parked);
+        entries.extend(self.kept.values().cloned());
         entries.extend(self.loose.iter().cloned());
         for lane in self.lanes.values() {
             entries.extend(lane.queue.iter().map(|w| w.entry.clone()));
@@ -358,18 +377,35 @@ impl<E: Item> Lanes<E> {
             return;
         }
         for (entry, not_before) in in_place {
-            let Some(key) = entry.ordering_key() else {
-                continue;
-            };
-            let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
-            lane.queue.push_front(Waiting {
-                entry: entry.redelivered(),
-                seen: true,
-                not_before,
-            });
-            self.queued.insert(key.clone());
-            self.waiting += 1;
+            self.hold(entry.redelivered(), not_before.unwrap_or(now), now);
         }
+        self.extend_soon(now);
+    }
+
+    /// Holds an entry this consumer keeps pending until `due`: a retry kept in place, or an
+    /// entry a re-read or reclaim returned before its `retry_after` is due. A keyed entry
+    /// goes to the front of its lane; the others to the kept retries.
+    pub(super) fn hold(&mut self, entry: E, due: Instant, now: Instant) {
+        let not_before = (due > now).then_some(due);
+        match entry.ordering_key().cloned() {
+            Some(key) if self.keyed => {
+                let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
+                lane.queue.push_front(Waiting {
+                    entry,
+                    seen: true,
+                    not_before,
+                });
+                self.queued.insert(key);
+            }
+            _ => {
+                self.kept_seq += 1;
+                self.kept.insert((due, self.kept_seq), entry);
+                if not_before.is_some() && self.kept_wake.is_none_or(|at| at > due) {
+                    self.kept_wake = Some(due);
+                }
+            }
+        }
+        self.waiting += 1;
         self.extend_soon(now);
     }
 
@@ -404,6 +440,13 @@ impl<E: Item> Lanes<E> {
         if self.waiting == 0 || room == 0 {
             return out;
         }
+        while out.len() < room {
+            let Some(entry) = self.kept.first_entry().filter(|e| e.key().0 <= now) else {
+                break;
+            };
+            out.push((entry.remove(), true));
+        }
+        self.kept_wake = self.kept.keys().map(|(due, _)| *due).find(|due| *due > now);
         while out.len() < room {
             let Some(entry) = self.loose.pop_front() else {
                 break;
@@ -542,6 +585,7 @@ impl<E: Item> Lanes<E> {
             .filter_map(|key| self.lanes.get(key))
             .filter(|lane| lane.busy == Busy::Free)
             .filter_map(|lane| lane.queue.front()?.not_before)
+            .chain(self.kept_wake)
             .min()
     }
 
@@ -568,6 +612,8 @@ impl<E: Item> Lanes<E> {
     pub(super) fn take_waiting(&mut self) -> Vec<E> {
         let taken = self.waiting_entries();
         self.loose.clear();
+        self.kept.clear();
+        self.kept_wake = None;
         self.lanes.retain(|_, lane| {
             lane.queue.clear();
             lane.parked.clear();
@@ -606,8 +652,9 @@ impl<E: Item> Lanes<E> {
         assert_eq!(rereads, self.rereads, "lanes waiting for a re-read");
         let fetching: usize = self.lanes.values().map(|lane| lane.fetching).sum();
         assert_eq!(fetching, self.fetching, "entries being fetched");
-        let waiting: usize =
-            self.loose.len() + self.lanes.values().map(|l| l.queue.len()).sum::<usize>();
+        let waiting: usize = self.loose.len()
+            + self.kept.len()
+            + self.lanes.values().map(|l| l.queue.len()).sum::<usize>();
         assert_eq!(waiting, self.waiting, "entries waiting in memory");
     }
 }

@@ -38,6 +38,9 @@ pub struct FlushResult {
     pub skipped: usize,
     /// Of those, the ones that were to be dead letters.
     pub skipped_dead_letters: usize,
+    /// Of those, the ids of retries to be kept in place (counted in `skipped` too): not to be
+    /// delivered again here.
+    pub left_to_others: Vec<bytes::Bytes>,
     /// Entries whose retry, delay or dead letter Redis refused to write: neither requeued nor
     /// settled, they stay pending and are delivered again.
     pub requeue_refused: Vec<RequeueRefused>,
@@ -112,8 +115,19 @@ impl FlushResult {
     pub(crate) fn from_replies(plan: &FlushPlan, replies: Vec<Result<Value, Error>>) -> Self {
         let mut result = FlushResult::default();
         let answered = replies.len();
+        let mut in_place = plan.in_place.iter();
         for (index, (planned, reply)) in plan.commands.iter().zip(replies).enumerate() {
+            let kept = (planned.role == Role::KeepInPlace).then(|| in_place.next());
             let err = match reply {
+                Ok(reply) if planned.role == Role::KeepInPlace => {
+                    if reply.as_u64() == Some(0)
+                        && let Some(Some(id)) = kept
+                    {
+                        result.skipped += 1;
+                        result.left_to_others.push(id.clone());
+                    }
+                    continue;
+                }
                 Ok(reply) if planned.role == Role::SettleOwned => {
                     result.owned(reply, &plan.requeue_step);
                     continue;

@@ -40,6 +40,10 @@ pub(crate) enum Role {
     SettleOwned,
     /// Housekeeping whose failure loses nothing (forgetting delivery counts).
     Bookkeeping,
+    /// A stream's retry kept in place ([`Settling::keep_in_place`]): its reply 0 says the entry
+    /// is another consumer's now, not to be delivered again here. Refused, it loses nothing:
+    /// the entry stays pending as it was.
+    KeepInPlace,
     /// MULTI.
     Begin,
     /// EXEC; `settles` when the transaction carries a settle.
@@ -130,6 +134,8 @@ pub(crate) struct FlushPlan {
     pub requeue_step: Vec<StepEntry>,
     /// The kept segments with commands, in order: whose a failed side effect was.
     pub segments: Vec<SegmentSpan>,
+    /// The ids of the entries its [`Role::KeepInPlace`] commands keep, in their order.
+    pub in_place: Vec<Bytes>,
 }
 
 /// Where a kept segment's commands are in a plan.
@@ -263,9 +269,10 @@ pub(crate) trait Settling {
     fn dead_letter(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan);
     /// Appends housekeeping for entries settled for good (acked, dropped, dead-lettered).
     fn finished(&self, _entries: &[&Entry], _plan: &mut FlushPlan) {}
-    /// Appends what counts the next delivery of an entry retried in place (an ordered
-    /// subscription's retry: it stays pending, unsettled and uncopied).
-    fn keep_in_place(&self, _entry: &Entry, _plan: &mut FlushPlan) {}
+    /// Appends what counts the next delivery of an entry retried in place (it stays pending,
+    /// unsettled and uncopied: every retry on a stream, an ordered list's of a keyed entry),
+    /// and, for a `retry_after`, what keeps its due time, `delay` from now, where it is kept.
+    fn keep_in_place(&self, _entry: &Entry, _delay: Option<Duration>, _plan: &mut FlushPlan) {}
     /// Appends, as one atomic command, each entry's requeue writes and the settle of the
     /// entries still this consumer's, leaving alone those another consumer claimed meanwhile
     /// (theirs now: a copy or dead letter written for them here would be a second one).
@@ -602,7 +609,12 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
         }
     }
     for &index in &batch.in_place {
-        form.keep_in_place(batch.settles[index].entry.borrow(), &mut plan);
+        let settle = &batch.settles[index];
+        let delay = match settle.outcome {
+            Outcome::RetryAfter(delay) => Some(delay),
+            _ => None,
+        };
+        form.keep_in_place(settle.entry.borrow(), delay, &mut plan);
     }
     plan.settles = if form.settles_in_redis() {
         batch.settles.len() - batch.in_place.len()

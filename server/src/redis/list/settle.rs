@@ -1,6 +1,8 @@
 //! How a list subscription settles, requeues and dead-letters: its part of every flush plan
 //! (LREM from the processing list, retry copies, the delay set, the dead-letter list).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 
 use super::{ListKeys, value};
@@ -72,7 +74,7 @@ impl Settling for ListKeys {
 
     /// The value stays on the processing list; the delivery that ends is recorded in the
     /// counts hash, as a re-read would.
-    fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
+    fn keep_in_place(&self, entry: &Entry, _delay: Option<Duration>, plan: &mut FlushPlan) {
         plan.push(
             "HINCRBY",
             vec![

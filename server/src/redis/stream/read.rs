@@ -20,25 +20,36 @@ use super::{StreamKeys, create_group, group_start, pending_count};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, StreamSource};
 
-/// The delivery count of each id in ARGV[3..] while it is pending on consumer ARGV[2] of group
-/// ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or another consumer's). Each entry
-/// of this consumer is also claimed again by it, its count and idle time as they are
-/// (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries (`XREADGROUP … 0`) renews
-/// both in memory only, Redis writing it to neither its AOF nor its replicas, and a restart
-/// or failover would otherwise hand back an entry just delivered again as idle since its
-/// first read, for another consumer to claim while it is being handled. An `XCLAIM` is
-/// written to both.
+/// For each id in ARGV[3..], `{count, wait}`: its delivery count while it is pending on
+/// consumer ARGV[2] of group ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or
+/// another consumer's); and the ms left until the `retry_after` due time the group's delay set
+/// KEYS[2] holds for it, 0 when none is left (a re-read or a reclaim must not deliver it
+/// before then). Each entry of this consumer is also claimed again by it, its count and idle
+/// time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
+/// (`XREADGROUP … 0`) renews both in memory only, Redis writing it to neither its AOF nor its
+/// replicas, and a restart or failover would otherwise hand back an entry just delivered
+/// again as idle since its first read, for another consumer to claim while it is being
+/// handled. An `XCLAIM` is written to both.
+///
+/// When Redis refuses the `XCLAIM` (`NOPERM`, `READONLY`; not `OOM`, which `XCLAIM` is not
+/// subject to) the script fails and the read with it: the entries stay pending on this
+/// consumer and are read again.
 static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r#"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local counts = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
+  local wait = 0
   if row then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', row[4], 'JUSTID')
+    local due = redis.call('ZSCORE', KEYS[2], id)
+    if due and tonumber(due) > now then wait = tonumber(due) - now end
   end
-  counts[#counts + 1] = row and row[4] or 0
+  counts[#counts + 1] = {row and row[4] or 0, wait}
 end
 return counts
 "#,
@@ -151,21 +162,38 @@ pub(crate) fn read_ahead_reply(
     }
 }
 
-/// Redelivered entries with their counts from the group's pending entries list. An entry gone
-/// from this consumer's part of that list between the read and the look-up was settled
-/// meanwhile (acked by a flush of an earlier delivery), or another consumer claimed it: it is
-/// not delivered again, where it would otherwise come back with a count of 1, lower than the
-/// count of the delivery that settled it, or be handled by two consumers at once.
-pub(super) fn counted(entries: Vec<Entry>, counts: Vec<Value>) -> Vec<Entry> {
-    entries
-        .into_iter()
-        .zip(counts)
-        .filter_map(|(mut entry, count)| {
-            let pel = count.as_u64().filter(|&n| n > 0)? as u32;
-            entry.delivery_count = pel + entry.earlier_attempts();
-            Some(entry)
-        })
-        .collect()
+/// Redelivered entries with their counts from the group's pending entries list, and apart
+/// from them those whose `retry_after` is not due yet, with the time left ([`RENEW_COUNTS`]'s
+/// reply). An entry gone from this consumer's part of that list between the read and the
+/// look-up was settled meanwhile (acked by a flush of an earlier delivery), or another
+/// consumer claimed it: it is not delivered again, where it would otherwise come back with a
+/// count of 1, lower than the count of the delivery that settled it, or be handled by two
+/// consumers at once.
+pub(super) fn counted(
+    entries: Vec<Entry>,
+    counts: Vec<Value>,
+) -> (Vec<Entry>, Vec<(Entry, Duration)>) {
+    let mut due = Vec::with_capacity(entries.len());
+    let mut delayed = Vec::new();
+    for (mut entry, reply) in entries.into_iter().zip(counts) {
+        let (count, wait) = match reply {
+            Value::Array(pair) => (
+                pair.first().and_then(Value::as_u64).unwrap_or(0),
+                pair.get(1).and_then(Value::as_u64).unwrap_or(0),
+            ),
+            _ => (0, 0),
+        };
+        if count == 0 {
+            continue;
+        }
+        entry.delivery_count = count as u32 + entry.earlier_attempts();
+        if wait > 0 {
+            delayed.push((entry, Duration::from_millis(wait)));
+        } else {
+            due.push(entry);
+        }
+    }
+    (due, delayed)
 }
 
 /// Claims to consumer ARGV[2] of group ARGV[1] on the stream KEYS[1] each id of the pairs
@@ -410,7 +438,7 @@ impl StreamReader {
             if !claimed.is_empty() {
                 batch.claimed = claimed.len();
                 batch.count_lookups += 1;
-                batch.entries = self.with_delivery_counts(claimed).await?;
+                (batch.entries, batch.delayed) = self.with_delivery_counts(claimed).await?;
                 self.replicate().await?;
                 batch.redelivery = true;
                 return Ok(batch);
@@ -424,7 +452,7 @@ impl StreamReader {
                 Some(last) => {
                     self.cursor = Cursor::Pending(last.id.clone());
                     batch.count_lookups += 1;
-                    batch.entries = self.with_delivery_counts(entries).await?;
+                    (batch.entries, batch.delayed) = self.with_delivery_counts(entries).await?;
                     self.replicate().await?;
                     batch.redelivery = true;
                     return Ok(batch);
@@ -536,15 +564,15 @@ impl StreamReader {
     /// list, each looked up by its own id (one script, one round trip: a range look-up would
     /// also return this consumer's other pending entries between them and miss some), and
     /// makes their renewal durable ([`RENEW_COUNTS`]). Entries no longer this consumer's are
-    /// not delivered.
+    /// not delivered; those whose `retry_after` is not due yet come apart, with the time left.
     async fn with_delivery_counts(
         &self,
         mut entries: Vec<Entry>,
-    ) -> Result<Vec<Entry>, RedisError> {
+    ) -> Result<(Vec<Entry>, Vec<(Entry, Duration)>), RedisError> {
         if entries.is_empty() {
-            return Ok(entries);
+            return Ok((entries, Vec::new()));
         }
-        let keys = vec![arg(&self.keys.key)];
+        let keys = vec![arg(&self.keys.key), arg(&self.keys.due)];
         let mut args = vec![
             Value::Bytes(self.keys.group.clone()),
             Value::Bytes(self.keys.consumer.clone()),

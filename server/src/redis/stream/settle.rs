@@ -1,26 +1,52 @@
-//! How a stream subscription settles, requeues and dead-letters: its part of every flush
-//! plan (XACK or XACKDEL, retry copies, the delay set, the dead-letter stream).
+//! How a stream subscription settles, retries and dead-letters: its part of every flush
+//! plan (XACK or XACKDEL; a retry kept pending in its group, its due time in the group's delay
+//! set; the dead-letter stream). Nothing it does appends to the stream, which every other group
+//! of it reads.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::redis::delay;
 use crate::redis::flush::{FlushPlan, Requeued, Role, Settling, owned_step, owned_step_lua};
 
 use super::{StreamKeys, pending_count};
 use crate::domain::Entry;
 
-/// Keeps entry ARGV[3], pending in group ARGV[1] of the stream KEYS[1], pending on consumer
-/// ARGV[2] with its next delivery counted: `XCLAIM … RETRYCOUNT n JUSTID` (which alone counts
-/// nothing), `n` ARGV[4] or the count Redis has if higher. Never lower: a higher count is a
-/// delivery made since by whoever holds the consumer name now (this subscription's lease
-/// lapsed while Redis was away), and a later delivery must not count below it.
-pub(crate) const KEEP_IN_PLACE: &str = r#"
-local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)[1]
-if row then
-  local n = math.max(row[4], tonumber(ARGV[4]))
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', n, 'JUSTID')
+/// Keeps entry ARGV[3] pending in group ARGV[1] of the stream KEYS[1], on consumer ARGV[2],
+/// its next delivery counted: `XCLAIM … RETRYCOUNT n JUSTID` (which alone counts nothing),
+/// `n` ARGV[4] or the count Redis has if higher. Never lower: a higher count is a delivery
+/// made since by whoever holds the consumer name now (this subscription's lease lapsed while
+/// Redis was away), and a later delivery must not count below it. With ARGV[5], a
+/// `retry_after`'s delay in ms, the entry's id goes into the group's delay set KEYS[2] scored
+/// by its due time (Redis's clock, which every reader of the set shares, plus the delay),
+/// which re-reads and reclaims consult so that nobody delivers it early. Without, an earlier
+/// due time of it is removed (refused, as for a delay set of the wrong type, the retry goes
+/// on: a due time left behind only holds the entry back until then). An entry no longer
+/// pending on this consumer (another consumer claimed it while this one could not reach
+/// Redis) is theirs, and left alone: the reply is 0, else 1.
+///
+/// When Redis refuses: under `OOM`, `READONLY`, `NOPERM` for `EVAL` or a key, `BUSY` or a
+/// slot that moved, the whole script (`#!lua`, every key declared) is refused before it
+/// runs: the entry stays pending, its count and idle time as its delivery left them, and is
+/// delivered again by this sidecar (from memory, at once or when due) or, should it stop, by
+/// whoever reclaims it after `min_idle`, earlier than its due time then. A `ZADD` refused
+/// inside it (`WRONGTYPE`: the delay set's key holds something else; `NOPERM` for `ZADD`)
+/// fails it before the `XCLAIM`, with the same result. A refused `XCLAIM` after the `ZADD`
+/// (`NOPERM` for `XCLAIM` alone) leaves the due time written and the count as it was: the
+/// next delivery counts one less, never the entry lost.
+pub(crate) const KEEP_IN_PLACE: &str = r#"#!lua
+local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])[1]
+if not row then return 0 end
+if ARGV[5] then
+  local now = redis.call('TIME')
+  local due = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[2], due, ARGV[3])
+else
+  redis.pcall('ZREM', KEYS[2], ARGV[3])
 end
-return 0
+local n = math.max(row[4], tonumber(ARGV[4]))
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', n, 'JUSTID')
+return 1
 "#;
 
 impl Settling for StreamKeys {
@@ -74,45 +100,33 @@ impl Settling for StreamKeys {
     }
 
     /// The entry stays pending on this consumer, its delivery count set to its next delivery's
-    /// and its idle time reset: [`KEEP_IN_PLACE`].
-    fn keep_in_place(&self, entry: &Entry, plan: &mut FlushPlan) {
-        let args = vec![
+    /// and its idle time reset, a `retry_after`'s due time kept in the group's delay set:
+    /// [`KEEP_IN_PLACE`].
+    fn keep_in_place(&self, entry: &Entry, delay: Option<Duration>, plan: &mut FlushPlan) {
+        let mut args = vec![
             Bytes::from_static(KEEP_IN_PLACE.as_bytes()),
-            Bytes::from_static(b"1"),
+            Bytes::from_static(b"2"),
             self.key.clone(),
+            self.due.clone(),
             self.group.clone(),
             self.consumer.clone(),
             entry.id.clone(),
             Bytes::from((pending_count(entry) + 1).to_string()),
         ];
-        plan.push("EVAL", args, Role::Bookkeeping, Some(self.slot));
+        args.extend(delay.map(|d| Bytes::from(d.as_millis().to_string())));
+        plan.push("EVAL", args, Role::KeepInPlace, Some(self.slot));
+        plan.in_place.push(entry.id.clone());
     }
 
-    /// A copy at the end of the stream.
-    fn retry(&self, entry: &Entry, reason: Option<&str>, plan: &mut FlushPlan) {
-        let mut args = vec![self.key.clone(), Bytes::from_static(b"*")];
-        args.extend(
-            entry
-                .retry_fields(reason)
-                .into_iter()
-                .flat_map(|(f, v)| [f, v]),
-        );
-        plan.push("XADD", args, Role::Requeue, Some(self.slot));
+    /// Never asked: the engine keeps every retry of a stream in place ([`Self::keep_in_place`]),
+    /// since a copy appended to the stream would reach every other group of it.
+    fn retry(&self, _entry: &Entry, _reason: Option<&str>, _plan: &mut FlushPlan) {
+        unreachable!("a stream's retries are kept in place")
     }
 
-    /// A copy in the delay set, keyed by the entry id.
-    fn retry_after(&self, entry: &Entry, reason: Option<&str>, due_ms: u64, plan: &mut FlushPlan) {
-        let parts = entry
-            .retry_fields(reason)
-            .into_iter()
-            .flat_map(|(f, v)| [f, v]);
-        let member = delay::encode(&entry.id, parts);
-        let args = vec![
-            self.delayed.clone(),
-            Bytes::from(due_ms.to_string()),
-            member,
-        ];
-        plan.push("ZADD", args, Role::Requeue, Some(self.slot));
+    /// Never asked, as [`Self::retry`].
+    fn retry_after(&self, _: &Entry, _: Option<&str>, _due_ms: u64, _plan: &mut FlushPlan) {
+        unreachable!("a stream's retries are kept in place")
     }
 
     /// The entry's fields with where it came from, appended to the dead-letter stream.
@@ -130,8 +144,9 @@ impl Settling for StreamKeys {
 /// The requeue step of a stream's flush, atomic as a `MULTI` would be, but for the entries
 /// still pending on this consumer only. A sidecar that could not extend a delivery in time
 /// (Redis out of its reach for `min_idle`) may flush it after another consumer claimed it:
-/// that consumer now holds it, and a copy, delay-set member or dead letter written here too
-/// would be a second one. Such an entry is left alone, neither requeued nor settled.
+/// that consumer now holds it, and a dead letter written here too would be a second one. Such
+/// an entry is left alone, neither dead-lettered nor settled. (Retries never come here: they
+/// stay pending, see [`KEEP_IN_PLACE`].)
 ///
 /// KEYS[1] is the stream; ARGV as [`owned_step`] lays it out, with the group, the consumer and
 /// the settle (`XACK` or `XACKDEL`) as its header; the entries still pending on this consumer
@@ -139,12 +154,12 @@ impl Settling for StreamKeys {
 /// settled together.
 ///
 /// When Redis refuses: the whole step under `OOM`, `READONLY`, `NOPERM` for `EVAL`, `BUSY` or
-/// a slot that moved (nothing runs; every entry stays pending and is read again); a copy,
-/// delay-set member or dead letter refused inside it (`NOPERM` for `XADD`/`ZADD`,
-/// `WRONGTYPE`) leaves that entry and every later requeued one pending, unsettled, and the
-/// entries before it settled with their writes. A settle refused after the writes (an ACL
-/// without `XACK`) fails the script: the writes made stand, the entries stay pending and come
-/// again beside their copies, a duplicate rather than a loss.
+/// a slot that moved (nothing runs; every entry stays pending and is read again); a dead
+/// letter refused inside it (`NOPERM` for `XADD`, `WRONGTYPE`) leaves that entry and every
+/// later one pending, unsettled, and the entries before it settled with their writes. A
+/// settle refused after the writes (an ACL without `XACK`) fails the script: the dead letters
+/// written stand, the entries stay pending and come again beside them, a duplicate rather
+/// than a loss.
 pub(crate) const SETTLE_OWNED: &str = concat!(
     owned_step_lua!(),
     r#"

@@ -133,17 +133,21 @@ fn under_retention_with_xackdel_the_settle_deletes_what_every_group_acked() {
     );
     assert_eq!(plan.settles, 3);
 
-    // A retry's step settles with XACKDEL too.
+    // A dead letter's step settles with XACKDEL too.
+    let keys = StreamKeys {
+        dead_letter: Some(Bytes::from_static(b"orders:dead")),
+        ..keys
+    };
     let mut w = Window::new(Limits {
         max_commands_per_slot: 8,
     });
     let read = w.open_read(vec![entry("1-0")]).unwrap();
     let batch = w
-        .settle(read.first_slot, Outcome::Retry, None)
+        .settle(read.first_slot, Outcome::DeadLetter, None)
         .unwrap()
         .unwrap();
-    let retried = self::plan(&keys, &batch, Mode::Pipeline, 0);
-    assert_eq!(retried.render()[0], "OWNED orders | g c XACKDEL");
+    let dead = self::plan(&keys, &batch, Mode::Pipeline, 0);
+    assert_eq!(dead.render()[0], "OWNED orders orders:dead | g c XACKDEL");
 }
 
 #[test]
@@ -199,41 +203,6 @@ fn atomic_mode_on_a_cluster_declares_every_key_of_its_segments() {
     );
 }
 
-#[test]
-fn retries_are_written_in_one_step_with_the_xack_of_what_is_still_ours() {
-    let mut w = Window::new(Limits {
-        max_commands_per_slot: 8,
-    });
-    let read = w
-        .open_read(vec![entry("1-0"), entry("2-0"), entry("3-0")])
-        .unwrap();
-    let s = read.first_slot;
-    w.queue(s, incr("k1")).unwrap();
-    w.settle(s, Outcome::Ack, None).unwrap();
-    w.settle(s + 1, Outcome::Retry, Some("busy".into()))
-        .unwrap();
-    let batch = w
-        .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
-        .unwrap()
-        .unwrap();
-    let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
-    assert_eq!(plan.commands.len(), 2);
-    assert_owned_step(&plan.commands[1]);
-    let rendered = plan.render();
-    assert_eq!(rendered[0], "INCR k1");
-    assert_eq!(
-        rendered[1],
-        "OWNED orders {orders}:window:delayed | g c XACK"
-    );
-    assert_eq!(rendered[2], "1-0");
-    assert_eq!(
-        rendered[3],
-        "2-0: XADD orders * f v h:x-window-attempts 1 h:x-ruststream-retry-count 1 h:x-window-original-id 2-0 h:x-window-reason busy"
-    );
-    assert!(rendered[4].starts_with("3-0: ZADD {orders}:window:delayed 1250 3-0\n1:f1:v"));
-    assert_eq!(rendered.len(), 5);
-}
-
 /// The requeue step is the stream's script, run on the stream's node.
 fn assert_owned_step(planned: &crate::redis::flush::Planned) {
     assert_eq!(planned.args[0], settle::SETTLE_OWNED.as_bytes());
@@ -254,13 +223,15 @@ fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
     let read = w.open_read(vec![tired, entry("2-0")]).unwrap();
     w.settle(read.first_slot, Outcome::Retry, Some("boom".into()))
         .unwrap();
-    let batch = w
+    let mut batch = w
         .settle(read.first_slot + 1, Outcome::Retry, None)
         .unwrap()
         .unwrap();
+    // The engine keeps the retry below the cap in place, not the one at it.
+    batch.in_place = vec![1];
     let plan = plan(&keys, &batch, Mode::Pipeline, 0);
     assert_eq!(plan.dead_lettered, 1);
-    assert_eq!(plan.commands.len(), 1);
+    assert_eq!(plan.commands.len(), 2);
     assert_owned_step(&plan.commands[0]);
     let rendered = plan.render();
     assert_eq!(rendered[0], "OWNED orders orders:dead | g c XACK");
@@ -268,7 +239,11 @@ fn at_the_delivery_cap_a_retry_becomes_a_dead_letter_with_the_settle() {
         rendered[1],
         "1-0 d: XADD orders:dead * f v h:x-window-original-id 1-0 h:x-window-subscription orders/g h:x-window-deliveries 3 h:x-ruststream-retry-count 3 h:x-window-reason boom"
     );
-    assert!(rendered[2].starts_with("2-0: XADD orders * f v h:x-window-attempts 1"));
+    let script = format!("EVAL {} 2", settle::KEEP_IN_PLACE);
+    assert_eq!(
+        rendered[2],
+        format!("{script} orders {{orders}}:window:delayed:g g c 2-0 2")
+    );
     assert_eq!(rendered.len(), 3);
 }
 
@@ -307,12 +282,18 @@ fn a_redelivered_entry_settled_before_its_count_was_looked_up_is_not_delivered_a
         id: Bytes::from_static(id.as_bytes()),
         ..Entry::default()
     };
-    let entries = vec![entry("1-0"), entry("2-0"), entry("3-0")];
-    let counts = vec![Value::Integer(3), Value::Null, Value::Integer(0)];
-    let kept = counted(entries, counts);
+    let entries = vec![entry("1-0"), entry("2-0"), entry("3-0"), entry("4-0")];
+    let pair = |count, wait| Value::Array(vec![Value::Integer(count), Value::Integer(wait)]);
+    let counts = vec![pair(3, 0), Value::Null, pair(0, 0), pair(2, 1_500)];
+    let (kept, delayed) = counted(entries, counts);
     let ids: Vec<_> = kept.iter().map(|e| e.id.clone()).collect();
     assert_eq!(ids, [Bytes::from_static(b"1-0")]);
     assert_eq!(kept[0].delivery_count, 3);
+    // Pending, its retry_after due in 1.5 s: held until then.
+    assert_eq!(delayed.len(), 1);
+    assert_eq!(delayed[0].0.id, Bytes::from_static(b"4-0"));
+    assert_eq!(delayed[0].0.delivery_count, 2);
+    assert_eq!(delayed[0].1, Duration::from_millis(1_500));
 }
 
 #[test]
@@ -331,17 +312,24 @@ fn a_retry_kept_in_place_is_neither_copied_nor_acked_but_counted() {
         .settle(s + 2, Outcome::RetryAfter(Duration::from_millis(250)), None)
         .unwrap()
         .unwrap();
-    // What the engine marks on an ordered subscription.
+    // What the engine marks on every stream subscription.
     batch.in_place = vec![1, 2];
     let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
     let rendered = plan.render();
     assert_eq!(rendered[..2], ["INCR k1", "XACK orders g 1-0"]);
-    // Each kept pending on this consumer, its next delivery counted, never lower than Redis has.
-    let script = format!("EVAL {} 1", settle::KEEP_IN_PLACE);
-    assert_eq!(rendered[2], format!("{script} orders g c 2-0 2"));
-    assert_eq!(rendered[3], format!("{script} orders g c 3-0 2"));
+    // Each kept pending on this consumer, its next delivery counted, never lower than Redis
+    // has; the retry_after's delay kept in the group's delay set. Nothing is appended to the
+    // stream, which the other groups read.
+    let script = format!("EVAL {} 2", settle::KEEP_IN_PLACE);
+    let due = "{orders}:window:delayed:g";
+    assert_eq!(rendered[2], format!("{script} orders {due} g c 2-0 2"));
+    assert_eq!(rendered[3], format!("{script} orders {due} g c 3-0 2 250"));
     assert_eq!(rendered.len(), 4);
-    assert_eq!(plan.commands[2].role, Role::Bookkeeping);
+    assert_eq!(plan.commands[2].role, Role::KeepInPlace);
+    assert_eq!(
+        plan.in_place,
+        [Bytes::from_static(b"2-0"), Bytes::from_static(b"3-0")]
+    );
     assert_eq!(plan.settles, 1);
 }
 
@@ -365,6 +353,11 @@ fn a_copy_kept_in_place_is_counted_without_its_originals_deliveries() {
         .unwrap();
     batch.in_place = vec![0];
     let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
-    let script = format!("EVAL {} 1", settle::KEEP_IN_PLACE);
-    assert_eq!(plan.render(), [format!("{script} orders g c 5-0 2")]);
+    let script = format!("EVAL {} 2", settle::KEEP_IN_PLACE);
+    assert_eq!(
+        plan.render(),
+        [format!(
+            "{script} orders {{orders}}:window:delayed:g g c 5-0 2"
+        )]
+    );
 }

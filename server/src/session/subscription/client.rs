@@ -85,19 +85,21 @@ impl Subscription {
             .get_or_create(&self.form_labels)
             .inc_by(batch.claimed as u64);
         let ordering = self.request.ordering_key.as_ref();
+        let item = |mut entry: Entry| {
+            if let Some(key) = ordering {
+                entry.ordering_key = key.of(&entry);
+            }
+            Arc::new(entry)
+        };
         Read {
-            entries: batch
-                .entries
-                .into_iter()
-                .map(|mut entry| {
-                    if let Some(key) = ordering {
-                        entry.ordering_key = key.of(&entry);
-                    }
-                    Arc::new(entry)
-                })
-                .collect(),
+            entries: batch.entries.into_iter().map(item).collect(),
             redelivery: batch.redelivery,
             lost: batch.lost,
+            delayed: batch
+                .delayed
+                .into_iter()
+                .map(|(entry, wait)| (item(entry), wait))
+                .collect(),
         }
     }
 

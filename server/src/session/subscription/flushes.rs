@@ -149,8 +149,10 @@ impl Subscription {
                         self.poison.remember(failure.entry_key.clone(), reason);
                     }
                 }
-                self.reports.insert(flush, report);
                 let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
+                self.engine
+                    .left_to_others(flush, &report.result.left_to_others);
+                self.reports.insert(flush, report);
                 self.engine.flushed(now, flush, status, read_ahead);
             }
             Flushed::Read(flush, read, unknown) => {

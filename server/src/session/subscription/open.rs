@@ -199,13 +199,12 @@ impl Subscription {
                 Source::PubSub(_) => EXTEND_EVERY,
             },
             ordered: request.ordering_key.is_some(),
-            // Entries waiting for their key stay pending, idle to other consumers' reclaims:
-            // made idle again well within the group's `min_idle`. A reliable list's lease
-            // keeps its whole processing list.
+            // Entries waiting in memory (for their key, or a retry kept in place until it is
+            // due) stay pending, idle to other consumers' reclaims: made idle again well
+            // within the group's `min_idle`. A reliable list's lease keeps its whole
+            // processing list.
             extend_waiting_every: match &source {
-                Source::Stream(stream) if request.ordering_key.is_some() => {
-                    Some(stream.min_idle / 3)
-                }
+                Source::Stream(stream) => Some(stream.min_idle / 3),
                 _ => None,
             },
             max_parked: settings.max_parked,

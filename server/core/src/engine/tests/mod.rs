@@ -138,6 +138,7 @@ fn a_claimed_entry_past_the_cap_goes_to_the_dead_letter_unread() {
         entries: vec![entry(1, 1), entry(3, 7)],
         redelivery: true,
         lost: 0,
+        delayed: Vec::new(),
     };
     engine.read_returned(start, Ok(read));
     let actions = engine.take_actions();
@@ -1096,4 +1097,169 @@ fn beside_a_held_hot_key_every_other_key_is_handed_out() {
         }
     }
     assert_eq!(others.len(), 21, "{others:?}, {:?}", engine.view());
+}
+
+/// The first flush among `actions`: its id and the indexes of the settles it keeps in place.
+fn first_flush(actions: &[Action<E>]) -> (FlushId, Vec<usize>) {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Flush { flush, batch, .. } => Some((*flush, batch.in_place.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a flush: {actions:?}"))
+}
+
+/// The entries handed out among `actions`.
+fn delivered_entries(actions: &[Action<E>]) -> Vec<E> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deliver { entries, .. } => Some(entries.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// On an unordered stream a retry stays pending in its group (a copy appended to the stream
+/// would reach every other group): kept in place, and handed out again, counted once more,
+/// before anything read after it.
+#[test]
+fn an_unordered_streams_retry_is_kept_in_place_and_comes_first_again() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    assert_eq!(delivered(&engine.take_actions()), vec![1, 2]);
+    let outcomes = vec![settle(1, Outcome::Retry), settle(2, Outcome::Ack)];
+    engine.apply(start, Vec::new(), outcomes, |_, _| None);
+    let (flush, in_place) = first_flush(&engine.take_actions());
+    assert_eq!(
+        in_place,
+        vec![0],
+        "the retry kept in place, the ack settled"
+    );
+    engine.flushed(start, flush, FlushStatus::Ok, None);
+    let actions = engine.take_actions();
+    assert_eq!(
+        delivered_entries(&actions),
+        vec![entry(1, 2)],
+        "{actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Deliver {
+                redelivery: true,
+                ..
+            }
+        )),
+        "handed out as a redelivery: {actions:?}"
+    );
+}
+
+/// Past the cap a retry is no longer kept in place: it goes to the dead letter.
+#[test]
+fn an_unordered_streams_retry_at_the_cap_is_not_kept_in_place() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    let capped = entry(1, model::CAP);
+    engine.read_returned(start, Ok(Read::new(vec![capped])));
+    engine.take_actions();
+    engine.apply(
+        start,
+        Vec::new(),
+        vec![settle(1, Outcome::Retry)],
+        |_, _| None,
+    );
+    let (_, in_place) = first_flush(&engine.take_actions());
+    assert!(in_place.is_empty());
+}
+
+/// A retry_after kept in place waits in memory until it is due, made idle again meanwhile so
+/// that no other consumer reclaims it, and is handed out then, not before.
+#[test]
+fn an_unordered_streams_retry_after_waits_until_due() {
+    let start = Instant::now();
+    let delay = Duration::from_secs(5);
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.take_actions();
+    let outcomes = vec![settle(1, Outcome::RetryAfter(delay))];
+    engine.apply(start, Vec::new(), outcomes, |_, _| None);
+    let (flush, in_place) = first_flush(&engine.take_actions());
+    assert_eq!(in_place, vec![0]);
+    engine.flushed(start, flush, FlushStatus::Ok, None);
+    assert!(
+        delivered(&engine.take_actions()).is_empty(),
+        "not before due"
+    );
+    assert_eq!(engine.view().waiting_for_key, 1);
+    let early = start + delay - Duration::from_millis(1);
+    engine.tick(early);
+    assert!(
+        delivered(&engine.take_actions()).is_empty(),
+        "not before due"
+    );
+    assert!(engine.next_deadline().is_some_and(|at| at <= start + delay));
+    engine.tick(start + delay);
+    assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(1, 2)]);
+}
+
+/// A re-read or a reclaim that returns an entry whose retry_after is not due holds it until
+/// then; one the window holds already goes back uncounted.
+#[test]
+fn a_redelivered_entry_not_yet_due_is_held_until_due() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    let wait = Duration::from_secs(3);
+    let read = Read {
+        entries: vec![entry(1, 2)],
+        redelivery: true,
+        lost: 0,
+        delayed: vec![(entry(2, 3), wait)],
+    };
+    engine.read_returned(start, Ok(read));
+    assert_eq!(delivered(&engine.take_actions()), vec![1]);
+    engine.tick(start + wait / 2);
+    assert!(delivered(&engine.take_actions()).is_empty());
+    engine.tick(start + wait);
+    assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 3)]);
+    // Out already: a later re-read that returns it again gives it back.
+    let read = Read {
+        entries: Vec::new(),
+        redelivery: true,
+        lost: 0,
+        delayed: vec![(entry(2, 4), wait)],
+    };
+    engine.read_returned(start + wait, Ok(read));
+    let actions = engine.take_actions();
+    assert!(
+        actions.iter().any(
+            |a| matches!(a, Action::GiveBack { entries, seen: false } if entries == &vec![entry(2, 4)])
+        ),
+        "{actions:?}"
+    );
+}
+
+/// A retry the flush could not keep in place because another consumer holds the entry now is
+/// theirs: not delivered again here.
+#[test]
+fn a_retry_left_to_another_consumer_is_not_delivered_again() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.take_actions();
+    let outcomes = vec![settle(1, Outcome::Retry), settle(2, Outcome::Retry)];
+    engine.apply(start, Vec::new(), outcomes, |_, _| None);
+    let (flush, in_place) = first_flush(&engine.take_actions());
+    assert_eq!(in_place, vec![0, 1]);
+    engine.left_to_others(flush, &[1]);
+    engine.flushed(start, flush, FlushStatus::Ok, None);
+    assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 2)]);
 }

@@ -405,8 +405,8 @@ impl World {
                     for &i in &batch.in_place {
                         let (e, outcome, _) = &settles[i];
                         assert!(
-                            self.ordered && e.key.is_some(),
-                            "entry {} kept in place unordered",
+                            self.kind == Kind::Stream || (self.ordered && e.key.is_some()),
+                            "entry {} kept in place unordered off a stream",
                             e.id
                         );
                         assert!(
@@ -416,6 +416,16 @@ impl World {
                             e.id,
                             e.count
                         );
+                    }
+                    if self.kind == Kind::Stream {
+                        for (e, outcome, _) in &settles {
+                            let retry = matches!(outcome, Outcome::Retry | Outcome::RetryAfter(_));
+                            assert!(
+                                !retry || exhausted(e.count, CAP) || in_place.contains(&e.id),
+                                "a stream's retry of entry {} copied, not kept in place",
+                                e.id
+                            );
+                        }
                     }
                     self.flushing
                         .insert(flush, settles.iter().map(|(e, ..)| e.id).collect());
