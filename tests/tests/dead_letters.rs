@@ -1,7 +1,9 @@
 //! The dead-letter admin service and the `window-sidecar dead-letters` command against a real
 //! server: dead letters written by subscriptions of every form that has them (and in the
 //! shapes ruststream-fred and plain producers leave), listed decoded, redriven back to their
-//! origin with their counts reset, purged, refused outside `--allow-keys`, a redrive killed
+//! origin with their counts reset (a stream's into its own consumer group only, as the entry it
+//! was; one whose entry was trimmed, or whose group is gone, staying a dead letter), copies
+//! written where `--to` says, purged, refused outside `--allow-keys`, a redrive killed
 //! half-way that leaves each dead letter either still there or redriven once, redrives Redis
 //! refuses (a destination of another type, no memory) that leave every dead letter in place,
 //! ids that name one of several identical list dead letters, and the command's own answers:
@@ -21,7 +23,7 @@ use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 use window_sidecar::proto::dead_letter_target::Kind as TargetKind;
 use window_sidecar::proto::{self, OutcomeKind};
 use window_sidecar_harness::{
-    Launch, RedisServer, Sidecar, TlsMaterial, Worker, acl_user, connect_client, eventually,
+    Launch, Next, RedisServer, Sidecar, TlsMaterial, Worker, acl_user, connect_client, eventually,
     free_port, outcome, resp, sidecar_bin, stream_open, url_with_auth,
 };
 
@@ -218,8 +220,9 @@ async fn stream_dead_letters_are_listed_with_their_origin_count_and_reason() {
     on.sidecar.stop().await;
 }
 
-/// Stream dead letters are redriven back (the dry run changing nothing), one by id and the
-/// rest by reason, and delivered again once each with their counts reset.
+/// Stream dead letters are redriven back into their group (the dry run changing nothing), one
+/// by id and the rest by reason, and delivered again once each, as the entries they were, with
+/// their counts reset; the stream gets no new entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_dead_letters_are_redriven_and_delivered_again_once() {
     let on = StreamDeadLetters::start().await;
@@ -240,6 +243,14 @@ async fn stream_dead_letters_are_redriven_and_delivered_again_once() {
     );
     let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
     assert_eq!(len, 3);
+    assert!(
+        out.contains(&format!(
+            "would redrive {} back into group billing of dl:orders",
+            first.id
+        )),
+        "{out}"
+    );
+    let origin_len: u64 = client.xlen("dl:orders").await.unwrap();
 
     // Redrive one by id, then the rest by reason.
     let (code, out, err) = cli(
@@ -261,22 +272,37 @@ async fn stream_dead_letters_are_redriven_and_delivered_again_once() {
         .unwrap()
         .into_inner();
     assert_eq!(done.redriven.len(), 2);
-    assert!(
-        done.redriven
-            .iter()
-            .all(|r| r.skipped.is_empty() && !r.new_id.is_empty())
-    );
+    let original = |id: &str| {
+        let letter = listed.dead_letters.iter().find(|l| l.id == id).unwrap();
+        let header = letter.headers.iter();
+        let mut header = header.filter(|h| h.name == "x-window-original-id");
+        String::from_utf8_lossy(&header.next().unwrap().value).into_owned()
+    };
+    for r in &done.redriven {
+        assert!(r.skipped.is_empty(), "{r:?}");
+        assert_eq!((r.to.as_str(), r.group.as_str()), ("dl:orders", "billing"));
+        assert_eq!(r.new_id, original(&r.id), "back as the entry it was");
+    }
     let len: u64 = client.xlen("dl:orders:dead").await.unwrap();
     assert_eq!(len, 0, "every redriven dead letter left the dead letter");
+    let len: u64 = client.xlen("dl:orders").await.unwrap();
+    assert_eq!(len, origin_len, "no copy was appended");
 
-    // Delivered again, once each, as first deliveries, marked as redriven.
+    // Delivered again, once each, as first deliveries of the entries they were.
     let mut worker = Worker::open(addr, stream_open("dl:orders", "billing", "c1", 8)).await;
     let mut seen = HashMap::new();
     while seen.len() < 3 {
         let read = worker.next_read().await;
         for d in &read.deliveries {
             assert_eq!(d.delivery_count, 1, "the count restarts");
-            assert!(d.headers.contains_key("x-window-redriven"), "{d:?}");
+            assert!(
+                listed
+                    .dead_letters
+                    .iter()
+                    .any(|l| original(&l.id) == d.entry_id),
+                "{d:?}"
+            );
+            assert!(!d.headers.contains_key("x-window-redriven"), "{d:?}");
             assert!(!d.headers.contains_key("x-window-reason"));
             *seen
                 .entry(String::from_utf8_lossy(&d.payload).into_owned())
@@ -492,6 +518,7 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
             "*",
             vec![
                 ("_payload", "p"),
+                ("h:x-window-original-id", "1-0"),
                 ("h:x-window-subscription", "secret:orders/g"),
             ],
         )
@@ -571,6 +598,8 @@ async fn the_admin_service_keeps_to_the_allowed_keys_and_says_what_is_wrong() {
 
 /// A redrive whose sidecar is killed (SIGKILL) half-way leaves every dead letter either still
 /// a dead letter or redriven exactly once; a second redrive finishes the job without doubles.
+/// The redrive writes copies (`--to`), the one way a redrive adds entries that a crash could
+/// double.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
     const N: usize = 300;
@@ -605,6 +634,8 @@ async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
             "redrive",
             "stream:kill:dead",
             "--all",
+            "--to",
+            "kill:orders",
             "--rate",
             "300",
         ])
@@ -657,7 +688,15 @@ async fn a_redrive_killed_half_way_loses_and_doubles_nothing() {
     drop(connect_client(&listen).await);
     let (code, out, err) = cli(
         &listen,
-        &["redrive", "stream:kill:dead", "--all", "--rate", "0"],
+        &[
+            "redrive",
+            "stream:kill:dead",
+            "--all",
+            "--to",
+            "kill:orders",
+            "--rate",
+            "0",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -768,6 +807,7 @@ async fn a_stream_redrive_redis_refuses_leaves_the_dead_letters_in_place() {
             "*",
             vec![
                 ("_payload", "d"),
+                ("h:x-window-original-id", "1-0"),
                 ("h:x-window-subscription", "dl:totals/billing"),
             ],
         )
@@ -782,7 +822,10 @@ async fn a_stream_redrive_redis_refuses_leaves_the_dead_letters_in_place() {
         );
     }
     assert_eq!(done[3].id, odd);
-    assert_eq!(done[3].to, "dl:totals");
+    assert_eq!(
+        (done[3].to.as_str(), done[3].group.as_str()),
+        ("dl:totals", "billing")
+    );
     assert!(done[3].new_id.is_empty());
     assert!(
         done[3].skipped.contains("WRONGTYPE") && done[3].skipped.contains("still a dead letter"),
@@ -886,6 +929,7 @@ async fn a_redrive_refused_for_memory_leaves_the_dead_letters_in_place() {
     let dead: u64 = client.xlen("dl:orders:dead").await.unwrap();
     let origin: u64 = client.xlen("dl:orders").await.unwrap();
     assert_eq!((dead, origin), (3, origin_before), "nothing moved");
+    assert!(pending(client, "dl:orders", "billing").await.is_empty());
     let dead: Vec<Bytes> = client.lrange("dl:jobs:dead", 0, -1).await.unwrap();
     assert_eq!(dead, [frame]);
     let jobs: u64 = client.llen("dl:jobs").await.unwrap();
@@ -895,6 +939,7 @@ async fn a_redrive_refused_for_memory_leaves_the_dead_letters_in_place() {
     let (code, out, err) = cli(addr, &["redrive", "stream:dl:orders:dead", "--all"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("3 of 3 dead letters redriven"), "{out}");
+    assert_eq!(pending(client, "dl:orders", "billing").await.len(), 3);
     let done = redrive_all(&mut admin, list("dl:jobs:dead")).await;
     assert!(done[0].skipped.is_empty(), "{done:?}");
     let jobs: u64 = client.llen("dl:jobs").await.unwrap();
@@ -1014,21 +1059,33 @@ async fn an_id_names_one_of_identical_list_dead_letters() {
 }
 
 /// A sidecar whose Redis user may write the origins but not delete dead letters (`-xdel
-/// -lrem`): a redrive writes no copy that it could not follow by removing the dead letter
-/// (which would leave both), so each is refused with NOPERM and stays; a purge fails saying
-/// where it stopped.
+/// -lrem`): a redrive puts nothing back (a stream entry into its group, a list copy) that it
+/// could not follow by removing the dead letter (which would leave both), so each is refused
+/// with NOPERM and stays; a purge fails saying where it stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_that_may_not_delete_dead_letters_redrives_and_purges_nothing() {
     let redis = RedisServer::start();
     let client = redis.client().await;
+    let _: Value = client
+        .custom(
+            fred::cmd!("XGROUP"),
+            vec!["CREATE", "dl:orders", "g", "$", "MKSTREAM"],
+        )
+        .await
+        .unwrap();
     for p in ["x", "y"] {
+        let entry = append(&client, "dl:orders", p).await;
         let _: String = client
             .xadd(
                 "dl:orders:dead",
                 false,
                 None,
                 "*",
-                vec![("_payload", p), ("h:x-window-subscription", "dl:orders/g")],
+                vec![
+                    ("_payload", p),
+                    ("h:x-window-original-id", entry.as_str()),
+                    ("h:x-window-subscription", "dl:orders/g"),
+                ],
             )
             .await
             .unwrap();
@@ -1056,8 +1113,12 @@ async fn a_user_that_may_not_delete_dead_letters_redrives_and_purges_nothing() {
     }
     assert_eq!((done.len(), done_list.len()), (2, 1));
     let dead: u64 = client.xlen("dl:orders:dead").await.unwrap();
-    let copies: u64 = client.xlen("dl:orders").await.unwrap();
-    assert_eq!((dead, copies), (2, 0), "no copy beside a dead letter");
+    let origin: u64 = client.xlen("dl:orders").await.unwrap();
+    assert_eq!((dead, origin), (2, 2), "no copy beside a dead letter");
+    assert!(
+        pending(&client, "dl:orders", "g").await.is_empty(),
+        "nothing pending again beside a dead letter"
+    );
     let dead: u64 = client.llen("dl:jobs:dead").await.unwrap();
     let copies: u64 = client.llen("dl:jobs").await.unwrap();
     assert_eq!((dead, copies), (1, 0));
@@ -1133,7 +1194,14 @@ async fn a_redrive_prints_each_dead_letter_as_it_goes() {
     drop(connect_client(&addr).await);
     // 100 a second: the whole redrive takes 3 s, its first lines come within a fraction.
     let mut redrive = Command::new(sidecar_bin())
-        .args(["dead-letters", "redrive", "stream:slow:dead", "--all"])
+        .args([
+            "dead-letters",
+            "redrive",
+            "stream:slow:dead",
+            "--all",
+            "--to",
+            "slow:orders",
+        ])
         .env("WINDOW_SIDECAR_ADDR", &addr)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -1427,5 +1495,324 @@ async fn a_list_redrive_in_batches_moves_each_value_once() {
     moved.sort();
     values.sort();
     assert_eq!(moved, values);
+    sidecar.stop().await;
+}
+
+/// `rg:orders` with groups `a` and `b`, both created before its entries, and dead letters on
+/// `rg:orders:dead`.
+const ORIGIN: &str = "rg:orders";
+const DEAD: &str = "rg:orders:dead";
+
+/// Appends `payload` to `key`; returns its id.
+async fn append(client: &Client, key: &str, payload: &str) -> String {
+    client
+        .xadd(key, false, None, "*", vec![("_payload", payload)])
+        .await
+        .unwrap()
+}
+
+/// Writes a dead letter as the sidecar writes one for the entry `entry_id` of `ORIGIN`, given
+/// up on by `group` (fields as `Entry::dead_letter_fields` lays them out); returns its id.
+async fn dead_letter_of(client: &Client, group: &str, entry_id: &str, payload: &str) -> String {
+    let subscription = format!("{ORIGIN}/{group}");
+    client
+        .xadd(
+            DEAD,
+            false,
+            None,
+            "*",
+            vec![
+                ("_payload", payload),
+                ("h:x-window-original-id", entry_id),
+                ("h:x-window-subscription", subscription.as_str()),
+                ("h:x-window-deliveries", "5"),
+                ("h:x-ruststream-retry-count", "5"),
+                ("h:x-window-reason", REASON),
+            ],
+        )
+        .await
+        .unwrap()
+}
+
+/// The pending entries of `group` on `key`: (id, consumer, deliveries).
+async fn pending(client: &Client, key: &str, group: &str) -> Vec<(String, String, u64)> {
+    let reply: Value = client
+        .custom(fred::cmd!("XPENDING"), vec![key, group, "-", "+", "100"])
+        .await
+        .unwrap();
+    let Value::Array(rows) = reply else {
+        panic!("XPENDING: {reply:?}")
+    };
+    rows.into_iter()
+        .map(|row| {
+            let Value::Array(row) = row else {
+                panic!("XPENDING row: {row:?}")
+            };
+            (
+                row[0].as_string().unwrap(),
+                row[1].as_string().unwrap(),
+                row[3].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The ids a plain consumer `cb` of `group` reads as new (`XREADGROUP … >`), acked at once.
+async fn read_new(client: &Client, key: &str, group: &str) -> Vec<String> {
+    let reply: Value = client
+        .custom(
+            fred::cmd!("XREADGROUP"),
+            vec!["GROUP", group, "cb", "COUNT", "100", "STREAMS", key, ">"],
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    if let Value::Array(streams) = reply {
+        for stream in streams {
+            let Value::Array(mut parts) = stream else {
+                panic!("XREADGROUP: {stream:?}")
+            };
+            let Value::Array(entries) = parts.remove(1) else {
+                panic!("XREADGROUP entries")
+            };
+            for entry in entries {
+                let Value::Array(entry) = entry else {
+                    panic!("XREADGROUP entry: {entry:?}")
+                };
+                ids.push(entry[0].as_string().unwrap());
+            }
+        }
+    }
+    for id in &ids {
+        let _: u64 = client.xack(key, group, id.as_str()).await.unwrap();
+    }
+    ids
+}
+
+/// `ORIGIN` with groups `a` and `b` and `n` entries, each read and acknowledged by group `b`;
+/// returns their ids.
+async fn two_groups(client: &Client, n: usize) -> Vec<String> {
+    let _: Value = client
+        .custom(
+            fred::cmd!("XGROUP"),
+            vec!["CREATE", ORIGIN, "a", "$", "MKSTREAM"],
+        )
+        .await
+        .unwrap();
+    let _: () = client.xgroup_create(ORIGIN, "b", "$", false).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(append(client, ORIGIN, &format!("p{i}")).await);
+    }
+    assert_eq!(read_new(client, ORIGIN, "b").await, ids);
+    ids
+}
+
+/// A stream dead letter redriven back to its origin re-enters only the group it came from:
+/// group `a`, which gave up on the entry, gets the same entry id back once, its count
+/// restarted, through a live subscription's reclaim; group `b`, which had acknowledged it,
+/// reads nothing new and has nothing pending; the stream gets no new entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_redrive_puts_the_entry_back_into_its_own_group_only() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let ids = two_groups(&client, 1).await;
+    let entry = &ids[0];
+    let sidecar = Sidecar::start(&redis.url(), &["--reclaim-interval", "200ms"]).await;
+    let addr = sidecar.addr.to_string();
+    dead_letter_through(
+        &addr,
+        stream_open(ORIGIN, "a", "c1", 8),
+        stream_dead_letter(DEAD),
+        1,
+    )
+    .await;
+    let mut admin = admin(&addr).await;
+    let listed = admin
+        .list_dead_letters(proto::ListDeadLettersRequest {
+            target: stream(DEAD),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .dead_letters;
+    assert_eq!(listed.len(), 1);
+    let letter = &listed[0].id;
+    assert!(pending(&client, ORIGIN, "a").await.is_empty());
+    let origin_len: u64 = client.xlen(ORIGIN).await.unwrap();
+
+    let (code, out, err) = cli(&addr, &["redrive", &format!("stream:{DEAD}"), "--all"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "redrove {letter} back into group a of {ORIGIN} as {entry}"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("1 of 1 dead letters redriven"), "{out}");
+    let dead: u64 = client.xlen(DEAD).await.unwrap();
+    let len: u64 = client.xlen(ORIGIN).await.unwrap();
+    assert_eq!((dead, len), (0, origin_len), "no new entry in the stream");
+    assert_eq!(
+        pending(&client, ORIGIN, "a").await,
+        [(entry.clone(), "window:redriven".to_owned(), 0)],
+        "pending in its group again, its count reset"
+    );
+    assert!(pending(&client, ORIGIN, "b").await.is_empty());
+    assert!(read_new(&client, ORIGIN, "b").await.is_empty());
+
+    // Group a's live subscriber reclaims it: the same entry, once, as a first delivery.
+    let mut worker = Worker::open(&addr, stream_open(ORIGIN, "a", "c1", 8)).await;
+    let read = worker.next_read().await;
+    assert_eq!(read.deliveries.len(), 1, "{read:?}");
+    let d = &read.deliveries[0];
+    assert_eq!(&d.entry_id, entry);
+    assert_eq!(d.payload.as_ref(), b"p0");
+    assert_eq!(d.delivery_count, 1, "the count restarts");
+    worker.ack(&read.deliveries).await;
+    worker
+        .report_for(read.read_id, Duration::from_secs(5))
+        .await
+        .expect("the ack is flushed");
+    assert!(
+        matches!(worker.next(Duration::from_secs(1)).await, Next::Idle),
+        "delivered once"
+    );
+    worker.close();
+    assert!(pending(&client, ORIGIN, "a").await.is_empty());
+    assert!(pending(&client, ORIGIN, "b").await.is_empty());
+    assert!(read_new(&client, ORIGIN, "b").await.is_empty());
+    let len: u64 = client.xlen(ORIGIN).await.unwrap();
+    assert_eq!(len, origin_len);
+    sidecar.stop().await;
+}
+
+/// A stream dead letter that cannot re-enter its group alone stays where it is, each said so
+/// per letter: its entry trimmed from the stream (the command names --to), its group gone
+/// (NOGROUP, exit 1), or no record of the entry it was. `--to` naming the origin itself then
+/// appends a copy, which every group of the stream reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_dead_letter_that_cannot_reenter_its_group_stays() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let ids = two_groups(&client, 3).await;
+    // Group a read them and gave up on each.
+    assert_eq!(read_new(&client, ORIGIN, "a").await, ids);
+    let trimmed = dead_letter_of(&client, "a", &ids[0], "p0").await;
+    let no_group = dead_letter_of(&client, "gone", &ids[1], "p1").await;
+    let no_entry: String = client
+        .xadd(
+            DEAD,
+            false,
+            None,
+            "*",
+            vec![
+                ("_payload", "p2"),
+                ("h:x-window-subscription", "rg:orders/a"),
+            ],
+        )
+        .await
+        .unwrap();
+    let _: u64 = client
+        .custom(fred::cmd!("XTRIM"), vec![ORIGIN, "MINID", ids[1].as_str()])
+        .await
+        .unwrap();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let addr = sidecar.addr.to_string();
+    let spec = format!("stream:{DEAD}");
+
+    let (code, out, err) = cli(&addr, &["redrive", &spec, "--all"]);
+    assert_eq!(code, 1, "NOGROUP is Redis refusing: {out}{err}");
+    let line = |id: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!(" {id}: ")))
+            .unwrap_or_else(|| panic!("{id} is reported: {out}"))
+            .to_owned()
+    };
+    let said = line(&trimmed);
+    assert!(
+        said.starts_with(&format!("skipped {trimmed}: "))
+            && said.contains(&format!(
+                "its entry {} is no longer in {ORIGIN} (trimmed by retention, or deleted)",
+                ids[0]
+            ))
+            && said.contains("still a dead letter")
+            && said.contains("--to")
+            && !said.contains("`to`"),
+        "{said}"
+    );
+    let said = line(&no_group);
+    assert!(
+        said.starts_with(&format!("refused {no_group}: "))
+            && said.contains(&format!(
+                "NOGROUP stream {ORIGIN} has no consumer group gone"
+            ))
+            && said.contains("still a dead letter"),
+        "{said}"
+    );
+    let said = line(&no_entry);
+    assert!(
+        said.starts_with(&format!("skipped {no_entry}: "))
+            && said.contains("x-window-original-id")
+            && said.contains("--to"),
+        "{said}"
+    );
+    assert!(out.contains("0 of 3 dead letters redriven"), "{out}");
+    let dead: u64 = client.xlen(DEAD).await.unwrap();
+    assert_eq!(dead, 3, "every dead letter stays");
+    assert!(pending(&client, ORIGIN, "a").await.is_empty());
+    assert!(read_new(&client, ORIGIN, "b").await.is_empty());
+    let len: u64 = client.xlen(ORIGIN).await.unwrap();
+    assert_eq!(len, 2);
+
+    // --to naming the origin itself is a copy: a new entry, for every group of the stream.
+    let (code, out, err) = cli(&addr, &["redrive", &spec, "--id", &trimmed, "--to", ORIGIN]);
+    assert_eq!(code, 0, "{out}{err}");
+    let copy = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("redrove {trimmed} to {ORIGIN} as ")))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    assert_eq!(
+        read_new(&client, ORIGIN, "a").await,
+        std::slice::from_ref(&copy)
+    );
+    assert_eq!(read_new(&client, ORIGIN, "b").await, [copy]);
+    let dead: u64 = client.xlen(DEAD).await.unwrap();
+    assert_eq!(dead, 2);
+    sidecar.stop().await;
+}
+
+/// A sidecar whose Redis user may not run XCLAIM redrives no stream dead letter back into its
+/// group: Redis refuses it before anything is written (NOPERM), the dead letter stays and the
+/// group has nothing pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_into_a_group_redis_refuses_leaves_the_dead_letter() {
+    let redis = RedisServer::start();
+    let client = redis.client().await;
+    let ids = two_groups(&client, 1).await;
+    assert_eq!(read_new(&client, ORIGIN, "a").await, ids);
+    let letter = dead_letter_of(&client, "a", &ids[0], "p0").await;
+    acl_user(&client, "reader", "pw", "~* &* +@all -xclaim").await;
+    let sidecar = Sidecar::start(&url_with_auth(&redis.url(), Some("reader"), "pw"), &[]).await;
+    let addr = sidecar.addr.to_string();
+
+    let (code, out, err) = cli(&addr, &["redrive", &format!("stream:{DEAD}"), "--all"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said = out
+        .lines()
+        .find(|l| l.starts_with(&format!("refused {letter}: ")))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        said.contains(&format!("to {ORIGIN} (group a)"))
+            && said.contains("NOPERM")
+            && said.contains("still a dead letter"),
+        "{said}"
+    );
+    let dead: u64 = client.xlen(DEAD).await.unwrap();
+    assert_eq!(dead, 1);
+    assert!(pending(&client, ORIGIN, "a").await.is_empty());
+    assert!(read_new(&client, ORIGIN, "b").await.is_empty());
     sidecar.stop().await;
 }

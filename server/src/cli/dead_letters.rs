@@ -24,7 +24,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::exit;
-use crate::domain::letter::{REDRIVE_REFUSED, list_digest, same_id};
+use crate::domain::letter::{REDRIVE_NOT_REENTERED, REDRIVE_REFUSED, list_digest, same_id};
 use crate::proto::dead_letter_service_client::DeadLetterServiceClient;
 use crate::proto::dead_letter_target::Kind as TargetKind;
 use crate::proto::{self, DeadLetterEntry};
@@ -95,16 +95,19 @@ enum Action {
         /// Its id, as `list` shows it.
         id: String,
     },
-    /// Sends dead letters back to where they came from as fresh entries, printing each as it
-    /// goes.
+    /// Sends dead letters back to where they came from, printing each as it goes: a stream's
+    /// into the consumer group it came from (no other group sees it again), a list's as a fresh
+    /// value.
     Redrive {
         /// `stream:<key>` or `list:<key>`.
         target: Target,
         #[command(flatten)]
         select: Select,
-        /// Where to send them instead of their origin (needed for dead letters that do not
-        /// say where they came from, such as ruststream-fred's).
-        #[arg(long)]
+        /// Send fresh copies here instead of putting them back where they came from (needed for
+        /// dead letters that do not say where they came from, such as ruststream-fred's, and for
+        /// stream entries trimmed meanwhile). A stream copy is read by every group of KEY, even
+        /// when KEY is the stream a dead letter came from.
+        #[arg(long, value_name = "KEY")]
         to: Option<String>,
         /// Show what would be redriven; change nothing.
         #[arg(long)]
@@ -538,6 +541,33 @@ fn batch_size(rate: u32) -> usize {
 /// Why a redrive plan entry is not sent: it says no origin and no --to was given.
 const NO_ORIGIN: &str = "it does not say where it came from (no x-window-subscription header, as ruststream-fred's dead letters); redrive it with --to KEY";
 
+/// Why a dead letter was not redriven, in the command's terms: the service names its own
+/// field (`to`) where the command has --to.
+fn skipped_text(r: &proto::Redriven) -> String {
+    if r.to.is_empty() && !r.skipped.is_empty() {
+        NO_ORIGIN.to_owned()
+    } else if r.skipped.starts_with(REDRIVE_NOT_REENTERED) {
+        r.skipped.replace("`to`", "--to")
+    } else {
+        r.skipped.clone()
+    }
+}
+
+/// Where a redriven dead letter went: `back into group billing of orders as 1-0` (its
+/// original entry, pending in its group again) or `to orders:replay as 2-0` (a copy).
+fn where_to(r: &proto::Redriven) -> String {
+    let to = if r.group.is_empty() {
+        format!("to {}", r.to)
+    } else {
+        format!("back into group {} of {}", r.group, r.to)
+    };
+    if r.new_id.is_empty() {
+        to
+    } else {
+        format!("{to} as {}", r.new_id)
+    }
+}
+
 /// What a redrive printed so far, and the counts of its summary.
 struct Redrives {
     json: bool,
@@ -550,11 +580,8 @@ impl Redrives {
     fn line(&mut self, r: &proto::Redriven, out: &mut String) {
         let was_refused = r.skipped.starts_with(REDRIVE_REFUSED);
         self.refused += usize::from(was_refused);
-        let skipped = if r.to.is_empty() && !r.skipped.is_empty() {
-            NO_ORIGIN
-        } else {
-            r.skipped.as_str()
-        };
+        let skipped = skipped_text(r);
+        let skipped = skipped.as_str();
         let verb = if self.dry_run {
             "would redrive"
         } else {
@@ -567,17 +594,12 @@ impl Redrives {
             let _ = writeln!(
                 out,
                 "{}",
-                serde_json::json!({"id": r.id, "to": r.to, "new_id": r.new_id, "skipped": skipped, "refused": was_refused, "dry_run": self.dry_run})
+                serde_json::json!({"id": r.id, "to": r.to, "group": r.group, "new_id": r.new_id, "skipped": skipped, "refused": was_refused, "dry_run": self.dry_run})
             );
         } else if was_refused {
             let _ = writeln!(out, "refused {}: {skipped}", r.id);
         } else if skipped.is_empty() {
-            let new = if r.new_id.is_empty() {
-                String::new()
-            } else {
-                format!(" as {}", r.new_id)
-            };
-            let _ = writeln!(out, "{verb} {} to {}{new}", r.id, r.to);
+            let _ = writeln!(out, "{verb} {} {}", r.id, where_to(r));
         } else {
             let _ = writeln!(out, "skipped {}: {skipped}", r.id);
         }
@@ -1277,6 +1299,43 @@ mod tests {
             stopped.to_string().contains("list stream:orders:dead"),
             "{stopped}"
         );
+    }
+
+    #[test]
+    fn a_redrive_line_says_which_group_got_the_entry_back_and_names_the_flag() {
+        let back = proto::Redriven {
+            id: "9-0".into(),
+            to: "orders".into(),
+            new_id: "1-0".into(),
+            group: "billing".into(),
+            ..Default::default()
+        };
+        assert_eq!(where_to(&back), "back into group billing of orders as 1-0");
+        let copy = proto::Redriven {
+            group: String::new(),
+            to: "orders:replay".into(),
+            new_id: "2-0".into(),
+            ..back.clone()
+        };
+        assert_eq!(where_to(&copy), "to orders:replay as 2-0");
+        let trimmed = proto::Redriven {
+            skipped: format!(
+                "{REDRIVE_NOT_REENTERED} alone: …; redrive it with `to` naming a stream"
+            ),
+            new_id: String::new(),
+            ..back
+        };
+        assert!(
+            skipped_text(&trimmed).ends_with("redrive it with --to naming a stream"),
+            "{}",
+            skipped_text(&trimmed)
+        );
+        let no_origin = proto::Redriven {
+            id: "3-0".into(),
+            skipped: "no origin; redrive it with `to`".into(),
+            ..Default::default()
+        };
+        assert_eq!(skipped_text(&no_origin), NO_ORIGIN);
     }
 
     #[test]

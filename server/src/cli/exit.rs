@@ -34,7 +34,8 @@ Exit codes (sysexits):
 /// The table `dead-letters --help` ends with.
 pub const DEAD_LETTERS_HELP: &str = "\
 Exit codes (sysexits):
-  0   done (a dead letter skipped because it names no origin or was gone already is no error)
+  0   done (a dead letter skipped is no error: one that names no origin, one whose stream
+      entry is no longer there to re-enter its group, one gone already)
   1   Redis refused: a redrive of a dead letter (each is listed with Redis's error), a purge,
       a redrive across cluster slots
   64  a usage error (EX_USAGE): an unknown or malformed flag or target, a redrive or purge

@@ -11,7 +11,10 @@ use thiserror::Error;
 use tonic::{Request, Response, Status};
 
 use super::{policy_status, redis_status};
-use crate::domain::letter::{Letter, REDRIVE_REFUSED, Redrive, Selection, Store};
+use crate::domain::letter::{
+    Destination, Letter, REDRIVE_NOT_REENTERED, REDRIVE_REFUSED, Redrive, Selection, Store,
+    Unplaced,
+};
 use crate::policy::Patterns;
 use crate::proto;
 use crate::proto::dead_letter_service_server::DeadLetterService;
@@ -132,13 +135,51 @@ fn crossslot(message: &str) -> bool {
 }
 
 /// Why a dead letter was not redriven when Redis refused its script (WRONGTYPE, OOM, NOPERM,
-/// READONLY): the script writes nothing before Redis could refuse it, so the dead letter is
-/// still there. `first` is the dead letter whose refusal this one was not tried after.
+/// READONLY, NOGROUP): the script writes nothing before Redis could refuse it, so the dead
+/// letter is still there. `to` names the destination ([`destination_text`]); `first` is the
+/// dead letter whose refusal this one was not tried after.
 fn refusal(to: &str, message: &str, first: Option<&str>) -> String {
     match first {
         None => format!("{REDRIVE_REFUSED} to {to}, so it is still a dead letter: {message}"),
         Some(first) => format!(
             "{REDRIVE_REFUSED} of {first} to {to}, so this one was not tried and is still a dead letter: {message}"
+        ),
+    }
+}
+
+/// A destination as messages name it: `orders (group billing)` for a redrive back into a
+/// group, the key for a copy. What refuses one redrive refuses the next to the same one.
+fn destination_text(destination: &Destination) -> String {
+    match destination {
+        Destination::Group { stream, group, .. } => format!("{stream} (group {group})"),
+        Destination::Copy(key) => key.clone(),
+    }
+}
+
+/// What to do with a stream dead letter that cannot re-enter its group by itself, in the
+/// message's field names (the command puts its flag in their place).
+fn not_reentered_hint(stream: &str) -> String {
+    format!(
+        "redrive it with `to` naming a stream to append a copy of it there instead, which every group of that stream reads ({stream} itself included), or purge it"
+    )
+}
+
+/// Why a stream dead letter did not go back into its group: its entry is no longer in the
+/// stream. It stays a dead letter.
+fn not_in_stream(stream: &str, entry_id: &str, group: &str) -> String {
+    format!(
+        "{REDRIVE_NOT_REENTERED} alone: its entry {entry_id} is no longer in {stream} (trimmed by retention, or deleted), so it is still a dead letter and group {group} gets nothing; {}",
+        not_reentered_hint(stream)
+    )
+}
+
+/// Why a dead letter has nowhere to go by itself.
+fn unplaced(why: &Unplaced) -> String {
+    match why {
+        Unplaced::NoOrigin => "it does not say where it came from (no x-window-subscription header, as ruststream-fred's dead letters); redrive it with `to`".into(),
+        Unplaced::NoEntry { stream } => format!(
+            "{REDRIVE_NOT_REENTERED} alone: it does not record the group and the entry of {stream} it came from (x-window-subscription `stream/group` and x-window-original-id), so it is still a dead letter; {}",
+            not_reentered_hint(stream)
         ),
     }
 }
@@ -217,17 +258,14 @@ impl DeadLetterService for DeadLetters {
             n => n,
         };
         let letters = self.select(&store, &selection, limit).await?;
+        let to = (!request.to.is_empty()).then_some(request.to.as_str());
+        let destinations: Vec<_> = letters
+            .iter()
+            .map(|letter| letter.destination(&store, to))
+            .collect();
         // Every destination is checked before anything moves: a refused key refuses the call.
-        let destination = |letter: &Letter| -> Option<String> {
-            if !request.to.is_empty() {
-                return Some(request.to.clone());
-            }
-            letter.origin(store.is_stream()).map(|(key, _)| key)
-        };
-        for letter in &letters {
-            if let Some(to) = destination(letter) {
-                self.check_key(&to)?;
-            }
+        for destination in destinations.iter().flatten() {
+            self.check_key(destination.key())?;
         }
         let mut pace = (request.per_second > 0).then(|| {
             let mut tick = tokio::time::interval(Duration::from_secs(1) / request.per_second);
@@ -236,31 +274,44 @@ impl DeadLetterService for DeadLetters {
         });
         let mut redriven = Vec::with_capacity(letters.len());
         // Per destination, the first dead letter Redis refused and why. What refuses one
-        // (a key of another type, no memory, no permission, a replica) refuses the next to the
-        // same key as well: those are reported without a round trip each.
+        // (a key of another type, no memory, no permission, a replica, no such group) refuses
+        // the next to the same destination as well: those are reported without a round trip
+        // each.
         let mut refused: HashMap<String, (String, String)> = HashMap::new();
-        for letter in &letters {
-            let Some(to) = destination(letter) else {
-                redriven.push(proto::Redriven {
-                    id: letter.id.clone(),
-                    skipped: "it does not say where it came from (no x-window-subscription header, as ruststream-fred's dead letters); redrive it with `to`".into(),
-                    ..Default::default()
-                });
-                continue;
+        for (letter, destination) in letters.iter().zip(destinations) {
+            let destination = match destination {
+                Ok(destination) => destination,
+                Err(why) => {
+                    redriven.push(proto::Redriven {
+                        id: letter.id.clone(),
+                        to: match &why {
+                            Unplaced::NoOrigin => String::new(),
+                            Unplaced::NoEntry { stream } => stream.clone(),
+                        },
+                        skipped: unplaced(&why),
+                        ..Default::default()
+                    });
+                    continue;
+                }
             };
+            let to = destination.key().to_owned();
+            let group = destination.group().unwrap_or_default().to_owned();
+            let named = destination_text(&destination);
             if request.dry_run {
                 redriven.push(proto::Redriven {
                     id: letter.id.clone(),
                     to,
+                    group,
                     ..Default::default()
                 });
                 continue;
             }
-            if let Some((first, message)) = refused.get(&to) {
+            if let Some((first, message)) = refused.get(&named) {
                 redriven.push(proto::Redriven {
                     id: letter.id.clone(),
-                    skipped: refusal(&to, message, Some(first)),
+                    skipped: refusal(&named, message, Some(first)),
                     to,
+                    group,
                     ..Default::default()
                 });
                 continue;
@@ -268,9 +319,14 @@ impl DeadLetterService for DeadLetters {
             if let Some(tick) = &mut pace {
                 tick.tick().await;
             }
-            let done =
-                dead_letters::redrive(self.shared.redis.pool(), &store, letter, &to, now_ms())
-                    .await;
+            let done = dead_letters::redrive(
+                self.shared.redis.pool(),
+                &store,
+                letter,
+                &destination,
+                now_ms(),
+            )
+            .await;
             let done = match done {
                 // Redis said no and nothing was written: the other dead letters may still
                 // go, and the answer says which did. A timeout or a lost connection says
@@ -279,11 +335,12 @@ impl DeadLetterService for DeadLetters {
                 Err(RedisError::Refused { message, .. }) if !crossslot(&message) => {
                     redriven.push(proto::Redriven {
                         id: letter.id.clone(),
-                        to: to.clone(),
-                        skipped: refusal(&to, &message, None),
+                        to,
+                        group,
+                        skipped: refusal(&named, &message, None),
                         ..Default::default()
                     });
-                    refused.insert(to, (letter.id.clone(), message));
+                    refused.insert(named, (letter.id.clone(), message));
                     continue;
                 }
                 done => done.map_err(|e| self.failed(e, &[store.key(), &to]))?,
@@ -293,11 +350,26 @@ impl DeadLetterService for DeadLetters {
                     id: letter.id.clone(),
                     to,
                     new_id: new_id.unwrap_or_default(),
-                    skipped: String::new(),
+                    ..Default::default()
+                },
+                Redrive::Reentered(entry_id) => proto::Redriven {
+                    id: letter.id.clone(),
+                    to,
+                    new_id: entry_id,
+                    group,
+                    ..Default::default()
+                },
+                Redrive::NotInStream => proto::Redriven {
+                    id: letter.id.clone(),
+                    skipped: not_in_stream(&to, destination.entry_id().unwrap_or_default(), &group),
+                    to,
+                    group,
+                    ..Default::default()
                 },
                 Redrive::Gone => proto::Redriven {
                     id: letter.id.clone(),
                     to,
+                    group,
                     skipped: "it was no longer there (redriven or purged meanwhile)".into(),
                     ..Default::default()
                 },
@@ -428,5 +500,35 @@ mod tests {
             assert!(skipped.contains("still a dead letter") && skipped.ends_with(wrongtype));
         }
         assert!(next.contains("of 1-0 to totals"), "{next}");
+    }
+
+    #[test]
+    fn a_stream_dead_letter_that_cannot_reenter_its_group_says_what_to_do() {
+        let trimmed = not_in_stream("orders", "5-0", "billing");
+        let unrecorded = unplaced(&Unplaced::NoEntry {
+            stream: "orders".into(),
+        });
+        for said in [&trimmed, &unrecorded] {
+            // The command recognises these by their start and names its flag for `to`.
+            assert!(said.starts_with(REDRIVE_NOT_REENTERED), "{said}");
+            assert!(said.contains("still a dead letter"), "{said}");
+            assert!(said.contains("redrive it with `to`"), "{said}");
+            assert!(said.contains("every group of that stream reads"), "{said}");
+        }
+        assert!(
+            trimmed.contains("its entry 5-0 is no longer in orders")
+                && trimmed.contains("group billing gets nothing"),
+            "{trimmed}"
+        );
+        let group = Destination::Group {
+            stream: "orders".into(),
+            group: "billing".into(),
+            entry_id: "5-0".into(),
+        };
+        assert_eq!(destination_text(&group), "orders (group billing)");
+        assert_eq!(
+            destination_text(&Destination::Copy("totals".into())),
+            "totals"
+        );
     }
 }

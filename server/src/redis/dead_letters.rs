@@ -1,16 +1,22 @@
 //! Dead letters as Redis keeps them: a dead-letter stream's entries or a dead-letter list's
 //! values, read oldest first and decoded (as [`Letter`]s), and the scripts that redrive or purge
-//! one. A redrive writes the copy and removes the dead letter in one script, so a crash
-//! leaves each dead letter either still there or redriven once, and two redrives of the same
-//! one write one copy.
+//! one. A redrive puts the dead letter back and removes it in one script, so a crash leaves
+//! each dead letter either still there or redriven once, and two redrives of the same one put
+//! it back once.
+//!
+//! A stream dead letter sent back to its own origin re-enters only the consumer group it came
+//! from ([`REENTER_STREAM`]): its original entry, still in the stream, is made pending in that
+//! group again (`XCLAIM … FORCE`), so no other group of the stream sees it a second time. A
+//! redrive to a target the caller names writes a copy instead ([`REDRIVE_STREAM`],
+//! [`REDRIVE_LIST`]).
 //!
 //! Redis runs a script's commands without rolling back those before one it refuses, so a
-//! script that removed the dead letter first and then had its copy refused destroyed it. The
-//! scripts therefore look the dead letter up without removing it, write the copy, and remove
-//! the dead letter last, after checking that they may. Each says `#!lua` (no `allow-oom`) so
-//! that under `maxmemory` Redis refuses it whole before it runs, rather than letting a
-//! non-shebang script's first write through; such a script must name in KEYS every key it
-//! touches, as it does.
+//! script that removed the dead letter first and then had its write refused destroyed it. The
+//! scripts therefore look the dead letter up without removing it, write, and remove the dead
+//! letter last, after checking that they may. Each says `#!lua` (no `allow-oom`) so that under
+//! `maxmemory` Redis refuses it whole before it runs, rather than letting a non-shebang
+//! script's first write through; such a script must name in KEYS every key it touches, as it
+//! does.
 
 use std::sync::LazyLock;
 
@@ -19,10 +25,22 @@ use fred::types::scripts::Script;
 
 use super::entry::parse_entries;
 use super::{RedisError, call, str_arg};
-use crate::domain::letter::{Choice, Letter, Redrive, Selection, Store};
+use crate::domain::letter::{Choice, Destination, Letter, Redrive, Selection, Store};
 
 /// Dead letters read per round trip while scanning.
 const PAGE: usize = 1_000;
+
+/// The consumer a redriven entry is pending on in its group. No subscription reads under this
+/// name (theirs are their pod's, host's or client's), so the entry is no live consumer's own:
+/// the next reclaim (`XAUTOCLAIM`) of any live subscriber of the group takes it, as it takes
+/// the entries of a consumer that went away, and until then `XINFO CONSUMERS` and `XPENDING`
+/// show what waits here.
+pub(crate) const REDRIVEN_CONSUMER: &str = "window:redriven";
+
+/// How idle a redriven entry is made: ten years, past any subscription's `min_idle`, so the
+/// group's first reclaim takes it; and short of the time since 1970, since Redis takes an idle
+/// time reaching back before it for a mistake and makes the entry idle from now instead.
+pub(crate) const REDRIVEN_IDLE_MS: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
 
 /// How many dead letters the store holds.
 pub(crate) async fn count(client: &Client, store: &Store) -> Result<u64, RedisError> {
@@ -120,9 +138,64 @@ fn id_range(ids: &[String]) -> (String, String) {
     }
 }
 
-/// Appends a dead-letter stream entry's copy to the origin stream and then deletes the entry,
-/// if it is still there: `KEYS[1]` the dead letter, `KEYS[2]` the origin, `ARGV[1]` the id,
-/// then the copy's fields. Replies the copy's id, or nil when the dead letter was gone.
+/// Puts a stream dead letter's original entry back into the consumer group it came from and
+/// then deletes the dead letter, if it is still there: `KEYS[1]` the dead letter, `KEYS[2]` the
+/// origin stream, `ARGV[1]` the dead letter's id, `ARGV[2]` the group, `ARGV[3]` the original
+/// entry's id, `ARGV[4]` the consumer ([`REDRIVEN_CONSUMER`]), `ARGV[5]` the idle time
+/// ([`REDRIVEN_IDLE_MS`]). `XCLAIM … 0 <id> IDLE … RETRYCOUNT 0 FORCE JUSTID` makes the entry
+/// pending in that group alone, under its own id, its delivery count reset, idle so that a live
+/// subscriber of the group reclaims it; the stream gets no new entry, so no other group reads
+/// it again. Replies the entry's id; nil when the dead letter was gone; 0 when the entry is no
+/// longer in the stream (trimmed by retention, or deleted): it cannot re-enter one group
+/// alone, and the dead letter stays.
+///
+/// When Redis refuses a write, the dead letter stays and the group is as it was:
+/// - OOM (`maxmemory`, `noeviction`): the script, which does not say `allow-oom`, is refused
+///   whole before it runs.
+/// - READONLY (a replica): refused whole before it runs, as a script that may write.
+/// - NOPERM: keys the user may not write are refused whole (EVALSHA declares its keys
+///   read-write); a user denied XCLAIM or XDEL gets the script's own NOPERM before anything
+///   was written (checked first: Redis 7.0 words a command denied inside a script as a bare
+///   ERR, and a refused XDEL after the XCLAIM would leave the dead letter and the entry
+///   pending both).
+/// - WRONGTYPE: a dead letter or an origin that is no stream fails its XRANGE, before anything
+///   was written. The XCLAIM and XDEL cannot meet it: the XRANGEs just read both keys as
+///   streams.
+/// - NOGROUP (the group was deleted, or never created): the XCLAIM writes nothing; the script
+///   replies its own NOGROUP naming the stream and the group.
+///
+/// The XDEL runs only once the XCLAIM claimed the entry.
+static REENTER_STREAM: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"#!lua
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return false end
+if not redis.acl_check_cmd('XDEL', KEYS[1], ARGV[1]) then
+  return redis.error_reply("NOPERM the sidecar's Redis user may not run XDEL on " .. KEYS[1])
+end
+if not redis.acl_check_cmd('XCLAIM', KEYS[2], ARGV[2], ARGV[4], '0', ARGV[3]) then
+  return redis.error_reply("NOPERM the sidecar's Redis user may not run XCLAIM on " .. KEYS[2])
+end
+if #redis.call('XRANGE', KEYS[2], ARGV[3], ARGV[3]) == 0 then return 0 end
+local claimed = redis.pcall('XCLAIM', KEYS[2], ARGV[2], ARGV[4], 0, ARGV[3],
+  'IDLE', ARGV[5], 'RETRYCOUNT', 0, 'FORCE', 'JUSTID')
+if type(claimed) == 'table' and claimed.err then
+  if string.sub(claimed.err, 1, 8) == 'NOGROUP ' then
+    return redis.error_reply('NOGROUP stream ' .. KEYS[2] .. ' has no consumer group ' ..
+      ARGV[2] .. ' (deleted, or never created)')
+  end
+  return claimed
+end
+if #claimed == 0 then return 0 end
+redis.call('XDEL', KEYS[1], ARGV[1])
+return ARGV[3]
+"#,
+    )
+});
+
+/// Appends a dead-letter stream entry's copy to the stream a redrive names and then deletes the
+/// entry, if it is still there: `KEYS[1]` the dead letter, `KEYS[2]` the target, `ARGV[1]` the
+/// id, then the copy's fields. Replies the copy's id, or nil when the dead letter was gone.
+/// Every group of the target reads the copy.
 ///
 /// When Redis refuses a write, the dead letter stays and no copy is written:
 /// - OOM (`maxmemory`, `noeviction`): the script, which does not say `allow-oom`, is refused
@@ -148,7 +221,8 @@ return id
     )
 });
 
-/// Pushes a dead-letter list value's copy where producers push and then removes one
+/// Pushes a dead-letter list value's copy where producers push (on its origin list or the
+/// target a redrive names) and then removes one
 /// occurrence of the value (from the oldest end), if there is one: `KEYS[1]` the dead letter,
 /// `KEYS[2]` the origin, `ARGV[1]` the value as stored, `ARGV[2]` the copy. Replies 1, or 0
 /// when it was gone.
@@ -177,18 +251,41 @@ return 1
     )
 });
 
-/// Redrives one dead letter to `to`, atomically.
+/// Redrives one dead letter to `destination`, atomically.
 pub(crate) async fn redrive(
     client: &Client,
     store: &Store,
     letter: &Letter,
-    to: &str,
+    destination: &Destination,
     now_ms: u64,
 ) -> Result<Redrive, RedisError> {
-    let keys = vec![Key::from(store.key()), Key::from(to)];
+    let keys = vec![Key::from(store.key()), Key::from(destination.key())];
     let failed = |e: fred::error::Error| RedisError::from_fred("EVALSHA", &e);
-    match store {
-        Store::Stream(_) => {
+    match (store, destination) {
+        (
+            Store::Stream(_),
+            Destination::Group {
+                group, entry_id, ..
+            },
+        ) => {
+            let args = vec![
+                Value::from(letter.id.as_str()),
+                Value::from(group.as_str()),
+                Value::from(entry_id.as_str()),
+                Value::from(REDRIVEN_CONSUMER),
+                Value::from(REDRIVEN_IDLE_MS.to_string()),
+            ];
+            let reply: Value = REENTER_STREAM
+                .evalsha_with_reload(client, keys, args)
+                .await
+                .map_err(failed)?;
+            Ok(match reply {
+                Value::Null => Redrive::Gone,
+                Value::Integer(_) => Redrive::NotInStream,
+                id => Redrive::Reentered(id.as_string().unwrap_or_default()),
+            })
+        }
+        (Store::Stream(_), Destination::Copy(_)) => {
             let mut args = vec![Value::from(letter.id.as_str())];
             for (field, value) in letter.redriven_fields(now_ms) {
                 args.extend([Value::Bytes(field), Value::Bytes(value)]);
@@ -202,7 +299,7 @@ pub(crate) async fn redrive(
                 None => Redrive::Gone,
             })
         }
-        Store::List(_) => {
+        (Store::List(_), _) => {
             let args = vec![
                 Value::Bytes(letter.stored.clone()),
                 Value::Bytes(letter.redriven_value(now_ms)),

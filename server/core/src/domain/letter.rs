@@ -1,17 +1,18 @@
 //! One dead letter as it reads: where it came from, how often it was delivered, why, and its
 //! body, decoded from the fields of a dead-letter stream entry or from a dead-letter list's
 //! value (a frame, else raw bytes: shown, never dropped). Also which dead letters a selection
-//! chooses ([`Choice`]: one dead letter per id, even among identical list values), the fields
-//! of a redriven copy, where dead letters are kept ([`Store`]) and what a redrive did
-//! ([`Redrive`]).
+//! chooses ([`Choice`]: one dead letter per id, even among identical list values), where a
+//! redrive sends one ([`Destination`]: a stream dead letter back into its own consumer group, or
+//! a copy), the fields of a redriven copy, where dead letters are kept ([`Store`]) and what a
+//! redrive did ([`Redrive`]).
 
 use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 
 use super::entry::{
-    ATTEMPTS_HEADER, DELIVERIES_HEADER, Entry, HEADER_PREFIX, PAYLOAD_FIELD, REASON_HEADER,
-    RUSTSTREAM_RETRY_HEADER, SUBSCRIPTION_HEADER,
+    ATTEMPTS_HEADER, DELIVERIES_HEADER, Entry, HEADER_PREFIX, ORIGINAL_ID_HEADER, PAYLOAD_FIELD,
+    REASON_HEADER, RUSTSTREAM_RETRY_HEADER, SUBSCRIPTION_HEADER,
 };
 use super::frame;
 use crate::policy::Patterns;
@@ -23,6 +24,11 @@ pub const REDRIVEN_HEADER: &str = "x-window-redriven";
 /// that the command can tell a refusal, which it exits 1 for, from a dead letter that names no
 /// origin or was gone.
 pub const REDRIVE_REFUSED: &str = "Redis refused the redrive";
+
+/// How a redrive's `skipped` begins when a stream dead letter cannot re-enter its group by
+/// itself (its entry is no longer in the stream, or it does not record which entry or group it
+/// was), so that the command can say which of its flags redrives it anyway.
+pub const REDRIVE_NOT_REENTERED: &str = "it cannot re-enter its consumer group";
 
 /// The headers a redriven copy leaves behind: its counts restart, its origin and reason were
 /// about the delivery that gave up.
@@ -105,6 +111,38 @@ impl Letter {
             return Some((key.to_owned(), Some(group.to_owned())));
         }
         Some((subscription, None))
+    }
+
+    /// The id of the stream entry it was (`x-window-original-id`), when it records one that is a
+    /// stream id.
+    pub fn original_id(&self) -> Option<String> {
+        let id = self.header_text(ORIGINAL_ID_HEADER)?;
+        let (ms, seq) = id.split_once('-')?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        (digits(ms) && digits(seq)).then_some(id)
+    }
+
+    /// Where a redrive sends it. `to`, when given, is where a copy goes, whichever key it
+    /// names (its own origin included: an explicit target is always a copy, which every group
+    /// of a stream reads). Without it a stream dead letter goes back into the consumer group it
+    /// came from as the entry it was, and a list dead letter's copy onto the list it came from.
+    pub fn destination(&self, store: &Store, to: Option<&str>) -> Result<Destination, Unplaced> {
+        if let Some(to) = to.filter(|to| !to.is_empty()) {
+            return Ok(Destination::Copy(to.to_owned()));
+        }
+        match self.origin(store.is_stream()) {
+            None => Err(Unplaced::NoOrigin),
+            Some((key, _)) if !store.is_stream() => Ok(Destination::Copy(key)),
+            Some((stream, Some(group))) => match self.original_id() {
+                Some(entry_id) => Ok(Destination::Group {
+                    stream,
+                    group,
+                    entry_id,
+                }),
+                None => Err(Unplaced::NoEntry { stream }),
+            },
+            Some((stream, None)) => Err(Unplaced::NoEntry { stream }),
+        }
     }
 
     /// Deliveries before it gave up: the sidecar's count, else ruststream-fred's.
@@ -378,11 +416,69 @@ impl Store {
     }
 }
 
+/// Where a redrive sends a dead letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// Back into the consumer group of the stream it came from, as the entry it was: pending
+    /// in that group again under its original id, with its delivery count reset, for a live
+    /// subscriber of the group to reclaim. No other group of the stream sees it again.
+    Group {
+        stream: String,
+        group: String,
+        /// The stream entry it was (`x-window-original-id`).
+        entry_id: String,
+    },
+    /// A copy appended to this stream or pushed onto this list: every group of a stream reads
+    /// it.
+    Copy(String),
+}
+
+impl Destination {
+    /// The key a redrive writes (checked against `--allow-keys`).
+    pub fn key(&self) -> &str {
+        match self {
+            Destination::Group { stream, .. } => stream,
+            Destination::Copy(key) => key,
+        }
+    }
+
+    /// The consumer group it re-enters, for a redrive back into its group.
+    pub fn group(&self) -> Option<&str> {
+        match self {
+            Destination::Group { group, .. } => Some(group),
+            Destination::Copy(_) => None,
+        }
+    }
+
+    /// The stream entry it puts back, for a redrive back into its group.
+    pub fn entry_id(&self) -> Option<&str> {
+        match self {
+            Destination::Group { entry_id, .. } => Some(entry_id),
+            Destination::Copy(_) => None,
+        }
+    }
+}
+
+/// Why a dead letter has nowhere to go unless the redrive names a target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unplaced {
+    /// It does not say where it came from (ruststream-fred's, or one a producer pushed).
+    NoOrigin,
+    /// A stream dead letter that names its stream but not the group or the stream entry it came
+    /// from (written by something other than the sidecar): it cannot re-enter one group.
+    NoEntry { stream: String },
+}
+
 /// What one redrive did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Redrive {
     /// The copy was written (with its stream id).
     Written(Option<String>),
+    /// The entry is pending in its group again, under its original id (this one).
+    Reentered(String),
+    /// The entry is no longer in its stream (trimmed or deleted): it could not re-enter its
+    /// group, and the dead letter stays.
+    NotInStream,
     /// The dead letter was gone already (redriven or purged by someone else).
     Gone,
 }
@@ -424,6 +520,77 @@ mod tests {
         assert_eq!(letter.headers()[0], ("tenant".into(), b("acme")));
         assert_eq!(letter.written_ms, Some(1_700_000_000_000));
         assert_eq!(letter.redriven(), 0);
+    }
+
+    #[test]
+    fn a_stream_dead_letter_goes_back_into_its_group_unless_a_target_is_named() {
+        let letter = stream_letter();
+        let stream = Store::Stream("orders:dead".into());
+        assert_eq!(
+            letter.destination(&stream, None),
+            Ok(Destination::Group {
+                stream: "orders".into(),
+                group: "billing".into(),
+                entry_id: "1699999999999-0".into(),
+            })
+        );
+        // A target named is a copy, even when it is the origin itself.
+        for to in ["orders", "orders:replay"] {
+            assert_eq!(
+                letter.destination(&stream, Some(to)),
+                Ok(Destination::Copy(to.into()))
+            );
+        }
+        assert_eq!(
+            letter.destination(&stream, Some("")),
+            letter.destination(&stream, None)
+        );
+        // Without the entry it was, or the group, it has nowhere to go by itself.
+        let without = |name: &str, value: Option<&str>| {
+            let mut fields: Vec<_> = letter
+                .fields
+                .iter()
+                .filter(|(f, _)| f.as_ref() != format!("h:{name}").as_bytes())
+                .cloned()
+                .collect();
+            if let Some(value) = value {
+                fields.push((Bytes::from(format!("h:{name}")), b(value)));
+            }
+            Letter::from_entry(Entry {
+                id: b("1-0"),
+                fields,
+                ..Default::default()
+            })
+        };
+        let no_entry = Err(Unplaced::NoEntry {
+            stream: "orders".into(),
+        });
+        assert_eq!(
+            without(ORIGINAL_ID_HEADER, None).destination(&stream, None),
+            no_entry
+        );
+        assert_eq!(
+            without(ORIGINAL_ID_HEADER, Some("not-an-id")).destination(&stream, None),
+            no_entry
+        );
+        assert_eq!(
+            without(SUBSCRIPTION_HEADER, Some("orders")).destination(&stream, None),
+            no_entry
+        );
+        assert_eq!(
+            without(SUBSCRIPTION_HEADER, None).destination(&stream, None),
+            Err(Unplaced::NoOrigin)
+        );
+        // A list dead letter's copy goes onto its list.
+        let framed = frame::encode(&[
+            (b("_payload"), b("p")),
+            (b("h:x-window-subscription"), b("jobs")),
+        ]);
+        let list = Store::List("jobs:dead".into());
+        assert_eq!(
+            Letter::from_value(0, framed).destination(&list, None),
+            Ok(Destination::Copy("jobs".into()))
+        );
     }
 
     #[test]
