@@ -129,7 +129,7 @@ impl<E: Item> Engine<E> {
                 // read, the waiting entries among it (a list cannot tell them apart from
                 // the others): forgotten here, they come back in their place, each counted
                 // once more than it was delivered (a count may run ahead, never behind).
-                self.lanes.take_waiting();
+                let _ = self.lanes.take_waiting(false);
             }
         }
         let (recover, block) = match &mut self.recovery {
@@ -354,6 +354,16 @@ impl<E: Item> Engine<E> {
             self.room()
         };
         let released = self.lanes.release(room, now);
+        if !self.config.ordered
+            && self.lanes.kept_due(now)
+            && self.reader.is_some_and(|r| r.fresh)
+            && !self.read_interrupted
+        {
+            // A retry that is due waits for room a read of new entries holds, which may block
+            // for all of its BLOCK on a quiet stream: cut it short (it takes nothing then).
+            self.read_interrupted = true;
+            self.actions.push(Action::InterruptRead);
+        }
         if released.is_empty() {
             return;
         }

@@ -304,6 +304,8 @@ pub struct Engine<E: Item> {
     reader_asked: u64,
     /// The reader request that began the last re-read of this consumer's own entries.
     reread_asked: u64,
+    /// The read under way was asked to return at once, for a retry that is due.
+    read_interrupted: bool,
     reader_answered: u64,
     /// Ids of flushes that ended while reader request `n` (and those before) was under way:
     /// that request may have read them before their settle ran.
@@ -364,6 +366,7 @@ impl<E: Item> Engine<E> {
             read_extra: 0,
             reader_asked: 0,
             reread_asked: 0,
+            read_interrupted: false,
             reader_answered: 0,
             settled_during_reads: Vec::new(),
             flushes: BTreeMap::new(),
@@ -430,6 +433,7 @@ impl<E: Item> Engine<E> {
     /// The reader answered.
     pub fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
         let count = self.reader.take().map_or(u32::MAX, |r| r.count);
+        self.read_interrupted = false;
         self.reader_answered += 1;
         let answered = self.reader_answered;
         match result {

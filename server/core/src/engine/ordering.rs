@@ -130,7 +130,7 @@ pub(super) struct Lanes<E: Item> {
     /// Retries kept in place that wait for no key (no ordering key, or an unordered
     /// subscription), by when they are due and then in the order they came: each goes out
     /// once due, before the loose entries and the lanes.
-    kept: BTreeMap<(Instant, u64), E>,
+    kept: BTreeMap<(Instant, u64), Waiting<E>>,
     kept_seq: u64,
     /// When the first kept retry not yet due falls due, as of the last release.
     kept_wake: Option<Instant>,
@@ -217,7 +217,8 @@ impl<E: Item> Lanes<E> {
 
     /// The ids of the entries waiting, parked or not, in no particular order.
     pub(super) fn waiting_ids(&self) -> impl Iterator<Item = E::Id> + '_ {
-        let loose = self.loose.iter().chain(self.kept.values()).map(Item::id);
+        let kept = self.kept.values().map(|w| &w.entry);
+        let loose = self.loose.iter().chain(kept).map(Item::id);
         loose.chain(self.lanes.values().flat_map(|lane| {
             let parked = lane.parked.iter().map(|p| E::stub(p).id());
             lane.queue.iter().map(|w| w.entry.id()).chain(parked)
@@ -227,7 +228,7 @@ impl<E: Item> Lanes<E> {
     /// The entries waiting, the parked ones as stubs, each key's in order.
     fn waiting_entries(&self) -> Vec<E> {
         let mut entries = Vec::with_capacity(self.waiting + self.parked);
-        entries.extend(self.kept.values().cloned());
+        entries.extend(self.kept.values().map(|w| w.entry.clone()));
         entries.extend(self.loose.iter().cloned());
         for lane in self.lanes.values() {
             entries.extend(lane.queue.iter().map(|w| w.entry.clone()));
@@ -399,7 +400,12 @@ impl<E: Item> Lanes<E> {
             }
             _ => {
                 self.kept_seq += 1;
-                self.kept.insert((due, self.kept_seq), entry);
+                let waiting = Waiting {
+                    entry,
+                    seen: true,
+                    not_before,
+                };
+                self.kept.insert((due, self.kept_seq), waiting);
                 if not_before.is_some() && self.kept_wake.is_none_or(|at| at > due) {
                     self.kept_wake = Some(due);
                 }
@@ -444,7 +450,7 @@ impl<E: Item> Lanes<E> {
             let Some(entry) = self.kept.first_entry().filter(|e| e.key().0 <= now) else {
                 break;
             };
-            out.push((entry.remove(), true));
+            out.push((entry.remove().entry, true));
         }
         self.kept_wake = self.kept.keys().map(|(due, _)| *due).find(|due| *due > now);
         while out.len() < room {
@@ -578,6 +584,11 @@ impl<E: Item> Lanes<E> {
         self.fetch_at.filter(|_| self.parked > 0)
     }
 
+    /// Whether a retry kept without a key is due and waits for room.
+    pub(super) fn kept_due(&self, now: Instant) -> bool {
+        self.kept.keys().next().is_some_and(|(due, _)| *due <= now)
+    }
+
     /// When a waiting retry falls due, if one waits on a free lane.
     pub(super) fn next_due(&self) -> Option<Instant> {
         self.queued
@@ -608,15 +619,33 @@ impl<E: Item> Lanes<E> {
     /// first, the parked ones last, as stubs), to be given back as if never read: a retry kept
     /// in place counted its next delivery when its flush ran, and that delivery will not
     /// happen here. Lanes keep only what is out, in flush or waiting for a re-read; fetches
-    /// under way are forgotten.
-    pub(super) fn take_waiting(&mut self) -> Vec<E> {
-        let taken = self.waiting_entries();
-        self.loose.clear();
-        self.kept.clear();
+    /// under way are forgotten. With `split` (a stream), returns apart the retries that wait
+    /// for a due time (a `retry_after` kept in place, or an entry read before its due time),
+    /// whose next delivery is left counted: whoever reads them before then takes back its own
+    /// read's count.
+    pub(super) fn take_waiting(&mut self, split: bool) -> (Vec<E>, Vec<E>) {
+        let mut delayed = Vec::new();
+        let mut rest = Vec::with_capacity(self.waiting + self.parked);
+        for waiting in std::mem::take(&mut self.kept).into_values() {
+            if split && waiting.not_before.is_some() {
+                delayed.push(waiting.entry);
+            } else {
+                rest.push(waiting.entry);
+            }
+        }
+        rest.extend(self.loose.drain(..));
+        for lane in self.lanes.values_mut() {
+            for waiting in lane.queue.drain(..) {
+                if split && waiting.not_before.is_some() {
+                    delayed.push(waiting.entry);
+                } else {
+                    rest.push(waiting.entry);
+                }
+            }
+            rest.extend(lane.parked.drain(..).map(|p| E::stub(&p)));
+        }
         self.kept_wake = None;
         self.lanes.retain(|_, lane| {
-            lane.queue.clear();
-            lane.parked.clear();
             lane.fetching = 0;
             lane.busy != Busy::Free
         });
@@ -627,7 +656,7 @@ impl<E: Item> Lanes<E> {
         self.waiting = 0;
         self.parked = 0;
         self.extend_at = None;
-        taken
+        (rest, delayed)
     }
 
     /// The counts and key sets kept beside the lanes agree with the lanes.

@@ -24,7 +24,9 @@ use crate::domain::{Entry, ReadBatch, StreamSource};
 /// consumer ARGV[2] of group ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or
 /// another consumer's); and the ms left until the `retry_after` due time the group's delay set
 /// KEYS[2] holds for it, 0 when none is left (a re-read or a reclaim must not deliver it
-/// before then). Each entry of this consumer is also claimed again by it, its count and idle
+/// before then). Such an entry's next delivery was counted when it was kept in place, so
+/// the count this read added is taken back (a sidecar that crashes again and again before the
+/// due time would otherwise count deliveries nobody saw, up to the dead letter). Each entry of this consumer is also claimed again by it, its count and idle
 /// time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
 /// (`XREADGROUP … 0`) renews both in memory only, Redis writing it to neither its AOF nor its
 /// replicas, and a restart or failover would otherwise hand back an entry just delivered
@@ -43,13 +45,17 @@ local counts = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
-  local wait = 0
+  local wait, count = 0, 0
   if row then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', row[4], 'JUSTID')
+    count = row[4]
     local due = redis.call('ZSCORE', KEYS[2], id)
-    if due and tonumber(due) > now then wait = tonumber(due) - now end
+    if due and tonumber(due) > now then
+      wait = tonumber(due) - now
+      count = math.max(count - 1, 1)
+    end
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
   end
-  counts[#counts + 1] = {row and row[4] or 0, wait}
+  counts[#counts + 1] = {count, wait}
 end
 return counts
 "#,

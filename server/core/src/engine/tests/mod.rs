@@ -1263,3 +1263,94 @@ fn a_retry_left_to_another_consumer_is_not_delivered_again() {
     engine.flushed(start, flush, FlushStatus::Ok, None);
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 2)]);
 }
+
+/// At close a retry_after still waiting keeps its next delivery counted (whoever reads it
+/// before its due time takes its own read's count back), where anything else waiting goes
+/// back uncounted.
+#[test]
+fn a_waiting_retry_after_goes_back_counted_at_close() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.take_actions();
+    let outcomes = vec![settle(1, Outcome::RetryAfter(Duration::from_secs(60)))];
+    engine.apply(start, Vec::new(), outcomes, |_, _| None);
+    let (flush, _) = first_flush(&engine.take_actions());
+    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.take_actions();
+    engine.client_gone(start);
+    let actions = engine.take_actions();
+    assert!(
+        actions.iter().any(
+            |a| matches!(a, Action::GiveBack { entries, seen: true } if entries == &vec![entry(1, 2)])
+        ),
+        "{actions:?}"
+    );
+}
+
+/// A retry that falls due while a blocking read of new entries holds the room it needs cuts
+/// that read short, once: on a quiet stream it would otherwise wait for all of its BLOCK.
+#[test]
+fn a_due_retry_cuts_a_blocking_read_short() {
+    let start = Instant::now();
+    let delay = Duration::from_secs(1);
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(
+        start,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1), entry(3, 1)])),
+    );
+    engine.take_actions();
+    // The window's other two places: the reader reads them.
+    engine.read_returned(start, Ok(Read::new(vec![entry(4, 1), entry(5, 1)])));
+    engine.take_actions();
+    engine.apply(
+        start,
+        Vec::new(),
+        vec![
+            settle(1, Outcome::RetryAfter(delay)),
+            settle(2, Outcome::Ack),
+            settle(3, Outcome::Ack),
+        ],
+        |_, _| None,
+    );
+    let actions = engine.take_actions();
+    let Some((flush, read_ahead)) = actions.iter().find_map(|a| match a {
+        Action::Flush {
+            flush, read_ahead, ..
+        } => Some((*flush, read_ahead.is_some())),
+        _ => None,
+    }) else {
+        panic!("a flush: {actions:?}");
+    };
+    // Nothing new in the stream: the reader blocks for new entries in the room left.
+    let nothing = read_ahead.then(|| Ok(Read::new(Vec::new())));
+    engine.flushed(start, flush, FlushStatus::Ok, nothing);
+    let actions = engine.take_actions();
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Read {
+                reread: false,
+                recover: false,
+                ..
+            }
+        )),
+        "{actions:?}"
+    );
+    let interrupts = |actions: &[Action<E>]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::InterruptRead))
+            .count()
+    };
+    let due = start + delay;
+    engine.tick(due);
+    assert_eq!(interrupts(&engine.take_actions()), 1);
+    engine.tick(due + Duration::from_millis(10));
+    assert_eq!(interrupts(&engine.take_actions()), 0, "once per read");
+    // The read comes back empty, cut short: the retry goes out.
+    engine.read_returned(due, Ok(Read::new(Vec::new())));
+    assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(1, 2)]);
+}
