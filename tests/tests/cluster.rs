@@ -1,13 +1,14 @@
 //! Redis Cluster, end to end: atomic segments on the stream's slot, cross-slot rejections,
-//! routing by key in pipeline mode, a reliable list, group metrics sampled on the stream's node,
-//! readers connected to their slot's node alone, a failover and a resharding. Real `redis-server` processes, the in-process sidecar and the
-//! generated gRPC client.
+//! routing by key in pipeline mode, a reliable list, a group's retries kept out of the stream's
+//! other groups, group metrics sampled on the stream's node, readers connected to their slot's
+//! node alone, a failover and a resharding. Real `redis-server` processes, the in-process
+//! sidecar and the generated gRPC client.
 //!
 //! The failover tests watch the replica that takes over with `MONITOR`, so that when an
 //! entry's side effects apply twice the failure message shows which transaction ran where and
 //! when.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -316,6 +317,140 @@ async fn cluster_a_reliable_list_is_consumed_on_its_slot() {
     assert_eq!(inspect.llen::<i64, _>("{jobs}").await.unwrap(), 0);
     let processing: i64 = inspect.llen("{jobs}:window:processing:w1").await.unwrap();
     assert_eq!(processing, 0);
+    sub.close();
+    on.stop().await;
+}
+
+/// The entries a plain consumer reads of one stream as (id, fields), each entry's fields as
+/// stored, from an `XREADGROUP` reply (null when there is nothing new).
+fn xread_entries(reply: Value) -> Vec<(String, Vec<String>)> {
+    let array = |v: Value| match v {
+        Value::Array(items) => items,
+        other => panic!("not an array: {other:?}"),
+    };
+    if reply.is_null() {
+        return Vec::new();
+    }
+    let mut entries = Vec::new();
+    for stream in array(reply) {
+        let [_key, list] = <[Value; 2]>::try_from(array(stream)).expect("[key, entries]");
+        for entry in array(list) {
+            let [id, fields] = <[Value; 2]>::try_from(array(entry)).expect("[id, fields]");
+            let fields = array(fields).iter().filter_map(Value::as_string).collect();
+            entries.push((id.as_string().expect("an id"), fields));
+        }
+    }
+    entries
+}
+
+/// Fan-out on a cluster: group billing, through the sidecar, retries entries n ≡ 1 (mod 4) of
+/// "{orders}" and retries those n ≡ 2 after 300 ms (acking the rest and every later delivery);
+/// group shipping reads the stream by hand (XREADGROUP, XACK on the stream's node). Shipping
+/// reads exactly what was published, each entry once; the stream never grows; billing gets
+/// each retried entry back with its own id and its count one higher, a delayed one not before
+/// 300 ms after the batch that delayed it was sent (nor more than 5 s later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_groups_retries_stay_in_that_group() {
+    const N: usize = 12;
+    const DELAY: Duration = Duration::from_millis(300);
+    let mut on = OnCluster::start().await;
+    let (client, inspect) = (&mut on.client, &on.inspect);
+    let _: () = inspect
+        .xgroup_create("{orders}", "shipping", "0", true)
+        .await
+        .unwrap();
+    let ids = publish(client, "{orders}", numbered(N)).await;
+    let (mut sub, _) = Subscription::open(client, stream_open("{orders}", "billing", "c1", 4))
+        .await
+        .unwrap();
+    let mut got: BTreeMap<usize, Vec<(String, u32)>> = BTreeMap::new();
+    let (mut delayed_at, mut waited) = (HashMap::new(), HashMap::new());
+    let mut acked = 0;
+    while acked < N {
+        match sub.next().await.unwrap() {
+            Some(Kind::Read(read)) => {
+                let mut outcomes = Vec::new();
+                let mut delayed = Vec::new();
+                for d in &read.deliveries {
+                    let n: usize = field(d, "n").parse().unwrap();
+                    got.entry(n)
+                        .or_default()
+                        .push((d.entry_id.clone(), d.delivery_count));
+                    if let Some(sent) = delayed_at.get(&n) {
+                        waited.insert(n, Instant::now().duration_since(*sent));
+                    }
+                    outcomes.push(match (n % 4, d.delivery_count) {
+                        (1, 1) => outcome(d.slot, Retry),
+                        (2, 1) => {
+                            delayed.push(n);
+                            retry_after(d.slot, DELAY)
+                        }
+                        _ => {
+                            acked += 1;
+                            outcome(d.slot, Ack)
+                        }
+                    });
+                }
+                let sent = Instant::now();
+                delayed_at.extend(delayed.into_iter().map(|n| (n, sent)));
+                sub.send(vec![], outcomes).await;
+            }
+            Some(Kind::Flush(report)) => assert!(report.ok, "{report:?}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let settled = || async { pending(inspect, "{orders}", "billing").await == 0 };
+    assert!(
+        eventually(STEP, settled).await,
+        "billing left entries pending"
+    );
+
+    let mut shipped = Vec::new();
+    loop {
+        let reply: Value = inspect
+            .xreadgroup("shipping", "fred", Some(100), None, false, "{orders}", ">")
+            .await
+            .unwrap();
+        let entries = xread_entries(reply);
+        if entries.is_empty() {
+            break;
+        }
+        let read: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        let _: i64 = inspect.xack("{orders}", "shipping", read).await.unwrap();
+        shipped.extend(entries);
+    }
+    let published: Vec<(String, Vec<String>)> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| (id.clone(), vec!["n".to_owned(), n.to_string()]))
+        .collect();
+    assert_eq!(
+        shipped, published,
+        "shipping reads each entry once, no copy"
+    );
+    let len: u64 = inspect.xlen("{orders}").await.unwrap();
+    assert_eq!(len, N as u64, "nothing was appended to the stream");
+
+    let expected: BTreeMap<usize, Vec<(String, u32)>> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| match n % 4 {
+            1 | 2 => (n, vec![(id.clone(), 1), (id.clone(), 2)]),
+            _ => (n, vec![(id.clone(), 1)]),
+        })
+        .collect();
+    assert_eq!(
+        got, expected,
+        "each retried entry again: same id, count + 1"
+    );
+    // Never earlier than due; later by at most 5 s (timers, round trips, a loaded machine).
+    for (n, waited) in &waited {
+        assert!(
+            *waited >= DELAY && *waited <= DELAY + Duration::from_secs(5),
+            "entry {n} came back {waited:?} after its retry_after of {DELAY:?}"
+        );
+    }
+    assert_eq!(waited.len(), 3, "every delayed entry came back: {waited:?}");
     sub.close();
     on.stop().await;
 }
