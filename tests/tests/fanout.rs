@@ -1,7 +1,8 @@
 //! Fan-out: each consumer group of a stream reads each entry once, whatever another group's
 //! subscription does with it. `billing` consumes through the sidecar and retries, delays and
-//! dead-letters entries; `shipping`, a plain `XREADGROUP` consumer (fred, no sidecar), must read
-//! exactly the entries published, and the stream never grows. A retried or delayed entry comes
+//! dead-letters entries, and an operator redrives its dead letters; `shipping`, a plain
+//! `XREADGROUP` consumer (fred, no sidecar), must read exactly the entries published, and the
+//! stream never grows. A retried or delayed entry comes
 //! back to billing with its own id and its count one higher, a delayed one never before it is
 //! due, even when the sidecar that delayed it died (a restart on the same consumer name, or
 //! another consumer that reclaims it). What the previous version left behind (a retry copy in
@@ -11,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::*;
+use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::{self, Mode, OutcomeKind};
 use window_sidecar::redis::keys::companion_key;
@@ -460,13 +462,17 @@ async fn two_groups_one_stream_ordered_atomic() {
 /// With `max_deliveries` 3, billing retries entry 0 and delays entry 1 (100 ms) on every
 /// delivery and acks the rest: 0 and 1 are delivered three times each, same id, counts 1, 2, 3,
 /// then go to the dead letter with their original id and 3 deliveries. Shipping read each
-/// entry once; the stream holds what was published.
-async fn retried_to_the_dead_letter(variant: Variant) {
+/// entry once; the stream holds what was published. Then both dead letters are redriven to
+/// their origin (no `to`): each re-enters billing alone, as the entry it was (same id, its
+/// count starting again at 1), and is acked; shipping reads nothing more, the stream gets no
+/// entry and the dead letter is empty.
+async fn retried_to_the_dead_letter_and_redriven(variant: Variant) {
     const N: usize = 4;
     let dead = "orders:dead";
     let redis = RedisServer::start();
     let inspect = redis.client().await;
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    // Billing's subscription takes a redriven entry at its next reclaim.
+    let sidecar = Sidecar::start(&redis.url(), &["--reclaim-interval", "200ms"]).await;
     let addr = sidecar.addr.to_string();
     let shipping = Shipping::create(&inspect, STREAM).await;
     let published = publish_entries(&addr, STREAM, N).await;
@@ -494,7 +500,6 @@ async fn retried_to_the_dead_letter(variant: Variant) {
     billing
         .run(answer, |b| b.acks() == N - 2 && b.dead_lettered() == 2)
         .await;
-    billing.finish().await;
     until_settled(&inspect, STREAM, BILLING).await;
 
     assert_eq!(
@@ -512,7 +517,6 @@ async fn retried_to_the_dead_letter(variant: Variant) {
         (3, vec![(id_of(3), 1)]),
     ]);
     assert_eq!(billing.deliveries(), expected);
-
     let letters: Vec<(String, HashMap<String, String>)> =
         inspect.xrange(dead, "-", "+", None).await.unwrap();
     let mut letters: Vec<(String, String, String)> = letters
@@ -537,12 +541,70 @@ async fn retried_to_the_dead_letter(variant: Variant) {
         applied(&inspect, STREAM).await,
         BTreeMap::from([(2, 1), (3, 1)])
     );
+
+    // The redrive: back into billing alone.
+    let mut admin = DeadLetterServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let done = admin
+        .redrive_dead_letters(proto::RedriveDeadLettersRequest {
+            target: Some(proto::DeadLetterTarget {
+                kind: Some(proto::dead_letter_target::Kind::Stream(dead.into())),
+            }),
+            selection: Some(proto::DeadLetterSelection {
+                all: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut redriven: Vec<(String, String, String, String)> = done
+        .redriven
+        .iter()
+        .map(|r| {
+            let (to, group) = (r.to.clone(), r.group.clone());
+            (r.new_id.clone(), to, group, r.skipped.clone())
+        })
+        .collect();
+    redriven.sort();
+    let back = |n| {
+        (
+            id_of(n),
+            STREAM.to_owned(),
+            BILLING.to_owned(),
+            String::new(),
+        )
+    };
+    assert_eq!(redriven, [back(0), back(1)], "{done:?}");
+    billing.run(|_, _| Answer::Ack, |b| b.acks() == N).await;
+    billing.finish().await;
+    until_settled(&inspect, STREAM, BILLING).await;
+
+    assert_eq!(shipping.read_all().await, [], "shipping reads nothing more");
+    let len: u64 = inspect.xlen(STREAM).await.unwrap();
+    assert_eq!(len, N as u64, "nothing was appended to the stream");
+    let len: u64 = inspect.xlen(dead).await.unwrap();
+    assert_eq!(len, 0, "the dead letters left the dead letter");
+    let again = |n| [thrice(n), vec![(id_of(n), 1)]].concat();
+    let expected = BTreeMap::from([
+        (0, again(0)),
+        (1, again(1)),
+        (2, vec![(id_of(2), 1)]),
+        (3, vec![(id_of(3), 1)]),
+    ]);
+    assert_eq!(billing.deliveries(), expected, "each redriven entry once");
+    assert_eq!(
+        applied(&inspect, STREAM).await,
+        (0..N).map(|n| (n, 1)).collect()
+    );
     sidecar.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retried_to_the_dead_letter_unordered_pipeline() {
-    retried_to_the_dead_letter(Variant {
+async fn retried_to_the_dead_letter_and_redriven_unordered_pipeline() {
+    retried_to_the_dead_letter_and_redriven(Variant {
         ordered: false,
         mode: Mode::Pipeline,
     })
@@ -550,8 +612,8 @@ async fn retried_to_the_dead_letter_unordered_pipeline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retried_to_the_dead_letter_ordered_atomic() {
-    retried_to_the_dead_letter(Variant {
+async fn retried_to_the_dead_letter_and_redriven_ordered_atomic() {
+    retried_to_the_dead_letter_and_redriven(Variant {
         ordered: true,
         mode: Mode::Atomic,
     })
@@ -642,18 +704,17 @@ async fn a_delayed_entry_outlives_its_sidecar(reopen_as: &str) {
         waited >= DUE_IN && waited <= DUE_IN + LATE,
         "came back {waited:?} after its retry_after of {DUE_IN:?} was sent"
     );
-    assert!(
-        billing.got[0].count >= 2,
-        "its count is above its first delivery's: {:?}",
-        billing.got[0]
-    );
-
     assert_eq!(shipping.read_all().await, published);
     let len: u64 = inspect.xlen(STREAM).await.unwrap();
     assert_eq!(len, 3, "nothing was appended to the stream");
     assert_eq!(
         applied(&inspect, STREAM).await,
         BTreeMap::from([(0, 1), (1, 1), (2, 1)])
+    );
+    assert!(
+        billing.got[0].count >= 2,
+        "its count is above its first delivery's: {:?}",
+        billing.got[0]
     );
     drop(second);
 }
