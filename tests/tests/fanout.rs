@@ -860,3 +860,64 @@ async fn a_due_member_of_the_old_delay_set_is_delivered_once() {
     assert_eq!(left, 0, "the old delay set is empty");
     sidecar.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Retention.
+// ---------------------------------------------------------------------------------------------
+
+/// Under retention by acknowledgement, retries add nothing for the other group to wait on:
+/// shipping reads and acks every entry first, billing retries and delays some of them (each
+/// held in the stream while it is pending in billing), and once billing has acked them all
+/// the stream is down to what the trim always keeps (its newest entry, or nothing where the
+/// server has XACKDEL): no retry left an entry behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_retention_retries_leave_nothing_behind_once_both_groups_acked() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let retention = ["--ack-retention", STREAM, "--retention-interval", "100ms"];
+    let sidecar = Sidecar::start(&redis.url(), &retention).await;
+    let addr = sidecar.addr.to_string();
+    let shipping = Shipping::create(&inspect, STREAM).await;
+    // Billing's group exists before anything is acked: retention keeps what it has not read.
+    let _: () = inspect
+        .xgroup_create(STREAM, BILLING, "0", false)
+        .await
+        .unwrap();
+    let published = publish_entries(&addr, STREAM, ENTRIES).await;
+    assert_eq!(shipping.read_all().await, published);
+
+    let variant = Variant {
+        ordered: false,
+        mode: Mode::Pipeline,
+    };
+    let mut billing = Billing::open(&addr, STREAM, billing_open(STREAM, "c1", 4, variant)).await;
+    billing.run(plan, |b| b.acks() == ENTRIES).await;
+    billing.finish().await;
+    until_settled(&inspect, STREAM, BILLING).await;
+    assert_eq!(
+        applied(&inspect, STREAM).await,
+        (0..ENTRIES).map(|n| (n, 1)).collect(),
+        "each entry applied once"
+    );
+    // The trim keeps the newest entry (the last one read, its floor); a server with XACKDEL
+    // deletes that one too with the last ack.
+    let newest = published.iter().map(|(id, _)| id.clone()).max_by_key(|id| {
+        let (ms, seq) = id.split_once('-').unwrap();
+        (ms.parse::<u64>().unwrap(), seq.parse::<u64>().unwrap())
+    });
+    let left = || async {
+        let rows: Vec<(String, HashMap<String, String>)> =
+            inspect.xrange(STREAM, "-", "+", None).await.unwrap();
+        rows.into_iter().map(|(id, _)| id).collect::<Vec<_>>()
+    };
+    let emptied = eventually(STEP, || async {
+        let left = left().await;
+        left.is_empty() || (left.len() == 1 && Some(&left[0]) == newest.as_ref())
+    });
+    assert!(emptied.await, "the stream still holds {:?}", left().await);
+    assert!(
+        shipping.read_all().await.is_empty(),
+        "nothing new for shipping"
+    );
+    sidecar.stop().await;
+}

@@ -91,12 +91,15 @@ impl Form {
             Form::List(keys) => (&keys.delayed, &keys.key, Target::List),
             Form::PubSub(form) => (&form.delayed, &form.delayed, Target::Publish),
         };
-        let mut promoted =
-            delay::promote_due(redis.pool(), delayed, target_key, target, now_ms, limit).await?;
-        if let Form::Stream(keys) = self {
-            promoted += stream::promote_in_group(redis.pool(), keys, limit).await?;
-        }
-        Ok(promoted)
+        let copies = delay::promote_due(redis.pool(), delayed, target_key, target, now_ms, limit);
+        let Form::Stream(keys) = self else {
+            return copies.await;
+        };
+        // Each on its own: a refused promotion of the copies (an ACL without XADD) must not
+        // hold back the group's own due entries.
+        let (copies, in_group) =
+            tokio::join!(copies, stream::promote_in_group(redis.pool(), keys, limit));
+        Ok(copies? + in_group?)
     }
 
     /// The engine's view of this form.

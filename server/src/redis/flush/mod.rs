@@ -75,7 +75,8 @@ pub struct RequeueRefused {
     /// Redis's error, as Redis worded it.
     pub error: String,
     /// Its place among the entries of the flush's requeue step, from 0: how the sidecar finds
-    /// a simple list's entry, which only it still has, to hold and give back.
+    /// a simple list's entry, which only it still has, to hold and give back (`usize::MAX`
+    /// for a stream's retry kept in place, which is no part of that step).
     pub step: usize,
 }
 
@@ -121,7 +122,7 @@ impl FlushResult {
             let err = match reply {
                 Ok(reply) if planned.role == Role::KeepInPlace => {
                     if reply.as_u64() == Some(0)
-                        && let Some(Some(id)) = kept
+                        && let Some(Some((_, id))) = kept
                     {
                         result.skipped += 1;
                         result.left_to_others.push(id.clone());
@@ -171,6 +172,18 @@ impl FlushResult {
                         result.aborted += 1;
                     }
                     result.settle_failed |= settles;
+                }
+                // Refused: the entry stays pending as its delivery left it, and is delivered
+                // again (from memory, or by the re-read or reclaim that finds it).
+                Role::KeepInPlace => {
+                    if let Some(Some((slot, id))) = kept {
+                        result.requeue_refused.push(RequeueRefused {
+                            slot: *slot,
+                            entry_id: id.clone(),
+                            error: message.clone(),
+                            step: usize::MAX,
+                        });
+                    }
                 }
                 Role::SideEffect => {
                     if let Some(segment) = segment_of(plan, index) {
@@ -507,6 +520,44 @@ mod tests {
         let read_error = results[0].1.as_ref().unwrap().as_ref().unwrap_err();
         assert!(unanswered(read_error));
         assert!(results[1].0.unknown && results[1].0.failed == 2);
+    }
+
+    /// A stream's retries kept in place: one another consumer holds now (reply 0) is left to
+    /// it, one kept (1) is nothing to report, one Redis refused is named as refused, and none
+    /// of them fails the settle.
+    #[test]
+    fn retries_kept_in_place_report_what_was_left_to_others_or_refused() {
+        let plan = FlushPlan {
+            commands: vec![
+                planned(Role::Settle),
+                planned(Role::KeepInPlace),
+                planned(Role::KeepInPlace),
+                planned(Role::KeepInPlace),
+            ],
+            in_place: vec![
+                (2, bytes::Bytes::from_static(b"2-0")),
+                (3, bytes::Bytes::from_static(b"3-0")),
+                (4, bytes::Bytes::from_static(b"4-0")),
+            ],
+            ..Default::default()
+        };
+        let replies = vec![
+            Ok(Value::Integer(1)),
+            Ok(Value::Integer(0)),
+            Ok(Value::Integer(1)),
+            err("OOM command not allowed when used memory > 'maxmemory'."),
+        ];
+        let result = FlushResult::from_replies(&plan, replies);
+        assert!(!result.settle_failed);
+        assert_eq!(result.skipped, 1);
+        assert_eq!(result.left_to_others, [bytes::Bytes::from_static(b"2-0")]);
+        assert_eq!(result.failed, 1);
+        let refused: Vec<_> = result
+            .requeue_refused
+            .iter()
+            .map(|r| (r.slot, r.entry_id.clone(), refusal_reason(&r.error)))
+            .collect();
+        assert_eq!(refused, [(4, bytes::Bytes::from_static(b"4-0"), "oom")]);
     }
 
     #[test]

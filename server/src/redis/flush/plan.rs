@@ -134,8 +134,9 @@ pub(crate) struct FlushPlan {
     pub requeue_step: Vec<StepEntry>,
     /// The kept segments with commands, in order: whose a failed side effect was.
     pub segments: Vec<SegmentSpan>,
-    /// The ids of the entries its [`Role::KeepInPlace`] commands keep, in their order.
-    pub in_place: Vec<Bytes>,
+    /// The entries its [`Role::KeepInPlace`] commands keep, in their order: each one's slot
+    /// and stream id.
+    pub in_place: Vec<(u64, Bytes)>,
 }
 
 /// Where a kept segment's commands are in a plan.
@@ -614,7 +615,15 @@ pub(crate) fn plan_flush<E: Borrow<Entry>>(
             Outcome::RetryAfter(delay) => Some(delay),
             _ => None,
         };
+        let planned = plan.commands.len();
         form.keep_in_place(settle.entry.borrow(), delay, &mut plan);
+        if plan.commands[planned..]
+            .iter()
+            .any(|c| c.role == Role::KeepInPlace)
+        {
+            plan.in_place
+                .push((settle.slot, settle.entry.borrow().id.clone()));
+        }
     }
     plan.settles = if form.settles_in_redis() {
         batch.settles.len() - batch.in_place.len()

@@ -115,7 +115,6 @@ impl Settling for StreamKeys {
         ];
         args.extend(delay.map(|d| Bytes::from(d.as_millis().to_string())));
         plan.push("EVAL", args, Role::KeepInPlace, Some(self.slot));
-        plan.in_place.push(entry.id.clone());
     }
 
     /// Never asked: the engine keeps every retry of a stream in place ([`Self::keep_in_place`]),
