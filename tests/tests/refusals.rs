@@ -4,17 +4,29 @@
 //! flush report names the entries left pending and why, the refusal counter counts them, and
 //! once Redis accepts writes again the entries come back and are requeued as asked. Every form
 //! that requeues, in both modes: a simple list's entries, which left Redis when popped, are
-//! held by the sidecar and pushed back once Redis takes them.
+//! held by the sidecar and pushed back once Redis takes them. A stream's retries write no copy:
+//! they stay pending in their group, their due time in the group's delay set; a refused one is
+//! a failed command of the flush (not a refused requeue: nothing was to be written elsewhere),
+//! and the entry, still pending, comes back all the same.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::*;
-use window_sidecar::proto::OutcomeKind::{DeadLetter, Retry};
+use window_sidecar::proto::OutcomeKind::{self, Ack, DeadLetter, Retry, RetryAfter};
 use window_sidecar::proto::{self, subscribe_response::Kind};
 use window_sidecar_harness::*;
 
 /// The delay retry_after asks for: long enough that a promotion never races the checks.
 const DELAY: Duration = Duration::from_secs(30);
+
+/// The delay a stream's retry_after asks for: its entry stays pending in its group and comes
+/// back when due, which the stream's stories wait for.
+const STREAM_DELAY: Duration = Duration::from_millis(1500);
+
+/// The delay set of copies an earlier version wrote for a stream's retry_after (`{key}:window:
+/// delayed`), still promoted after an upgrade; the stream's retries write nothing to it now.
+const SHARED_DELAYED: &str = "{orders}:window:delayed";
 
 /// What a test does to Redis between the deliveries and their outcomes, and undoes after.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,6 +57,21 @@ impl Fault {
             Fault::DeadLetterWrongType => (&[2], "wrongtype"),
             Fault::DelaySetWrongType => (&[1, 2], "wrongtype"),
             Fault::Busy => (&[0, 1, 2], "busy"),
+        }
+    }
+
+    /// On a stream, the slots of [retry, retry_after, dead_letter] whose write Redis refuses:
+    /// a retry kept in place writes only its group's pending entry (`XCLAIM`) and, for a
+    /// retry_after, the group's delay set (`ZADD`); the dead letter is the requeue step's.
+    /// Each is a command of its own: one refused leaves the others as written.
+    fn refused_on_stream(self) -> &'static [usize] {
+        match self {
+            Fault::OutOfMemory | Fault::NoScripts | Fault::Busy => &[0, 1, 2],
+            // The ACL keeps XCLAIM (and ZREM): only the ZADD and the XADD are refused.
+            Fault::NoWrites => &[1, 2],
+            Fault::DeadLetterWrongType => &[2],
+            // A plain retry's removal of an earlier due time may fail and the retry goes on.
+            Fault::DelaySetWrongType => &[1],
         }
     }
 
@@ -179,8 +206,22 @@ impl Form {
         "{orders}:dead"
     }
 
+    /// Where a retry_after's due time goes: a list's delay set (of copies), a stream group's
+    /// delay set (of the ids of its entries kept pending).
     fn delayed(self) -> String {
-        "{orders}:window:delayed".to_owned()
+        match self {
+            Form::Stream => "{orders}:window:delayed:g".to_owned(),
+            Form::ReliableList | Form::SimpleList => "{orders}:window:delayed".to_owned(),
+        }
+    }
+
+    /// The delay its retry_after asks for: a stream's entry stays pending until then and the
+    /// stories wait it out.
+    fn delay(self) -> Duration {
+        match self {
+            Form::Stream => STREAM_DELAY,
+            Form::ReliableList | Form::SimpleList => DELAY,
+        }
     }
 
     async fn add(self, redis: &Client, values: &[&str]) {
@@ -242,12 +283,12 @@ impl Form {
     }
 }
 
-/// Three deliveries answered retry, retry_after and dead_letter.
-fn requeues(read: &proto::Read) -> Vec<proto::Outcome> {
+/// Three deliveries answered retry, retry_after (the form's delay) and dead_letter.
+fn requeues(form: Form, read: &proto::Read) -> Vec<proto::Outcome> {
     let slots: Vec<u64> = read.deliveries.iter().map(|d| d.slot).collect();
     vec![
         outcome(slots[0], Retry),
-        retry_after(slots[1], DELAY),
+        retry_after(slots[1], form.delay()),
         outcome(slots[2], DeadLetter),
     ]
 }
@@ -262,15 +303,16 @@ async fn deliveries(sub: &mut Subscription, n: usize) -> proto::Read {
     all
 }
 
-/// The report names the entries whose requeue was refused, with Redis's error, and the
-/// counter counts them under the fault's reason.
+/// The report names the entries whose requeue was refused (those at `refused_at` in the
+/// read), with Redis's error, and the counter counts them under the fault's reason.
 async fn refused_as_reported(
     report: &proto::FlushReport,
     read: &proto::Read,
     fault: Fault,
+    refused_at: &[usize],
     metrics: &str,
 ) {
-    let (refused_at, reason) = fault.refused();
+    let (_, reason) = fault.refused();
     let refused_slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
     let expected: Vec<u64> = refused_at
         .iter()
@@ -292,8 +334,8 @@ async fn refused_as_reported(
     assert_eq!(counted, refused_at.len() as f64, "{exposition}");
 }
 
-/// The whole story for one form, mode and fault: the refused requeues leave every entry held
-/// and nothing written; once Redis takes writes again the entries come back with a higher
+/// The whole story for one list form, mode and fault: the refused requeues leave every entry
+/// held and nothing written; once Redis takes writes again the entries come back with a higher
 /// count, and their requeues are written as asked.
 async fn refused_requeues_stay_pending(form: Form, mode: proto::Mode, fault: Fault) {
     let redis = RedisServer::start();
@@ -310,7 +352,7 @@ async fn refused_requeues_stay_pending(form: Form, mode: proto::Mode, fault: Fau
     assert_eq!(values, ["a", "b", "c"]);
 
     fault.apply(&inspect, redis.port(), &form).await;
-    sub.send(vec![], requeues(&read)).await;
+    sub.send(vec![], requeues(form, &read)).await;
     let report = sub.flush().await;
     let (refused_at, _) = fault.refused();
     fault.undo(&inspect, redis.port(), &form).await;
@@ -324,7 +366,7 @@ async fn refused_requeues_stay_pending(form: Form, mode: proto::Mode, fault: Fau
         // still pending, which is what the rest checks.
         assert!(report.requeue_refused.is_empty(), "{report:?}");
     } else {
-        refused_as_reported(&report, &read, fault, &metrics).await;
+        refused_as_reported(&report, &read, fault, refused_at, &metrics).await;
     }
 
     // Only what Redis accepted was written: the refused entries have no copy, no delay-set
@@ -339,7 +381,7 @@ async fn refused_requeues_stay_pending(form: Form, mode: proto::Mode, fault: Fau
         assert!(held == refused || held == refused + copies, "held {held}");
     }
     match form {
-        Form::Stream => assert_eq!(form.length(&inspect).await, 3 + copies),
+        Form::Stream => unreachable!("a stream's story: refused_retries_stay_pending_in_the_group"),
         Form::ReliableList => {
             assert_eq!(form.length(&inspect).await + held, refused + copies)
         }
@@ -390,14 +432,223 @@ async fn refused_requeues_stay_pending(form: Form, mode: proto::Mode, fault: Fau
     sidecar.stop().await;
 }
 
+/// The whole story for a stream, one mode and fault. A retry and a retry_after stay pending
+/// in their group (`KEEP_IN_PLACE`), a dead letter goes through the requeue step: what Redis
+/// refuses of them leaves that entry pending and writes nothing (the dead letter a refused
+/// requeue, the others a failed command of the flush), what it takes is written as asked, and
+/// nothing is appended to the stream. Once Redis takes writes again every entry comes back
+/// (the same three, by id) and each ends as asked, exactly once: the retry delivered again,
+/// the retry_after again when due and not before, its due time in the group's delay set, the
+/// dead letter written once; nothing else delivered, nothing left pending.
+async fn refused_retries_stay_pending_in_the_group(mode: proto::Mode, fault: Fault) {
+    let form = Form::Stream;
+    let redis = RedisServer::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    form.add(&inspect, &["a", "b", "c"]).await;
+    let (mut sub, _) = Subscription::open(&mut client, form.open(mode))
+        .await
+        .unwrap();
+    let read = deliveries(&mut sub, 3).await;
+    let values: Vec<String> = read.deliveries.iter().map(value).collect();
+    assert_eq!(values, ["a", "b", "c"]);
+
+    fault.apply(&inspect, redis.port(), &form).await;
+    let (asked, asked_ms) = (Instant::now(), unix_ms());
+    sub.send(vec![], requeues(form, &read)).await;
+    let report = sub.flush().await;
+    let replied_ms = unix_ms();
+    fault.undo(&inspect, redis.port(), &form).await;
+
+    assert!(!report.ok, "{report:?}");
+    let mut refused_at = fault.refused_on_stream();
+    if fault == Fault::Busy && report.error.starts_with("not sent") {
+        // A server that answers BUSY to the client's health check too (Valkey 9.1; Redis 7.0
+        // now and then) has the connection dropped and the flush not sent at all: refused by
+        // nobody, every entry still pending, which is what the rest checks.
+        assert!(report.requeue_refused.is_empty(), "{report:?}");
+        refused_at = &[0, 1, 2];
+    } else {
+        // One failed command per refused write, each with the fault's error; only the dead
+        // letter is a refused requeue, and only its refusal leaves the read's settle undone.
+        assert_eq!(report.failed as usize, refused_at.len(), "{report:?}");
+        assert!(fault.worded(&report.error), "{report:?}");
+        let dead_letter_refused = refused_at.contains(&2);
+        assert_eq!(report.settle_failed, dead_letter_refused, "{report:?}");
+        let requeue_refused: &[usize] = if dead_letter_refused { &[2] } else { &[] };
+        refused_as_reported(&report, &read, fault, requeue_refused, &metrics).await;
+    }
+
+    // Only what Redis accepted was written, and nothing anywhere else: no copy in the stream
+    // or in the delay set of copies, a due time only for a retry_after Redis took, a dead
+    // letter only if Redis took it. Every entry but a written dead letter is still pending.
+    let taken = [0, 1, 2].map(|i| !refused_at.contains(&i));
+    assert_eq!(form.length(&inspect).await, 3, "nothing appended");
+    assert_eq!(zcard(&inspect, SHARED_DELAYED).await, 0);
+    if taken[1] {
+        let id = &read.deliveries[1].entry_id;
+        due_time_written(&inspect, &form.delayed(), id, (asked_ms, replied_ms)).await;
+    } else {
+        assert_eq!(form.delayed_members(&inspect).await, 0);
+    }
+    assert_eq!(form.dead_letters(&inspect).await, u64::from(taken[2]));
+    assert_eq!(form.held(&inspect).await, 3 - u64::from(taken[2]));
+
+    // Every entry comes back and ends as asked; after a settle that failed, the re-read that
+    // brings them back counts a delivery of its own.
+    let reread = report.settle_failed;
+    stream_entries_come_back_as_asked(&mut sub, &inspect, &read, (taken, reread), asked).await;
+    assert_eq!(form.length(&inspect).await, 3, "nothing appended");
+    assert_eq!(form.dead_letters(&inspect).await, 1);
+    assert_eq!(form.held(&inspect).await, 0);
+    assert_eq!(zcard(&inspect, SHARED_DELAYED).await, 0);
+    due_times_leave_once_settled(&inspect, &form.delayed(), 0).await;
+    sub.close();
+    sidecar.stop().await;
+}
+
+/// Now, in Unix milliseconds: the clock of the due times Redis writes (the tests' servers run
+/// on this machine).
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A sorted set's size; 0 when it does not exist.
+async fn zcard(redis: &Client, key: &str) -> u64 {
+    redis.zcard(key).await.unwrap()
+}
+
+/// The group's delay set `due_set` holds the stream's retry_after entry `id`, and nothing else
+/// but a test's `marker`, scored by its due time: Redis's clock when the flush ran, between
+/// `sent` and `replied` (Unix ms), plus [`STREAM_DELAY`].
+async fn due_time_written(redis: &Client, due_set: &str, id: &str, (sent, replied): (u64, u64)) {
+    let members: Vec<(String, f64)> = redis
+        .zrange(due_set, 0, -1, None, false, None, true)
+        .await
+        .unwrap();
+    let ours: Vec<&(String, f64)> = members.iter().filter(|(m, _)| m != "marker").collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "one due time, the retry_after's: {members:?}"
+    );
+    assert_eq!(ours[0].0, id, "{members:?}");
+    let delay = STREAM_DELAY.as_millis() as u64;
+    let due = ours[0].1 as u64;
+    assert!(
+        (sent + delay..=replied + delay).contains(&due),
+        "due at {due}, asked between {sent} and {replied} for {delay} ms later"
+    );
+}
+
+/// Once its entry is settled, a due time leaves the group's delay set (the promotion drops the
+/// members of entries no longer pending): `left` members stay (a test's markers).
+async fn due_times_leave_once_settled(redis: &Client, due_set: &str, left: u64) {
+    let gone = eventually(STEP, || async { zcard(redis, due_set).await == left });
+    assert!(
+        gone.await,
+        "{} members left in {due_set}",
+        zcard(redis, due_set).await
+    );
+}
+
+/// What each of a stream's three entries (the read's, answered retry, retry_after and
+/// dead_letter) is answered each time it comes back, until it is done as first asked. An
+/// entry whose write Redis took (`taken`) ends as asked: a retry or a retry_after comes back
+/// once more and is acked, a dead letter never comes back. One whose write Redis refused is
+/// asked the same again first.
+fn stream_answers(taken: [bool; 3]) -> [VecDeque<OutcomeKind>; 3] {
+    let again = |i: usize, kind: OutcomeKind| (!taken[i]).then_some(kind);
+    [
+        again(0, Retry).into_iter().chain([Ack]).collect(),
+        again(1, RetryAfter).into_iter().chain([Ack]).collect(),
+        again(2, DeadLetter).into_iter().collect(),
+    ]
+}
+
+/// A stream's three entries (`first`'s, answered retry, retry_after and dead_letter in a flush
+/// sent at `asked`, of whose writes Redis took those `taken` says) come back until each is
+/// done as asked ([`stream_answers`]): the same entries by id, no copy; each counted once more
+/// than its previous delivery, never less, and on its first return after a flush whose settle
+/// failed (`reread`) perhaps one more still (the re-read that brings it back, `XREADGROUP …
+/// 0`, counts a delivery of its own); a retry_after whose due time Redis took not before it,
+/// its due time in the group's delay set. Nothing else is delivered.
+async fn stream_entries_come_back_as_asked(
+    sub: &mut Subscription,
+    redis: &Client,
+    first: &proto::Read,
+    (taken, reread): ([bool; 3], bool),
+    asked: Instant,
+) {
+    let mut answers = stream_answers(taken);
+    let mut counts: Vec<u32> = first.deliveries.iter().map(|d| d.delivery_count).collect();
+    let mut reread = [reread; 3];
+    let mut not_before = [None, taken[1].then_some(asked + STREAM_DELAY), None];
+    while answers.iter().any(|a| !a.is_empty()) {
+        let read = sub.read().await;
+        let mut outcomes = Vec::new();
+        let mut delayed = None;
+        for delivery in &read.deliveries {
+            let at = first
+                .deliveries
+                .iter()
+                .position(|d| d.entry_id == delivery.entry_id);
+            let Some(i) = at else {
+                panic!("only the three entries come back, never a copy: {delivery:?}");
+            };
+            assert_eq!(value(delivery), value(&first.deliveries[i]), "{delivery:?}");
+            let Some(answer) = answers[i].pop_front() else {
+                panic!("delivered again once done: {delivery:?}");
+            };
+            let counted = counts[i] + 1;
+            let ahead = u32::from(std::mem::take(&mut reread[i]));
+            assert!(
+                (counted..=counted + ahead).contains(&delivery.delivery_count),
+                "{delivery:?}: counted {counted} (up to {ahead} more after a re-read)"
+            );
+            counts[i] = delivery.delivery_count;
+            if let Some(due) = not_before[i].take() {
+                assert!(
+                    Instant::now() >= due,
+                    "back before its due time: {delivery:?}"
+                );
+            }
+            outcomes.push(if answer == RetryAfter {
+                delayed = Some(i);
+                retry_after(delivery.slot, STREAM_DELAY)
+            } else {
+                outcome(delivery.slot, answer)
+            });
+        }
+        let (sent, sent_ms) = (Instant::now(), unix_ms());
+        sub.send(vec![], outcomes).await;
+        let report = sub.flush().await;
+        assert!(report.ok && report.requeue_refused.is_empty(), "{report:?}");
+        if let Some(i) = delayed {
+            not_before[i] = Some(sent + STREAM_DELAY);
+            let id = &first.deliveries[i].entry_id;
+            let due_set = Form::Stream.delayed();
+            due_time_written(redis, &due_set, id, (sent_ms, unix_ms())).await;
+        }
+    }
+    // Nothing more, read already (kept while a flush report was awaited) or still to come.
+    let more = tokio::time::timeout(Duration::from_millis(600), sub.next()).await;
+    assert!(more.is_err(), "nothing more is delivered: {more:?}");
+}
+
 #[tokio::test]
 async fn out_of_memory_stream() {
-    refused_requeues_stay_pending(Form::Stream, proto::Mode::Pipeline, Fault::OutOfMemory).await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Pipeline, Fault::OutOfMemory).await;
 }
 
 #[tokio::test]
 async fn out_of_memory_stream_atomic() {
-    refused_requeues_stay_pending(Form::Stream, proto::Mode::Atomic, Fault::OutOfMemory).await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Atomic, Fault::OutOfMemory).await;
 }
 
 #[tokio::test]
@@ -418,7 +669,7 @@ async fn out_of_memory_reliable_list_atomic() {
 
 #[tokio::test]
 async fn no_permission_for_the_writes_stream() {
-    refused_requeues_stay_pending(Form::Stream, proto::Mode::Pipeline, Fault::NoWrites).await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Pipeline, Fault::NoWrites).await;
 }
 
 #[tokio::test]
@@ -428,7 +679,7 @@ async fn no_permission_for_the_writes_reliable_list() {
 
 #[tokio::test]
 async fn no_permission_for_scripts_stream() {
-    refused_requeues_stay_pending(Form::Stream, proto::Mode::Atomic, Fault::NoScripts).await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Atomic, Fault::NoScripts).await;
 }
 
 #[tokio::test]
@@ -439,12 +690,8 @@ async fn no_permission_for_scripts_reliable_list() {
 
 #[tokio::test]
 async fn dead_letter_of_the_wrong_type_stream() {
-    refused_requeues_stay_pending(
-        Form::Stream,
-        proto::Mode::Pipeline,
-        Fault::DeadLetterWrongType,
-    )
-    .await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Pipeline, Fault::DeadLetterWrongType)
+        .await;
 }
 
 #[tokio::test]
@@ -457,10 +704,10 @@ async fn dead_letter_of_the_wrong_type_reliable_list() {
     .await;
 }
 
+/// The group's delay set (`{orders}:window:delayed:g`) holds a string.
 #[tokio::test]
 async fn delay_set_of_the_wrong_type_stream() {
-    refused_requeues_stay_pending(Form::Stream, proto::Mode::Atomic, Fault::DelaySetWrongType)
-        .await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Atomic, Fault::DelaySetWrongType).await;
 }
 
 #[tokio::test]
@@ -475,7 +722,7 @@ async fn delay_set_of_the_wrong_type_reliable_list() {
 
 #[tokio::test]
 async fn a_long_script_stream() {
-    refused_requeues_stay_pending(Form::Stream, proto::Mode::Pipeline, Fault::Busy).await;
+    refused_retries_stay_pending_in_the_group(proto::Mode::Pipeline, Fault::Busy).await;
 }
 
 #[tokio::test]
@@ -583,7 +830,8 @@ async fn a_refused_give_back_of_a_simple_list_is_held(fault: Fault) {
 }
 
 /// Writes paused (`CLIENT PAUSE … WRITE`, as during a failover's hand-over): the requeue step
-/// waits for the pause to end and then runs whole; nothing is refused or lost.
+/// (and a stream's retries kept in place) waits for the pause to end and then runs whole;
+/// nothing is refused or lost.
 #[tokio::test]
 async fn paused_writes_delay_the_requeues_and_lose_nothing() {
     for form in [Form::Stream, Form::ReliableList, Form::SimpleList] {
@@ -597,12 +845,29 @@ async fn paused_writes_delay_the_requeues_and_lose_nothing() {
             .unwrap();
         let read = deliveries(&mut sub, 3).await;
         admin(redis.port(), &["CLIENT", "PAUSE", "1000", "WRITE"]);
-        sub.send(vec![], requeues(&read)).await;
+        let (asked, asked_ms) = (Instant::now(), unix_ms());
+        sub.send(vec![], requeues(form, &read)).await;
         let report = sub.flush().await;
         assert!(
             report.ok && report.requeue_refused.is_empty(),
             "{form:?}: {report:?}"
         );
+        if let Form::Stream = form {
+            // The retries stay pending in the group, the retry_after's due time in its delay
+            // set; the dead letter is written and its entry settled; nothing is appended.
+            let id = &read.deliveries[1].entry_id;
+            due_time_written(&inspect, &form.delayed(), id, (asked_ms, unix_ms())).await;
+            assert_eq!(form.dead_letters(&inspect).await, 1);
+            assert_eq!(form.held(&inspect).await, 2);
+            let taken = ([true; 3], false);
+            stream_entries_come_back_as_asked(&mut sub, &inspect, &read, taken, asked).await;
+            assert_eq!(form.length(&inspect).await, 3, "nothing appended");
+            assert_eq!(form.dead_letters(&inspect).await, 1);
+            assert_eq!(form.held(&inspect).await, 0);
+            sub.close();
+            sidecar.stop().await;
+            continue;
+        }
         assert_eq!(form.delayed_members(&inspect).await, 1, "{form:?}");
         assert_eq!(form.dead_letters(&inspect).await, 1, "{form:?}");
         let copy = deliveries(&mut sub, 1).await;
@@ -666,9 +931,12 @@ async fn a_flushed_script_cache_refuses_nothing_on(form: Form) {
     sidecar.stop().await;
 }
 
-/// A promotion of due delays that Redis refuses keeps its member: out of memory (the script is
-/// refused whole) and an ACL without `XADD` (the copy is refused inside it), each held past the
-/// delay's due time; once Redis takes the write the entry comes back, once.
+/// A promotion of due delays that Redis refuses keeps its member. The delay set is a stream's
+/// shared one of copies an earlier version wrote for retry_after (this version writes none, but
+/// still promotes them after an upgrade, appending the copy to the stream as then): out of
+/// memory (the script is refused whole) and an ACL without `XADD` (the copy is refused inside
+/// it), each held past the member's due time; once Redis takes the write the copy comes back,
+/// once, counted as the earlier version counted it.
 #[tokio::test]
 async fn a_refused_promotion_keeps_the_delayed_entry() {
     for (fault, undo) in [
@@ -691,21 +959,49 @@ async fn a_refused_promotion_keeps_the_delayed_entry() {
             .await
             .unwrap();
         let read = deliveries(&mut sub, 1).await;
-        let slot = read.deliveries[0].slot;
-        sub.send(vec![], vec![retry_after(slot, Duration::from_millis(200))])
-            .await;
+        let first = &read.deliveries[0];
+        sub.send(vec![], vec![outcome(first.slot, Ack)]).await;
         assert!(sub.flush().await.ok);
+        // What an earlier version left of a retry_after of it after one delivery: the entry
+        // settled, and its copy in the shared delay set, due in 500 ms.
+        let member = window_sidecar::redis::delay::encode(
+            first.entry_id.as_bytes(),
+            [
+                "_payload",
+                "a",
+                "h:x-window-attempts",
+                "1",
+                "h:x-window-original-id",
+                &first.entry_id,
+            ]
+            .map(|part| bytes::Bytes::copy_from_slice(part.as_bytes())),
+        );
+        let due = (unix_ms() + 500) as f64;
+        let _: i64 = inspect
+            .zadd(SHARED_DELAYED, None, None, false, false, (due, member))
+            .await
+            .unwrap();
         admin(redis.port(), fault);
         // Well past the due time, with a promotion every 100 ms: still delayed.
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        assert_eq!(form.delayed_members(&inspect).await, 1, "{fault:?}");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(zcard(&inspect, SHARED_DELAYED).await, 1, "{fault:?}");
         assert_eq!(form.length(&inspect).await, 1, "{fault:?}");
         admin(redis.port(), undo);
         let back = deliveries(&mut sub, 1).await;
-        assert_eq!(value(&back.deliveries[0]), "a", "{fault:?}");
-        assert_eq!(back.deliveries[0].delivery_count, 2, "{fault:?}");
-        assert_eq!(form.delayed_members(&inspect).await, 0, "{fault:?}");
+        let copy = &back.deliveries[0];
+        assert_eq!(value(copy), "a", "{fault:?}");
+        assert_ne!(copy.entry_id, first.entry_id, "{fault:?}: a copy, as then");
+        assert_eq!(copy.delivery_count, 2, "{fault:?}");
+        assert_eq!(zcard(&inspect, SHARED_DELAYED).await, 0, "{fault:?}");
         assert_eq!(form.length(&inspect).await, 2, "{fault:?}");
+        sub.send(vec![], vec![outcome(copy.slot, Ack)]).await;
+        assert!(sub.flush().await.ok);
+        assert!(
+            sub.message_within(Duration::from_millis(600))
+                .await
+                .is_none(),
+            "{fault:?}: the copy comes once"
+        );
         sub.close();
         sidecar.stop().await;
     }
@@ -741,20 +1037,19 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
     let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
     let read = deliveries(&mut sub, 3).await;
     admin(redis.port(), &["CONFIG", "SET", "maxmemory", "1"]);
-    sub.send(vec![], requeues(&read)).await;
+    sub.send(vec![], requeues(Form::Stream, &read)).await;
     assert!(!sub.flush().await.ok);
     admin(redis.port(), &["CONFIG", "SET", "maxmemory", "0"]);
     let line: serde_json::Value =
         serde_json::from_str(&sidecar.wait_for("Redis refused to write a retry")).unwrap();
     assert_eq!(line["level"], "WARN", "{line}");
     assert_eq!(line["subscription"], "orders/g", "{line}");
-    assert_eq!(line["entries"], 3, "{line}");
-    assert_eq!(
-        line["entry_id"],
-        read.deliveries[0].entry_id.as_str(),
-        "{line}"
-    );
-    assert_eq!(line["slot"], read.deliveries[0].slot, "{line}");
+    // On a stream only the dead letter is a requeue (its retries write nothing elsewhere:
+    // they stay pending in the group), the third delivery.
+    assert_eq!(line["entries"], 1, "{line}");
+    let dead_letter = &read.deliveries[2];
+    assert_eq!(line["entry_id"], dead_letter.entry_id.as_str(), "{line}");
+    assert_eq!(line["slot"], dead_letter.slot, "{line}");
     assert!(
         line["error"].as_str().unwrap().starts_with("OOM "),
         "{line}"
@@ -926,7 +1221,7 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole_simple_list() {
         assert!(swapped.await, "the failover swapped the roles");
     };
     swap(old.port(), new.port()).await;
-    sub.send(vec![], requeues(&read)).await;
+    sub.send(vec![], requeues(form, &read)).await;
     let report = sub.flush().await;
     assert!(!report.ok, "{report:?}");
     if !report.requeue_refused.is_empty() {
@@ -948,7 +1243,7 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole_simple_list() {
         back.deliveries.iter().all(|d| d.delivery_count == 2),
         "{back:?}"
     );
-    sub.send(vec![], requeues(&back)).await;
+    sub.send(vec![], requeues(form, &back)).await;
     let report = sub.flush().await;
     assert!(report.ok && report.requeue_refused.is_empty(), "{report:?}");
     let copy = deliveries(&mut sub, 1).await;
@@ -995,9 +1290,9 @@ async fn open_once_the_lease_expires(
 /// swaps the roles while the deliveries are out: the old primary keeps the sidecar's
 /// connections and answers its writes with READONLY. Sentinel, by contrast, drops the clients
 /// of the primary it demotes, so the sidecar reconnects to the new one (see sentinel.rs). The
-/// requeue step is refused whole: nothing written, nothing settled, seen from the new primary;
-/// once the sidecar talks to the new primary the entries come back and are requeued as asked,
-/// each once.
+/// requeue step is refused whole (on a stream, the scripts that keep its retries pending too):
+/// nothing written, nothing settled, seen from the new primary; once the sidecar talks to the
+/// new primary the entries come back and are requeued as asked, each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_turned_replica_refuses_the_requeues_whole_stream() {
     a_primary_turned_replica_refuses_the_requeues_whole(Form::Stream).await;
@@ -1040,7 +1335,7 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
             && replication(new.port()).0 == "master"
     });
     assert!(swapped.await, "the failover swapped the roles");
-    sub.send(vec![], requeues(&read)).await;
+    sub.send(vec![], requeues(form, &read)).await;
     let report = sub.flush().await;
     eprintln!("the flush on the demoted primary: {report:?}");
     assert!(!report.ok, "{report:?}");
@@ -1052,12 +1347,23 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
             "{report:?}"
         );
     } else {
+        // Each requeue refused: a stream's only requeue is its dead letter (its retries stay
+        // pending in the group, and the scripts that keep them are refused too: one failed
+        // command each), a list's are all three.
+        let refused: &[usize] = match form {
+            Form::Stream => &[2],
+            _ => &[0, 1, 2],
+        };
         let slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
-        let expected: Vec<u64> = read.deliveries.iter().map(|d| d.slot).collect();
+        let expected: Vec<u64> = refused.iter().map(|&i| read.deliveries[i].slot).collect();
         assert_eq!(slots, expected, "{report:?}");
-        for (refusal, delivery) in report.requeue_refused.iter().zip(&read.deliveries) {
+        for (refusal, &i) in report.requeue_refused.iter().zip(refused) {
             assert!(refusal.error.starts_with("READONLY "), "{refusal:?}");
-            assert_eq!(refusal.entry_id, delivery.entry_id, "{refusal:?}");
+            assert_eq!(refusal.entry_id, read.deliveries[i].entry_id, "{refusal:?}");
+        }
+        if let Form::Stream = form {
+            assert_eq!(report.failed, 3, "{report:?}");
+            assert!(report.error.starts_with("READONLY "), "{report:?}");
         }
         let exposition = scrape(&metrics).await;
         let counted = metric_sum(
@@ -1065,7 +1371,7 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
             "window_sidecar_requeue_refused_total",
             "reason=\"readonly\"",
         );
-        assert_eq!(counted, 3.0, "{exposition}");
+        assert_eq!(counted, refused.len() as f64, "{exposition}");
     }
     sub.close();
     sidecar.stop().await;
@@ -1078,6 +1384,7 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
     assert_eq!(before, if let Form::Stream = form { 3 } else { 0 });
     assert_eq!(form.delayed_members(&on_new).await, 0);
     assert_eq!(form.dead_letters(&on_new).await, 0);
+    assert_eq!(zcard(&on_new, SHARED_DELAYED).await, 0);
 
     // The sidecar pointed at the new primary (the address updated, or the URL changed): the
     // entries come back, are requeued as asked, and each requeue is written once.
@@ -1087,9 +1394,29 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
     let back = deliveries(&mut sub, 3).await;
     let again: Vec<String> = back.deliveries.iter().map(value).collect();
     assert_eq!(again, values, "{back:?}");
-    sub.send(vec![], requeues(&back)).await;
+    let (asked, asked_ms) = (Instant::now(), unix_ms());
+    sub.send(vec![], requeues(form, &back)).await;
     let report = sub.flush().await;
     assert!(report.ok && report.requeue_refused.is_empty(), "{report:?}");
+    if let Form::Stream = form {
+        // The same entries, still pending in the group: each ends as asked, nothing appended.
+        let ids = |read: &proto::Read| -> Vec<String> {
+            read.deliveries.iter().map(|d| d.entry_id.clone()).collect()
+        };
+        assert_eq!(ids(&back), ids(&read), "{back:?}");
+        let id = &back.deliveries[1].entry_id;
+        due_time_written(&on_new, &form.delayed(), id, (asked_ms, unix_ms())).await;
+        let taken = ([true; 3], false);
+        stream_entries_come_back_as_asked(&mut sub, &on_new, &back, taken, asked).await;
+        assert_eq!(form.held(&on_new).await, 0);
+        assert_eq!(form.length(&on_new).await, 3, "nothing appended");
+        assert_eq!(form.dead_letters(&on_new).await, 1);
+        assert_eq!(zcard(&on_new, SHARED_DELAYED).await, 0);
+        due_times_leave_once_settled(&on_new, &form.delayed(), 0).await;
+        sub.close();
+        sidecar.stop().await;
+        return;
+    }
     let copy = deliveries(&mut sub, 1).await;
     assert_eq!(value(&copy.deliveries[0]), "a", "{copy:?}");
     let slot = copy.deliveries[0].slot;
@@ -1103,8 +1430,8 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
         "nothing more is delivered"
     );
     assert_eq!(form.held(&on_new).await, 0);
-    // A stream keeps its entries and the copy; a list's were all read.
-    assert_eq!(form.length(&on_new).await, before + u64::from(before > 0));
+    // A list's entries were all read, the copy too.
+    assert_eq!(form.length(&on_new).await, before);
     assert_eq!(form.delayed_members(&on_new).await, 1);
     assert_eq!(form.dead_letters(&on_new).await, 1);
     sub.close();
@@ -1149,7 +1476,9 @@ fn count_on(port: u16, args: &[&str]) -> u64 {
 /// serving only some of them refuses it whole; the sidecar runs it again where the keys live.
 /// Either it runs once (each entry settled with exactly one copy, delay-set member or dead
 /// letter) or it is refused and every entry stays pending, comes back once the slot has moved,
-/// and is requeued once then. The delay set and the dead letter exist beforehand (a marker
+/// and is requeued once then. On a stream the retries write no copy: they stay pending in the
+/// group, each kept by a script of its own that declares the stream and the group's delay set,
+/// and come back themselves. The delay set and the dead letter exist beforehand (a marker
 /// each), so that a migration can split them from the source.
 async fn requeues_while_the_slot_moves(form: Form, stage: SlotMove) {
     let cluster = RedisCluster::start(3, 0);
@@ -1210,12 +1539,14 @@ async fn requeues_while_the_slot_moves(form: Form, stage: SlotMove) {
         }
     });
     let tryagain_before = errors(from, "TRYAGAIN") + errors(to, "TRYAGAIN");
-    sub.send(vec![], requeues(&read)).await;
+    let (asked, asked_ms) = (Instant::now(), unix_ms());
+    sub.send(vec![], requeues(form, &read)).await;
     if stage == SlotMove::Split {
         tokio::time::sleep(Duration::from_millis(400)).await;
         tokio::task::block_in_place(|| cluster.finish_slot_migration(migration.unwrap()));
     }
     let report = sub.flush().await;
+    let replied_ms = unix_ms();
     eprintln!("{stage:?}: {report:?}");
     if let Some(migration) = migration.filter(|_| stage != SlotMove::Split) {
         tokio::task::block_in_place(|| cluster.finish_slot_migration(migration));
@@ -1234,7 +1565,8 @@ async fn requeues_while_the_slot_moves(form: Form, stage: SlotMove) {
         "LLEN"
     };
     let stream = || count_on(to, &[length, "orders"]);
-    let delayed = || count_on(to, &["ZCARD", "{orders}:window:delayed"]);
+    let delay_set = form.delayed();
+    let delayed = || count_on(to, &["ZCARD", &delay_set]);
     let dead = || count_on(to, &[length, "{orders}:dead"]);
     let held = || match form {
         Form::Stream => {
@@ -1248,6 +1580,49 @@ async fn requeues_while_the_slot_moves(form: Form, stage: SlotMove) {
     let mut copies = 0;
     if stage == SlotMove::SplitPastTimeout {
         assert!(!report.ok, "keys split past --redis-timeout: {report:?}");
+    }
+    if let Form::Stream = form {
+        // The retries stay pending in the group (each kept by a script that declares the
+        // stream and the group's delay set), the dead letter goes through the requeue step
+        // (the stream and the dead letter): each refused whole by a node serving only some of
+        // its keys, or run once where they live. Nothing is appended to the stream.
+        let due_set = form.delayed();
+        let shared = || count_on(to, &["EXISTS", SHARED_DELAYED]);
+        let taken = if report.ok {
+            assert!(report.requeue_refused.is_empty(), "{stage:?}: {report:?}");
+            assert_eq!((stream(), delayed(), dead()), (3, 2, 2), "{stage:?}");
+            assert_eq!(held(), 2, "{stage:?}: the retries stay pending");
+            let id = &read.deliveries[1].entry_id;
+            due_time_written(&inspect, &due_set, id, (asked_ms, replied_ms)).await;
+            [true; 3]
+        } else {
+            // Refused (given up on at `--redis-timeout`): nothing written, nothing settled;
+            // the dead letter a refused requeue, each retry a failed command, all TRYAGAIN.
+            let split = matches!(stage, SlotMove::Split | SlotMove::SplitPastTimeout);
+            assert!(split, "{stage:?}: {report:?}");
+            assert!(report.settle_failed, "{stage:?}: {report:?}");
+            assert_eq!(report.failed, 3, "{stage:?}: {report:?}");
+            assert!(report.error.starts_with("TRYAGAIN "), "{report:?}");
+            let slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
+            assert_eq!(slots, [read.deliveries[2].slot], "{stage:?}: {report:?}");
+            for refusal in &report.requeue_refused {
+                assert!(refusal.error.starts_with("TRYAGAIN "), "{refusal:?}");
+            }
+            assert_eq!((stream(), delayed(), dead()), (3, 1, 1), "{stage:?}");
+            assert_eq!(held(), 3, "{stage:?}");
+            [false; 3]
+        };
+        assert_eq!(shared(), 0, "{stage:?}: no copy in the delay set of copies");
+        // Each comes back (now from the new owner) and ends as asked, once.
+        let reread = report.settle_failed;
+        stream_entries_come_back_as_asked(&mut sub, &inspect, &read, (taken, reread), asked).await;
+        assert_eq!((stream(), dead(), held()), (3, 2, 0), "{stage:?}");
+        assert_eq!(shared(), 0, "{stage:?}");
+        due_times_leave_once_settled(&inspect, &due_set, 1).await;
+        sub.close();
+        let _ = inspect.quit().await;
+        sidecar.stop().await;
+        return;
     }
     if report.ok {
         // Run once, where the keys were: each requeue written once, each entry settled.

@@ -342,12 +342,12 @@ async fn entries_settled_by_every_group_leave_the_stream() {
     sidecar.stop().await;
 }
 
-/// A retried entry is settled as an acked one is: where `XACKDEL` exists it leaves the stream in
-/// the flush that writes its copy (the step that requeues only what is still this consumer's
-/// settles with `XACKDEL` under retention), and the copy stays until it is settled in turn;
-/// elsewhere it stays for the background trim.
+/// A retried entry is not settled: it stays pending in its group, the same entry, so it stays
+/// in the stream however often it is retried, and nothing is appended to the stream for it.
+/// Where `XACKDEL` exists it leaves the stream with the flush that finally acknowledges it (the
+/// settle under retention is `XACKDEL`); elsewhere it stays for the background trim.
 #[tokio::test]
-async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
+async fn a_retried_entry_leaves_the_stream_with_the_flush_that_acks_it() {
     let redis = RedisServer::start();
     let client = redis.client().await;
     let key = "ret:retry";
@@ -396,13 +396,6 @@ async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
         .xadd(key, false, None, "*", vec![("n", "0")])
         .await
         .unwrap();
-    let first = sub.read().await.deliveries[0].clone();
-    assert_eq!(first.entry_id, original);
-    sub.send(vec![], vec![outcome(first.slot, OutcomeKind::Retry)])
-        .await;
-    assert!(sub.flush().await.ok);
-    let copy = sub.read().await.deliveries[0].clone();
-    assert_ne!(copy.entry_id, original);
     let ids = |reply: Value| -> Vec<String> {
         reply
             .into_array()
@@ -410,20 +403,38 @@ async fn a_retried_entry_leaves_the_stream_with_the_flush_that_copies_it() {
             .filter_map(|e| e.into_array().first().and_then(Value::as_string))
             .collect()
     };
-    let stream: Value = client.xrange(key, "-", "+", None).await.unwrap();
-    let expected = if xackdel {
-        vec![last_read, copy.entry_id.clone()]
-    } else {
-        vec![last_read, original, copy.entry_id.clone()]
-    };
-    assert_eq!(ids(stream), expected, "XACKDEL: {xackdel}");
-    sub.send(vec![], vec![outcome(copy.slot, OutcomeKind::Ack)])
+    // Retried twice: each time the same entry comes back, still pending in the group, and
+    // the stream holds it and nothing more.
+    let mut delivery = sub.read().await.deliveries[0].clone();
+    assert_eq!(delivery.entry_id, original);
+    for count in [2, 3] {
+        sub.send(vec![], vec![outcome(delivery.slot, OutcomeKind::Retry)])
+            .await;
+        assert!(sub.flush().await.ok);
+        let stream: Value = client.xrange(key, "-", "+", None).await.unwrap();
+        let expected = vec![last_read.clone(), original.clone()];
+        assert_eq!(ids(stream), expected, "XACKDEL: {xackdel}");
+        assert_eq!(
+            pending(&client, key, "g").await,
+            1,
+            "the retry stays pending"
+        );
+        delivery = sub.read().await.deliveries[0].clone();
+        assert_eq!(delivery.entry_id, original, "the same entry, no copy");
+        assert_eq!(delivery.delivery_count, count);
+    }
+    sub.send(vec![], vec![outcome(delivery.slot, OutcomeKind::Ack)])
         .await;
     assert!(sub.flush().await.ok);
-    if xackdel {
+    assert_eq!(pending(&client, key, "g").await, 0);
+    let stream: Value = client.xrange(key, "-", "+", None).await.unwrap();
+    let expected = if xackdel {
         // Only the entry acknowledged by hand before the subscription is left.
-        assert_eq!(xlen(&client, key).await, 1);
-    }
+        vec![last_read]
+    } else {
+        vec![last_read, original]
+    };
+    assert_eq!(ids(stream), expected, "XACKDEL: {xackdel}");
     assert_eq!(
         sample(&scrape(&metrics).await, trimmed),
         1.0,
