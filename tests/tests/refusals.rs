@@ -471,14 +471,18 @@ async fn refused_retries_stay_pending_in_the_group(mode: proto::Mode, fault: Fau
         assert!(report.requeue_refused.is_empty(), "{report:?}");
         refused_at = &[0, 1, 2];
     } else {
-        // One failed command per refused write, each with the fault's error; only the dead
-        // letter is a refused requeue, and only its refusal leaves the read's settle undone.
+        // One failed command per refused write, each with the fault's error, and each a
+        // refused requeue: the dead letter's step comes first in the flush, then the retries
+        // kept in place. Only the dead letter's refusal leaves the read's settle undone.
         assert_eq!(report.failed as usize, refused_at.len(), "{report:?}");
         assert!(fault.worded(&report.error), "{report:?}");
         let dead_letter_refused = refused_at.contains(&2);
         assert_eq!(report.settle_failed, dead_letter_refused, "{report:?}");
-        let requeue_refused: &[usize] = if dead_letter_refused { &[2] } else { &[] };
-        refused_as_reported(&report, &read, fault, requeue_refused, &metrics).await;
+        let in_flush_order: Vec<usize> = [2, 0, 1]
+            .into_iter()
+            .filter(|i| refused_at.contains(i))
+            .collect();
+        refused_as_reported(&report, &read, fault, &in_flush_order, &metrics).await;
     }
 
     // Only what Redis accepted was written, and nothing anywhere else: no copy in the stream
@@ -1044,9 +1048,9 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
         serde_json::from_str(&sidecar.wait_for("Redis refused to write a retry")).unwrap();
     assert_eq!(line["level"], "WARN", "{line}");
     assert_eq!(line["subscription"], "orders/g", "{line}");
-    // On a stream only the dead letter is a requeue (its retries write nothing elsewhere:
-    // they stay pending in the group), the third delivery.
-    assert_eq!(line["entries"], 1, "{line}");
+    // All three refused: the dead letter (the third delivery) first, its step coming first in
+    // the flush, then the two retries kept in place.
+    assert_eq!(line["entries"], 3, "{line}");
     let dead_letter = &read.deliveries[2];
     assert_eq!(line["entry_id"], dead_letter.entry_id.as_str(), "{line}");
     assert_eq!(line["slot"], dead_letter.slot, "{line}");
@@ -1347,11 +1351,11 @@ async fn a_primary_turned_replica_refuses_the_requeues_whole(form: Form) {
             "{report:?}"
         );
     } else {
-        // Each requeue refused: a stream's only requeue is its dead letter (its retries stay
-        // pending in the group, and the scripts that keep them are refused too: one failed
-        // command each), a list's are all three.
+        // Each requeue refused: a stream's dead letter first (its step comes first in the
+        // flush), then the scripts that keep its retries pending in the group; a list's in
+        // the order of its step.
         let refused: &[usize] = match form {
-            Form::Stream => &[2],
+            Form::Stream => &[2, 0, 1],
             _ => &[0, 1, 2],
         };
         let slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
@@ -1597,14 +1601,15 @@ async fn requeues_while_the_slot_moves(form: Form, stage: SlotMove) {
             [true; 3]
         } else {
             // Refused (given up on at `--redis-timeout`): nothing written, nothing settled;
-            // the dead letter a refused requeue, each retry a failed command, all TRYAGAIN.
+            // each a refused requeue, the dead letter's step first, all TRYAGAIN.
             let split = matches!(stage, SlotMove::Split | SlotMove::SplitPastTimeout);
             assert!(split, "{stage:?}: {report:?}");
             assert!(report.settle_failed, "{stage:?}: {report:?}");
             assert_eq!(report.failed, 3, "{stage:?}: {report:?}");
             assert!(report.error.starts_with("TRYAGAIN "), "{report:?}");
             let slots: Vec<u64> = report.requeue_refused.iter().map(|r| r.slot).collect();
-            assert_eq!(slots, [read.deliveries[2].slot], "{stage:?}: {report:?}");
+            let expected = [2, 0, 1].map(|i| read.deliveries[i].slot);
+            assert_eq!(slots, expected, "{stage:?}: {report:?}");
             for refusal in &report.requeue_refused {
                 assert!(refusal.error.starts_with("TRYAGAIN "), "{refusal:?}");
             }
