@@ -2,9 +2,8 @@
 //! producer publishes, what names a delivered entry, its ordering key, and how the end state
 //! is read back.
 //!
-//! Stream entries are known by their ids (a retried copy names the id it was copied from), list
-//! values and pub/sub messages by their payload: the producer's number, which a retried copy
-//! keeps.
+//! Stream entries are known by their ids (a retry keeps the entry's id), list values and
+//! pub/sub messages by their payload: the producer's number, which a retried copy keeps.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -18,7 +17,7 @@ use window_sidecar::proto::{self, Mode};
 use window_sidecar::redis::companion_key;
 use window_sidecar_harness::{duration, stream_open};
 
-use crate::history::{EndState, Held, Place};
+use crate::history::{Copied, EndState, Held, Place};
 
 /// Every key shares one hash tag, so that on a cluster they live in one slot: an atomic
 /// transaction may write the side effects with the settle.
@@ -30,6 +29,8 @@ pub(crate) const GROUP: &str = "chaos";
 /// delete an entry only once both groups acknowledged it, and this group's reads are the
 /// record of every entry the stream held.
 pub(crate) const AUDIT_GROUP: &str = "audit";
+/// The audit group's one consumer.
+pub(crate) const AUDIT_READER: &str = "a";
 pub(crate) const DEAD: &str = "{chaos}:dead";
 pub(crate) const KEPT: &str = "{chaos}:kept";
 pub(crate) const DISCARDED: &str = "{chaos}:discarded";
@@ -83,8 +84,20 @@ impl Form {
         }
     }
 
-    /// The delay set of the form's retry_after.
+    /// The delay set the form's retry_after writes: a stream's group's due times (members are
+    /// entry ids, which stay pending meanwhile); a list's or a channel's set of encoded copies.
     pub(crate) fn delayed_key(self) -> String {
+        match self {
+            Form::Stream => companion_key(STREAM, &format!("window:delayed:{GROUP}")),
+            _ => self.copies_delayed(),
+        }
+    }
+
+    /// The delay set of encoded copies, which holds entries until they are due: a list's or a
+    /// channel's, and a stream's from the previous version (still promoted). A stream group's
+    /// due times hold nothing: their entries are pending in the group, and a member may stay a
+    /// minute past its due time.
+    fn copies_delayed(self) -> String {
         companion_key(self.key(), "window:delayed")
     }
 
@@ -233,10 +246,7 @@ impl Form {
     /// Entries still to be handed out or settled: pending in the group or the processing
     /// lists, unread, or waiting in the delay set.
     pub(crate) async fn unsettled(self, redis: &Client) -> Option<u64> {
-        let delayed: u64 = redis
-            .zcard(companion_key(self.key(), "window:delayed"))
-            .await
-            .ok()?;
+        let delayed: u64 = redis.zcard(self.copies_delayed()).await.ok()?;
         let held = match self {
             Form::Stream => {
                 let pending: Value = redis
@@ -354,15 +364,7 @@ impl Form {
             Form::Pubsub => {}
         }
         let delayed: Vec<(Bytes, f64)> = redis
-            .zrange(
-                companion_key(self.key(), "window:delayed"),
-                0,
-                -1,
-                None,
-                false,
-                None,
-                true,
-            )
+            .zrange(self.copies_delayed(), 0, -1, None, false, None, true)
             .await
             .unwrap_or_default();
         let now_ms = std::time::SystemTime::now()
@@ -441,6 +443,7 @@ impl Form {
                     .collect();
                 end.unread_by_every_group = published.difference(&numbers).copied().collect();
                 let lineage = Lineage::of(&all);
+                end.audit_pending = pending_entries(redis, AUDIT_GROUP).await;
                 let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
                 end.dead_letters = dead
                     .into_iter()
@@ -454,20 +457,10 @@ impl Form {
                     .collect();
                 // A redriven dead letter is no longer there, but it was one.
                 end.dead_letters.extend(lineage.redriven_dead_letters());
-                end.redriven_twice = lineage.twice.clone();
-                end.entries = lineage.parents;
-                // Effects are counted per delivered entry; the checker counts them per root.
-                let roots = end.roots_of();
-                let by_root = |effects: HashMap<String, i64>| {
-                    let mut per_root = HashMap::new();
-                    for (entry, n) in effects {
-                        let root = roots.get(&entry).cloned().unwrap_or(entry);
-                        *per_root.entry(root).or_insert(0) += n;
-                    }
-                    per_root
-                };
-                end.kept_effects = by_root(std::mem::take(&mut end.kept_effects));
-                end.discarded_effects = by_root(std::mem::take(&mut end.discarded_effects));
+                end.redriven_twice = lineage.twice;
+                // Every entry is a root: a retry keeps its id, a redrive's fresh entry starts
+                // a generation of its own.
+                end.entries = all.into_keys().collect();
             }
             Form::ReliableList | Form::SimpleList | Form::Pubsub => {
                 let dead: Vec<Bytes> = if self == Form::Pubsub {
@@ -497,7 +490,7 @@ impl Form {
                 roots.extend(end.kept_effects.keys().cloned());
                 roots.extend(end.discarded_effects.keys().cloned());
                 roots.extend(end.dead_letters.iter().map(|(n, _)| n.clone()));
-                end.entries = roots.into_iter().map(|n| (n, None)).collect();
+                end.entries = roots.into_iter().collect();
             }
         }
         end
@@ -519,9 +512,34 @@ fn payload_of(value: &Bytes) -> String {
 /// The numbers delivered in a history that are not roots yet (a list value published by a
 /// call that was never answered, then delivered).
 pub(crate) fn add_delivered_roots(end: &mut EndState, delivered: impl Iterator<Item = String>) {
-    let known: BTreeSet<String> = end.entries.iter().map(|(id, _)| id.clone()).collect();
+    let known: BTreeSet<String> = end.entries.iter().cloned().collect();
     let new: BTreeSet<String> = delivered.filter(|n| !known.contains(n)).collect();
-    end.entries.extend(new.into_iter().map(|n| (n, None)));
+    end.entries.extend(new);
+}
+
+/// Group `group`'s pending entries on the stream: each entry's id, consumer and deliveries
+/// (the first 1,000; none when Redis does not answer).
+async fn pending_entries(redis: &Client, group: &str) -> Vec<(String, String, u64)> {
+    let reply: Value = redis
+        .custom(
+            fred::cmd!("XPENDING"),
+            vec![STREAM, group, "-", "+", "1000"],
+        )
+        .await
+        .unwrap_or(Value::Null);
+    let Value::Array(rows) = reply else {
+        return Vec::new();
+    };
+    rows.into_iter()
+        .filter_map(|row| {
+            let Value::Array(row) = row else { return None };
+            Some((
+                row.first()?.as_string()?,
+                row.get(1)?.as_string()?,
+                row.get(3)?.as_u64()?,
+            ))
+        })
+        .collect()
 }
 
 /// Every consumer's processing list of the reliable list.
@@ -561,19 +579,35 @@ pub(crate) type Fields = HashMap<String, String>;
 
 /// The header a redrive writes on its copy: `<times redriven>;<unix ms>`.
 const REDRIVEN: &str = "h:x-window-redriven";
-const ORIGINAL_ID: &str = "h:x-window-original-id";
+pub(crate) const ORIGINAL_ID: &str = "h:x-window-original-id";
 const ATTEMPTS: &str = "h:x-window-attempts";
 
-/// The family tree of a stream's entries, through retries and redrives.
+/// The copy a stream entry is, from its fields: the id it names as its original and its
+/// `h:x-window-*` fields; None for an entry a producer published.
+pub(crate) fn copied(fields: &Fields) -> Option<Copied> {
+    let of = fields.get(ORIGINAL_ID)?.clone();
+    let mut marks: Vec<String> = fields
+        .iter()
+        .filter(|(k, _)| k.starts_with("h:x-window-") && k.as_str() != ORIGINAL_ID)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    marks.sort();
+    Some(Copied {
+        of,
+        marks: marks.join(", "),
+    })
+}
+
+/// The generations of a stream's entries through redrives that wrote fresh entries.
 ///
-/// A retried copy names its root in `x-window-original-id`. A redriven dead letter comes back
-/// as a fresh entry: a generation of its own, a root for the checker (its counts start again),
-/// known by the root it came from and how many times it was redriven (`x-window-redriven`),
-/// which its own retried copies and dead letters carry along.
+/// A redrive puts a dead letter back into its own group with its id when the entry is still in
+/// the stream. When it was trimmed, a redrive may write a fresh entry instead: a generation of
+/// its own, a root for the checker (its counts start again), known by the root it came from
+/// and how many times it was redriven (`x-window-redriven`), which its dead letters carry
+/// along. (Retried copies, which the previous version wrote, are not linked to anything: a
+/// retry keeps its entry's id, and the audit group reports a copy.)
 #[derive(Debug, Default)]
 pub(crate) struct Lineage {
-    /// Every entry with its parent (None: a root, or the first entry of a generation).
-    pub parents: Vec<(String, Option<String>)>,
     /// The first entry of each generation, by (root, times redriven).
     generations: HashMap<(String, u32), String>,
     /// Generations with more than one first entry: a dead letter redriven twice.
@@ -590,8 +624,6 @@ fn redriven_times(fields: &Fields) -> u32 {
 impl Lineage {
     pub(crate) fn of(all: &BTreeMap<String, Fields>) -> Self {
         let mut lineage = Lineage::default();
-        // First entries of generations first (ids increase with time: a generation's first
-        // entry comes before its copies).
         for (id, fields) in all {
             let times = redriven_times(fields);
             if times > 0 && !fields.contains_key(ATTEMPTS) {
@@ -608,27 +640,11 @@ impl Lineage {
                 }
             }
         }
-        for (id, fields) in all {
-            let times = redriven_times(fields);
-            let original = fields.get(ORIGINAL_ID).cloned();
-            let parent = match (times, original) {
-                (0, original) => original,
-                (_, None) => None,
-                (times, Some(root)) => {
-                    let first = lineage.generations.get(&(root.clone(), times));
-                    match first {
-                        Some(first) if first == id => None,
-                        Some(first) => Some(first.clone()),
-                        None => Some(root),
-                    }
-                }
-            };
-            lineage.parents.push((id.clone(), parent));
-        }
         lineage
     }
 
-    /// What a dead letter was copied from: its generation's first entry, or its root.
+    /// What a dead letter is a dead letter of: its generation's first entry, or the entry it
+    /// names.
     pub(crate) fn dead_letter_of(&self, fields: &Fields) -> String {
         let root = fields.get(ORIGINAL_ID).cloned().unwrap_or_default();
         match redriven_times(fields) {
@@ -641,7 +657,8 @@ impl Lineage {
         }
     }
 
-    /// The dead letters redrives consumed: one for the generation before each generation.
+    /// The dead letters the redrives that wrote fresh entries consumed: one for the generation
+    /// before each generation.
     pub(crate) fn redriven_dead_letters(&self) -> Vec<(String, u32)> {
         self.generations
             .keys()
@@ -672,43 +689,25 @@ mod tests {
     }
 
     #[test]
-    fn a_redriven_dead_letter_starts_a_generation_of_its_own() {
+    fn a_redriven_dead_letter_written_fresh_starts_a_generation_of_its_own() {
         let all: BTreeMap<String, Fields> = [
             ("1-0", fields(&[("n", "1")])),
-            // Retried from 1-0.
-            (
-                "2-0",
-                fields(&[("n", "1"), (ORIGINAL_ID, "1-0"), (ATTEMPTS, "1")]),
-            ),
-            // 1-0's dead letter, redriven.
+            // 1-0's dead letter, redriven as a fresh entry (1-0 was trimmed).
             (
                 "5-0",
                 fields(&[("n", "1"), (ORIGINAL_ID, "1-0"), (REDRIVEN, "1;9")]),
-            ),
-            // Retried from the redriven copy.
-            (
-                "6-0",
-                fields(&[
-                    ("n", "1"),
-                    (ORIGINAL_ID, "1-0"),
-                    (REDRIVEN, "1;9"),
-                    (ATTEMPTS, "1"),
-                ]),
             ),
         ]
         .into_iter()
         .map(|(id, f)| (id.to_owned(), f))
         .collect();
         let lineage = Lineage::of(&all);
-        let parents: HashMap<_, _> = lineage.parents.iter().cloned().collect();
-        assert_eq!(parents["1-0"], None);
-        assert_eq!(parents["2-0"].as_deref(), Some("1-0"));
-        assert_eq!(parents["5-0"], None);
-        assert_eq!(parents["6-0"].as_deref(), Some("5-0"));
         // A dead letter of the second generation belongs to it; the redrive consumed one of
         // the first.
         let dead = fields(&[(ORIGINAL_ID, "1-0"), (REDRIVEN, "1;9")]);
         assert_eq!(lineage.dead_letter_of(&dead), "5-0");
+        let first = fields(&[(ORIGINAL_ID, "1-0")]);
+        assert_eq!(lineage.dead_letter_of(&first), "1-0");
         assert_eq!(
             lineage.redriven_dead_letters(),
             vec![("1-0".to_owned(), MAX_DELIVERIES)]
@@ -723,6 +722,24 @@ mod tests {
         assert_eq!(Lineage::of(&doubled).twice, vec![("1-0".to_owned(), 1)]);
     }
 
+    #[test]
+    fn a_copy_is_told_by_its_original_id_with_its_marks() {
+        assert_eq!(copied(&fields(&[("n", "1"), ("k", "k1")])), None);
+        let copy = fields(&[
+            ("n", "1"),
+            (ORIGINAL_ID, "1-0"),
+            (ATTEMPTS, "2"),
+            ("h:x-ruststream-retry-count", "2"),
+        ]);
+        assert_eq!(
+            copied(&copy),
+            Some(Copied {
+                of: "1-0".into(),
+                marks: "h:x-window-attempts 2".into()
+            })
+        );
+    }
+
     use window_sidecar::redis::delay;
 
     fn b(s: &str) -> Bytes {
@@ -731,7 +748,8 @@ mod tests {
 
     #[test]
     fn a_delay_set_member_names_the_entry_the_history_knows() {
-        // A stream copy: the id it was copied from is the member's token.
+        // A stream copy (the previous version's set): the id it was copied from is the
+        // member's token.
         let member = delay::encode(
             b"17-0",
             [b("n"), b("4711"), b("h:x-window-attempts"), b("2")],

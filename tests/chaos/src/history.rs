@@ -4,11 +4,18 @@
 //!
 //! Per-key order on ordered subscriptions is checked in [`order`].
 //!
-//! Entries are known by their *root*: the id the producer's `XADD` gave the entry. A retried
-//! delivery comes back as a copy with a new id whose `h:x-window-original-id` names the id it
-//! was copied from; [`EndState::roots_of`] follows those links back to the root.
+//! A stream entry is known by the id the producer's `XADD` gave it, for its whole life in the
+//! workers' group: a `retry` or `retry_after` keeps it pending with that id and delivers it
+//! again with a higher count ([`redelivery`]), and a redrive of its dead letter puts it back in
+//! that group alone with the same id and its count reset (a *generation* of its own). The audit
+//! group, which reads every entry behind the workers, must see each published entry exactly
+//! once and nothing else ([`audit`]). Only a redrive that could not re-enter the group (its
+//! entry was trimmed) may still write a fresh entry; that one is a root of its own.
+//! List values and pub/sub messages are known by their payload.
 
+mod audit;
 mod order;
+mod redelivery;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -41,7 +48,7 @@ impl Decision {
 /// One event of the history, in the order the campaign recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Event {
-    /// A worker received a delivery of `entry` (a root or a copy) with the sidecar's count.
+    /// A worker received a delivery of `entry` with the sidecar's count.
     Delivered {
         worker: u32,
         entry: String,
@@ -100,8 +107,52 @@ pub(crate) enum Event {
         requeues: Vec<String>,
         kept_unwritten: Vec<String>,
     },
-    /// The dead-letter service said it redrove dead letter `dead` as stream entry `copy`.
-    Redriven { dead: String, copy: String },
+    /// The dead-letter service said it redrove dead letter `dead`, a dead letter of `origin`
+    /// after `deliveries` deliveries: back into its own group with its id (`copy` empty or
+    /// `origin` itself), or as the fresh stream entry `copy`. Stamped when the call was sent:
+    /// the entry may come back before the answer.
+    Redriven {
+        dead: String,
+        origin: String,
+        deliveries: u32,
+        copy: String,
+    },
+    /// A worker's `retry_after` of `entry` asked for `delay_ms` (logged after its `Decided`).
+    Delayed {
+        worker: u32,
+        entry: String,
+        delay_ms: u64,
+    },
+    /// The audit group's reader read `entry`: from its own pending entries (`own`, `XREADGROUP
+    /// … 0`: a read whose reply or ack a fault took) or as new (`>`). `copy`: the entry is a
+    /// copy (it carries `h:x-window-original-id`), which no producer published.
+    Audited {
+        entry: String,
+        own: bool,
+        copy: Option<Copied>,
+    },
+    /// Redis counted every one of these entries in the audit reader's `XACK`: acknowledged.
+    AuditAcked { entries: Vec<String> },
+}
+
+/// What marks a stream entry as a copy: the id it names as its original, and its copy fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Copied {
+    pub of: String,
+    /// Its `h:x-window-*` fields, as `name value` pairs.
+    pub marks: String,
+}
+
+impl Event {
+    /// Whether it is a redrive that put `origin`'s entry back into its own group with its id.
+    pub(crate) fn in_place_redrive(&self) -> Option<&str> {
+        match self {
+            Event::Redriven { origin, copy, .. } if copy.is_empty() || copy == origin => {
+                Some(origin)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A timestamped event (milliseconds since the campaign started).
@@ -114,13 +165,14 @@ pub(crate) struct Stamped {
 /// What Redis holds once the campaign has quiesced.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct EndState {
-    /// Every entry of the stream: its id, and the id it was copied from (None: a root).
-    pub entries: Vec<(String, Option<String>)>,
+    /// Every entry the stream held (every value, for the other forms): the roots.
+    pub entries: Vec<String>,
     /// How many times each root's kept side effect ran (`HINCRBY` per ack).
     pub kept_effects: HashMap<String, i64>,
     /// How many times a discarded side effect ran (must stay empty).
     pub discarded_effects: HashMap<String, i64>,
-    /// The dead letters: the id each was copied from and its delivery count.
+    /// The dead letters: the root each is a dead letter of and its delivery count (those a
+    /// redrive put back into their group are in the history's `Redriven` events).
     pub dead_letters: Vec<(String, u32)>,
     /// Entries not settled at the end: pending in the group or on processing lists, unread,
     /// or waiting in the delay set ([`crate::form::Form::unsettled`]); `held` says where.
@@ -137,6 +189,10 @@ pub(crate) struct EndState {
     /// Where each entry Redis still holds sits (read with the end state; it may miss one that
     /// moved meanwhile).
     pub held: Vec<Held>,
+    /// The audit group's pending entries once its reader drained the stream: each entry's id,
+    /// consumer and deliveries (must be none: the reader acknowledges all it reads, and nothing
+    /// else may put an entry there).
+    pub audit_pending: Vec<(String, String, u64)>,
 }
 
 /// An entry Redis still holds at the end, and where.
@@ -191,30 +247,6 @@ impl fmt::Display for Place {
     }
 }
 
-impl EndState {
-    /// Each entry's root.
-    pub(crate) fn roots_of(&self) -> HashMap<String, String> {
-        let parents: HashMap<&str, Option<&str>> = self
-            .entries
-            .iter()
-            .map(|(id, parent)| (id.as_str(), parent.as_deref()))
-            .collect();
-        let mut roots = HashMap::new();
-        for (id, _) in &self.entries {
-            let mut at = id.as_str();
-            // A chain is at most max_deliveries long; the bound keeps a corrupt cycle finite.
-            for _ in 0..=self.entries.len() {
-                match parents.get(at).copied().flatten() {
-                    Some(parent) => at = parent,
-                    None => break,
-                }
-            }
-            roots.insert(id.clone(), at.to_owned());
-        }
-        roots
-    }
-}
-
 /// What the campaign promised for the run being checked.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Promise {
@@ -263,8 +295,12 @@ pub(crate) struct Figures {
     pub duplicate_publishes: i64,
     /// At most once: entries neither kept, dropped nor dead-lettered (a crash took them).
     pub lost_at_most_once: usize,
-    /// Dead letters the dead-letter service redrove.
+    /// Dead letters the dead-letter service redrove, and of those the ones it put back into
+    /// their group with their id.
     pub redriven: usize,
+    pub redriven_in_place: usize,
+    /// What the audit group read.
+    pub audit: audit::Figures,
     /// Deliveries on ordered subscription streams, and how many such streams: what the
     /// per-key order check covered.
     pub ordered_deliveries: usize,
@@ -340,42 +376,62 @@ pub(crate) fn check(
     anomalies.extend(flushes_follow_reads(history));
     anomalies.extend(reads_in_order(history));
     anomalies.extend(retention(end));
-    anomalies.extend(generations(end));
+    anomalies.extend(generations(history, end));
     anomalies.extend(counts_never_go_back(&facts));
     anomalies.extend(dead_letters_at_the_cap(end, &facts, promise));
     anomalies.extend(discarded_effects_never_ran(end));
     anomalies.extend(effects_follow_acks(end, &facts));
     anomalies.extend(once_in_atomic_mode(end, &facts, promise));
     anomalies.extend(at_most_once(end, &facts, promise));
-    anomalies.extend(one_dead_letter_per_copy(&facts, promise));
+    anomalies.extend(one_dead_letter_per_generation(&facts, promise));
     anomalies.extend(at_least_once(end, &facts, promise));
     anomalies.extend(nothing_left(history, end));
     let (out_of_order, checked) =
         order::check(history, promise.max_deliveries, |entry| facts.root(entry));
     anomalies.extend(out_of_order);
+    // Streams keep a retried entry in place; a list or a channel puts a copy back.
+    if !promise.by_payload {
+        anomalies.extend(redelivery::check(
+            history,
+            promise.max_deliveries,
+            |entry| facts.slow(entry) || facts.dead_letters(entry) > 0,
+        ));
+    }
+    let (audited, audit) = audit::check(history, end);
+    anomalies.extend(audited);
     let mut figures = figures(history, end, &facts, promise);
     figures.ordered_deliveries = checked.deliveries;
     figures.ordered_streams = checked.streams;
+    figures.audit = audit;
     (anomalies, figures)
 }
 
-/// What one reading of the history (with the end state's lineage) says about each root, for
-/// the invariants to check.
+/// What one reading of the history (with the end state) says about each root, for the
+/// invariants to check.
 struct Facts {
-    roots_of: HashMap<String, String>,
     all_roots: BTreeSet<String>,
     /// Per root: its decisions in order.
     decisions: HashMap<String, Vec<Decision>>,
+    /// Per root: when it was last decided an ack (or slow ack), and a drop.
+    last_kept: HashMap<String, u64>,
+    last_dropped: HashMap<String, u64>,
     /// Roots handled past `min_idle` (said so, or shown by the counts seen).
     late: BTreeSet<String>,
-    /// Per (worker, entry): the counts it saw, in order, with when.
-    seen: HashMap<(u32, String), Vec<(u64, u32)>>,
+    /// Per (worker, entry, generation): the counts it saw, in order, with when.
+    seen: HashMap<(u32, String, usize), Vec<(u64, u32)>>,
     /// Per root: its deliveries with count 1.
     first_deliveries: HashMap<String, i64>,
     /// Per root: the most deliveries one read had.
     same_read: HashMap<String, i64>,
-    /// Per root: its dead letters.
+    /// Per root: its dead letters, those still in the dead letter and those redriven.
     dead: HashMap<String, usize>,
+    /// Per root: its dead letters still in the dead letter at the end.
+    dead_at_end: HashMap<String, usize>,
+    /// Per root: when a redrive put it back into its group with its id (its count starts
+    /// again: a new generation), in order.
+    redrives: HashMap<String, Vec<u64>>,
+    /// The dead letters those redrives consumed: the root and its deliveries.
+    redriven_dead: Vec<(String, u32)>,
     /// Roots acked whose flush report said Redis refused their side effect while the settle
     /// stood (pipeline mode).
     unwritten: BTreeSet<String>,
@@ -383,35 +439,58 @@ struct Facts {
 
 impl Facts {
     fn gather(history: &[Stamped], end: &EndState) -> Facts {
-        let roots_of = end.roots_of();
-        let all_roots = end
-            .entries
-            .iter()
-            .filter(|(_, parent)| parent.is_none())
-            .map(|(id, _)| id.clone())
-            .collect();
         let mut facts = Facts {
-            roots_of,
-            all_roots,
+            all_roots: end.entries.iter().cloned().collect(),
             decisions: HashMap::new(),
+            last_kept: HashMap::new(),
+            last_dropped: HashMap::new(),
             late: BTreeSet::new(),
             seen: HashMap::new(),
             first_deliveries: HashMap::new(),
             same_read: HashMap::new(),
             dead: HashMap::new(),
+            dead_at_end: HashMap::new(),
+            redrives: HashMap::new(),
+            redriven_dead: Vec::new(),
             unwritten: BTreeSet::new(),
         };
+        // The redrives first: a delivery's generation depends on them.
+        for stamped in history {
+            if let (Some(origin), Event::Redriven { deliveries, .. }) =
+                (stamped.event.in_place_redrive(), &stamped.event)
+            {
+                facts
+                    .redrives
+                    .entry(origin.to_owned())
+                    .or_default()
+                    .push(stamped.at_ms);
+                facts.redriven_dead.push((origin.to_owned(), *deliveries));
+            }
+        }
         facts.read_history(history);
-        for (copied_from, _) in &end.dead_letters {
-            if let Some(r) = facts.root(copied_from) {
+        for (root, _) in &end.dead_letters {
+            if let Some(r) = facts.root(root) {
+                *facts.dead_at_end.entry(r.clone()).or_default() += 1;
                 *facts.dead.entry(r).or_default() += 1;
             }
+        }
+        for (root, _) in &facts.redriven_dead {
+            *facts.dead.entry(root.clone()).or_default() += 1;
         }
         facts
     }
 
+    /// The root `entry` is (itself), when the end state knows it.
     fn root(&self, entry: &str) -> Option<String> {
-        self.roots_of.get(entry).cloned()
+        self.all_roots.contains(entry).then(|| entry.to_owned())
+    }
+
+    /// The generation of `entry` at `at_ms`: how many times a redrive had put it back into
+    /// its group by then.
+    fn generation(&self, entry: &str, at_ms: u64) -> usize {
+        self.redrives
+            .get(entry)
+            .map_or(0, |times| times.iter().filter(|t| **t <= at_ms).count())
     }
 
     fn read_history(&mut self, history: &[Stamped]) {
@@ -420,7 +499,7 @@ impl Facts {
         // copies (a read takes each list element once).
         let mut in_read: HashMap<(u32, u32, u64, String), i64> = HashMap::new();
         let mut reading: HashMap<u32, (u32, u64)> = HashMap::new();
-        let mut highest_count: HashMap<String, (u64, u32, u32)> = HashMap::new();
+        let mut highest_count: HashMap<(String, usize), (u64, u32, u32)> = HashMap::new();
         for stamped in history {
             match &stamped.event {
                 Event::Delivered {
@@ -441,14 +520,16 @@ impl Facts {
                         let most = self.same_read.entry(r.clone()).or_default();
                         *most = (*most).max(*n);
                     }
-                    let highest = highest_count.entry(entry.clone()).or_insert((
+                    // A redrive starts the count again: each generation on its own.
+                    let generation = self.generation(entry, stamped.at_ms);
+                    let highest = highest_count.entry((entry.clone(), generation)).or_insert((
                         stamped.at_ms,
                         *count,
                         *worker,
                     ));
                     self.note_order(stamped.at_ms, *worker, *count, highest, &r);
                     self.seen
-                        .entry((*worker, entry.clone()))
+                        .entry((*worker, entry.clone(), generation))
                         .or_default()
                         .push((stamped.at_ms, *count));
                 }
@@ -456,6 +537,11 @@ impl Facts {
                     entry, decision, ..
                 } => {
                     if let Some(r) = self.root(entry) {
+                        if decision.keeps() {
+                            self.last_kept.insert(r.clone(), stamped.at_ms);
+                        } else if *decision == Decision::Drop {
+                            self.last_dropped.insert(r.clone(), stamped.at_ms);
+                        }
                         self.decisions.entry(r).or_default().push(*decision);
                     }
                 }
@@ -483,7 +569,10 @@ impl Facts {
                 | Event::Fault(_)
                 | Event::Undone(_)
                 | Event::Settling
-                | Event::Redriven { .. } => {}
+                | Event::Redriven { .. }
+                | Event::Delayed { .. }
+                | Event::Audited { .. }
+                | Event::AuditAcked { .. } => {}
             }
         }
     }
@@ -539,13 +628,28 @@ impl Facts {
         }
     }
 
+    /// How many generations the root had: one, and one more for each redrive that put it
+    /// back into its group.
+    fn generations(&self, root: &str) -> i64 {
+        1 + self.redrives.get(root).map_or(0, Vec::len) as i64
+    }
+
     /// Neither its side effect ran, nor was it dropped or dead-lettered. Not the last drop
     /// decided: a worker whose stream broke, or whose entry another consumer reclaimed, may
-    /// decide after the decision that took effect.
+    /// decide after the decision that took effect. Redriven back into its group, it must
+    /// have been settled again since its last redrive: an ack or a drop decided since (with
+    /// its side effect run, for an ack), or a dead letter still there.
     fn unsettled(&self, end: &EndState, root: &str) -> bool {
-        kept_runs(end, root) == 0
-            && self.dead_letters(root) == 0
-            && !self.decided(root).contains(&Decision::Drop)
+        let dead_now = self.dead_at_end.get(root).copied().unwrap_or(0) > 0;
+        let Some(&redriven) = self.redrives.get(root).and_then(|t| t.last()) else {
+            return kept_runs(end, root) == 0
+                && self.dead_letters(root) == 0
+                && !self.decided(root).contains(&Decision::Drop);
+        };
+        let since =
+            |decided: &HashMap<String, u64>| decided.get(root).is_some_and(|t| *t > redriven);
+        let kept = kept_runs(end, root) > 0 && since(&self.last_kept);
+        !dead_now && !kept && !since(&self.last_dropped)
     }
 
     /// Settled without its side effect, which Redis refused: its ack's flush report said so
@@ -574,7 +678,18 @@ fn lineage(history: &[Stamped], end: &EndState, facts: &Facts) -> Vec<Anomaly> {
                 None,
                 format!("worker {worker} got {entry}, which is not in the stream"),
             )),
-            Event::Redriven { dead, copy } if facts.root(copy).is_none() => Some(anomaly(
+            Event::Redriven { dead, origin, .. } if s.event.in_place_redrive().is_some() => {
+                facts.root(origin).is_none().then(|| {
+                    anomaly(
+                        None,
+                        format!(
+                            "dead letter {dead} was redriven back into its group as {origin}, \
+                             which is not in the stream"
+                        ),
+                    )
+                })
+            }
+            Event::Redriven { dead, copy, .. } if facts.root(copy).is_none() => Some(anomaly(
                 None,
                 format!("dead letter {dead} was redriven as {copy}, which no group read"),
             )),
@@ -728,9 +843,11 @@ fn retention(end: &EndState) -> Vec<Anomaly> {
     anomalies
 }
 
-/// Generations: each dead letter is redriven at most once.
-fn generations(end: &EndState) -> Vec<Anomaly> {
-    end.redriven_twice
+/// Generations: each dead letter is redriven at most once (the service said so once; a
+/// fresh entry was written once).
+fn generations(history: &[Stamped], end: &EndState) -> Vec<Anomaly> {
+    let mut anomalies: Vec<Anomaly> = end
+        .redriven_twice
         .iter()
         .map(|(r, times)| {
             anomaly(
@@ -738,13 +855,32 @@ fn generations(end: &EndState) -> Vec<Anomaly> {
                 format!("its dead letter was redriven twice (generation {times})"),
             )
         })
-        .collect()
+        .collect();
+    let mut redriven: BTreeMap<&str, (&str, usize)> = BTreeMap::new();
+    for stamped in history {
+        if let Event::Redriven { dead, origin, .. } = &stamped.event {
+            redriven.entry(dead).or_insert((origin, 0)).1 += 1;
+        }
+    }
+    anomalies.extend(
+        redriven
+            .into_iter()
+            .filter(|(_, (_, times))| *times > 1)
+            .map(|(dead, (origin, times))| {
+                anomaly(
+                    Some(origin.to_owned()),
+                    format!("its dead letter {dead} was redriven {times} times"),
+                )
+            }),
+    );
+    anomalies
 }
 
-/// A worker never sees an entry's count go back, unless Redis lost counts in between.
+/// A worker never sees an entry's count go back within a generation (a redrive starts it
+/// again).
 fn counts_never_go_back(facts: &Facts) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
-    for ((worker, entry), seen) in &facts.seen {
+    for ((worker, entry, _), seen) in &facts.seen {
         let backwards = seen.windows(2).any(|w| w[1].1 < w[0].1);
         if backwards {
             let counts: Vec<u32> = seen.iter().map(|(_, c)| *c).collect();
@@ -761,6 +897,7 @@ fn counts_never_go_back(facts: &Facts) -> Vec<Anomaly> {
 fn dead_letters_at_the_cap(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly> {
     end.dead_letters
         .iter()
+        .chain(&facts.redriven_dead)
         .filter(|(_, count)| *count < promise.max_deliveries)
         .filter_map(|(copied_from, count)| {
             Some(anomaly(
@@ -846,14 +983,16 @@ fn at_most_once(end: &EndState, facts: &Facts, promise: Promise) -> Vec<Anomaly>
         .collect()
 }
 
-/// One dead letter per copy, unless handled past min_idle.
-fn one_dead_letter_per_copy(facts: &Facts, promise: Promise) -> Vec<Anomaly> {
+/// One dead letter per copy and generation (a redrive puts an entry back into its group),
+/// unless handled past min_idle.
+fn one_dead_letter_per_generation(facts: &Facts, promise: Promise) -> Vec<Anomaly> {
     facts
         .all_roots
         .iter()
         .filter_map(|r| {
             let dead_letters = facts.dead_letters(r);
-            (dead_letters as i64 > facts.copies(r, promise) && !facts.slow(r)).then(|| {
+            let allowed = facts.copies(r, promise) * facts.generations(r);
+            (dead_letters as i64 > allowed && !facts.slow(r)).then(|| {
                 anomaly(
                     Some(r.clone()),
                     format!("dead-lettered {dead_letters} times"),
@@ -906,7 +1045,7 @@ fn nothing_left(history: &[Stamped], end: &EndState) -> Vec<Anomaly> {
 fn figures(history: &[Stamped], end: &EndState, facts: &Facts, promise: Promise) -> Figures {
     let mut figures = Figures {
         roots: facts.all_roots.len(),
-        dead_letters: end.dead_letters.len(),
+        dead_letters: end.dead_letters.len() + facts.redriven_dead.len(),
         ..Figures::default()
     };
     for stamped in history {
@@ -925,12 +1064,19 @@ fn figures(history: &[Stamped], end: &EndState, facts: &Facts, promise: Promise)
                     *figures.requeue_refused.entry(reason.clone()).or_default() += 1;
                 }
             }
-            Event::Redriven { .. } => figures.redriven += 1,
+            Event::Redriven { .. } => {
+                figures.redriven += 1;
+                figures.redriven_in_place +=
+                    usize::from(stamped.event.in_place_redrive().is_some());
+            }
             Event::Late { .. }
             | Event::Read { .. }
             | Event::InOrder { .. }
             | Event::Undone(_)
-            | Event::Settling => {}
+            | Event::Settling
+            | Event::Delayed { .. }
+            | Event::Audited { .. }
+            | Event::AuditAcked { .. } => {}
         }
     }
     figures.refusals = refusals_touched(history);
@@ -1048,10 +1194,8 @@ fn where_held(history: &[Stamped], end: &EndState) -> String {
     }
     let counts: Vec<String> = places.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let mut out = format!(" ({})", counts.join(", "));
-    let roots_of = end.roots_of();
-    let root = |entry: &str| roots_of.get(entry).map_or(entry, String::as_str).to_owned();
     for held in &end.held {
-        let r = root(&held.entry);
+        let r = &held.entry;
         let events: Vec<String> = history
             .iter()
             .filter_map(|s| {
@@ -1068,7 +1212,7 @@ fn where_held(history: &[Stamped], end: &EndState) -> String {
                     } => (worker, entry, format!("{decision:?}")),
                     _ => return None,
                 };
-                (root(entry) == r).then(|| format!("{} ms w{worker} {what}", s.at_ms))
+                (entry == r).then(|| format!("{} ms w{worker} {what}", s.at_ms))
             })
             .collect();
         let last = &events[events.len().saturating_sub(EVENTS)..];
@@ -1085,47 +1229,38 @@ fn where_held(history: &[Stamped], end: &EndState) -> String {
     out
 }
 
-/// The events about `root` (any of its copies) and every fault within `window_ms` of them,
-/// for an anomaly's report.
-pub(crate) fn around<'a>(
-    history: &'a [Stamped],
-    end: &EndState,
-    root: &str,
-    window_ms: u64,
-) -> Vec<&'a Stamped> {
-    let roots_of = end.roots_of();
-    let about = |entry: &str| roots_of.get(entry).map(String::as_str) == Some(root);
+/// The events about `root` (its deliveries, decisions, redrives and what the audit group read
+/// of it) and every fault within `window_ms` of them, for an anomaly's report.
+pub(crate) fn around<'a>(history: &'a [Stamped], root: &str, window_ms: u64) -> Vec<&'a Stamped> {
+    let own = |s: &Stamped| match &s.event {
+        Event::Delivered { entry, .. }
+        | Event::Decided { entry, .. }
+        | Event::Late { entry }
+        | Event::Delayed { entry, .. }
+        | Event::Audited { entry, .. } => entry == root,
+        Event::Redriven { origin, copy, .. } => origin == root || copy == root,
+        Event::AuditAcked { entries } => entries.iter().any(|e| e == root),
+        Event::Refused { kept_unwritten, .. } => kept_unwritten.iter().any(|e| e == root),
+        Event::Fault(_)
+        | Event::Undone(_)
+        | Event::Settling
+        | Event::Read { .. }
+        | Event::Flushed { .. }
+        | Event::InOrder { .. } => false,
+    };
     let times: Vec<u64> = history
         .iter()
-        .filter(|s| match &s.event {
-            Event::Delivered { entry, .. }
-            | Event::Decided { entry, .. }
-            | Event::Late { entry } => about(entry),
-            Event::Fault(_)
-            | Event::Undone(_)
-            | Event::Settling
-            | Event::Read { .. }
-            | Event::Flushed { .. }
-            | Event::Refused { .. }
-            | Event::InOrder { .. }
-            | Event::Redriven { .. } => false,
-        })
+        .filter(|s| own(s) && !matches!(s.event, Event::Refused { .. }))
         .map(|s| s.at_ms)
         .collect();
     history
         .iter()
-        .filter(|s| match &s.event {
-            Event::Delivered { entry, .. }
-            | Event::Decided { entry, .. }
-            | Event::Late { entry } => about(entry),
-            Event::Fault(_) | Event::Undone(_) | Event::Redriven { .. } => {
-                times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms)
-            }
-            Event::Refused { kept_unwritten, .. } => kept_unwritten.iter().any(|e| about(e)),
-            Event::Read { .. }
-            | Event::Flushed { .. }
-            | Event::InOrder { .. }
-            | Event::Settling => false,
+        .filter(|s| {
+            own(s)
+                || (matches!(
+                    s.event,
+                    Event::Fault(_) | Event::Undone(_) | Event::Redriven { .. }
+                ) && times.iter().any(|t| s.at_ms.abs_diff(*t) <= window_ms))
         })
         .collect()
 }
@@ -1137,17 +1272,15 @@ pub(crate) fn around<'a>(
 /// where its own events cannot tell.
 pub(crate) fn workers_before<'a>(
     history: &'a [Stamped],
-    end: &EndState,
     root: &str,
     window_ms: u64,
 ) -> Vec<&'a Stamped> {
-    let roots_of = end.roots_of();
     let mut picked = BTreeSet::new();
     for (i, s) in history.iter().enumerate() {
         let Event::Delivered { worker, entry, .. } = &s.event else {
             continue;
         };
-        if roots_of.get(entry).map(String::as_str) != Some(root) {
+        if entry != root {
             continue;
         }
         let carried_by = history[..i]
@@ -1224,19 +1357,16 @@ mod tests {
         }
     }
 
-    fn end(entries: &[(&str, Option<&str>)]) -> EndState {
+    fn end(entries: &[&str]) -> EndState {
         EndState {
-            entries: entries
-                .iter()
-                .map(|(id, parent)| (id.to_string(), parent.map(str::to_owned)))
-                .collect(),
+            entries: entries.iter().map(|id| id.to_string()).collect(),
             ..EndState::default()
         }
     }
 
     #[test]
     fn an_ack_whose_side_effect_redis_refused_is_settled_only_when_its_report_says_so() {
-        let e = end(&[("1-0", None), ("2-0", None)]);
+        let e = end(&["1-0", "2-0"]);
         let read = |read_id| Event::Read {
             worker: 1,
             stream: 1,
@@ -1310,7 +1440,7 @@ mod tests {
 
     #[test]
     fn retention_and_redrive_anomalies_are_reported() {
-        let mut e = end(&[("1-0", None), ("2-0", None)]);
+        let mut e = end(&["1-0", "2-0"]);
         e.kept_effects = HashMap::from([("1-0".into(), 1), ("2-0".into(), 1)]);
         let acked = [
             at(1, delivered("1-0", 1)),
@@ -1327,6 +1457,8 @@ mod tests {
             5,
             Event::Redriven {
                 dead: "9-0".into(),
+                origin: "1-0".into(),
+                deliveries: 4,
                 copy: "8-0".into(),
             },
         ));
@@ -1345,29 +1477,76 @@ mod tests {
     }
 
     #[test]
-    fn copies_lead_back_to_their_root() {
-        let end = end(&[("1-0", None), ("2-0", Some("1-0")), ("3-0", Some("2-0"))]);
-        let roots = end.roots_of();
-        assert_eq!(roots["3-0"], "1-0");
-        assert_eq!(roots["1-0"], "1-0");
+    fn a_redrive_back_into_the_group_starts_a_generation_of_the_same_entry() {
+        let mut state = end(&["1-0"]);
+        state.kept_effects.insert("1-0".into(), 1);
+        let redriven = |t| {
+            at(
+                t,
+                Event::Redriven {
+                    dead: "9-0".into(),
+                    origin: "1-0".into(),
+                    deliveries: 4,
+                    copy: "1-0".into(),
+                },
+            )
+        };
+        // Dead-lettered at the cap, redriven back with its id, delivered from 1 again, acked.
+        let mut history: Vec<Stamped> = (1..=4)
+            .flat_map(|n| {
+                [
+                    at(10 * u64::from(n), delivered("1-0", n)),
+                    at(10 * u64::from(n) + 1, decided("1-0", Decision::Retry)),
+                ]
+            })
+            .collect();
+        history.push(redriven(100));
+        history.push(at(200, delivered("1-0", 1)));
+        history.push(at(201, decided("1-0", Decision::Ack)));
+        let (anomalies, figures) = check(&history, &state, PROMISE);
+        assert_eq!(anomalies, vec![]);
+        assert_eq!((figures.redriven, figures.redriven_in_place), (1, 1));
+        assert_eq!(figures.dead_letters, 1);
+        // Its generation must be settled again: an ack before the redrive does not count.
+        let mut unsettled = history.clone();
+        unsettled.truncate(unsettled.len() - 2);
+        unsettled.insert(0, at(0, decided("1-0", Decision::Ack)));
+        let (anomalies, _) = check(&unsettled, &state, PROMISE);
+        assert!(
+            anomalies.len() == 1 && anomalies[0].what.starts_with("lost"),
+            "{anomalies:?}"
+        );
+        // The same dead letter redriven twice.
+        let mut twice = history.clone();
+        twice.insert(9, redriven(150));
+        let (anomalies, _) = check(&twice, &state, PROMISE);
+        assert!(
+            anomalies
+                .iter()
+                .any(|a| a.what == "its dead letter 9-0 was redriven 2 times"),
+            "{anomalies:?}"
+        );
+        // Without the redrive, the count going back is an anomaly.
+        let mut no_redrive = history;
+        no_redrive.retain(|s| !matches!(s.event, Event::Redriven { .. }));
+        let (anomalies, _) = check(&no_redrive, &state, PROMISE);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("backwards")),
+            "{anomalies:?}"
+        );
     }
 
     #[test]
     fn a_history_that_keeps_every_promise_has_no_anomaly() {
-        let mut state = end(&[
-            ("1-0", None),
-            ("2-0", Some("1-0")),
-            ("5-0", None),
-            ("6-0", None),
-        ]);
+        let mut state = end(&["1-0", "5-0", "6-0"]);
         state.kept_effects.insert("1-0".into(), 1);
         state.dead_letters.push(("6-0".into(), 4));
         let history = vec![
             at(0, delivered("1-0", 1)),
             at(1, decided("1-0", Decision::Retry)),
             at(2, Event::Fault("sigkill sidecar-0".into())),
-            at(3, delivered("2-0", 2)),
-            at(4, decided("2-0", Decision::Ack)),
+            at(3, delivered("1-0", 2)),
+            at(4, decided("1-0", Decision::Ack)),
             at(5, delivered("5-0", 1)),
             at(6, decided("5-0", Decision::Drop)),
             at(7, delivered("6-0", 4)),
@@ -1382,7 +1561,7 @@ mod tests {
 
     #[test]
     fn a_lost_entry_a_ran_drop_and_a_twice_run_atomic_effect_are_anomalies() {
-        let mut state = end(&[("1-0", None), ("2-0", None), ("3-0", None)]);
+        let mut state = end(&["1-0", "2-0", "3-0"]);
         state.discarded_effects.insert("2-0".into(), 1);
         state.kept_effects.insert("3-0".into(), 2);
         state.pending = 1;
@@ -1437,7 +1616,7 @@ mod tests {
 
     #[test]
     fn a_lower_count_seen_after_a_higher_one_was_handled_past_min_idle() {
-        let mut state = end(&[("3-0", None)]);
+        let mut state = end(&["3-0"]);
         state.kept_effects.insert("3-0".into(), 2);
         let promise = Promise {
             exactly_once: true,
@@ -1485,7 +1664,7 @@ mod tests {
 
     #[test]
     fn counts_past_the_cap_backwards_or_an_effect_without_an_ack_are_anomalies() {
-        let mut state = end(&[("1-0", None), ("2-0", None)]);
+        let mut state = end(&["1-0", "2-0"]);
         state.kept_effects.insert("2-0".into(), 1);
         state.dead_letters.push(("1-0".into(), 2));
         state.dead_letters.push(("1-0".into(), 4));
@@ -1530,7 +1709,7 @@ mod tests {
             by_payload: true,
             ..PROMISE
         };
-        let mut state = end(&[("1", None), ("2", None), ("3", None)]);
+        let mut state = end(&["1", "2", "3"]);
         state.kept_effects.insert("2".into(), 2);
         state.kept_effects.insert("3".into(), 2);
         let history = vec![
@@ -1565,7 +1744,7 @@ mod tests {
             by_payload: true,
             ..PROMISE
         };
-        let mut state = end(&[("775", None), ("776", None)]);
+        let mut state = end(&["775", "776"]);
         state.kept_effects.insert("775".into(), 2);
         state.dead_letters.push(("776".into(), 4));
         state.dead_letters.push(("776".into(), 4));
@@ -1677,7 +1856,7 @@ mod tests {
 
     #[test]
     fn a_count_going_back_is_an_anomaly_across_a_failover_too() {
-        let state = end(&[("1-0", None)]);
+        let state = end(&["1-0"]);
         let failover = |t| {
             at(
                 t,
@@ -1702,7 +1881,7 @@ mod tests {
             by_payload: true,
             ..PROMISE
         };
-        let mut state = end(&[("7", None), ("8", None), ("9", None)]);
+        let mut state = end(&["7", "8", "9"]);
         state.kept_effects.insert("9".into(), 1);
         state.pending = 3;
         state.held = vec![
@@ -1752,22 +1931,20 @@ mod tests {
 
     #[test]
     fn the_events_around_an_entry_are_its_own_and_the_faults_near_them() {
-        let state = end(&[("1-0", None), ("2-0", Some("1-0")), ("9-0", None)]);
         let history = vec![
             at(0, Event::Fault("pause redis".into())),
             at(100, delivered("1-0", 1)),
             at(5_000, Event::Fault("sigkill sidecar-0".into())),
             at(9_000, delivered("9-0", 1)),
-            at(9_100, delivered("2-0", 2)),
+            at(9_100, delivered("1-0", 2)),
         ];
-        let near = around(&history, &state, "1-0", 500);
+        let near = around(&history, "1-0", 500);
         let times: Vec<u64> = near.iter().map(|s| s.at_ms).collect();
         assert_eq!(times, [0, 100, 9_100]);
     }
 
     #[test]
     fn a_report_shows_the_read_an_entry_came_in_and_its_worker_s_slow_acks_before() {
-        let state = end(&[("1-0", None), ("5-0", None), ("6-0", None)]);
         let read = |worker, read_id| Event::Read {
             worker,
             stream: 0,
@@ -1783,7 +1960,7 @@ mod tests {
             at(5_500, delivered("1-0", 1)),
             at(5_500, decided("1-0", Decision::Ack)),
         ];
-        let before = workers_before(&history, &state, "1-0", 5_000);
+        let before = workers_before(&history, "1-0", 5_000);
         let times: Vec<u64> = before.iter().map(|s| s.at_ms).collect();
         // Worker 1's read 2 that carried it and its slow ack at 1,000 ms; not the one 5.5 s
         // before, nor worker 2's read, nor the fault (the report's other half shows faults).

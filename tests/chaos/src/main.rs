@@ -7,7 +7,9 @@
 //! ([`history::check`]): nothing lost, nothing done twice that the README does not allow.
 //! Streams run under retention by acknowledgement, with a second
 //! group the campaign reads itself behind the workers (no entry may leave before both groups
-//! have it), and the nemesis also redrives dead letters through the dead-letter service.
+//! have it, and that group sees every published entry exactly once: the workers' retries and
+//! redrives stay in their own group), and the nemesis also redrives dead letters through the
+//! dead-letter service.
 //! Stream and reliable-list workers open ordered subscriptions (`Open.ordering_key`, few keys
 //! that collide), by default every other worker, and the checker holds each ordered
 //! subscription stream to per-key order ([`history`]'s `order`).
@@ -47,7 +49,7 @@ use window_sidecar_harness::{
 };
 
 use admin::{SubscriptionState, at_rest, describe_subscriptions};
-use form::{AUDIT_GROUP, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
+use form::{AUDIT_GROUP, AUDIT_READER, DISCARDED, Fields, Form, KEPT, MAX_DELIVERIES};
 use history::{Decision, EndState, Event, Promise, Stamped};
 use proxy::Proxy;
 use refusal::Refusal;
@@ -129,8 +131,23 @@ struct Log {
 
 impl Log {
     fn push(&self, event: Event) {
-        let at_ms = self.started.elapsed().as_millis() as u64;
+        let at_ms = self.now_ms();
         self.events.lock().push(Stamped { at_ms, event });
+    }
+
+    /// Milliseconds since the campaign started.
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Logs `event` at `at_ms`, a moment that has passed: after the events logged by then.
+    fn push_at(&self, at_ms: u64, event: Event) {
+        let mut events = self.events.lock();
+        let at = events
+            .iter()
+            .rposition(|s| s.at_ms <= at_ms)
+            .map_or(0, |i| i + 1);
+        events.insert(at, Stamped { at_ms, event });
     }
 }
 
@@ -596,6 +613,8 @@ async fn answer(
     for (i, (d, decision)) in read.deliveries.iter().zip(decisions).enumerate() {
         let entry = form.identity(d);
         let effect = |hash: &str| command(d.slot, "HINCRBY", &[hash, &entry, "1"]);
+        // A retry_after's delay, logged after its decision.
+        let mut delayed = None;
         let (commands, outcome) = match decision {
             Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
             Decision::SlowAck => {
@@ -609,6 +628,7 @@ async fn answer(
             Decision::Retry => (vec![effect(DISCARDED)], outcome(d.slot, OutcomeKind::Retry)),
             Decision::RetryAfter => {
                 let delay = Duration::from_millis(rng.random_range(100..600));
+                delayed = Some(delay);
                 (vec![effect(DISCARDED)], retry_after(d.slot, delay))
             }
             Decision::Abandon => {
@@ -625,9 +645,16 @@ async fn answer(
         };
         log.push(Event::Decided {
             worker: id,
-            entry,
+            entry: entry.clone(),
             decision,
         });
+        if let Some(delay) = delayed {
+            log.push(Event::Delayed {
+                worker: id,
+                entry,
+                delay_ms: delay.as_millis() as u64,
+            });
+        }
         let batch = proto::Batch {
             commands,
             outcomes: vec![outcome],
@@ -965,25 +992,55 @@ async fn redis_restart(redis: &Arc<Mutex<Backend>>, log: &Log, down_for: Duratio
     .expect("restart");
 }
 
-/// Redrives every dead letter through the dead-letter service of the sidecar at `addr`, and
-/// records what it said it did.
+/// Redrives the dead letters (up to 100) through the dead-letter service of the sidecar at
+/// `addr`, and records what it said it did: each with the entry it is a dead letter of (from a
+/// listing first) and its deliveries, logged at the moment the redrive was sent (its entry may
+/// come back before the answer).
 async fn redrive(addr: &str, log: &Log) {
     let connect = DeadLetterServiceClient::connect(format!("http://{addr}"));
     let Ok(Ok(mut client)) = tokio::time::timeout(Duration::from_secs(1), connect).await else {
         log.push(Event::Fault(format!("redrive (no sidecar at {addr})")));
         return;
     };
+    let target = Some(proto::DeadLetterTarget {
+        kind: Some(proto::dead_letter_target::Kind::Stream(form::DEAD.into())),
+    });
+    let list = client.list_dead_letters(proto::ListDeadLettersRequest {
+        target: target.clone(),
+        selection: None,
+        limit: 100,
+    });
+    let listed = match tokio::time::timeout(Duration::from_secs(5), list).await {
+        Ok(Ok(response)) => response.into_inner().dead_letters,
+        Ok(Err(status)) => {
+            log.push(Event::Fault(format!(
+                "redrive: listing failed: {}",
+                status.code()
+            )));
+            return;
+        }
+        Err(_) => {
+            log.push(Event::Fault("redrive: listing timed out".into()));
+            return;
+        }
+    };
+    if listed.is_empty() {
+        return;
+    }
+    let letters: HashMap<String, (String, u32)> = listed
+        .iter()
+        .map(|d| (d.id.clone(), (dead_letter_origin(d), d.deliveries)))
+        .collect();
     let request = proto::RedriveDeadLettersRequest {
-        target: Some(proto::DeadLetterTarget {
-            kind: Some(proto::dead_letter_target::Kind::Stream(form::DEAD.into())),
-        }),
+        target,
         selection: Some(proto::DeadLetterSelection {
-            all: true,
+            ids: listed.into_iter().map(|d| d.id).collect(),
             ..Default::default()
         }),
         limit: 100,
         ..Default::default()
     };
+    let sent_ms = log.now_ms();
     let call = client.redrive_dead_letters(request);
     match tokio::time::timeout(Duration::from_secs(5), call).await {
         Ok(Ok(response)) => {
@@ -998,10 +1055,16 @@ async fn redrive(addr: &str, log: &Log) {
                 redriven.len()
             )));
             for r in redriven {
-                log.push(Event::Redriven {
-                    dead: r.id,
-                    copy: r.new_id,
-                });
+                let (origin, deliveries) = letters.get(&r.id).cloned().unwrap_or_default();
+                log.push_at(
+                    sent_ms,
+                    Event::Redriven {
+                        dead: r.id,
+                        origin,
+                        deliveries,
+                        copy: r.new_id,
+                    },
+                );
             }
         }
         // A redrive that failed half-way moved some: the end state still shows every copy.
@@ -1010,11 +1073,28 @@ async fn redrive(addr: &str, log: &Log) {
     }
 }
 
+/// The entry a listed dead letter is a dead letter of (its `x-window-original-id`).
+fn dead_letter_origin(dead: &proto::DeadLetterEntry) -> String {
+    let name = form::ORIGINAL_ID.trim_start_matches("h:");
+    dead.headers
+        .iter()
+        .chain(&dead.fields)
+        .find(|h| h.name == name || h.name == form::ORIGINAL_ID)
+        .map(|h| String::from_utf8_lossy(&h.value).into_owned())
+        .unwrap_or_default()
+}
+
 /// The audit group's reader: it reads every entry of the stream behind the workers (a few
-/// every half second while the run goes on), records it and acknowledges it; once `drain` is
-/// set it reads the rest and ends. Its own pending entries first: a read whose reply a fault
-/// took stays pending on its consumer.
-async fn audit(redis: Client, drain: Arc<AtomicBool>, record: Arc<Mutex<Vec<(String, Fields)>>>) {
+/// every half second while the run goes on), records and logs it and acknowledges it (logged
+/// when Redis counted every entry acknowledged); once `drain` is set it reads the rest and
+/// ends. Its own pending entries first: a read whose reply or ack a fault took stays pending on
+/// its consumer.
+async fn audit(
+    redis: Client,
+    drain: Arc<AtomicBool>,
+    record: Arc<Mutex<Vec<(String, Fields)>>>,
+    log: Arc<Log>,
+) {
     loop {
         let draining = drain.load(Ordering::Relaxed);
         let count = if draining { 500 } else { 10 };
@@ -1023,7 +1103,7 @@ async fn audit(redis: Client, drain: Arc<AtomicBool>, record: Arc<Mutex<Vec<(Str
             let reply: Result<Value, _> = redis
                 .xreadgroup(
                     AUDIT_GROUP,
-                    "a",
+                    AUDIT_READER,
                     Some(count),
                     None,
                     false,
@@ -1037,9 +1117,19 @@ async fn audit(redis: Client, drain: Arc<AtomicBool>, record: Arc<Mutex<Vec<(Str
             if entries.is_empty() {
                 continue;
             }
+            for (id, fields) in &entries {
+                log.push(Event::Audited {
+                    entry: id.clone(),
+                    own: from == "0",
+                    copy: form::copied(fields),
+                });
+            }
             let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
             record.lock().extend(entries);
-            let _: Result<Value, _> = redis.xack(form::STREAM, AUDIT_GROUP, ids).await;
+            let acked: Result<u64, _> = redis.xack(form::STREAM, AUDIT_GROUP, ids.clone()).await;
+            if acked.is_ok_and(|n| n == ids.len() as u64) {
+                log.push(Event::AuditAcked { entries: ids });
+            }
         }
         if draining && read == 0 {
             return;
@@ -1317,6 +1407,10 @@ impl Campaign {
         redis: &Arc<Mutex<Backend>>,
     ) -> Campaign {
         let form = run.form;
+        let log = Arc::new(Log {
+            started: Instant::now(),
+            events: Mutex::new(Vec::new()),
+        });
         let audited = Arc::new(Mutex::new(Vec::new()));
         let audit_drain = Arc::new(AtomicBool::new(false));
         let auditor = (form == Form::Stream).then(|| {
@@ -1324,16 +1418,14 @@ impl Campaign {
                 admin.clone(),
                 Arc::clone(&audit_drain),
                 Arc::clone(&audited),
+                Arc::clone(&log),
             ))
         });
         let workers_stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             run,
             sidecars: Arc::clone(sidecars),
-            log: Arc::new(Log {
-                started: Instant::now(),
-                events: Mutex::new(Vec::new()),
-            }),
+            log,
             stop: Arc::clone(&workers_stop),
             settle: Arc::new(AtomicBool::new(false)),
             streams: AtomicU32::new(0),
@@ -1525,13 +1617,15 @@ fn report(
 ) {
     println!(
         "   {} entries, {} deliveries, {} flush reports, decisions {:?}, dead letters {}, \
-         redriven {}, duplicate side effects {}, publishes written twice {}{}",
+         redriven {} ({} back into their group), duplicate side effects {}, publishes written \
+         twice {}{}",
         figures.roots,
         figures.deliveries,
         figures.flushes,
         figures.decisions,
         figures.dead_letters,
         figures.redriven,
+        figures.redriven_in_place,
         figures.duplicate_effects,
         figures.duplicate_publishes,
         if promise.at_most_once {
@@ -1543,6 +1637,18 @@ fn report(
             String::new()
         }
     );
+    if run.form == Form::Stream {
+        let audit = &figures.audit;
+        println!(
+            "   audit group: {} entries in {} reads ({} again from its own pending before an ack \
+             was confirmed, {} again after a failover), {} fresh entries written by redrives",
+            audit.entries,
+            audit.reads,
+            audit.own_rereads,
+            audit.after_failover,
+            audit.redrive_copies
+        );
+    }
     if figures.ordered_streams > 0 {
         println!(
             "   per-key order checked on {} ordered subscription streams, {} deliveries",
@@ -1576,11 +1682,11 @@ fn report(
             topology(run)
         );
         if let Some(root) = &anomaly.root {
-            for event in history::around(&ended.history, end, root, 2_000) {
+            for event in history::around(&ended.history, root, 2_000) {
                 println!("     {:>7} ms  {:?}", event.at_ms, event.event);
             }
             let window = (form::MIN_IDLE + SLOW).as_millis() as u64;
-            let before = history::workers_before(&ended.history, end, root, window);
+            let before = history::workers_before(&ended.history, root, window);
             if !before.is_empty() {
                 println!("     its workers before each delivery (read, slow acks):");
                 for event in before {
