@@ -1,7 +1,7 @@
 //! The in-process consumers: the sidecar's Rust (tonic) client and the raw fred loop (the
 //! redis-rs loop and the seed are in `redis_rs.rs` and `seed.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +43,8 @@ pub(crate) struct ClientOutcome {
     /// An ordered run: when the reply that settled the last entry without the hot key
     /// arrived (the hot-key variant's figure for the other keys).
     pub others_done_at: Option<Instant>,
+    /// A retrying run: the deliveries it retried.
+    pub retried: u64,
 }
 
 impl ClientOutcome {
@@ -75,6 +77,8 @@ pub(crate) struct SidecarClient {
     /// Ordered by the entries' key (in field `k`): the side effect is `RPUSH order:<key>
     /// <id>` instead of the `INCR`.
     ordered: Option<Keying>,
+    /// Retries one delivery in 20 ([`workload::retried`]), each entry once, then acks it.
+    retrying: bool,
 }
 
 /// The harness's stream `open` for the bench's group and consumer: BLOCK 1 s, flush reports
@@ -152,6 +156,16 @@ impl SidecarClient {
             counter: None,
             progress: None,
             ordered: None,
+            retrying: false,
+        }
+    }
+
+    /// Retrying one delivery in 20 (the entries [`workload::retried`] picks, each once, on
+    /// its first delivery) without its side effect, then acking it when it comes back.
+    pub(crate) fn retrying(self) -> Self {
+        Self {
+            retrying: true,
+            ..self
         }
     }
 
@@ -207,6 +221,8 @@ impl SidecarClient {
         let mut out = ClientOutcome::default();
         let mut reads = InFlight::new();
         let mut others = Others::new(self.ordered, expect);
+        let mut acks = AckedOnce::new(self.retrying);
+        let mut retried = HashSet::new();
         while out.acked < expect {
             let message = inbound
                 .message()
@@ -216,20 +232,35 @@ impl SidecarClient {
             match message.kind {
                 Some(Kind::Read(mut read)) => {
                     if let Some(report) = read.flushed.take() {
-                        flushed(&mut out, &mut reads, &report, latency, &mut others)?;
+                        let settled = (&mut reads, &mut others, &mut acks);
+                        flushed(&mut out, settled, &report, latency)?;
                         self.report_progress(&out);
                     }
                     let arrived = now_us();
                     let n = read.deliveries.len();
                     out.reads += 1;
                     let mut commands = Vec::with_capacity(n);
-                    let mut acks = Vec::with_capacity(n);
+                    let mut slots = Vec::with_capacity(n);
+                    let mut outcomes = Vec::new();
+                    let mut ids = Vec::with_capacity(n);
                     let mut sent = Vec::with_capacity(if latency { n } else { 0 });
                     let mut others_in_read = 0;
                     for delivery in read.deliveries {
                         let payload = Payload::decode(payload_of(&delivery))?;
+                        if self.retrying
+                            && workload::retried(payload.id)
+                            && retried.insert(payload.id)
+                        {
+                            outcomes.push(proto::Outcome {
+                                slot: delivery.slot,
+                                kind: proto::OutcomeKind::Retry as i32,
+                                ..Default::default()
+                            });
+                            continue;
+                        }
                         commands.push(self.side_effect(&delivery, &payload)?);
-                        acks.push(delivery.slot);
+                        slots.push(delivery.slot);
+                        ids.push(payload.id);
                         if latency {
                             sent.push(payload.ts);
                         }
@@ -240,13 +271,14 @@ impl SidecarClient {
                         Pending {
                             arrived,
                             sent,
-                            n,
+                            ids,
                             others: others_in_read,
                         },
                     );
                     let batch = proto::Batch {
                         commands,
-                        acks,
+                        outcomes,
+                        acks: slots,
                         ..Default::default()
                     };
                     tx.send(proto::SubscribeRequest {
@@ -256,7 +288,8 @@ impl SidecarClient {
                     .map_err(|_| "the request stream closed")?;
                 }
                 Some(Kind::Flush(report)) => {
-                    flushed(&mut out, &mut reads, &report, latency, &mut others)?;
+                    let settled = (&mut reads, &mut others, &mut acks);
+                    flushed(&mut out, settled, &report, latency)?;
                     self.report_progress(&out);
                 }
                 Some(Kind::Rejections(rejections)) => {
@@ -266,6 +299,7 @@ impl SidecarClient {
             }
         }
         out.done_at = Some(Instant::now());
+        out.retried = retried.len() as u64;
         // Half-close; the sidecar ends the stream once it has closed the subscription.
         drop(tx);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -331,13 +365,42 @@ fn field<'a>(delivery: &'a proto::Delivery, name: &[u8]) -> Option<&'a [u8]> {
         .map(|f| f.value.as_ref())
 }
 
-/// A read in flight: when it arrived, its entries' send times (latency phase), how many it
-/// delivered, and how many of them are not the hot key's.
+/// A read in flight: when it arrived, the ids of the entries it acks and their send times
+/// (latency phase), and how many of them are not the hot key's.
 struct Pending {
     arrived: u64,
     sent: Vec<u64>,
-    n: usize,
+    ids: Vec<u64>,
     others: u64,
+}
+
+/// What the flush reports acknowledged. A retrying run counts its own acks (a retry settles
+/// nothing when it keeps the entry in place, and a copy's XACK when it appends one) and checks
+/// that no entry is acknowledged twice; the others count the reports' settles.
+struct AckedOnce {
+    ids: Option<HashSet<u64>>,
+}
+
+impl AckedOnce {
+    fn new(retrying: bool) -> Self {
+        Self {
+            ids: retrying.then(HashSet::new),
+        }
+    }
+
+    /// The entries a flush report settled: the read's acks, or the report's settles.
+    fn settled(&mut self, read: Option<&Pending>, settles: u32) -> Result<u64, String> {
+        let Some(ids) = &mut self.ids else {
+            return Ok(u64::from(settles));
+        };
+        let acked = read.map_or(&[][..], |r| r.ids.as_slice());
+        for id in acked {
+            if !ids.insert(*id) {
+                return Err(format!("entry {id} was acknowledged twice"));
+            }
+        }
+        Ok(acked.len() as u64)
+    }
 }
 
 type InFlight = HashMap<u64, Pending>;
@@ -377,10 +440,9 @@ impl Others {
 /// A flush report, alone or in the read that rode on its flush.
 fn flushed(
     out: &mut ClientOutcome,
-    reads: &mut InFlight,
+    (reads, others, acks): (&mut InFlight, &mut Others, &mut AckedOnce),
     report: &proto::FlushReport,
     latency: bool,
-    others: &mut Others,
 ) -> Result<(), String> {
     if !report.ok {
         return Err(format!(
@@ -388,11 +450,12 @@ fn flushed(
             report.read_id, report.error
         ));
     }
-    if let Some(read) = reads.remove(&report.read_id) {
-        out.sample(now_us(), read.arrived, &read.sent, read.n, latency);
+    let read = reads.remove(&report.read_id);
+    if let Some(read) = &read {
+        out.sample(now_us(), read.arrived, &read.sent, read.ids.len(), latency);
         others.settled(read.others, out);
     }
-    out.acked += u64::from(report.settles);
+    out.acked += acks.settled(read.as_ref(), report.settles)?;
     Ok(())
 }
 

@@ -47,7 +47,7 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-python, sidecar-python-typed, sidecar-python-batches, redis-py-per-message, redis-py-pipelined, seed-in-process,
+    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-rust-retry-64, sidecar-python, sidecar-python-typed, sidecar-python-batches, redis-py-per-message, redis-py-pipelined, seed-in-process,
     /// redis-rs-pipelined, fred-raw; the sidecar ones
     /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
@@ -112,6 +112,11 @@ pub enum Contender {
         hot: bool,
         baseline: bool,
     },
+    /// The Rust client of `SidecarRust` at COUNT 64, retrying one delivery in 20 (each entry
+    /// once, then acked), its sidecar keeping the stream under retention by acknowledgement.
+    SidecarRustRetry {
+        baseline: bool,
+    },
     /// ruststream-fred's pipelined window in this process.
     SeedInProcess,
     RedisRsPipelined,
@@ -143,7 +148,7 @@ impl PythonApi {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 14] = [
+    pub const ALL: [Contender; 15] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
@@ -172,6 +177,7 @@ impl Contender {
             hot: true,
             baseline: false,
         },
+        Contender::SidecarRustRetry { baseline: false },
         Contender::SidecarPython {
             api: PythonApi::Deliveries,
             baseline: false,
@@ -199,6 +205,7 @@ impl Contender {
             ),
             Contender::SidecarRustOrdered { hot: false, .. } => "sidecar-rust-ordered-64".into(),
             Contender::SidecarRustOrdered { hot: true, .. } => "sidecar-rust-ordered-hot-64".into(),
+            Contender::SidecarRustRetry { .. } => "sidecar-rust-retry-64".into(),
             Contender::SidecarPython { api, .. } => api.mode().into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
             Contender::RedisPyPipelined => "redis-py-pipelined".into(),
@@ -226,8 +233,15 @@ impl Contender {
             self,
             Contender::SidecarRust { .. }
                 | Contender::SidecarRustOrdered { .. }
+                | Contender::SidecarRustRetry { .. }
                 | Contender::SidecarPython { .. }
         )
+    }
+
+    /// Whether it retries some of its deliveries (its sidecar keeps the stream under
+    /// retention by acknowledgement, and its run reports what the stream held).
+    pub(crate) fn retries(&self) -> bool {
+        matches!(self, Contender::SidecarRustRetry { .. })
     }
 
     /// How an ordered contender's entries are keyed; None for the others.
@@ -251,6 +265,7 @@ impl Contender {
             self,
             Contender::SidecarRust { baseline: true, .. }
                 | Contender::SidecarRustOrdered { baseline: true, .. }
+                | Contender::SidecarRustRetry { baseline: true }
                 | Contender::SidecarPython { baseline: true, .. }
         )
     }
@@ -282,6 +297,9 @@ impl Contender {
                 hot,
                 baseline: true,
             }),
+            Contender::SidecarRustRetry { baseline: false } => {
+                Some(Contender::SidecarRustRetry { baseline: true })
+            }
             _ => None,
         }
     }
@@ -326,6 +344,8 @@ pub struct Measured {
     /// An ordered run: its entries without the hot key (all of them without one), and the
     /// seconds until the last of them was settled.
     pub others: Option<(u64, f64)>,
+    /// A retrying run: the deliveries it retried, and what the stream held at the end.
+    pub(crate) retried: Option<(u64, workload::Retained)>,
 }
 
 impl Measured {
@@ -427,6 +447,15 @@ impl Consumer {
                     SidecarClient::connect(sidecar.grpc, 64, max_in_flight, false)
                         .await?
                         .ordered(keying),
+                )
+            }
+            Contender::SidecarRustRetry { .. } => {
+                let sidecar = sidecar.ok_or("no sidecar")?;
+                let max_in_flight = ctx.window_reads * 64;
+                Consumer::Sidecar(
+                    SidecarClient::connect(sidecar.grpc, 64, max_in_flight, false)
+                        .await?
+                        .retrying(),
                 )
             }
             Contender::SeedInProcess => Consumer::Seed(SeedApp::connect(&redis.url(), 64).await?),
@@ -554,7 +583,17 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     }
     let sidecar = if contender.uses_sidecar() {
         let bin = ctx.sidecar_bin(contender.on_baseline())?;
-        Some(SidecarProcess::start(bin, &redis.url()).await?)
+        let retention: &[&str] = if contender.retries() {
+            &[
+                "--ack-retention",
+                workload::STREAM,
+                "--retention-interval",
+                "100ms",
+            ]
+        } else {
+            &[]
+        };
+        Some(SidecarProcess::start(bin, &redis.url(), retention).await?)
     } else {
         None
     };
@@ -610,6 +649,17 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     }
     check_outcome(&outcome, expect)?;
     match contender.keying() {
+        None if contender.retries() => {
+            let want = (0..expect).filter(|id| workload::retried(*id)).count() as u64;
+            if outcome.retried != want {
+                return Err(format!(
+                    "the consumer retried {} entries, want {want}",
+                    outcome.retried
+                ));
+            }
+            let retained = workload::verify_retried(&admin, expect).await?;
+            measured.retried = Some((outcome.retried, retained));
+        }
         None => workload::verify(&admin, expect).await?,
         Some(keying) => workload::verify_ordered(&admin, expect, keying).await?,
     }
@@ -660,7 +710,7 @@ fn check_outcome(outcome: &ClientOutcome, expect: u64) -> Result<(), String> {
 async fn idle_rss(ctx: &Ctx, n: usize, baseline: bool) -> Result<(u64, u64), String> {
     let bin = ctx.sidecar_bin(baseline)?;
     let redis = RedisServer::start();
-    let sidecar = SidecarProcess::start(bin, &redis.url()).await?;
+    let sidecar = SidecarProcess::start(bin, &redis.url(), &[]).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = status_kb(sidecar.pid(), "VmRSS").ok_or("no VmRSS")?;
     let held = client::open_idle(sidecar.grpc, n).await?;

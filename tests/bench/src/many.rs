@@ -120,7 +120,7 @@ async fn consume(
         workload::create_group_on(&admin, &stream(i)).await?;
         workload::fill_stream(&admin, &stream(i), per).await?;
     }
-    let sidecar = SidecarProcess::start(bin, &redis.url()).await?;
+    let sidecar = SidecarProcess::start(bin, &redis.url(), &[]).await?;
     let progress: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
     // One channel, as one application would hold: the subscriptions share its connection.
     let channel = client::connect_sidecar(sidecar.grpc).await?;

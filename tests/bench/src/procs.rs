@@ -17,8 +17,9 @@ pub(crate) struct SidecarProcess {
 }
 
 impl SidecarProcess {
-    /// Starts the binary against `redis_url` and waits until `/readyz` answers 200.
-    pub(crate) async fn start(bin: &Path, redis_url: &str) -> Result<Self, String> {
+    /// Starts the binary against `redis_url`, with `extra` arguments, and waits until
+    /// `/readyz` answers 200.
+    pub(crate) async fn start(bin: &Path, redis_url: &str, extra: &[&str]) -> Result<Self, String> {
         let mut last = String::new();
         for _ in 0..3 {
             let grpc = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -28,6 +29,7 @@ impl SidecarProcess {
                 .args(["--listen", &grpc.to_string()])
                 .args(["--metrics-listen", &metrics.to_string()])
                 .args(["--consumer-name", "bench"])
+                .args(extra.iter().copied())
                 .env("RUST_LOG", "warn")
                 .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
                 .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

@@ -186,7 +186,7 @@ impl Worker {
             round_trips: number("round_trips"),
             lat_us,
             cpu_s: value.get("cpu_s").and_then(serde_json::Value::as_f64),
-            others_done_at: None,
+            ..ClientOutcome::default()
         };
         match tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await {
             Ok(Ok(status)) if status.success() => {}

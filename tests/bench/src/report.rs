@@ -80,20 +80,30 @@ pub(crate) fn progress(
     );
     let wall = format!(" [{:.1} s]", wall.as_secs_f64());
     match result {
-        Ok(m) => match phase {
-            Phase::Throughput => println!(
-                "{head} {:>9} deliveries/s ({:.2} s, {:.2} commands/delivery), verified{wall}",
-                thousands(m.rate()),
-                m.secs,
-                m.commands_total() as f64 / m.entries as f64
-            ),
-            Phase::Latency => println!(
-                "{head} p50 {:.2} ms, p99 {:.2} ms over {} entries, verified{wall}",
-                percentile_ms(&m.lat_us, 50.0),
-                percentile_ms(&m.lat_us, 99.0),
-                m.entries
-            ),
-        },
+        Ok(m) => {
+            let retried = m.retried.map_or_else(String::new, |(retried, kept)| {
+                format!(
+                    ", {retried} retried, {} entries added, XLEN {} at the end",
+                    thousands(kept.entries_added as f64),
+                    kept.xlen
+                )
+            });
+            match phase {
+                Phase::Throughput => println!(
+                    "{head} {:>9} deliveries/s ({:.2} s, {:.2} commands/delivery{retried}), \
+                     verified{wall}",
+                    thousands(m.rate()),
+                    m.secs,
+                    m.commands_total() as f64 / m.entries as f64
+                ),
+                Phase::Latency => println!(
+                    "{head} p50 {:.2} ms, p99 {:.2} ms over {} entries{retried}, verified{wall}",
+                    percentile_ms(&m.lat_us, 50.0),
+                    percentile_ms(&m.lat_us, 99.0),
+                    m.entries
+                ),
+            }
+        }
         Err(err) => println!("{head} FAILED: {err}{wall}"),
     }
 }
@@ -261,6 +271,7 @@ pub(crate) fn tables(
     throughput_table(contenders, records, w);
     resources_table(contenders, records, w);
     latency_table(contenders, records, rate, w);
+    retry_table(contenders, records, w);
     many_table(many);
     command_lists(contenders, records, w);
     targets(records, idle, many, rate);
@@ -362,6 +373,54 @@ fn latency_table(contenders: &[Contender], records: &[Record], rate: u64, w: usi
             opt(p_ms(&t, 50.0), 3),
             opt(p_ms(&t, 99.0), 3),
         );
+    }
+}
+
+/// The retrying contenders: the deliveries retried, the entries ever added to the stream
+/// (`XINFO STREAM` `entries-added`: N when retries stay in place, N plus the retries when each
+/// appends a copy) and its length once retention trimmed it. Nothing when none ran.
+fn retry_table(contenders: &[Contender], records: &[Record], w: usize) {
+    let retrying: Vec<Contender> = contenders
+        .iter()
+        .copied()
+        .filter(Contender::retries)
+        .collect();
+    if retrying.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "== retries: one delivery in {} retried once, then acked; retention by acknowledgement \
+         (median over verified rounds)",
+        crate::workload::RETRY_ONE_IN
+    );
+    println!(
+        "{:<w$} {:<10} {:>10} {:>10} {:>14} {:>12} {:>14}",
+        "contender", "phase", "entries", "retried", "entries added", "added / N", "XLEN at end"
+    );
+    for c in retrying {
+        for phase in [Phase::Throughput, Phase::Latency] {
+            let r = runs(records, c, phase);
+            let Some(first) = r.first() else { continue };
+            let of = |f: fn(u64, &crate::workload::Retained) -> f64| {
+                med_of(&r, |m| m.retried.map(|(n, kept)| f(n, &kept)))
+            };
+            println!(
+                "{:<w$} {:<10} {:>10} {:>10} {:>14} {:>12} {:>14}",
+                c.name(),
+                phase_name(phase),
+                thousands(first.entries as f64),
+                of(|n, _| n as f64).map_or("n/a".into(), thousands),
+                of(|_, kept| kept.entries_added as f64).map_or("n/a".into(), thousands),
+                opt(
+                    med_of(&r, |m| m
+                        .retried
+                        .map(|(_, kept)| kept.entries_added as f64 / m.entries as f64)),
+                    3
+                ),
+                opt(of(|_, kept| kept.xlen as f64), 0),
+            );
+        }
     }
 }
 

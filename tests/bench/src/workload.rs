@@ -1,6 +1,7 @@
 //! The workload: the stream `bench` with its entries, the group `g`, the Redis-side figures
 //! (`INFO commandstats` after `CONFIG RESETSTAT`) and the verification of a run; for the
-//! ordered contenders, each entry's ordering key and the per-key lists that prove the order.
+//! ordered contenders, each entry's ordering key and the per-key lists that prove the order;
+//! for the retrying contender, which entries it retries and what the stream holds after.
 
 use bytes::Bytes;
 use fred::prelude::*;
@@ -243,6 +244,21 @@ async fn pending(client: &Client) -> Result<u64, String> {
     .ok_or_else(|| "XPENDING summary without a count".to_owned())
 }
 
+/// The sum of the counters `count:0…count:999`.
+async fn counters_sum(client: &Client) -> Result<u64, String> {
+    let keys: Vec<Value> = (0..COUNTERS)
+        .map(|i| Value::from(format!("count:{i}")))
+        .collect();
+    let reply: Value = client
+        .custom(fred::cmd!("MGET"), keys)
+        .await
+        .map_err(err("MGET"))?;
+    let Value::Array(values) = reply else {
+        return Err("MGET did not answer an array".into());
+    };
+    Ok(values.iter().filter_map(Value::as_u64).sum())
+}
+
 async fn xlen(client: &Client) -> Result<u64, String> {
     let xlen: Value = client
         .custom(fred::cmd!("XLEN"), vec![STREAM])
@@ -255,17 +271,7 @@ async fn xlen(client: &Client) -> Result<u64, String> {
 /// exactly `expect` (every entry's side effect ran once).
 pub(crate) async fn verify(client: &Client, expect: u64) -> Result<(), String> {
     let pending = pending(client).await?;
-    let keys: Vec<Value> = (0..COUNTERS)
-        .map(|i| Value::from(format!("count:{i}")))
-        .collect();
-    let reply: Value = client
-        .custom(fred::cmd!("MGET"), keys)
-        .await
-        .map_err(err("MGET"))?;
-    let Value::Array(values) = reply else {
-        return Err("MGET did not answer an array".into());
-    };
-    let sum: u64 = values.iter().filter_map(Value::as_u64).sum();
+    let sum = counters_sum(client).await?;
     let xlen = xlen(client).await?;
     if pending != 0 || sum != expect || xlen != expect {
         return Err(format!(
@@ -312,4 +318,66 @@ pub(crate) async fn verify_ordered(
         }
     }
     Ok(())
+}
+
+/// One delivery in [`RETRY_ONE_IN`] is retried: the retrying contender's share.
+pub(crate) const RETRY_ONE_IN: u64 = 20;
+
+/// Whether the retrying contender retries entry `id` (once, on its first delivery): a hash of
+/// the id, so that which entries are retried is the same in every run and spread over the
+/// reads rather than every 20th.
+pub(crate) fn retried(id: u64) -> bool {
+    // splitmix64's finalizer.
+    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).is_multiple_of(RETRY_ONE_IN)
+}
+
+/// What a stream under retention holds once a retrying run is over.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Retained {
+    /// Entries ever added to the stream (`XINFO STREAM` `entries-added`, which a trim leaves):
+    /// N when retries stay in place, N plus the retries when each appends a copy.
+    pub entries_added: u64,
+    /// XLEN once the trim had run (or two seconds passed).
+    pub xlen: u64,
+}
+
+/// Checks a retrying run: nothing pending in group `g` and the counters sum to exactly
+/// `expect` (a retried delivery runs no side effect: each entry's ran once, at its ack). The
+/// stream's length is not checked but measured ([`Retained`]): retention trims what every
+/// group acknowledged, and a retry that appends a copy adds an entry.
+pub(crate) async fn verify_retried(client: &Client, expect: u64) -> Result<Retained, String> {
+    let pending = pending(client).await?;
+    let sum = counters_sum(client).await?;
+    if pending != 0 || sum != expect {
+        return Err(format!(
+            "not verified: XPENDING {pending} (want 0), counters sum {sum} (want {expect})"
+        ));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut length = xlen(client).await?;
+    while length > 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        length = xlen(client).await?;
+    }
+    let info: Value = client
+        .custom(fred::cmd!("XINFO"), vec!["STREAM", STREAM])
+        .await
+        .map_err(err("XINFO STREAM"))?;
+    let Value::Array(fields) = info else {
+        return Err("XINFO STREAM did not answer an array".into());
+    };
+    let entries_added = fields
+        .chunks(2)
+        .find_map(|kv| match kv {
+            [k, v] if k.as_str().as_deref() == Some("entries-added") => v.as_u64(),
+            _ => None,
+        })
+        .ok_or("XINFO STREAM without entries-added (Redis 7.0 or later has it)")?;
+    Ok(Retained {
+        entries_added,
+        xlen: length,
+    })
 }
