@@ -191,8 +191,8 @@ impl<'a> Order<'a> {
         self.deliveries += 1;
         self.streams.insert((d.worker, d.stream));
         let found = self.broken(i, at_ms, d);
-        for what in found {
-            self.anomalies.push(anomaly(root(d.entry), what));
+        for (about, what) in found {
+            self.anomalies.push(anomaly(root(&about), what));
         }
         let lane = self.lane(d);
         let mut passed: Vec<String> = lane.owed.take().into_iter().map(|(e, _)| e).collect();
@@ -223,7 +223,8 @@ impl<'a> Order<'a> {
 
     /// What delivery `d` (event `i`) breaks on its stream: each rule above, unless the entry
     /// it passed, or that came back, went to another worker since its last delivery there.
-    fn broken(&mut self, i: usize, at_ms: u64, d: &Delivery<'_>) -> Vec<String> {
+    /// Each with the entry it is about (for the report's events): the one passed, or `d`'s.
+    fn broken(&mut self, i: usize, at_ms: u64, d: &Delivery<'_>) -> Vec<(String, String)> {
         let on = format!(
             "worker {} got {} (key {}, read {}, count {}) at {at_ms} ms on its stream {}",
             d.worker, d.entry, d.key, d.read_id, d.count, d.stream
@@ -234,10 +235,13 @@ impl<'a> Order<'a> {
             let decision = out
                 .decision
                 .map_or_else(|| "no decision".to_owned(), |d| format!("{d:?}"));
-            found.push(format!(
-                "{on} while {} of its key was still out (read {}, count {}, {decision}, \
+            found.push((
+                d.entry.to_owned(),
+                format!(
+                    "{on} while {} of its key was still out (read {}, count {}, {decision}, \
                  delivered at {} ms, no flush report yet): two deliveries of a key out at once",
-                out.entry, out.read_id, out.count, out.at_ms
+                    out.entry, out.read_id, out.count, out.at_ms
+                ),
             ));
         }
         // (what, the entry that may have moved, since when)
@@ -265,7 +269,7 @@ impl<'a> Order<'a> {
         for (what, entry, since) in excusable {
             let moved = since.is_some_and(|since| self.went_elsewhere(&entry, d.worker, since, i));
             if !moved {
-                found.push(what);
+                found.push((entry, what));
             }
         }
         found
@@ -494,6 +498,11 @@ mod tests {
         h.push(got(2, 7, "1-0", "a", 2));
         h.push(got(1, 2, "2-0", "a", 1));
         assert_eq!(anomalies(&history(h)), Vec::<String>::new());
+        // The anomaly is about the entry that was due first (its events are the report's).
+        let mut h = retried.clone();
+        h.push(got(1, 2, "2-0", "a", 1));
+        let (found, _) = check(&history(h), 5, |e| Some(e.to_owned()));
+        assert_eq!(found[0].root.as_deref(), Some("1-0"));
         // At the cap the flush dead-letters it: settled.
         let mut h = retried;
         h[1] = got(1, 1, "1-0", "a", 5);
