@@ -386,8 +386,12 @@ pub(crate) fn check(
     anomalies.extend(one_dead_letter_per_generation(&facts, promise));
     anomalies.extend(at_least_once(end, &facts, promise));
     anomalies.extend(nothing_left(history, end));
-    let (out_of_order, checked) =
-        order::check(history, promise.max_deliveries, |entry| facts.root(entry));
+    let (out_of_order, checked) = order::check(
+        history,
+        promise.max_deliveries,
+        |entry| facts.root(entry),
+        |entry| facts.slow(entry),
+    );
     anomalies.extend(out_of_order);
     // Streams keep a retried entry in place; a list or a channel puts a copy back.
     if !promise.by_payload {
