@@ -45,6 +45,15 @@ impl<E: Item> Engine<E> {
         }
     }
 
+    /// Gives back what a read returned that nobody will see: its entries uncounted; its
+    /// entries not yet due as they are, since the read's count of those was taken back with
+    /// it (taken back twice, a count would run behind the deliveries a client saw).
+    pub(super) fn give_back_read(&mut self, read: super::Read<E>) {
+        self.give_back(read.entries, false);
+        let delayed = read.delayed.into_iter().map(|(entry, _)| entry).collect();
+        self.give_back(delayed, true);
+    }
+
     pub(super) fn give_back(&mut self, entries: Vec<E>, seen: bool) {
         if !entries.is_empty() {
             self.actions.push(Action::GiveBack { entries, seen });

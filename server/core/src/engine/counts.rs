@@ -77,7 +77,8 @@ impl<E: Item> Engine<E> {
                 .partition::<Vec<_>, _>(|(e, _)| held.contains(&e.id()));
             delayed = fresh_delayed;
             self.give_back(again, false);
-            self.give_back(again_delayed.into_iter().map(|(e, _)| e).collect(), false);
+            // The read's count of these was taken back with it already (see `give_back_read`).
+            self.give_back(again_delayed.into_iter().map(|(e, _)| e).collect(), true);
         }
         let (mut dead, alive) = past_cap(entries, self.config.max_deliveries);
         for (entry, wait) in delayed {

@@ -164,18 +164,12 @@ pub struct Read<E> {
     /// Pub/sub: messages dropped for a slow client since the previous read.
     pub lost: u64,
     /// Entries of a re-read or a reclaim whose `retry_after` is not due yet, with the time
-    /// left: held until then, not handed out now.
+    /// left: held until then, not handed out now. The read's count of them was taken back
+    /// with it (their next delivery was counted when they were kept in place).
     pub delayed: Vec<(E, Duration)>,
 }
 
 impl<E> Read<E> {
-    /// Every entry it returned, due or not.
-    fn all(self) -> Vec<E> {
-        let mut entries = self.entries;
-        entries.extend(self.delayed.into_iter().map(|(e, _)| e));
-        entries
-    }
-
     #[cfg(test)]
     pub fn new(entries: Vec<E>) -> Self {
         Self {
@@ -443,7 +437,7 @@ impl<E: Item> Engine<E> {
             }
             // Nobody will see what a read returns once the subscription stops reading: give
             // it back uncounted, so its next delivery is its first.
-            Ok(read) => self.give_back(read.all(), false),
+            Ok(read) => self.give_back_read(read),
             Err(ReadError::Fatal(stop)) => self.close(Some(stop)),
             Err(ReadError::Retry { .. }) => {
                 // A failed read may have claimed entries it never returned: they are pending
@@ -519,6 +513,18 @@ impl<E: Item> Engine<E> {
         }
     }
 
+    /// Retries of flush `flush` that Redis refused to keep in place: pending as their
+    /// delivery left them, their next delivery not counted. Handed out from memory they would
+    /// count ahead of Redis, and a later read would count lower: they are read again instead.
+    /// Said before the flush is reported.
+    pub fn not_kept(&mut self, flush: FlushId, ids: &[E::Id]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.left_to_others(flush, ids);
+        self.reread_owed = true;
+    }
+
     /// A flush was reported, with what its read-ahead read.
     pub fn flushed(
         &mut self,
@@ -582,12 +588,12 @@ impl<E: Item> Engine<E> {
                     // An earlier read may have taken entries no reply named, or a flush left
                     // its entries pending: these later ones could pass them. Left pending,
                     // uncounted, they come back in their place with the re-read.
-                    self.give_back(read.all(), false);
+                    self.give_back_read(read);
                 }
                 Ok(read) if self.phase == Phase::Open && self.client_here => {
                     report = self.deliver(now, read, count, report, None);
                 }
-                Ok(read) => self.give_back(read.all(), false),
+                Ok(read) => self.give_back_read(read),
                 Err(ReadError::Retry { unknown }) => {
                     // The reader reads next; Redis may have delivered entries no reply named.
                     self.backlog = false;

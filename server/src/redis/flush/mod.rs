@@ -41,6 +41,9 @@ pub struct FlushResult {
     /// Of those, the ids of retries to be kept in place (counted in `skipped` too): not to be
     /// delivered again here.
     pub left_to_others: Vec<bytes::Bytes>,
+    /// The ids of retries Redis refused to keep in place (also in `requeue_refused`): pending
+    /// as their delivery left them, their next delivery not counted, to be read again.
+    pub not_kept: Vec<bytes::Bytes>,
     /// Entries whose retry, delay or dead letter Redis refused to write: neither requeued nor
     /// settled, they stay pending and are delivered again.
     pub requeue_refused: Vec<RequeueRefused>,
@@ -177,6 +180,7 @@ impl FlushResult {
                 // again (from memory, or by the re-read or reclaim that finds it).
                 Role::KeepInPlace => {
                     if let Some(Some((slot, id))) = kept {
+                        result.not_kept.push(id.clone());
                         result.requeue_refused.push(RequeueRefused {
                             slot: *slot,
                             entry_id: id.clone(),
@@ -558,6 +562,7 @@ mod tests {
             .map(|r| (r.slot, r.entry_id.clone(), refusal_reason(&r.error)))
             .collect();
         assert_eq!(refused, [(4, bytes::Bytes::from_static(b"4-0"), "oom")]);
+        assert_eq!(result.not_kept, [bytes::Bytes::from_static(b"4-0")]);
     }
 
     #[test]

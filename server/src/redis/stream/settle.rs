@@ -27,13 +27,14 @@ use crate::domain::Entry;
 ///
 /// When Redis refuses: under `OOM`, `READONLY`, `NOPERM` for `EVAL` or a key, `BUSY` or a
 /// slot that moved, the whole script (`#!lua`, every key declared) is refused before it
-/// runs: the entry stays pending, its count and idle time as its delivery left them, and is
-/// delivered again by this sidecar (from memory, at once or when due) or, should it stop, by
-/// whoever reclaims it after `min_idle`, earlier than its due time then. A `ZADD` refused
-/// inside it (`WRONGTYPE`: the delay set's key holds something else; `NOPERM` for `ZADD`)
-/// fails it before the `XCLAIM`, with the same result. A refused `XCLAIM` after the `ZADD`
-/// (`NOPERM` for `XCLAIM` alone) leaves the due time written and the count as it was: the
-/// next delivery counts one less, never the entry lost.
+/// runs: the entry stays pending, its count and idle time as its delivery left them; the
+/// flush names it as a refused requeue, and the subscription reads it again (a re-read of its
+/// own pending entries, which counts that delivery), without the delay: its due time was not
+/// written. Should the sidecar stop first, whoever reclaims it after `min_idle` delivers it. A
+/// `ZADD` refused inside it (`WRONGTYPE`: the delay set's key holds something else; `NOPERM`
+/// for `ZADD`) fails it before the `XCLAIM`, with the same result. A refused `XCLAIM` after
+/// the `ZADD` (`NOPERM` for `XCLAIM` alone) leaves the due time written and the count as it
+/// was: the re-read holds the entry until due.
 pub(crate) const KEEP_IN_PLACE: &str = r#"#!lua
 local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])[1]
 if not row then return 0 end

@@ -152,6 +152,7 @@ impl Subscription {
                 let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
                 self.engine
                     .left_to_others(flush, &report.result.left_to_others);
+                self.engine.not_kept(flush, &report.result.not_kept);
                 self.reports.insert(flush, report);
                 self.engine.flushed(now, flush, status, read_ahead);
             }

@@ -1229,7 +1229,8 @@ fn a_redelivered_entry_not_yet_due_is_held_until_due() {
     assert!(delivered(&engine.take_actions()).is_empty());
     engine.tick(start + wait);
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 3)]);
-    // Out already: a later re-read that returns it again gives it back.
+    // Out already: a later re-read that returns it again gives it back as it is (the read's
+    // count of it was taken back with the read: taken back again, it would run behind).
     let read = Read {
         entries: Vec::new(),
         redelivery: true,
@@ -1240,7 +1241,7 @@ fn a_redelivered_entry_not_yet_due_is_held_until_due() {
     let actions = engine.take_actions();
     assert!(
         actions.iter().any(
-            |a| matches!(a, Action::GiveBack { entries, seen: false } if entries == &vec![entry(2, 4)])
+            |a| matches!(a, Action::GiveBack { entries, seen: true } if entries == &vec![entry(2, 4)])
         ),
         "{actions:?}"
     );
@@ -1353,4 +1354,38 @@ fn a_due_retry_cuts_a_blocking_read_short() {
     // The read comes back empty, cut short: the retry goes out.
     engine.read_returned(due, Ok(Read::new(Vec::new())));
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(1, 2)]);
+}
+
+/// A retry Redis refused to keep in place is pending with its count as its delivery left it:
+/// not handed out from memory (counted one ahead of Redis), but read again.
+#[test]
+fn a_retry_redis_refused_to_keep_is_read_again() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.take_actions();
+    engine.apply(
+        start,
+        Vec::new(),
+        vec![settle(1, Outcome::Retry)],
+        |_, _| None,
+    );
+    let (flush, _) = first_flush(&engine.take_actions());
+    engine.not_kept(flush, &[1]);
+    let failed = FlushStatus::Failed {
+        settle_failed: false,
+    };
+    engine.flushed(start, flush, failed, None);
+    let actions = engine.take_actions();
+    assert!(delivered(&actions).is_empty(), "{actions:?}");
+    // The reader is busy with its read of new entries; once it answers, the re-read goes.
+    engine.read_returned(start, Ok(Read::new(Vec::new())));
+    let actions = engine.take_actions();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Read { reread: true, .. })),
+        "{actions:?}"
+    );
 }
