@@ -1301,9 +1301,12 @@ async fn run(args: &Args, run: Run) -> usize {
     let redis = Arc::new(Mutex::new(backend));
     let retain = form == Form::Stream;
     if retain {
-        let _: Result<(), _> = admin
-            .xgroup_create(form::STREAM, AUDIT_GROUP, "0", true)
-            .await;
+        // Both groups before the first publish: retention trims what every group of the
+        // stream has acknowledged, and a group made later by the workers' first `open` would
+        // find the entries the audit group acknowledged meanwhile gone.
+        for group in [AUDIT_GROUP, form::GROUP] {
+            let _: Result<(), _> = admin.xgroup_create(form::STREAM, group, "0", true).await;
+        }
     }
     // The sidecars as a user of their own: the nemesis takes rights from it, never from the
     // campaign's clients.
