@@ -107,7 +107,7 @@ impl ScaleMetrics {
         );
         r.register(
             "promoted_entries",
-            "Delayed entries a keeper (--keep) moved back to their stream or list",
+            "Delayed entries a keeper (--keep) made deliverable again: moved back to their list (or stream, for copies an earlier version wrote), or a stream group's due entries whose consumer is gone",
             self.promoted.clone(),
         );
     }
