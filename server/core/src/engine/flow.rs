@@ -274,6 +274,7 @@ impl<E: Item> Engine<E> {
                 unknown: false,
                 reported: false,
                 in_place: Vec::new(),
+                not_kept: Vec::new(),
             },
         );
     }

@@ -246,6 +246,8 @@ struct Flushing<E: Item> {
     reported: bool,
     /// Retries it keeps in place, with their delay: back in their lanes once it succeeded.
     in_place: Vec<(E, Option<Duration>)>,
+    /// Its retries Redis refused to keep in place: read again.
+    not_kept: Vec<E::Id>,
 }
 
 /// Where a subscription is in its life.
@@ -522,6 +524,9 @@ impl<E: Item> Engine<E> {
             return;
         }
         self.left_to_others(flush, ids);
+        if let Some(flushing) = self.flushes.get_mut(&flush) {
+            flushing.not_kept.extend_from_slice(ids);
+        }
         self.reread_owed = true;
     }
 
@@ -538,6 +543,7 @@ impl<E: Item> Engine<E> {
         };
         flushing.reported = true;
         let in_place = std::mem::take(&mut flushing.in_place);
+        let not_kept = std::mem::take(&mut flushing.not_kept);
         self.flushing_deliveries -= flushing.deliveries;
         // What a failed flush may not have settled is still pending: its keys wait for the
         // re-read that brings it back.
@@ -557,8 +563,12 @@ impl<E: Item> Engine<E> {
             let back = in_place.drain(..).map(|(entry, _)| entry).collect();
             self.give_back(back, false);
         }
-        self.lanes
-            .flushed(flush, settled, in_place, (now, self.reader_asked));
+        self.lanes.flushed(
+            flush,
+            (settled, &not_kept),
+            in_place,
+            (now, self.reader_asked),
+        );
         match status {
             FlushStatus::Ok => self.flush_ended(flush),
             FlushStatus::Failed { settle_failed } => {

@@ -346,16 +346,20 @@ impl<E: Item> Lanes<E> {
         }
     }
 
-    /// A flush was reported: its keys are free again (`ok`), or wait for the re-read. Its
-    /// retries kept in place go to the front of their lanes, due at `not_before`.
+    /// A flush was reported: its keys are free again (`ok`), or wait for the re-read, as do the
+    /// keys of its retries Redis refused to keep (`not_kept`). Its retries kept in place go to
+    /// the front of their lanes, due at `not_before`.
     pub(super) fn flushed(
         &mut self,
         flush: FlushId,
-        ok: bool,
+        (ok, not_kept): (bool, &[E::Id]),
         in_place: Vec<(E, Option<Instant>)>,
         (now, asked): (Instant, u64),
     ) {
         for (key, id) in self.by_flush.remove(&flush).unwrap_or_default() {
+            // A retry Redis refused to keep in place is pending unkept: its key waits for the
+            // re-read that brings it back, as after a failed flush.
+            let ok = ok && !not_kept.contains(&id);
             // One lookup for the lane and its removal: on a stream of many keys every
             // delivery's lane ends here.
             if let hash_map::Entry::Occupied(mut found) = self.lanes.entry(key) {

@@ -1389,3 +1389,53 @@ fn a_retry_redis_refused_to_keep_is_read_again() {
         "{actions:?}"
     );
 }
+
+/// On an ordered stream a retry Redis refused to keep in place holds its key, as a failed
+/// flush does: the key's next entry waits until the re-read has brought the retried one back.
+#[test]
+fn a_retry_redis_refused_to_keep_holds_its_key_until_the_reread() {
+    let start = Instant::now();
+    let mut engine = Engine::new(model::ordered_config(Kind::Stream), start);
+    engine.take_actions();
+    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 1), keyed(2, 1)])));
+    assert_eq!(delivered(&engine.take_actions()), vec![1]);
+    engine.apply(
+        start,
+        Vec::new(),
+        vec![settle(1, Outcome::Retry)],
+        |_, _| None,
+    );
+    let (flush, in_place) = first_flush(&engine.take_actions());
+    assert_eq!(in_place, vec![0]);
+    engine.not_kept(flush, &[1]);
+    let failed = FlushStatus::Failed {
+        settle_failed: false,
+    };
+    engine.flushed(start, flush, failed, None);
+    let actions = engine.take_actions();
+    assert!(delivered(&actions).is_empty(), "2 overtook 1: {actions:?}");
+    // The read under way answers (nothing new); the re-read goes next.
+    engine.read_returned(start, Ok(Read::new(Vec::new())));
+    let actions = engine.take_actions();
+    assert!(delivered(&actions).is_empty(), "2 overtook 1: {actions:?}");
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Read { reread: true, .. })),
+        "{actions:?}"
+    );
+    // The re-read brings 1 back, counted by that read: 1 goes out, 2 still waits.
+    let again = E {
+        id: 1,
+        count: 2,
+        key: Some(1),
+    };
+    let read = Read {
+        entries: vec![again.clone()],
+        redelivery: true,
+        lost: 0,
+        delayed: Vec::new(),
+    };
+    engine.read_returned(start, Ok(read));
+    assert_eq!(delivered_entries(&engine.take_actions()), vec![again]);
+}
