@@ -70,8 +70,9 @@ pub(super) type ReadAhead = Result<ReadBatch, (RedisError, bool)>;
 
 /// What the flusher tells its subscription.
 pub(super) enum Flushed {
-    /// A flush is done, with its report and what its read-ahead read.
-    Report(FlushId, FlushReport, Option<ReadAhead>),
+    /// A flush is done, with its report (boxed: a report is several times the size of the
+    /// other messages) and what its read-ahead read.
+    Report(FlushId, Box<FlushReport>, Option<ReadAhead>),
     /// A read on the read lane is done. `unknown`: no reply came; it stays able to run until
     /// [`Flushed::Settled`].
     Read(FlushId, ReadAhead, bool),
@@ -189,7 +190,7 @@ pub(super) async fn flush_loop(
             if report.result.unknown {
                 unknown.push(flush);
             }
-            let message = Flushed::Report(flush, report, read_ahead);
+            let message = Flushed::Report(flush, Box::new(report), read_ahead);
             if reports.send(message).is_err() {
                 return;
             }

@@ -139,6 +139,7 @@ impl Subscription {
         let now = Instant::now().into_std();
         match flushed {
             Flushed::Report(flush, report, read_ahead) => {
+                let report = *report;
                 let span = self.flush_spans.remove(&flush);
                 let status = self.record(&report, span.as_ref());
                 self.hold_refused(flush, &report.result);
