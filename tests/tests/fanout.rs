@@ -626,13 +626,14 @@ async fn retried_to_the_dead_letter_and_redriven_ordered_atomic() {
 
 /// Billing delays entry 1 of three by 3 s (and acks 0 and 2) through the sidecar binary, which
 /// is then SIGKILLed. The due time is in Redis: `{orders}:window:delayed:billing` scores the
-/// entry id with it. A sidecar started again on the same address opens billing as
-/// `reopen_as` (with `min_idle` 500 ms, so that another consumer reclaims the entry of the dead
-/// one): the entry comes back once, with its own id, not before it is due (by the score Redis
-/// holds, and 3 s after the delaying batch was sent), counted as its second delivery, as it
-/// would be had the sidecar lived: the sidecar that re-read or reclaimed it held it, it did
-/// not deliver it. Shipping read each entry once.
-async fn a_delayed_entry_outlives_its_sidecar(reopen_as: &str) {
+/// entry id with it. A sidecar started again on the same address, at once or (`late`) only
+/// once the entry is due, opens billing as `reopen_as` (with `min_idle` 500 ms, so that
+/// another consumer reclaims the entry of the dead one): the entry comes back once, with its
+/// own id, not before it is due (by the score Redis holds, and 3 s after the delaying batch
+/// was sent), counted as its second delivery, as it would be had the sidecar lived: a
+/// re-read or reclaim that found it not yet due held it, it did not deliver it, and the
+/// `retry_after` itself counted nothing ahead. Shipping read each entry once.
+async fn a_delayed_entry_outlives_its_sidecar(reopen_as: &str, late: bool) {
     const DUE_IN: Duration = Duration::from_secs(3);
     let redis = RedisServer::start();
     let inspect = redis.client().await;
@@ -680,6 +681,13 @@ async fn a_delayed_entry_outlives_its_sidecar(reopen_as: &str) {
     );
     first.kill9();
     drop(billing);
+    let reopened_after = if late {
+        let past_due = Duration::from_millis((due_ms + 500).saturating_sub(unix_ms()));
+        tokio::time::sleep(past_due).await;
+        sent.elapsed()
+    } else {
+        Duration::ZERO
+    };
 
     let second = SidecarProcess::serve(&redis.url(), &listen, &flags);
     let open = billing_open(STREAM, reopen_as, 3, unordered)
@@ -703,7 +711,7 @@ async fn a_delayed_entry_outlives_its_sidecar(reopen_as: &str) {
     );
     let waited = back.at.duration_since(sent);
     assert!(
-        waited >= DUE_IN && waited <= DUE_IN + LATE,
+        waited >= DUE_IN && waited <= DUE_IN.max(reopened_after) + LATE,
         "came back {waited:?} after its retry_after of {DUE_IN:?} was sent"
     );
     assert_eq!(shipping.read_all().await, published);
@@ -716,19 +724,30 @@ async fn a_delayed_entry_outlives_its_sidecar(reopen_as: &str) {
     let back = &billing.got[0];
     assert_eq!(
         back.count, 2,
-        "its second delivery: the re-read or reclaim that found it not yet due is none"
+        "its second delivery: a re-read or reclaim that found it not yet due is none, and \
+         its retry_after counted none ahead"
     );
     drop(second);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_entry_outlives_its_sidecar_on_the_same_consumer() {
-    a_delayed_entry_outlives_its_sidecar("c1").await;
+    a_delayed_entry_outlives_its_sidecar("c1", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_entry_outlives_its_sidecar_reclaimed_by_another_consumer() {
-    a_delayed_entry_outlives_its_sidecar("c2").await;
+    a_delayed_entry_outlives_its_sidecar("c2", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_entry_outlives_its_sidecar_reopened_past_its_due_time() {
+    a_delayed_entry_outlives_its_sidecar("c1", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_entry_outlives_its_sidecar_reclaimed_past_its_due_time() {
+    a_delayed_entry_outlives_its_sidecar("c2", true).await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -649,6 +649,62 @@ async fn retry_after_comes_back_after_the_delay_even_across_a_sidecar_restart() 
     sidecar.stop().await;
 }
 
+/// How many deliveries Redis counts for entry `id` of group `group` (its pending entry).
+async fn redis_count(client: &Client, key: &str, group: &str, id: &str) -> i64 {
+    let reply: Value = client
+        .custom(fred::cmd!("XPENDING"), vec![key, group, id, id, "1"])
+        .await
+        .unwrap();
+    let row = reply.into_array().into_iter().next().expect("pending");
+    row.into_array()[3].as_i64().unwrap()
+}
+
+/// A `retry_after` counts nothing while it waits: Redis counts the entry's one delivery until
+/// it falls due, then one round trip (`kind="count"`) counts the next, the delay set forgets
+/// it, and it goes out counted twice. A sidecar that stopped meanwhile would have left
+/// nothing counted that nobody saw.
+#[tokio::test]
+async fn a_retry_after_counts_its_next_delivery_when_it_falls_due() {
+    let redis = RedisServer::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(&redis.url(), &["--metrics-listen", &metrics]).await;
+    let mut client = sidecar.client().await;
+    publish(
+        &mut client,
+        "orders",
+        vec![vec![("order", "8".to_string())]],
+    )
+    .await;
+    let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c1", 1))
+        .await
+        .unwrap();
+    let first = sub.read().await.deliveries.remove(0);
+    let delay = Duration::from_millis(1500);
+    sub.send(vec![], vec![retry_after(first.slot, delay)]).await;
+    assert!(sub.flush().await.ok);
+    let inspect = redis.client().await;
+    let id = first.entry_id.as_str();
+    assert_eq!(
+        redis_count(&inspect, "orders", "g", id).await,
+        1,
+        "nothing counted ahead while it waits"
+    );
+    let counts = "window_sidecar_redis_round_trips_total{form=\"stream\",kind=\"count\"}";
+    assert_eq!(sample(&scrape(&metrics).await, counts), 0.0);
+
+    let again = sub.read().await.deliveries.remove(0);
+    assert_eq!(again.entry_id, first.entry_id);
+    assert_eq!(again.delivery_count, 2);
+    assert_eq!(redis_count(&inspect, "orders", "g", id).await, 2);
+    assert_eq!(sample(&scrape(&metrics).await, counts), 1.0);
+    let due: u64 = inspect.zcard("{orders}:window:delayed:g").await.unwrap();
+    assert_eq!(due, 0, "its due time is spent");
+    sub.send(vec![], vec![outcome(again.slot, Ack)]).await;
+    assert!(sub.flush().await.ok);
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn shutdown_flushes_what_is_owed_and_ends_the_stream_with_unavailable() {
     let redis = RedisServer::start();

@@ -178,6 +178,22 @@ impl Form {
         }
     }
 
+    /// Counts the next delivery of retries kept in place now due (see
+    /// [`crate::engine::Action::Count`]): only a stream's `retry_after` waits uncounted.
+    pub async fn count_due(
+        &self,
+        client: &Client,
+        entries: &[&Entry],
+    ) -> Result<Vec<Option<Entry>>, RedisError> {
+        match self {
+            Form::Stream(keys) => stream::count_due(client, keys, entries).await,
+            _ => Err(RedisError::Protocol {
+                command: "XCLAIM",
+                detail: "only stream entries wait uncounted".into(),
+            }),
+        }
+    }
+
     /// Fetches parked entries by id (see [`crate::engine::Action::Fetch`]): only an ordered
     /// stream parks them.
     pub async fn fetch(

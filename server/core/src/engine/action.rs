@@ -29,6 +29,10 @@ pub enum Action<E: super::Item> {
         fetch: FetchId,
         parked: Vec<E::Parked>,
     },
+    /// Count the next delivery of these retries kept in place, now due, in Redis, while each
+    /// is still this consumer's pending entry (a stream's `retry_after` waits uncounted). Answer
+    /// with [`Engine::counted`]: they go out only once counted. Runs beside everything else.
+    Count { count: FetchId, entries: Vec<E> },
     /// Cut the reader's read under way short, as if its block had run out: it takes nothing
     /// and returns at once (a read that is not blocked, or has already taken entries, is not
     /// touched and returns them as usual).

@@ -27,8 +27,8 @@ impl<E: Item> Engine<E> {
     pub(super) fn close_now(&mut self, stop: Option<Stop>) {
         self.phase = Phase::Closing { stop };
         self.closed.left_pending = self.window.outstanding();
-        // Entries waiting for their key go back as if never read; on a stream, those waiting
-        // for a retry_after keep their next delivery counted (see `Lanes::take_waiting`).
+        // Entries waiting for their key go back as if never read; on a stream, a retry_after
+        // still waiting uncounted stays as it is (see `Lanes::take_waiting`).
         let (waiting, delayed) = self.lanes.take_waiting(self.config.kind == Kind::Stream);
         self.give_back(delayed, true);
         self.give_back(waiting, false);

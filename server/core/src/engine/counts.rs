@@ -14,15 +14,20 @@ pub fn exhausted(delivery_count: u32, max_deliveries: u32) -> bool {
     max_deliveries > 0 && delivery_count >= max_deliveries
 }
 
-/// Splits a read into entries delivered more often than allowed without an outcome (a client
-/// that crashes on them: straight to the dead letter, not to the client again) and the rest.
+/// Whether an entry was delivered more often than allowed without an outcome (a client that
+/// crashes on it: straight to the dead letter, not to the client again).
+pub(super) fn past_the_cap<E: Item>(entry: &E, max_deliveries: u32) -> bool {
+    max_deliveries > 0 && entry.delivery_count() > max_deliveries
+}
+
+/// Splits a read into entries [`past_the_cap`] and the rest.
 pub(super) fn past_cap<E: Item>(entries: Vec<E>, max_deliveries: u32) -> (Vec<E>, Vec<E>) {
     if max_deliveries == 0 {
         return (Vec::new(), entries);
     }
     entries
         .into_iter()
-        .partition(|e| e.delivery_count() > max_deliveries)
+        .partition(|e| past_the_cap(e, max_deliveries))
 }
 
 /// The ids this window holds (outstanding or settled and not yet flushed), flushes, or settled
@@ -77,17 +82,16 @@ impl<E: Item> Engine<E> {
                 .partition::<Vec<_>, _>(|(e, _)| held.contains(&e.id()));
             delayed = fresh_delayed;
             self.give_back(again, false);
-            // The read's count of these was taken back with it already (see `give_back_read`).
+            // The read's count of these was taken back with it already.
             self.give_back(again_delayed.into_iter().map(|(e, _)| e).collect(), true);
         }
         let (mut dead, alive) = past_cap(entries, self.config.max_deliveries);
         for (entry, wait) in delayed {
-            let cap = self.config.max_deliveries;
-            if cap > 0 && entry.delivery_count() > cap {
+            if past_the_cap(&entry, self.config.max_deliveries) {
                 dead.push(entry);
             } else {
-                // Its retry_after is not due: held, and handed out once it is.
-                self.lanes.hold(entry, now + wait, now);
+                // Its retry_after is not due: held uncounted, counted and handed out once it is.
+                self.lanes.hold(entry, now + wait, false, now);
             }
         }
         if !dead.is_empty() {

@@ -342,6 +342,17 @@ impl<E: Item> Engine<E> {
         }
     }
 
+    /// Asks Redis to count the retries that fell due uncounted, while the client is here to
+    /// get them.
+    pub(super) fn count_due(&mut self, now: Instant) {
+        if self.phase != Phase::Open || !self.client_here {
+            return;
+        }
+        if let Some((count, entries)) = self.lanes.count_due(now) {
+            self.actions.push(Action::Count { count, entries });
+        }
+    }
+
     /// Hands out the entries whose keys came free, as one read, while the window has room.
     pub(super) fn release_waiting(&mut self, now: Instant) {
         if self.phase != Phase::Open || !self.client_here {

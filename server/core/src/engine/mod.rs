@@ -164,8 +164,8 @@ pub struct Read<E> {
     /// Pub/sub: messages dropped for a slow client since the previous read.
     pub lost: u64,
     /// Entries of a re-read or a reclaim whose `retry_after` is not due yet, with the time
-    /// left: held until then, not handed out now. The read's count of them was taken back
-    /// with it (their next delivery was counted when they were kept in place).
+    /// left: held until then, not handed out now, and counted when due. The read's count of
+    /// them was taken back with it (nobody saw that delivery).
     pub delayed: Vec<(E, Duration)>,
 }
 
@@ -346,7 +346,11 @@ impl<E: Item> Engine<E> {
                 batch: config.count as usize,
                 max_parked: config.max_parked as usize,
             });
-        let lanes = ordering::Lanes::new(config.ordered, config.extend_waiting_every, parking);
+        let lanes = ordering::Lanes::new(
+            (config.ordered, config.kind == Kind::Stream),
+            config.extend_waiting_every,
+            parking,
+        );
         let recovery = config
             .kind
             .recovers()
@@ -559,9 +563,17 @@ impl<E: Item> Engine<E> {
             .map(|(entry, delay)| (entry, delay.map(|d| now + d)))
             .collect();
         if !matches!(self.phase, Phase::Open | Phase::Draining { .. }) && settled {
-            // Closing: their next delivery, counted by the flush, will not happen here.
-            let back = in_place.drain(..).map(|(entry, _)| entry).collect();
-            self.give_back(back, false);
+            // Closing: their next delivery, counted by the flush, will not happen here. A
+            // stream's retry_after was kept uncounted: it stays as it is.
+            let stream = self.config.kind == Kind::Stream;
+            let (uncounted, counted): (Vec<_>, Vec<_>) = in_place
+                .drain(..)
+                .partition(|(_, due)| stream && due.is_some());
+            self.give_back(
+                uncounted.into_iter().map(|(entry, _)| entry).collect(),
+                true,
+            );
+            self.give_back(counted.into_iter().map(|(entry, _)| entry).collect(), false);
         }
         self.lanes.flushed(
             flush,
@@ -632,6 +644,29 @@ impl<E: Item> Engine<E> {
                 self.close(Some(stop));
             }
             result => self.lanes.fetched(fetch, result.ok(), now),
+        }
+        self.advance(now);
+    }
+
+    /// A count of due retries came back (see [`Action::Count`]): each entry asked, in order,
+    /// counted, or `None` where it is no longer this consumer's; `Err`: try again later.
+    pub fn counted(
+        &mut self,
+        now: Instant,
+        count: FetchId,
+        result: Result<Vec<Option<E>>, ReadError>,
+    ) {
+        let cap = self.config.max_deliveries;
+        let past_cap = match result {
+            Err(ReadError::Fatal(stop)) => {
+                self.lanes.counted(count, None, cap, now);
+                self.close(Some(stop));
+                Vec::new()
+            }
+            result => self.lanes.counted(count, result.ok(), cap, now),
+        };
+        if !past_cap.is_empty() {
+            self.dead_letter(past_cap);
         }
         self.advance(now);
     }
@@ -727,7 +762,9 @@ impl<E: Item> Engine<E> {
         {
             self.actions.push(Action::RenewLease);
         }
+        self.lanes.look(now);
         self.fetch_parked(now);
+        self.count_due(now);
         self.release_waiting(now);
         self.maybe_read(now);
     }

@@ -15,6 +15,11 @@
 //! after its waiting entries, and fetches the first of them back while it runs short. Redis
 //! keeps them pending meanwhile, so a hot key's backlog costs the sidecar a few bytes an entry
 //! and the reads run on past it for the other keys.
+//!
+//! A stream's `retry_after` waits uncounted: its next delivery is counted in Redis only once it
+//! is due ([`Lanes::count_due`], answered by [`Lanes::counted`]), so that a sidecar that stops
+//! before then leaves the entry counted as often as it was delivered, and whoever reads it
+//! after the due time counts that delivery once.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque, hash_map};
 use std::time::{Duration, Instant};
@@ -44,6 +49,25 @@ pub(super) struct Waiting<E> {
     pub(super) seen: bool,
     /// A retry_after in place: not handed out before then.
     pub(super) not_before: Option<Instant>,
+    pub(super) counting: Counting,
+}
+
+impl<E> Waiting<E> {
+    /// Whether it may go out now: counted, and due.
+    fn ready(&self, now: Instant) -> bool {
+        self.counting == Counting::Counted && self.not_before.is_none_or(|at| at <= now)
+    }
+}
+
+/// Whether Redis has counted a waiting entry's next delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Counting {
+    /// Counted (a read counted it, or the flush that kept it in place did): it goes out as is.
+    Counted,
+    /// A stream's `retry_after`: counted once due, handed out after.
+    Due,
+    /// Its count is under way.
+    Asked,
 }
 
 #[derive(Debug)]
@@ -80,6 +104,7 @@ impl<E: Item> Lane<E> {
             entry,
             seen: false,
             not_before: None,
+            counting: Counting::Counted,
         });
     }
 
@@ -118,11 +143,17 @@ pub(super) struct Admitted<E> {
 /// A fetch of parked entries under way: how many it asked of each lane, in order.
 type Fetch = Vec<(Key, usize)>;
 
+/// A count of due entries under way: each entry's key (`None`: a kept retry) and id, in order.
+type Count<Id> = Vec<(Option<Key>, Id)>;
+
 /// Every lane of one subscription.
 #[derive(Debug)]
 pub(super) struct Lanes<E: Item> {
     /// Keyed entries wait in lanes (an ordered subscription).
     keyed: bool,
+    /// A `retry_after` kept in place waits uncounted until due (a stream; a list's keep counts
+    /// its next delivery at once).
+    count_when_due: bool,
     lanes: HashMap<Key, Lane<E>>,
     /// Entries without a key that a read brought past the room the window had for them
     /// (see [`Lanes::admit`]): handed out first as room frees.
@@ -161,6 +192,14 @@ pub(super) struct Lanes<E: Item> {
     /// Fetches that failed in a row, and when the next may go.
     fetch_failures: u32,
     fetch_at: Option<Instant>,
+    /// Entries waiting uncounted with no count asked ([`Counting::Due`]).
+    uncounted: usize,
+    counts: HashMap<FetchId, Count<E::Id>>,
+    /// Counts that failed in a row.
+    count_failures: u32,
+    /// When the engine last looked: what was due by then is handled by events (room, a key
+    /// freed), not by a wake-up.
+    looked: Option<Instant>,
 }
 
 /// Identifies a fetch of parked entries handed out by [`super::Action::Fetch`].
@@ -168,12 +207,13 @@ pub type FetchId = u64;
 
 impl<E: Item> Lanes<E> {
     pub(super) fn new(
-        keyed: bool,
+        (keyed, count_when_due): (bool, bool),
         extend_every: Option<Duration>,
         parking: Option<Parking>,
     ) -> Self {
         Self {
             keyed,
+            count_when_due,
             lanes: HashMap::new(),
             loose: VecDeque::new(),
             kept: BTreeMap::new(),
@@ -193,6 +233,10 @@ impl<E: Item> Lanes<E> {
             next_fetch: 1,
             fetch_failures: 0,
             fetch_at: None,
+            uncounted: 0,
+            counts: HashMap::new(),
+            count_failures: 0,
+            looked: None,
         }
     }
 
@@ -382,33 +426,42 @@ impl<E: Item> Lanes<E> {
             return;
         }
         for (entry, not_before) in in_place {
-            self.hold(entry.redelivered(), not_before.unwrap_or(now), now);
+            match not_before {
+                // Kept uncounted: counted once due.
+                Some(due) if self.count_when_due => self.hold(entry, due, false, now),
+                // The flush counted its next delivery.
+                _ => self.hold(entry.redelivered(), not_before.unwrap_or(now), true, now),
+            }
         }
         self.extend_soon(now);
     }
 
     /// Holds an entry this consumer keeps pending until `due`: a retry kept in place, or an
     /// entry a re-read or reclaim returned before its `retry_after` is due. A keyed entry
-    /// goes to the front of its lane; the others to the kept retries.
-    pub(super) fn hold(&mut self, entry: E, due: Instant, now: Instant) {
-        let not_before = (due > now).then_some(due);
-        match entry.ordering_key().cloned() {
+    /// goes to the front of its lane; the others to the kept retries. `counted`: Redis has
+    /// counted its next delivery; else it is counted once due, before it goes out.
+    pub(super) fn hold(&mut self, entry: E, due: Instant, counted: bool, now: Instant) {
+        let not_before = (due > now || !counted).then_some(due);
+        let counting = if counted {
+            Counting::Counted
+        } else {
+            self.uncounted += 1;
+            Counting::Due
+        };
+        let waiting = Waiting {
+            entry,
+            seen: true,
+            not_before,
+            counting,
+        };
+        match waiting.entry.ordering_key().cloned() {
             Some(key) if self.keyed => {
                 let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
-                lane.queue.push_front(Waiting {
-                    entry,
-                    seen: true,
-                    not_before,
-                });
+                lane.queue.push_front(waiting);
                 self.queued.insert(key);
             }
             _ => {
                 self.kept_seq += 1;
-                let waiting = Waiting {
-                    entry,
-                    seen: true,
-                    not_before,
-                };
                 self.kept.insert((due, self.kept_seq), waiting);
                 if not_before.is_some() && self.kept_wake.is_none_or(|at| at > due) {
                     self.kept_wake = Some(due);
@@ -450,13 +503,21 @@ impl<E: Item> Lanes<E> {
         if self.waiting == 0 || room == 0 {
             return out;
         }
-        while out.len() < room {
-            let Some(entry) = self.kept.first_entry().filter(|e| e.key().0 <= now) else {
-                break;
-            };
-            out.push((entry.remove().entry, true));
+        let ready: Vec<(Instant, u64)> = self
+            .kept
+            .iter()
+            .take_while(|(at, _)| at.0 <= now)
+            .filter(|(_, waiting)| waiting.ready(now))
+            .map(|(at, _)| *at)
+            .take(room)
+            .collect();
+        for at in ready {
+            out.push((
+                self.kept.remove(&at).expect("a ready kept retry").entry,
+                true,
+            ));
         }
-        self.kept_wake = self.kept.keys().map(|(due, _)| *due).find(|due| *due > now);
+        self.kept_wake = self.kept_wake(now);
         while out.len() < room {
             let Some(entry) = self.loose.pop_front() else {
                 break;
@@ -472,12 +533,7 @@ impl<E: Item> Lanes<E> {
                 .lanes
                 .get_mut(key)
                 .expect("a key with a queue has a lane");
-            if lane.busy == Busy::Free
-                && lane
-                    .queue
-                    .front()
-                    .is_some_and(|w| w.not_before.is_none_or(|at| at <= now))
-            {
+            if lane.busy == Busy::Free && lane.queue.front().is_some_and(|w| w.ready(now)) {
                 let next = lane.queue.pop_front().expect("a front");
                 out.push((next.entry, next.seen));
                 lane.busy = Busy::Out;
@@ -590,17 +646,188 @@ impl<E: Item> Lanes<E> {
 
     /// Whether a retry kept without a key is due and waits for room.
     pub(super) fn kept_due(&self, now: Instant) -> bool {
-        self.kept.keys().next().is_some_and(|(due, _)| *due <= now)
+        self.kept
+            .iter()
+            .take_while(|(at, _)| at.0 <= now)
+            .any(|(_, waiting)| waiting.ready(now))
     }
 
-    /// When a waiting retry falls due, if one waits on a free lane.
+    /// When the next kept retry falls due or may ask for its count again: the first not yet
+    /// due, or one due whose count failed (the map keeps it where it was due first).
+    fn kept_wake(&self, now: Instant) -> Option<Instant> {
+        let mut wake = None;
+        for ((due, _), waiting) in &self.kept {
+            let at = if *due > now {
+                Some(*due)
+            } else {
+                waiting
+                    .not_before
+                    .filter(|at| *at > now && waiting.counting != Counting::Asked)
+            };
+            wake = wake.into_iter().chain(at).min();
+            if *due > now {
+                break;
+            }
+        }
+        wake
+    }
+
+    /// The entries waiting uncounted whose due time has come, to count now (a keyed one once
+    /// its lane is free, as it would go out), if any: they wait on until [`Lanes::counted`].
+    pub(super) fn count_due(&mut self, now: Instant) -> Option<(FetchId, Vec<E>)> {
+        if self.uncounted == 0 {
+            return None;
+        }
+        let due =
+            |w: &Waiting<E>| w.counting == Counting::Due && w.not_before.is_none_or(|at| at <= now);
+        let mut asked = Vec::new();
+        let mut entries = Vec::new();
+        for ((at, _), waiting) in self.kept.iter_mut() {
+            if *at > now {
+                break;
+            }
+            if due(waiting) {
+                waiting.counting = Counting::Asked;
+                asked.push((None, waiting.entry.id()));
+                entries.push(waiting.entry.clone());
+            }
+        }
+        for key in &self.queued {
+            let lane = self
+                .lanes
+                .get_mut(key)
+                .expect("a key with a queue has a lane");
+            if lane.busy != Busy::Free {
+                continue;
+            }
+            if let Some(waiting) = lane.queue.front_mut().filter(|w| due(w)) {
+                waiting.counting = Counting::Asked;
+                asked.push((Some(key.clone()), waiting.entry.id()));
+                entries.push(waiting.entry.clone());
+            }
+        }
+        if entries.is_empty() {
+            return None;
+        }
+        self.uncounted -= entries.len();
+        let count = self.next_fetch;
+        self.next_fetch += 1;
+        self.counts.insert(count, asked);
+        Some((count, entries))
+    }
+
+    /// A count came back: for each entry asked, in order, the entry as its next delivery (its
+    /// count as Redis now has it), or `None` where it is no longer this consumer's (settled,
+    /// or claimed by another consumer): forgotten here. `None` for the whole: it failed, and
+    /// those entries ask again after a backoff. Returns the counted entries past `max_deliveries`
+    /// (0: no cap), taken out, for the dead letter.
+    pub(super) fn counted(
+        &mut self,
+        count: FetchId,
+        found: Option<Vec<Option<E>>>,
+        max_deliveries: u32,
+        now: Instant,
+    ) -> Vec<E> {
+        let Some(asked) = self.counts.remove(&count) else {
+            // Asked before the lanes were emptied (the subscription is closing): what it
+            // counted was given back with them.
+            return Vec::new();
+        };
+        let retry_at = found.is_none().then(|| {
+            self.count_failures += 1;
+            now + super::flow::backoff(self.count_failures)
+        });
+        if found.is_some() {
+            self.count_failures = 0;
+        }
+        let mut found = found.map(Vec::into_iter);
+        let mut past_cap = Vec::new();
+        for (key, id) in asked {
+            let answer = found.as_mut().map(|f| f.next().flatten());
+            let Some(waiting) = self.waiting_mut(key.as_ref(), &id) else {
+                continue;
+            };
+            match answer {
+                None => {
+                    waiting.counting = Counting::Due;
+                    waiting.not_before = retry_at;
+                    self.uncounted += 1;
+                }
+                Some(Some(entry)) if !super::counts::past_the_cap(&entry, max_deliveries) => {
+                    waiting.entry = entry;
+                    waiting.counting = Counting::Counted;
+                    waiting.not_before = None;
+                }
+                Some(entry) => {
+                    self.forget(key.as_ref(), &id);
+                    past_cap.extend(entry);
+                }
+            }
+        }
+        self.kept_wake = self.kept_wake(now);
+        past_cap
+    }
+
+    /// The waiting entry `id`, in its lane or among the kept retries.
+    fn waiting_mut(&mut self, key: Option<&Key>, id: &E::Id) -> Option<&mut Waiting<E>> {
+        match key {
+            Some(key) => self
+                .lanes
+                .get_mut(key)?
+                .queue
+                .iter_mut()
+                .find(|w| w.entry.id() == *id),
+            None => self.kept.values_mut().find(|w| w.entry.id() == *id),
+        }
+    }
+
+    /// Takes the waiting entry `id` out, with its lane if nothing else holds that.
+    fn forget(&mut self, key: Option<&Key>, id: &E::Id) {
+        match key {
+            Some(key) => {
+                let Some(lane) = self.lanes.get_mut(key) else {
+                    return;
+                };
+                let Some(at) = lane.queue.iter().position(|w| w.entry.id() == *id) else {
+                    return;
+                };
+                lane.queue.remove(at);
+                if lane.queue.is_empty() {
+                    self.queued.remove(key);
+                }
+                if !lane.holds() {
+                    self.lanes.remove(key);
+                }
+            }
+            None => {
+                let Some(at) = self.kept.iter().find(|(_, w)| w.entry.id() == *id) else {
+                    return;
+                };
+                let at = *at.0;
+                self.kept.remove(&at);
+            }
+        }
+        self.waiting -= 1;
+    }
+
+    /// The engine looks at the lanes at `now`.
+    pub(super) fn look(&mut self, now: Instant) {
+        self.looked = Some(now);
+    }
+
+    /// When a waiting retry falls due (or may ask for its count again), if one waits on a
+    /// free lane, after the engine last looked: one due by then waits for room or for its
+    /// count, and a wake-up would find nothing to do.
     pub(super) fn next_due(&self) -> Option<Instant> {
         self.queued
             .iter()
             .filter_map(|key| self.lanes.get(key))
             .filter(|lane| lane.busy == Busy::Free)
-            .filter_map(|lane| lane.queue.front()?.not_before)
+            .filter_map(|lane| lane.queue.front())
+            .filter(|w| w.counting != Counting::Asked)
+            .filter_map(|w| w.not_before)
             .chain(self.kept_wake)
+            .filter(|at| self.looked.is_none_or(|looked| *at > looked))
             .min()
     }
 
@@ -620,18 +847,17 @@ impl<E: Item> Lanes<E> {
     }
 
     /// Takes every waiting entry out of its lane, each key's in order (a retry kept in place
-    /// first, the parked ones last, as stubs), to be given back as if never read: a retry kept
-    /// in place counted its next delivery when its flush ran, and that delivery will not
-    /// happen here. Lanes keep only what is out, in flush or waiting for a re-read; fetches
-    /// under way are forgotten. With `split` (a stream), returns apart the retries that wait
-    /// for a due time (a `retry_after` kept in place, or an entry read before its due time),
-    /// whose next delivery is left counted: whoever reads them before then takes back its own
-    /// read's count.
+    /// first, the parked ones last, as stubs), to be given back as if never read: a counted
+    /// retry kept in place counted its next delivery when its flush ran (or when it fell due),
+    /// and that delivery will not happen here. Lanes keep only what is out, in flush or
+    /// waiting for a re-read; fetches and counts under way are forgotten. With `split` (a
+    /// stream), returns apart the retries still uncounted (a `retry_after` not yet counted),
+    /// whose count is left as it is: whoever reads them next counts that delivery.
     pub(super) fn take_waiting(&mut self, split: bool) -> (Vec<E>, Vec<E>) {
         let mut delayed = Vec::new();
         let mut rest = Vec::with_capacity(self.waiting + self.parked);
         for waiting in std::mem::take(&mut self.kept).into_values() {
-            if split && waiting.not_before.is_some() {
+            if split && waiting.counting != Counting::Counted {
                 delayed.push(waiting.entry);
             } else {
                 rest.push(waiting.entry);
@@ -640,7 +866,7 @@ impl<E: Item> Lanes<E> {
         rest.extend(self.loose.drain(..));
         for lane in self.lanes.values_mut() {
             for waiting in lane.queue.drain(..) {
-                if split && waiting.not_before.is_some() {
+                if split && waiting.counting != Counting::Counted {
                     delayed.push(waiting.entry);
                 } else {
                     rest.push(waiting.entry);
@@ -660,6 +886,8 @@ impl<E: Item> Lanes<E> {
         self.waiting = 0;
         self.parked = 0;
         self.extend_at = None;
+        self.uncounted = 0;
+        self.counts.clear();
         (rest, delayed)
     }
 
@@ -689,5 +917,13 @@ impl<E: Item> Lanes<E> {
             + self.kept.len()
             + self.lanes.values().map(|l| l.queue.len()).sum::<usize>();
         assert_eq!(waiting, self.waiting, "entries waiting in memory");
+        let due = |w: &&Waiting<E>| w.counting == Counting::Due;
+        let uncounted = self.kept.values().filter(due).count()
+            + self
+                .lanes
+                .values()
+                .map(|l| l.queue.iter().filter(due).count())
+                .sum::<usize>();
+        assert_eq!(uncounted, self.uncounted, "entries waiting uncounted");
     }
 }

@@ -182,7 +182,9 @@ fn pending_count(entry: &crate::domain::Entry) -> u32 {
         .saturating_sub(entry.earlier_attempts())
 }
 
-pub(crate) use read::{StreamReader, extend, fetch, read_ahead, read_ahead_reply, uncount};
+pub(crate) use read::{
+    StreamReader, count_due, extend, fetch, read_ahead, read_ahead_reply, uncount,
+};
 
 #[cfg(test)]
 mod tests;

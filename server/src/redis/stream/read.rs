@@ -24,10 +24,10 @@ use crate::domain::{Entry, ReadBatch, StreamSource};
 /// consumer ARGV[2] of group ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or
 /// another consumer's); and the ms left until the `retry_after` due time the group's delay set
 /// KEYS[2] holds for it, 0 when none is left (a re-read or a reclaim must not deliver it
-/// before then). Such an entry's next delivery was counted when it was kept in place, so
-/// the count this read added is taken back (a sidecar that crashes again and again before the
-/// due time would otherwise count deliveries nobody saw, up to the dead letter). Each entry of this consumer is also claimed again by it, its count and idle
-/// time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
+/// before then). Nobody sees such an entry before it is due, so the count this read added is
+/// taken back: it is counted when due ([`count_due`]), and a sidecar that crashes again and
+/// again before then counts no deliveries nobody saw, up to the dead letter. Each entry of
+/// this consumer is also claimed again by it, its count and idle time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
 /// (`XREADGROUP … 0`) renews both in memory only, Redis writing it to neither its AOF nor its
 /// replicas, and a restart or failover would otherwise hand back an entry just delivered
 /// again as idle since its first read, for another consumer to claim while it is being
@@ -56,6 +56,39 @@ for i = 3, #ARGV do
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
   end
   counts[#counts + 1] = {count, wait}
+end
+return counts
+"#,
+    )
+});
+
+/// Counts the next delivery of `retry_after`s kept in place now due: for each pair `id, n` in
+/// ARGV[3..] (`n` the deliveries the subscription knows of), while the entry is pending on
+/// consumer ARGV[2] of group ARGV[1] on the stream KEYS[1], `XCLAIM … RETRYCOUNT c JUSTID` with
+/// `c` one past `n` or past the count Redis has if higher (a re-read under way counted it
+/// meanwhile, and gives its own count back only while Redis still has it: the count may run
+/// one ahead, never behind), and its due time leaves the group's delay set KEYS[2]. Replies
+/// `c` per id, or 0 where the entry is no longer this consumer's (settled, or claimed by
+/// another consumer): not delivered here.
+///
+/// When Redis refuses: the `XCLAIM` (`NOPERM`, `READONLY`; not `OOM`, which `XCLAIM` is not
+/// subject to) fails the script, and nothing of it stays: the entries wait uncounted and ask
+/// again after a backoff, pending on this consumer all the while. The `ZREM` is a `pcall`: a
+/// due time left behind has passed, and holds nothing back.
+static COUNT_DUE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local counts = {}
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
+  local count = 0
+  if row then
+    count = math.max(row[4], tonumber(ARGV[i + 1])) + 1
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
+    redis.pcall('ZREM', KEYS[2], id)
+  end
+  counts[#counts + 1] = count
 end
 return counts
 "#,
@@ -281,6 +314,38 @@ pub(crate) async fn uncount(
         })
         .collect();
     claim_own(client, keys, ids).await
+}
+
+/// Counts the next delivery of these `retry_after`s, now due ([`COUNT_DUE`]): each as that
+/// delivery sees it, or `None` where it is no longer this consumer's.
+pub(crate) async fn count_due(
+    client: &Client,
+    keys: &StreamKeys,
+    entries: &[&Entry],
+) -> Result<Vec<Option<Entry>>, RedisError> {
+    let mut args = vec![
+        Value::Bytes(keys.group.clone()),
+        Value::Bytes(keys.consumer.clone()),
+    ];
+    for entry in entries {
+        args.push(Value::Bytes(entry.id.clone()));
+        args.push(Value::Integer(pending_count(entry).into()));
+    }
+    let stream_keys = vec![Key::from(keys.key.clone()), Key::from(keys.due.clone())];
+    let counts: Vec<u64> = COUNT_DUE
+        .evalsha_with_reload(client, stream_keys, args)
+        .await
+        .map_err(|e| RedisError::from_fred("EVALSHA", &e))?;
+    Ok(entries
+        .iter()
+        .zip(counts)
+        .map(|(entry, count)| {
+            (count > 0).then(|| Entry {
+                delivery_count: count as u32 + entry.earlier_attempts(),
+                ..Entry::clone(entry)
+            })
+        })
+        .collect())
 }
 
 /// Makes pending entries of this consumer idle again, without a delivery counted (`JUSTID`):

@@ -13,17 +13,20 @@ use super::{StreamKeys, pending_count};
 use crate::domain::Entry;
 
 /// Keeps entry ARGV[3] pending in group ARGV[1] of the stream KEYS[1], on consumer ARGV[2],
-/// its next delivery counted: `XCLAIM … RETRYCOUNT n JUSTID` (which alone counts nothing),
-/// `n` ARGV[4] or the count Redis has if higher. Never lower: a higher count is a delivery
-/// made since by whoever holds the consumer name now (this subscription's lease lapsed while
-/// Redis was away), and a later delivery must not count below it. With ARGV[5], a
-/// `retry_after`'s delay in ms, the entry's id goes into the group's delay set KEYS[2] scored
-/// by its due time (Redis's clock, which every reader of the set shares, plus the delay),
-/// which re-reads and reclaims consult so that nobody delivers it early. Without, an earlier
-/// due time of it is removed (refused, as for a delay set of the wrong type, the retry goes
-/// on: a due time left behind only holds the entry back until then). An entry no longer
-/// pending on this consumer (another consumer claimed it while this one could not reach
-/// Redis) is theirs, and left alone: the reply is 0, else 1.
+/// idle from now: `XCLAIM … RETRYCOUNT n JUSTID` (which alone counts nothing), `n` ARGV[4] or
+/// the count Redis has if higher. Never lower: a higher count is a delivery made since by
+/// whoever holds the consumer name now (this subscription's lease lapsed while Redis was
+/// away), and a later delivery must not count below it. A `retry` passes its next delivery's
+/// count (handed out again at once, from memory). With ARGV[5], a `retry_after`'s delay in
+/// ms, it passes the count so far instead (its next delivery is counted once due, by
+/// [`super::read::count_due`]: a sidecar that stops before then leaves nothing counted that
+/// nobody saw) and the entry's id goes into the group's delay set KEYS[2] scored by its due
+/// time (Redis's clock, which every reader of the set shares, plus the delay), which re-reads
+/// and reclaims consult so that nobody delivers it early. Without, an earlier due time of it
+/// is removed (refused, as for a delay set of the wrong type, the retry goes on: a due time
+/// left behind only holds the entry back until then). An entry no longer pending on this
+/// consumer (another consumer claimed it while this one could not reach Redis) is theirs,
+/// and left alone: the reply is 0, else 1.
 ///
 /// When Redis refuses: under `OOM`, `READONLY`, `NOPERM` for `EVAL` or a key, `BUSY` or a
 /// slot that moved, the whole script (`#!lua`, every key declared) is refused before it
@@ -100,10 +103,11 @@ impl Settling for StreamKeys {
         true
     }
 
-    /// The entry stays pending on this consumer, its delivery count set to its next delivery's
-    /// and its idle time reset, a `retry_after`'s due time kept in the group's delay set:
-    /// [`KEEP_IN_PLACE`].
+    /// The entry stays pending on this consumer, its idle time reset: a `retry` with its next
+    /// delivery counted, a `retry_after` with its due time kept in the group's delay set and
+    /// counted once due ([`KEEP_IN_PLACE`]).
     fn keep_in_place(&self, entry: &Entry, delay: Option<Duration>, plan: &mut FlushPlan) {
+        let count = pending_count(entry) + u32::from(delay.is_none());
         let mut args = vec![
             Bytes::from_static(KEEP_IN_PLACE.as_bytes()),
             Bytes::from_static(b"2"),
@@ -112,7 +116,7 @@ impl Settling for StreamKeys {
             self.group.clone(),
             self.consumer.clone(),
             entry.id.clone(),
-            Bytes::from((pending_count(entry) + 1).to_string()),
+            Bytes::from(count.to_string()),
         ];
         args.extend(delay.map(|d| Bytes::from(d.as_millis().to_string())));
         plan.push("EVAL", args, Role::KeepInPlace, Some(self.slot));

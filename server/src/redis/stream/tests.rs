@@ -317,13 +317,14 @@ fn a_retry_kept_in_place_is_neither_copied_nor_acked_but_counted() {
     let plan = plan(&keys(), &batch, Mode::Pipeline, 1_000);
     let rendered = plan.render();
     assert_eq!(rendered[..2], ["INCR k1", "XACK orders g 1-0"]);
-    // Each kept pending on this consumer, its next delivery counted, never lower than Redis
-    // has; the retry_after's delay kept in the group's delay set. Nothing is appended to the
-    // stream, which the other groups read.
+    // Each kept pending on this consumer, never counted lower than Redis has: the retry with
+    // its next delivery counted; the retry_after as it is, its delay kept in the group's
+    // delay set (counted once due). Nothing is appended to the stream, which the other
+    // groups read.
     let script = format!("EVAL {} 2", settle::KEEP_IN_PLACE);
     let due = "{orders}:window:delayed:g";
     assert_eq!(rendered[2], format!("{script} orders {due} g c 2-0 2"));
-    assert_eq!(rendered[3], format!("{script} orders {due} g c 3-0 2 250"));
+    assert_eq!(rendered[3], format!("{script} orders {due} g c 3-0 1 250"));
     assert_eq!(rendered.len(), 4);
     assert_eq!(plan.commands[2].role, Role::KeepInPlace);
     let kept: Vec<_> = plan.in_place.iter().map(|(_, id)| id.clone()).collect();

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use super::{Item, Subscription, observe};
+use super::{Item, Lookup, Subscription, observe};
 use crate::domain::{Entry, ReadBatch};
 use crate::engine::{self, Read, ReadError};
 use crate::metrics::{OutcomeLabels, ReasonLabels, RoundTripLabels};
@@ -33,10 +33,11 @@ impl Subscription {
         }
     }
 
-    /// What a fetch of parked entries found, with its round trip counted, as the engine sees
-    /// it: the entries with their ordering keys.
+    /// What a fetch of parked entries or a count of due retries (`kind`) found, with its
+    /// round trip counted, as the engine sees it: the entries with their ordering keys.
     pub(super) fn fetch_result(
         &mut self,
+        kind: Lookup,
         found: Result<Vec<Option<Entry>>, RedisError>,
     ) -> Result<Vec<Option<Item>>, ReadError> {
         self.shared
@@ -44,7 +45,10 @@ impl Subscription {
             .round_trips
             .get_or_create(&RoundTripLabels {
                 form: self.form_labels.form,
-                kind: "fetch",
+                kind: match kind {
+                    Lookup::Fetch => "fetch",
+                    Lookup::Count => "count",
+                },
             })
             .inc();
         let ordering = self.request.ordering_key.as_ref();
@@ -59,7 +63,14 @@ impl Subscription {
                 })
                 .collect()),
             Err(err) => {
-                warn!(error = %err, "fetching entries parked for their ordering key failed; trying again");
+                match kind {
+                    Lookup::Fetch => {
+                        warn!(error = %err, "fetching entries parked for their ordering key failed; trying again")
+                    }
+                    Lookup::Count => {
+                        warn!(error = %err, "counting the delivery of due retries failed; trying again")
+                    }
+                }
                 Err(read_error(&err))
             }
         }

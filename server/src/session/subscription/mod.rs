@@ -37,8 +37,17 @@ use crate::window::{ReadId, SlotId};
 
 type Item = Arc<Entry>;
 
-/// What a fetch of parked entries found.
-type Fetched = (FetchId, Result<Vec<Option<Entry>>, RedisError>);
+/// What a fetch of parked entries or a count of due retries found.
+type Fetched = (Lookup, FetchId, Result<Vec<Option<Entry>>, RedisError>);
+
+/// A look-up of pending entries by id that answers the engine.
+#[derive(Clone, Copy, Debug)]
+enum Lookup {
+    /// [`Action::Fetch`].
+    Fetch,
+    /// [`Action::Count`].
+    Count,
+}
 
 /// One open subscription.
 pub(super) struct Subscription {
@@ -59,7 +68,7 @@ pub(super) struct Subscription {
     /// An ordered stream's read lane.
     lane_tx: Option<mpsc::UnboundedSender<LaneRead>>,
     flush_rx: mpsc::UnboundedReceiver<Flushed>,
-    /// Fetches of parked entries answer here.
+    /// Fetches of parked entries and counts of due retries answer here.
     fetch_tx: mpsc::UnboundedSender<Fetched>,
     fetch_rx: mpsc::UnboundedReceiver<Fetched>,
     lease: Option<ConsumerLease>,
@@ -142,9 +151,12 @@ impl Subscription {
                 // Cancel-safe: mpsc receive.
                 Some(flushed) = self.flush_rx.recv() => self.flushed(flushed),
                 // Cancel-safe: mpsc receive.
-                Some((fetch, found)) = self.fetch_rx.recv() => {
-                    let found = self.fetch_result(found);
-                    self.engine.fetched(now(), fetch, found);
+                Some((lookup, id, found)) = self.fetch_rx.recv() => {
+                    let found = self.fetch_result(lookup, found);
+                    match lookup {
+                        Lookup::Fetch => self.engine.fetched(now(), id, found),
+                        Lookup::Count => self.engine.counted(now(), id, found),
+                    }
                 }
                 // Cancel-safe: mpsc receive.
                 Some(renewal) = self.lease_rx.recv() => self.engine.lease_renewed(now(), renewal),
@@ -204,7 +216,20 @@ impl Subscription {
                 tokio::spawn(
                     async move {
                         let found = form.fetch(&client, &parked).await;
-                        let _ = answer.send((fetch, found));
+                        let _ = answer.send((Lookup::Fetch, fetch, found));
+                    }
+                    .in_current_span(),
+                );
+            }
+            Action::Count { count, entries } => {
+                let (form, client) = (self.form.clone(), self.shared.redis.pool().clone());
+                let answer = self.fetch_tx.clone();
+                // Beside everything else: the entries are this consumer's pending ones.
+                tokio::spawn(
+                    async move {
+                        let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
+                        let found = form.count_due(&client, &refs).await;
+                        let _ = answer.send((Lookup::Count, count, found));
                     }
                     .in_current_span(),
                 );

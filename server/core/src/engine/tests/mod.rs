@@ -1110,6 +1110,14 @@ fn first_flush(actions: &[Action<E>]) -> (FlushId, Vec<usize>) {
         .unwrap_or_else(|| panic!("a flush: {actions:?}"))
 }
 
+/// The count of due retries asked among `actions`, with its entries.
+fn count_asked(actions: &[Action<E>]) -> Option<(FetchId, Vec<E>)> {
+    actions.iter().find_map(|a| match a {
+        Action::Count { count, entries } => Some((*count, entries.clone())),
+        _ => None,
+    })
+}
+
 /// The entries handed out among `actions`.
 fn delivered_entries(actions: &[Action<E>]) -> Vec<E> {
     actions
@@ -1179,7 +1187,8 @@ fn an_unordered_streams_retry_at_the_cap_is_not_kept_in_place() {
 }
 
 /// A retry_after kept in place waits in memory until it is due, made idle again meanwhile so
-/// that no other consumer reclaims it, and is handed out then, not before.
+/// that no other consumer reclaims it, uncounted; then its delivery is counted in Redis, and
+/// it is handed out once that count is back, not before.
 #[test]
 fn an_unordered_streams_retry_after_waits_until_due() {
     let start = Instant::now();
@@ -1205,8 +1214,60 @@ fn an_unordered_streams_retry_after_waits_until_due() {
         "not before due"
     );
     assert!(engine.next_deadline().is_some_and(|at| at <= start + delay));
-    engine.tick(start + delay);
+    let due = start + delay;
+    engine.tick(due);
+    let actions = engine.take_actions();
+    assert!(delivered(&actions).is_empty(), "not before it is counted");
+    let (count, entries) = count_asked(&actions).expect("its count asked");
+    assert_eq!(entries, vec![entry(1, 1)]);
+    assert_eq!(engine.next_deadline(), None, "nothing to wake up for");
+    engine.counted(due, count, Ok(vec![Some(entry(1, 2))]));
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(1, 2)]);
+}
+
+/// A count that fails asks again after a backoff; an entry the count finds no longer this
+/// consumer's (settled, or claimed by another) is forgotten; one counted past the cap goes to
+/// the dead letter instead of the client.
+#[test]
+fn a_due_retry_is_counted_again_forgotten_or_dead_lettered() {
+    let start = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), start);
+    engine.take_actions();
+    let read = vec![entry(1, 1), entry(2, 1), entry(3, 2)];
+    engine.read_returned(start, Ok(Read::new(read)));
+    engine.take_actions();
+    let delay = Duration::from_millis(100);
+    let outcomes = (1..=3)
+        .map(|id| settle(id, Outcome::RetryAfter(delay)))
+        .collect();
+    engine.apply(start, Vec::new(), outcomes, |_, _| None);
+    let (flush, _) = first_flush(&engine.take_actions());
+    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.take_actions();
+    let due = start + delay;
+    engine.tick(due);
+    let (count, entries) = count_asked(&engine.take_actions()).expect("a count");
+    assert_eq!(entries.len(), 3);
+    engine.counted(due, count, Err(ReadError::Retry { unknown: false }));
+    let actions = engine.take_actions();
+    assert!(count_asked(&actions).is_none() && delivered(&actions).is_empty());
+    let again = engine.next_deadline().expect("a retry of the count");
+    assert!(again > due);
+    engine.tick(again);
+    let (count, entries) = count_asked(&engine.take_actions()).expect("asked again");
+    assert_eq!(entries.len(), 3);
+    let cap = config(Kind::Stream).max_deliveries;
+    let found = vec![Some(entry(1, 2)), None, Some(entry(3, cap + 1))];
+    engine.counted(again, count, Ok(found));
+    let actions = engine.take_actions();
+    assert_eq!(delivered_entries(&actions), vec![entry(1, 2)]);
+    assert!(
+        actions.iter().any(
+            |a| matches!(a, Action::DeadLetter { entries, .. } if entries == &vec![entry(3, cap + 1)])
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(engine.view().waiting_for_key, 0, "entry 2 forgotten");
 }
 
 /// A re-read or a reclaim that returns an entry whose retry_after is not due holds it until
@@ -1221,13 +1282,16 @@ fn a_redelivered_entry_not_yet_due_is_held_until_due() {
         entries: vec![entry(1, 2)],
         redelivery: true,
         lost: 0,
-        delayed: vec![(entry(2, 3), wait)],
+        delayed: vec![(entry(2, 2), wait)],
     };
     engine.read_returned(start, Ok(read));
     assert_eq!(delivered(&engine.take_actions()), vec![1]);
     engine.tick(start + wait / 2);
     assert!(delivered(&engine.take_actions()).is_empty());
     engine.tick(start + wait);
+    let (count, entries) = count_asked(&engine.take_actions()).expect("its count asked");
+    assert_eq!(entries, vec![entry(2, 2)]);
+    engine.counted(start + wait, count, Ok(vec![Some(entry(2, 3))]));
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 3)]);
     // Out already: a later re-read that returns it again gives it back as it is (the read's
     // count of it was taken back with the read: taken back again, it would run behind).
@@ -1265,11 +1329,10 @@ fn a_retry_left_to_another_consumer_is_not_delivered_again() {
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 2)]);
 }
 
-/// At close a retry_after still waiting keeps its next delivery counted (whoever reads it
-/// before its due time takes its own read's count back), where anything else waiting goes
-/// back uncounted.
+/// At close a retry_after still waiting uncounted stays as it is (whoever reads it next
+/// counts that delivery, once), where a counted one waiting goes back uncounted.
 #[test]
-fn a_waiting_retry_after_goes_back_counted_at_close() {
+fn a_waiting_retry_after_goes_back_as_it_is_at_close() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
@@ -1284,9 +1347,15 @@ fn a_waiting_retry_after_goes_back_counted_at_close() {
     let actions = engine.take_actions();
     assert!(
         actions.iter().any(
-            |a| matches!(a, Action::GiveBack { entries, seen: true } if entries == &vec![entry(1, 2)])
+            |a| matches!(a, Action::GiveBack { entries, seen: true } if entries == &vec![entry(1, 1)])
         ),
         "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::GiveBack { seen: false, .. })),
+        "nothing to take back: {actions:?}"
     );
 }
 
@@ -1348,6 +1417,10 @@ fn a_due_retry_cuts_a_blocking_read_short() {
     };
     let due = start + delay;
     engine.tick(due);
+    let actions = engine.take_actions();
+    assert_eq!(interrupts(&actions), 0, "not before it is counted");
+    let (count, _) = count_asked(&actions).expect("its count asked");
+    engine.counted(due, count, Ok(vec![Some(entry(1, 2))]));
     assert_eq!(interrupts(&engine.take_actions()), 1);
     engine.tick(due + Duration::from_millis(10));
     assert_eq!(interrupts(&engine.take_actions()), 0, "once per read");

@@ -155,6 +155,8 @@ pub(super) struct World {
     lane: VecDeque<FlushOp>,
     /// Fetches of parked entries under way, by id with the entries asked (id and count).
     fetcher: VecDeque<(FetchId, Vec<(u64, u32)>)>,
+    /// Counts of due retries under way, by id with the entries asked.
+    counter: VecDeque<(FetchId, Vec<E>)>,
     /// Flushes whose reply was lost, which may still run.
     stale: Vec<Stale>,
     /// Stale flushes that can no longer run, to be said so once reported.
@@ -227,6 +229,7 @@ impl World {
             flusher: VecDeque::new(),
             lane: VecDeque::new(),
             fetcher: VecDeque::new(),
+            counter: VecDeque::new(),
             stale: Vec::new(),
             settle_after_report: Vec::new(),
             lease_asked: false,
@@ -322,6 +325,17 @@ impl World {
                         );
                     }
                     self.fetcher.push_back((fetch, parked));
+                }
+                Action::Count { count, entries } => {
+                    assert_eq!(self.kind, Kind::Stream, "a count off a stream");
+                    for e in &entries {
+                        assert!(
+                            !self.holding.values().any(|h| h.id == e.id),
+                            "counted entry {} is out",
+                            e.id
+                        );
+                    }
+                    self.counter.push_back((count, entries));
                 }
                 Action::Deliver { read, entries, .. } => {
                     assert!(!self.ended, "a delivery after the stream ended");
@@ -493,15 +507,8 @@ impl World {
 impl World {
     pub(super) fn give_back(&mut self, entries: Vec<E>, seen: bool) {
         match self.kind {
-            Kind::Stream if seen => {
-                // Retries kept for a due time: their next delivery stays counted. Where Redis
-                // has a delay set, whoever reads one before it is due takes its own read's
-                // count back; this model has none, so their counts may run one ahead.
-                for e in entries {
-                    assert!(e.count > 1, "entry {} given back counted unseen", e.id);
-                    self.lost_replies.insert(e.id);
-                }
-            }
+            // Retries kept uncounted for a due time: they stay pending as they are.
+            Kind::Stream if seen => {}
             Kind::Stream => {
                 for e in entries {
                     // XCLAIM without FORCE: only entries still pending.
@@ -717,8 +724,11 @@ impl World {
             }
             if in_place.contains(&e.id) {
                 // XCLAIM to this consumer (a stream), HINCRBY of the counts hash (a reliable
-                // list): the entry stays pending with the delivery counted.
-                if self.pending.contains(&e.id) {
+                // list): the entry stays pending with the delivery counted; a stream's
+                // retry_after uncounted, until it is due.
+                let uncounted =
+                    self.kind == Kind::Stream && matches!(outcome, Outcome::RetryAfter(_));
+                if self.pending.contains(&e.id) && !uncounted {
                     *self.counts.entry(e.id).or_default() += 1;
                 }
                 continue;
@@ -800,6 +810,35 @@ impl World {
         self.collect();
     }
 
+    /// Answers the oldest count of due retries: each still pending counted once more (a
+    /// guarded `XCLAIM … RETRYCOUNT`), or failed. A re-read under way may have counted one
+    /// since (it gives its own count back only while Redis has it): counted past that, it may
+    /// run one ahead of the deliveries seen, never behind.
+    pub(super) fn answer_count(&mut self, ok: bool) {
+        let Some((count, entries)) = self.counter.pop_front() else {
+            return;
+        };
+        let result = if ok {
+            Ok(entries
+                .into_iter()
+                .map(|e| {
+                    self.pending.contains(&e.id).then(|| {
+                        let c = self.counts.get_mut(&e.id).expect("counted");
+                        if *c > e.count {
+                            self.lost_replies.insert(e.id);
+                        }
+                        *c += 1;
+                        E { count: *c, ..e }
+                    })
+                })
+                .collect())
+        } else {
+            Err(ReadError::Retry { unknown: false })
+        };
+        self.engine.counted(self.now, count, result);
+        self.collect();
+    }
+
     /// Whether `pick` runs or answers the lane rather than the flusher: the one it names, or
     /// the other when that one is empty.
     fn on_lane(&self, pick: u8) -> bool {
@@ -866,6 +905,7 @@ impl World {
                 self.collect();
             }
             12 => self.client_extends(pick),
+            13 if pick & 128 != 0 => self.answer_count(!pick.is_multiple_of(4)),
             13 => self.answer_fetch(!pick.is_multiple_of(4)),
             11 if pick.is_multiple_of(16) => {
                 self.client_done = true;

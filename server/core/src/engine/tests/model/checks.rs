@@ -88,6 +88,7 @@ impl World {
             self.run_flush(64);
             self.answer_flush(64);
             self.answer_fetch(true);
+            self.answer_count(true);
             self.client_acks_all();
             if self.lease_asked {
                 self.lease_asked = false;
@@ -125,6 +126,7 @@ impl World {
             self.run_flush(64);
             self.answer_flush(64);
             self.answer_fetch(true);
+            self.answer_count(true);
             self.settle_stale(false);
             if self.lease_asked {
                 self.lease_asked = false;
