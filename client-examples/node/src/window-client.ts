@@ -1216,8 +1216,12 @@ export class Subscription implements AsyncIterable<Delivery> {
     }
     this.stats.flushes += 1;
     const sent = deliveries.filter((d) => d.sent).length;
-    // (Not on an ordered subscription: its retry kept in place settles nothing.)
-    if (whole && !this.ordered && report.settles !== sent) {
+    // A retry kept in place settles nothing: every retry of a stream (unless it went to the
+    // dead letter at max_deliveries), and on an ordered subscription a keyed entry's.
+    const retried = "stream" in this.opts
+      ? deliveries.filter((d) => d.sent && (d.outcome === "retry" || d.outcome === "retry_after")).length
+      : 0;
+    if (whole && !this.ordered && (report.settles > sent || report.settles < sent - retried)) {
       this.log.warn(`flush of read ${report.readId} settled ${report.settles} entries, but ${sent} outcomes were sent for it`);
     }
     if (!report.ok) {

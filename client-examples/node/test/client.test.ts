@@ -316,6 +316,30 @@ test("a refused command of a dropped delivery leaves the drop as it is", async (
   assert.deepEqual(sub.stats.outcomes, { drop: 1 });
 });
 
+for (const [outcome, settles, warned] of [["retry", 0, false], ["retry_after", 0, false], ["ack", 0, true]] as const) {
+  test(`a stream's ${outcome} settled ${settles} times is ${warned ? "" : "not "}warned of: a retry kept in place settles nothing`, async () => {
+    const { target, server } = await fakeSidecar(async (call, batches) => {
+      await batches.next();
+      call.write(SubscribeResponse.fromPartial({ flush: { readId: 1, settles, ok: true } }));
+    });
+    const logged: string[] = [];
+    const client = new WindowClient(target);
+    const sub = client.subscribe({
+      stream: "s", group: "g", count: 1, logger: { ...quiet, warn: (m) => logged.push(m) }, onFlush: () => sub.stop(),
+    });
+    for await (const d of sub) {
+      if (outcome === "retry") d.retry("later");
+      else if (outcome === "retry_after") d.retryAfter(5000);
+      else d.ack();
+    }
+    await sub.close();
+    client.close();
+    server.forceShutdown();
+    const warnings = logged.filter((m) => m.includes("outcomes were sent"));
+    assert.deepEqual(warnings, warned ? ["flush of read 1 settled 0 entries, but 1 outcomes were sent for it"] : []);
+  });
+}
+
 for (const settled of [true, false]) {
   test(`a side effect Redis failed reaches onError as a SideEffectError after onFlush (settled ${settled})`, async () => {
     const { target, server } = await fakeSidecar(async (call, batches) => {

@@ -373,6 +373,45 @@ class Subscribing(SidecarTest):
         self.assertEqual([([d.slot for d in ev.settled], [d.slot for d in ev.abandoned])
                           for ev in events], [([2], []), ([1], [])])
 
+    async def test_a_streams_retries_kept_in_place_settle_nothing(self) -> None:
+        """A stream's retry stays pending in its group: a report that settled the rest of the
+        read is as expected, and says nothing; one that settled less than that is warned of."""
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"),
+                                                                 delivery(2, "b"),
+                                                                 delivery(3, "c")]))
+            await st.batch()
+            await st.write(flush=pb.FlushReport(read_id=1, settles=1, ok=True))
+            await st.write(read=pb.Read(read_id=2, deliveries=[delivery(4, "d"),
+                                                                 delivery(5, "e")]))
+            await st.batch()
+            await st.write(flush=pb.FlushReport(read_id=2, settles=0, ok=True))
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        flushes = 0
+        with self.assertLogs("window_client", level="WARNING") as logs:
+            async with WindowClient(target, token="") as client:
+                def on_flush(_: window_client.FlushEvent) -> None:
+                    nonlocal flushes
+                    flushes += 1
+                    if flushes == 2:
+                        sub.stop()
+
+                sub = client.subscribe("s", "g", on_flush=on_flush)
+                async with sub:
+                    async for batch in sub.batches():
+                        if batch.read_id == 1:
+                            batch[0].retry("later")
+                            batch[1].retry_after(5.0)
+                            batch[2].ack()
+                        else:
+                            batch[0].retry("later")
+                            batch[1].ack()
+        warnings = [r.getMessage() for r in logs.records if "outcomes were sent" in r.getMessage()]
+        self.assertEqual(warnings, ["flush of read 2 settled 0 entries, but 2 outcomes were sent for it"])
+
     async def test_a_failed_handler_is_retried_after_a_second(self) -> None:
         async def script(st: Stream) -> None:
             await opened(st)

@@ -807,6 +807,7 @@ class Subscription:
         self._client = client
         self._open = open_msg
         self._ordered = open_msg.HasField("ordering_key")
+        self._stream = open_msg.WhichOneof("source") == "stream"
         #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
         self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
@@ -1510,7 +1511,7 @@ class Subscription:
         sidecar abandoned the rest)."""
         rd = st.reads.get(report.read_id)
         deliveries: List[Delivery] = []
-        sent = 0
+        sent = retried = 0
         whole = False
         if rd is not None:
             first = not rd.reported
@@ -1529,6 +1530,11 @@ class Subscription:
                 else:
                     rest.append(d)
             sent = len(deliveries)
+            # A retry kept in place settles nothing: every retry of a stream (unless it went
+            # to the dead letter at max_deliveries), and on an ordered subscription a keyed
+            # entry's.
+            if self._stream:
+                retried = sum(1 for d in deliveries if d.outcome in ("retry", "retry_after"))
             part = self._ordered and st.alive and not st.half_closed and bool(rest)
             if not part:
                 # Done: every delivery was sent, or the rest is abandoned (close, drain).
@@ -1543,8 +1549,7 @@ class Subscription:
                         st.unsettled -= 1  # abandoned by the sidecar (drain or close)
                 deliveries.extend(rest)
         self.stats.flushes += 1
-        if whole and not self._ordered and report.settles != sent:
-            # (Not on an ordered subscription: its retry kept in place settles nothing.)
+        if whole and not self._ordered and not sent - retried <= report.settles <= sent:
             log.warning(
                 "flush of read %d settled %d entries, but %d outcomes were sent for it",
                 report.read_id, report.settles, sent,
