@@ -1059,8 +1059,9 @@ fn an_unknown_otlp_protocol_is_a_configuration_error() {
 }
 
 /// The closing log line says what the close flushed and what it left pending, as
-/// `docs/operations.md` promises: a read with one delivery acked and one still out when
-/// SIGTERM's grace runs out is flushed at the close (the ack), and the other stays pending.
+/// `docs/reference/runtime.md` (Shutdown) promises: a read with one delivery acked and one
+/// still out when SIGTERM's grace runs out is flushed at the close (the ack), and the other
+/// stays pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_closing_log_line_says_what_was_flushed_and_left_pending() {
     let redis = RedisServer::start();
@@ -1268,9 +1269,10 @@ async fn settle_output(sidecar: &SidecarProcess, text: &str) -> Vec<String> {
 }
 
 /// `OTEL_TRACES_EXPORTER=console` prints every span on stdout, and nothing goes over OTLP even
-/// though an endpoint is set: the flush span with each attribute docs/operations.md names, a
-/// child of its read span in the same trace, linked to the producer's and the client's
-/// contexts; the resource carries `OTEL_SERVICE_NAME`, and the log says where spans go.
+/// though an endpoint is set: the flush span with each attribute docs/reference/runtime.md
+/// names, a child of its read span in the same trace, linked to the producer's and the
+/// client's contexts; the resource carries `OTEL_SERVICE_NAME`, and the log says where spans
+/// go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_prints_the_flush_span_with_its_attributes() {
     let (receiver, otlp) = start_receiver().await;
@@ -1310,7 +1312,8 @@ async fn console_prints_the_flush_span_with_its_attributes() {
             (CLIENT[3..35].to_owned(), CLIENT[36..52].to_owned()),
         ]
     );
-    // Every attribute docs/operations.md lists for window.flush, with this flush's values.
+    // Every attribute docs/reference/runtime.md (Traces) lists for window.flush, with this
+    // flush's values.
     for (key, value) in [
         ("window.subscription", "\"orders\""),
         ("window.group", "\"g\""),
