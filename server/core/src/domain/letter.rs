@@ -15,7 +15,7 @@ use super::entry::{
     REASON_HEADER, RUSTSTREAM_RETRY_HEADER, SUBSCRIPTION_HEADER,
 };
 use super::frame;
-use crate::policy::Patterns;
+use super::pattern::Patterns;
 
 /// Header on redriven copies: `<times redriven>;<unix ms of the last redrive>`.
 pub const REDRIVEN_HEADER: &str = "x-window-redriven";
