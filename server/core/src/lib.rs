@@ -11,5 +11,6 @@
 
 pub mod domain;
 pub mod engine;
+mod item;
 pub mod policy;
 pub mod window;

@@ -79,63 +79,6 @@ impl Parked {
     }
 }
 
-/// A stream id's two parts (`<ms>-<seq>`).
-fn stream_id(id: &[u8]) -> Option<(u64, u64)> {
-    let id = std::str::from_utf8(id).ok()?;
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// A stream entry is known by its id across reads; list values and messages have none (the
-/// engine asks only of streams, and parks only stream entries).
-impl crate::engine::Item for std::sync::Arc<Entry> {
-    type Id = Bytes;
-    type Parked = Parked;
-    fn park(&self) -> Parked {
-        let (ms, seq) = stream_id(&self.id).unwrap_or_default();
-        debug_assert!(stream_id(&self.id).is_some(), "parked a non-stream entry");
-        Parked {
-            ms,
-            seq,
-            delivery_count: self.delivery_count,
-            earlier_attempts: self.earlier_attempts(),
-        }
-    }
-    fn stub(parked: &Parked) -> Self {
-        // Giving back takes a delivery off the count of its pending entry, the count less
-        // the earlier copies' attempts: the stub carries those as the header they come from.
-        let fields = (parked.earlier_attempts > 0)
-            .then(|| {
-                (
-                    Bytes::from(format!("h:{ATTEMPTS_HEADER}")),
-                    Bytes::from(parked.earlier_attempts.to_string()),
-                )
-            })
-            .into_iter()
-            .collect();
-        std::sync::Arc::new(Entry {
-            id: parked.id(),
-            fields,
-            delivery_count: parked.delivery_count,
-            ..Default::default()
-        })
-    }
-    fn id(&self) -> Bytes {
-        self.id.clone()
-    }
-    fn delivery_count(&self) -> u32 {
-        self.delivery_count
-    }
-    fn ordering_key(&self) -> Option<&super::Key> {
-        self.ordering_key.as_ref()
-    }
-    fn redelivered(&self) -> Self {
-        let mut next = Entry::clone(self);
-        next.delivery_count += 1;
-        std::sync::Arc::new(next)
-    }
-}
-
 impl Entry {
     /// A list value or message as an entry: its payload and headers when it is a frame and
     /// the subscription reads frames, else the value as its payload.
