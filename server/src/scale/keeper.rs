@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::Watch;
-use crate::domain::{ListSource, Source, StreamSource};
+use crate::domain::{DEFAULT_DEAD_AFTER, ListSource, Source, StreamSource};
 use crate::metrics::FormLabels;
 use crate::policy::Patterns;
 use crate::redis::entry::into_bytes;
@@ -86,7 +86,7 @@ pub fn source(keep: &Watch, min_idle: Duration) -> Source {
         Watch::List { key } => Source::List(ListSource {
             key: key.clone(),
             consumer: String::new(),
-            dead_after: crate::grpc::convert::DEFAULT_DEAD_AFTER,
+            dead_after: DEFAULT_DEAD_AFTER,
             reliable: true,
             framing: Default::default(),
         }),

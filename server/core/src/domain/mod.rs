@@ -19,5 +19,8 @@ pub use entry::{Body, Entry, ReadBatch};
 pub use frame::Framing;
 pub use key::Key;
 pub use pattern::Patterns;
-pub use source::{ListSource, MAX_BLOCK, Mode, OrderingKey, PubSubSource, Source, StreamSource};
+pub use source::{
+    DEFAULT_DEAD_AFTER, ListSource, MAX_BLOCK, Mode, OrderingKey, PubSubSource, Source,
+    StreamSource,
+};
 pub use target::Target;

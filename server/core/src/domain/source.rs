@@ -129,6 +129,11 @@ impl Mode {
 /// The longest a read may block.
 pub const MAX_BLOCK: Duration = Duration::from_secs(60);
 
+/// A reliable list's [`ListSource::dead_after`] when nobody says otherwise: a client that sets
+/// none, and the keeper (`--keep list:<key>`), which recovers the same consumers' processing
+/// lists as the subscriptions do.
+pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(30);
+
 /// Where an ordered subscription finds an entry's ordering key. Entries that share a key are
 /// handed out one at a time, in the order read; an entry without it is unordered.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -59,7 +59,7 @@ pub use crate::domain::MAX_BLOCK;
 /// min_idle when the client sets none.
 pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(60);
 /// A reliable list's dead_after when the client sets none.
-pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(30);
+pub use crate::domain::DEFAULT_DEAD_AFTER;
 /// A pub/sub buffer when the client sets none.
 pub const DEFAULT_PUBSUB_BUFFER: usize = 10_000;
 /// The largest pub/sub buffer a client may ask for.
