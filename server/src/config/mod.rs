@@ -489,7 +489,7 @@ impl Config {
         {
             return Err(ConfigError::EmptyConsumerName);
         }
-        crate::scale::keeper::check_allowed(&self.keep, &Patterns::new(&self.allow_keys))
+        check_kept_allowed(&self.keep, &Patterns::new(&self.allow_keys))
             .map_err(ConfigError::Keep)?;
         Ok(())
     }
@@ -524,6 +524,34 @@ impl Config {
 pub enum Watch {
     Stream { key: String, group: String },
     List { key: String },
+}
+
+impl Watch {
+    /// How `--keep` names a stream group or list, for messages.
+    pub fn spec(&self) -> String {
+        match self {
+            Watch::Stream { key, group } => format!("stream:{key}:{group}"),
+            Watch::List { key } => format!("list:{key}"),
+        }
+    }
+}
+
+/// Refuses a kept key that `--allow-keys` does not allow: the keeper would promote into a key
+/// no client of this sidecar may touch. Part of the configuration's validation, so that
+/// `--check-config` refuses it too.
+fn check_kept_allowed(keep: &[Watch], keys: &Patterns) -> Result<(), String> {
+    for kept in keep {
+        let key = match kept {
+            Watch::Stream { key, .. } | Watch::List { key } => key,
+        };
+        if !keys.allows(key.as_bytes()) {
+            return Err(format!(
+                "--keep {}: the key {key:?} is outside --allow-keys",
+                kept.spec()
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn parse_watch(spec: &str) -> Result<Watch, String> {

@@ -142,3 +142,21 @@ fn watched_groups_and_lists_are_named_by_form_and_key() {
         );
     }
 }
+
+#[test]
+fn a_kept_key_outside_allow_keys_is_refused_by_name() {
+    let keys = Patterns::new(&["orders:*".to_owned()]);
+    let keep = vec![
+        Watch::Stream {
+            key: "orders:in".into(),
+            group: "g".into(),
+        },
+        Watch::List { key: "jobs".into() },
+    ];
+    let err = check_kept_allowed(&keep, &keys).unwrap_err();
+    assert!(
+        err.contains("list:jobs") && err.contains("outside --allow-keys"),
+        "{err}"
+    );
+    assert!(check_kept_allowed(&keep[..1], &keys).is_ok());
+}
