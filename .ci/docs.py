@@ -17,7 +17,7 @@
 3. docs/reference/metrics.md lists every metric the server registers (`register` and
    `register_with_unit` calls in server/src, named as Prometheus exposes them: the registry's
    prefix, the unit, `_total` for counters) with its type, and no metric it does not register;
-   its former names (server/src/scale/names.rs) are listed too, and no other.
+   its former names (server/src/metrics/names.rs) are listed too, and no other.
 4. Every rpc, message, enum, enum value, oneof and field of the wire contract (proto/**/*.proto)
    has a comment on the line directly above it: the contract is what clients in every language
    are generated from, and its comments are their only documentation.
@@ -37,7 +37,7 @@ FLAGS_DOC = "docs/reference/flags.md"
 METRICS_DOC = "docs/reference/metrics.md"
 SIDECAR_FLAGS = "server/src/config/mod.rs"
 DEAD_LETTER_FLAGS = "server/src/cli/dead_letters.rs"
-METRIC_NAMES = "server/src/scale/names.rs"
+METRIC_NAMES = "server/src/metrics/names.rs"
 
 problems = []
 
@@ -285,7 +285,7 @@ def registered_metrics():
 def check_metrics():
     prefix, metrics = registered_metrics()
     if len(metrics) < 20:
-        problem("server/src/metrics.rs", 1, f"docs.py found only {len(metrics)} registered metrics: its parser no longer understands the registrations")
+        problem("server/src/metrics/mod.rs", 1, f"docs.py found only {len(metrics)} registered metrics: its parser no longer understands the registrations")
     new = re.compile(r"\b(" + re.escape(prefix) + r"[a-z0-9_]*[a-z0-9])")
     documented, types = {}, {}
     for number, line in prose_lines(read(METRICS_DOC)):
@@ -329,7 +329,7 @@ def check_metrics():
         for name in old.findall(line):
             listed.setdefault(name, number)
     for name in sorted(expected - set(listed)):
-        problem(METRICS_DOC, 1, f"the former name {name} (server/src/scale/names.rs) is not listed")
+        problem(METRICS_DOC, 1, f"the former name {name} (server/src/metrics/names.rs) is not listed")
     for name in sorted(set(listed) - expected):
         problem(METRICS_DOC, listed[name], f"{name} is not a former name the server exports")
     return len(metrics)

@@ -18,14 +18,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use fred::prelude::*;
 
+use crate::metrics::scale::{ScaleMetrics, WorkLabels};
 use crate::metrics::{GroupLabels, KeyLabels};
 use crate::redis::entry::into_bytes;
 use crate::redis::form::Form;
 use crate::redis::stream::StreamKeys;
 use crate::redis::{RedisError, arg, call_at, str_arg};
 use crate::session::Shared;
-
-use super::{ScaleMetrics, WorkLabels};
 
 /// The most entries counted one by one (unread entries when the lag is unknown, reclaimable
 /// pending entries): a sample stays one bounded round trip per command.

@@ -144,7 +144,7 @@ pub(super) async fn flush_loop(
                 mut report, span, ..
             } = job;
             report.result = result;
-            let exemplar = crate::scale::exemplar::of_span(span.as_ref());
+            let exemplar = crate::metrics::exemplar::of_span(span.as_ref());
             duration.observe(elapsed, exemplar, None);
             let outcome = if report.result.ok() { "ok" } else { "failed" };
             metrics

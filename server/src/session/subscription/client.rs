@@ -149,7 +149,7 @@ impl Subscription {
                 .get_or_create(&self.form_labels)
                 .observe(
                     took.as_secs_f64(),
-                    crate::scale::exemplar::of_context(read_span.as_ref()),
+                    crate::metrics::exemplar::of_context(read_span.as_ref()),
                     None,
                 );
         }

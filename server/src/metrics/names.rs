@@ -5,12 +5,12 @@
 //! since have only the new name.
 
 /// Prefix of every family.
-pub const PREFIX: &str = "window_sidecar_";
+pub(crate) const PREFIX: &str = "window_sidecar_";
 /// The former prefix, kept for one release.
-pub const OLD_PREFIX: &str = "window_";
+pub(crate) const OLD_PREFIX: &str = "window_";
 
 /// The families (names after the prefix, as registered) that had a `window_` name before.
-pub const OLD_FAMILIES: &[&str] = &[
+pub(crate) const OLD_FAMILIES: &[&str] = &[
     "subscriptions_open",
     "reads",
     "read_aheads",
@@ -35,7 +35,7 @@ pub const OLD_FAMILIES: &[&str] = &[
 
 /// `text` (an OpenMetrics exposition ending in `# EOF`) with each family of [`OLD_FAMILIES`]
 /// repeated under its former name before the end.
-pub fn with_old_names(text: String) -> String {
+pub(crate) fn with_old_names(text: String) -> String {
     let body = text.strip_suffix("# EOF\n").unwrap_or(&text);
     let mut old = String::new();
     let mut copying = false;

@@ -4,84 +4,21 @@
 //! Round trips per read is `window_redis_round_trips_total / window_reads_total`; a read-ahead
 //! (a read at the end of a flush's pipeline) is a read without a round trip of its own.
 
-use prometheus_client::encoding::EncodeLabelSet;
+pub(crate) mod exemplar;
+mod labels;
+pub(crate) mod names;
+pub(crate) mod scale;
+
+pub(crate) use labels::{
+    FlushLabels, FormLabels, GroupLabels, KeyLabels, ModeLabels, OutcomeLabels, ReasonLabels,
+    RefusalLabels, RoundTripLabels, SubscriptionLabels,
+};
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-
-/// Labels of per-form series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FormLabels {
-    pub form: &'static str,
-}
-
-/// Labels of outcome counts.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    pub form: &'static str,
-    pub outcome: &'static str,
-}
-
-/// Labels of flush counts.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FlushLabels {
-    pub form: &'static str,
-    pub mode: &'static str,
-    pub result: &'static str,
-}
-
-/// Labels of flush durations.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModeLabels {
-    pub form: &'static str,
-    pub mode: &'static str,
-}
-
-/// Labels of Redis round trips.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RoundTripLabels {
-    pub form: &'static str,
-    /// read, claim, pending_counts, fetch or flush.
-    pub kind: &'static str,
-}
-
-/// Labels of one subscription's series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SubscriptionLabels {
-    pub key: String,
-    pub group: String,
-    pub consumer: String,
-}
-
-/// Labels of a consumer group's series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GroupLabels {
-    pub key: String,
-    pub group: String,
-}
-
-/// Labels of a key's series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KeyLabels {
-    pub key: String,
-}
-
-/// Labels of writes Redis refused, per subscription.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RefusalLabels {
-    /// As dead letters name it: `stream/group`, or the list's key.
-    pub subscription: String,
-    /// The class of Redis's error (`crate::redis::flush::refusal_reason`).
-    pub reason: &'static str,
-}
-
-/// Labels of rejections.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: &'static str,
-}
 
 fn size_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
@@ -118,15 +55,14 @@ pub struct Metrics {
     pub retention_trimmed: Family<KeyLabels, Counter>,
     pub retention_blocked: Family<GroupLabels, Gauge>,
     pub retention_failures: Family<KeyLabels, Counter>,
-    /// Work waiting, keeper and alerting series (crate::scale).
-    pub scale: crate::scale::ScaleMetrics,
+    /// Work waiting, keeper and alerting series ([`scale`]).
+    pub scale: scale::ScaleMetrics,
     pub read_duration: Family<FormLabels, LatencyWithExemplars, fn() -> LatencyWithExemplars>,
 }
 
 /// A latency histogram whose buckets keep the trace id of their last observation.
-pub(crate) type LatencyWithExemplars = prometheus_client::metrics::exemplar::HistogramWithExemplars<
-    crate::scale::exemplar::TraceLabels,
->;
+pub(crate) type LatencyWithExemplars =
+    prometheus_client::metrics::exemplar::HistogramWithExemplars<exemplar::TraceLabels>;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -136,7 +72,7 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        // window_sidecar_…; the former window_… names are kept for one release (crate::scale::names).
+        // window_sidecar_…; the former window_… names are kept for one release ([`names`]).
         let mut registry = Registry::with_prefix("window_sidecar");
         let m = Self {
             subscriptions_open: Family::default(),
@@ -153,7 +89,7 @@ impl Metrics {
             flushes: Family::default(),
             flush_commands: Family::new_with_constructor(size_histogram),
             flush_settles: Family::new_with_constructor(size_histogram),
-            flush_duration: Family::new_with_constructor(crate::scale::exemplar::latency_histogram),
+            flush_duration: Family::new_with_constructor(exemplar::latency_histogram),
             round_trips: Family::default(),
             outstanding: Family::default(),
             waiting_for_key: Family::default(),
@@ -167,7 +103,7 @@ impl Metrics {
             retention_blocked: Family::default(),
             retention_failures: Family::default(),
             scale: Default::default(),
-            read_duration: Family::new_with_constructor(crate::scale::exemplar::latency_histogram),
+            read_duration: Family::new_with_constructor(exemplar::latency_histogram),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -349,10 +285,10 @@ impl Metrics {
     /// asks for OpenMetrics, without otherwise.
     pub fn encode_for(&self, accept: Option<&str>) -> String {
         let text = self.encode();
-        if crate::scale::exemplar::wants_openmetrics(accept) {
+        if exemplar::wants_openmetrics(accept) {
             text
         } else {
-            crate::scale::exemplar::without_exemplars(&text)
+            exemplar::without_exemplars(&text)
         }
     }
 
@@ -361,7 +297,7 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
-        crate::scale::names::with_old_names(out)
+        names::with_old_names(out)
     }
 }
 

@@ -17,12 +17,12 @@ pub struct TraceLabels {
 }
 
 /// A latency histogram (0.25 ms to about 4 s, as the others) that keeps exemplars.
-pub fn latency_histogram() -> HistogramWithExemplars<TraceLabels> {
+pub(crate) fn latency_histogram() -> HistogramWithExemplars<TraceLabels> {
     HistogramWithExemplars::new(exponential_buckets(0.000_25, 2.0, 15))
 }
 
 /// The exemplar of a span: its trace id, when the span is recorded (sampled) and so exported.
-pub fn of_context(context: Option<&SpanContext>) -> Option<TraceLabels> {
+pub(crate) fn of_context(context: Option<&SpanContext>) -> Option<TraceLabels> {
     let context = context?;
     (context.is_valid() && context.is_sampled()).then(|| TraceLabels {
         trace_id: context.trace_id().to_string(),
@@ -30,13 +30,13 @@ pub fn of_context(context: Option<&SpanContext>) -> Option<TraceLabels> {
 }
 
 /// The exemplar of a span being recorded (a flush's).
-pub fn of_span(span: Option<&opentelemetry::global::BoxedSpan>) -> Option<TraceLabels> {
+pub(crate) fn of_span(span: Option<&opentelemetry::global::BoxedSpan>) -> Option<TraceLabels> {
     use opentelemetry::trace::Span;
     of_context(span.map(|span| span.span_context()))
 }
 
 /// Whether an `Accept` header asks for the OpenMetrics exposition.
-pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+pub(crate) fn wants_openmetrics(accept: Option<&str>) -> bool {
     accept.is_some_and(|accept| {
         accept.split(',').any(|part| {
             let mut params = part.split(';').map(str::trim);
@@ -48,7 +48,7 @@ pub fn wants_openmetrics(accept: Option<&str>) -> bool {
 }
 
 /// `text` without its exemplars (the ` # {…} value [timestamp]` after a sample's value).
-pub fn without_exemplars(text: &str) -> String {
+pub(crate) fn without_exemplars(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         match (line.starts_with('#'), line.find(" # {")) {
