@@ -16,6 +16,7 @@ pub mod dev;
 pub mod grpc;
 pub(crate) mod http;
 pub(crate) mod metrics;
+pub mod proto;
 pub mod redis;
 pub mod scale;
 pub mod server;
@@ -23,13 +24,3 @@ pub mod session;
 pub mod telemetry;
 
 pub use window_sidecar_core::{domain, engine, policy, window};
-
-/// Types generated from `proto/window_sidecar/v1/` (`window.proto`, `dead_letters.proto`).
-pub mod proto {
-    #![allow(missing_docs, clippy::all, clippy::pedantic)]
-    tonic::include_proto!("window_sidecar.v1");
-
-    /// The encoded file descriptor set, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("window_sidecar_descriptor");
-}
