@@ -263,10 +263,13 @@ pub async fn run(
             .watch(&source, &Form::new(&source, None));
     }
     tokio::spawn(learn_server(Arc::clone(&shared)));
-    tokio::spawn(crate::session::backlog::run(
-        Arc::clone(&shared),
-        config.sample_interval,
-    ));
+    // The jobs take the parts of the shared state they use; each task holds all of it.
+    let sampler = Arc::clone(&shared);
+    let every = config.sample_interval;
+    tokio::spawn(async move {
+        let s = &sampler;
+        crate::session::backlog::run(&s.backlog, &s.redis, &s.metrics, every).await
+    });
     shared.metrics.scale.start_time.set(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -277,11 +280,20 @@ pub async fn run(
         config.sample_interval,
     ));
     if !config.ack_retention.is_empty() {
-        tokio::spawn(crate::session::retention::run(
-            Arc::clone(&shared),
-            config.ack_retention.clone(),
-            config.retention_interval,
-        ));
+        let trimmer = Arc::clone(&shared);
+        let (patterns, every) = (config.ack_retention.clone(), config.retention_interval);
+        tokio::spawn(async move {
+            let s = &trimmer;
+            crate::session::retention::run(
+                &s.retention,
+                &s.redis,
+                &s.metrics,
+                &s.shutdown,
+                patterns,
+                every,
+            )
+            .await
+        });
     }
     let metrics_server = match config.metrics_listen {
         Some(addr) => {

@@ -4,17 +4,15 @@
 //! when its last subscription closes; a group that no longer exists loses its series.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use std::time::Duration;
 
 use crate::domain::Source;
 use crate::metrics::{GroupLabels, KeyLabels, Metrics};
+use crate::redis::Redis;
 use crate::redis::form::Form;
 use crate::redis::sample::{self, Group, Sample};
-
-use super::Shared;
 
 /// The most keys watched at once: a sidecar whose clients open ever new keys must not grow its
 /// sampling without bound (each costs a round trip per interval).
@@ -64,21 +62,22 @@ impl Backlog {
 
 /// Samples one watched key now: a subscription that opens shows its backlog at once, not at the
 /// next tick.
-pub async fn sample_now(shared: Arc<Shared>, source: Source, form: Form) {
+pub async fn sample_now(redis: &Redis, metrics: &Metrics, source: &Source, form: &Form) {
     let (key, group, _) = source.describe();
-    let sample = sample::sample(shared.redis.pool(), &form).await;
-    record(&shared.metrics, key, group, sample);
+    let sample = sample::sample(redis.pool(), form).await;
+    record(metrics, key, group, sample);
 }
 
-/// Samples everything watched every `every`, until the process ends.
-pub async fn run(shared: Arc<Shared>, every: Duration) {
+/// Samples everything `backlog` watches every `every`, until the process ends. Given the parts
+/// of the shared state it uses rather than all of it: that state holds the [`Backlog`].
+pub async fn run(backlog: &Backlog, redis: &Redis, metrics: &Metrics, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for ((_, key, group), form) in shared.backlog.snapshot() {
-            let sample = sample::sample(shared.redis.pool(), &form).await;
-            record(&shared.metrics, key, group, sample);
+        for ((_, key, group), form) in backlog.snapshot() {
+            let sample = sample::sample(redis.pool(), &form).await;
+            record(metrics, key, group, sample);
         }
     }
 }

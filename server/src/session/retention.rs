@@ -21,20 +21,19 @@
 //! `crate::redis::retention`); the second of two trims in a row finds nothing to cut.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::Shared;
-use crate::metrics::{GroupLabels, KeyLabels};
+use crate::metrics::{GroupLabels, KeyLabels, Metrics};
 use crate::policy::Patterns;
-use crate::redis::RedisError;
 use crate::redis::retention::{self, Discovery, Trim};
+use crate::redis::{Redis, RedisError};
 
 /// The most streams under retention at once: each costs a round trip per interval.
 const MAX_STREAMS: usize = 10_000;
@@ -95,15 +94,25 @@ struct Retained {
     refused: bool,
 }
 
-/// Trims every stream under retention every `every` until shutdown begins. `patterns` are the
-/// `--ack-retention` patterns, which the walk of the keyspace looks for.
-pub async fn run(shared: Arc<Shared>, patterns: Vec<String>, every: Duration) {
-    let Some(mut registered) = shared.retention.receiver.lock().take() else {
+/// Trims every stream under retention every `every` until `shutdown` begins. `patterns` are
+/// the `--ack-retention` patterns, which the walk of the keyspace looks for. Given the parts of
+/// the shared state it uses rather than all of it: that state holds the [`Retention`].
+pub async fn run(
+    retention: &Retention,
+    redis: &Redis,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    patterns: Vec<String>,
+    every: Duration,
+) {
+    let Some(mut registered) = retention.receiver.lock().take() else {
         return;
     };
     let mut job = Job {
         discovery: Discovery::new(retention::scan_glob(&patterns)),
-        shared: Arc::clone(&shared),
+        retention,
+        redis,
+        metrics,
         streams: BTreeMap::new(),
         walk_failing: BTreeSet::new(),
         full: false,
@@ -112,7 +121,7 @@ pub async fn run(shared: Arc<Shared>, patterns: Vec<String>, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            () = shared.shutdown.cancelled() => return,
+            () = shutdown.cancelled() => return,
             _ = tick.tick() => job.round().await,
             Some(first) = registered.recv() => {
                 let mut fresh = Vec::new();
@@ -129,8 +138,10 @@ pub async fn run(shared: Arc<Shared>, patterns: Vec<String>, every: Duration) {
     }
 }
 
-struct Job {
-    shared: Arc<Shared>,
+struct Job<'a> {
+    retention: &'a Retention,
+    redis: &'a Redis,
+    metrics: &'a Metrics,
     discovery: Discovery,
     streams: BTreeMap<Bytes, Retained>,
     /// The nodes whose walk failed at its last step (said once when that starts and ends).
@@ -139,10 +150,10 @@ struct Job {
     full: bool,
 }
 
-impl Job {
+impl Job<'_> {
     /// Walks a step for streams, then trims every stream of the set.
     async fn round(&mut self) {
-        let found = self.discovery.step(&self.shared.redis).await;
+        let found = self.discovery.step(self.redis).await;
         for (node, result) in found.nodes {
             match result {
                 Ok(()) => {
@@ -160,7 +171,7 @@ impl Job {
             }
         }
         for key in found.streams {
-            if self.shared.retention.covers(&key) {
+            if self.retention.covers(&key) {
                 self.add(key, Why::Seen);
             }
         }
@@ -201,7 +212,7 @@ impl Job {
         if keys.is_empty() {
             return;
         }
-        let redis = &self.shared.redis;
+        let redis = self.redis;
         let trims: Vec<(Bytes, Result<Trim, RedisError>)> = futures::stream::iter(keys)
             .map(|key| async move {
                 let trim = retention::trim_acknowledged(redis.pool(), &key).await;
@@ -217,7 +228,7 @@ impl Job {
 
     /// Counts, logs and remembers what one trim did.
     fn record(&mut self, key: Bytes, trim: Result<Trim, RedisError>) {
-        let metrics = &self.shared.metrics;
+        let metrics = self.metrics;
         let name = String::from_utf8_lossy(&key).into_owned();
         let Some(stream) = self.streams.get_mut(&key) else {
             return;

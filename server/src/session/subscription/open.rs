@@ -149,9 +149,15 @@ impl Subscription {
         }
         shared.backlog.watch(&source, &form);
         shared.metrics.scale.watch(&source, &form);
+        let sampler = Arc::clone(shared);
+        let (sampled, sampled_form) = (source.clone(), form.clone());
         tokio::spawn(
-            crate::session::backlog::sample_now(Arc::clone(shared), source.clone(), form.clone())
-                .in_current_span(),
+            async move {
+                let s = &sampler;
+                crate::session::backlog::sample_now(&s.redis, &s.metrics, &sampled, &sampled_form)
+                    .await;
+            }
+            .in_current_span(),
         );
         let (key, group, consumer) = source.describe();
         let view = SubscriptionView {
