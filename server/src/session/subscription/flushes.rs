@@ -1,15 +1,14 @@
 //! A subscription's flushes: the engine's batches turned into plans with their spans and
 //! reports, handed to the flusher, and the flusher's answers handed back to the engine.
 
-use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
-
-use bytes::Bytes;
 
 use opentelemetry::trace::{Span, SpanContext};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+// Named through this module by the subscription's state, which holds one.
+pub(super) use super::poison::PoisonReasons;
 use super::{Item, Subscription, observe};
 use crate::domain::Entry;
 use crate::engine::{FlushId, FlushStatus, Read, ReadError};
@@ -269,36 +268,5 @@ fn report(read_id: ReadId, kept: usize, dropped: usize, plan: &FlushPlan) -> Flu
         settles: plan.settles,
         dead_lettered: plan.dead_lettered,
         result: FlushResult::default(),
-    }
-}
-
-/// The last side-effect error of entries an atomic-mode segment left pending, so that one that
-/// keeps failing goes to the dead letter with Redis's error as its reason once past
-/// `max_deliveries`. Bounded: past [`PoisonReasons::CAPACITY`] the oldest is forgotten (its
-/// dead letter then gets the generic reason, as after a restart).
-#[derive(Debug, Default)]
-pub(super) struct PoisonReasons {
-    reasons: HashMap<Bytes, String>,
-    order: VecDeque<Bytes>,
-}
-
-impl PoisonReasons {
-    const CAPACITY: usize = 1024;
-
-    fn remember(&mut self, key: Bytes, reason: String) {
-        if self.reasons.insert(key.clone(), reason).is_none() {
-            self.order.push_back(key);
-            if self.order.len() > Self::CAPACITY
-                && let Some(oldest) = self.order.pop_front()
-            {
-                self.reasons.remove(&oldest);
-            }
-        }
-    }
-
-    fn take(&mut self, key: &Bytes) -> Option<String> {
-        let reason = self.reasons.remove(key)?;
-        self.order.retain(|k| k != key);
-        Some(reason)
     }
 }

@@ -8,6 +8,7 @@ mod client;
 mod flushes;
 mod held;
 mod open;
+mod poison;
 
 use std::collections::HashMap;
 use std::sync::Arc;
