@@ -1015,7 +1015,7 @@ async fn cluster_resharding_moves_the_subscription_with_its_slot() {
     assert_eq!(on_new_owner("{orders}", "XLEN").as_int(), Some(30));
     assert_eq!(on_new_owner("{orders}:count", "GET").text(), "30");
 
-    // Publish to a slot that just moved: MOVED is "followed by the client library" (README).
+    // Publish to a slot that just moved: MOVED is "followed by the client library" (docs/how-to/cluster-and-sentinel.md).
     let produce_slot = slot_of("{produce}");
     let produce_from = cluster.primary_for_slot(produce_slot);
     let produce_to = *cluster

@@ -277,7 +277,8 @@ async fn a_redis_restart_mid_run_reports_the_failed_flush_once_and_loses_no_entr
         .collect();
     println!("pipeline: applied twice though not in a flush reported unknown: {unexplained:?}");
     // "A side effect of an acked entry runs again only if its flush failed before the XACK
-    // took effect" (README): only entries of failed flushes whose outcome is unknown.
+    // took effect" (docs/design.md, Streams in depth): only entries of failed flushes whose
+    // outcome is unknown.
     assert!(unexplained.is_empty(), "{unexplained:?}");
     // Pipeline mode is at least once: a flush cut between its side effects and its XACK runs
     // them again.
@@ -562,7 +563,7 @@ async fn a_sidecar_killed_mid_window_and_restarted_settles_every_entry() {
     );
     // What may be pending: the in-flight limit, plus one read's worth of settled deliveries
     // waiting for their flush (they do not count against the limit, so the next read overlaps
-    // the flush: see the README's performance notes).
+    // the flush: see `Engine::room` in server/core/src/engine/flow.rs).
     assert!(
         redelivered <= (MAX_IN_FLIGHT + COUNT) as usize,
         "duplicate deliveries are bounded by the in-flight limit and one read: {redelivered}"
@@ -1182,7 +1183,7 @@ async fn an_entry_acked_while_its_read_is_still_open_is_not_delivered_and_applie
     let read = worker.next_read().await;
     assert_eq!(read.deliveries.len(), 2);
     // e0 is acked at once; e1 takes its time (longer than min_idle: it may be claimed and
-    // handled twice, as the README warns). e0's flush waits for e1.
+    // handled twice, as docs/design.md warns for `min_idle`). e0's flush waits for e1.
     worker.ack(&read.deliveries[..1]).await;
     let deadline = tokio::time::Instant::now() + 5 * min_idle;
     while let Some(left) = deadline.checked_duration_since(tokio::time::Instant::now()) {

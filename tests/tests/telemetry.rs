@@ -1117,7 +1117,7 @@ async fn the_closing_log_line_says_what_was_flushed_and_left_pending() {
 }
 
 /// The sidecar says once, at start, which server it reached and whether it has `XACKDEL`: the
-/// line an operator compares with the README's support table.
+/// line an operator compares with the README's table of supported servers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_and_what_it_offers_are_logged_once_at_start() {
     let redis = RedisServer::start();

@@ -477,10 +477,10 @@ fn target_row(what: &str, figure: String, target: &str) {
     println!("{what:<58} {figure:<34} target {target}");
 }
 
-/// The figures the README's performance section holds the sidecar to.
+/// The figures docs/performance.md holds the sidecar to.
 fn targets(records: &[Record], idle: &[IdleRss], many: &[ManyRecord], rate: u64) {
     println!();
-    println!("== the targets (figures, not assertions; see the README's performance section)");
+    println!("== the targets (figures, not assertions; see docs/performance.md)");
     cpu_targets(records);
     ratio_target(
         records,
