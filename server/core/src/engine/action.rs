@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use super::{FetchId, FlushId, Stop};
+use super::types::{FetchId, FlushId, Item, Stop};
 use crate::window::{FlushBatch, OpenedRead};
 
 /// What the I/O task must do, in order.
 #[derive(Debug, PartialEq)]
-pub enum Action<E: super::Item> {
+pub enum Action<E: Item> {
     /// Read up to `count` entries on the reader, blocking at most `block`. `reread`: go
     /// through this consumer's own pending entries first; `recover`: first recover entries of
     /// idle or dead consumers.

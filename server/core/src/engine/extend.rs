@@ -2,7 +2,8 @@
 
 use std::time::Instant;
 
-use super::{Action, Engine, Extension, Item};
+use super::types::{Extension, Item};
+use super::{Action, Engine};
 use crate::window::{SlotError, SlotId};
 
 impl<E: Item> Engine<E> {

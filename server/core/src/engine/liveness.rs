@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Kind, LeaseRenewal};
+use super::types::{Kind, LeaseRenewal};
 
 /// The most a failed renewal waits before the next try.
 const RETRY_FAILED_RENEWAL: Duration = Duration::from_millis(250);

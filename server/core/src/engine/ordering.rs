@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque, hash_map};
 use std::time::{Duration, Instant};
 
-use super::{FlushId, Item};
+use super::types::{FetchId, FlushId, Item};
 use crate::domain::Key;
 use crate::window::SlotId;
 
@@ -201,9 +201,6 @@ pub(super) struct Lanes<E: Item> {
     /// freed), not by a wake-up.
     looked: Option<Instant>,
 }
-
-/// Identifies a fetch of parked entries handed out by [`super::Action::Fetch`].
-pub type FetchId = u64;
 
 impl<E: Item> Lanes<E> {
     pub(super) fn new(
