@@ -11,11 +11,6 @@ use crate::window::{FlushBatch, Outcome, SlotId};
 /// the sidecar takes the last apart. More went no faster (see Performance in development.md).
 const READS_IN_ORDER: usize = 2;
 
-/// The wait before the next read after `failures` failed ones in a row.
-pub(super) fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(100 << failures.min(5))
-}
-
 impl<E: Item> Engine<E> {
     /// How many more deliveries the window may take.
     pub(super) fn room(&self) -> usize {

@@ -15,8 +15,10 @@
 //! in place). The handlers that tie them together are here.
 
 mod action;
+mod backoff;
 mod closing;
 mod counts;
+mod deliver;
 mod extend;
 mod flow;
 mod liveness;
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 use crate::window::{Command, CommandError, Outcome, SlotError, SlotId, Window};
 
 pub use action::Action;
+use backoff::backoff;
 pub use counts::exhausted;
 use liveness::{Lease, Recovery};
 pub use types::{
@@ -241,7 +244,7 @@ impl<E: Item> Engine<E> {
                 // on this consumer, so read those again.
                 self.reread_owed = true;
                 self.read_failures += 1;
-                self.retry_read_at = Some(now + flow::backoff(self.read_failures));
+                self.retry_read_at = Some(now + backoff(self.read_failures));
             }
         }
         self.settled_during_reads

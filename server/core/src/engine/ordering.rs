@@ -24,6 +24,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque, hash_map};
 use std::time::{Duration, Instant};
 
+use super::backoff::backoff;
 use super::types::{FetchId, FlushId, Item};
 use crate::domain::Key;
 use crate::window::SlotId;
@@ -602,7 +603,7 @@ impl<E: Item> Lanes<E> {
         self.fetching -= asked.iter().map(|(_, n)| n).sum::<usize>();
         let Some(found) = found else {
             self.fetch_failures += 1;
-            self.fetch_at = Some(now + super::flow::backoff(self.fetch_failures));
+            self.fetch_at = Some(now + backoff(self.fetch_failures));
             for (key, _) in asked {
                 if let Some(lane) = self.lanes.get_mut(&key) {
                     lane.fetching = 0;
@@ -732,7 +733,7 @@ impl<E: Item> Lanes<E> {
         };
         let retry_at = found.is_none().then(|| {
             self.count_failures += 1;
-            now + super::flow::backoff(self.count_failures)
+            now + backoff(self.count_failures)
         });
         if found.is_some() {
             self.count_failures = 0;
