@@ -2,7 +2,9 @@
 //! what is owed is flushed, a simple list's entries go back), the end of the client's stream
 //! and the wait for the last read.
 
-use super::{Action, Engine, Item, Kind, Phase, Stop};
+use super::action::Action;
+use super::state::{Engine, Phase};
+use super::types::{Item, Kind, Read, Stop};
 
 impl<E: Item> Engine<E> {
     /// Starts closing, once.
@@ -48,7 +50,7 @@ impl<E: Item> Engine<E> {
     /// Gives back what a read returned that nobody will see: its entries uncounted; its
     /// entries not yet due as they are, since the read's count of those was taken back with
     /// it (taken back twice, a count would run behind the deliveries a client saw).
-    pub(super) fn give_back_read(&mut self, read: super::Read<E>) {
+    pub(super) fn give_back_read(&mut self, read: Read<E>) {
         self.give_back(read.entries, false);
         let delayed = read.delayed.into_iter().map(|(entry, _)| entry).collect();
         self.give_back(delayed, true);

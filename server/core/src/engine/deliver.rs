@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
+use super::action::Action;
 use super::counts::{held_ids, past_cap, past_the_cap, split_held};
+use super::state::Engine;
 use super::types::{FlushId, Item, Read};
-use super::{Action, Engine};
 
 impl<E: Item> Engine<E> {
     /// Hands a read of `count` entries at most to the client, less those it must not get.

@@ -2,8 +2,9 @@
 
 use std::time::Instant;
 
+use super::action::Action;
+use super::state::Engine;
 use super::types::{Extension, Item};
-use super::{Action, Engine};
 use crate::window::{SlotError, SlotId};
 
 impl<E: Item> Engine<E> {

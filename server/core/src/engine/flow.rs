@@ -4,7 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Action, Engine, FlushId, Flushing, Item, Kind, Phase, ReaderRead, counts};
+use super::action::Action;
+use super::counts;
+use super::state::{Engine, Flushing, Phase, ReaderRead};
+use super::types::{FlushId, Item, Kind};
 use crate::window::{FlushBatch, Outcome, SlotId};
 
 /// The reads an ordered stream keeps out at once on its read lane: Redis runs the next while

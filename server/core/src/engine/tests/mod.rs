@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::window::{Outcome, SlotError, SlotId};
 use model::{COUNT, E, RENEW, World, config};
 
 fn kinds() -> impl Strategy<Value = Kind> {

@@ -10,7 +10,7 @@ use super::super::*;
 
 mod checks;
 mod client;
-use crate::window::{Limits, ReadId};
+use crate::window::{Limits, Outcome, ReadId, SlotId};
 
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct E {

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::super::super::state::Phase;
 use super::super::super::*;
 use super::{E, RENEW, World, config};
 

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use super::super::super::state::Phase;
 use super::super::super::*;
 use super::{E, EXTEND_EVERY, World};
-use crate::window::Command;
+use crate::window::{Command, Outcome, SlotError, SlotId};
 
 impl World {
     /// The client settles one or more held slots, with a command for each.
