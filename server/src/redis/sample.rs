@@ -4,10 +4,9 @@
 
 use fred::prelude::*;
 
-use super::entry::into_bytes;
 use super::form::Form;
 use super::list;
-use super::stream::StreamKeys;
+use super::stream::{self, GroupInfo, StreamKeys};
 use super::{RedisError, arg, call, call_at};
 
 /// One sample; `None` where Redis did not say.
@@ -53,42 +52,16 @@ pub(crate) async fn sample(client: &Client, form: &Form) -> Sample {
 /// The group's `pending` and `lag` from XINFO GROUPS.
 async fn group_info(client: &Client, keys: &StreamKeys) -> Result<Group, RedisError> {
     // Routed by the key's slot: the first argument is "GROUPS", not the key.
-    let Value::Array(groups) = call_at(
+    let reply = call_at(
         client,
         "XINFO",
         vec![Value::from("GROUPS"), arg(&keys.key)],
         false,
         Some(keys.slot),
     )
-    .await?
-    else {
-        return Ok(Group::Missing);
-    };
-    for group in groups {
-        let fields: Vec<Value> = match group {
-            Value::Array(fields) => fields,
-            Value::Map(map) => map
-                .inner()
-                .into_iter()
-                .flat_map(|(k, v)| [Value::from(k), v])
-                .collect(),
-            _ => continue,
-        };
-        let mut name = None;
-        let mut pending = 0;
-        let mut lag = None;
-        for pair in fields.chunks(2) {
-            let [field, value] = pair else { continue };
-            match field.as_str().as_deref() {
-                Some("name") => name = into_bytes(value.clone()),
-                Some("pending") => pending = value.as_i64().unwrap_or(0),
-                Some("lag") => lag = value.as_i64(),
-                _ => {}
-            }
-        }
-        if name.as_ref() == Some(&keys.group) {
-            return Ok(Group::Found { pending, lag });
-        }
-    }
-    Ok(Group::Missing)
+    .await?;
+    Ok(match stream::find_group(reply, &keys.group) {
+        Some(GroupInfo { pending, lag, .. }) => Group::Found { pending, lag },
+        None => Group::Missing,
+    })
 }

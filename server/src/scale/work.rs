@@ -22,7 +22,7 @@ use crate::metrics::scale::{ScaleMetrics, WorkLabels};
 use crate::metrics::{GroupLabels, KeyLabels};
 use crate::redis::entry::into_bytes;
 use crate::redis::form::Form;
-use crate::redis::stream::StreamKeys;
+use crate::redis::stream::{self, GroupInfo, StreamKeys};
 use crate::redis::{RedisError, arg, call_at, str_arg};
 use crate::session::Shared;
 
@@ -132,13 +132,6 @@ pub async fn sample(client: &Client, form: &Form, min_idle: Duration) -> Result<
 
 fn integer(value: Value) -> i64 {
     value.as_i64().unwrap_or(0)
-}
-
-/// What XINFO GROUPS says of one group.
-struct GroupInfo {
-    pending: i64,
-    lag: Option<i64>,
-    last_delivered: Option<Bytes>,
 }
 
 async fn stream_work(
@@ -262,46 +255,12 @@ async fn group_info(client: &Client, keys: &StreamKeys) -> Result<Option<GroupIn
         Some(keys.slot),
     )
     .await;
-    let groups = match reply {
-        Ok(Value::Array(groups)) => groups,
-        Ok(_) => return Ok(None),
+    match reply {
+        Ok(reply) => Ok(stream::find_group(reply, &keys.group)),
         // XINFO GROUPS of a key that does not exist is an error.
-        Err(RedisError::Refused { message, .. }) if message.contains("no such key") => {
-            return Ok(None);
-        }
-        Err(err) => return Err(err),
-    };
-    for group in groups {
-        let fields: Vec<Value> = match group {
-            Value::Array(fields) => fields,
-            Value::Map(map) => map
-                .inner()
-                .into_iter()
-                .flat_map(|(k, v)| [Value::from(k), v])
-                .collect(),
-            _ => continue,
-        };
-        let mut name = None;
-        let mut info = GroupInfo {
-            pending: 0,
-            lag: None,
-            last_delivered: None,
-        };
-        for pair in fields.chunks(2) {
-            let [field, value] = pair else { continue };
-            match field.as_str().as_deref() {
-                Some("name") => name = into_bytes(value.clone()),
-                Some("pending") => info.pending = value.as_i64().unwrap_or(0),
-                Some("lag") => info.lag = value.as_i64(),
-                Some("last-delivered-id") => info.last_delivered = into_bytes(value.clone()),
-                _ => {}
-            }
-        }
-        if name.as_ref() == Some(&keys.group) {
-            return Ok(Some(info));
-        }
+        Err(RedisError::Refused { message, .. }) if message.contains("no such key") => Ok(None),
+        Err(err) => Err(err),
     }
-    Ok(None)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The stream form: a Redis Stream read through a consumer group. Here, its names in Redis
 //! ([`StreamKeys`]) and its group; [`read`] how it reads (own pending entries first, then new
 //! ones, with periodic reclaim of idle entries, and the read-ahead a flush carries); [`settle`]
-//! its part of a flush plan (XACK or XACKDEL, retries kept pending in the group, dead letters).
+//! its part of a flush plan (XACK or XACKDEL, retries kept pending in the group, dead letters);
+//! [`groups`] what XINFO GROUPS says of a group.
 
 use std::sync::LazyLock;
 
@@ -171,6 +172,7 @@ pub(super) async fn create_group<C: ClientLike>(
     }
 }
 
+mod groups;
 mod read;
 mod settle;
 
@@ -182,6 +184,7 @@ fn pending_count(entry: &crate::domain::Entry) -> u32 {
         .saturating_sub(entry.earlier_attempts())
 }
 
+pub(crate) use groups::{GroupInfo, find_group};
 pub(crate) use read::{
     StreamReader, count_due, extend, fetch, read_ahead, read_ahead_reply, uncount,
 };
