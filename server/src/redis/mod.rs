@@ -10,8 +10,9 @@
 //! - keys and admission: command key metadata, hash slots, the policy applied to queued
 //!   commands ([`keys`]);
 //! - the sidecar's own jobs, each with its script: the durable delay set ([`delay`]),
-//!   consumer leases ([`lease`]), retention by acknowledgement ([`retention`]), backlog
-//!   sampling ([`sample`]), dead letters ([`dead_letters`]) and Publish ([`publish`]).
+//!   consumer leases ([`lease`]), retention by acknowledgement ([`retention`]), the backlog and
+//!   work gauges' sampling ([`sample`]), dead letters ([`dead_letters`]) and Publish
+//!   ([`publish`]).
 //!
 //! It decides nothing: what to keep, hand out or settle is the core's (`window`, `engine`),
 //! and the types it reads into and writes from are the core's `domain`.

@@ -1,55 +1,18 @@
-//! The work waiting per stream group and list, sampled on the backlog gauges' interval:
-//!
-//! - a stream group: its lag (entries not yet read; XINFO GROUPS), its pending entries idle
-//!   longer than min_idle (another consumer can reclaim them; XPENDING … IDLE) but for those
-//!   whose `retry_after` is not due (the group's delay set, ZMSCORE), and the due entries of the
-//!   delay set of copies an earlier version wrote (ZCOUNT up to now). When Redis does not report the lag (after
-//!   XDEL or trimming past the group, or on a group created at an arbitrary id) the sidecar
-//!   counts the entries after the group's last delivered id itself, at most [`COUNT_CAP`], and
-//!   says so with `window_sidecar_work_lag_counted` = 1. A group that does not exist yet counts
-//!   the whole stream (a worker's group reads it from the start).
-//! - a list: its length (LLEN) and the due entries of its delay set.
+//! The work waiting per stream group and list, sampled on the backlog gauges' interval: the
+//! stream groups' lag, reclaimable pending entries and due delayed entries, a list's length
+//! and due delayed entries (how each is asked of Redis: `crate::redis::sample::work_of`). The
+//! work-waiting gauge is their sum; `window_sidecar_work_lag_counted` = 1 says a group's lag
+//! was counted by the sidecar because Redis did not report it.
 //!
 //! Several sidecars (and the keeper) sample the same key: aggregate with `max`, not `sum`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use bytes::Bytes;
-use fred::prelude::*;
+use std::time::Duration;
 
 use crate::metrics::scale::{ScaleMetrics, WorkLabels};
 use crate::metrics::{GroupLabels, KeyLabels};
-use crate::redis::entry::into_bytes;
-use crate::redis::form::Form;
-use crate::redis::stream::{self, GroupInfo, StreamKeys};
-use crate::redis::{RedisError, arg, call_at, str_arg};
+use crate::redis::sample::{self, Work};
 use crate::session::Shared;
-
-/// The most entries counted one by one (unread entries when the lag is unknown, reclaimable
-/// pending entries): a sample stays one bounded round trip per command.
-pub const COUNT_CAP: i64 = 10_000;
-
-/// What one sample found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Work {
-    /// Unread entries (lists: the list's length).
-    pub unread: i64,
-    /// Whether `unread` was counted because Redis did not say.
-    pub counted: bool,
-    /// Pending entries idle longer than min_idle.
-    pub reclaimable: i64,
-    /// Delayed entries already due.
-    pub due: i64,
-    /// Age of the oldest pending entry, in seconds (0 when none).
-    pub oldest_pending_secs: i64,
-}
-
-impl Work {
-    pub fn total(&self) -> i64 {
-        self.unread + self.reclaimable + self.due
-    }
-}
 
 /// Samples every watched group and list every `every`, until the process ends.
 pub async fn run(shared: Arc<Shared>, every: Duration) {
@@ -58,7 +21,7 @@ pub async fn run(shared: Arc<Shared>, every: Duration) {
     loop {
         tick.tick().await;
         for ((kind, key, group), watched) in shared.metrics.scale.snapshot() {
-            match sample(shared.redis.pool(), &watched.form, watched.min_idle).await {
+            match sample::work_of(shared.redis.pool(), &watched.form, watched.min_idle).await {
                 Ok(work) => record(&shared.metrics.scale, kind, key, group, work),
                 Err(err) => tracing::debug!(key, error = %err, "sampling the work waiting failed"),
             }
@@ -89,201 +52,5 @@ fn record(metrics: &ScaleMetrics, form: &'static str, key: String, group: String
             .oldest_pending_age
             .get_or_create(&group)
             .set(work.oldest_pending_secs);
-    }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
-
-/// Samples the work waiting on one group or list.
-pub async fn sample(client: &Client, form: &Form, min_idle: Duration) -> Result<Work, RedisError> {
-    let (delayed, slot) = match form {
-        Form::Stream(keys) => (&keys.delayed, keys.slot),
-        Form::List(keys) => (&keys.delayed, keys.slot),
-        Form::PubSub(_) => return Ok(Work::default()),
-    };
-    let now = now_ms();
-    let mut work = match form {
-        Form::Stream(keys) => stream_work(client, keys, min_idle, now).await?,
-        Form::List(keys) => Work {
-            unread: integer(
-                call_at(client, "LLEN", vec![arg(&keys.key)], false, Some(slot)).await?,
-            ),
-            ..Work::default()
-        },
-        Form::PubSub(_) => unreachable!("returned above"),
-    };
-    work.due = integer(
-        call_at(
-            client,
-            "ZCOUNT",
-            vec![arg(delayed), str_arg("-inf"), str_arg(&now.to_string())],
-            false,
-            Some(slot),
-        )
-        .await?,
-    );
-    Ok(work)
-}
-
-fn integer(value: Value) -> i64 {
-    value.as_i64().unwrap_or(0)
-}
-
-async fn stream_work(
-    client: &Client,
-    keys: &StreamKeys,
-    min_idle: Duration,
-    now: u64,
-) -> Result<Work, RedisError> {
-    let at = |name, args| call_at(client, name, args, false, Some(keys.slot));
-    let mut work = Work::default();
-    let Some(info) = group_info(client, keys).await? else {
-        // No group yet: everything in the stream waits for the first worker's group.
-        work.unread = integer(at("XLEN", vec![arg(&keys.key)]).await?);
-        work.counted = true;
-        return Ok(work);
-    };
-    match (info.lag, &info.last_delivered) {
-        (Some(lag), _) => work.unread = lag,
-        (None, Some(last)) => {
-            let mut after = b"(".to_vec();
-            after.extend_from_slice(last);
-            let reply = at(
-                "XRANGE",
-                vec![
-                    arg(&keys.key),
-                    Value::Bytes(Bytes::from(after)),
-                    str_arg("+"),
-                    str_arg("COUNT"),
-                    str_arg(&COUNT_CAP.to_string()),
-                ],
-            )
-            .await?;
-            work.unread = array_len(&reply);
-            work.counted = true;
-        }
-        (None, None) => work.counted = true,
-    }
-    if info.pending > 0 {
-        let reply = at(
-            "XPENDING",
-            vec![
-                arg(&keys.key),
-                arg(&keys.group),
-                str_arg("IDLE"),
-                str_arg(&min_idle.as_millis().to_string()),
-                str_arg("-"),
-                str_arg("+"),
-                str_arg(&COUNT_CAP.to_string()),
-            ],
-        )
-        .await?;
-        work.reclaimable = array_len(&reply) - not_due(client, keys, &reply, now).await?;
-        // The summary form: [count, smallest id, greatest id, consumers].
-        let summary = at("XPENDING", vec![arg(&keys.key), arg(&keys.group)]).await?;
-        if let Value::Array(fields) = summary
-            && let Some(oldest) = fields.into_iter().nth(1).and_then(into_bytes)
-        {
-            work.oldest_pending_secs = id_age_secs(&oldest, now);
-        }
-    }
-    Ok(work)
-}
-
-/// How many of the pending entries an `XPENDING … IDLE` reply lists wait for a `retry_after`
-/// not due yet (the group's delay set scores them later than `now_ms`): a reclaim holds them
-/// until then, so they are no work yet, and a worker woken for them would only wait.
-async fn not_due(
-    client: &Client,
-    keys: &StreamKeys,
-    rows: &Value,
-    now_ms: u64,
-) -> Result<i64, RedisError> {
-    let Value::Array(rows) = rows else {
-        return Ok(0);
-    };
-    let ids: Vec<Value> = rows
-        .iter()
-        .filter_map(|row| match row {
-            Value::Array(fields) => fields.first().cloned(),
-            _ => None,
-        })
-        .collect();
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let mut args = vec![arg(&keys.due)];
-    args.extend(ids);
-    let scores = call_at(client, "ZMSCORE", args, false, Some(keys.slot)).await?;
-    let Value::Array(scores) = scores else {
-        return Ok(0);
-    };
-    Ok(scores
-        .iter()
-        .filter(|score| score.as_f64().is_some_and(|due| due > now_ms as f64))
-        .count() as i64)
-}
-
-fn array_len(reply: &Value) -> i64 {
-    match reply {
-        Value::Array(items) => items.len() as i64,
-        _ => 0,
-    }
-}
-
-/// Seconds from an entry id's time part (`<ms>-<seq>`) to `now_ms`; 0 when it is not one.
-fn id_age_secs(id: &[u8], now_ms: u64) -> i64 {
-    std::str::from_utf8(id)
-        .ok()
-        .and_then(|id| id.split('-').next())
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .map_or(0, |ms| (now_ms.saturating_sub(ms) / 1000) as i64)
-}
-
-/// The group's pending count, lag and last delivered id (None: no such group or stream).
-async fn group_info(client: &Client, keys: &StreamKeys) -> Result<Option<GroupInfo>, RedisError> {
-    let reply = call_at(
-        client,
-        "XINFO",
-        vec![Value::from("GROUPS"), arg(&keys.key)],
-        false,
-        Some(keys.slot),
-    )
-    .await;
-    match reply {
-        Ok(reply) => Ok(stream::find_group(reply, &keys.group)),
-        // XINFO GROUPS of a key that does not exist is an error.
-        Err(RedisError::Refused { message, .. }) if message.contains("no such key") => Ok(None),
-        Err(err) => Err(err),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_age_of_an_entry_comes_from_its_id() {
-        assert_eq!(id_age_secs(b"1000-0", 61_000), 60);
-        assert_eq!(id_age_secs(b"1000-7", 1_500), 0);
-        assert_eq!(id_age_secs(b"not-an-id", 61_000), 0);
-        assert_eq!(id_age_secs(b"9000-0", 1_000), 0);
-    }
-
-    #[test]
-    fn the_work_is_unread_plus_reclaimable_plus_due() {
-        let work = Work {
-            unread: 5,
-            counted: false,
-            reclaimable: 2,
-            due: 3,
-            oldest_pending_secs: 0,
-        };
-        assert_eq!(work.total(), 10);
     }
 }

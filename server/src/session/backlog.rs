@@ -12,7 +12,7 @@ use crate::domain::Source;
 use crate::metrics::{GroupLabels, KeyLabels, Metrics};
 use crate::redis::Redis;
 use crate::redis::form::Form;
-use crate::redis::sample::{self, Group, Sample};
+use crate::redis::sample::{self, Group};
 
 /// The most keys watched at once: a sidecar whose clients open ever new keys must not grow its
 /// sampling without bound (each costs a round trip per interval).
@@ -64,7 +64,7 @@ impl Backlog {
 /// next tick.
 pub async fn sample_now(redis: &Redis, metrics: &Metrics, source: &Source, form: &Form) {
     let (key, group, _) = source.describe();
-    let sample = sample::sample(redis.pool(), form).await;
+    let sample = sample::backlog_of(redis.pool(), form).await;
     record(metrics, key, group, sample);
 }
 
@@ -76,13 +76,13 @@ pub async fn run(backlog: &Backlog, redis: &Redis, metrics: &Metrics, every: Dur
     loop {
         tick.tick().await;
         for ((_, key, group), form) in backlog.snapshot() {
-            let sample = sample::sample(redis.pool(), &form).await;
+            let sample = sample::backlog_of(redis.pool(), &form).await;
             record(metrics, key, group, sample);
         }
     }
 }
 
-fn record(metrics: &Metrics, key: String, group: String, sample: Sample) {
+fn record(metrics: &Metrics, key: String, group: String, sample: sample::Backlog) {
     let group = GroupLabels {
         key: key.clone(),
         group,
