@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -23,9 +22,8 @@ use tracing::{debug, info, warn};
 use crate::config::Watch;
 use crate::domain::{DEFAULT_DEAD_AFTER, ListSource, Source, StreamSource};
 use crate::metrics::FormLabels;
-use crate::redis::entry::into_bytes;
 use crate::redis::form::Form;
-use crate::redis::{Redis, RedisError, arg, call_at};
+use crate::redis::{Redis, RedisError, keys};
 use crate::session::Shared;
 use crate::session::retention::Why;
 
@@ -106,7 +104,7 @@ async fn types_now(redis: &Redis, keep: &[Watch]) -> Result<Result<(), KeepError
             Form::PubSub(_) => continue,
         };
         for (name, expected) in [(key, expected), (delayed, "zset")] {
-            let found = key_type(redis, name, slot).await?;
+            let found = keys::key_type(redis.pool(), name, slot).await?;
             if found != "none" && found != expected {
                 return Ok(Err(KeepError::WrongType {
                     spec: kept.spec(),
@@ -118,13 +116,6 @@ async fn types_now(redis: &Redis, keep: &[Watch]) -> Result<Result<(), KeepError
         }
     }
     Ok(Ok(()))
-}
-
-async fn key_type(redis: &Redis, key: &Bytes, slot: u16) -> Result<String, RedisError> {
-    let reply = call_at(redis.pool(), "TYPE", vec![arg(key)], false, Some(slot)).await?;
-    Ok(into_bytes(reply)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default())
 }
 
 /// Starts keeping `keep`: their gauges are sampled from now on and a task per key promotes its

@@ -3,7 +3,8 @@
 //! categories of each command. Used to route side effects on a cluster, to check that every key
 //! of an atomic segment lives in the subscription's hash slot, and to apply the operator's
 //! policy (key patterns, command rules) when a command is queued ([`admit`]); and the names
-//! of keys that live beside a subscription's key in its hash slot ([`companion_key`]).
+//! of keys that live beside a subscription's key in its hash slot ([`companion_key`]); and what
+//! a key holds ([`key_type`]).
 
 pub(crate) mod admit;
 
@@ -14,7 +15,7 @@ use fred::prelude::*;
 use thiserror::Error;
 
 use super::entry::into_bytes;
-use super::{RedisError, call};
+use super::{RedisError, arg, call, call_at};
 use crate::window::{Arity, CommandError};
 
 /// Where the keys of a command begin.
@@ -382,6 +383,19 @@ pub fn companion_key(key: &str, suffix: &str) -> String {
     } else {
         format!("{{{key}}}:{suffix}")
     }
+}
+
+/// What `key` holds, as `TYPE` names it (`list`, `zset`, `stream`, …; `none` when nothing),
+/// asked of the node that owns `slot`; empty when the reply is not a name.
+pub(crate) async fn key_type(
+    client: &Client,
+    key: &Bytes,
+    slot: u16,
+) -> Result<String, RedisError> {
+    let reply = call_at(client, "TYPE", vec![arg(key)], false, Some(slot)).await?;
+    Ok(into_bytes(reply)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
 }
 
 /// A key's hash tag: the content of its first `{…}` when non-empty, which is all Redis hashes.

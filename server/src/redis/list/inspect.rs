@@ -4,6 +4,7 @@
 use fred::prelude::*;
 
 use super::super::entry::into_bytes;
+use super::super::keys::key_type;
 use super::super::{RedisError, arg, call_at};
 use super::ListKeys;
 
@@ -31,15 +32,14 @@ pub(crate) async fn depth(client: &Client, keys: &ListKeys) -> Result<(i64, i64)
 
 /// Refuses to read a key that holds something other than a list (or nothing yet).
 pub(crate) async fn check_type(client: &Client, keys: &ListKeys) -> Result<(), RedisError> {
-    let reply = call_at(client, "TYPE", vec![arg(&keys.key)], false, Some(keys.slot)).await?;
-    match into_bytes(reply).as_deref() {
-        Some(b"list") | Some(b"none") => Ok(()),
+    match key_type(client, &keys.key, keys.slot).await?.as_str() {
+        "list" | "none" => Ok(()),
         other => Err(RedisError::Refused {
             command: "a list read".into(),
             message: format!(
                 "WRONGTYPE {:?} holds a {}, not a list",
                 String::from_utf8_lossy(&keys.key),
-                String::from_utf8_lossy(other.unwrap_or(b"?"))
+                if other.is_empty() { "?" } else { other }
             ),
         }),
     }
