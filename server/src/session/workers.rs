@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fred::clients::Client;
-use fred::interfaces::ClientLike;
 use futures::StreamExt;
 use futures::future::Either;
 use opentelemetry::global::BoxedSpan;
@@ -21,7 +19,7 @@ use super::{FlushReport, Shared};
 use crate::domain::{Mode, ReadBatch};
 use crate::engine::FlushId;
 use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RefusalLabels, RoundTripLabels};
-use crate::redis::flush::{self, FlushPlan, RequeueRefused};
+use crate::redis::flush::{self, FlushConnection, FlushPlan, RequeueRefused};
 use crate::redis::form::{Form, Reader};
 use crate::redis::stream;
 use crate::redis::{Redis, RedisError};
@@ -77,7 +75,7 @@ pub(super) enum Flushed {
     /// [`Flushed::Settled`].
     Read(FlushId, ReadAhead, bool),
     /// A flush reported with an unknown outcome can no longer run (see
-    /// [`flush::settle_unknown`]).
+    /// [`FlushConnection::settle_unknown`]).
     Settled(FlushId),
 }
 
@@ -131,9 +129,9 @@ pub(super) async fn flush_loop(
     let mut group = Vec::new();
     while jobs.recv_many(&mut group, MAX_FLUSHES_PER_ROUND_TRIP).await > 0 {
         let started = Instant::now();
-        let client = redis.flush_client();
+        let connection = FlushConnection::next(&redis);
         let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
-        let results = flush::execute(client, redis.pool(), &plans, redis.timeout()).await;
+        let results = connection.execute(&redis, &plans).await;
         let elapsed = started.elapsed().as_secs_f64();
         flush_round_trips.inc();
         let mut unknown = Vec::new();
@@ -198,9 +196,9 @@ pub(super) async fn flush_loop(
         if !unknown.is_empty() {
             // Their entries will be read again: first let what fred may still write of them
             // go. Beside the next flushes, which go on (and fail fast while Redis is away).
-            let (client, reports) = (client.clone(), reports.clone());
+            let reports = reports.clone();
             tokio::spawn(async move {
-                flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
+                connection.settle_unknown(UNKNOWN_FLUSH_BARRIER).await;
                 for flush in unknown {
                     let _ = reports.send(Flushed::Settled(flush));
                 }
@@ -258,29 +256,28 @@ pub(super) async fn read_lane(
         .get_or_create(&RoundTripLabels { form, kind: "read" })
         .clone();
     // A lost read is settled on the connection it went on.
-    let report = |(flush, read, client): (FlushId, ReadAhead, Client)| {
+    let report = |(flush, read, connection): (FlushId, ReadAhead, FlushConnection)| {
         let lost = matches!(read, Err((_, true)));
         if lost {
             let reports = reports.clone();
             tokio::spawn(async move {
-                flush::settle_unknown(&client, UNKNOWN_FLUSH_BARRIER).await;
+                connection.settle_unknown(UNKNOWN_FLUSH_BARRIER).await;
                 let _ = reports.send(Flushed::Settled(flush));
             });
         }
         reports.send(Flushed::Read(flush, read, lost)).is_ok()
     };
-    let read = |job: LaneRead, client: &Client| {
-        let (client, follower) = (client.clone(), redis.pool().clone());
-        let timeout = redis.timeout();
+    let read = |job: LaneRead, connection: &FlushConnection| {
+        let (connection, redis) = (connection.clone(), &redis);
         round_trips.inc();
         async move {
-            let mut results = flush::execute(&client, &follower, &[&job.plan], timeout).await;
+            let mut results = connection.execute(redis, &[&job.plan]).await;
             let reply = results.pop().and_then(|(_, read)| read);
             let reply = reply.expect("a plan of only a read answers its read");
-            (job.flush, stream::read_ahead_reply(reply), client)
+            (job.flush, stream::read_ahead_reply(reply), connection)
         }
     };
-    let mut client = redis.flush_client().clone();
+    let mut connection = FlushConnection::next(&redis);
     let mut out = futures::stream::FuturesOrdered::new();
     loop {
         tokio::select! {
@@ -288,9 +285,9 @@ pub(super) async fn read_lane(
                 let Some(job) = job else { break };
                 if out.is_empty() {
                     // No read out to stay behind: the pool's next connection that is up.
-                    client = redis.flush_client().clone();
+                    connection = FlushConnection::next(&redis);
                 }
-                if !client.is_connected() {
+                if !connection.is_connected() {
                     // Reads waiting for the connection to come back could then be written in
                     // either order: until it is, one at a time.
                     while let Some(done) = out.next().await {
@@ -298,13 +295,13 @@ pub(super) async fn read_lane(
                             return;
                         }
                     }
-                    if !report(read(job, &client).await) {
+                    if !report(read(job, &connection).await) {
                         return;
                     }
                     continue;
                 }
                 // Polled once now, so that fred writes it behind the reads before it.
-                let mut started = Box::pin(read(job, &client));
+                let mut started = Box::pin(read(job, &connection));
                 match futures::poll!(started.as_mut()) {
                     Poll::Ready(done) => out.push_back(Either::Left(std::future::ready(done))),
                     Poll::Pending => out.push_back(Either::Right(started)),

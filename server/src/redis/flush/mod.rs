@@ -11,6 +11,8 @@ pub(crate) mod wire;
 
 use fred::prelude::*;
 
+use super::Redis;
+
 pub(crate) use plan::{
     FlushPlan, PlanContext, Planned, Requeued, Role, SegmentSpan, Settling, StepEntry, entry_key,
     owned_step, owned_step_lua, plan_dead_letters, plan_flush,
@@ -313,13 +315,54 @@ fn segment_of(plan: &FlushPlan, index: usize) -> Option<&SegmentSpan> {
 /// The reply of a plan's read-ahead, as the frame it came in: `None` when the plan had none.
 pub(crate) type ReadAheadReply = Option<wire::Reply>;
 
-/// Sends the plans as one pipeline, in order (each plan's commands, then its read-ahead), and
-/// interprets each plan's replies apart: one round trip for flushes that queued behind one
-/// another. A flush whose connection is not up waits for it up to `timeout` (the sidecar just
-/// started, or Redis is coming back), then fails as not sent: its entries stay pending and
-/// come back. `client` follows no cluster redirection; what a slot migration refused runs
-/// again on `follower`, which does (see [`redirect`]).
-pub(crate) async fn execute(
+/// One connection of the flush pool, held on to: what is written on one connection runs in the
+/// order it was written (an ordered stream's read lane keeps its reads in order so), and a
+/// flush whose replies never came is settled on the connection it went on. It follows no
+/// cluster redirection: what a slot migration refused runs again on the shared pool (see
+/// [`redirect`]).
+#[derive(Clone)]
+pub(crate) struct FlushConnection(Client);
+
+impl FlushConnection {
+    /// The flush pool's next connection that is up (the next one when none is).
+    pub(crate) fn next(redis: &Redis) -> Self {
+        Self(redis.flush_client().clone())
+    }
+
+    /// Whether the connection is up now.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.0.is_connected()
+    }
+
+    /// Sends the plans as one pipeline, in order (each plan's commands, then its read-ahead),
+    /// and interprets each plan's replies apart: one round trip for flushes that queued behind
+    /// one another. A flush whose connection is not up waits for it up to Redis's timeout (the
+    /// sidecar just started, or Redis is coming back), then fails as not sent: its entries stay
+    /// pending and come back. What a slot migration refused runs again on `redis`'s pool,
+    /// which follows redirections (see [`redirect`]).
+    pub(crate) async fn execute(
+        &self,
+        redis: &Redis,
+        plans: &[&FlushPlan],
+    ) -> Vec<(FlushResult, ReadAheadReply)> {
+        execute(&self.0, redis.pool(), plans, redis.timeout()).await
+    }
+
+    /// After a flush on this connection whose replies never came: waits (up to `bound`) until
+    /// nothing of it can still run. fred keeps the commands of a pipeline that reached it while
+    /// its connection was down and writes them once it reconnects, even after the caller gave
+    /// up on them (it marks a single command abandoned on a timeout, not a pipeline's). Those
+    /// are written before anything sent after the reconnection, so a PING answered on the same
+    /// client means the stale flush has run or never will; only then may its entries be read
+    /// again (a transaction of the stale flush running after its entry was handled again would
+    /// apply side effects twice).
+    pub(crate) async fn settle_unknown(&self, bound: std::time::Duration) {
+        settle_unknown(&self.0, bound).await;
+    }
+}
+
+/// [`FlushConnection::execute`] on `client`, redirections followed on `follower`.
+async fn execute(
     client: &Client,
     follower: &Client,
     plans: &[&FlushPlan],
@@ -393,15 +436,8 @@ fn split_replies(
         .collect()
 }
 
-/// After a flush whose replies never came: waits (up to `bound`) until nothing of it can still
-/// run. fred keeps the commands of a pipeline that reached it while its connection was down
-/// and writes them once it reconnects, even after the caller gave up on them (it marks a
-/// single command abandoned on a timeout, not a pipeline's). Those are written before
-/// anything sent after the reconnection, so a PING answered on the same client means the
-/// stale flush has run or never will; only then may its entries be read again (a transaction
-/// of the stale flush running after its entry was handled again would apply side effects
-/// twice).
-pub(crate) async fn settle_unknown(client: &Client, bound: std::time::Duration) {
+/// [`FlushConnection::settle_unknown`] on `client`.
+async fn settle_unknown(client: &Client, bound: std::time::Duration) {
     let barrier = async {
         loop {
             if client.wait_for_connect().await.is_ok() && client.ping::<Value>(None).await.is_ok() {
