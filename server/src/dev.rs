@@ -17,13 +17,13 @@ pub struct DevRedis {
 
 /// Whether something accepts TCP connections at the URL's host and port.
 pub async fn reachable(url: &str) -> bool {
-    let Ok(config) = fred::types::config::Config::from_url(url) else {
+    let Ok(server) = crate::redis::single_server(url) else {
         return false;
     };
-    let fred::types::config::ServerConfig::Centralized { server } = config.server else {
+    let Some((host, port)) = server else {
         return true; // Only a single server is replaced by a throwaway one.
     };
-    let addr = format!("{}:{}", server.host, server.port);
+    let addr = format!("{host}:{port}");
     matches!(
         tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)).await,
         Ok(Ok(_))

@@ -79,6 +79,19 @@ pub struct TlsFiles {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
+/// The host and port of the one server a Redis URL names; `None` when it names several (a
+/// cluster) or a Sentinel deployment.
+pub fn single_server(url: &str) -> Result<Option<(String, u16)>, RedisError> {
+    let config = FredConfig::from_url(url).map_err(|e| RedisError::Url {
+        url: redact_url(url),
+        reason: e.details().to_owned(),
+    })?;
+    Ok(match config.server {
+        ServerConfig::Centralized { server } => Some((server.host.to_string(), server.port)),
+        _ => None,
+    })
+}
+
 impl ConnectOptions {
     /// The fred configuration: the URL's, with credentials and TLS applied.
     fn fred_config(&self) -> Result<FredConfig, RedisError> {

@@ -42,7 +42,7 @@ pub(crate) mod server;
 pub(crate) mod stream;
 
 pub use call::{arg, call, call_at, str_arg};
-pub use connection::{ConnectOptions, Redis, TlsFiles};
+pub use connection::{ConnectOptions, Redis, TlsFiles, single_server};
 pub use error::RedisError;
 pub use flush::refusal_reason;
 pub use keys::{companion_key, hash_tag};
