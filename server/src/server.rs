@@ -256,11 +256,7 @@ pub async fn run(
     let shared = Arc::new(Shared::new(redis.clone(), settings, shutdown.clone()));
     for watch in &config.watch {
         let source = watched_source(watch);
-        shared.backlog.watch(&source, &Form::new(&source, None));
-        shared
-            .metrics
-            .scale
-            .watch(&source, &Form::new(&source, None));
+        shared.watched.watch(&source, &Form::new(&source, None));
     }
     tokio::spawn(learn_server(Arc::clone(&shared)));
     // The jobs take the parts of the shared state they use; each task holds all of it.
@@ -268,17 +264,13 @@ pub async fn run(
     let every = config.sample_interval;
     tokio::spawn(async move {
         let s = &sampler;
-        crate::session::backlog::run(&s.backlog, &s.redis, &s.metrics, every).await
+        crate::session::sampler::run(&s.watched, &s.redis, &s.metrics, every).await
     });
     shared.metrics.scale.start_time.set(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64),
     );
-    tokio::spawn(crate::scale::work::run(
-        Arc::clone(&shared),
-        config.sample_interval,
-    ));
     if !config.ack_retention.is_empty() {
         let trimmer = Arc::clone(&shared);
         let (patterns, every) = (config.ack_retention.clone(), config.retention_interval);

@@ -1,14 +1,9 @@
 //! The series scaling and alerting read: the work-waiting gauge that an autoscaler scales on
-//! (lag + reclaimable pending + due delayed entries, per stream group and list), the series the
-//! alert rules read (Redis readiness, start time, dead letters, refused consumer names, the age
-//! of the oldest pending entry, what the keeper promoted), and what the work gauge samples:
-//! the stream groups and lists subscriptions and the keeper hand it, by their form, which the
-//! sampler (`crate::scale::work`) reads.
+//! (lag + reclaimable pending + due delayed entries, per stream group and list) and the series
+//! the alert rules read (Redis readiness, start time, dead letters, refused consumer names, the
+//! age of the oldest pending entry, what the keeper promoted). The sampler that sets the work
+//! gauges is `crate::session::sampler`.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -16,8 +11,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::labels::{FormLabels, GroupLabels, KeyLabels};
-use crate::domain::Source;
-use crate::redis::form::Form;
 
 /// Labels of the work-waiting gauge: `form` is `stream` (with its group) or `list` (group
 /// empty).
@@ -27,9 +20,6 @@ pub struct WorkLabels {
     pub key: String,
     pub group: String,
 }
-
-/// The most stream groups and lists whose work is sampled (as for the backlog gauges).
-const MAX_WATCHED: usize = 10_000;
 
 /// The series of this module, registered with the others.
 #[derive(Debug, Default)]
@@ -43,16 +33,6 @@ pub struct ScaleMetrics {
     pub dead_letters: Family<FormLabels, Counter>,
     pub consumer_refusals: Counter,
     pub promoted: Family<FormLabels, Counter>,
-    /// What the work gauge samples, by (form, key, group).
-    watched: Mutex<BTreeMap<(&'static str, String, String), Watched>>,
-}
-
-/// One stream group or list whose work is sampled.
-#[derive(Clone, Debug)]
-pub(crate) struct Watched {
-    pub form: Form,
-    /// Pending entries idle longer than this count as work (they can be reclaimed).
-    pub min_idle: Duration,
 }
 
 impl ScaleMetrics {
@@ -105,34 +85,5 @@ impl ScaleMetrics {
             "Delayed entries a keeper (--keep) made deliverable again: moved back to their list (or stream, for copies an earlier version wrote), or a stream group's due entries whose consumer is gone",
             self.promoted.clone(),
         );
-    }
-
-    /// Samples the work of `source` from now on (pub/sub has none). The first min_idle given
-    /// for a group is the one its reclaimable entries are counted with.
-    pub fn watch(&self, source: &Source, form: &Form) {
-        let (kind, min_idle) = match source {
-            Source::Stream(stream) => (source.form(), stream.min_idle),
-            Source::List(_) => (source.form(), Duration::ZERO),
-            Source::PubSub(_) => return,
-        };
-        let (key, group, _) = source.describe();
-        let mut watched = self.watched.lock();
-        let id = (kind, key, group);
-        if watched.len() >= MAX_WATCHED && !watched.contains_key(&id) {
-            return;
-        }
-        watched.entry(id).or_insert_with(|| Watched {
-            form: form.clone(),
-            min_idle,
-        });
-    }
-
-    /// What is sampled now, for the sampler (`crate::scale::work`).
-    pub(crate) fn snapshot(&self) -> Vec<((&'static str, String, String), Watched)> {
-        self.watched
-            .lock()
-            .iter()
-            .map(|(k, w)| (k.clone(), w.clone()))
-            .collect()
     }
 }

@@ -1,9 +1,9 @@
 //! What the sidecar samples of a watched stream group or list, as plain numbers:
 //!
-//! - for the backlog gauges ([`backlog_of`]): a stream group's pending count and lag (XINFO
+//! - for the backlog gauges: a stream group's pending count and lag (XINFO
 //!   GROUPS), a list's length and what its consumers hold on their processing lists (LLEN),
 //!   and the delay set's depth (ZCARD);
-//! - for the work-waiting gauge ([`work_of`]), the work waiting on a stream group: its lag
+//! - for the work-waiting gauge, the work waiting on a stream group: its lag
 //!   (entries not yet read; XINFO GROUPS), its pending entries idle longer than min_idle
 //!   (another consumer can reclaim them; XPENDING … IDLE) but for those whose `retry_after` is
 //!   not due (the group's delay set, ZMSCORE), and the due entries of the delay set of copies an
@@ -13,6 +13,9 @@
 //!   ([`Work::counted`]). A group that does not exist yet counts the whole stream (a worker's
 //!   group reads it from the start). On a list: its length (LLEN) and the due entries of its
 //!   delay set.
+//!
+//! The sampler asks both at once ([`sample`]: one XINFO GROUPS serves both); a subscription
+//! that opens, its backlog alone ([`backlog_of`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,7 +24,7 @@ use fred::prelude::*;
 
 use super::entry::into_bytes;
 use super::form::Form;
-use super::list;
+use super::list::{self, ListKeys};
 use super::stream::{self, GroupInfo, StreamKeys};
 use super::{RedisError, arg, call, call_at, str_arg};
 
@@ -69,73 +72,45 @@ impl Work {
     }
 }
 
-/// Samples a watched key for the backlog gauges; what fails is left out (and logged at
-/// debug).
+/// Samples a watched key for the backlog gauges alone (a subscription that opens shows its
+/// backlog at once); what fails is left out (and logged at debug).
 pub(crate) async fn backlog_of(client: &Client, form: &Form) -> Backlog {
-    let mut backlog = Backlog::default();
     match form {
-        Form::Stream(keys) => match group_info(client, keys).await {
-            Ok(found) => {
-                backlog.group = Some(match found {
-                    Some(GroupInfo { pending, lag, .. }) => Group::Found { pending, lag },
-                    None => Group::Missing,
-                })
-            }
-            Err(err) => tracing::debug!(error = %err, "sampling XINFO GROUPS failed"),
-        },
-        Form::List(keys) => match list::depth(client, keys).await {
-            Ok(depth) => backlog.list = Some(depth),
-            Err(err) => tracing::debug!(error = %err, "sampling a list's length failed"),
-        },
-        Form::PubSub(_) => {}
+        Form::Stream(keys) => stream_backlog(client, form, &group_info(client, keys).await).await,
+        _ => list_backlog(client, form).await,
     }
-    if let Ok(Value::Integer(depth)) = call(client, "ZCARD", vec![arg(form.delayed())], false).await
-    {
-        backlog.delayed = Some(depth);
-    }
-    backlog
 }
 
-/// Samples the work waiting on one group or list; `min_idle` decides which pending entries
-/// can be reclaimed.
-pub(crate) async fn work_of(
+/// Samples a watched key for the backlog gauges and the work-waiting gauge, `min_idle`
+/// deciding which pending entries can be reclaimed: one XINFO GROUPS serves both. What fails
+/// is left out of the backlog (and logged at debug); the work is all or nothing.
+pub(crate) async fn sample(
     client: &Client,
     form: &Form,
     min_idle: Duration,
-) -> Result<Work, RedisError> {
-    let (delayed, slot) = match form {
-        Form::Stream(keys) => (&keys.delayed, keys.slot),
-        Form::List(keys) => (&keys.delayed, keys.slot),
-        Form::PubSub(_) => return Ok(Work::default()),
-    };
+) -> (Backlog, Result<Work, RedisError>) {
     let now = now_ms();
-    let mut work = match form {
-        Form::Stream(keys) => stream_work(client, keys, min_idle, now).await?,
-        Form::List(keys) => Work {
-            unread: integer(
-                call_at(client, "LLEN", vec![arg(&keys.key)], false, Some(slot)).await?,
-            ),
-            ..Work::default()
-        },
-        Form::PubSub(_) => unreachable!("returned above"),
-    };
-    work.due = integer(
-        call_at(
-            client,
-            "ZCOUNT",
-            vec![arg(delayed), str_arg("-inf"), str_arg(&now.to_string())],
-            false,
-            Some(slot),
-        )
-        .await?,
-    );
-    Ok(work)
+    match form {
+        Form::Stream(keys) => {
+            let group = group_info(client, keys).await;
+            let backlog = stream_backlog(client, form, &group).await;
+            let work = stream_work(client, keys, min_idle, group, now).await;
+            (backlog, work)
+        }
+        Form::List(keys) => (
+            list_backlog(client, form).await,
+            list_work(client, keys, now).await,
+        ),
+        Form::PubSub(_) => (list_backlog(client, form).await, Ok(Work::default())),
+    }
 }
 
-/// The group's pending count, lag and last delivered id from XINFO GROUPS (`None`: the stream
-/// has no such group). XINFO GROUPS of a key that does not exist is an error (`ERR no such
-/// key`), left to the caller.
-async fn group_info(client: &Client, keys: &StreamKeys) -> Result<Option<GroupInfo>, RedisError> {
+/// What XINFO GROUPS said of a stream's group: `Ok(None)` when the stream has no such group.
+/// XINFO GROUPS of a key that does not exist is an error (`ERR no such key`).
+type GroupReply = Result<Option<GroupInfo>, RedisError>;
+
+/// XINFO GROUPS of the stream, its group picked out.
+async fn group_info(client: &Client, keys: &StreamKeys) -> GroupReply {
     // Routed by the key's slot: the first argument is "GROUPS", not the key.
     let reply = call_at(
         client,
@@ -146,6 +121,56 @@ async fn group_info(client: &Client, keys: &StreamKeys) -> Result<Option<GroupIn
     )
     .await?;
     Ok(stream::find_group(reply, &keys.group))
+}
+
+/// A stream's backlog: its group as `group` found it, and its delay set's depth.
+async fn stream_backlog(client: &Client, form: &Form, group: &GroupReply) -> Backlog {
+    let group = match group {
+        Ok(Some(GroupInfo { pending, lag, .. })) => Some(Group::Found {
+            pending: *pending,
+            lag: *lag,
+        }),
+        Ok(None) => Some(Group::Missing),
+        Err(err) => {
+            tracing::debug!(error = %err, "sampling XINFO GROUPS failed");
+            None
+        }
+    };
+    Backlog {
+        group,
+        delayed: delay_depth(client, form).await,
+        ..Backlog::default()
+    }
+}
+
+/// A list's backlog (its length and what its consumers hold) and its delay set's depth; of a
+/// pub/sub form, which has no backlog in Redis, only the latter.
+async fn list_backlog(client: &Client, form: &Form) -> Backlog {
+    let mut backlog = Backlog::default();
+    if let Form::List(keys) = form {
+        match list::depth(client, keys).await {
+            Ok(depth) => backlog.list = Some(depth),
+            Err(err) => tracing::debug!(error = %err, "sampling a list's length failed"),
+        }
+    }
+    backlog.delayed = delay_depth(client, form).await;
+    backlog
+}
+
+/// The delay set's depth (ZCARD); `None` when Redis did not say.
+async fn delay_depth(client: &Client, form: &Form) -> Option<i64> {
+    match call(client, "ZCARD", vec![arg(form.delayed())], false).await {
+        Ok(Value::Integer(depth)) => Some(depth),
+        _ => None,
+    }
+}
+
+/// The due entries of a delay set (ZCOUNT up to `now`).
+async fn due(client: &Client, delayed: &Bytes, slot: u16, now: u64) -> Result<i64, RedisError> {
+    let args = vec![arg(delayed), str_arg("-inf"), str_arg(&now.to_string())];
+    Ok(integer(
+        call_at(client, "ZCOUNT", args, false, Some(slot)).await?,
+    ))
 }
 
 fn now_ms() -> u64 {
@@ -159,26 +184,58 @@ fn integer(value: Value) -> i64 {
     value.as_i64().unwrap_or(0)
 }
 
+/// The work waiting on a list: its length and the due entries of its delay set (due at
+/// `now`).
+async fn list_work(client: &Client, keys: &ListKeys, now: u64) -> Result<Work, RedisError> {
+    let length = call_at(client, "LLEN", vec![arg(&keys.key)], false, Some(keys.slot)).await?;
+    Ok(Work {
+        unread: integer(length),
+        due: due(client, &keys.delayed, keys.slot, now).await?,
+        ..Work::default()
+    })
+}
+
+/// The work waiting on a stream group at `now`, from what XINFO GROUPS said of it (`group`).
 async fn stream_work(
     client: &Client,
     keys: &StreamKeys,
     min_idle: Duration,
+    group: GroupReply,
     now: u64,
 ) -> Result<Work, RedisError> {
-    let at = |name, args| call_at(client, name, args, false, Some(keys.slot));
-    let mut work = Work::default();
-    let info = match group_info(client, keys).await {
+    let info = match group {
         Ok(info) => info,
         // No stream yet: no group either.
         Err(RedisError::Refused { message, .. }) if message.contains("no such key") => None,
         Err(err) => return Err(err),
     };
-    let Some(info) = info else {
+    let mut work = match info {
         // No group yet: everything in the stream waits for the first worker's group.
-        work.unread = integer(at("XLEN", vec![arg(&keys.key)]).await?);
-        work.counted = true;
-        return Ok(work);
+        None => {
+            let length = call_at(client, "XLEN", vec![arg(&keys.key)], false, Some(keys.slot));
+            Work {
+                unread: integer(length.await?),
+                counted: true,
+                ..Work::default()
+            }
+        }
+        Some(info) => group_work(client, keys, min_idle, info, now).await?,
     };
+    work.due = due(client, &keys.delayed, keys.slot, now).await?;
+    Ok(work)
+}
+
+/// The work waiting on a group that exists: its unread entries (the lag, or counted), and its
+/// reclaimable pending entries and the age of the oldest.
+async fn group_work(
+    client: &Client,
+    keys: &StreamKeys,
+    min_idle: Duration,
+    info: GroupInfo,
+    now: u64,
+) -> Result<Work, RedisError> {
+    let at = |name, args| call_at(client, name, args, false, Some(keys.slot));
+    let mut work = Work::default();
     match (info.lag, &info.last_delivered) {
         (Some(lag), _) => work.unread = lag,
         (None, Some(last)) => {

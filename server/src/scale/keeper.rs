@@ -124,8 +124,7 @@ pub fn start(shared: &Arc<Shared>, keep: &[Watch], min_idle: Duration, every: Du
     for kept in keep {
         let source = source(kept, min_idle);
         let form = Form::new(&source, None);
-        shared.backlog.watch(&source, &form);
-        shared.metrics.scale.watch(&source, &form);
+        shared.watched.watch(&source, &form);
         if let Watch::Stream { key, .. } = kept {
             shared.retention.register(key, Why::Kept);
         }

@@ -2,19 +2,19 @@
 //! between the gRPC layer and a subscription are in [`messages`], what all subscriptions share
 //! (and the consumer names they hold) in [`shared`]. The task that runs a subscription's engine
 //! is in [`subscription`], the tasks that read and flush beside it in [`workers`]; what
-//! operators see of it (admin view, spans) is in [`observe`], the backlog gauges of every key it
-//! served in [`backlog`], the trim of every stream under retention by acknowledgement in
-//! [`retention`].
+//! operators see of it (admin view, spans) is in [`observe`], the backlog and work gauges of
+//! every key it served (and every key watched or kept) in [`sampler`], the trim of every stream
+//! under retention by acknowledgement in [`retention`].
 //!
 //! This file is the top of the module and none of its parts uses it: they build on each other
-//! from the bottom up (the messages, observe, the backlog and retention jobs with their
+//! from the bottom up (the messages, observe, the sampling and retention jobs with their
 //! registries; then what is shared, which holds those registries; then the workers and the
 //! subscription), so what they share lives in them, re-exported here as the session's API.
 
-pub mod backlog;
 mod messages;
 mod observe;
 pub mod retention;
+pub mod sampler;
 mod shared;
 mod subscription;
 mod workers;

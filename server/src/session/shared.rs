@@ -11,10 +11,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::backlog::Backlog;
 use super::messages::SessionError;
 use super::observe::SubscriptionView;
 use super::retention::Retention;
+use super::sampler::Watched;
 use crate::domain::{MAX_BLOCK, Source};
 use crate::metrics::Metrics;
 use crate::policy::{Patterns, Policy};
@@ -56,8 +56,8 @@ pub struct Shared {
     /// Cancelled on SIGTERM/SIGINT: sessions stop reading and drain.
     pub shutdown: CancellationToken,
     pub metrics: Metrics,
-    /// Every stream group and list whose backlog gauges are sampled.
-    pub backlog: Backlog,
+    /// Every stream group and list whose backlog and work gauges are sampled.
+    pub watched: Watched,
     /// Where streams are handed to the retention job.
     pub retention: Retention,
     /// Redis answers and the sidecar is not draining (readiness).
@@ -87,7 +87,7 @@ impl Shared {
             settings,
             shutdown,
             metrics: Metrics::new(),
-            backlog: Backlog::default(),
+            watched: Watched::default(),
             ready: AtomicBool::new(false),
             unready: Mutex::new(None),
             next_id: AtomicU64::new(1),

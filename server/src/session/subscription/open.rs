@@ -147,14 +147,13 @@ impl Subscription {
                 .retention
                 .register(&stream.key, crate::session::retention::Why::Seen);
         }
-        shared.backlog.watch(&source, &form);
-        shared.metrics.scale.watch(&source, &form);
+        shared.watched.watch(&source, &form);
         let sampler = Arc::clone(shared);
         let (sampled, sampled_form) = (source.clone(), form.clone());
         tokio::spawn(
             async move {
                 let s = &sampler;
-                crate::session::backlog::sample_now(&s.redis, &s.metrics, &sampled, &sampled_form)
+                crate::session::sampler::sample_now(&s.redis, &s.metrics, &sampled, &sampled_form)
                     .await;
             }
             .in_current_span(),
