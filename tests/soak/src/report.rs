@@ -40,9 +40,6 @@ pub(crate) async fn report(
     after: &AfterRest,
     wall: Instant,
 ) {
-    let (baseline, baseline_rss) = (&rig.baseline, rig.baseline_rss);
-    let reference = reference(samples, soak);
-    let last = samples.last().expect("samples");
     println!();
     println!(
         "load {:.0} s; settled {:.1} s after the producers stopped; all closed in {:.1} s; wall {:.0} s",
@@ -51,38 +48,7 @@ pub(crate) async fn report(
         phases.close_secs,
         wall.elapsed().as_secs_f64()
     );
-    println!(
-        "RSS KiB: before {baseline_rss}, at {:.0} s (reference) {}, at {:.0} s (last) {} ({:+.1} %), after closing {}; peak {}",
-        reference.t,
-        reference.rss_kib,
-        last.t,
-        last.rss_kib,
-        (last.rss_kib as f64 / reference.rss_kib as f64 - 1.0) * 100.0,
-        after.rss,
-        samples.iter().map(|s| s.rss_kib).max().unwrap_or(0)
-    );
-    println!(
-        "sidecar connections to Redis: before {}, reference {}, last {}, max {}, after closing {}",
-        baseline.redis_connections,
-        reference.sidecar_connections,
-        last.sidecar_connections,
-        samples
-            .iter()
-            .map(|s| s.sidecar_connections)
-            .max()
-            .unwrap_or(0),
-        after.rest.redis_connections
-    );
-    println!(
-        "fds: before {}, reference {}, last {}, after closing {}; threads: before {}, last {}, after closing {}",
-        baseline.fds,
-        reference.fds,
-        last.fds,
-        after.rest.fds,
-        baseline.threads,
-        last.threads,
-        after.rest.threads
-    );
+    print_resources(rig, samples, soak, after);
     println!(
         "Redis commands in {} s with no subscription open (ours excluded): {:?}",
         IDLE_LOOK.as_secs(),
@@ -98,16 +64,7 @@ pub(crate) async fn report(
     );
     print_counters(&ok_body(&rig.metrics_addr, "/metrics").await);
     print_tallies(&load.targets);
-    let warnings: Vec<String> = rig
-        .sidecar
-        .logged_lines()
-        .into_iter()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-        .collect();
-    println!("sidecar warnings and errors: {}", warnings.len());
-    for line in warnings.iter().take(20) {
-        println!("  {line}");
-    }
+    print_warnings(rig);
 }
 
 fn print_counters(metrics: &str) {
@@ -182,5 +139,60 @@ fn print_tallies(targets: &[Arc<Target>]) {
         let mut cells = vec![form.name().to_owned()];
         cells.extend(row.iter().map(u64::to_string));
         println!("{}", line(cells));
+    }
+}
+
+/// Memory, the sidecar's Redis connections, its file descriptors and threads: before the first
+/// subscription, at the reference sample, at the end of the load and after every subscription
+/// closed (what the checks compare).
+fn print_resources(rig: &Rig, samples: &[Sample], soak: Duration, after: &AfterRest) {
+    let (baseline, baseline_rss) = (&rig.baseline, rig.baseline_rss);
+    let reference = reference(samples, soak);
+    let last = samples.last().expect("samples");
+    println!(
+        "RSS KiB: before {baseline_rss}, at {:.0} s (reference) {}, at {:.0} s (last) {} ({:+.1} %), after closing {}; peak {}",
+        reference.t,
+        reference.rss_kib,
+        last.t,
+        last.rss_kib,
+        (last.rss_kib as f64 / reference.rss_kib as f64 - 1.0) * 100.0,
+        after.rss,
+        samples.iter().map(|s| s.rss_kib).max().unwrap_or(0)
+    );
+    println!(
+        "sidecar connections to Redis: before {}, reference {}, last {}, max {}, after closing {}",
+        baseline.redis_connections,
+        reference.sidecar_connections,
+        last.sidecar_connections,
+        samples
+            .iter()
+            .map(|s| s.sidecar_connections)
+            .max()
+            .unwrap_or(0),
+        after.rest.redis_connections
+    );
+    println!(
+        "fds: before {}, reference {}, last {}, after closing {}; threads: before {}, last {}, after closing {}",
+        baseline.fds,
+        reference.fds,
+        last.fds,
+        after.rest.fds,
+        baseline.threads,
+        last.threads,
+        after.rest.threads
+    );
+}
+
+/// The sidecar's own warnings and errors: how many, and the first 20.
+fn print_warnings(rig: &Rig) {
+    let warnings: Vec<String> = rig
+        .sidecar
+        .logged_lines()
+        .into_iter()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    println!("sidecar warnings and errors: {}", warnings.len());
+    for line in warnings.iter().take(20) {
+        println!("  {line}");
     }
 }
