@@ -20,7 +20,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{Anomaly, EndState, Event, Stamped, anomaly};
+use super::end::EndState;
+use super::event::{Event, Stamped};
+use super::verdict::{Anomaly, anomaly};
 
 /// How long before a failover's fault a read or an ack may still be lost to it: the fault is
 /// logged, then the node is killed.

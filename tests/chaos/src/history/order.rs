@@ -35,7 +35,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{Anomaly, Decision, Event, Stamped, anomaly};
+use super::event::{Decision, Event, Stamped};
+use super::verdict::{Anomaly, anomaly};
 
 /// A delivery of a key out on a stream: handed out, its flush not reported yet.
 #[derive(Debug)]

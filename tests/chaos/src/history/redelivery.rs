@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{Anomaly, Decision, Event, Stamped, anomaly};
+use super::event::{Decision, Event, Stamped};
+use super::verdict::{Anomaly, anomaly};
 
 /// A retry whose flush was reported ok: what its entry's next delivery must show.
 #[derive(Debug)]

@@ -1,0 +1,106 @@
+//! A checked run's figures: what happened (deliveries, decisions, faults, dead letters,
+//! redrives, refusals) and what the promises allowed (duplicates at least once, losses at most
+//! once), for the run's report.
+
+use std::collections::BTreeMap;
+
+use super::audit;
+use super::end::EndState;
+use super::event::{Decision, Event, Stamped};
+use super::facts::{Facts, kept_runs};
+use super::refusals::{Touched, refusals_touched};
+use super::verdict::Promise;
+
+/// Figures of a checked run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Figures {
+    pub roots: usize,
+    pub deliveries: usize,
+    pub decisions: BTreeMap<Decision, usize>,
+    pub faults: BTreeMap<String, usize>,
+    /// Kept side effects that ran more than once for their root (at least once allows them).
+    pub duplicate_effects: i64,
+    pub dead_letters: usize,
+    pub flushes: usize,
+    /// Entries known by payload that were delivered fresh (count 1) more than once: a publish
+    /// written twice.
+    pub duplicate_publishes: i64,
+    /// At most once: entries neither kept, dropped nor dead-lettered (a crash took them).
+    pub lost_at_most_once: usize,
+    /// Dead letters the dead-letter service redrove, and of those the ones it put back into
+    /// their group with their id.
+    pub redriven: usize,
+    pub redriven_in_place: usize,
+    /// What the audit group read.
+    pub audit: audit::Figures,
+    /// Deliveries on ordered subscription streams, and how many such streams: what the
+    /// per-key order check covered.
+    pub ordered_deliveries: usize,
+    pub ordered_streams: usize,
+    /// The refusals the nemesis injected, by kind, with the flush reports they touched.
+    pub refusals: BTreeMap<String, Touched>,
+    /// Requeued entries Redis refused, by reason, over the whole run (from the flush reports
+    /// the workers got).
+    pub requeue_refused: BTreeMap<String, usize>,
+    /// Roots settled without their kept side effect because Redis refused it in pipeline mode,
+    /// as their flush report said (Redis has no rollback).
+    pub effects_refused: usize,
+}
+
+/// The run's figures: what happened, and what the promises allowed.
+pub(super) fn figures(
+    history: &[Stamped],
+    end: &EndState,
+    facts: &Facts,
+    promise: Promise,
+) -> Figures {
+    let mut figures = Figures {
+        roots: facts.all_roots.len(),
+        dead_letters: end.dead_letters.len() + facts.redriven_dead.len(),
+        ..Figures::default()
+    };
+    for stamped in history {
+        match &stamped.event {
+            Event::Delivered { .. } => figures.deliveries += 1,
+            Event::Decided { decision, .. } => {
+                *figures.decisions.entry(*decision).or_default() += 1;
+            }
+            Event::Flushed { .. } => figures.flushes += 1,
+            Event::Fault(name) => {
+                let kind = name.split_whitespace().next().unwrap_or(name).to_owned();
+                *figures.faults.entry(kind).or_default() += 1;
+            }
+            Event::Refused { requeues, .. } => {
+                for reason in requeues {
+                    *figures.requeue_refused.entry(reason.clone()).or_default() += 1;
+                }
+            }
+            Event::Redriven { .. } => {
+                figures.redriven += 1;
+                figures.redriven_in_place +=
+                    usize::from(stamped.event.in_place_redrive().is_some());
+            }
+            Event::Late { .. }
+            | Event::Read { .. }
+            | Event::InOrder { .. }
+            | Event::Undone(_)
+            | Event::Settling
+            | Event::Delayed { .. }
+            | Event::Audited { .. }
+            | Event::AuditAcked { .. } => {}
+        }
+    }
+    figures.refusals = refusals_touched(history);
+    for r in &facts.all_roots {
+        let copies = facts.copies(r, promise);
+        figures.duplicate_effects += (kept_runs(end, r) - copies).max(0);
+        figures.duplicate_publishes += copies - 1;
+        if promise.at_most_once && facts.unsettled(end, r) {
+            figures.lost_at_most_once += 1;
+        }
+        if facts.effect_refused(end, r) {
+            figures.effects_refused += 1;
+        }
+    }
+    figures
+}
