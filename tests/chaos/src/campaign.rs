@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use parking_lot::Mutex;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::admin::SubscriptionState;
@@ -94,58 +95,25 @@ impl Campaign {
             streams: AtomicU32::new(0),
             waits: Waits::default(),
         });
-        // Pub/sub has one worker: every subscriber of a channel gets every message.
-        let worker_count = if form == Form::Pubsub {
-            1
-        } else {
-            args.workers
-        };
         let spawn_worker = {
             let shared = Arc::clone(&shared);
             move |id: u32| tokio::spawn(work(id, Arc::clone(&shared)))
         };
         let workers = Arc::new(Mutex::new(
-            (0..worker_count as u32)
+            (0..worker_count(args, form) as u32)
                 .map(&spawn_worker)
                 .collect::<Vec<_>>(),
         ));
         // Producers and the nemesis stop first; the workers go on to settle what is left.
         let stop = Arc::new(AtomicBool::new(false));
-        let numbers = Arc::new(AtomicU64::new(0));
         let published = Arc::new(Mutex::new(BTreeSet::new()));
         if form == Form::Pubsub {
             // Messages published before the worker listens reach nobody.
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        let producers: Vec<_> = (0..2)
-            .map(|id| {
-                tokio::spawn(produce(
-                    id,
-                    form,
-                    args.rate,
-                    Arc::clone(sidecars),
-                    Arc::clone(&stop),
-                    Arc::clone(&numbers),
-                    Arc::clone(&published),
-                ))
-            })
-            .collect();
+        let producers = spawn_producers(args.rate, form, sidecars, &stop, &published);
         let nemesis_stop = Arc::new(AtomicBool::new(args.no_faults));
-        let nemesis_shared = Arc::new(Shared {
-            run,
-            sidecars: Arc::clone(sidecars),
-            log: Arc::clone(&shared.log),
-            stop: Arc::clone(&nemesis_stop),
-            settle: Arc::clone(&shared.settle),
-            streams: AtomicU32::new(0),
-            waits: Waits::default(),
-        });
-        let nemesis = tokio::spawn(nemesis(
-            nemesis_shared,
-            Arc::clone(redis),
-            Arc::clone(&workers),
-            spawn_worker.clone(),
-        ));
+        let nemesis = spawn_nemesis(&shared, &nemesis_stop, redis, &workers, spawn_worker);
         Campaign {
             shared,
             workers,
@@ -225,6 +193,68 @@ impl Campaign {
             campaign: self,
         }
     }
+}
+
+/// Pub/sub has one worker: every subscriber of a channel gets every message.
+fn worker_count(args: &Args, form: Form) -> usize {
+    if form == Form::Pubsub {
+        1
+    } else {
+        args.workers
+    }
+}
+
+/// The two producers, each numbering its entries from the shared counter, recording into
+/// `published` until `stop`.
+fn spawn_producers(
+    rate: u64,
+    form: Form,
+    sidecars: &Arc<Sidecars>,
+    stop: &Arc<AtomicBool>,
+    published: &Arc<Mutex<BTreeSet<u64>>>,
+) -> Vec<JoinHandle<()>> {
+    let numbers = Arc::new(AtomicU64::new(0));
+    (0..2)
+        .map(|id| {
+            tokio::spawn(produce(
+                id,
+                form,
+                rate,
+                Arc::clone(sidecars),
+                Arc::clone(stop),
+                Arc::clone(&numbers),
+                Arc::clone(published),
+            ))
+        })
+        .collect()
+}
+
+/// The nemesis, with a share of its own: the workers' log and settle flag, its own stop, and
+/// `respawn` for the workers it kills.
+fn spawn_nemesis(
+    shared: &Shared,
+    nemesis_stop: &Arc<AtomicBool>,
+    redis: &Arc<Mutex<Backend>>,
+    workers: &Arc<Mutex<Vec<JoinHandle<()>>>>,
+    respawn: impl Fn(u32) -> JoinHandle<()> + Send + 'static,
+) -> JoinHandle<()> {
+    let run = shared.run;
+    let sidecars = &shared.sidecars;
+    let nemesis_shared = Arc::new(Shared {
+        run,
+        sidecars: Arc::clone(sidecars),
+        log: Arc::clone(&shared.log),
+        stop: Arc::clone(nemesis_stop),
+        settle: Arc::clone(&shared.settle),
+        streams: AtomicU32::new(0),
+        waits: Waits::default(),
+    });
+    tokio::spawn(nemesis(
+        nemesis_shared,
+        Arc::clone(redis),
+        Arc::clone(workers),
+        respawn,
+    ))
 }
 
 /// Fetches of entries parked for their ordering key, summed over the sidecars' `/metrics`:

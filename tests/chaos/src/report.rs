@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use crate::admin::describe_subscriptions;
 use crate::campaign::Ended;
 use crate::form::{self, Form};
-use crate::history::{self, EndState, Promise};
+use crate::history::{self, EndState, Promise, Stamped};
 use crate::plan::{Run, mode, topology};
-use crate::workers::SLOW;
+use crate::workers::{SLOW, Waits};
 
 /// Prints the run's figures and each anomaly with the events around it; when entries were left
 /// pending or the run never went quiet, every sidecar's subscriptions.
@@ -21,96 +21,17 @@ pub(crate) fn report(
     figures: &history::Figures,
     anomalies: &[history::Anomaly],
 ) {
-    println!(
-        "   {} entries, {} deliveries, {} flush reports, decisions {:?}, dead letters {}, \
-         redriven {} ({} back into their group), duplicate side effects {}, publishes written \
-         twice {}{}",
-        figures.roots,
-        figures.deliveries,
-        figures.flushes,
-        figures.decisions,
-        figures.dead_letters,
-        figures.redriven,
-        figures.redriven_in_place,
-        figures.duplicate_effects,
-        figures.duplicate_publishes,
-        if promise.at_most_once {
-            format!(
-                ", lost in flight (at most once) {}",
-                figures.lost_at_most_once
-            )
-        } else {
-            String::new()
-        }
-    );
-    if run.form == Form::Stream {
-        let audit = &figures.audit;
-        println!(
-            "   audit group: {} entries in {} reads ({} again from its own pending before an ack \
-             was confirmed, {} again after a failover), {} fresh entries written by redrives",
-            audit.entries,
-            audit.reads,
-            audit.own_rereads,
-            audit.after_failover,
-            audit.redrive_copies
-        );
-    }
-    if figures.ordered_streams > 0 {
-        println!(
-            "   per-key order checked on {} ordered subscription streams, {} deliveries",
-            figures.ordered_streams, figures.ordered_deliveries
-        );
-    }
-    if ended.parked_fetches > 0 {
-        println!(
-            "   fetches of entries parked for their ordering key (sidecars up at the quiesce): {}",
-            ended.parked_fetches
-        );
-    }
-    let waits = &ended.campaign.shared.waits;
-    println!(
-        "   reads handled late for waiting on their worker: {} ({} not right after a slow \
-         read; the longest wait {} ms); right after a slow read but not late: {}",
-        waits.late.load(Ordering::Relaxed),
-        waits.further_back.load(Ordering::Relaxed),
-        waits.longest_ms.load(Ordering::Relaxed),
-        waits.prompt_after_slow.load(Ordering::Relaxed)
-    );
+    report_figures(run, ended, promise, figures);
+    report_waits(&ended.campaign.shared.waits);
     println!("   faults {:?}", figures.faults);
     report_refusals(ended, figures);
     println!("   quiesce: {}", ended.quiesce);
     for anomaly in anomalies {
-        println!(
-            "ANOMALY (seed {}, {}, {}, {}): {anomaly}",
-            run.seed,
-            run.form.name(),
-            mode(run),
-            topology(run)
-        );
-        if let Some(root) = &anomaly.root {
-            for event in history::around(&ended.history, root, 2_000) {
-                println!("     {:>7} ms  {:?}", event.at_ms, event.event);
-            }
-            let window = (form::MIN_IDLE + SLOW).as_millis() as u64;
-            let before = history::workers_before(&ended.history, root, window);
-            if !before.is_empty() {
-                println!("     its workers before each delivery (read, slow acks):");
-                for event in before {
-                    println!("     {:>7} ms  {:?}", event.at_ms, event.event);
-                }
-            }
-        }
+        report_anomaly(run, &ended.history, anomaly);
     }
     // What held the entries still pending: every sidecar's subscriptions.
     if end.pending != 0 || !ended.quiesce.quiet {
-        println!("   subscriptions open at the end of the quiesce:");
-        for line in describe_subscriptions(&ended.at_quiet) {
-            println!("     {line}");
-        }
-        println!("   subscriptions open once the workers stopped (15 s at most):");
-        for line in describe_subscriptions(&ended.after_stop) {
-            println!("     {line}");
-        }
+        report_subscriptions(ended);
     }
 }
 
@@ -167,4 +88,106 @@ fn report_refusals(ended: &Ended, figures: &history::Figures) {
         ),
         counted.flushes_failed
     );
+}
+
+/// What the run went through: its entries, deliveries and decisions, and what the audit group,
+/// the per-key order check and parking saw.
+fn report_figures(run: Run, ended: &Ended, promise: Promise, figures: &history::Figures) {
+    println!(
+        "   {} entries, {} deliveries, {} flush reports, decisions {:?}, dead letters {}, \
+         redriven {} ({} back into their group), duplicate side effects {}, publishes written \
+         twice {}{}",
+        figures.roots,
+        figures.deliveries,
+        figures.flushes,
+        figures.decisions,
+        figures.dead_letters,
+        figures.redriven,
+        figures.redriven_in_place,
+        figures.duplicate_effects,
+        figures.duplicate_publishes,
+        if promise.at_most_once {
+            format!(
+                ", lost in flight (at most once) {}",
+                figures.lost_at_most_once
+            )
+        } else {
+            String::new()
+        }
+    );
+    if run.form == Form::Stream {
+        let audit = &figures.audit;
+        println!(
+            "   audit group: {} entries in {} reads ({} again from its own pending before an ack \
+             was confirmed, {} again after a failover), {} fresh entries written by redrives",
+            audit.entries,
+            audit.reads,
+            audit.own_rereads,
+            audit.after_failover,
+            audit.redrive_copies
+        );
+    }
+    if figures.ordered_streams > 0 {
+        println!(
+            "   per-key order checked on {} ordered subscription streams, {} deliveries",
+            figures.ordered_streams, figures.ordered_deliveries
+        );
+    }
+    if ended.parked_fetches > 0 {
+        println!(
+            "   fetches of entries parked for their ordering key (sidecars up at the quiesce): {}",
+            ended.parked_fetches
+        );
+    }
+}
+
+/// How long reads waited for their worker (a worker asleep on a slow ack leaves the reads
+/// behind it waiting): what made reads count as handled past `min_idle`.
+fn report_waits(waits: &Waits) {
+    println!(
+        "   reads handled late for waiting on their worker: {} ({} not right after a slow \
+         read; the longest wait {} ms); right after a slow read but not late: {}",
+        waits.late.load(Ordering::Relaxed),
+        waits.further_back.load(Ordering::Relaxed),
+        waits.longest_ms.load(Ordering::Relaxed),
+        waits.prompt_after_slow.load(Ordering::Relaxed)
+    );
+}
+
+/// An anomaly with its run, the events around its entry, and what that entry's workers did
+/// before each delivery of it.
+fn report_anomaly(run: Run, events: &[Stamped], anomaly: &history::Anomaly) {
+    println!(
+        "ANOMALY (seed {}, {}, {}, {}): {anomaly}",
+        run.seed,
+        run.form.name(),
+        mode(run),
+        topology(run)
+    );
+    if let Some(root) = &anomaly.root {
+        for event in history::around(events, root, 2_000) {
+            println!("     {:>7} ms  {:?}", event.at_ms, event.event);
+        }
+        let window = (form::MIN_IDLE + SLOW).as_millis() as u64;
+        let before = history::workers_before(events, root, window);
+        if !before.is_empty() {
+            println!("     its workers before each delivery (read, slow acks):");
+            for event in before {
+                println!("     {:>7} ms  {:?}", event.at_ms, event.event);
+            }
+        }
+    }
+}
+
+/// Every sidecar's subscriptions at the end of the quiesce and once the workers stopped: what
+/// held the entries still pending.
+fn report_subscriptions(ended: &Ended) {
+    println!("   subscriptions open at the end of the quiesce:");
+    for line in describe_subscriptions(&ended.at_quiet) {
+        println!("     {line}");
+    }
+    println!("   subscriptions open once the workers stopped (15 s at most):");
+    for line in describe_subscriptions(&ended.after_stop) {
+        println!("     {line}");
+    }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use tonic::transport::Channel;
 use window_sidecar::proto;
 use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 
@@ -24,24 +25,8 @@ pub(crate) async fn redrive(addr: &str, log: &Log) {
     let target = Some(proto::DeadLetterTarget {
         kind: Some(proto::dead_letter_target::Kind::Stream(form::DEAD.into())),
     });
-    let list = client.list_dead_letters(proto::ListDeadLettersRequest {
-        target: target.clone(),
-        selection: None,
-        limit: 100,
-    });
-    let listed = match tokio::time::timeout(Duration::from_secs(5), list).await {
-        Ok(Ok(response)) => response.into_inner().dead_letters,
-        Ok(Err(status)) => {
-            log.push(Event::Fault(format!(
-                "redrive: listing failed: {}",
-                status.code()
-            )));
-            return;
-        }
-        Err(_) => {
-            log.push(Event::Fault("redrive: listing timed out".into()));
-            return;
-        }
+    let Some(listed) = list(&mut client, target.clone(), log).await else {
+        return;
     };
     if listed.is_empty() {
         return;
@@ -101,4 +86,31 @@ fn dead_letter_origin(dead: &proto::DeadLetterEntry) -> String {
         .find(|h| h.name == name || h.name == form::ORIGINAL_ID)
         .map(|h| String::from_utf8_lossy(&h.value).into_owned())
         .unwrap_or_default()
+}
+
+/// The dead letters the service lists (up to 100); None when it could not list them (logged).
+async fn list(
+    client: &mut DeadLetterServiceClient<Channel>,
+    target: Option<proto::DeadLetterTarget>,
+    log: &Log,
+) -> Option<Vec<proto::DeadLetterEntry>> {
+    let list = client.list_dead_letters(proto::ListDeadLettersRequest {
+        target,
+        selection: None,
+        limit: 100,
+    });
+    match tokio::time::timeout(Duration::from_secs(5), list).await {
+        Ok(Ok(response)) => Some(response.into_inner().dead_letters),
+        Ok(Err(status)) => {
+            log.push(Event::Fault(format!(
+                "redrive: listing failed: {}",
+                status.code()
+            )));
+            None
+        }
+        Err(_) => {
+            log.push(Event::Fault("redrive: listing timed out".into()));
+            None
+        }
+    }
 }

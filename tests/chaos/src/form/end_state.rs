@@ -62,81 +62,45 @@ impl Form {
     /// time, on a processing list, pending or unread in the group. For a pending anomaly's
     /// report: best effort, a read that fails leaves its part out.
     pub(crate) async fn locate(self, redis: &Client) -> Vec<Held> {
+        let mut held = match self {
+            Form::Stream => held_in_stream(redis).await,
+            Form::ReliableList | Form::SimpleList => self.held_on_lists(redis).await,
+            Form::Pubsub => Vec::new(),
+        };
+        held.extend(self.held_delayed(redis).await);
+        held
+    }
+
+    /// The values on the list, each with how many are read before it, then (a reliable list)
+    /// those on each consumer's processing list.
+    async fn held_on_lists(self, redis: &Client) -> Vec<Held> {
         let mut held = Vec::new();
         let at = |entry: String, place| Held { entry, place };
-        match self {
-            Form::Stream => {
-                let pending: Value = redis
-                    .custom(
-                        fred::cmd!("XPENDING"),
-                        vec![STREAM, GROUP, "-", "+", "1000"],
-                    )
-                    .await
-                    .unwrap_or(Value::Null);
-                if let Value::Array(rows) = pending {
-                    for row in rows {
-                        let Value::Array(row) = row else { continue };
-                        let text = |i: usize| row.get(i).and_then(Value::as_string);
-                        let number = |i: usize| row.get(i).and_then(Value::as_u64);
-                        let place = Place::Pending {
-                            consumer: text(1).unwrap_or_default(),
-                            idle_ms: number(2).unwrap_or_default(),
-                            deliveries: number(3).unwrap_or_default(),
-                        };
-                        held.push(at(text(0).unwrap_or_default(), place));
-                    }
-                }
-                let groups: Value = redis
-                    .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
-                    .await
-                    .unwrap_or(Value::Null);
-                let last = groups_of(&groups)
-                    .and_then(|g| field(&g, "last-delivered-id"))
-                    .and_then(|id| id.as_string());
-                if let Some(last) = last {
-                    let unread: Value = redis
-                        .custom(
-                            fred::cmd!("XRANGE"),
-                            vec![STREAM.to_owned(), format!("({last}"), "+".into()],
-                        )
-                        .await
-                        .unwrap_or(Value::Null);
-                    if let Value::Array(entries) = unread {
-                        for entry in entries {
-                            if let Value::Array(entry) = entry
-                                && let Some(id) = entry.first().and_then(Value::as_string)
-                            {
-                                held.push(at(id, Place::Unread));
-                            }
-                        }
-                    }
-                }
-            }
-            Form::ReliableList | Form::SimpleList => {
-                let values: Vec<Bytes> = redis.lrange(LIST, 0, -1).await.unwrap_or_default();
-                let len = values.len();
-                for (i, value) in values.iter().enumerate() {
-                    // Read from the right: the rightmost is read next.
-                    let place = Place::List { ahead: len - 1 - i };
+        let values: Vec<Bytes> = redis.lrange(LIST, 0, -1).await.unwrap_or_default();
+        let len = values.len();
+        for (i, value) in values.iter().enumerate() {
+            // Read from the right: the rightmost is read next.
+            let place = Place::List { ahead: len - 1 - i };
+            held.push(at(payload_of(value), place));
+        }
+        if self == Form::ReliableList {
+            for list in processing_lists(redis).await.unwrap_or_default() {
+                let values: Vec<Bytes> = redis.lrange(&list, 0, -1).await.unwrap_or_default();
+                let prefix = companion_key(LIST, "window:processing:");
+                let consumer = list.strip_prefix(&prefix).unwrap_or(&list).to_owned();
+                for value in values.iter().rev() {
+                    let place = Place::Processing {
+                        consumer: consumer.clone(),
+                    };
                     held.push(at(payload_of(value), place));
                 }
-                if self == Form::ReliableList {
-                    for list in processing_lists(redis).await.unwrap_or_default() {
-                        let values: Vec<Bytes> =
-                            redis.lrange(&list, 0, -1).await.unwrap_or_default();
-                        let prefix = companion_key(LIST, "window:processing:");
-                        let consumer = list.strip_prefix(&prefix).unwrap_or(&list).to_owned();
-                        for value in values.iter().rev() {
-                            let place = Place::Processing {
-                                consumer: consumer.clone(),
-                            };
-                            held.push(at(payload_of(value), place));
-                        }
-                    }
-                }
             }
-            Form::Pubsub => {}
         }
+        held
+    }
+
+    /// The entries in the delay set of copies, each with when it is due.
+    async fn held_delayed(self, redis: &Client) -> Vec<Held> {
         let delayed: Vec<(Bytes, f64)> = redis
             .zrange(self.copies_delayed(), 0, -1, None, false, None, true)
             .await
@@ -144,13 +108,15 @@ impl Form {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        for (member, due_ms) in delayed {
-            let place = Place::Delayed {
-                due_in_ms: due_ms as i64 - now_ms,
-            };
-            held.push(at(self.delayed_entry(&member), place));
-        }
-        held
+        delayed
+            .into_iter()
+            .map(|(member, due_ms)| Held {
+                entry: self.delayed_entry(&member),
+                place: Place::Delayed {
+                    due_in_ms: due_ms as i64 - now_ms,
+                },
+            })
+            .collect()
     }
 
     /// The entry a delay-set member carries: a stream copy names the id it was copied from (its
@@ -202,73 +168,142 @@ impl Form {
             end.held = self.locate(redis).await;
         }
         match self {
-            Form::Stream => {
-                type Entries = Vec<(String, Fields)>;
-                // Retention deletes what both groups acknowledged: every entry the stream held
-                // is what the audit group read, and what is still there.
-                let mut all: BTreeMap<String, Fields> = audited.iter().cloned().collect();
-                let entries: Entries = redis.xrange(STREAM, "-", "+", None).await.expect("XRANGE");
-                for (id, fields) in entries {
-                    all.entry(id).or_insert(fields);
-                }
-                let numbers: BTreeSet<u64> = all
-                    .values()
-                    .filter_map(|f| f.get("n")?.parse().ok())
-                    .collect();
-                end.unread_by_every_group = published.difference(&numbers).copied().collect();
-                let lineage = Lineage::of(&all);
-                end.audit_pending = pending_entries(redis, AUDIT_GROUP).await;
-                let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
-                end.dead_letters = dead
-                    .into_iter()
-                    .map(|(_, fields)| {
-                        let of = |k: &str| fields.get(k).cloned().unwrap_or_default();
-                        (
-                            lineage.dead_letter_of(&fields),
-                            of("h:x-window-deliveries").parse().unwrap_or(0),
-                        )
-                    })
-                    .collect();
-                // A redriven dead letter is no longer there, but it was one.
-                end.dead_letters.extend(lineage.redriven_dead_letters());
-                end.redriven_twice = lineage.twice;
-                // Every entry is a root: a retry keeps its id, a redrive's fresh entry starts
-                // a generation of its own.
-                end.entries = all.into_keys().collect();
-            }
+            Form::Stream => stream_end_state(&mut end, redis, published, audited).await,
             Form::ReliableList | Form::SimpleList | Form::Pubsub => {
-                let dead: Vec<Bytes> = if self == Form::Pubsub {
-                    Vec::new()
-                } else {
-                    redis.lrange(DEAD, 0, -1).await.expect("LRANGE dead")
-                };
-                end.dead_letters = dead
-                    .iter()
-                    .map(|value| {
-                        let fields = frame::decode(value).unwrap_or_default();
-                        let of = |k: &str| {
-                            fields
-                                .iter()
-                                .find(|(name, _)| name.as_ref() == k.as_bytes())
-                                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-                                .unwrap_or_default()
-                        };
-                        (
-                            of("_payload"),
-                            of("h:x-window-deliveries").parse().unwrap_or(0),
-                        )
-                    })
-                    .collect();
-                // A value is its own root; every number published or seen anywhere is one.
-                let mut roots: BTreeSet<String> = published.iter().map(u64::to_string).collect();
-                roots.extend(end.kept_effects.keys().cloned());
-                roots.extend(end.discarded_effects.keys().cloned());
-                roots.extend(end.dead_letters.iter().map(|(n, _)| n.clone()));
-                end.entries = roots.into_iter().collect();
+                self.values_end_state(&mut end, redis, published).await;
             }
         }
         end
     }
+
+    /// A list's or a channel's part of the end state: the dead letters, by the value they
+    /// carry, and the roots, every value published or seen anywhere.
+    async fn values_end_state(self, end: &mut EndState, redis: &Client, published: &BTreeSet<u64>) {
+        let dead: Vec<Bytes> = if self == Form::Pubsub {
+            Vec::new()
+        } else {
+            redis.lrange(DEAD, 0, -1).await.expect("LRANGE dead")
+        };
+        end.dead_letters = dead
+            .iter()
+            .map(|value| {
+                let fields = frame::decode(value).unwrap_or_default();
+                let of = |k: &str| {
+                    fields
+                        .iter()
+                        .find(|(name, _)| name.as_ref() == k.as_bytes())
+                        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default()
+                };
+                (
+                    of("_payload"),
+                    of("h:x-window-deliveries").parse().unwrap_or(0),
+                )
+            })
+            .collect();
+        // A value is its own root; every number published or seen anywhere is one.
+        let mut roots: BTreeSet<String> = published.iter().map(u64::to_string).collect();
+        roots.extend(end.kept_effects.keys().cloned());
+        roots.extend(end.discarded_effects.keys().cloned());
+        roots.extend(end.dead_letters.iter().map(|(n, _)| n.clone()));
+        end.entries = roots.into_iter().collect();
+    }
+}
+
+/// The stream's part of the end state: every entry it held (the audit group's record of what
+/// retention deleted, and what is still there), the published numbers no group read, the
+/// audit group's pending entries, and the dead letters with the generations redrives started.
+async fn stream_end_state(
+    end: &mut EndState,
+    redis: &Client,
+    published: &BTreeSet<u64>,
+    audited: &[(String, Fields)],
+) {
+    type Entries = Vec<(String, Fields)>;
+    // Retention deletes what both groups acknowledged: every entry the stream held
+    // is what the audit group read, and what is still there.
+    let mut all: BTreeMap<String, Fields> = audited.iter().cloned().collect();
+    let entries: Entries = redis.xrange(STREAM, "-", "+", None).await.expect("XRANGE");
+    for (id, fields) in entries {
+        all.entry(id).or_insert(fields);
+    }
+    let numbers: BTreeSet<u64> = all
+        .values()
+        .filter_map(|f| f.get("n")?.parse().ok())
+        .collect();
+    end.unread_by_every_group = published.difference(&numbers).copied().collect();
+    let lineage = Lineage::of(&all);
+    end.audit_pending = pending_entries(redis, AUDIT_GROUP).await;
+    let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
+    end.dead_letters = dead
+        .into_iter()
+        .map(|(_, fields)| {
+            let of = |k: &str| fields.get(k).cloned().unwrap_or_default();
+            (
+                lineage.dead_letter_of(&fields),
+                of("h:x-window-deliveries").parse().unwrap_or(0),
+            )
+        })
+        .collect();
+    // A redriven dead letter is no longer there, but it was one.
+    end.dead_letters.extend(lineage.redriven_dead_letters());
+    end.redriven_twice = lineage.twice;
+    // Every entry is a root: a retry keeps its id, a redrive's fresh entry starts
+    // a generation of its own.
+    end.entries = all.into_keys().collect();
+}
+
+/// The entries pending in the workers' group, with their consumer, idle time and deliveries,
+/// and those after the group's last-delivered id.
+async fn held_in_stream(redis: &Client) -> Vec<Held> {
+    let mut held = Vec::new();
+    let at = |entry: String, place| Held { entry, place };
+    let pending: Value = redis
+        .custom(
+            fred::cmd!("XPENDING"),
+            vec![STREAM, GROUP, "-", "+", "1000"],
+        )
+        .await
+        .unwrap_or(Value::Null);
+    if let Value::Array(rows) = pending {
+        for row in rows {
+            let Value::Array(row) = row else { continue };
+            let text = |i: usize| row.get(i).and_then(Value::as_string);
+            let number = |i: usize| row.get(i).and_then(Value::as_u64);
+            let place = Place::Pending {
+                consumer: text(1).unwrap_or_default(),
+                idle_ms: number(2).unwrap_or_default(),
+                deliveries: number(3).unwrap_or_default(),
+            };
+            held.push(at(text(0).unwrap_or_default(), place));
+        }
+    }
+    let groups: Value = redis
+        .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
+        .await
+        .unwrap_or(Value::Null);
+    let last = groups_of(&groups)
+        .and_then(|g| field(&g, "last-delivered-id"))
+        .and_then(|id| id.as_string());
+    if let Some(last) = last {
+        let unread: Value = redis
+            .custom(
+                fred::cmd!("XRANGE"),
+                vec![STREAM.to_owned(), format!("({last}"), "+".into()],
+            )
+            .await
+            .unwrap_or(Value::Null);
+        if let Value::Array(entries) = unread {
+            for entry in entries {
+                if let Value::Array(entry) = entry
+                    && let Some(id) = entry.first().and_then(Value::as_string)
+                {
+                    held.push(at(id, Place::Unread));
+                }
+            }
+        }
+    }
+    held
 }
 
 /// A list value or message as the history names it: the payload of a frame, else the value.

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::end::EndState;
-use super::event::{Event, Stamped};
+use super::event::{Copied, Event, Stamped};
 use super::verdict::{Anomaly, anomaly};
 
 /// How long before a failover's fault a read or an ack may still be lost to it: the fault is
@@ -51,111 +51,157 @@ struct Sighting {
 
 /// Checks the audit group's reads in the history and its pending entries at the end.
 pub(crate) fn check(history: &[Stamped], end: &EndState) -> (Vec<Anomaly>, Figures) {
-    let mut figures = Figures::default();
-    let redrive_copies: BTreeSet<&str> = history
-        .iter()
-        .filter_map(|s| match &s.event {
-            Event::Redriven { copy, .. } if s.event.in_place_redrive().is_none() => {
-                Some(copy.as_str())
-            }
-            _ => None,
-        })
-        .collect();
-    let failovers: Vec<u64> = history
-        .iter()
-        .filter(|s| matches!(&s.event, Event::Fault(f) if f.starts_with("primary-kill")))
-        .map(|s| s.at_ms)
-        .collect();
-    let failover_between = |from: u64, to: u64| {
-        failovers
-            .iter()
-            .any(|f| f + FAILOVER_REACH_MS >= from && *f <= to)
-    };
-    let mut anomalies = Vec::new();
-    let mut copies_reported = BTreeSet::new();
-    let mut sightings: BTreeMap<&str, Vec<Sighting>> = BTreeMap::new();
-    // Per entry: when an ack of it was confirmed, and the time of its last read or ack.
-    let mut acked: HashMap<&str, u64> = HashMap::new();
-    let mut doubled: BTreeSet<&str> = BTreeSet::new();
+    let mut audit = Audit::new(history);
     for stamped in history {
         match &stamped.event {
             Event::Audited { entry, own, copy } => {
-                figures.reads += 1;
-                if let Some(copy) = copy {
-                    if redrive_copies.contains(entry.as_str()) {
-                        figures.redrive_copies += usize::from(copies_reported.insert(entry));
-                    } else if copies_reported.insert(entry) {
-                        anomalies.push(anomaly(
-                            Some(entry.clone()),
-                            format!(
-                                "the audit group read it, but no producer published it: a copy \
-                                 of {} ({}) appended to the stream",
-                                copy.of, copy.marks
-                            ),
-                        ));
-                    }
-                }
-                let seen = sightings.entry(entry).or_default();
-                let again = match (seen.last(), acked.get(entry.as_str())) {
-                    (None, _) => None,
-                    // Its ack was not confirmed: the reader's own pending entry again.
-                    (Some(_), None) if *own => {
-                        figures.own_rereads += 1;
-                        None
-                    }
-                    (Some(last), ack) => Some(ack.copied().unwrap_or(last.at_ms).max(last.at_ms)),
-                };
-                if let Some(since) = again {
-                    if failover_between(since, stamped.at_ms) {
-                        figures.after_failover += 1;
-                    } else {
-                        doubled.insert(entry);
-                    }
-                }
-                seen.push(Sighting {
-                    at_ms: stamped.at_ms,
-                    own: *own,
-                });
+                audit.audited(stamped.at_ms, entry, *own, copy.as_ref());
             }
             Event::AuditAcked { entries } => {
                 for entry in entries {
-                    acked.insert(entry, stamped.at_ms);
+                    audit.acked.insert(entry, stamped.at_ms);
                 }
             }
             _ => {}
         }
     }
-    figures.entries = sightings.len();
-    for entry in doubled {
-        let reads: Vec<String> = sightings[entry]
+    audit.figures.entries = audit.sightings.len();
+    audit.report_doubled();
+    audit.anomalies.extend(
+        end.audit_pending
             .iter()
-            .map(|s| {
-                let how = if s.own { "from its own pending" } else { "new" };
-                format!("{} ms {how}", s.at_ms)
+            .map(|(entry, consumer, deliveries)| {
+                anomaly(
+                    Some(entry.clone()),
+                    format!(
+                        "pending in the audit group on {consumer} (delivered {deliveries} times) \
+                     once its reader had drained the stream"
+                    ),
+                )
+            }),
+    );
+    (audit.anomalies, audit.figures)
+}
+
+/// The check's state over one pass of the history.
+struct Audit<'a> {
+    /// The fresh entries redrives wrote: the copies allowed.
+    redrive_copies: BTreeSet<&'a str>,
+    /// When a failover's fault was logged.
+    failovers: Vec<u64>,
+    figures: Figures,
+    anomalies: Vec<Anomaly>,
+    copies_reported: BTreeSet<&'a str>,
+    sightings: BTreeMap<&'a str, Vec<Sighting>>,
+    /// Per entry: when an ack of it was confirmed, and the time of its last read or ack.
+    acked: HashMap<&'a str, u64>,
+    doubled: BTreeSet<&'a str>,
+}
+
+impl<'a> Audit<'a> {
+    fn new(history: &'a [Stamped]) -> Self {
+        let redrive_copies = history
+            .iter()
+            .filter_map(|s| match &s.event {
+                Event::Redriven { copy, .. } if s.event.in_place_redrive().is_none() => {
+                    Some(copy.as_str())
+                }
+                _ => None,
             })
             .collect();
-        let ack = acked
-            .get(entry)
-            .map_or_else(String::new, |t| format!(", its ack confirmed at {t} ms"));
-        anomalies.push(anomaly(
-            Some(entry.to_owned()),
-            format!(
-                "the audit group read it {} times ({}{ack}): exactly once promised",
-                reads.len(),
-                reads.join(", ")
-            ),
-        ));
+        let failovers = history
+            .iter()
+            .filter(|s| matches!(&s.event, Event::Fault(f) if f.starts_with("primary-kill")))
+            .map(|s| s.at_ms)
+            .collect();
+        Audit {
+            redrive_copies,
+            failovers,
+            figures: Figures::default(),
+            anomalies: Vec::new(),
+            copies_reported: BTreeSet::new(),
+            sightings: BTreeMap::new(),
+            acked: HashMap::new(),
+            doubled: BTreeSet::new(),
+        }
     }
-    anomalies.extend(end.audit_pending.iter().map(|(entry, consumer, deliveries)| {
-        anomaly(
-            Some(entry.clone()),
-            format!(
-                "pending in the audit group on {consumer} (delivered {deliveries} times) once \
-                 its reader had drained the stream"
-            ),
-        )
-    }));
-    (anomalies, figures)
+
+    fn failover_between(&self, from: u64, to: u64) -> bool {
+        self.failovers
+            .iter()
+            .any(|f| f + FAILOVER_REACH_MS >= from && *f <= to)
+    }
+
+    /// A read of `entry` at `at_ms`: a copy no redrive wrote is reported once; a read after
+    /// the first is the reader's own again (its ack not confirmed), a failover's, or a second
+    /// sighting.
+    fn audited(&mut self, at_ms: u64, entry: &'a str, own: bool, copy: Option<&Copied>) {
+        self.figures.reads += 1;
+        if let Some(copy) = copy {
+            if self.redrive_copies.contains(entry) {
+                self.figures.redrive_copies += usize::from(self.copies_reported.insert(entry));
+            } else if self.copies_reported.insert(entry) {
+                self.anomalies.push(anomaly(
+                    Some(entry.to_owned()),
+                    format!(
+                        "the audit group read it, but no producer published it: a copy of {} \
+                         ({}) appended to the stream",
+                        copy.of, copy.marks
+                    ),
+                ));
+            }
+        }
+        let last = self
+            .sightings
+            .get(entry)
+            .and_then(|seen| seen.last())
+            .map(|s| s.at_ms);
+        let again = match (last, self.acked.get(entry).copied()) {
+            (None, _) => None,
+            // Its ack was not confirmed: the reader's own pending entry again.
+            (Some(_), None) if own => {
+                self.figures.own_rereads += 1;
+                None
+            }
+            (Some(last), ack) => Some(ack.unwrap_or(last).max(last)),
+        };
+        if let Some(since) = again {
+            if self.failover_between(since, at_ms) {
+                self.figures.after_failover += 1;
+            } else {
+                self.doubled.insert(entry);
+            }
+        }
+        self.sightings
+            .entry(entry)
+            .or_default()
+            .push(Sighting { at_ms, own });
+    }
+
+    /// Each entry read more than once: when, how, and when its ack was confirmed.
+    fn report_doubled(&mut self) {
+        for entry in &self.doubled {
+            let reads: Vec<String> = self.sightings[entry]
+                .iter()
+                .map(|s| {
+                    let how = if s.own { "from its own pending" } else { "new" };
+                    format!("{} ms {how}", s.at_ms)
+                })
+                .collect();
+            let ack = self
+                .acked
+                .get(entry)
+                .map_or_else(String::new, |t| format!(", its ack confirmed at {t} ms"));
+            self.anomalies.push(anomaly(
+                Some((*entry).to_owned()),
+                format!(
+                    "the audit group read it {} times ({}{ack}): exactly once promised",
+                    reads.len(),
+                    reads.join(", ")
+                ),
+            ));
+        }
+    }
 }
 
 #[cfg(test)]

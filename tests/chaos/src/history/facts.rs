@@ -40,6 +40,19 @@ pub(super) struct Facts {
     unwritten: BTreeSet<String>,
 }
 
+/// What one pass over the history tracks besides the facts.
+#[derive(Default)]
+struct Pass {
+    /// Known by payload, a value's copies share one delivery count, so a second copy's
+    /// first delivery need not be fresh; but two deliveries of a value in one read are two
+    /// copies (a read takes each list element once).
+    in_read: HashMap<(u32, u32, u64, String), i64>,
+    /// Each worker's current read.
+    reading: HashMap<u32, (u32, u64)>,
+    /// Per (entry, generation): the highest count seen, when and by which worker.
+    highest_count: HashMap<(String, usize), (u64, u32, u32)>,
+}
+
 impl Facts {
     pub(super) fn gather(history: &[Stamped], end: &EndState) -> Facts {
         let mut facts = Facts {
@@ -97,45 +110,14 @@ impl Facts {
     }
 
     fn read_history(&mut self, history: &[Stamped]) {
-        // Known by payload, a value's copies share one delivery count, so a second copy's
-        // first delivery need not be fresh; but two deliveries of a value in one read are two
-        // copies (a read takes each list element once).
-        let mut in_read: HashMap<(u32, u32, u64, String), i64> = HashMap::new();
-        let mut reading: HashMap<u32, (u32, u64)> = HashMap::new();
-        let mut highest_count: HashMap<(String, usize), (u64, u32, u32)> = HashMap::new();
+        let mut pass = Pass::default();
         for stamped in history {
             match &stamped.event {
                 Event::Delivered {
                     worker,
                     entry,
                     count,
-                } => {
-                    let Some(r) = self.root(entry) else { continue };
-                    if *count == 1 {
-                        *self.first_deliveries.entry(r.clone()).or_default() += 1;
-                    }
-                    // A worker's deliveries follow the read they came in.
-                    if let Some(&(stream, read_id)) = reading.get(worker) {
-                        let n = in_read
-                            .entry((*worker, stream, read_id, r.clone()))
-                            .or_default();
-                        *n += 1;
-                        let most = self.same_read.entry(r.clone()).or_default();
-                        *most = (*most).max(*n);
-                    }
-                    // A redrive starts the count again: each generation on its own.
-                    let generation = self.generation(entry, stamped.at_ms);
-                    let highest = highest_count.entry((entry.clone(), generation)).or_insert((
-                        stamped.at_ms,
-                        *count,
-                        *worker,
-                    ));
-                    self.note_order(stamped.at_ms, *worker, *count, highest, &r);
-                    self.seen
-                        .entry((*worker, entry.clone(), generation))
-                        .or_default()
-                        .push((stamped.at_ms, *count));
-                }
+                } => self.delivered(&mut pass, stamped.at_ms, *worker, entry, *count),
                 Event::Decided {
                     entry, decision, ..
                 } => {
@@ -158,7 +140,7 @@ impl Facts {
                     stream,
                     read_id,
                 } => {
-                    reading.insert(*worker, (*stream, *read_id));
+                    pass.reading.insert(*worker, (*stream, *read_id));
                 }
                 Event::Refused { kept_unwritten, .. } => {
                     for entry in kept_unwritten {
@@ -178,6 +160,37 @@ impl Facts {
                 | Event::AuditAcked { .. } => {}
             }
         }
+    }
+
+    /// A delivery: a fresh one counts as a copy, so does each delivery of the root in one read;
+    /// its count against the highest another worker saw, and among the counts its worker saw
+    /// of the entry's generation.
+    fn delivered(&mut self, pass: &mut Pass, at_ms: u64, worker: u32, entry: &str, count: u32) {
+        let Some(r) = self.root(entry) else { return };
+        if count == 1 {
+            *self.first_deliveries.entry(r.clone()).or_default() += 1;
+        }
+        // A worker's deliveries follow the read they came in.
+        if let Some(&(stream, read_id)) = pass.reading.get(&worker) {
+            let n = pass
+                .in_read
+                .entry((worker, stream, read_id, r.clone()))
+                .or_default();
+            *n += 1;
+            let most = self.same_read.entry(r.clone()).or_default();
+            *most = (*most).max(*n);
+        }
+        // A redrive starts the count again: each generation on its own.
+        let generation = self.generation(entry, at_ms);
+        let highest = pass
+            .highest_count
+            .entry((entry.to_owned(), generation))
+            .or_insert((at_ms, count, worker));
+        self.note_order(at_ms, worker, count, highest, &r);
+        self.seen
+            .entry((worker, entry.to_owned(), generation))
+            .or_default()
+            .push((at_ms, count));
     }
 
     /// Redis never lowers a count: a delivery with a lower count than another worker saw

@@ -68,6 +68,20 @@ pub(crate) fn check(
         .collect();
     let mut state = Redelivery::default();
     for stamped in history {
+        state.event(stamped, &ordered, max_deliveries);
+    }
+    state.never_back();
+    state
+        .anomalies
+        .into_iter()
+        .filter(|a| !a.root.as_deref().is_some_and(&excused))
+        .collect()
+}
+
+impl Redelivery {
+    /// One event of the pass: a worker's read, its deliveries and decisions, and a flush
+    /// report, which on a stream that is not ordered owes each retry back.
+    fn event(&mut self, stamped: &Stamped, ordered: &BTreeSet<(u32, u32)>, max_deliveries: u32) {
         let at_ms = stamped.at_ms;
         match &stamped.event {
             Event::Read {
@@ -75,19 +89,19 @@ pub(crate) fn check(
                 stream,
                 read_id,
             } => {
-                state.reading.insert(*worker, (*stream, *read_id));
+                self.reading.insert(*worker, (*stream, *read_id));
             }
             Event::Delivered {
                 worker,
                 entry,
                 count,
-            } => state.delivered(at_ms, *worker, entry, *count),
+            } => self.delivered(at_ms, *worker, entry, *count),
             Event::Decided {
                 worker,
                 entry,
                 decision,
             } => {
-                if let Some(d) = state.out_on(*worker, entry) {
+                if let Some(d) = self.out_on(*worker, entry) {
                     d.decided = Some((*decision, at_ms, None));
                 }
             }
@@ -96,9 +110,8 @@ pub(crate) fn check(
                 entry,
                 delay_ms,
             } => {
-                if let Some((_, _, delay)) = state
-                    .out_on(*worker, entry)
-                    .and_then(|d| d.decided.as_mut())
+                if let Some((_, _, delay)) =
+                    self.out_on(*worker, entry).and_then(|d| d.decided.as_mut())
                 {
                     *delay = Some(*delay_ms);
                 }
@@ -109,34 +122,31 @@ pub(crate) fn check(
                 read_id,
                 ok,
             } => {
-                let Some(read) = state.reads.remove(&(*worker, *stream, *read_id)) else {
-                    continue;
+                let Some(read) = self.reads.remove(&(*worker, *stream, *read_id)) else {
+                    return;
                 };
                 if *ok && !ordered.contains(&(*worker, *stream)) {
-                    state.flushed(at_ms, *worker, read, max_deliveries);
+                    self.flushed(at_ms, *worker, read, max_deliveries);
                 }
             }
             _ => {}
         }
     }
-    for (entry, owed) in std::mem::take(&mut state.owed) {
-        state.anomalies.push(anomaly(
-            Some(entry),
-            format!(
-                "{:?} at count {} by worker {} (decided at {} ms, its flush reported ok at {} \
-                 ms), and never delivered again with its id",
-                owed.decision, owed.count, owed.worker, owed.decided_ms, owed.flushed_ms
-            ),
-        ));
-    }
-    state
-        .anomalies
-        .into_iter()
-        .filter(|a| !a.root.as_deref().is_some_and(&excused))
-        .collect()
-}
 
-impl Redelivery {
+    /// Each retry owed back that never came again.
+    fn never_back(&mut self) {
+        for (entry, owed) in std::mem::take(&mut self.owed) {
+            self.anomalies.push(anomaly(
+                Some(entry),
+                format!(
+                    "{:?} at count {} by worker {} (decided at {} ms, its flush reported ok at {} \
+                     ms), and never delivered again with its id",
+                    owed.decision, owed.count, owed.worker, owed.decided_ms, owed.flushed_ms
+                ),
+            ));
+        }
+    }
+
     /// Worker `worker`'s delivery of `entry` in its current read, if it has one.
     fn out_on(&mut self, worker: u32, entry: &str) -> Option<&mut Delivered> {
         let (stream, read_id) = self.reading.get(&worker)?;

@@ -60,6 +60,47 @@ impl fmt::Display for Touched {
 /// flush reports received within them. A refusal is a fault of one of
 /// [`crate::refusal::Refusal::KINDS`]; one never undone lasts to the end of the history.
 pub(super) fn refusals_touched(history: &[Stamped]) -> BTreeMap<String, Touched> {
+    let windows = windows(history);
+    let mut touched: BTreeMap<String, Touched> = BTreeMap::new();
+    for (kind, _, _) in &windows {
+        touched.entry(kind.clone()).or_default().injected += 1;
+    }
+    for stamped in history {
+        let at = stamped.at_ms;
+        let Some((kind, _, _)) = windows
+            .iter()
+            .find(|(_, from, to)| (*from..=*to).contains(&at))
+        else {
+            continue;
+        };
+        let figures = touched.entry(kind.clone()).or_default();
+        match &stamped.event {
+            Event::Flushed { ok, .. } => {
+                figures.reports += 1;
+                figures.failed += usize::from(!ok);
+            }
+            Event::Refused {
+                error,
+                requeues,
+                kept_unwritten,
+                ..
+            } => {
+                figures.refused += usize::from(REFUSAL_ERRORS.contains(&error.as_str()));
+                if !requeues.is_empty() {
+                    figures.requeue_refused += 1;
+                    figures.requeue_refused_entries += requeues.len();
+                }
+                figures.effects_refused += usize::from(!kept_unwritten.is_empty());
+            }
+            _ => {}
+        }
+    }
+    touched
+}
+
+/// Each refusal's window: its kind, from its fault to [`AFTER_UNDO_MS`] after its undo, cut
+/// short where the next refusal begins or the faults end.
+fn windows(history: &[Stamped]) -> Vec<(String, u64, u64)> {
     let mut windows: Vec<(String, u64, u64)> = Vec::new();
     let mut open: Option<(String, u64)> = None;
     for stamped in history {
@@ -97,39 +138,5 @@ pub(super) fn refusals_touched(history: &[Stamped]) -> BTreeMap<String, Touched>
     if let Some((kind, from)) = open {
         windows.push((kind, from, u64::MAX));
     }
-    let mut touched: BTreeMap<String, Touched> = BTreeMap::new();
-    for (kind, _, _) in &windows {
-        touched.entry(kind.clone()).or_default().injected += 1;
-    }
-    for stamped in history {
-        let at = stamped.at_ms;
-        let Some((kind, _, _)) = windows
-            .iter()
-            .find(|(_, from, to)| (*from..=*to).contains(&at))
-        else {
-            continue;
-        };
-        let figures = touched.entry(kind.clone()).or_default();
-        match &stamped.event {
-            Event::Flushed { ok, .. } => {
-                figures.reports += 1;
-                figures.failed += usize::from(!ok);
-            }
-            Event::Refused {
-                error,
-                requeues,
-                kept_unwritten,
-                ..
-            } => {
-                figures.refused += usize::from(REFUSAL_ERRORS.contains(&error.as_str()));
-                if !requeues.is_empty() {
-                    figures.requeue_refused += 1;
-                    figures.requeue_refused_entries += requeues.len();
-                }
-                figures.effects_refused += usize::from(!kept_unwritten.is_empty());
-            }
-            _ => {}
-        }
-    }
-    touched
+    windows
 }
