@@ -807,7 +807,7 @@ class Subscription:
         self._client = client
         self._open = open_msg
         self._ordered = open_msg.HasField("ordering_key")
-        self._stream = open_msg.WhichOneof("source") == "stream"
+        self._is_stream = open_msg.WhichOneof("source") == "stream"
         #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
         self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
@@ -1533,7 +1533,7 @@ class Subscription:
             # A retry kept in place settles nothing: every retry of a stream (unless it went
             # to the dead letter at max_deliveries), and on an ordered subscription a keyed
             # entry's.
-            if self._stream:
+            if self._is_stream:
                 retried = sum(1 for d in deliveries if d.outcome in ("retry", "retry_after"))
             part = self._ordered and st.alive and not st.half_closed and bool(rest)
             if not part:
