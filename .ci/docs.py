@@ -16,8 +16,9 @@
    passing quietly.
 3. docs/reference/metrics.md lists every metric the server registers (`register` and
    `register_with_unit` calls in server/src, named as Prometheus exposes them: the registry's
-   prefix, the unit, `_total` for counters) with its type, and no metric it does not register;
-   its former names (server/src/metrics/names.rs) are listed too, and no other.
+   prefix, the unit, `_total` for counters) with its type, and no metric it does not register.
+   A family's 0.1.0 name (`window_…`, gone since 0.2.0) appears only in the reference's
+   "Former names" table, beside the name that replaced it.
 4. Every rpc, message, enum, enum value, oneof and field of the wire contract (proto/**/*.proto)
    has a comment on the line directly above it: the contract is what clients in every language
    are generated from, and its comments are their only documentation.
@@ -37,7 +38,6 @@ FLAGS_DOC = "docs/reference/flags.md"
 METRICS_DOC = "docs/reference/metrics.md"
 SIDECAR_FLAGS = "server/src/config/mod.rs"
 DEAD_LETTER_FLAGS = "server/src/cli/dead_letters.rs"
-METRIC_NAMES = "server/src/metrics/names.rs"
 
 problems = []
 
@@ -54,15 +54,22 @@ def read(rel):
     return path.read_text(encoding="utf-8")
 
 
-def tracked_markdown():
-    """The Markdown files git tracks or would (new files not yet added included)."""
+def tracked(*suffixes):
+    """The files ending in one of `suffixes` that git tracks or would (new files not yet added
+    included), the vendored crates aside."""
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others",
-                              "--exclude-standard", "*.md"], check=True,
+                              "--exclude-standard", *("*" + s for s in suffixes)], check=True,
                              capture_output=True, text=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
-        out = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.md") if ".git" not in p.parts]
-    return sorted(f for f in out if not f.startswith("server/vendor/") and (ROOT / f).exists())
+        out = [str(p.relative_to(ROOT)) for s in suffixes for p in ROOT.rglob("*" + s)
+               if ".git" not in p.parts and "node_modules" not in p.parts]
+    return sorted(set(f for f in out if not f.startswith("server/vendor/") and (ROOT / f).exists()))
+
+
+def tracked_markdown():
+    """The Markdown files git tracks or would."""
+    return tracked(".md")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,13 +315,31 @@ def check_metrics():
     for name, number in sorted(documented.items()):
         if name not in metrics:
             problem(METRICS_DOC, number, f"{name} is not a metric the server registers")
-    # The former names, exported beside the new ones for one release.
-    names = read(METRIC_NAMES)
-    m = re.search(r"OLD_FAMILIES\s*:[^=]*=\s*&\[(.*?)\];", names, re.S)
-    old_prefix = re.search(r"OLD_PREFIX\s*:\s*&str\s*=\s*\"(\w+)\"", names)
-    if not m or not old_prefix:
-        problem(METRIC_NAMES, 1, "docs.py cannot find OLD_FAMILIES and OLD_PREFIX")
-        return len(metrics)
+    # The 0.1.0 names: only in the "Former names" table, each beside the name that replaced it.
+    old_prefix = "window_"
+    exposed = sorted((name[len(prefix):] for name in metrics), key=len, reverse=True)
+    old = re.compile(r"\b" + re.escape(old_prefix) + r"(" + "|".join(map(re.escape, exposed)) + r")((?:_bucket|_sum|_count)?)\b")
+    section, table = None, False
+    for number, line in enumerate(read(METRICS_DOC).splitlines(), 1):
+        if line.startswith("## "):
+            section = line[3:].strip()
+        row = re.match(r"^\|\s*`(" + re.escape(old_prefix) + r"\w+)`\s*\|\s*`(\w+)`\s*\|", line)
+        if section == "Former names" and row:
+            former, now = row.groups()
+            if now != prefix + former[len(old_prefix):] or now not in metrics:
+                problem(METRICS_DOC, number, f"{former}: its name now is {prefix + former[len(old_prefix):]}, a metric the server must register")
+    for path in tracked(".md", ".yaml", ".yml", ".json", ".tpl"):
+        if path == "CHANGELOG.md":
+            continue
+        section = None
+        for number, line in enumerate(read(path).splitlines(), 1):
+            if path.endswith(".md") and line.startswith("## "):
+                section = line[3:].strip()
+            if path == METRICS_DOC and section == "Former names":
+                continue
+            for m in old.finditer(line):
+                problem(path, number, f"{m.group(0)} is a 0.1.0 metric name the server no longer exports: use {prefix}{m.group(1)}{m.group(2) or ''}")
+    return len(metrics)
     by_family = {v[3][len(prefix):]: (k, v[0]) for k, v in metrics.items()}
     expected = set()
     for family in re.findall(r"\"(\w+)\"", m.group(1)):

@@ -1,12 +1,12 @@
 //! The sidecar's Prometheus metrics: one registry, typed families, text exposition. Names and
 //! units follow Prometheus conventions (`_total` counters, `_seconds` durations).
 //!
-//! Round trips per read is `window_redis_round_trips_total / window_reads_total`; a read-ahead
-//! (a read at the end of a flush's pipeline) is a read without a round trip of its own.
+//! Round trips per read is `window_sidecar_redis_round_trips_total /
+//! window_sidecar_reads_total`; a read-ahead (a read at the end of a flush's pipeline) is a
+//! read without a round trip of its own.
 
 pub(crate) mod exemplar;
 mod labels;
-pub(crate) mod names;
 pub(crate) mod scale;
 
 pub(crate) use labels::{
@@ -72,7 +72,8 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        // window_sidecar_…; the former window_… names are kept for one release ([`names`]).
+        // window_sidecar_…, so that no series collides with another exporter's window_… in a
+        // shared Prometheus.
         let mut registry = Registry::with_prefix("window_sidecar");
         let m = Self {
             subscriptions_open: Family::default(),
@@ -297,7 +298,7 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
-        names::with_old_names(out)
+        out
     }
 }
 
@@ -319,15 +320,15 @@ mod tests {
             .observe(0.002, None, None);
         let text = m.encode();
         assert!(
-            text.contains("window_deliveries_total{form=\"stream\"} 3"),
+            text.contains("window_sidecar_deliveries_total{form=\"stream\"} 3"),
             "{text}"
         );
         assert!(
-            text.contains("window_flush_duration_seconds_bucket"),
+            text.contains("window_sidecar_flush_duration_seconds_bucket"),
             "{text}"
         );
         assert!(
-            text.contains("# TYPE window_published_entries counter"),
+            text.contains("# TYPE window_sidecar_published_entries counter"),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
@@ -347,7 +348,7 @@ mod tests {
             "permission_denied",
             "limit_exceeded",
         ] {
-            let series = format!("window_rejections_total{{reason=\"{label}\"}} 0");
+            let series = format!("window_sidecar_rejections_total{{reason=\"{label}\"}} 0");
             assert!(text.contains(&series), "{series} missing from\n{text}");
         }
     }
