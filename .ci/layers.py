@@ -133,6 +133,7 @@ ITEM = re.compile(
     re.M,
 )
 USE = re.compile(r"(?<![\w:])(pub(?:\s*\([^)]*\))?\s+)?use\s+([^;]+);")
+VISIBILITY = re.compile(r"\bpub\s*\(\s*in\s+[\w:\s]+\)")
 PATH = re.compile(rf"(?<![\w:$#'])({IDENT}(?:\s*::\s*{IDENT})+)")
 
 
@@ -333,6 +334,8 @@ def scan(crates):
         rest = code
         for m in list(USE.finditer(code)) + list(MOD_DECL.finditer(code)):
             rest = blank(rest, m.start(), m.end())
+        for m in VISIBILITY.finditer(rest):
+            rest = blank(rest, m.start(), m.end())  # `pub(in path)` names who may see, not a use
         inline = [
             (re.sub(r"\s+", "", m.group(1)).split("::"), None, m.start(), False)
             for m in PATH.finditer(rest)

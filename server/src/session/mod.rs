@@ -1,23 +1,23 @@
 //! Subscriptions: [`run`] takes one Subscribe stream from its `open` to its end. The messages
 //! between the gRPC layer and a subscription are in [`messages`], what all subscriptions share
 //! (and the consumer names they hold) in [`shared`]. The task that runs a subscription's engine
-//! is in [`subscription`], the tasks that read and flush beside it in [`workers`]; what
+//! is in [`subscription`], the tasks that read and flush beside it in [`io`]; what
 //! operators see of it (admin view, spans) is in [`observe`], the backlog and work gauges of
 //! every key it served (and every key watched or kept) in [`sampler`], the trim of every stream
 //! under retention by acknowledgement in [`retention`].
 //!
 //! This file is the top of the module and none of its parts uses it: they build on each other
 //! from the bottom up (the messages, observe, the sampling and retention jobs with their
-//! registries; then what is shared, which holds those registries; then the workers and the
+//! registries; then what is shared, which holds those registries; then the I/O tasks and the
 //! subscription), so what they share lives in them, re-exported here as the session's API.
 
+mod io;
 mod messages;
 mod observe;
 pub mod retention;
 pub mod sampler;
 mod shared;
 mod subscription;
-mod workers;
 
 pub use messages::{
     ClientBatch, ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Opened,

@@ -17,7 +17,10 @@ use crate::redis::flush::{PlanContext, entry_key, plan_dead_letters, plan_flush}
 use crate::redis::form::{Form, read_error};
 use crate::redis::stream;
 use crate::session::FlushReport;
-use crate::session::workers::{self, FlushJob, Flushed, LaneRead, ReadAhead};
+use crate::session::io::flusher::FlushJob;
+use crate::session::io::lane::LaneRead;
+use crate::session::io::promoter::now_ms;
+use crate::session::io::{Flushed, ReadAhead};
 use crate::telemetry::LogIds;
 use crate::window::ReadId;
 
@@ -30,7 +33,7 @@ impl Subscription {
     ) {
         let ctx = PlanContext {
             mode: self.request.mode,
-            now_ms: workers::now_ms(),
+            now_ms: now_ms(),
             max_deliveries: self.request.max_deliveries,
         };
         let mut plan = plan_flush(&self.form, &mut batch, &ctx);

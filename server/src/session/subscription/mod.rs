@@ -21,8 +21,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, warn};
 
+use super::io::Flushed;
+use super::io::flusher::FlushJob;
+use super::io::lane::LaneRead;
+use super::io::reader::ReadRequest;
 use super::observe::{self, SubscriptionView};
-use super::workers::{FlushJob, Flushed, LaneRead, ReadRequest};
 use super::{
     ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Outbound, Release,
     SessionError, Shared,

@@ -18,8 +18,8 @@ use crate::redis::keys::KeySpecs;
 use crate::redis::keys::admit::check_cluster_slots;
 use crate::redis::lease::{ConsumerLease, LeaseHolder};
 use crate::redis::stream;
+use crate::session::io;
 use crate::session::observe::{self, SubscriptionView};
-use crate::session::workers;
 use crate::session::{Event, OpenRequest, Opened, Outbound, Release, SessionError, Shared};
 use crate::window::Limits;
 
@@ -110,12 +110,12 @@ impl Subscription {
         let interrupter = reader.interrupter();
         let (reader_tx, requests) = mpsc::channel(1);
         let (results, reader_rx) = mpsc::channel(1);
-        tokio::spawn(workers::read_loop(reader, requests, results).in_current_span());
+        tokio::spawn(io::reader::read_loop(reader, requests, results).in_current_span());
         let form_name = source.form();
         let (flush_tx, jobs) = mpsc::unbounded_channel();
         let (reports, flush_rx) = mpsc::unbounded_channel();
         tokio::spawn(
-            workers::flush_loop(
+            io::flusher::flush_loop(
                 redis.clone(),
                 Arc::clone(shared),
                 (form_name, form.subscription()),
@@ -128,7 +128,7 @@ impl Subscription {
         let lane_tx =
             (request.ordering_key.is_some() && matches!(source, Source::Stream(_))).then(|| {
                 let (lane_tx, reads) = mpsc::unbounded_channel();
-                let lane = workers::read_lane(
+                let lane = io::lane::read_lane(
                     redis.clone(),
                     Arc::clone(shared),
                     form_name,
@@ -140,7 +140,7 @@ impl Subscription {
             });
         let every = settings.promote_interval;
         let helpers = vec![tokio::spawn(
-            workers::promote(redis.clone(), form.clone(), every).in_current_span(),
+            io::promoter::promote(redis.clone(), form.clone(), every).in_current_span(),
         )];
         if let Source::Stream(stream) = &source {
             shared

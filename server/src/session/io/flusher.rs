@@ -1,0 +1,183 @@
+//! The flusher: a subscription's flushes, in the order reads completed, over the pool; the
+//! flushes that queued while one was under way go together in one pipeline. It records each
+//! flush's figures and hands its report back.
+
+use std::sync::Arc;
+
+use opentelemetry::global::BoxedSpan;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::{Flushed, UNKNOWN_FLUSH_BARRIER};
+use crate::domain::Mode;
+use crate::engine::FlushId;
+use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RefusalLabels, RoundTripLabels};
+use crate::redis::Redis;
+use crate::redis::flush::{self, FlushConnection, FlushPlan, RequeueRefused};
+use crate::redis::stream;
+use crate::session::messages::FlushReport;
+use crate::session::observe;
+use crate::session::shared::Shared;
+
+/// A flush handed to the flusher.
+pub(in crate::session) struct FlushJob {
+    pub flush: FlushId,
+    pub report: FlushReport,
+    pub plan: FlushPlan,
+    pub span: Option<BoxedSpan>,
+}
+
+/// The most queued flushes one pipeline carries (each at most a read's worth of segments).
+const MAX_FLUSHES_PER_ROUND_TRIP: usize = 16;
+
+/// Runs flushes one after another, in the order they were handed over (the order reads
+/// completed). Flushes that queued while one was under way go together, in order, in the next
+/// pipeline: one round trip for all of them, so a flusher that falls behind catches up rather
+/// than queueing further. The queue is bounded by the in-flight limit: deliveries waiting for
+/// their flush count against it.
+pub(in crate::session) async fn flush_loop(
+    redis: Redis,
+    shared: Arc<Shared>,
+    (form, subscription): (&'static str, String),
+    mode: Mode,
+    mut jobs: mpsc::UnboundedReceiver<FlushJob>,
+    reports: mpsc::UnboundedSender<Flushed>,
+) {
+    let metrics = &shared.metrics;
+    let labels = FormLabels { form };
+    let duration = metrics
+        .flush_duration
+        .get_or_create(&ModeLabels {
+            form,
+            mode: mode.as_str(),
+        })
+        .clone();
+    let round_trips = |kind| {
+        metrics
+            .round_trips
+            .get_or_create(&RoundTripLabels { form, kind })
+            .clone()
+    };
+    let flush_round_trips = round_trips("flush");
+    let side_effect_failures = metrics
+        .side_effect_failures
+        .get_or_create(&ModeLabels {
+            form,
+            mode: mode.as_str(),
+        })
+        .clone();
+    let skipped = metrics
+        .settles_skipped
+        .get_or_create(&FormLabels { form })
+        .clone();
+    let mut group = Vec::new();
+    while jobs.recv_many(&mut group, MAX_FLUSHES_PER_ROUND_TRIP).await > 0 {
+        let started = Instant::now();
+        let connection = FlushConnection::next(&redis);
+        let plans: Vec<&FlushPlan> = group.iter().map(|job| &job.plan).collect();
+        let results = connection.execute(&redis, &plans).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        flush_round_trips.inc();
+        let mut unknown = Vec::new();
+        for (job, (result, read_ahead)) in group.drain(..).zip(results) {
+            let flush = job.flush;
+            let read_ahead = read_ahead.map(stream::read_ahead_reply);
+            let FlushJob {
+                mut report, span, ..
+            } = job;
+            report.result = result;
+            let exemplar = crate::metrics::exemplar::of_span(span.as_ref());
+            duration.observe(elapsed, exemplar, None);
+            let outcome = if report.result.ok() { "ok" } else { "failed" };
+            metrics
+                .flushes
+                .get_or_create(&FlushLabels {
+                    form,
+                    mode: mode.as_str(),
+                    result: outcome,
+                })
+                .inc();
+            let dead_lettered = report
+                .dead_lettered
+                .saturating_sub(report.result.skipped_dead_letters);
+            if report.result.ok() && dead_lettered > 0 {
+                metrics
+                    .scale
+                    .dead_letters
+                    .get_or_create(&labels)
+                    .inc_by(dead_lettered as u64);
+            }
+            report_refusals(metrics, &subscription, &report.result.requeue_refused);
+            if !report.result.side_effect_failures.is_empty() {
+                side_effect_failures.inc_by(report.result.side_effect_failures.len() as u64);
+            }
+            if report.result.skipped > 0 {
+                skipped.inc_by(report.result.skipped as u64);
+                warn!(
+                    entries = report.result.skipped,
+                    "entries left to the consumer that claimed them: this one held them past min_idle without extending them (Redis out of reach?); not requeued or settled here"
+                );
+            }
+            metrics
+                .flush_commands
+                .get_or_create(&labels)
+                .observe(report.commands as f64);
+            metrics
+                .flush_settles
+                .get_or_create(&labels)
+                .observe(report.settles as f64);
+            if let Some(span) = span {
+                observe::end_flush_span(span, &report.result);
+            }
+            if report.result.unknown {
+                unknown.push(flush);
+            }
+            let message = Flushed::Report(flush, Box::new(report), read_ahead);
+            if reports.send(message).is_err() {
+                return;
+            }
+        }
+        if !unknown.is_empty() {
+            // Their entries will be read again: first let what fred may still write of them
+            // go. Beside the next flushes, which go on (and fail fast while Redis is away).
+            let reports = reports.clone();
+            tokio::spawn(async move {
+                connection.settle_unknown(UNKNOWN_FLUSH_BARRIER).await;
+                for flush in unknown {
+                    let _ = reports.send(Flushed::Settled(flush));
+                }
+            });
+        }
+    }
+}
+
+/// Counts and logs the entries whose requeue write Redis refused: an operator's signal that
+/// Redis is out of memory, an ACL lacks a write, or a key holds the wrong type, while the
+/// entries wait pending for Redis to accept writes again.
+fn report_refusals(
+    metrics: &crate::metrics::Metrics,
+    subscription: &str,
+    refused: &[RequeueRefused],
+) {
+    for refusal in refused {
+        let reason = flush::refusal_reason(&refusal.error);
+        metrics
+            .requeue_refused
+            .get_or_create(&RefusalLabels {
+                subscription: subscription.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+    if let Some(first) = refused.first() {
+        warn!(
+            subscription,
+            entries = refused.len(),
+            entry_id = %String::from_utf8_lossy(&first.entry_id),
+            slot = first.slot,
+            error = %first.error,
+            "Redis refused to write a retry, delay or dead letter: the entries stay pending and are delivered again once Redis accepts writes"
+        );
+    }
+}
