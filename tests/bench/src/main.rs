@@ -1,7 +1,7 @@
 //! The benchmark: the window sidecar side by side with what users write instead.
 //!
 //! ```sh
-//! cargo run --release -p window-sidecar-bench -- [--entries N] [--rounds R] [--contenders a,b,…] [--quick]
+//! cargo run --release -p window-sidecar-bench -- [--entries N] [--rounds R] [--contenders a,b,…] [--quick] [--json PATH]
 //! ```
 //!
 //! Each contender consumes a stream of N entries (`_payload`: ~100 bytes of JSON with an `id`)
@@ -10,9 +10,12 @@
 //! …), each is verified (XPENDING 0, the counters sum to N) and only verified runs are
 //! reported. With `--baseline-bin` every sidecar contender also runs against a second sidecar
 //! binary (`<name>@baseline`, right after it in every round), and the report gives the ratios
-//! of the two. See README.md beside this file for the contenders and the figures.
+//! of the two. With `--json PATH` the report is also written as one JSON document (the
+//! figures of figures.rs, which the tables print), from which `.ci/perf_doc.py` renders
+//! docs/performance.md. See README.md beside this file for the contenders and the figures.
 
 mod client;
+mod figures;
 mod many;
 mod procs;
 mod python;
@@ -84,6 +87,11 @@ struct Args {
     /// the client has reads to work on while earlier ones flush.
     #[arg(long, default_value_t = 4)]
     window_reads: u32,
+    /// Also write the report as one JSON document to PATH (the run's parameters, every run's
+    /// figures, their medians and ranges, the targets, the baseline ratios); `.ci/perf_doc.py`
+    /// renders docs/performance.md from it.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
 }
 
 /// The suffix of a sidecar contender run against `--baseline-bin`.
@@ -304,6 +312,14 @@ impl Contender {
         }
     }
 
+    /// The COUNT of its reads.
+    pub(crate) fn count(&self) -> u32 {
+        match self {
+            Contender::SidecarRust { count, .. } => *count,
+            _ => 64,
+        }
+    }
+
     fn python_mode(&self) -> Option<&'static str> {
         match self {
             Contender::SidecarPython { api, .. } => Some(api.mode()),
@@ -375,6 +391,7 @@ pub struct Record {
 pub(crate) type ManyRecord = (many::Topology, u32, Result<many::Many, String>);
 
 pub struct IdleRss {
+    pub round: u32,
     pub subscriptions: usize,
     /// Measured on the `--baseline-bin` binary.
     pub baseline: bool,
@@ -426,15 +443,16 @@ impl Consumer {
     ) -> Result<Self, String> {
         if let Some(mode) = contender.python_mode() {
             let python = ctx.python.as_ref().map_err(Clone::clone)?;
-            let args = python_args(ctx, redis, sidecar, expect, latency);
+            let args = python_args(ctx, redis, sidecar, expect, contender.count(), latency);
             return Ok(Consumer::Python(
                 python::Worker::start(python, &ctx.root, mode, &args).await?,
             ));
         }
+        let count = contender.count();
+        let max_in_flight = ctx.window_reads * count;
         Ok(match contender {
-            Contender::SidecarRust { count, atomic, .. } => {
+            Contender::SidecarRust { atomic, .. } => {
                 let sidecar = sidecar.ok_or("no sidecar")?;
-                let max_in_flight = ctx.window_reads * count;
                 Consumer::Sidecar(
                     SidecarClient::connect(sidecar.grpc, count, max_in_flight, atomic).await?,
                 )
@@ -442,27 +460,27 @@ impl Consumer {
             Contender::SidecarRustOrdered { .. } => {
                 let sidecar = sidecar.ok_or("no sidecar")?;
                 let keying = contender.keying().ok_or("not ordered")?;
-                let max_in_flight = ctx.window_reads * 64;
                 Consumer::Sidecar(
-                    SidecarClient::connect(sidecar.grpc, 64, max_in_flight, false)
+                    SidecarClient::connect(sidecar.grpc, count, max_in_flight, false)
                         .await?
                         .ordered(keying),
                 )
             }
             Contender::SidecarRustRetry { .. } => {
                 let sidecar = sidecar.ok_or("no sidecar")?;
-                let max_in_flight = ctx.window_reads * 64;
                 Consumer::Sidecar(
-                    SidecarClient::connect(sidecar.grpc, 64, max_in_flight, false)
+                    SidecarClient::connect(sidecar.grpc, count, max_in_flight, false)
                         .await?
                         .retrying(),
                 )
             }
-            Contender::SeedInProcess => Consumer::Seed(SeedApp::connect(&redis.url(), 64).await?),
-            Contender::RedisRsPipelined => {
-                Consumer::RedisRs(RedisRsLoop::connect(&redis.url(), 64).await?)
+            Contender::SeedInProcess => {
+                Consumer::Seed(SeedApp::connect(&redis.url(), count as usize).await?)
             }
-            _ => Consumer::Fred(FredLoop::connect(&redis.url(), 64).await?),
+            Contender::RedisRsPipelined => {
+                Consumer::RedisRs(RedisRsLoop::connect(&redis.url(), count).await?)
+            }
+            _ => Consumer::Fred(FredLoop::connect(&redis.url(), count).await?),
         })
     }
 
@@ -485,13 +503,14 @@ impl Consumer {
     }
 }
 
-/// The command line of a Python worker: what it consumes from (the sidecar or Redis), COUNT 64
-/// and, through the sidecar, the window.
+/// The command line of a Python worker: what it consumes from (the sidecar or Redis), its
+/// COUNT and, through the sidecar, the window.
 fn python_args(
     ctx: &Ctx,
     redis: &RedisServer,
     sidecar: Option<&SidecarProcess>,
     expect: u64,
+    count: u32,
     latency: bool,
 ) -> Vec<String> {
     let mut args = vec!["--expect".to_owned(), expect.to_string()];
@@ -499,9 +518,9 @@ fn python_args(
         Some(sidecar) => args.extend(["--sidecar".to_owned(), sidecar.grpc.to_string()]),
         None => args.extend(["--redis-url".to_owned(), redis.url()]),
     }
-    args.extend(["--count".to_owned(), "64".to_owned()]);
+    args.extend(["--count".to_owned(), count.to_string()]);
     if sidecar.is_some() {
-        let max_in_flight = ctx.window_reads * 64;
+        let max_in_flight = ctx.window_reads * count;
         args.extend(["--max-in-flight".to_owned(), max_in_flight.to_string()]);
     }
     if latency {
@@ -816,34 +835,149 @@ async fn bench(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Checked before the runs rather than after them: a long run's report is not lost to a
+    // path that cannot be written.
+    if let Some(path) = &args.json
+        && let Err(err) = json_writable(path)
+    {
+        eprintln!("--json {}: {err}", path.display());
+        return ExitCode::from(2);
+    }
     if cfg!(debug_assertions) {
         println!("bench: note: built without --release; the in-process clients are slow");
     }
+    let json = args.json.clone();
+    let baseline_bin = args.baseline_bin.clone();
     let ctx = prepare(args, &sizes, &contenders, root);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let redis = redis_version();
     println!(
         "bench: {} contenders, {} round(s), {} entries per throughput run, \
-         latency phase {} s at {}/s, {} cores, {}",
+         latency phase {} s at {}/s, {cores} cores, {redis}",
         contenders.len(),
         sizes.rounds,
         sizes.entries,
         sizes.latency_secs,
         ctx.latency_rate,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        redis_version()
     );
     let width = report::name_width(&contenders);
     let mut runs = Runs::default();
     for round in 1..=sizes.rounds {
         run_round(&ctx, &contenders, &sizes, round, width, &mut runs).await;
     }
-    report::tables(
+    let run = run_info(&ctx, &sizes, (cores, redis), baseline_bin);
+    let report = figures::Report::of(
+        run,
         &contenders,
-        &runs.records,
-        &runs.idle,
-        &runs.many,
-        ctx.latency_rate,
+        &figures::Records {
+            records: &runs.records,
+            idle: &runs.idle,
+            many: &runs.many,
+        },
     );
-    summary(&runs)
+    report::tables(&report);
+    finish(&report, json.as_deref())
+}
+
+/// What the JSON says of the run besides its figures: the command, the build, when, which
+/// commit, the machine and the sizes.
+fn run_info(
+    ctx: &Ctx,
+    sizes: &Sizes,
+    (cores, redis): (usize, String),
+    baseline_bin: Option<PathBuf>,
+) -> figures::Run {
+    let (commit, dirty) = git_commit(&ctx.root);
+    figures::Run {
+        args: std::env::args().skip(1).collect(),
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        commit,
+        dirty,
+        cores,
+        redis,
+        entries: sizes.entries,
+        rounds: sizes.rounds,
+        latency_rate: ctx.latency_rate,
+        latency_secs: sizes.latency_secs,
+        window_reads: ctx.window_reads,
+        idle_subscriptions: ctx.idle_subscriptions,
+        many_subscriptions: sizes.many_subscriptions,
+        sidecar_bin: ctx
+            .sidecar_bin
+            .as_ref()
+            .ok()
+            .map(|bin| bin.display().to_string()),
+        baseline_bin: baseline_bin.map(|bin| bin.display().to_string()),
+    }
+}
+
+/// The closing line, `bench: N passed, M failed`, the JSON when asked for, and the exit code:
+/// failure when a run failed or the JSON could not be written.
+fn finish(report: &figures::Report, json: Option<&Path>) -> ExitCode {
+    println!("bench: {} passed, {} failed", report.passed, report.failed);
+    let mut code = if report.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    if let Some(path) = json {
+        match write_json(path, report) {
+            Ok(()) => println!("bench: the report as JSON in {}", path.display()),
+            Err(err) => {
+                eprintln!("bench: could not write {}: {err}", path.display());
+                code = ExitCode::FAILURE;
+            }
+        }
+    }
+    code
+}
+
+/// Whether `--json`'s file can be written: its folder exists, and the path is no folder.
+fn json_writable(path: &Path) -> Result<(), String> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!("no folder {}", parent.display()));
+    }
+    if path.is_dir() {
+        return Err("a folder".into());
+    }
+    Ok(())
+}
+
+/// The report as pretty-printed JSON, with a final newline.
+fn write_json(path: &Path, report: &figures::Report) -> Result<(), String> {
+    let mut text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    text.push('\n');
+    std::fs::write(path, text).map_err(|e| e.to_string())
+}
+
+/// `git rev-parse HEAD` in the repository, and whether its tracked files have changes; none
+/// when git does not answer.
+fn git_commit(root: &Path) -> (Option<String>, Option<bool>) {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+    };
+    let Some(commit) = git(&["rev-parse", "HEAD"]) else {
+        return (None, None);
+    };
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.trim().is_empty());
+    (Some(commit.trim().to_owned()), dirty)
 }
 
 /// The contenders named (all of them when none is), each `@baseline` twin right after the
@@ -1002,6 +1136,7 @@ async fn run_round(
         let result = idle_rss(ctx, n, baseline).await;
         report::idle_progress(round, rounds, n, baseline, &result, width);
         runs.idle.push(IdleRss {
+            round,
             subscriptions: n,
             baseline,
             result,
@@ -1017,20 +1152,6 @@ async fn run_round(
             report::many_progress(round, rounds, topology, &result, width);
             runs.many.push((topology, round, result));
         }
-    }
-}
-
-/// The closing line, `bench: N passed, M failed`, and the exit code: failure when a run failed.
-fn summary(runs: &Runs) -> ExitCode {
-    let failed = runs.records.iter().filter(|r| r.result.is_err()).count()
-        + runs.idle.iter().filter(|r| r.result.is_err()).count()
-        + runs.many.iter().filter(|r| r.2.is_err()).count();
-    let passed = runs.records.len() + runs.idle.len() + runs.many.len() - failed;
-    println!("bench: {passed} passed, {failed} failed");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 

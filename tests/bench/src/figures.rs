@@ -1,0 +1,1164 @@
+//! The figures of a run, computed once from its records: the one data model of the report,
+//! which report.rs prints as tables and `--json` writes as one JSON document (serde), so the
+//! two cannot tell different stories. `.ci/perf_doc.py` renders docs/performance.md from the
+//! JSON. Figures only: nothing here asserts on them.
+//!
+//! The JSON's fields are named after what they hold, with their unit in the name
+//! (`deliveries_per_s`, `sidecar_cpu_s_per_100k`, `p99_ms`, `sidecar_peak_rss_mb`). A figure
+//! over rounds is a [`Spread`] (median, min, max and how many rounds had one); a figure a run
+//! did not measure is `null`.
+
+use serde::{Serialize, Serializer};
+
+use crate::many::{Many, Topology};
+use crate::{Contender, IdleRss, ManyRecord, Measured, Phase, PythonApi, Record};
+
+/// The version of the JSON's layout: raised when a field changes meaning or goes away.
+pub(crate) const SCHEMA: u32 = 1;
+
+/// Everything the report holds.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub schema: u32,
+    pub run: Run,
+    /// In the order they ran (each `@baseline` twin beside its contender).
+    pub contenders: Vec<ContenderFigures>,
+    /// The RSS check with idle subscriptions open: the measured binary, then the baseline one.
+    pub idle: Vec<IdleFigures>,
+    /// The many-subscriptions phase, per topology.
+    pub many: Vec<ManyFigures>,
+    pub targets: Vec<Target>,
+    /// With `--baseline-bin`: each sidecar contender over its twin.
+    pub baseline: Option<Baseline>,
+    /// Runs verified and runs failed, as the closing line counts them.
+    pub passed: usize,
+    pub failed: usize,
+}
+
+/// What was run, where and when.
+#[derive(Debug, Serialize)]
+pub(crate) struct Run {
+    /// The bench's arguments (without the program).
+    pub args: Vec<String>,
+    /// `release` or `debug`: a debug build's in-process clients are slow.
+    pub profile: &'static str,
+    /// When the run finished, RFC 3339, UTC.
+    pub date: String,
+    /// `git rev-parse HEAD` of the repository the bench was built in, when git answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Whether that work tree had uncommitted changes (to tracked files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dirty: Option<bool>,
+    pub cores: usize,
+    pub redis: String,
+    pub entries: u64,
+    pub rounds: u32,
+    pub latency_rate: u64,
+    pub latency_secs: f64,
+    /// `max_in_flight` of every sidecar contender: this many reads of its COUNT.
+    pub window_reads: u32,
+    pub idle_subscriptions: usize,
+    pub many_subscriptions: usize,
+    pub sidecar_bin: Option<String>,
+    pub baseline_bin: Option<String>,
+}
+
+/// A figure over the verified rounds. `n`: how many had one.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub(crate) struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Spread {
+    /// The spread of the finite values; none when there is none.
+    pub(crate) fn of(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len().is_multiple_of(2) {
+            (v[mid - 1] + v[mid]) / 2.0
+        } else {
+            v[mid]
+        };
+        Some(Self {
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+            n: v.len(),
+        })
+    }
+}
+
+/// A run that could not be verified, left out of every figure.
+#[derive(Debug, Serialize)]
+pub(crate) struct Failure {
+    pub round: u32,
+    pub error: String,
+}
+
+/// One contender: its throughput runs and, when it ran in that phase, its latency runs.
+#[derive(Debug, Serialize)]
+pub(crate) struct ContenderFigures {
+    pub name: String,
+    /// Run against the `--baseline-bin` binary (a `<name>@baseline` twin).
+    pub baseline_binary: bool,
+    /// The COUNT of its reads.
+    pub count: u32,
+    /// The sidecar contenders' window.
+    pub max_in_flight: Option<u32>,
+    pub throughput: PhaseFigures,
+    pub latency: Option<PhaseFigures>,
+}
+
+/// One contender's runs in one phase, and their figures over rounds.
+#[derive(Debug, Serialize)]
+pub(crate) struct PhaseFigures {
+    pub runs: Vec<RunFigures>,
+    pub failures: Vec<Failure>,
+    pub deliveries_per_s: Option<Spread>,
+    pub commands_per_delivery: Option<Spread>,
+    pub round_trips_per_read: Option<Spread>,
+    pub flush_round_trips_per_read: Option<Spread>,
+    pub flush_ms: Option<Spread>,
+    pub sidecar_cpu_s_per_100k: Option<Spread>,
+    pub client_cpu_s_per_100k: Option<Spread>,
+    pub redis_cpu_s_per_100k: Option<Spread>,
+    /// The largest over rounds.
+    pub sidecar_peak_rss_mb: Option<f64>,
+    /// Throughput phase: flat out, from the read's arrival at the consumer to the reply that
+    /// settled the entry. Latency phase: from the entry's XADD to that reply.
+    pub p50_ms: Option<Spread>,
+    pub p99_ms: Option<Spread>,
+    /// An ordered run with a hot key: the other keys' entries over the time until the last
+    /// of them was settled.
+    pub other_keys_deliveries_per_s: Option<Spread>,
+    pub retries: Option<RetrySummary>,
+}
+
+/// One verified run.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunFigures {
+    pub round: u32,
+    pub entries: u64,
+    pub seconds: f64,
+    pub deliveries_per_s: f64,
+    pub commands_per_delivery: f64,
+    /// Reads that delivered entries, and Redis round trips (the sidecar's own counters for
+    /// sidecar contenders, the consumer's for the others).
+    pub reads: u64,
+    pub round_trips: u64,
+    pub round_trips_per_read: Option<f64>,
+    pub flush_round_trips_per_read: Option<f64>,
+    pub flush_ms: Option<f64>,
+    pub sidecar_cpu_s_per_100k: Option<f64>,
+    pub client_cpu_s_per_100k: Option<f64>,
+    pub redis_cpu_s_per_100k: Option<f64>,
+    pub sidecar_peak_rss_mb: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub other_keys_deliveries_per_s: Option<f64>,
+    pub retries: Option<RetryRun>,
+    /// Calls per Redis command (`INFO commandstats`), in the order Redis lists them.
+    #[serde(serialize_with = "as_map")]
+    pub commands: Vec<(String, u64)>,
+}
+
+/// A retrying run: the deliveries it retried and what the stream held at the end.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub(crate) struct RetryRun {
+    pub retried: u64,
+    pub entries_added: u64,
+    pub xlen_at_end: u64,
+}
+
+/// A retrying contender's runs of one phase.
+#[derive(Debug, Serialize)]
+pub(crate) struct RetrySummary {
+    /// The first verified run's entries.
+    pub entries: u64,
+    pub retried: Option<Spread>,
+    pub entries_added: Option<Spread>,
+    pub added_per_entry: Option<Spread>,
+    pub xlen_at_end: Option<Spread>,
+}
+
+/// The RSS check of one binary: the sidecar's RSS two seconds after its idle subscriptions
+/// were opened, and before.
+#[derive(Debug, Serialize)]
+pub(crate) struct IdleFigures {
+    pub baseline_binary: bool,
+    pub subscriptions: usize,
+    pub runs: Vec<IdleRun>,
+    pub failures: Vec<Failure>,
+    pub rss_mb: Option<Spread>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct IdleRun {
+    pub round: u32,
+    pub rss_mb: f64,
+    pub before_mb: f64,
+}
+
+/// The many-subscriptions phase on one topology.
+#[derive(Debug, Serialize)]
+pub(crate) struct ManyFigures {
+    pub topology: &'static str,
+    /// The first verified run's.
+    pub subscriptions: Option<usize>,
+    pub runs: Vec<ManyRun>,
+    pub failures: Vec<Failure>,
+    pub one_deliveries_per_s: Option<Spread>,
+    pub all_deliveries_per_s: Option<Spread>,
+    pub all_per_one: Option<Spread>,
+    pub slowest_share: Option<Spread>,
+    /// The largest over rounds, in the runs of many.
+    pub sidecar_peak_rss_mb: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ManyRun {
+    pub round: u32,
+    pub subscriptions: usize,
+    pub one_deliveries_per_s: f64,
+    pub all_deliveries_per_s: f64,
+    pub slowest_share: f64,
+    pub sidecar_peak_rss_mb: Option<f64>,
+}
+
+/// One figure docs/performance.md holds the sidecar to, or one printed beside them.
+#[derive(Debug, Serialize)]
+pub(crate) struct Target {
+    pub name: String,
+    /// The target as written (`>= 1.5x`), or in parentheses what a figure without one is.
+    pub threshold: String,
+    /// The figure held to the threshold: a median over rounds (of per-round ratios for a
+    /// ratio), or an added latency.
+    pub measured: Option<f64>,
+    /// A per-round ratio's range over rounds, when more than one round had it.
+    pub range: Option<[f64; 2]>,
+    pub unit: &'static str,
+    /// The figure as the report prints it.
+    pub figure: String,
+    /// Whether the target is met; null for a figure without one or with nothing measured.
+    pub met: Option<bool>,
+    pub note: Option<String>,
+}
+
+/// With `--baseline-bin`: the new binary over the baseline one.
+#[derive(Debug, Serialize)]
+pub(crate) struct Baseline {
+    pub pairs: Vec<BaselinePair>,
+    pub idle: Option<IdleRatio>,
+}
+
+/// A sidecar contender over its `@baseline` twin: ratios per round (both runs verified in
+/// that round), over rounds.
+#[derive(Debug, Serialize)]
+pub(crate) struct BaselinePair {
+    pub name: String,
+    pub twin: String,
+    pub deliveries_per_s: Option<Spread>,
+    pub sidecar_cpu_s_per_100k: Option<Spread>,
+}
+
+/// The idle RSS of the two binaries, medians over rounds, and their ratio.
+#[derive(Debug, Serialize)]
+pub(crate) struct IdleRatio {
+    pub subscriptions: usize,
+    pub rss_mb: Option<f64>,
+    pub baseline_rss_mb: Option<f64>,
+    pub ratio: Option<f64>,
+}
+
+/// `[("xack", 12), …]` as `{"xack": 12, …}`, in that order.
+fn as_map<S: Serializer>(pairs: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(pairs.iter().map(|(k, v)| (k, v)))
+}
+
+/// Every run's record, as the bench gathered them.
+pub(crate) struct Records<'a> {
+    pub records: &'a [Record],
+    pub idle: &'a [IdleRss],
+    pub many: &'a [ManyRecord],
+}
+
+impl Report {
+    /// The figures of every run.
+    pub(crate) fn of(run: Run, contenders: &[Contender], runs: &Records<'_>) -> Self {
+        let rate = run.latency_rate;
+        let figures = contenders
+            .iter()
+            .map(|&c| ContenderFigures::of(c, run.window_reads, runs.records))
+            .collect();
+        let idle = [false, true]
+            .into_iter()
+            .filter_map(|baseline| IdleFigures::of(runs.idle, baseline))
+            .collect();
+        let many = [Topology::SingleNode, Topology::Cluster]
+            .into_iter()
+            .filter_map(|t| ManyFigures::of(runs.many, t))
+            .collect();
+        let failed = runs.records.iter().filter(|r| r.result.is_err()).count()
+            + runs.idle.iter().filter(|r| r.result.is_err()).count()
+            + runs.many.iter().filter(|r| r.2.is_err()).count();
+        let passed = runs.records.len() + runs.idle.len() + runs.many.len() - failed;
+        let mut report = Report {
+            schema: SCHEMA,
+            run,
+            contenders: figures,
+            idle,
+            many,
+            targets: Vec::new(),
+            baseline: None,
+            passed,
+            failed,
+        };
+        report.targets = targets(&report, runs.records, rate);
+        report.baseline = baseline(&report, contenders, runs.records);
+        report
+    }
+
+    /// A contender's figures, by its name.
+    pub(crate) fn contender(&self, c: Contender) -> Option<&ContenderFigures> {
+        let name = c.name();
+        self.contenders.iter().find(|f| f.name == name)
+    }
+
+    fn idle_of(&self, baseline: bool) -> Option<&IdleFigures> {
+        self.idle.iter().find(|i| i.baseline_binary == baseline)
+    }
+}
+
+/// Nearest-rank percentile of sorted samples, in milliseconds.
+pub(crate) fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
+}
+
+fn kb_to_mb(kb: u64) -> f64 {
+    kb as f64 / 1024.0
+}
+
+impl ContenderFigures {
+    fn of(c: Contender, window_reads: u32, records: &[Record]) -> Self {
+        let ran_latency = records
+            .iter()
+            .any(|r| r.contender == c && r.phase == Phase::Latency);
+        Self {
+            name: c.name(),
+            baseline_binary: c.on_baseline(),
+            count: c.count(),
+            max_in_flight: c.uses_sidecar().then(|| window_reads * c.count()),
+            throughput: PhaseFigures::of(records, c, Phase::Throughput),
+            latency: ran_latency.then(|| PhaseFigures::of(records, c, Phase::Latency)),
+        }
+    }
+}
+
+impl PhaseFigures {
+    fn of(records: &[Record], c: Contender, phase: Phase) -> Self {
+        let hot = c.keying() == Some(crate::workload::Keying::Hot);
+        let mut runs = Vec::new();
+        let mut failures = Vec::new();
+        for r in records
+            .iter()
+            .filter(|r| r.contender == c && r.phase == phase)
+        {
+            match &r.result {
+                Ok(m) => runs.push(RunFigures::of(r.round, m, hot)),
+                Err(error) => failures.push(Failure {
+                    round: r.round,
+                    error: error.clone(),
+                }),
+            }
+        }
+        let spread = |f: fn(&RunFigures) -> Option<f64>| Spread::of(runs.iter().filter_map(f));
+        let retries = runs
+            .first()
+            .filter(|first| first.retries.is_some())
+            .map(|first| {
+                let of = |f: fn(&RunFigures, RetryRun) -> f64| {
+                    Spread::of(runs.iter().filter_map(|r| Some(f(r, r.retries?))))
+                };
+                RetrySummary {
+                    entries: first.entries,
+                    retried: of(|_, k| k.retried as f64),
+                    entries_added: of(|_, k| k.entries_added as f64),
+                    added_per_entry: of(|r, k| k.entries_added as f64 / r.entries as f64),
+                    xlen_at_end: of(|_, k| k.xlen_at_end as f64),
+                }
+            });
+        Self {
+            deliveries_per_s: spread(|r| Some(r.deliveries_per_s)),
+            commands_per_delivery: spread(|r| Some(r.commands_per_delivery)),
+            round_trips_per_read: spread(|r| r.round_trips_per_read),
+            flush_round_trips_per_read: spread(|r| r.flush_round_trips_per_read),
+            flush_ms: spread(|r| r.flush_ms),
+            sidecar_cpu_s_per_100k: spread(|r| r.sidecar_cpu_s_per_100k),
+            client_cpu_s_per_100k: spread(|r| r.client_cpu_s_per_100k),
+            redis_cpu_s_per_100k: spread(|r| r.redis_cpu_s_per_100k),
+            sidecar_peak_rss_mb: runs
+                .iter()
+                .filter_map(|r| r.sidecar_peak_rss_mb)
+                .reduce(f64::max),
+            p50_ms: spread(|r| r.p50_ms),
+            p99_ms: spread(|r| r.p99_ms),
+            other_keys_deliveries_per_s: spread(|r| r.other_keys_deliveries_per_s),
+            retries,
+            runs,
+            failures,
+        }
+    }
+
+    /// The run of one round, when it verified.
+    fn round(&self, round: u32) -> Option<&RunFigures> {
+        self.runs.iter().find(|r| r.round == round)
+    }
+}
+
+impl RunFigures {
+    /// `hot`: an ordered run with a hot key, whose other keys' pace is a figure of its own.
+    fn of(round: u32, m: &Measured, hot: bool) -> Self {
+        let per_100k = |cpu: Option<f64>| cpu.map(|s| s * 100_000.0 / m.entries as f64);
+        let percentile = |p| (!m.lat_us.is_empty()).then(|| percentile_ms(&m.lat_us, p));
+        Self {
+            round,
+            entries: m.entries,
+            seconds: m.secs,
+            deliveries_per_s: m.rate(),
+            commands_per_delivery: m.commands_total() as f64 / m.entries as f64,
+            reads: m.reads,
+            round_trips: m.round_trips,
+            round_trips_per_read: (m.reads > 0).then(|| m.round_trips as f64 / m.reads as f64),
+            flush_round_trips_per_read: m
+                .flush_round_trips
+                .map(|n| n as f64 / m.reads.max(1) as f64),
+            flush_ms: m.flush_mean_ms,
+            sidecar_cpu_s_per_100k: per_100k(m.sidecar_cpu),
+            client_cpu_s_per_100k: per_100k(m.client_cpu),
+            redis_cpu_s_per_100k: per_100k(m.redis_cpu),
+            sidecar_peak_rss_mb: m.sidecar_hwm_kb.map(kb_to_mb),
+            p50_ms: percentile(50.0),
+            p99_ms: percentile(99.0),
+            other_keys_deliveries_per_s: m.others_rate().filter(|_| hot),
+            retries: m.retried.map(|(retried, kept)| RetryRun {
+                retried,
+                entries_added: kept.entries_added,
+                xlen_at_end: kept.xlen,
+            }),
+            commands: m.commands.clone(),
+        }
+    }
+}
+
+impl IdleFigures {
+    fn of(idle: &[IdleRss], baseline: bool) -> Option<Self> {
+        let mine: Vec<&IdleRss> = idle.iter().filter(|r| r.baseline == baseline).collect();
+        let first = mine.first()?;
+        let mut runs = Vec::new();
+        let mut failures = Vec::new();
+        for r in &mine {
+            match &r.result {
+                Ok((rss, before)) => runs.push(IdleRun {
+                    round: r.round,
+                    rss_mb: kb_to_mb(*rss),
+                    before_mb: kb_to_mb(*before),
+                }),
+                Err(error) => failures.push(Failure {
+                    round: r.round,
+                    error: error.clone(),
+                }),
+            }
+        }
+        Some(Self {
+            baseline_binary: baseline,
+            subscriptions: first.subscriptions,
+            rss_mb: Spread::of(runs.iter().map(|r| r.rss_mb)),
+            runs,
+            failures,
+        })
+    }
+}
+
+impl ManyFigures {
+    fn of(many: &[ManyRecord], topology: Topology) -> Option<Self> {
+        let mine: Vec<&ManyRecord> = many.iter().filter(|(t, _, _)| *t == topology).collect();
+        if mine.is_empty() {
+            return None;
+        }
+        let mut runs = Vec::new();
+        let mut failures = Vec::new();
+        for (_, round, result) in mine {
+            match result {
+                Ok(m) => runs.push(ManyRun::of(*round, m)),
+                Err(error) => failures.push(Failure {
+                    round: *round,
+                    error: error.clone(),
+                }),
+            }
+        }
+        let spread = |f: fn(&ManyRun) -> f64| Spread::of(runs.iter().map(f));
+        Some(Self {
+            topology: topology.name(),
+            subscriptions: runs.first().map(|r| r.subscriptions),
+            one_deliveries_per_s: spread(|r| r.one_deliveries_per_s),
+            all_deliveries_per_s: spread(|r| r.all_deliveries_per_s),
+            all_per_one: spread(|r| r.all_deliveries_per_s / r.one_deliveries_per_s),
+            slowest_share: spread(|r| r.slowest_share),
+            sidecar_peak_rss_mb: runs
+                .iter()
+                .filter_map(|r| r.sidecar_peak_rss_mb)
+                .reduce(f64::max),
+            runs,
+            failures,
+        })
+    }
+}
+
+impl ManyRun {
+    fn of(round: u32, m: &Many) -> Self {
+        Self {
+            round,
+            subscriptions: m.subscriptions,
+            one_deliveries_per_s: m.single_rate,
+            all_deliveries_per_s: m.aggregate_rate,
+            slowest_share: m.slowest_share,
+            sidecar_peak_rss_mb: m.sidecar_hwm_kb.map(kb_to_mb),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The targets
+
+/// What a target's figure is held to.
+#[derive(Clone, Copy)]
+enum Bound {
+    AtLeast(f64),
+    AtMost(f64),
+    Below(f64),
+    /// A figure printed beside the targets, held to none.
+    None,
+}
+
+impl Bound {
+    fn met(self, measured: Option<f64>) -> Option<bool> {
+        let m = measured?;
+        match self {
+            Bound::AtLeast(t) => Some(m >= t),
+            Bound::AtMost(t) => Some(m <= t),
+            Bound::Below(t) => Some(m < t),
+            Bound::None => None,
+        }
+    }
+}
+
+/// A figure's decimals as the report prints them, or `n/a`.
+fn fixed(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// `1.52x (rounds 1.39–1.64)`, the range when more than one round had the ratio.
+pub(crate) fn ratio_text(ratio: Option<Spread>) -> String {
+    match ratio {
+        Some(s) if s.n > 1 => format!("{:.2}x (rounds {:.2}–{:.2})", s.median, s.min, s.max),
+        Some(s) => format!("{:.2}x", s.median),
+        None => "n/a".into(),
+    }
+}
+
+/// `1,234,567`.
+pub(crate) fn thousands(n: f64) -> String {
+    let n = n.round() as u64;
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The targets' rows, in the order they are printed.
+struct Targets<'a> {
+    report: &'a Report,
+    /// The last round any run had.
+    last_round: u32,
+    rows: Vec<Target>,
+}
+
+/// The figure of one contender's throughput run of one round.
+type Figure<'a> = &'a dyn Fn(&RunFigures) -> Option<f64>;
+
+fn rate(r: &RunFigures) -> Option<f64> {
+    Some(r.deliveries_per_s)
+}
+
+fn others_rate(r: &RunFigures) -> Option<f64> {
+    r.other_keys_deliveries_per_s
+}
+
+impl Targets<'_> {
+    fn throughput(&self, c: Contender) -> Option<&PhaseFigures> {
+        Some(&self.report.contender(c)?.throughput)
+    }
+
+    fn latency(&self, c: Contender) -> Option<&PhaseFigures> {
+        self.report.contender(c)?.latency.as_ref()
+    }
+
+    /// Per round, one figure of `a`'s throughput run over another of `b`'s (both verified in
+    /// that round, the ratio finite: a CPU time of zero ticks has no ratio).
+    fn ratios(
+        &self,
+        (a, of_a): (Contender, Figure<'_>),
+        (b, of_b): (Contender, Figure<'_>),
+    ) -> Option<Spread> {
+        ratios(self.report, self.last_round, (a, of_a), (b, of_b))
+    }
+
+    fn push(
+        &mut self,
+        name: String,
+        threshold: &str,
+        bound: Bound,
+        measured: Option<f64>,
+        unit: &'static str,
+        figure: String,
+    ) -> &mut Target {
+        self.rows.push(Target {
+            name,
+            threshold: threshold.to_owned(),
+            met: bound.met(measured),
+            measured,
+            range: None,
+            unit,
+            figure,
+            note: None,
+        });
+        self.rows.last_mut().expect("just pushed")
+    }
+
+    /// A per-round ratio of two contenders' figures, held to `bound`.
+    fn ratio(
+        &mut self,
+        name: String,
+        ratio: Option<Spread>,
+        threshold: &str,
+        bound: Bound,
+    ) -> &mut Target {
+        let row = self.push(
+            name,
+            threshold,
+            bound,
+            ratio.map(|s| s.median),
+            "x",
+            ratio_text(ratio),
+        );
+        row.range = ratio.filter(|s| s.n > 1).map(|s| [s.min, s.max]);
+        row
+    }
+
+    /// `a`'s deliveries/s over `b`'s, per round.
+    fn rate_ratio(
+        &mut self,
+        name: String,
+        (a, b): (Contender, Contender),
+        threshold: &str,
+        bound: Bound,
+    ) {
+        let ratio = self.ratios((a, &rate), (b, &rate));
+        self.ratio(name, ratio, threshold, bound);
+    }
+}
+
+/// Per round, one figure of `a`'s throughput run over another of `b`'s, over rounds.
+fn ratios(
+    report: &Report,
+    last_round: u32,
+    (a, of_a): (Contender, Figure<'_>),
+    (b, of_b): (Contender, Figure<'_>),
+) -> Option<Spread> {
+    let a = &report.contender(a)?.throughput;
+    let b = &report.contender(b)?.throughput;
+    Spread::of(
+        (1..=last_round).filter_map(|round| Some(of_a(a.round(round)?)? / of_b(b.round(round)?)?)),
+    )
+}
+
+/// A sidecar contender of the Rust client as the targets name it.
+fn rust_client(count: u32, atomic: bool) -> Contender {
+    Contender::SidecarRust {
+        count,
+        atomic,
+        baseline: false,
+    }
+}
+
+const SIDECAR_PYTHON: Contender = python(PythonApi::Deliveries);
+
+/// A Python contender as the targets name it.
+const fn python(api: PythonApi) -> Contender {
+    Contender::SidecarPython {
+        api,
+        baseline: false,
+    }
+}
+
+const ORDERED: Contender = Contender::SidecarRustOrdered {
+    hot: false,
+    baseline: false,
+};
+const ORDERED_HOT: Contender = Contender::SidecarRustOrdered {
+    hot: true,
+    baseline: false,
+};
+
+/// The figures docs/performance.md holds the sidecar to.
+fn targets(report: &Report, records: &[Record], rate: u64) -> Vec<Target> {
+    let mut t = Targets {
+        report,
+        last_round: records.iter().map(|r| r.round).max().unwrap_or(0),
+        rows: Vec::new(),
+    };
+    cpu_targets(&mut t);
+    t.rate_ratio(
+        "sidecar-rust-pipeline-64 / fred-raw (deliveries/s)".into(),
+        (rust_client(64, false), Contender::FredRaw),
+        ">= 1.5x",
+        Bound::AtLeast(1.5),
+    );
+    // The strongest in-process Rust loops: the sidecar should cost no throughput against a
+    // hand-pipelined redis-rs loop, and beat the seed's own pipelined window by half again.
+    for (other, target, bound) in [
+        (Contender::RedisRsPipelined, ">= 1.0x", Bound::AtLeast(1.0)),
+        (Contender::SeedInProcess, ">= 1.5x", Bound::AtLeast(1.5)),
+    ] {
+        t.rate_ratio(
+            format!("sidecar-rust-pipeline-64 / {}", other.name()),
+            (rust_client(64, false), other),
+            target,
+            bound,
+        );
+    }
+    ordered_targets(&mut t);
+    round_trip_targets(&mut t);
+    // The target is held by a read handled as one batch, as the hand-pipelined loop handles
+    // its reads; delivery by delivery is the figure beside it.
+    t.rate_ratio(
+        "sidecar-python-batches / redis-py-pipelined".into(),
+        (python(PythonApi::Batches), Contender::RedisPyPipelined),
+        ">= 2.0x",
+        Bound::AtLeast(2.0),
+    );
+    t.rate_ratio(
+        "sidecar-python / redis-py-pipelined".into(),
+        (SIDECAR_PYTHON, Contender::RedisPyPipelined),
+        "(delivery by delivery)",
+        Bound::None,
+    );
+    // The typed API records redis-py's command methods instead of taking a name and
+    // arguments: it should cost nothing a run can see.
+    t.rate_ratio(
+        "sidecar-python-typed / sidecar-python".into(),
+        (python(PythonApi::Typed), SIDECAR_PYTHON),
+        ">= 0.9x (within noise)",
+        Bound::AtLeast(0.9),
+    );
+    t.rate_ratio(
+        "sidecar-python / redis-py-per-message".into(),
+        (SIDECAR_PYTHON, Contender::RedisPyPerMessage),
+        ">= 10x",
+        Bound::AtLeast(10.0),
+    );
+    atomic_targets(&mut t);
+    latency_targets(&mut t, rate);
+    idle_target(&mut t);
+    many_targets(&mut t);
+    t.rows
+}
+
+/// The sidecar's CPU per delivery, pipeline and atomic.
+fn cpu_targets(t: &mut Targets<'_>) {
+    for (contender, target, bound) in [
+        (rust_client(64, false), "<= 0.35 s", Bound::AtMost(0.35)),
+        (rust_client(64, true), "<= 1.0 s", Bound::AtMost(1.0)),
+    ] {
+        let cpu = t
+            .throughput(contender)
+            .and_then(|p| p.sidecar_cpu_s_per_100k)
+            .map(|s| s.median);
+        t.push(
+            format!("sidecar CPU per 100k deliveries, {}", contender.name()),
+            target,
+            bound,
+            cpu,
+            "s",
+            cpu.map_or("n/a".into(), |v| format!("{v:.2} s")),
+        );
+    }
+}
+
+/// Ordering keys: what one delivery per key at a time costs against the unordered client,
+/// and what a hot key leaves the other keys.
+fn ordered_targets(t: &mut Targets<'_>) {
+    t.rate_ratio(
+        "sidecar-rust-ordered-64 / sidecar-rust-pipeline-64".into(),
+        (ORDERED, rust_client(64, false)),
+        ">= 0.8x",
+        Bound::AtLeast(0.8),
+    );
+    let others = |t: &Targets<'_>, c: Contender| {
+        t.throughput(c)
+            .and_then(|p| p.other_keys_deliveries_per_s)
+            .map(|s| s.median)
+    };
+    let hot = others(t, ORDERED_HOT);
+    t.push(
+        "other keys beside a hot key (deliveries/s of theirs)".into(),
+        "(figure)",
+        Bound::None,
+        hot,
+        "/s",
+        hot.map_or("n/a".into(), thousands),
+    );
+    let ratio = t.ratios((ORDERED_HOT, &others_rate), (ORDERED, &rate));
+    let row = t.ratio(
+        "other keys beside a hot key / sidecar-rust-ordered-64".into(),
+        ratio,
+        ">= 0.8x",
+        Bound::AtLeast(0.8),
+    );
+    if row.met == Some(false) {
+        row.note = Some(
+            "the reads run past the hot key's parked backlog and ask for twice COUNT, so the \
+             other keys get about COUNT deliveries a read; but the stream is read in order, so \
+             each of those reads also brings COUNT of the hot key's entries: twice the entries \
+             read per delivery of theirs"
+                .into(),
+        );
+    }
+    // Paired with --baseline-bin: what the other keys got from the binary before.
+    let twin = ORDERED_HOT
+        .baseline_twin()
+        .expect("a sidecar contender has a twin");
+    if t.throughput(twin).is_some_and(|p| !p.runs.is_empty()) {
+        let before = others(t, twin);
+        t.push(
+            "other keys beside a hot key, the baseline binary".into(),
+            "(figure)",
+            Bound::None,
+            before,
+            "/s",
+            before.map_or("n/a".into(), thousands),
+        );
+        let gain = t.ratios((ORDERED_HOT, &others_rate), (twin, &others_rate));
+        t.ratio(
+            "other keys beside a hot key / the baseline binary's".into(),
+            gain,
+            "(figure)",
+            Bound::None,
+        );
+    }
+}
+
+/// All Redis round trips per read, Rust and Python clients.
+fn round_trip_targets(t: &mut Targets<'_>) {
+    for contender in [rust_client(64, false), SIDECAR_PYTHON] {
+        let per_read = t
+            .throughput(contender)
+            .and_then(|p| p.round_trips_per_read)
+            .map(|s| s.median);
+        t.push(
+            format!(
+                "Redis round trips per read (all kinds), {}",
+                contender.name()
+            ),
+            "<= 1",
+            Bound::AtMost(1.0),
+            per_read,
+            "",
+            fixed(per_read, 3),
+        );
+    }
+}
+
+/// The atomic mode's deliveries/s at COUNT 64 and its flat-out p50 at COUNT 256.
+fn atomic_targets(t: &mut Targets<'_>) {
+    let rate = t
+        .throughput(rust_client(64, true))
+        .and_then(|p| p.deliveries_per_s)
+        .map(|s| s.median);
+    t.push(
+        "sidecar-rust-atomic-64 (deliveries/s)".into(),
+        ">= 70,000",
+        Bound::AtLeast(70_000.0),
+        rate,
+        "/s",
+        rate.map_or("n/a".into(), thousands),
+    );
+    let p50 = t
+        .throughput(rust_client(256, true))
+        .and_then(|p| p.p50_ms)
+        .map(|s| s.median);
+    t.push(
+        "flat-out p50, sidecar-rust-atomic-256".into(),
+        "< 5 ms",
+        Bound::Below(5.0),
+        p50,
+        "ms",
+        p50.map_or("n/a".into(), |v| format!("{v:.2} ms")),
+    );
+}
+
+/// The p99 at the latency phase's rate, against the loop each client replaces: the
+/// milliseconds the sidecar adds.
+fn latency_targets(t: &mut Targets<'_>, rate: u64) {
+    for (sidecar, baseline, target, bound) in [
+        (
+            rust_client(64, false),
+            Contender::FredRaw,
+            "<= 0.5 ms added",
+            Bound::AtMost(0.5),
+        ),
+        (
+            SIDECAR_PYTHON,
+            Contender::RedisPyPipelined,
+            "(the best Python can have)",
+            Bound::None,
+        ),
+    ] {
+        let p99 = |c| t.latency(c).and_then(|p| p.p99_ms).map(|s| s.median);
+        let (s, b) = (p99(sidecar), p99(baseline));
+        let added = s.zip(b).map(|(s, b)| s - b);
+        let figure = match (s, b) {
+            (Some(s), Some(b)) => format!("{s:.2} ms ({:+.2} ms vs {})", s - b, baseline.name()),
+            (Some(s), None) => format!("{s:.2} ms"),
+            _ => "n/a".into(),
+        };
+        t.push(
+            format!("p99 at {rate}/s, {}", sidecar.name()),
+            target,
+            bound,
+            added,
+            "ms",
+            figure,
+        );
+    }
+}
+
+/// The sidecar's RSS with the idle subscriptions open.
+fn idle_target(t: &mut Targets<'_>) {
+    let idle = t.report.idle_of(false);
+    let n = idle.map_or(100, |i| i.subscriptions);
+    let rss = idle.and_then(|i| i.rss_mb).map(|s| s.median);
+    t.push(
+        format!("sidecar RSS with {n} idle subscriptions"),
+        "< 50 MB",
+        Bound::Below(50.0),
+        rss,
+        "MB",
+        rss.map_or("n/a".into(), |m| format!("{m:.1} MB")),
+    );
+}
+
+/// Per topology: many subscriptions against one, the slowest one's share and the RSS.
+fn many_targets(t: &mut Targets<'_>) {
+    let rows: Vec<_> = t
+        .report
+        .many
+        .iter()
+        .filter_map(|m| {
+            Some((
+                m.topology,
+                m.subscriptions?,
+                m.all_per_one.map(|s| s.median),
+                m.slowest_share.map(|s| s.median),
+                m.sidecar_peak_rss_mb,
+            ))
+        })
+        .collect();
+    for (topology, n, all_per_one, slowest, rss) in rows {
+        t.push(
+            format!("{n} subscriptions / one, {topology}"),
+            ">= 0.9x",
+            Bound::AtLeast(0.9),
+            all_per_one,
+            "x",
+            all_per_one.map_or("n/a".into(), |v| format!("{v:.2}x")),
+        );
+        t.push(
+            format!("slowest subscription's share, {topology}"),
+            ">= 0.5x",
+            Bound::AtLeast(0.5),
+            slowest,
+            "x",
+            slowest.map_or("n/a".into(), |v| format!("{v:.2}x")),
+        );
+        t.push(
+            format!("sidecar peak RSS, {n} loaded subscriptions, {topology}"),
+            "< 64 MB",
+            Bound::Below(64.0),
+            rss,
+            "MB",
+            rss.map_or("n/a".into(), |m| format!("{m:.1} MB")),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against the baseline binary
+
+/// Each sidecar contender over its `@baseline` twin. The ratios are taken per round, where
+/// the two ran back to back, so what the machine was doing then weighs on both; the figures
+/// of the contenders are medians over rounds and keep the noise between rounds. The idle
+/// RSS is steadier: its ratio is that of the two medians. None without twins.
+fn baseline(report: &Report, contenders: &[Contender], records: &[Record]) -> Option<Baseline> {
+    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
+    let cpu = |r: &RunFigures| r.sidecar_cpu_s_per_100k;
+    let pairs: Vec<BaselinePair> = contenders
+        .iter()
+        .filter_map(|&c| Some((c, c.baseline_twin().filter(|t| contenders.contains(t))?)))
+        .map(|(new, twin)| BaselinePair {
+            name: new.name(),
+            twin: twin.name(),
+            deliveries_per_s: ratios(report, last_round, (new, &rate), (twin, &rate)),
+            sidecar_cpu_s_per_100k: ratios(report, last_round, (new, &cpu), (twin, &cpu)),
+        })
+        .collect();
+    let idle = report.idle_of(true).map(|twin| {
+        let rss_mb = report
+            .idle_of(false)
+            .and_then(|i| i.rss_mb)
+            .map(|s| s.median);
+        let baseline_rss_mb = twin.rss_mb.map(|s| s.median);
+        IdleRatio {
+            subscriptions: twin.subscriptions,
+            rss_mb,
+            baseline_rss_mb,
+            ratio: rss_mb.zip(baseline_rss_mb).map(|(new, old)| new / old),
+        }
+    });
+    (!pairs.is_empty() || idle.is_some()).then_some(Baseline { pairs, idle })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_info() -> Run {
+        Run {
+            args: vec!["--rounds".into(), "2".into()],
+            profile: "release",
+            date: "2025-01-01T00:00:00Z".into(),
+            commit: None,
+            dirty: None,
+            cores: 2,
+            redis: "redis-server 7".into(),
+            entries: 100_000,
+            rounds: 2,
+            latency_rate: 1000,
+            latency_secs: 0.0,
+            window_reads: 4,
+            idle_subscriptions: 0,
+            many_subscriptions: 0,
+            sidecar_bin: None,
+            baseline_bin: None,
+        }
+    }
+
+    fn throughput(round: u32, contender: Contender, secs: f64) -> Record {
+        Record {
+            round,
+            contender,
+            phase: Phase::Throughput,
+            result: Ok(Measured {
+                entries: 100_000,
+                secs,
+                reads: 10,
+                round_trips: 5,
+                sidecar_cpu: contender.uses_sidecar().then_some(0.25),
+                lat_us: vec![1000, 2000, 3000],
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_spread_is_the_median_and_range_of_the_finite_values() {
+        let spread = Spread::of([3.0, f64::NAN, 1.0, 2.0, 10.0]);
+        assert_eq!(
+            spread,
+            Some(Spread {
+                median: 2.5,
+                min: 1.0,
+                max: 10.0,
+                n: 4
+            })
+        );
+        assert_eq!(Spread::of([f64::INFINITY]), None);
+    }
+
+    /// The tables and the JSON read the same figures: the ratio of a target is taken per round,
+    /// its median held to the target, and a failed run is left out and listed.
+    #[test]
+    fn the_report_takes_ratios_per_round_and_says_whether_a_target_is_met() {
+        let pipeline = rust_client(64, false);
+        let records = vec![
+            throughput(1, pipeline, 0.25),
+            throughput(1, Contender::FredRaw, 1.0),
+            throughput(2, pipeline, 0.5),
+            throughput(2, Contender::FredRaw, 0.5),
+            Record {
+                round: 3,
+                contender: pipeline,
+                phase: Phase::Throughput,
+                result: Err("the consumer acked 1 of 2".into()),
+            },
+        ];
+        let report = Report::of(
+            run_info(),
+            &[pipeline, Contender::FredRaw],
+            &Records {
+                records: &records,
+                idle: &[],
+                many: &[],
+            },
+        );
+        let target = report
+            .targets
+            .iter()
+            .find(|t| t.name == "sidecar-rust-pipeline-64 / fred-raw (deliveries/s)")
+            .expect("the fred-raw target");
+        assert_eq!(target.measured, Some(2.5));
+        assert_eq!(target.range, Some([1.0, 4.0]));
+        assert_eq!(target.met, Some(true));
+        assert_eq!(target.figure, "2.50x (rounds 1.00–4.00)");
+        assert_eq!((report.passed, report.failed), (4, 1));
+
+        let json = serde_json::to_value(&report).expect("the report as JSON");
+        let first = &json["contenders"][0];
+        assert_eq!(first["name"], "sidecar-rust-pipeline-64");
+        assert_eq!(first["max_in_flight"], 256);
+        assert_eq!(first["throughput"]["deliveries_per_s"]["median"], 300_000.0);
+        assert_eq!(first["throughput"]["round_trips_per_read"]["median"], 0.5);
+        assert_eq!(first["throughput"]["p50_ms"]["median"], 2.0);
+        assert_eq!(first["throughput"]["failures"][0]["round"], 3);
+        assert!(first["latency"].is_null());
+        assert!(json["contenders"][1]["throughput"]["sidecar_cpu_s_per_100k"].is_null());
+        assert!(json["baseline"].is_null());
+    }
+}
