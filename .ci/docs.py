@@ -22,11 +22,14 @@
 4. Every rpc, message, enum, enum value, oneof and field of the wire contract (proto/**/*.proto)
    has a comment on the line directly above it: the contract is what clients in every language
    are generated from, and its comments are their only documentation.
+5. docs/performance.md's generated parts (its tables) are what .ci/perf_doc.py renders from
+   docs/performance.json, the benchmark's report: neither is edited without the other.
 
 Prints one line per problem (`path:line: what`) and exits 1 when there is one.
 usage: docs.py [ROOT]   (the repository root; by default the parent of this script's folder)
 """
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -393,19 +396,34 @@ def check_proto():
     return count
 
 
+# ---------------------------------------------------------------------------------------------
+# 5. The performance page's tables
+
+def check_performance():
+    """perf_doc.py's own check, its problems as this script's; the parts it checked."""
+    spec = importlib.util.spec_from_file_location("perf_doc", pathlib.Path(__file__).resolve().parent / "perf_doc.py")
+    perf_doc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(perf_doc)
+    for path, line, what in perf_doc.check(ROOT):
+        problem(path, line, what)
+    return len(perf_doc.PARTS)
+
+
 def main():
     files = tracked_markdown()
     links = check_links(files)
     flags = check_flags()
     metrics = check_metrics()
     items_ = check_proto()
+    generated = check_performance()
     for p in problems:
         print(p)
     if problems:
         print(f"docs: {len(problems)} problems")
         return 1
     print(f"docs: {len(files)} Markdown files, {links} relative links, {flags} flags, "
-          f"{metrics} metrics, {items_} items of the wire contract: clean")
+          f"{metrics} metrics, {items_} items of the wire contract, {generated} generated parts of "
+          f"docs/performance.md: clean")
     return 0
 
 
