@@ -20,12 +20,17 @@
 //! * [`acl_user`] and [`RedisServer::start_with_password`] (module [`acl`]).
 //! * [`resp`]: a tiny blocking RESP client for poking individual nodes.
 //!
+//! What a family of tests spread over several files shares:
+//! * [`dead_letters`]: the dead-letter service's client and command, and dead letters made the
+//!   way subscriptions make them.
+//!
 //! Every process is SIGKILLed by pid on drop and its temp dir removed (set
 //! `HARNESS_KEEP_DIRS=1` to keep the dirs, with each node's `redis.log`, for debugging).
 
 pub mod acl;
 pub mod client;
 pub mod cluster;
+pub mod dead_letters;
 pub mod failover;
 pub mod http;
 pub mod process;
@@ -263,6 +268,30 @@ pub async fn pending(client: &Client, key: &str, group: &str) -> u64 {
             .unwrap_or_else(|| panic!("XPENDING summary without a count: {parts:?}")),
         other => panic!("unexpected XPENDING reply {other:?}"),
     }
+}
+
+/// The entries pending in a consumer group (XPENDING's extended form): (id, consumer,
+/// deliveries) each.
+pub async fn pending_rows(client: &Client, key: &str, group: &str) -> Vec<(String, String, u64)> {
+    let reply: Value = client
+        .custom(fred::cmd!("XPENDING"), vec![key, group, "-", "+", "100"])
+        .await
+        .unwrap();
+    let Value::Array(rows) = reply else {
+        panic!("XPENDING: {reply:?}")
+    };
+    rows.into_iter()
+        .map(|row| {
+            let Value::Array(row) = row else {
+                panic!("XPENDING row: {row:?}")
+            };
+            (
+                row[0].as_string().unwrap(),
+                row[1].as_string().unwrap(),
+                row[3].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// Polls `check` until it returns true or `timeout` passes; returns whether it did.
