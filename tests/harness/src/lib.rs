@@ -23,6 +23,8 @@
 //! What a family of tests spread over several files shares:
 //! * [`dead_letters`]: the dead-letter service's client and command, and dead letters made the
 //!   way subscriptions make them.
+//! * [`refusals`]: the forms whose requeues Redis refuses, the faults that make it refuse them,
+//!   and the checks of what comes back once it takes writes again.
 //!
 //! Every process is SIGKILLed by pid on drop and its temp dir removed (set
 //! `HARNESS_KEEP_DIRS=1` to keep the dirs, with each node's `redis.log`, for debugging).
@@ -34,6 +36,7 @@ pub mod dead_letters;
 pub mod failover;
 pub mod http;
 pub mod process;
+pub mod refusals;
 pub mod resp;
 pub mod sentinel;
 pub mod sidecar;
