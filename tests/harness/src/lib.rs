@@ -25,6 +25,8 @@
 //!   way subscriptions make them.
 //! * [`refusals`]: the forms whose requeues Redis refuses, the faults that make it refuse them,
 //!   and the checks of what comes back once it takes writes again.
+//! * [`telemetry`]: OTLP receivers, the binary traced and logging JSON, and a subscription
+//!   answered with the producer's and the client's trace contexts.
 //!
 //! Every process is SIGKILLed by pid on drop and its temp dir removed (set
 //! `HARNESS_KEEP_DIRS=1` to keep the dirs, with each node's `redis.log`, for debugging).
@@ -40,6 +42,7 @@ pub mod refusals;
 pub mod resp;
 pub mod sentinel;
 pub mod sidecar;
+pub mod telemetry;
 pub mod tls;
 mod util;
 
