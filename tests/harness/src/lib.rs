@@ -25,6 +25,8 @@
 //!   way subscriptions make them.
 //! * [`refusals`]: the forms whose requeues Redis refuses, the faults that make it refuse them,
 //!   and the checks of what comes back once it takes writes again.
+//! * [`faults`]: the stream the fault injection tests fill, and what a worker's side effects
+//!   tallied of it.
 //! * [`telemetry`]: OTLP receivers, the binary traced and logging JSON, and a subscription
 //!   answered with the producer's and the client's trace contexts.
 //!
@@ -36,6 +38,7 @@ pub mod client;
 pub mod cluster;
 pub mod dead_letters;
 pub mod failover;
+pub mod faults;
 pub mod http;
 pub mod process;
 pub mod refusals;
@@ -87,6 +90,11 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free port between {low} and {high}")
+}
+
+/// `127.0.0.1` with a free port, for a listener of the sidecar (gRPC, metrics) to bind.
+pub fn listen_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
 }
 
 /// The Redis server binary the tests run: `WINDOW_TEST_REDIS_SERVER` (CI's server matrix runs
