@@ -27,6 +27,7 @@
 //!   and the checks of what comes back once it takes writes again.
 //! * [`faults`]: the stream the fault injection tests fill, and what a worker's side effects
 //!   tallied of it.
+//! * [`forms`]: the opens of the list and pub/sub forms, and a window answered read by read.
 //! * [`telemetry`]: OTLP receivers, the binary traced and logging JSON, and a subscription
 //!   answered with the producer's and the client's trace contexts.
 //!
@@ -39,6 +40,7 @@ pub mod cluster;
 pub mod dead_letters;
 pub mod failover;
 pub mod faults;
+pub mod forms;
 pub mod http;
 pub mod process;
 pub mod refusals;
