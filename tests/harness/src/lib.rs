@@ -28,6 +28,7 @@
 //! * [`faults`]: the stream the fault injection tests fill, and what a worker's side effects
 //!   tallied of it.
 //! * [`forms`]: the opens of the list and pub/sub forms, and a window answered read by read.
+//! * [`retention`]: a stream's consumers by hand and through the sidecar.
 //! * [`telemetry`]: OTLP receivers, the binary traced and logging JSON, and a subscription
 //!   answered with the producer's and the client's trace contexts.
 //!
@@ -45,6 +46,7 @@ pub mod http;
 pub mod process;
 pub mod refusals;
 pub mod resp;
+pub mod retention;
 pub mod sentinel;
 pub mod sidecar;
 pub mod telemetry;
