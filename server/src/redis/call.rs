@@ -1,6 +1,8 @@
 //! One command with raw arguments, routed to the node of its key or of a given slot, and
 //! arguments made from bytes: how the sidecar's own commands (scripts, reads, look-ups) are
-//! sent.
+//! sent. Visible to `redis/` alone: the rest of the server asks Redis through the named
+//! functions of `redis/`, so every command the sidecar sends is written, and its refusals
+//! classified, in one folder.
 
 use bytes::Bytes;
 use fred::prelude::*;
@@ -11,7 +13,7 @@ use super::error::RedisError;
 
 /// Sends one command with raw arguments and returns its reply; on a cluster it goes to the
 /// node of its first string argument.
-pub async fn call(
+pub(super) async fn call(
     client: &Client,
     name: &'static str,
     args: Vec<Value>,
@@ -22,7 +24,7 @@ pub async fn call(
 
 /// Like [`call`], routed to the node that owns `slot` when one is given (for commands whose
 /// key is not their first argument, such as XREADGROUP).
-pub async fn call_at<C: ClientLike>(
+pub(super) async fn call_at<C: ClientLike>(
     client: &C,
     name: &'static str,
     args: Vec<Value>,
@@ -35,7 +37,7 @@ pub async fn call_at<C: ClientLike>(
 
 /// Like [`call_at`], with the reply as the frame it came in, for a reply the sidecar takes
 /// apart itself (a read's entries, see [`super::entry::Reply`]): no fred value per element.
-pub(crate) async fn call_frame_at<C: ClientLike>(
+pub(super) async fn call_frame_at<C: ClientLike>(
     client: &C,
     name: &'static str,
     args: Vec<Value>,
@@ -53,7 +55,7 @@ pub(crate) async fn call_frame_at<C: ClientLike>(
 
 /// A reply frame that is an error reply as the error fred makes of it (as [`call_at`] returns
 /// it), any other as it came.
-pub(crate) fn refused(frame: Resp3Frame) -> Result<Resp3Frame, Error> {
+pub(super) fn refused(frame: Resp3Frame) -> Result<Resp3Frame, Error> {
     match frame {
         Resp3Frame::SimpleError { .. } | Resp3Frame::BlobError { .. } => {
             Err(Value::try_from(frame).expect_err("an error reply converts to an error"))
@@ -63,12 +65,12 @@ pub(crate) fn refused(frame: Resp3Frame) -> Result<Resp3Frame, Error> {
 }
 
 /// Bytes to a fred argument without copying.
-pub fn arg(bytes: &Bytes) -> Value {
+pub(super) fn arg(bytes: &Bytes) -> Value {
     Value::Bytes(bytes.clone())
 }
 
 /// A string to a fred argument.
-pub fn str_arg(s: &str) -> Value {
+pub(super) fn str_arg(s: &str) -> Value {
     Value::Bytes(Bytes::copy_from_slice(s.as_bytes()))
 }
 
@@ -76,7 +78,7 @@ pub fn str_arg(s: &str) -> Value {
 /// have it (one that restarted or was promoted): fred's `evalsha_with_reload` as plain
 /// commands, so that any client sends them with its options (a subscription's reader, see
 /// [`super::read_connection`]).
-pub(crate) async fn eval_script<C: ClientLike>(
+pub(super) async fn eval_script<C: ClientLike>(
     client: &C,
     script: &Script,
     slot: u16,

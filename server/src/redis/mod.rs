@@ -41,7 +41,8 @@ pub(crate) mod sample;
 pub(crate) mod server;
 pub(crate) mod stream;
 
-pub use call::{arg, call, call_at, str_arg};
+// Raw calls stay inside redis/: everything else asks Redis through a named function here.
+use call::{arg, call, call_at, str_arg};
 pub use connection::{ConnectOptions, Redis, TlsFiles, single_server};
 pub use error::RedisError;
 pub use flush::refusal_reason;
