@@ -11,9 +11,9 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 use crate::domain::{Entry, Mode, Source};
+use crate::engine::FlushReport;
 use crate::policy::PolicyError;
 use crate::redis::RedisError;
-use crate::redis::flush::FlushResult;
 use crate::redis::keys::admit::SlotMismatch;
 use crate::window::{Command, CommandError, Outcome, ReadId, SlotError, SlotId};
 
@@ -93,18 +93,6 @@ pub struct Opened {
     /// The source with the consumer name in use filled in.
     pub source: Source,
     pub request: OpenRequest,
-}
-
-/// The result of one flush, for the client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FlushReport {
-    pub read_id: ReadId,
-    pub segments_kept: usize,
-    pub segments_dropped: usize,
-    pub commands: usize,
-    pub settles: usize,
-    pub dead_lettered: usize,
-    pub result: FlushResult,
 }
 
 /// Why a session ended the stream.

@@ -20,8 +20,8 @@ mod shared;
 mod subscription;
 
 pub use messages::{
-    ClientBatch, ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Opened,
-    SessionError, SettleRequest,
+    ClientBatch, ClientMessage, Event, Inbound, InboundError, OpenRequest, Opened, SessionError,
+    SettleRequest,
 };
 pub use observe::SubscriptionView;
 pub use shared::{Settings, Shared};

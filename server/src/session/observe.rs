@@ -11,7 +11,7 @@ use opentelemetry::{Context, KeyValue};
 use serde::Serialize;
 
 use crate::domain::Entry;
-use crate::redis::flush::FlushResult;
+use crate::engine::FlushResult;
 use crate::telemetry::{TRACER, parse_traceparent};
 use crate::window::{FlushBatch, Outcome, ReadId};
 

@@ -2,26 +2,17 @@
 
 use std::time::Duration;
 
-use super::types::{FetchId, FlushId, Item, Stop};
+use super::report::FlushReport;
+use super::types::{FetchId, FlushId, Item, Lane, Stop};
 use crate::window::{FlushBatch, OpenedRead};
 
 /// What the I/O task must do, in order.
 #[derive(Debug, PartialEq)]
 pub enum Action<E: Item> {
-    /// Read up to `count` entries on the reader, blocking at most `block`. `reread`: go
-    /// through this consumer's own pending entries first; `recover`: first recover entries of
-    /// idle or dead consumers.
-    Read {
-        count: u32,
-        block: Duration,
-        reread: bool,
-        recover: bool,
-    },
-    /// Read up to `count` new entries on the read lane, behind the reads handed to it before
-    /// (no block: there is a backlog). The lane runs its reads one after another on one
-    /// connection and answers them in the order asked. It settles nothing and has no report
-    /// for the client; answer with [`Engine::flushed`] for `flush`, the read as its read-ahead.
-    ReadInOrder { flush: FlushId, count: u32 },
+    /// Read up to `count` entries on `lane`. Answer with [`Engine::read_returned`]; a read on
+    /// the read lane whose reply never came may still run: say when it no longer can with
+    /// [`Engine::read_settled`].
+    Read { count: u32, lane: Lane },
     /// Fetch these parked entries by id, in order, without counting a delivery; settle those
     /// gone from the stream. Answer with [`Engine::fetched`]. Runs beside everything else:
     /// the entries are this consumer's pending ones already.
@@ -43,7 +34,7 @@ pub enum Action<E: Item> {
         entries: Vec<E>,
         redelivery: bool,
         lost: u64,
-        report: Option<FlushId>,
+        report: Option<FlushReport>,
     },
     /// Nothing to deliver, but the client must learn that pub/sub messages were lost.
     Lost(u64),
@@ -56,7 +47,7 @@ pub enum Action<E: Item> {
     /// Move entries past the delivery cap to the dead letter with their settle, unread.
     DeadLetter { flush: FlushId, entries: Vec<E> },
     /// Send a flush's report to the client.
-    Report(FlushId),
+    Report(FlushReport),
     /// Give entries back to Redis as if this subscription had not taken them. `seen`: the
     /// client got them (their delivery counts), else nobody did (uncount that read).
     GiveBack { entries: Vec<E>, seen: bool },

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use super::action::Action;
 use super::counts::{held_ids, past_cap, past_the_cap, split_held};
+use super::report::FlushReport;
 use super::state::Engine;
-use super::types::{FlushId, Item, Read};
+use super::types::{Item, Read};
 
 impl<E: Item> Engine<E> {
     /// Hands a read of `count` entries at most to the client, less those it must not get.
@@ -17,9 +18,9 @@ impl<E: Item> Engine<E> {
         now: Instant,
         read: Read<E>,
         count: u32,
-        report: Option<FlushId>,
+        report: Option<FlushReport>,
         answered: Option<u64>,
-    ) -> Option<FlushId> {
+    ) -> Option<FlushReport> {
         let Read {
             entries,
             redelivery,

@@ -7,16 +7,48 @@ use std::time::Instant;
 
 use super::action::Action;
 use super::backoff::backoff;
+use super::report::{FlushReport, FlushResult, PlanCounts};
 use super::state::{Engine, Phase};
 use super::types::{
-    Applied, FetchId, FlushId, FlushStatus, Item, Kind, LeaseRenewal, Read, ReadError,
-    SettleRequest, Stop,
+    Applied, FetchId, FlushId, FlushStatus, Item, Kind, LaneReadId, LeaseRenewal, Read, ReadError,
+    ReadFrom, SettleRequest, Stop,
 };
 use crate::window::{Command, CommandError, Outcome, SlotError, SlotId};
 
 impl<E: Item> Engine<E> {
-    /// The reader answered.
-    pub fn read_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
+    /// A read answered: the reader's, or one on the read lane (see [`super::Lane`]).
+    pub fn read_returned(
+        &mut self,
+        now: Instant,
+        from: ReadFrom,
+        result: Result<Read<E>, ReadError>,
+    ) {
+        match from {
+            ReadFrom::Reader => self.reader_returned(now, result),
+            ReadFrom::Lane(read) => {
+                let Some(count) = self.lane_reads.remove(&read) else {
+                    return;
+                };
+                if matches!(result, Err(ReadError::Retry { unknown: true })) {
+                    // No reply came: it may still run, and take entries a re-read must not
+                    // pass.
+                    self.lost_reads.insert(read);
+                }
+                if let Some(report) = self.read_ahead_returned(now, count, result, None) {
+                    self.actions.push(Action::Report(report));
+                }
+                self.advance(now);
+            }
+        }
+    }
+
+    /// A read on the read lane whose reply never came can no longer run.
+    pub fn read_settled(&mut self, now: Instant, read: LaneReadId) {
+        self.lost_reads.remove(&read);
+        self.advance(now);
+    }
+
+    fn reader_returned(&mut self, now: Instant, result: Result<Read<E>, ReadError>) {
         let count = self.reader.take().map_or(u32::MAX, |r| r.count);
         self.read_interrupted = false;
         self.reader_answered += 1;
@@ -119,17 +151,23 @@ impl<E: Item> Engine<E> {
         self.reread_owed = true;
     }
 
-    /// A flush was reported, with what its read-ahead read.
+    /// A flush was reported: what its plan held, what Redis answered, and what its
+    /// read-ahead read. Its report goes to the client, riding in that read when it can.
     pub fn flushed(
         &mut self,
         now: Instant,
         flush: FlushId,
-        status: FlushStatus,
+        (counts, result): (PlanCounts, FlushResult),
         read_ahead: Option<Result<Read<E>, ReadError>>,
     ) {
         let Some(flushing) = self.flushes.get_mut(&flush) else {
             return;
         };
+        let status = result.status();
+        let report = flushing
+            .report
+            .take()
+            .map(|report| report.answered(counts, result));
         flushing.reported = true;
         let in_place = std::mem::take(&mut flushing.in_place);
         let not_kept = std::mem::take(&mut flushing.not_kept);
@@ -183,36 +221,55 @@ impl<E: Item> Engine<E> {
             }
         }
         let rides = self.config.reports_in_reads && matches!(read_ahead, Some(Ok(_)));
-        let mut report = Some(flush);
-        if !rides {
-            self.actions.push(Action::Report(flush));
-            report = None;
+        let mut report = report;
+        if !rides && let Some(report) = report.take() {
+            self.actions.push(Action::Report(report));
         }
         let count = self.ahead.remove(&flush).unwrap_or(u32::MAX);
         if let Some(result) = read_ahead {
-            match result {
-                Ok(read) if self.config.ordered && self.reread_owed => {
-                    // An earlier read may have taken entries no reply named, or a flush left
-                    // its entries pending: these later ones could pass them. Left pending,
-                    // uncounted, they come back in their place with the re-read.
-                    self.give_back_read(read);
-                }
-                Ok(read) if self.phase == Phase::Open && self.client_here => {
-                    report = self.deliver(now, read, count, report, None);
-                }
-                Ok(read) => self.give_back_read(read),
-                Err(ReadError::Retry { unknown }) => {
-                    // The reader reads next; Redis may have delivered entries no reply named.
-                    self.backlog = false;
-                    self.reread_owed |= unknown;
-                }
-                Err(ReadError::Fatal(stop)) => self.close(Some(stop)),
-            }
+            report = self.read_ahead_returned(now, count, result, report);
         }
-        if let Some(flush) = report {
-            self.actions.push(Action::Report(flush));
+        if let Some(report) = report {
+            self.actions.push(Action::Report(report));
         }
         self.advance(now);
+    }
+
+    /// A read of `count` new entries ahead of the reader answered (riding on a flush, or on
+    /// the read lane), with `report` to ride in it. Returns the report if it did not ride.
+    fn read_ahead_returned(
+        &mut self,
+        now: Instant,
+        count: u32,
+        result: Result<Read<E>, ReadError>,
+        report: Option<FlushReport>,
+    ) -> Option<FlushReport> {
+        match result {
+            Ok(read) if self.config.ordered && self.reread_owed => {
+                // An earlier read may have taken entries no reply named, or a flush left its
+                // entries pending: these later ones could pass them. Left pending, uncounted,
+                // they come back in their place with the re-read.
+                self.give_back_read(read);
+                report
+            }
+            Ok(read) if self.phase == Phase::Open && self.client_here => {
+                self.deliver(now, read, count, report, None)
+            }
+            Ok(read) => {
+                self.give_back_read(read);
+                report
+            }
+            Err(ReadError::Retry { unknown }) => {
+                // The reader reads next; Redis may have delivered entries no reply named.
+                self.backlog = false;
+                self.reread_owed |= unknown;
+                report
+            }
+            Err(ReadError::Fatal(stop)) => {
+                self.close(Some(stop));
+                report
+            }
+        }
     }
 
     /// A fetch of parked entries came back: each entry asked, in order, or `None` where it was
@@ -331,6 +388,8 @@ impl<E: Item> Engine<E> {
         }
         if let Phase::Closing { stop } = self.phase
             && self.flushes.is_empty()
+            && self.lane_reads.is_empty()
+            && self.lost_reads.is_empty()
         {
             self.phase = Phase::Ended;
             self.actions.push(Action::EndStream(stop));

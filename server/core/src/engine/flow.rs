@@ -1,13 +1,15 @@
 //! Flow control: how much room the window has, when the reader reads and how many, when a
 //! read rides on a flush or goes on the read lane instead, when this consumer's own entries
-//! are read again, and the flushes under way that all of it depends on.
+//! are read again, and the flushes under way that all of it depends on, each with the report
+//! it will hand the client.
 
 use std::time::{Duration, Instant};
 
 use super::action::Action;
 use super::counts;
+use super::report::FlushReport;
 use super::state::{Engine, Flushing, Phase, ReaderRead};
-use super::types::{FlushId, Item, Kind};
+use super::types::{FlushId, Item, Kind, Lane};
 use crate::window::{FlushBatch, Outcome, SlotId};
 
 /// The reads an ordered stream keeps out at once on its read lane: Redis runs the next while
@@ -40,6 +42,7 @@ impl<E: Item> Engine<E> {
             + self
                 .ahead
                 .values()
+                .chain(self.lane_reads.values())
                 .map(|&c| c.min(most) as usize)
                 .sum::<usize>();
         let max = self.config.max_in_flight as usize;
@@ -92,7 +95,7 @@ impl<E: Item> Engine<E> {
     /// under way.
     fn reread_ready(&self) -> bool {
         match self.config.kind {
-            Kind::Stream => !self.flushes.values().any(|f| f.unknown),
+            Kind::Stream => !self.flushes.values().any(|f| f.unknown) && self.lost_reads.is_empty(),
             _ => self.flushes.is_empty() && self.window.held() == 0,
         }
     }
@@ -111,7 +114,7 @@ impl<E: Item> Engine<E> {
         if !self.may_read() || self.reader.is_some() || room == 0 {
             return false;
         }
-        if !self.ahead.is_empty() && !self.another_read_in_order(now) {
+        if self.reading_ahead() && !self.another_read_in_order(now) {
             return false;
         }
         let reread = self.reread_owed && self.reread_ready();
@@ -143,11 +146,13 @@ impl<E: Item> Engine<E> {
         if self.config.ordered && self.reads_ahead_now() && !reread && !recover {
             // The lane runs its reads in the order asked, so their entries come in the order
             // Redis handed them out. A read of the reader's own could pass them.
-            let flush = self.next_flush;
-            self.next_flush += 1;
-            self.track_flush(flush, 0, Vec::new());
-            self.ahead.insert(flush, count);
-            self.actions.push(Action::ReadInOrder { flush, count });
+            let read = self.next_lane_read;
+            self.next_lane_read += 1;
+            self.lane_reads.insert(read, count);
+            self.actions.push(Action::Read {
+                count,
+                lane: Lane::InOrder(read),
+            });
             return true;
         }
         self.reader = Some(ReaderRead {
@@ -160,11 +165,19 @@ impl<E: Item> Engine<E> {
         }
         self.actions.push(Action::Read {
             count,
-            block,
-            reread,
-            recover,
+            lane: Lane::Reader {
+                block,
+                reread,
+                recover,
+            },
         });
         false
+    }
+
+    /// Reads of new entries under way ahead of the reader: riding on flushes, or on the read
+    /// lane.
+    pub(super) fn reading_ahead(&self) -> bool {
+        !self.ahead.is_empty() || !self.lane_reads.is_empty()
     }
 
     /// Whether a read may go on the read lane beside the ones out there: only reads of new
@@ -172,7 +185,7 @@ impl<E: Item> Engine<E> {
     /// recovery is due (the reader does those, alone).
     fn another_read_in_order(&self, now: Instant) -> bool {
         self.config.ordered
-            && self.ahead.len() < READS_IN_ORDER
+            && self.lane_reads.len() < READS_IN_ORDER
             && self.reads_ahead_now()
             && !self.reread_owed
             && !self.recovery.as_ref().is_some_and(|r| r.due(now))
@@ -251,7 +264,9 @@ impl<E: Item> Engine<E> {
             Vec::new()
         };
         let in_place = self.keep_in_place(flush, &mut batch);
-        self.track_flush(flush, batch.deliveries, ids);
+        let report =
+            FlushReport::of_batch(batch.read_id, batch.kept.len(), batch.dropped_segments());
+        self.track_flush(flush, batch.deliveries, ids, report);
         if let Some(flushing) = self.flushes.get_mut(&flush) {
             flushing.in_place = in_place;
         }
@@ -262,7 +277,13 @@ impl<E: Item> Engine<E> {
         });
     }
 
-    pub(super) fn track_flush(&mut self, flush: FlushId, deliveries: usize, ids: Vec<E::Id>) {
+    fn track_flush(
+        &mut self,
+        flush: FlushId,
+        deliveries: usize,
+        ids: Vec<E::Id>,
+        report: FlushReport,
+    ) {
         self.flushing_deliveries += deliveries;
         self.flushes.insert(
             flush,
@@ -273,6 +294,7 @@ impl<E: Item> Engine<E> {
                 reported: false,
                 in_place: Vec::new(),
                 not_kept: Vec::new(),
+                report: Some(report),
             },
         );
     }
@@ -412,8 +434,8 @@ impl<E: Item> Engine<E> {
         } else {
             Vec::new()
         };
-        // Undelivered: they take no room in the window.
-        self.track_flush(flush, 0, ids);
+        // Undelivered: they take no room in the window, and belong to no read.
+        self.track_flush(flush, 0, ids, FlushReport::of_batch(0, 0, 0));
         self.actions.push(Action::DeadLetter { flush, entries });
     }
 }

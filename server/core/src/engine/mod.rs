@@ -10,8 +10,10 @@
 //! without I/O. Like the window it is generic over the entry: see [`Item`].
 //!
 //! Its files, bottom to top, each importing only files beneath it: [`types`], the vocabulary
-//! (what it needs of an entry, its settings, its ids, what its handlers take and return), and
-//! [`action`], what it asks of the I/O task; the parts, each a rule or a state of its own:
+//! (what it needs of an entry, its settings, its ids, what its handlers take and return),
+//! [`report`], a flush's report as the client reads it (which the engine makes when it hands a
+//! flush out, fills when the flush is reported and hands to the client), and [`action`], what
+//! it asks of the I/O task; the parts, each a rule or a state of its own:
 //! [`backoff`] (the wait after failures), [`counts`] (delivery caps, dead letters, which
 //! redelivered entries are already held), [`liveness`] (the consumer lease, recovery timing),
 //! [`ordering`] (one delivery per ordering key at a time, retries kept in place); [`state`],
@@ -32,15 +34,17 @@ mod extend;
 mod flow;
 mod liveness;
 mod ordering;
+mod report;
 mod state;
 mod types;
 
 pub use action::Action;
 pub use counts::exhausted;
+pub use report::{FlushReport, FlushResult, PlanCounts, RequeueRefused, SideEffectFailure};
 pub use state::Engine;
 pub use types::{
-    Applied, ClosedCounts, Config, FetchId, FlushId, FlushStatus, Item, Kind, LeaseRenewal, Read,
-    ReadError, SettleRequest, Stop, View,
+    Applied, ClosedCounts, Config, FetchId, FlushId, FlushStatus, Item, Kind, Lane, LaneReadId,
+    LeaseRenewal, Read, ReadError, ReadFrom, SettleRequest, Stop, View,
 };
 
 #[cfg(test)]

@@ -6,13 +6,14 @@
 //! declares them. The fields are `pub(super)` for those files: the engine's own, seen by
 //! nothing outside it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::action::Action;
 use super::liveness::{Lease, Recovery};
 use super::ordering;
-use super::types::{ClosedCounts, Config, FlushId, Item, Kind, Stop, View};
+use super::report::FlushReport;
+use super::types::{ClosedCounts, Config, FlushId, Item, Kind, LaneReadId, Stop, View};
 use crate::window::{SlotId, Window};
 
 /// A flush handed out and not yet over.
@@ -29,6 +30,8 @@ pub(super) struct Flushing<E: Item> {
     pub(super) in_place: Vec<(E, Option<Duration>)>,
     /// Its retries Redis refused to keep in place: read again.
     pub(super) not_kept: Vec<E::Id>,
+    /// Its report, filled when it is reported and then handed to the client.
+    pub(super) report: Option<FlushReport>,
 }
 
 /// Where a subscription is in its life.
@@ -72,6 +75,12 @@ pub struct Engine<E: Item> {
     pub(super) reader: Option<ReaderRead>,
     /// Reads riding at the end of flushes under way, by flush, with their COUNT.
     pub(super) ahead: BTreeMap<FlushId, u32>,
+    /// Reads on an ordered stream's read lane under way, with their COUNT.
+    pub(super) lane_reads: BTreeMap<LaneReadId, u32>,
+    /// Reads on the read lane whose reply never came: they may still run, until
+    /// [`Engine::read_settled`] says they cannot. A re-read waits for them, and so does the end.
+    pub(super) lost_reads: BTreeSet<LaneReadId>,
+    pub(super) next_lane_read: LaneReadId,
     /// The last read of new entries came back full: more are waiting.
     pub(super) backlog: bool,
     /// How many more entries than COUNT a read of new entries asks for, to make up for those
@@ -132,6 +141,9 @@ impl<E: Item> Engine<E> {
             client_here: true,
             reader: None,
             ahead: BTreeMap::new(),
+            lane_reads: BTreeMap::new(),
+            lost_reads: BTreeSet::new(),
+            next_lane_read: 1,
             backlog: false,
             read_extra: 0,
             reader_asked: 0,
@@ -184,7 +196,7 @@ impl<E: Item> Engine<E> {
     /// A snapshot for the admin view.
     pub fn view(&self) -> View {
         View {
-            reading: self.reader.is_some() || !self.ahead.is_empty(),
+            reading: self.reader.is_some() || self.reading_ahead(),
             open_reads: self.window.open_reads(),
             outstanding: self.window.outstanding(),
             kept_segments: self.window.kept_segments(),

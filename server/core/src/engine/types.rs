@@ -135,6 +135,36 @@ pub type FlushId = u64;
 /// Identifies a fetch of parked entries handed out by [`super::Action::Fetch`].
 pub type FetchId = u64;
 
+/// Identifies a read on an ordered stream's read lane ([`Lane::InOrder`]).
+pub type LaneReadId = u64;
+
+/// Where a read goes, and how it reads there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// The reader, one read at a time on the subscription's own connection, blocking at most
+    /// `block`. `reread`: go through this consumer's own pending entries first; `recover`:
+    /// first recover entries of idle or dead consumers.
+    Reader {
+        block: Duration,
+        reread: bool,
+        recover: bool,
+    },
+    /// An ordered stream's read lane: new entries only, no block (there is a backlog), behind
+    /// the reads handed to it before. The lane runs its reads one after another on one
+    /// connection and answers them in the order asked, so their entries come in the order
+    /// Redis handed them out.
+    InOrder(LaneReadId),
+}
+
+/// Which read answered (see [`super::Engine::read_returned`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The reader: it answers its reads in the order asked.
+    Reader,
+    /// A read on the read lane.
+    Lane(LaneReadId),
+}
+
 /// What a read returned.
 #[derive(Clone, Debug)]
 pub struct Read<E> {

@@ -12,10 +12,10 @@ use thiserror::Error;
 use crate::domain::{
     Body, Entry, Framing, ListSource, Mode, OrderingKey, PubSubSource, Source, StreamSource,
 };
+use crate::engine::FlushReport;
 use crate::proto;
 use crate::session::{
-    ClientBatch, ClientMessage, Event, FlushReport, InboundError, OpenRequest, Opened,
-    SettleRequest,
+    ClientBatch, ClientMessage, Event, InboundError, OpenRequest, Opened, SettleRequest,
 };
 use crate::telemetry::parse_traceparent;
 use crate::window::{Command, Outcome, Reason, SlotError};

@@ -12,78 +12,13 @@ pub(crate) mod wire;
 use fred::prelude::*;
 
 use super::Redis;
+use crate::engine::{FlushResult, RequeueRefused, SideEffectFailure};
 
 pub(crate) use plan::{
     FlushPlan, PlanContext, Planned, Requeued, Role, SegmentSpan, Settling, StepEntry, entry_key,
     owned_step, owned_step_lua, plan_dead_letters, plan_flush,
 };
 pub(crate) use wire::unanswered;
-
-/// What the replies of a flush said.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FlushResult {
-    /// Replies that were errors.
-    pub failed: usize,
-    /// The first error, as Redis worded it.
-    pub first_error: Option<String>,
-    /// A settle did not take effect: the read's entries stay pending.
-    pub settle_failed: bool,
-    /// Transactions refused while queuing (EXECABORT): none of their commands ran.
-    pub aborted: usize,
-    /// A reply never came (timeout, broken connection): Redis may have applied the flush, or
-    /// may still apply it.
-    pub unknown: bool,
-    /// Nothing of it reached Redis (no connection in time): none of it ran.
-    pub not_sent: bool,
-    /// Entries neither settled nor requeued because another consumer had claimed them (this
-    /// sidecar held them past `min_idle` without extending them): theirs now.
-    pub skipped: usize,
-    /// Of those, the ones that were to be dead letters.
-    pub skipped_dead_letters: usize,
-    /// Of those, the ids of retries to be kept in place (counted in `skipped` too): not to be
-    /// delivered again here.
-    pub left_to_others: Vec<bytes::Bytes>,
-    /// The ids of retries Redis refused to keep in place (also in `requeue_refused`): pending
-    /// as their delivery left them, their next delivery not counted, to be read again.
-    pub not_kept: Vec<bytes::Bytes>,
-    /// Entries whose retry, delay or dead letter Redis refused to write: neither requeued nor
-    /// settled, they stay pending and are delivered again.
-    pub requeue_refused: Vec<RequeueRefused>,
-    /// Side-effect commands Redis answered with an error when they ran.
-    pub side_effect_failures: Vec<SideEffectFailure>,
-}
-
-/// A side-effect command Redis answered with an error.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SideEffectFailure {
-    /// The slot whose segment held it.
-    pub slot: u64,
-    /// Its entry's stream id; empty for a list value or a message.
-    pub entry_id: bytes::Bytes,
-    /// The command's name, as queued.
-    pub command: String,
-    /// Redis's error, as Redis worded it.
-    pub error: String,
-    /// The entry was settled all the same (pipeline mode), not left pending (atomic mode).
-    pub settled: bool,
-    /// What the entry is known by when it comes back (its id, or a list value as stored).
-    pub entry_key: bytes::Bytes,
-}
-
-/// An entry whose requeue write Redis refused, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RequeueRefused {
-    /// The slot it was delivered in; 0 for an entry dead-lettered unread.
-    pub slot: u64,
-    /// Its stream entry id; empty for a list value.
-    pub entry_id: bytes::Bytes,
-    /// Redis's error, as Redis worded it.
-    pub error: String,
-    /// Its place among the entries of the flush's requeue step, from 0: how the sidecar finds
-    /// a simple list's entry, which only it still has, to hold and give back (`usize::MAX`
-    /// for a stream's retry kept in place, which is no part of that step).
-    pub step: usize,
-}
 
 /// Why Redis refused a write, as the `reason` label of the refusal counters: one word per
 /// class an operator acts on differently, found by how Redis's error begins.
@@ -112,198 +47,197 @@ pub fn refusal_reason(error: &str) -> &'static str {
         .map_or("other", |(_, reason)| reason)
 }
 
-impl FlushResult {
-    pub fn ok(&self) -> bool {
-        self.failed == 0
-    }
-
-    /// Interprets the replies of `plan`'s commands, one per command.
-    pub(crate) fn from_replies(plan: &FlushPlan, replies: Vec<Result<Value, Error>>) -> Self {
-        let mut result = FlushResult::default();
-        let answered = replies.len();
-        let mut in_place = plan.in_place.iter();
-        for (index, (planned, reply)) in plan.commands.iter().zip(replies).enumerate() {
-            let kept = (planned.role == Role::KeepInPlace).then(|| in_place.next());
-            let err = match reply {
-                Ok(reply) if planned.role == Role::KeepInPlace => {
-                    if reply.as_u64() == Some(0)
-                        && let Some(Some((_, id))) = kept
-                    {
-                        result.skipped += 1;
-                        result.left_to_others.push(id.clone());
-                    }
-                    continue;
+/// Interprets the replies of `plan`'s commands, one per command.
+pub(crate) fn result_of(plan: &FlushPlan, replies: Vec<Result<Value, Error>>) -> FlushResult {
+    let mut result = FlushResult::default();
+    let answered = replies.len();
+    let mut in_place = plan.in_place.iter();
+    for (index, (planned, reply)) in plan.commands.iter().zip(replies).enumerate() {
+        let kept = (planned.role == Role::KeepInPlace).then(|| in_place.next());
+        let err = match reply {
+            Ok(reply) if planned.role == Role::KeepInPlace => {
+                if reply.as_u64() == Some(0)
+                    && let Some(Some((_, id))) = kept
+                {
+                    result.skipped += 1;
+                    result.left_to_others.push(id.clone());
                 }
-                Ok(reply) if planned.role == Role::SettleOwned => {
-                    result.owned(reply, &plan.requeue_step);
-                    continue;
-                }
-                Ok(Value::Array(failures)) if matches!(planned.role, Role::Segments { .. }) => {
-                    for failure in failures {
-                        if let Value::Array(failure) = failure {
-                            result.segment_failed(plan, index, failure);
-                        }
-                    }
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(err) => err,
-            };
-            let message = err.details().to_owned();
-            if unanswered(&err) {
-                // No answer is not a refusal: whether it ran is unknown.
-                result.unknown = true;
-                result.failed += 1;
-                result.first_error.get_or_insert(message);
                 continue;
             }
-            let aborted = message.starts_with("EXECABORT");
-            result.failed += 1;
-            match planned.role {
-                Role::Settle => result.settle_failed = true,
-                // Refused whole: nothing of it ran, every entry in it is still pending.
-                Role::SettleOwned => {
-                    result.settle_failed = true;
-                    result.refuse(plan.requeue_step.iter().enumerate(), &message);
-                }
-                Role::Commit { settles } if aborted => {
-                    result.aborted += 1;
-                    result.settle_failed |= settles;
-                }
-                Role::Segments { settles } => {
-                    // A runtime error names the script ("user_script:…"): its settle was
-                    // refused after its commands ran. Anything else refused it whole.
-                    if !message.contains("user_script") {
-                        result.aborted += 1;
-                    }
-                    result.settle_failed |= settles;
-                }
-                // Refused: the entry stays pending as its delivery left it, and is delivered
-                // again (from memory, or by the re-read or reclaim that finds it).
-                Role::KeepInPlace => {
-                    if let Some(Some((slot, id))) = kept {
-                        result.not_kept.push(id.clone());
-                        result.requeue_refused.push(RequeueRefused {
-                            slot: *slot,
-                            entry_id: id.clone(),
-                            error: message.clone(),
-                            step: usize::MAX,
-                        });
-                    }
-                }
-                Role::SideEffect => {
-                    if let Some(segment) = segment_of(plan, index) {
-                        result.side_effect_failures.push(SideEffectFailure {
-                            slot: segment.slot,
-                            entry_id: segment.id.clone(),
-                            command: planned.name.to_string(),
-                            error: message.clone(),
-                            settled: true,
-                            entry_key: segment.key.clone(),
-                        });
-                    }
-                }
-                // Redis has no rollback: an error inside EXEC leaves the other commands
-                // applied, the settle among them.
-                _ => {}
+            Ok(reply) if planned.role == Role::SettleOwned => {
+                owned(&mut result, reply, &plan.requeue_step);
+                continue;
             }
-            if result.first_error.is_none() {
-                result.first_error = Some(message);
+            Ok(Value::Array(failures)) if matches!(planned.role, Role::Segments { .. }) => {
+                for failure in failures {
+                    if let Value::Array(failure) = failure {
+                        segment_failed(&mut result, plan, index, failure);
+                    }
+                }
+                continue;
             }
-        }
-        if answered < plan.commands.len() {
-            result.failed += plan.commands.len() - answered;
-            result.unknown = true;
-            result
-                .first_error
-                .get_or_insert_with(|| "the connection closed before every reply".to_owned());
-        }
-        result
-    }
-
-    /// Reads the reply of a [`Role::SettleOwned`] script: `[skipped, skipped dead letters,
-    /// the first write's error or nil, [positions of the entries a refusal left unsettled]]`.
-    fn owned(&mut self, reply: Value, step: &[StepEntry]) {
-        let Value::Array(parts) = reply else { return };
-        let mut parts = parts.into_iter();
-        let mut count = || parts.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
-        self.skipped += count();
-        self.skipped_dead_letters += count();
-        let error = parts.next().filter(|v| !v.is_null()).map(|error| {
-            error
-                .as_string()
-                .unwrap_or_else(|| "a requeue write failed".into())
-        });
-        let refused: Vec<(usize, &StepEntry)> = match parts.next() {
-            Some(Value::Array(positions)) => positions
-                .iter()
-                .filter_map(|p| p.as_u64())
-                .filter_map(|p| {
-                    let at = (p as usize).checked_sub(1)?;
-                    Some((at, step.get(at)?))
-                })
-                .collect(),
-            _ => Vec::new(),
+            Ok(_) => continue,
+            Err(err) => err,
         };
-        if let Some(error) = error {
-            self.failed += 1;
-            if !refused.is_empty() {
-                // Still pending on this consumer: read them again.
-                self.settle_failed = true;
-                self.refuse(refused.into_iter(), &error);
+        let message = err.details().to_owned();
+        if unanswered(&err) {
+            // No answer is not a refusal: whether it ran is unknown.
+            result.unknown = true;
+            result.failed += 1;
+            result.first_error.get_or_insert(message);
+            continue;
+        }
+        let aborted = message.starts_with("EXECABORT");
+        result.failed += 1;
+        match planned.role {
+            Role::Settle => result.settle_failed = true,
+            // Refused whole: nothing of it ran, every entry in it is still pending.
+            Role::SettleOwned => {
+                result.settle_failed = true;
+                refuse(&mut result, plan.requeue_step.iter().enumerate(), &message);
             }
-            self.first_error.get_or_insert(error);
+            Role::Commit { settles } if aborted => {
+                result.aborted += 1;
+                result.settle_failed |= settles;
+            }
+            Role::Segments { settles } => {
+                // A runtime error names the script ("user_script:…"): its settle was
+                // refused after its commands ran. Anything else refused it whole.
+                if !message.contains("user_script") {
+                    result.aborted += 1;
+                }
+                result.settle_failed |= settles;
+            }
+            // Refused: the entry stays pending as its delivery left it, and is delivered
+            // again (from memory, or by the re-read or reclaim that finds it).
+            Role::KeepInPlace => {
+                if let Some(Some((slot, id))) = kept {
+                    result.not_kept.push(id.clone());
+                    result.requeue_refused.push(RequeueRefused {
+                        slot: *slot,
+                        entry_id: id.clone(),
+                        error: message.clone(),
+                        step: usize::MAX,
+                    });
+                }
+            }
+            Role::SideEffect => {
+                if let Some(segment) = segment_of(plan, index) {
+                    result.side_effect_failures.push(SideEffectFailure {
+                        slot: segment.slot,
+                        entry_id: segment.id.clone(),
+                        command: planned.name.to_string(),
+                        error: message.clone(),
+                        settled: true,
+                        entry_key: segment.key.clone(),
+                    });
+                }
+            }
+            // Redis has no rollback: an error inside EXEC leaves the other commands
+            // applied, the settle among them.
+            _ => {}
+        }
+        if result.first_error.is_none() {
+            result.first_error = Some(message);
         }
     }
+    if answered < plan.commands.len() {
+        result.failed += plan.commands.len() - answered;
+        result.unknown = true;
+        result
+            .first_error
+            .get_or_insert_with(|| "the connection closed before every reply".to_owned());
+    }
+    result
+}
 
-    /// Reads one failure of a [`Role::Segments`] call, a segment that stopped at a failed
-    /// command: `[the segment, the command's position, Redis's error, how many commands ran
-    /// before it]`. Its entry was not settled: it is read again. One that ran none of its
-    /// commands counts as aborted, as a transaction refused while queuing does.
-    fn segment_failed(&mut self, plan: &FlushPlan, index: usize, failure: Vec<Value>) {
-        let mut failure = failure.into_iter();
-        let mut number = || failure.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
-        let (nth, position) = (number(), number());
-        let error = failure
-            .next()
-            .and_then(|v| v.as_string())
-            .unwrap_or_else(|| "a side effect failed".into());
-        if failure.next().and_then(|v| v.as_u64()) == Some(0) {
-            self.aborted += 1;
-        }
-        self.failed += 1;
-        self.settle_failed = true;
-        let segment = plan
-            .segments
+/// Reads the reply of a [`Role::SettleOwned`] script: `[skipped, skipped dead letters,
+/// the first write's error or nil, [positions of the entries a refusal left unsettled]]`.
+fn owned(result: &mut FlushResult, reply: Value, step: &[StepEntry]) {
+    let Value::Array(parts) = reply else { return };
+    let mut parts = parts.into_iter();
+    let mut count = || parts.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
+    result.skipped += count();
+    result.skipped_dead_letters += count();
+    let error = parts.next().filter(|v| !v.is_null()).map(|error| {
+        error
+            .as_string()
+            .unwrap_or_else(|| "a requeue write failed".into())
+    });
+    let refused: Vec<(usize, &StepEntry)> = match parts.next() {
+        Some(Value::Array(positions)) => positions
             .iter()
-            .find(|s| s.first == index && s.nth == nth);
-        if let Some(segment) = segment {
-            let command = plan::segment_command(&plan.commands[index], nth, position);
-            self.side_effect_failures.push(SideEffectFailure {
-                slot: segment.slot,
-                entry_id: segment.id.clone(),
-                command: command.unwrap_or_default(),
-                error: error.clone(),
-                settled: false,
-                entry_key: segment.key.clone(),
-            });
+            .filter_map(|p| p.as_u64())
+            .filter_map(|p| {
+                let at = (p as usize).checked_sub(1)?;
+                Some((at, step.get(at)?))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Some(error) = error {
+        result.failed += 1;
+        if !refused.is_empty() {
+            // Still pending on this consumer: read them again.
+            result.settle_failed = true;
+            refuse(result, refused.into_iter(), &error);
         }
-        self.first_error.get_or_insert(error);
+        result.first_error.get_or_insert(error);
     }
+}
 
-    /// Records the entries of `step` that had requeue writes as refused with `error`.
-    fn refuse<'a>(&mut self, step: impl Iterator<Item = (usize, &'a StepEntry)>, error: &str) {
-        self.requeue_refused
-            .extend(
-                step.filter(|(_, entry)| entry.requeues)
-                    .map(|(at, entry)| RequeueRefused {
-                        slot: entry.slot,
-                        entry_id: entry.id.clone(),
-                        error: error.to_owned(),
-                        step: at,
-                    }),
-            );
+/// Reads one failure of a [`Role::Segments`] call, a segment that stopped at a failed
+/// command: `[the segment, the command's position, Redis's error, how many commands ran
+/// before it]`. Its entry was not settled: it is read again. One that ran none of its
+/// commands counts as aborted, as a transaction refused while queuing does.
+fn segment_failed(result: &mut FlushResult, plan: &FlushPlan, index: usize, failure: Vec<Value>) {
+    let mut failure = failure.into_iter();
+    let mut number = || failure.next().and_then(|v| v.as_u64()).unwrap_or_default() as usize;
+    let (nth, position) = (number(), number());
+    let error = failure
+        .next()
+        .and_then(|v| v.as_string())
+        .unwrap_or_else(|| "a side effect failed".into());
+    if failure.next().and_then(|v| v.as_u64()) == Some(0) {
+        result.aborted += 1;
     }
+    result.failed += 1;
+    result.settle_failed = true;
+    let segment = plan
+        .segments
+        .iter()
+        .find(|s| s.first == index && s.nth == nth);
+    if let Some(segment) = segment {
+        let command = plan::segment_command(&plan.commands[index], nth, position);
+        result.side_effect_failures.push(SideEffectFailure {
+            slot: segment.slot,
+            entry_id: segment.id.clone(),
+            command: command.unwrap_or_default(),
+            error: error.clone(),
+            settled: false,
+            entry_key: segment.key.clone(),
+        });
+    }
+    result.first_error.get_or_insert(error);
+}
+
+/// Records the entries of `step` that had requeue writes as refused with `error`.
+fn refuse<'a>(
+    result: &mut FlushResult,
+    step: impl Iterator<Item = (usize, &'a StepEntry)>,
+    error: &str,
+) {
+    result
+        .requeue_refused
+        .extend(
+            step.filter(|(_, entry)| entry.requeues)
+                .map(|(at, entry)| RequeueRefused {
+                    slot: entry.slot,
+                    entry_id: entry.id.clone(),
+                    error: error.to_owned(),
+                    step: at,
+                }),
+        );
 }
 
 /// The kept segment the plan's `index`th command belongs to.
@@ -346,6 +280,29 @@ impl FlushConnection {
         plans: &[&FlushPlan],
     ) -> Vec<(FlushResult, ReadAheadReply)> {
         execute(&self.0, redis.pool(), plans, redis.timeout()).await
+    }
+
+    /// Sends a read alone (an ordered stream's read lane), and returns its reply as it came.
+    /// Like a flush, it waits for a connection that is not up until Redis's timeout, then
+    /// fails unsent. Written when first polled: reads sent on one connection run, and take
+    /// entries, in the order they were written.
+    pub(crate) async fn read(&self, redis: &Redis, read: &Planned) -> wire::Reply {
+        let timeout = redis.timeout();
+        if !self.0.is_connected()
+            && tokio::time::timeout(timeout, self.0.wait_for_connect())
+                .await
+                .is_err()
+        {
+            let not_sent = format!("not sent: no connection to Redis within {timeout:?}");
+            return Err(Error::new(ErrorKind::Unknown, not_sent));
+        }
+        let reply = wire::send(&self.0, &[read]).await.pop();
+        reply.unwrap_or_else(|| {
+            Err(Error::new(
+                ErrorKind::IO,
+                "the connection closed before the reply",
+            ))
+        })
     }
 
     /// After a flush on this connection whose replies never came: waits (up to `bound`) until
@@ -402,7 +359,7 @@ async fn execute(
     for (plan, (mut mine, read)) in plans.iter().zip(split_replies(plans, replies)) {
         // What a slot migration refused runs again where its keys live now.
         redirect::follow(client, follower, plan, &mut mine, deadline).await;
-        results.push((FlushResult::from_replies(plan, mine), read));
+        results.push((result_of(plan, mine), read));
     }
     results
 }
@@ -477,7 +434,7 @@ mod tests {
     #[test]
     fn a_failed_side_effect_does_not_fail_the_settle() {
         let plan = [planned(Role::SideEffect), planned(Role::Settle)];
-        let result = FlushResult::from_replies(
+        let result = result_of(
             &plan_of(&plan),
             vec![err("WRONGTYPE"), Ok(Value::Integer(1))],
         );
@@ -500,7 +457,7 @@ mod tests {
             Ok(Value::Queued),
             err("EXECABORT Transaction discarded"),
         ];
-        let result = FlushResult::from_replies(&plan_of(&plan), replies);
+        let result = result_of(&plan_of(&plan), replies);
         assert!(result.settle_failed);
         assert_eq!(result.aborted, 1);
         assert_eq!(result.failed, 2);
@@ -512,8 +469,7 @@ mod tests {
             planned(Role::Begin),
             planned(Role::Commit { settles: true }),
         ];
-        let result =
-            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), err("WRONGTYPE")]);
+        let result = result_of(&plan_of(&plan), vec![Ok(Value::Null), err("WRONGTYPE")]);
         assert!(!result.settle_failed);
         assert_eq!(result.aborted, 0);
     }
@@ -542,7 +498,7 @@ mod tests {
             split_replies(&plans, replies)
                 .into_iter()
                 .zip(plans)
-                .map(|((mine, read), plan)| (FlushResult::from_replies(plan, mine), read))
+                .map(|((mine, read), plan)| (result_of(plan, mine), read))
                 .collect()
         };
         let results_of = results;
@@ -587,7 +543,7 @@ mod tests {
             Ok(Value::Integer(1)),
             err("OOM command not allowed when used memory > 'maxmemory'."),
         ];
-        let result = FlushResult::from_replies(&plan, replies);
+        let result = result_of(&plan, replies);
         assert!(!result.settle_failed);
         assert_eq!(result.skipped, 1);
         assert_eq!(result.left_to_others, [bytes::Bytes::from_static(b"2-0")]);
@@ -611,16 +567,14 @@ mod tests {
                 error,
             ]))
         };
-        let result =
-            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), reply(Value::Null)]);
+        let result = result_of(&plan_of(&plan), vec![Ok(Value::Null), reply(Value::Null)]);
         assert!(result.ok() && !result.settle_failed);
         assert_eq!((result.skipped, result.skipped_dead_letters), (2, 1));
 
         // A write refused inside the step: the settles and the other writes stand, as after
         // an error inside EXEC.
         let wrongtype = Value::String("WRONGTYPE Operation against a key".into());
-        let result =
-            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), reply(wrongtype)]);
+        let result = result_of(&plan_of(&plan), vec![Ok(Value::Null), reply(wrongtype)]);
         assert_eq!((result.failed, result.settle_failed), (1, false));
         assert_eq!(
             result.first_error.as_deref(),
@@ -628,21 +582,19 @@ mod tests {
         );
 
         // The step refused as a whole (no group, say): nothing of it ran.
-        let result =
-            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Null), err("NOGROUP")]);
+        let result = result_of(&plan_of(&plan), vec![Ok(Value::Null), err("NOGROUP")]);
         assert!(result.settle_failed);
     }
 
     #[test]
     fn missing_replies_and_timeouts_leave_the_outcome_unknown() {
         let plan = [planned(Role::SideEffect), planned(Role::Settle)];
-        let result = FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Integer(1))]);
+        let result = result_of(&plan_of(&plan), vec![Ok(Value::Integer(1))]);
         assert!(result.unknown);
         assert!(!result.settle_failed, "nothing says the settle was refused");
         assert_eq!(result.failed, 1);
         let timeout = Err(Error::new(ErrorKind::Timeout, "Request timed out."));
-        let result =
-            FlushResult::from_replies(&plan_of(&plan), vec![Ok(Value::Integer(1)), timeout]);
+        let result = result_of(&plan_of(&plan), vec![Ok(Value::Integer(1)), timeout]);
         assert!(result.unknown && !result.settle_failed);
     }
 
@@ -670,7 +622,7 @@ mod tests {
             ),
             Value::Array(vec![Value::Integer(2), Value::Integer(3)]),
         ]);
-        let result = FlushResult::from_replies(&plan, vec![Ok(reply)]);
+        let result = result_of(&plan, vec![Ok(reply)]);
         assert!(result.settle_failed, "the refused entries are read again");
         let refused: Vec<_> = result.requeue_refused.iter().map(|r| r.slot).collect();
         assert_eq!(refused, [2, 3]);
@@ -678,7 +630,7 @@ mod tests {
 
         // Refused whole (out of memory): every entry with a requeue write is named.
         let oom = err("OOM command not allowed when used memory > 'maxmemory'.");
-        let result = FlushResult::from_replies(&plan, vec![oom]);
+        let result = result_of(&plan, vec![oom]);
         assert!(result.settle_failed);
         let refused: Vec<_> = result.requeue_refused.iter().map(|r| r.slot).collect();
         assert_eq!(refused, [2, 3]);
@@ -691,7 +643,7 @@ mod tests {
             Value::String("WRONGTYPE Operation against a key".into()),
             Value::Array(vec![]),
         ]);
-        let result = FlushResult::from_replies(&plan, vec![Ok(reply)]);
+        let result = result_of(&plan, vec![Ok(reply)]);
         assert!(!result.settle_failed && result.requeue_refused.is_empty());
         assert_eq!(result.failed, 1);
     }
@@ -751,7 +703,7 @@ mod tests {
             err("WRONGTYPE Operation against a key"),
             Ok(Value::Integer(2)),
         ];
-        let result = FlushResult::from_replies(&plan, replies);
+        let result = result_of(&plan, replies);
         assert!(!result.settle_failed, "pipeline mode settles all the same");
         let failure = &result.side_effect_failures[..];
         assert_eq!(failure.len(), 1);
@@ -798,7 +750,7 @@ mod tests {
             Value::String("ERR hash value is not an integer".into()),
             Value::Integer(1),
         ])]);
-        let result = FlushResult::from_replies(&plan, vec![Ok(stopped)]);
+        let result = result_of(&plan, vec![Ok(stopped)]);
         assert!(result.settle_failed, "its entry comes back");
         assert_eq!(result.aborted, 0);
         let failure = &result.side_effect_failures[..];
@@ -812,10 +764,10 @@ mod tests {
 
         // Refused whole (an ACL without EVAL): nothing ran, like an aborted transaction.
         let refused = err("NOPERM this user has no permissions to run the 'eval' command");
-        let result = FlushResult::from_replies(&plan, vec![refused]);
+        let result = result_of(&plan, vec![refused]);
         assert!(result.settle_failed && result.aborted == 1);
         assert!(result.side_effect_failures.is_empty());
-        let ok = FlushResult::from_replies(&plan, vec![Ok(Value::Array(vec![]))]);
+        let ok = result_of(&plan, vec![Ok(Value::Array(vec![]))]);
         assert!(ok.ok() && !ok.settle_failed);
     }
 }

@@ -167,15 +167,6 @@ pub(crate) struct StepEntry {
 }
 
 impl FlushPlan {
-    /// A read of new entries alone, for an ordered stream's read lane: no flush, nothing for
-    /// the client.
-    pub(crate) fn read_only(read: Planned) -> Self {
-        Self {
-            read_ahead: Some(read),
-            ..Self::default()
-        }
-    }
-
     pub(crate) fn push(
         &mut self,
         name: &'static str,

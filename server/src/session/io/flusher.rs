@@ -1,29 +1,33 @@
 //! The flusher: a subscription's flushes, in the order reads completed, over the pool; the
 //! flushes that queued while one was under way go together in one pipeline. It records each
-//! flush's figures and hands its report back.
+//! flush's figures and log line, and hands back what its plan held and what Redis answered.
 
 use std::sync::Arc;
 
 use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::Span;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{Flushed, UNKNOWN_FLUSH_BARRIER};
 use crate::domain::Mode;
-use crate::engine::FlushId;
+use crate::engine::{FlushId, FlushResult, PlanCounts, RequeueRefused};
 use crate::metrics::{FlushLabels, FormLabels, ModeLabels, RefusalLabels, RoundTripLabels};
 use crate::redis::Redis;
-use crate::redis::flush::{self, FlushConnection, FlushPlan, RequeueRefused};
+use crate::redis::flush::{self, FlushConnection, FlushPlan};
 use crate::redis::stream;
-use crate::session::messages::FlushReport;
 use crate::session::observe;
 use crate::session::shared::Shared;
+use crate::telemetry::LogIds;
+use crate::window::ReadId;
 
 /// A flush handed to the flusher.
 pub(in crate::session) struct FlushJob {
     pub flush: FlushId,
-    pub report: FlushReport,
+    /// The read it settles (0 for dead letters unread) and its kept segments, for its log line.
+    pub read_id: ReadId,
+    pub segments_kept: usize,
     pub plan: FlushPlan,
     pub span: Option<BoxedSpan>,
 }
@@ -81,15 +85,17 @@ pub(in crate::session) async fn flush_loop(
         flush_round_trips.inc();
         let mut unknown = Vec::new();
         for (job, (result, read_ahead)) in group.drain(..).zip(results) {
-            let flush = job.flush;
             let read_ahead = read_ahead.map(stream::read_ahead_reply);
-            let FlushJob {
-                mut report, span, ..
-            } = job;
-            report.result = result;
+            let counts = PlanCounts {
+                commands: job.plan.side_effects,
+                settles: job.plan.settles,
+                dead_lettered: job.plan.dead_lettered,
+            };
+            log(&job, &counts, &result);
+            let FlushJob { flush, span, .. } = job;
             let exemplar = crate::metrics::exemplar::of_span(span.as_ref());
             duration.observe(elapsed, exemplar, None);
-            let outcome = if report.result.ok() { "ok" } else { "failed" };
+            let outcome = if result.ok() { "ok" } else { "failed" };
             metrics
                 .flushes
                 .get_or_create(&FlushLabels {
@@ -98,42 +104,42 @@ pub(in crate::session) async fn flush_loop(
                     result: outcome,
                 })
                 .inc();
-            let dead_lettered = report
+            let dead_lettered = counts
                 .dead_lettered
-                .saturating_sub(report.result.skipped_dead_letters);
-            if report.result.ok() && dead_lettered > 0 {
+                .saturating_sub(result.skipped_dead_letters);
+            if result.ok() && dead_lettered > 0 {
                 metrics
                     .scale
                     .dead_letters
                     .get_or_create(&labels)
                     .inc_by(dead_lettered as u64);
             }
-            report_refusals(metrics, &subscription, &report.result.requeue_refused);
-            if !report.result.side_effect_failures.is_empty() {
-                side_effect_failures.inc_by(report.result.side_effect_failures.len() as u64);
+            report_refusals(metrics, &subscription, &result.requeue_refused);
+            if !result.side_effect_failures.is_empty() {
+                side_effect_failures.inc_by(result.side_effect_failures.len() as u64);
             }
-            if report.result.skipped > 0 {
-                skipped.inc_by(report.result.skipped as u64);
+            if result.skipped > 0 {
+                skipped.inc_by(result.skipped as u64);
                 warn!(
-                    entries = report.result.skipped,
+                    entries = result.skipped,
                     "entries left to the consumer that claimed them: this one held them past min_idle without extending them (Redis out of reach?); not requeued or settled here"
                 );
             }
             metrics
                 .flush_commands
                 .get_or_create(&labels)
-                .observe(report.commands as f64);
+                .observe(counts.commands as f64);
             metrics
                 .flush_settles
                 .get_or_create(&labels)
-                .observe(report.settles as f64);
+                .observe(counts.settles as f64);
             if let Some(span) = span {
-                observe::end_flush_span(span, &report.result);
+                observe::end_flush_span(span, &result);
             }
-            if report.result.unknown {
+            if result.unknown {
                 unknown.push(flush);
             }
-            let message = Flushed::Report(flush, Box::new(report), read_ahead);
+            let message = Flushed::Report(flush, Box::new((counts, result)), read_ahead);
             if reports.send(message).is_err() {
                 return;
             }
@@ -150,6 +156,38 @@ pub(in crate::session) async fn flush_loop(
             });
         }
     }
+}
+
+/// A flush's log line, with the ids of its span if it has one: `flushed` at debug, `flush
+/// failed` at warn with what failed.
+fn log(job: &FlushJob, counts: &PlanCounts, result: &FlushResult) {
+    let context = job.span.as_ref().map(|span| span.span_context().clone());
+    let ids = LogIds::of(context.as_ref());
+    let (trace_id, span_id) = (ids.trace_id.as_deref(), ids.span_id.as_deref());
+    debug!(
+        trace_id,
+        span_id,
+        read_id = job.read_id,
+        kept = job.segments_kept,
+        settles = counts.settles,
+        ok = result.ok(),
+        "flushed"
+    );
+    if result.ok() {
+        return;
+    }
+    warn!(
+        trace_id,
+        span_id,
+        read_id = job.read_id,
+        commands = counts.commands,
+        settles = counts.settles,
+        failed = result.failed,
+        settle_failed = result.settle_failed,
+        outcome_unknown = result.unknown,
+        error = result.first_error.as_deref().unwrap_or(""),
+        "flush failed"
+    );
 }
 
 /// Counts and logs the entries whose requeue write Redis refused: an operator's signal that

@@ -9,20 +9,20 @@ use futures::future::Either;
 use tokio::sync::mpsc;
 
 use super::{Flushed, ReadAhead, UNKNOWN_FLUSH_BARRIER};
-use crate::engine::FlushId;
+use crate::engine::LaneReadId;
 use crate::metrics::RoundTripLabels;
 use crate::redis::Redis;
-use crate::redis::flush::{FlushConnection, FlushPlan};
+use crate::redis::flush::{FlushConnection, Planned};
 use crate::redis::stream;
 use crate::session::shared::Shared;
 
-/// A read the engine asked of an ordered stream's read lane (a plan of only a read).
+/// A read the engine asked of an ordered stream's read lane.
 pub(in crate::session) struct LaneRead {
-    pub flush: FlushId,
-    pub plan: FlushPlan,
+    pub id: LaneReadId,
+    pub read: Planned,
 }
 
-/// Runs an ordered stream's reads under a backlog (plans of only a read), each sent as it
+/// Runs an ordered stream's reads under a backlog, each sent as it
 /// comes on the connection of the reads still out, and reports them in the order asked. One
 /// connection runs its commands in the order they were written, so the reads take entries in
 /// the order asked: what keeps a key's entries in order (see Ordering keys in design.md).
@@ -41,25 +41,22 @@ pub(in crate::session) async fn read_lane(
         .get_or_create(&RoundTripLabels { form, kind: "read" })
         .clone();
     // A lost read is settled on the connection it went on.
-    let report = |(flush, read, connection): (FlushId, ReadAhead, FlushConnection)| {
-        let lost = matches!(read, Err((_, true)));
-        if lost {
+    let report = |(id, read, connection): (LaneReadId, ReadAhead, FlushConnection)| {
+        if matches!(read, Err((_, true))) {
             let reports = reports.clone();
             tokio::spawn(async move {
                 connection.settle_unknown(UNKNOWN_FLUSH_BARRIER).await;
-                let _ = reports.send(Flushed::Settled(flush));
+                let _ = reports.send(Flushed::ReadSettled(id));
             });
         }
-        reports.send(Flushed::Read(flush, read, lost)).is_ok()
+        reports.send(Flushed::Read(id, read)).is_ok()
     };
     let read = |job: LaneRead, connection: &FlushConnection| {
         let (connection, redis) = (connection.clone(), &redis);
         round_trips.inc();
         async move {
-            let mut results = connection.execute(redis, &[&job.plan]).await;
-            let reply = results.pop().and_then(|(_, read)| read);
-            let reply = reply.expect("a plan of only a read answers its read");
-            (job.flush, stream::read_ahead_reply(reply), connection)
+            let reply = connection.read(redis, &job.read).await;
+            (job.id, stream::read_ahead_reply(reply), connection)
         }
     };
     let mut connection = FlushConnection::next(&redis);

@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use super::messages::FlushReport;
 use crate::domain::ReadBatch;
-use crate::engine::FlushId;
+use crate::engine::{FlushId, FlushResult, LaneReadId, PlanCounts};
 use crate::redis::RedisError;
 
 pub(super) mod flusher;
@@ -21,17 +20,19 @@ pub(super) mod reader;
 /// whether no reply came.
 pub(super) type ReadAhead = Result<ReadBatch, (RedisError, bool)>;
 
-/// What the flusher tells its subscription.
+/// What the flusher and the read lane tell their subscription.
 pub(super) enum Flushed {
-    /// A flush is done, with its report (boxed: a report is several times the size of the
-    /// other messages) and what its read-ahead read.
-    Report(FlushId, Box<FlushReport>, Option<ReadAhead>),
-    /// A read on the read lane is done. `unknown`: no reply came; it stays able to run until
-    /// [`Flushed::Settled`].
-    Read(FlushId, ReadAhead, bool),
+    /// A flush is done: what its plan held, what Redis answered (boxed: a result is several
+    /// times the size of the other messages), and what its read-ahead read.
+    Report(FlushId, Box<(PlanCounts, FlushResult)>, Option<ReadAhead>),
     /// A flush reported with an unknown outcome can no longer run (see
     /// [`crate::redis::flush::FlushConnection::settle_unknown`]).
     Settled(FlushId),
+    /// A read on the read lane is done. One whose reply never came (`Err` with `true`) stays
+    /// able to run until [`Flushed::ReadSettled`].
+    Read(LaneReadId, ReadAhead),
+    /// A read on the read lane whose reply never came can no longer run.
+    ReadSettled(LaneReadId),
 }
 
 /// How long a flush with an unknown outcome waits for its connection to come back, so that

@@ -10,12 +10,13 @@ use tracing::{debug, warn};
 
 use super::{Item, Lookup, Subscription, observe};
 use crate::domain::{Entry, ReadBatch};
+use crate::engine::FlushReport;
 use crate::engine::{self, Read, ReadError};
 use crate::metrics::{OutcomeLabels, ReasonLabels, RoundTripLabels};
 use crate::redis::RedisError;
 use crate::redis::form::read_error;
 use crate::redis::keys::admit::Admission;
-use crate::session::{ClientBatch, Event, FlushReport};
+use crate::session::{ClientBatch, Event};
 use crate::telemetry::{LogIds, format_traceparent};
 
 impl Subscription {

@@ -1,9 +1,9 @@
-//! A subscription's flushes: the engine's batches turned into plans with their spans and
-//! reports, handed to the flusher, and the flusher's answers handed back to the engine.
+//! A subscription's flushes and reads ahead: the engine's batches turned into plans with their
+//! spans and handed to the flusher, an ordered stream's reads handed to its read lane, and
+//! what those answer handed back to the engine (which makes each flush's report of it).
 
 use std::time::SystemTime;
 
-use opentelemetry::trace::{Span, SpanContext};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -11,18 +11,14 @@ use tracing::{debug, warn};
 pub(super) use super::poison::PoisonReasons;
 use super::{Item, Subscription, observe};
 use crate::domain::Entry;
-use crate::engine::{FlushId, FlushStatus, Read, ReadError};
-use crate::redis::flush::{FlushPlan, FlushResult};
+use crate::engine::{FlushId, FlushResult, LaneReadId, Read, ReadError, ReadFrom};
 use crate::redis::flush::{PlanContext, entry_key, plan_dead_letters, plan_flush};
 use crate::redis::form::{Form, read_error};
 use crate::redis::stream;
-use crate::session::FlushReport;
 use crate::session::io::flusher::FlushJob;
 use crate::session::io::lane::LaneRead;
 use crate::session::io::promoter::now_ms;
 use crate::session::io::{Flushed, ReadAhead};
-use crate::telemetry::LogIds;
-use crate::window::ReadId;
 
 impl Subscription {
     pub(super) fn flush(
@@ -53,16 +49,8 @@ impl Subscription {
             } else {
                 self.read_spans.remove(&batch.read_id)
             };
-            let span = observe::flush_span(&self.view, &batch, read, client, plan.side_effects);
-            self.flush_spans.insert(flush, span.span_context().clone());
-            span
+            observe::flush_span(&self.view, &batch, read, client, plan.side_effects)
         });
-        let report = report(
-            batch.read_id,
-            batch.kept.len(),
-            batch.dropped_segments(),
-            &plan,
-        );
         if self.form.pops() && !plan.requeue_step.is_empty() {
             // A delivered entry's slot is unique in its read.
             let entries = plan
@@ -77,7 +65,8 @@ impl Subscription {
         }
         self.submit(FlushJob {
             flush,
-            report,
+            read_id: batch.read_id,
+            segments_kept: batch.kept.len(),
             plan,
             span,
         });
@@ -85,23 +74,20 @@ impl Subscription {
 
     /// Reads new entries on the read lane, behind the reads handed to it before: they run in
     /// the order they were asked.
-    pub(super) fn read_in_order(&mut self, flush: FlushId, count: u32) {
+    pub(super) fn read_in_order(&mut self, id: LaneReadId, count: u32) {
         let (Form::Stream(keys), Some(lane)) = (&self.form, &self.lane_tx) else {
             // Only an ordered stream has a read lane; anything else reads on the reader, as if
             // this read had failed.
             let unread = ReadError::Retry { unknown: false };
-            self.engine.flushed(
-                Instant::now().into_std(),
-                flush,
-                FlushStatus::Ok,
-                Some(Err(unread)),
-            );
+            let now = Instant::now().into_std();
+            self.engine
+                .read_returned(now, ReadFrom::Lane(id), Err(unread));
             return;
         };
-        let plan = FlushPlan::read_only(stream::read_ahead(keys, count));
+        let read = stream::read_ahead(keys, count);
         self.reading_since = Some(SystemTime::now());
         // The lane lives as long as this task holds its sender.
-        let _ = lane.send(LaneRead { flush, plan });
+        let _ = lane.send(LaneRead { id, read });
     }
 
     /// Moves entries past the delivery cap to the dead letter with their settle, reported as a
@@ -118,21 +104,20 @@ impl Subscription {
             entries = refs.len(),
             "entries past max_deliveries go to the dead letter"
         );
-        let report = report(0, 0, 0, &plan);
         if self.form.pops() {
             self.popped
                 .insert(flush, entries.into_iter().map(Some).collect());
         }
         self.submit(FlushJob {
             flush,
-            report,
+            read_id: 0,
+            segments_kept: 0,
             plan,
             span: None,
         });
     }
 
-    pub(super) fn submit(&mut self, job: FlushJob) {
-        self.reports.insert(job.flush, job.report.clone());
+    fn submit(&mut self, job: FlushJob) {
         // The flusher lives as long as this task holds its sender.
         let _ = self.flush_tx.send(job);
     }
@@ -140,12 +125,14 @@ impl Subscription {
     pub(super) fn flushed(&mut self, flushed: Flushed) {
         let now = Instant::now().into_std();
         match flushed {
-            Flushed::Report(flush, report, read_ahead) => {
-                let report = *report;
-                let span = self.flush_spans.remove(&flush);
-                let status = self.record(&report, span.as_ref());
-                self.hold_refused(flush, &report.result);
-                for failure in &report.result.side_effect_failures {
+            Flushed::Report(flush, answer, read_ahead) => {
+                let (counts, result) = *answer;
+                self.view.counters.flushes += 1;
+                if !result.ok() {
+                    self.view.counters.failed_flushes += 1;
+                }
+                self.hold_refused(flush, &result);
+                for failure in &result.side_effect_failures {
                     if !failure.settled {
                         let reason =
                             format!("side effect {} failed: {}", failure.command, failure.error);
@@ -153,26 +140,25 @@ impl Subscription {
                     }
                 }
                 let read_ahead = read_ahead.map(|read| self.read_ahead_result(read));
+                self.engine.left_to_others(flush, &result.left_to_others);
+                self.engine.not_kept(flush, &result.not_kept);
                 self.engine
-                    .left_to_others(flush, &report.result.left_to_others);
-                self.engine.not_kept(flush, &report.result.not_kept);
-                self.reports.insert(flush, report);
-                self.engine.flushed(now, flush, status, read_ahead);
-            }
-            Flushed::Read(flush, read, unknown) => {
-                // Settling nothing, it can only be of unknown outcome: a read that may still
-                // run must not be passed by a re-read.
-                let status = if unknown {
-                    FlushStatus::Unknown
-                } else {
-                    FlushStatus::Ok
-                };
-                let read = self.read_ahead_result(read);
-                self.engine.flushed(now, flush, status, Some(read));
+                    .flushed(now, flush, (counts, result), read_ahead);
             }
             Flushed::Settled(flush) => {
                 debug!(flush, "the flush of unknown outcome can no longer run");
                 self.engine.flush_settled(now, flush);
+            }
+            Flushed::Read(id, read) => {
+                let read = self.read_ahead_result(read);
+                self.engine.read_returned(now, ReadFrom::Lane(id), read);
+            }
+            Flushed::ReadSettled(id) => {
+                debug!(
+                    read = id,
+                    "the read on the read lane whose reply never came can no longer run"
+                );
+                self.engine.read_settled(now, id);
             }
         }
     }
@@ -195,51 +181,6 @@ impl Subscription {
         self.held.hold(refused, true, Instant::now().into_std());
     }
 
-    /// A flush report's counters and log line (with the ids of the flush's span, if it has
-    /// one); its status for the engine.
-    pub(super) fn record(
-        &mut self,
-        report: &FlushReport,
-        span: Option<&SpanContext>,
-    ) -> FlushStatus {
-        let result = &report.result;
-        let ids = LogIds::of(span);
-        let (trace_id, span_id) = (ids.trace_id.as_deref(), ids.span_id.as_deref());
-        debug!(
-            trace_id,
-            span_id,
-            read_id = report.read_id,
-            kept = report.segments_kept,
-            settles = report.settles,
-            ok = result.ok(),
-            "flushed"
-        );
-        self.view.counters.flushes += 1;
-        if result.ok() {
-            return FlushStatus::Ok;
-        }
-        self.view.counters.failed_flushes += 1;
-        warn!(
-            trace_id,
-            span_id,
-            read_id = report.read_id,
-            commands = report.commands,
-            settles = report.settles,
-            failed = result.failed,
-            settle_failed = result.settle_failed,
-            outcome_unknown = result.unknown,
-            error = result.first_error.as_deref().unwrap_or(""),
-            "flush failed"
-        );
-        if result.unknown {
-            FlushStatus::Unknown
-        } else {
-            FlushStatus::Failed {
-                settle_failed: result.settle_failed,
-            }
-        }
-    }
-
     pub(super) fn read_ahead_result(&mut self, read: ReadAhead) -> Result<Read<Item>, ReadError> {
         match read {
             Ok(batch) => {
@@ -258,18 +199,5 @@ impl Subscription {
                 }
             }
         }
-    }
-}
-
-/// The report of a flush about to go, before its result is known.
-fn report(read_id: ReadId, kept: usize, dropped: usize, plan: &FlushPlan) -> FlushReport {
-    FlushReport {
-        read_id,
-        segments_kept: kept,
-        segments_dropped: dropped,
-        commands: plan.side_effects,
-        settles: plan.settles,
-        dead_lettered: plan.dead_lettered,
-        result: FlushResult::default(),
     }
 }

@@ -27,11 +27,11 @@ use super::io::lane::LaneRead;
 use super::io::reader::ReadRequest;
 use super::observe::{self, SubscriptionView};
 use super::{
-    ClientMessage, Event, FlushReport, Inbound, InboundError, OpenRequest, Outbound, Release,
-    SessionError, Shared,
+    ClientMessage, Event, Inbound, InboundError, OpenRequest, Outbound, Release, SessionError,
+    Shared,
 };
 use crate::domain::{Entry, ReadBatch, Source};
-use crate::engine::{Action, Engine, FetchId, FlushId, LeaseRenewal, Stop};
+use crate::engine::{Action, Engine, FetchId, FlushId, Lane, LeaseRenewal, ReadFrom, Stop};
 use crate::metrics::{FormLabels, SubscriptionLabels};
 use crate::redis::RedisError;
 use crate::redis::form::{Form, ReadInterrupter};
@@ -82,16 +82,12 @@ pub(super) struct Subscription {
     release: Option<Release>,
     /// Background tasks that live as long as the subscription (promoter, sampler).
     helpers: Vec<JoinHandle<()>>,
-    /// Reports of flushes under way, by flush.
-    reports: HashMap<FlushId, FlushReport>,
     /// When the read under way was asked for, for its span.
     reading_since: Option<SystemTime>,
     /// Spans of reads not yet flushed, and the client's contexts of settled slots, while
     /// tracing is on.
     read_spans: HashMap<ReadId, SpanContext>,
     client_spans: HashMap<SlotId, SpanContext>,
-    /// Spans of flushes under way, for the log lines about them.
-    flush_spans: HashMap<FlushId, SpanContext>,
     /// Why entries an atomic-mode segment left pending failed, for their dead letter.
     poison: flushes::PoisonReasons,
     /// A simple list's flushes under way with requeues: the entries of each one's requeue
@@ -150,7 +146,7 @@ impl Subscription {
                 // Cancel-safe: mpsc receive.
                 Some(batch) = self.reader_rx.recv() => {
                     let read = self.read_result(batch);
-                    self.engine.read_returned(now(), read);
+                    self.engine.read_returned(now(), ReadFrom::Reader, read);
                 }
                 // Cancel-safe: mpsc receive.
                 Some(flushed) = self.flush_rx.recv() => self.flushed(flushed),
@@ -194,9 +190,16 @@ impl Subscription {
         match action {
             Action::Read {
                 count,
-                block,
-                reread,
-                recover,
+                lane: Lane::InOrder(id),
+            } => self.read_in_order(id, count),
+            Action::Read {
+                count,
+                lane:
+                    Lane::Reader {
+                        block,
+                        reread,
+                        recover,
+                    },
             } => {
                 if reread {
                     debug!("reading this consumer's own entries again");
@@ -212,7 +215,6 @@ impl Subscription {
                     warn!("the reader stopped");
                 }
             }
-            Action::ReadInOrder { flush, count } => self.read_in_order(flush, count),
             Action::Fetch { fetch, parked } => {
                 let (form, client) = (self.form.clone(), self.shared.redis.pool().clone());
                 let answer = self.fetch_tx.clone();
@@ -251,10 +253,7 @@ impl Subscription {
                 redelivery,
                 lost,
                 report,
-            } => {
-                let flushed = report.and_then(|f| self.reports.remove(&f));
-                self.deliver(read, entries, redelivery, lost, flushed).await;
-            }
+            } => self.deliver(read, entries, redelivery, lost, report).await,
             Action::Lost(lost) => {
                 let event = Event::Read {
                     read_id: 0,
@@ -272,11 +271,7 @@ impl Subscription {
                 read_ahead,
             } => self.flush(flush, batch, read_ahead),
             Action::DeadLetter { flush, entries } => self.dead_letter(flush, entries),
-            Action::Report(flush) => {
-                if let Some(report) = self.reports.remove(&flush) {
-                    self.send(Event::Flushed(report)).await;
-                }
-            }
+            Action::Report(report) => self.send(Event::Flushed(report)).await,
             Action::GiveBack { entries, seen } => {
                 let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
                 if let Err(err) = self

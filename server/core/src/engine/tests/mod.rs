@@ -64,6 +64,25 @@ proptest! {
     }
 }
 
+/// What the flusher answers for a flush that ended with `status`.
+pub(super) fn answered(status: FlushStatus) -> (PlanCounts, FlushResult) {
+    let result = match status {
+        FlushStatus::Ok => FlushResult::default(),
+        FlushStatus::Failed { settle_failed } => FlushResult {
+            failed: 1,
+            settle_failed,
+            ..FlushResult::default()
+        },
+        FlushStatus::Unknown => FlushResult {
+            failed: 1,
+            unknown: true,
+            ..FlushResult::default()
+        },
+    };
+    assert_eq!(result.status(), status);
+    (PlanCounts::default(), result)
+}
+
 fn settle(slot: SlotId, outcome: Outcome) -> Result<SettleRequest, SlotError> {
     Ok(SettleRequest {
         slot,
@@ -86,7 +105,7 @@ fn a_full_window_still_renews_its_lease() {
     let mut engine = Engine::new(config(Kind::ReliableList), start);
     assert!(matches!(engine.take_actions()[..], [Action::Read { .. }]));
     let held: Vec<E> = (1..=5).map(|id| entry(id, 1)).collect();
-    engine.read_returned(start, Ok(Read::new(held)));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(held)));
     assert!(matches!(
         engine.take_actions()[..],
         [Action::Deliver { .. }]
@@ -112,20 +131,24 @@ fn a_read_blocks_no_longer_than_the_next_recovery() {
         engine.take_actions(),
         vec![Action::Read {
             count: COUNT,
-            block: Duration::from_secs(1),
-            reread: false,
-            recover: true,
+            lane: Lane::Reader {
+                block: Duration::from_secs(1),
+                reread: false,
+                recover: true,
+            },
         }]
     );
     let later = start + Duration::from_millis(400);
-    engine.read_returned(later, Ok(Read::new(Vec::new())));
+    engine.read_returned(later, ReadFrom::Reader, Ok(Read::new(Vec::new())));
     assert_eq!(
         engine.take_actions(),
         vec![Action::Read {
             count: COUNT,
-            block: Duration::from_millis(600),
-            reread: false,
-            recover: false,
+            lane: Lane::Reader {
+                block: Duration::from_millis(600),
+                reread: false,
+                recover: false,
+            },
         }]
     );
 }
@@ -141,7 +164,7 @@ fn a_claimed_entry_past_the_cap_goes_to_the_dead_letter_unread() {
         lost: 0,
         delayed: Vec::new(),
     };
-    engine.read_returned(start, Ok(read));
+    engine.read_returned(start, ReadFrom::Reader, Ok(read));
     let actions = engine.take_actions();
     assert!(
         matches!(&actions[0], Action::DeadLetter { entries, .. } if entries == &vec![entry(3, 7)])
@@ -161,7 +184,7 @@ fn what_the_last_read_takes_after_the_client_left_goes_back_uncounted() {
         engine.take_actions(),
         vec![Action::InterruptRead, Action::EndStream(None)]
     );
-    engine.read_returned(start, Ok(Read::new(vec![entry(9, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(9, 1)])));
     assert_eq!(
         engine.take_actions(),
         vec![
@@ -182,7 +205,11 @@ fn a_half_close_while_draining_ends_at_once_with_the_shutdown() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1)])),
+    );
     engine.take_actions();
     engine.shutdown(start);
     assert!(matches!(
@@ -203,12 +230,12 @@ fn a_simple_list_gives_back_the_read_under_way_before_what_the_client_held() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::SimpleList), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     engine.take_actions();
     engine.client_closed(start);
     // The close waits for the read under way, which it cuts short.
     assert_eq!(engine.take_actions(), vec![Action::InterruptRead]);
-    engine.read_returned(start, Ok(Read::new(vec![entry(2, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(2, 1)])));
     let actions = engine.take_actions();
     assert_eq!(
         actions[..2],
@@ -232,7 +259,11 @@ fn a_close_without_a_read_under_way_interrupts_nothing() {
     let mut engine: Engine<E> = Engine::new(config(Kind::SimpleList), start);
     engine.take_actions();
     // A failed read: the next waits for its backoff, so none is under way at the close.
-    engine.read_returned(start, Err(ReadError::Retry { unknown: false }));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Err(ReadError::Retry { unknown: false }),
+    );
     assert_eq!(engine.take_actions(), vec![]);
     engine.client_closed(start);
     assert_eq!(
@@ -246,7 +277,7 @@ fn a_deleted_group_ends_the_subscription_after_its_flushes() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     engine.take_actions();
     let applied = engine.apply(start, vec![], vec![settle(1, Outcome::Ack)], |_, _| None);
     assert!(applied.rejected.is_empty());
@@ -254,16 +285,24 @@ fn a_deleted_group_ends_the_subscription_after_its_flushes() {
         [Action::Flush { flush, .. }] => *flush,
         other => panic!("{other:?}"),
     };
-    engine.read_returned(start, Err(ReadError::Fatal(Stop::GroupDeleted)));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Err(ReadError::Fatal(Stop::GroupDeleted)),
+    );
     assert_eq!(engine.take_actions(), vec![]);
-    engine.flushed(start, flush, FlushStatus::Ok, None);
-    assert_eq!(
-        engine.take_actions(),
-        vec![
-            Action::Report(flush),
-            Action::EndStream(Some(Stop::GroupDeleted)),
-            Action::Done
-        ]
+    engine.flushed(start, flush, answered(FlushStatus::Ok), None);
+    let actions = engine.take_actions();
+    assert!(
+        matches!(
+            &actions[..],
+            [
+                Action::Report(report),
+                Action::EndStream(Some(Stop::GroupDeleted)),
+                Action::Done
+            ] if report.read_id == 1 && report.result.ok()
+        ),
+        "{actions:?}"
     );
 }
 
@@ -275,6 +314,7 @@ fn closing_counts_what_it_flushed_and_left_pending() {
     // One read of three: one acked, two still out when the client goes.
     engine.read_returned(
         start,
+        ReadFrom::Reader,
         Ok(Read::new(vec![entry(1, 1), entry(2, 1), entry(3, 1)])),
     );
     engine.take_actions();
@@ -319,7 +359,7 @@ fn flushes_leave_in_the_order_reads_complete() {
     );
     engine.take_actions();
     for id in 1..=3 {
-        engine.read_returned(start, Ok(Read::new(vec![entry(id, 1)])));
+        engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(id, 1)])));
         engine.take_actions();
     }
     let mut order = Vec::new();
@@ -342,7 +382,11 @@ fn extending_deliveries_keeps_them_from_others_at_a_bounded_rate() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1)])),
+    );
     engine.take_actions();
     assert!(engine.extend(start, &[1, 2, 1]).is_empty());
     assert_eq!(
@@ -373,14 +417,14 @@ fn extending_deliveries_keeps_them_from_others_at_a_bounded_rate() {
 
     let mut list = Engine::new(config(Kind::ReliableList), start);
     list.take_actions();
-    list.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    list.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     list.take_actions();
     assert!(list.extend(start + RENEW / 3, &[1]).is_empty());
     assert_eq!(list.take_actions(), vec![Action::RenewLease]);
 
     let mut simple = Engine::new(config(Kind::SimpleList), start);
     simple.take_actions();
-    simple.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    simple.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     simple.take_actions();
     assert!(simple.extend(start, &[1]).is_empty());
     assert_eq!(simple.take_actions(), vec![]);
@@ -432,7 +476,7 @@ fn under_a_backlog_every_read_rides_on_a_flush() {
     reader_reads += take(&mut engine, &mut held, &mut riding);
     // The reader fills the window: four reads, one after the other.
     for _ in 0..4 {
-        engine.read_returned(start, Ok(full_read()));
+        engine.read_returned(start, ReadFrom::Reader, Ok(full_read()));
         reader_reads += take(&mut engine, &mut held, &mut riding);
     }
     assert_eq!((reader_reads, held.len()), (4, 8));
@@ -447,7 +491,12 @@ fn under_a_backlog_every_read_rides_on_a_flush() {
         assert_eq!(riding.len(), 2, "round {round}: both flushes carry a read");
         for (flush, count) in std::mem::take(&mut riding) {
             assert_eq!(count, 2);
-            engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+            engine.flushed(
+                start,
+                flush,
+                answered(FlushStatus::Ok),
+                Some(Ok(full_read())),
+            );
             reader_reads += take(&mut engine, &mut held, &mut riding);
         }
         assert_eq!(held.len(), 8, "round {round}: the window is full again");
@@ -478,19 +527,25 @@ fn under_a_backlog_an_ordered_subscription_reads_on_its_lane() {
     };
     let (mut reader_reads, mut lane_reads) = (0, 0);
     let mut held: Vec<SlotId> = Vec::new();
-    let mut lane: VecDeque<FlushId> = VecDeque::new();
+    let mut lane: VecDeque<LaneReadId> = VecDeque::new();
     let mut flushes: Vec<FlushId> = Vec::new();
     let mut take = |engine: &mut Engine<E>,
                     held: &mut Vec<SlotId>,
-                    lane: &mut VecDeque<FlushId>,
+                    lane: &mut VecDeque<LaneReadId>,
                     flushes: &mut Vec<FlushId>| {
         for action in engine.take_actions() {
             match action {
-                Action::Read { .. } => reader_reads += 1,
-                Action::ReadInOrder { flush, count } => {
+                Action::Read {
+                    lane: Lane::Reader { .. },
+                    ..
+                } => reader_reads += 1,
+                Action::Read {
+                    count,
+                    lane: Lane::InOrder(read),
+                } => {
                     assert_eq!(count, 2);
                     lane_reads += 1;
-                    lane.push_back(flush);
+                    lane.push_back(read);
                     assert!(lane.len() <= 2, "more than two reads out on the lane");
                 }
                 Action::Deliver { read, entries, .. } => {
@@ -508,12 +563,12 @@ fn under_a_backlog_an_ordered_subscription_reads_on_its_lane() {
         (reader_reads, lane_reads)
     };
     take(&mut engine, &mut held, &mut lane, &mut flushes);
-    engine.read_returned(start, Ok(full_read()));
+    engine.read_returned(start, ReadFrom::Reader, Ok(full_read()));
     take(&mut engine, &mut held, &mut lane, &mut flushes);
     assert_eq!(lane.len(), 2, "two reads out on the lane at once");
     // The window fills with the lane's reads, answered in the order asked.
-    while let Some(flush) = lane.pop_front() {
-        engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+    while let Some(read) = lane.pop_front() {
+        engine.read_returned(start, ReadFrom::Lane(read), Ok(full_read()));
         take(&mut engine, &mut held, &mut lane, &mut flushes);
     }
     let (_, filled_by) = take(&mut engine, &mut held, &mut lane, &mut flushes);
@@ -527,12 +582,12 @@ fn under_a_backlog_an_ordered_subscription_reads_on_its_lane() {
         }
         assert_eq!(flushes.len(), 2, "round {round}: a flush per read");
         for flush in std::mem::take(&mut flushes) {
-            engine.flushed(start, flush, FlushStatus::Ok, None);
+            engine.flushed(start, flush, answered(FlushStatus::Ok), None);
             take(&mut engine, &mut held, &mut lane, &mut flushes);
         }
         assert!(!lane.is_empty(), "round {round}: the lane reads again");
-        while let Some(flush) = lane.pop_front() {
-            engine.flushed(start, flush, FlushStatus::Ok, Some(Ok(full_read())));
+        while let Some(read) = lane.pop_front() {
+            engine.read_returned(start, ReadFrom::Lane(read), Ok(full_read()));
             take(&mut engine, &mut held, &mut lane, &mut flushes);
         }
         assert_eq!(held.len(), 8, "round {round}: the window is full again");
@@ -562,22 +617,29 @@ fn behind_a_hot_key_a_read_waits_for_a_whole_count_of_room() {
         actions
             .iter()
             .filter_map(|a| match a {
-                Action::Read { count, .. } | Action::ReadInOrder { count, .. } => Some(*count),
+                Action::Read { count, .. } => Some(*count),
                 _ => None,
             })
             .collect()
     };
-    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 0), keyed(2, 0)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(1, 0), keyed(2, 0)])),
+    );
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![1]);
-    let Some(&Action::ReadInOrder { flush, count: 2 }) = actions.last() else {
+    let Some(&Action::Read {
+        count: 2,
+        lane: Lane::InOrder(read),
+    }) = actions.last()
+    else {
         panic!("a read of 2 while 3 places are free: {actions:?}");
     };
-    engine.flushed(
+    engine.read_returned(
         start,
-        flush,
-        FlushStatus::Ok,
-        Some(Ok(Read::new(vec![keyed(3, 0), keyed(4, 0)]))),
+        ReadFrom::Lane(read),
+        Ok(Read::new(vec![keyed(3, 0), keyed(4, 0)])),
     );
     // Three wait: one place left, less than a read.
     assert_eq!(reads(&engine.take_actions()), Vec::<u32>::new());
@@ -587,7 +649,7 @@ fn behind_a_hot_key_a_read_waits_for_a_whole_count_of_room() {
     let actions = engine.take_actions();
     let flushed = flushes(&actions);
     assert_eq!(flushed.len(), 1, "{actions:?}");
-    engine.flushed(start, flushed[0].0, FlushStatus::Ok, None);
+    engine.flushed(start, flushed[0].0, answered(FlushStatus::Ok), None);
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![2]);
     assert_eq!(reads(&actions), vec![2], "two places free: one read of two");
@@ -644,10 +706,14 @@ fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
     let start = Instant::now();
     let mut engine = Engine::new(model::ordered_config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 1), keyed(2, 2)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(1, 1), keyed(2, 2)])),
+    );
     assert_eq!(delivered(&engine.take_actions()), vec![1, 2]);
     // The next read brings key 1's second entry: it waits.
-    engine.read_returned(start, Ok(Read::new(vec![keyed(3, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![keyed(3, 1)])));
     assert_eq!(delivered(&engine.take_actions()), Vec::<u64>::new());
     // Entry 1 acked, entry 2 (key 2) still out: entry 1 is flushed on its own.
     let applied = engine.apply(start, Vec::new(), vec![settle(1, Outcome::Ack)], |_, _| {
@@ -663,7 +729,7 @@ fn a_slow_key_does_not_hold_back_a_key_read_beside_it() {
         Vec::<u64>::new(),
         "not before its flush"
     );
-    engine.flushed(start, flushed[0].0, FlushStatus::Ok, None);
+    engine.flushed(start, flushed[0].0, answered(FlushStatus::Ok), None);
     assert_eq!(delivered(&engine.take_actions()), vec![3]);
     // The slow entry settles later; its read's batch carries it alone.
     engine.apply(start, Vec::new(), vec![settle(2, Outcome::Ack)], |_, _| {
@@ -680,7 +746,11 @@ fn a_retried_keyed_entry_comes_back_first_in_its_place() {
     let start = Instant::now();
     let mut engine = Engine::new(model::ordered_config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 1), keyed(2, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(1, 1), keyed(2, 1)])),
+    );
     assert_eq!(delivered(&engine.take_actions()), vec![1]);
     engine.apply(
         start,
@@ -695,7 +765,7 @@ fn a_retried_keyed_entry_comes_back_first_in_its_place() {
         panic!("a flush: {actions:?}");
     };
     assert_eq!(batch.in_place, vec![0], "kept in place");
-    engine.flushed(start, *flush, FlushStatus::Ok, None);
+    engine.flushed(start, *flush, answered(FlushStatus::Ok), None);
     let actions = engine.take_actions();
     let again: Vec<&E> = actions
         .iter()
@@ -751,7 +821,7 @@ fn past_a_fetchs_worth_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
     let mut hot_out = None;
     for n in 0..10u64 {
         let read = vec![keyed(2 * n + 1, 0), keyed(2 * n + 2, (n + 1) as u8)];
-        engine.read_returned(now, Ok(Read::new(read)));
+        engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(read)));
         let actions = engine.take_actions();
         assert!(
             actions.iter().any(|a| matches!(a, Action::Read { .. })),
@@ -779,7 +849,7 @@ fn past_a_fetchs_worth_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
         );
         // The first read's flushes once the hot key's first delivery is settled too.
         if let Some(&(flush, _)) = flushes(&engine.take_actions()).first() {
-            engine.flushed(now, flush, FlushStatus::Ok, None);
+            engine.flushed(now, flush, answered(FlushStatus::Ok), None);
             engine.take_actions();
         }
     }
@@ -812,7 +882,7 @@ fn past_a_fetchs_worth_a_hot_keys_entries_are_parked_and_the_reads_go_on() {
             }
         }
         if let Some(flush) = flushing.pop() {
-            engine.flushed(now, flush, FlushStatus::Ok, None);
+            engine.flushed(now, flush, answered(FlushStatus::Ok), None);
         } else if let Some(slot) = out.take() {
             engine.apply(now, Vec::new(), vec![settle(slot, Outcome::Ack)], |_, _| {
                 None
@@ -866,17 +936,29 @@ fn keys_waiting_for_few_entries_each_stop_the_reads_at_the_bound_unparked() {
     let now = Instant::now();
     let mut engine = parking_engine(2, 4, now);
     // Keys 1 and 2 go out; two more reads bring two entries of each.
-    engine.read_returned(now, Ok(Read::new(vec![keyed(1, 1), keyed(2, 2)])));
+    engine.read_returned(
+        now,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(1, 1), keyed(2, 2)])),
+    );
     let actions = engine.take_actions();
     let out = handed_out(&actions);
     assert_eq!(delivered(&actions), vec![1, 2]);
     assert!(read_asked(&actions).is_some());
-    engine.read_returned(now, Ok(Read::new(vec![keyed(3, 1), keyed(4, 2)])));
+    engine.read_returned(
+        now,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(3, 1), keyed(4, 2)])),
+    );
     assert!(
         read_asked(&engine.take_actions()).is_some(),
         "room for more in memory"
     );
-    engine.read_returned(now, Ok(Read::new(vec![keyed(5, 1), keyed(6, 2)])));
+    engine.read_returned(
+        now,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(5, 1), keyed(6, 2)])),
+    );
     let actions = engine.take_actions();
     assert_eq!(
         read_asked(&actions),
@@ -893,7 +975,7 @@ fn keys_waiting_for_few_entries_each_stop_the_reads_at_the_bound_unparked() {
         .collect();
     engine.apply(now, Vec::new(), acks, |_, _| None);
     let flush = flushes(&engine.take_actions())[0].0;
-    engine.flushed(now, flush, FlushStatus::Ok, None);
+    engine.flushed(now, flush, answered(FlushStatus::Ok), None);
     let actions = engine.take_actions();
     let mut next = delivered(&actions);
     next.sort_unstable();
@@ -913,7 +995,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
     let mut out = Vec::new();
     // Half of the first read is the hot key's (key 0): 3 of 4 go out, so the next asks 6.
     let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
-    engine.read_returned(now, Ok(Read::new(first)));
+    engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(first)));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![1, 2, 4]);
     out.extend(handed_out(&actions));
@@ -930,7 +1012,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
         keyed(9, 0),
         keyed(10, 5),
     ];
-    engine.read_returned(now, Ok(Read::new(second)));
+    engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(second)));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![6, 8, 10]);
     out.extend(handed_out(&actions));
@@ -948,7 +1030,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
         keyed(15, 6),
         keyed(16, 9),
     ];
-    engine.read_returned(now, Ok(Read::new(third)));
+    engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(third)));
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![11, 12], "no more than the room");
     out.extend(handed_out(&actions));
@@ -968,7 +1050,7 @@ fn beside_a_parked_hot_key_reads_ask_for_more_and_hand_out_no_more_than_the_room
                     }
                 }
                 Action::Flush { flush, .. } => {
-                    engine.flushed(now, flush, FlushStatus::Ok, None);
+                    engine.flushed(now, flush, answered(FlushStatus::Ok), None);
                 }
                 Action::Fetch { fetch, parked } => {
                     let found = parked
@@ -1030,10 +1112,14 @@ fn once_the_backlog_ends_reads_ask_for_count_again() {
     let mut engine = parking_engine(4, 16, now);
     // Half of a full read is the hot key's: the next asks for 6 so that about 4 go out.
     let first = vec![keyed(1, 0), keyed(2, 1), keyed(3, 0), keyed(4, 2)];
-    engine.read_returned(now, Ok(Read::new(first)));
+    engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(first)));
     assert_eq!(read_asked(&engine.take_actions()), Some(6));
     // It brings two: the backlog is over.
-    engine.read_returned(now, Ok(Read::new(vec![keyed(5, 3), keyed(6, 4)])));
+    engine.read_returned(
+        now,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(5, 3), keyed(6, 4)])),
+    );
     let actions = engine.take_actions();
     assert_eq!(delivered(&actions), vec![5, 6]);
     assert_eq!(
@@ -1068,15 +1154,19 @@ fn beside_a_held_hot_key_every_other_key_is_handed_out() {
         let mut acks = Vec::new();
         for action in std::mem::take(&mut actions) {
             match action {
-                Action::Read { count, .. } => engine.read_returned(now, Ok(take(count))),
-                Action::ReadInOrder { flush, count } => {
-                    engine.flushed(now, flush, FlushStatus::Ok, Some(Ok(take(count))));
-                }
+                Action::Read {
+                    count,
+                    lane: Lane::Reader { .. },
+                } => engine.read_returned(now, ReadFrom::Reader, Ok(take(count))),
+                Action::Read {
+                    count,
+                    lane: Lane::InOrder(read),
+                } => engine.read_returned(now, ReadFrom::Lane(read), Ok(take(count))),
                 Action::Flush {
                     flush, read_ahead, ..
                 } => {
                     let read = read_ahead.map(|count| Ok(take(count)));
-                    engine.flushed(now, flush, FlushStatus::Ok, read);
+                    engine.flushed(now, flush, answered(FlushStatus::Ok), read);
                 }
                 Action::Deliver { read, entries, .. } => {
                     for (i, e) in entries.iter().enumerate() {
@@ -1139,7 +1229,11 @@ fn an_unordered_streams_retry_is_kept_in_place_and_comes_first_again() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1)])),
+    );
     assert_eq!(delivered(&engine.take_actions()), vec![1, 2]);
     let outcomes = vec![settle(1, Outcome::Retry), settle(2, Outcome::Ack)];
     engine.apply(start, Vec::new(), outcomes, |_, _| None);
@@ -1149,7 +1243,7 @@ fn an_unordered_streams_retry_is_kept_in_place_and_comes_first_again() {
         vec![0],
         "the retry kept in place, the ack settled"
     );
-    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.flushed(start, flush, answered(FlushStatus::Ok), None);
     let actions = engine.take_actions();
     assert_eq!(
         delivered_entries(&actions),
@@ -1175,7 +1269,7 @@ fn an_unordered_streams_retry_at_the_cap_is_not_kept_in_place() {
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
     let capped = entry(1, model::CAP);
-    engine.read_returned(start, Ok(Read::new(vec![capped])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![capped])));
     engine.take_actions();
     engine.apply(
         start,
@@ -1196,13 +1290,13 @@ fn an_unordered_streams_retry_after_waits_until_due() {
     let delay = Duration::from_secs(5);
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     engine.take_actions();
     let outcomes = vec![settle(1, Outcome::RetryAfter(delay))];
     engine.apply(start, Vec::new(), outcomes, |_, _| None);
     let (flush, in_place) = first_flush(&engine.take_actions());
     assert_eq!(in_place, vec![0]);
-    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.flushed(start, flush, answered(FlushStatus::Ok), None);
     assert!(
         delivered(&engine.take_actions()).is_empty(),
         "not before due"
@@ -1235,7 +1329,7 @@ fn a_due_retry_is_counted_again_forgotten_or_dead_lettered() {
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
     let read = vec![entry(1, 1), entry(2, 1), entry(3, 2)];
-    engine.read_returned(start, Ok(Read::new(read)));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(read)));
     engine.take_actions();
     let delay = Duration::from_millis(100);
     let outcomes = (1..=3)
@@ -1243,7 +1337,7 @@ fn a_due_retry_is_counted_again_forgotten_or_dead_lettered() {
         .collect();
     engine.apply(start, Vec::new(), outcomes, |_, _| None);
     let (flush, _) = first_flush(&engine.take_actions());
-    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.flushed(start, flush, answered(FlushStatus::Ok), None);
     engine.take_actions();
     let due = start + delay;
     engine.tick(due);
@@ -1285,7 +1379,7 @@ fn a_redelivered_entry_not_yet_due_is_held_until_due() {
         lost: 0,
         delayed: vec![(entry(2, 2), wait)],
     };
-    engine.read_returned(start, Ok(read));
+    engine.read_returned(start, ReadFrom::Reader, Ok(read));
     assert_eq!(delivered(&engine.take_actions()), vec![1]);
     engine.tick(start + wait / 2);
     assert!(delivered(&engine.take_actions()).is_empty());
@@ -1302,7 +1396,7 @@ fn a_redelivered_entry_not_yet_due_is_held_until_due() {
         lost: 0,
         delayed: vec![(entry(2, 4), wait)],
     };
-    engine.read_returned(start + wait, Ok(read));
+    engine.read_returned(start + wait, ReadFrom::Reader, Ok(read));
     let actions = engine.take_actions();
     assert!(
         actions.iter().any(
@@ -1319,14 +1413,18 @@ fn a_retry_left_to_another_consumer_is_not_delivered_again() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1), entry(2, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1)])),
+    );
     engine.take_actions();
     let outcomes = vec![settle(1, Outcome::Retry), settle(2, Outcome::Retry)];
     engine.apply(start, Vec::new(), outcomes, |_, _| None);
     let (flush, in_place) = first_flush(&engine.take_actions());
     assert_eq!(in_place, vec![0, 1]);
     engine.left_to_others(flush, &[1]);
-    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.flushed(start, flush, answered(FlushStatus::Ok), None);
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(2, 2)]);
 }
 
@@ -1337,12 +1435,12 @@ fn a_waiting_retry_after_goes_back_as_it_is_at_close() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     engine.take_actions();
     let outcomes = vec![settle(1, Outcome::RetryAfter(Duration::from_secs(60)))];
     engine.apply(start, Vec::new(), outcomes, |_, _| None);
     let (flush, _) = first_flush(&engine.take_actions());
-    engine.flushed(start, flush, FlushStatus::Ok, None);
+    engine.flushed(start, flush, answered(FlushStatus::Ok), None);
     engine.take_actions();
     engine.client_gone(start);
     let actions = engine.take_actions();
@@ -1370,11 +1468,16 @@ fn a_due_retry_cuts_a_blocking_read_short() {
     engine.take_actions();
     engine.read_returned(
         start,
+        ReadFrom::Reader,
         Ok(Read::new(vec![entry(1, 1), entry(2, 1), entry(3, 1)])),
     );
     engine.take_actions();
     // The window's other two places: the reader reads them.
-    engine.read_returned(start, Ok(Read::new(vec![entry(4, 1), entry(5, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![entry(4, 1), entry(5, 1)])),
+    );
     engine.take_actions();
     engine.apply(
         start,
@@ -1397,14 +1500,17 @@ fn a_due_retry_cuts_a_blocking_read_short() {
     };
     // Nothing new in the stream: the reader blocks for new entries in the room left.
     let nothing = read_ahead.then(|| Ok(Read::new(Vec::new())));
-    engine.flushed(start, flush, FlushStatus::Ok, nothing);
+    engine.flushed(start, flush, answered(FlushStatus::Ok), nothing);
     let actions = engine.take_actions();
     assert!(
         actions.iter().any(|a| matches!(
             a,
             Action::Read {
-                reread: false,
-                recover: false,
+                lane: Lane::Reader {
+                    reread: false,
+                    recover: false,
+                    ..
+                },
                 ..
             }
         )),
@@ -1426,7 +1532,7 @@ fn a_due_retry_cuts_a_blocking_read_short() {
     engine.tick(due + Duration::from_millis(10));
     assert_eq!(interrupts(&engine.take_actions()), 0, "once per read");
     // The read comes back empty, cut short: the retry goes out.
-    engine.read_returned(due, Ok(Read::new(Vec::new())));
+    engine.read_returned(due, ReadFrom::Reader, Ok(Read::new(Vec::new())));
     assert_eq!(delivered_entries(&engine.take_actions()), vec![entry(1, 2)]);
 }
 
@@ -1437,7 +1543,7 @@ fn a_retry_redis_refused_to_keep_is_read_again() {
     let start = Instant::now();
     let mut engine = Engine::new(config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![entry(1, 1)])));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(vec![entry(1, 1)])));
     engine.take_actions();
     engine.apply(
         start,
@@ -1450,16 +1556,20 @@ fn a_retry_redis_refused_to_keep_is_read_again() {
     let failed = FlushStatus::Failed {
         settle_failed: false,
     };
-    engine.flushed(start, flush, failed, None);
+    engine.flushed(start, flush, answered(failed), None);
     let actions = engine.take_actions();
     assert!(delivered(&actions).is_empty(), "{actions:?}");
     // The reader is busy with its read of new entries; once it answers, the re-read goes.
-    engine.read_returned(start, Ok(Read::new(Vec::new())));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(Vec::new())));
     let actions = engine.take_actions();
     assert!(
-        actions
-            .iter()
-            .any(|a| matches!(a, Action::Read { reread: true, .. })),
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Read {
+                lane: Lane::Reader { reread: true, .. },
+                ..
+            }
+        )),
         "{actions:?}"
     );
 }
@@ -1471,7 +1581,11 @@ fn a_retry_redis_refused_to_keep_holds_its_key_until_the_reread() {
     let start = Instant::now();
     let mut engine = Engine::new(model::ordered_config(Kind::Stream), start);
     engine.take_actions();
-    engine.read_returned(start, Ok(Read::new(vec![keyed(1, 1), keyed(2, 1)])));
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![keyed(1, 1), keyed(2, 1)])),
+    );
     assert_eq!(delivered(&engine.take_actions()), vec![1]);
     engine.apply(
         start,
@@ -1485,17 +1599,21 @@ fn a_retry_redis_refused_to_keep_holds_its_key_until_the_reread() {
     let failed = FlushStatus::Failed {
         settle_failed: false,
     };
-    engine.flushed(start, flush, failed, None);
+    engine.flushed(start, flush, answered(failed), None);
     let actions = engine.take_actions();
     assert!(delivered(&actions).is_empty(), "2 overtook 1: {actions:?}");
     // The read under way answers (nothing new); the re-read goes next.
-    engine.read_returned(start, Ok(Read::new(Vec::new())));
+    engine.read_returned(start, ReadFrom::Reader, Ok(Read::new(Vec::new())));
     let actions = engine.take_actions();
     assert!(delivered(&actions).is_empty(), "2 overtook 1: {actions:?}");
     assert!(
-        actions
-            .iter()
-            .any(|a| matches!(a, Action::Read { reread: true, .. })),
+        actions.iter().any(|a| matches!(
+            a,
+            Action::Read {
+                lane: Lane::Reader { reread: true, .. },
+                ..
+            }
+        )),
         "{actions:?}"
     );
     // The re-read brings 1 back, counted by that read: 1 goes out, 2 still waits.
@@ -1510,6 +1628,6 @@ fn a_retry_redis_refused_to_keep_holds_its_key_until_the_reread() {
         lost: 0,
         delayed: Vec::new(),
     };
-    engine.read_returned(start, Ok(read));
+    engine.read_returned(start, ReadFrom::Reader, Ok(read));
     assert_eq!(delivered_entries(&engine.take_actions()), vec![again]);
 }

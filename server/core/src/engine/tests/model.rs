@@ -116,8 +116,15 @@ pub(super) struct FlushOp {
     ran: Option<Ran>,
 }
 
-/// A flush whose reply was lost: its settles, whether it dead-letters, its retries in place.
-type Stale = (FlushId, Vec<(E, Outcome, bool)>, bool, Vec<u64>);
+/// A flush, or a read on the lane, whose reply was lost: it may still run.
+struct Stale {
+    /// The flush's id, or the read's.
+    id: u64,
+    lane: bool,
+    settles: Vec<(E, Outcome, bool)>,
+    dead_letter: bool,
+    in_place: Vec<u64>,
+}
 /// What running a flush answered, and its read-ahead.
 type Ran = (FlushStatus, Option<Result<Read<E>, ReadError>>);
 
@@ -151,7 +158,7 @@ pub(super) struct World {
     reader_answer: Option<Result<Read<E>, ReadError>>,
     flusher: VecDeque<FlushOp>,
     /// An ordered stream's read lane: its reads run and answer in the order asked, in any
-    /// order with the flusher's flushes.
+    /// order with the flusher's flushes. Each is a flush of only a read, by the read's id.
     lane: VecDeque<FlushOp>,
     /// Fetches of parked entries under way, by id with the entries asked (id and count).
     fetcher: VecDeque<(FetchId, Vec<(u64, u32)>)>,
@@ -159,8 +166,9 @@ pub(super) struct World {
     counter: VecDeque<(FetchId, Vec<E>)>,
     /// Flushes whose reply was lost, which may still run.
     stale: Vec<Stale>,
-    /// Stale flushes that can no longer run, to be said so once reported.
-    settle_after_report: Vec<FlushId>,
+    /// Stale flushes and reads on the lane (`true`) that can no longer run, to be said so
+    /// once reported.
+    settle_after_report: Vec<(bool, u64)>,
     lease_asked: bool,
     last_renewal: Instant,
     /// Side effects that ran, per entry.
@@ -184,6 +192,8 @@ pub(super) struct World {
     flushed_slots: HashMap<SlotId, ReadId>,
     /// When each entry was last extended in Redis.
     extended: HashMap<u64, Instant>,
+    /// The flush reports the client got, alone or riding in a read: the last one's status.
+    reports: Vec<FlushStatus>,
     /// The client closed its stream: it settles nothing more.
     client_done: bool,
     ended: bool,
@@ -246,6 +256,7 @@ impl World {
             flushing: HashMap::new(),
             flushed_slots: HashMap::new(),
             extended: HashMap::new(),
+            reports: Vec::new(),
             client_done: false,
             ended: false,
             done: false,
@@ -274,7 +285,10 @@ impl World {
         for action in self.engine.take_actions() {
             assert!(!self.done, "an action after Done: {action:?}");
             match action {
-                Action::Read { count, reread, .. } => {
+                Action::Read {
+                    count,
+                    lane: Lane::Reader { reread, .. },
+                } => {
                     assert!(
                         self.reader.is_none() && self.reader_answer.is_none(),
                         "one read at a time"
@@ -288,7 +302,10 @@ impl World {
                         self.lost_replies.extend(self.pending.iter().copied());
                     }
                 }
-                Action::ReadInOrder { flush, count } => {
+                Action::Read {
+                    count,
+                    lane: Lane::InOrder(read),
+                } => {
                     assert!(
                         self.ordered && self.kind == Kind::Stream,
                         "a read on the lane unordered or off a stream"
@@ -299,9 +316,8 @@ impl World {
                         "a read on the lane beside the reader's"
                     );
                     assert!(self.lane.len() < 2, "more than two reads out on the lane");
-                    self.flushing.insert(flush, Vec::new());
                     self.lane.push_back(FlushOp {
-                        id: flush,
+                        id: read,
                         settles: Vec::new(),
                         in_place: Vec::new(),
                         dead_letter: false,
@@ -337,8 +353,14 @@ impl World {
                     }
                     self.counter.push_back((count, entries));
                 }
-                Action::Deliver { read, entries, .. } => {
+                Action::Deliver {
+                    read,
+                    entries,
+                    report,
+                    ..
+                } => {
                     assert!(!self.ended, "a delivery after the stream ended");
+                    self.reports.extend(report.map(|r| r.result.status()));
                     if self.ordered {
                         self.check_key_order(&entries);
                     }
@@ -474,7 +496,7 @@ impl World {
                         ran: None,
                     });
                 }
-                Action::Report(_) => {}
+                Action::Report(report) => self.reports.push(report.result.status()),
                 Action::GiveBack { entries, seen } => self.give_back(entries, seen),
                 Action::RenewLease => {
                     assert!(!self.lease_asked, "two renewals at once");
@@ -487,6 +509,10 @@ impl World {
                     assert!(
                         self.flushing.is_empty(),
                         "the stream ended before its flushes"
+                    );
+                    assert!(
+                        self.lane.is_empty() && !self.stale.iter().any(|s| s.lane),
+                        "the stream ended before its reads on the lane"
                     );
                     self.ended = true;
                     self.holding.clear();
@@ -676,7 +702,13 @@ impl World {
         let in_place = op.in_place.clone();
         match status {
             FlushStatus::Ok => self.apply_flush(&settles, dead_letter, &in_place),
-            FlushStatus::Unknown => self.stale.push((id, settles, dead_letter, in_place)),
+            FlushStatus::Unknown => self.stale.push(Stale {
+                id,
+                lane,
+                settles,
+                dead_letter,
+                in_place,
+            }),
             FlushStatus::Failed { .. } => {
                 if self.kind == Kind::SimpleList {
                     // A popped entry exists only in the flush that settles it: at most once.
@@ -759,7 +791,14 @@ impl World {
 
     /// A flush whose reply was lost runs late, or never; then it can no longer run.
     pub(super) fn settle_stale(&mut self, runs: bool) {
-        let Some((flush, settles, dead_letter, in_place)) = self.stale.pop() else {
+        let Some(Stale {
+            id,
+            lane,
+            settles,
+            dead_letter,
+            in_place,
+        }) = self.stale.pop()
+        else {
             return;
         };
         if runs {
@@ -770,20 +809,25 @@ impl World {
         } else if self.kind == Kind::SimpleList {
             self.may_lose.extend(settles.iter().map(|(e, ..)| e.id));
         }
-        if !self
-            .flusher
-            .iter()
-            .chain(&self.lane)
-            .any(|op| op.id == flush)
-        {
-            self.flushing.remove(&flush);
-            self.dead_lettering.remove(&flush);
-            self.engine.flush_settled(self.now, flush);
-            self.collect();
-        } else {
+        let queue = if lane { &self.lane } else { &self.flusher };
+        if queue.iter().any(|op| op.id == id) {
             // Reported later: settled right after its report.
-            self.settle_after_report.push(flush);
+            self.settle_after_report.push((lane, id));
+        } else {
+            self.settled(lane, id);
         }
+    }
+
+    /// A stale flush or read on the lane can no longer run: the engine is told so.
+    fn settled(&mut self, lane: bool, id: u64) {
+        if lane {
+            self.engine.read_settled(self.now, id);
+        } else {
+            self.flushing.remove(&id);
+            self.dead_lettering.remove(&id);
+            self.engine.flush_settled(self.now, id);
+        }
+        self.collect();
     }
 
     /// Answers the oldest fetch of parked entries: with the entries (XRANGE counts no
@@ -849,7 +893,8 @@ impl World {
     }
 
     pub(super) fn answer_flush(&mut self, pick: u8) {
-        let queue = if self.on_lane(pick) {
+        let lane = self.on_lane(pick);
+        let queue = if lane {
             &mut self.lane
         } else {
             &mut self.flusher
@@ -859,18 +904,32 @@ impl World {
         }
         let op = queue.pop_front().expect("front");
         let (status, read) = op.ran.expect("ran");
-        if status != FlushStatus::Unknown {
-            self.flushing.remove(&op.id);
-            self.dead_lettering.remove(&op.id);
+        let reports = self.reports.len();
+        if lane {
+            let read = read.expect("a read on the lane answers its read");
+            self.engine
+                .read_returned(self.now, ReadFrom::Lane(op.id), read);
+        } else {
+            if status != FlushStatus::Unknown {
+                self.flushing.remove(&op.id);
+                self.dead_lettering.remove(&op.id);
+            }
+            self.engine
+                .flushed(self.now, op.id, super::answered(status), read);
         }
-        self.engine.flushed(self.now, op.id, status, read);
         self.collect();
-        if let Some(i) = self.settle_after_report.iter().position(|f| *f == op.id) {
+        // Every flush reported hands the client its report once, with its status; a read on
+        // the lane has none.
+        let handed: Vec<FlushStatus> = self.reports.drain(reports..).collect();
+        let expected = if lane { vec![] } else { vec![status] };
+        assert_eq!(handed, expected, "the reports handed out for {}", op.id);
+        if let Some(i) = self
+            .settle_after_report
+            .iter()
+            .position(|&f| f == (lane, op.id))
+        {
             self.settle_after_report.remove(i);
-            self.flushing.remove(&op.id);
-            self.dead_lettering.remove(&op.id);
-            self.engine.flush_settled(self.now, op.id);
-            self.collect();
+            self.settled(lane, op.id);
         }
     }
 
@@ -880,7 +939,8 @@ impl World {
             1 => self.run_read(pick.is_multiple_of(8)),
             2 => {
                 if let Some(answer) = self.reader_answer.take() {
-                    self.engine.read_returned(self.now, answer);
+                    self.engine
+                        .read_returned(self.now, ReadFrom::Reader, answer);
                     self.collect();
                 }
             }

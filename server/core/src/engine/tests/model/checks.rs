@@ -81,7 +81,8 @@ impl World {
             self.settle_stale(true);
             self.run_read(false);
             if let Some(answer) = self.reader_answer.take() {
-                self.engine.read_returned(self.now, answer);
+                self.engine
+                    .read_returned(self.now, ReadFrom::Reader, answer);
                 self.collect();
             }
             self.run_flush(0);
@@ -119,7 +120,8 @@ impl World {
             }
             self.run_read(false);
             if let Some(answer) = self.reader_answer.take() {
-                self.engine.read_returned(self.now, answer);
+                self.engine
+                    .read_returned(self.now, ReadFrom::Reader, answer);
                 self.collect();
             }
             self.run_flush(0);
