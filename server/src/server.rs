@@ -375,6 +375,7 @@ pub async fn run(
         auth.clone(),
     );
     let router = builder
+        .layer(grpc::deadline::Deadlines::layer())
         .layer(tower::util::MapResponseLayer::new(
             grpc::too_large_is_resource_exhausted,
         ))

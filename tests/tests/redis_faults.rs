@@ -2,7 +2,8 @@
 //! mode each failed flush is reported once and no entry is lost; in atomic mode no acked side
 //! effect runs twice, also while reads ride on flushes, and an entry just delivered again from
 //! pending stays its consumer's. Stalled past `--redis-timeout` (`CLIENT PAUSE`, `DEBUG
-//! SLEEP`): the flush times out with its outcome unknown and the sidecar recovers by itself.
+//! SLEEP`): the flush times out with its outcome unknown and the sidecar recovers by itself; a
+//! call whose own deadline passes meanwhile ends `DEADLINE_EXCEEDED`.
 //! Each test ends by counting entries and side effects in Redis
 //! (`window_sidecar_harness::faults`).
 
@@ -556,4 +557,44 @@ async fn a_client_pause_times_the_flush_out_and_the_sidecar_recovers_by_itself()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debug_sleep_times_the_flush_out_and_the_sidecar_recovers_by_itself() {
     stall_mid_run(Stall::DebugSleep).await;
+}
+
+/// A call whose deadline (`grpc-timeout`) passes while the sidecar waits for a stalled Redis
+/// ends `DEADLINE_EXCEEDED`, the status every gRPC library reports as its timeout; never
+/// tonic's own `CANCELLED` ("Timeout expired"), which a client whose deadline passes at the
+/// same moment would report instead, by whichever answer came first. The tonic client sends
+/// the deadline and enforces none of its own, so what it gets is the sidecar's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_past_its_deadline_ends_deadline_exceeded() {
+    let redis = RedisServer::start();
+    let sidecar =
+        window_sidecar_harness::Sidecar::start(&redis.url(), &["--redis-timeout", "10s"]).await;
+    let mut client = window_sidecar_harness::connect_client(&sidecar.addr.to_string()).await;
+    // The first publish opens the connections; the stall is for the ones after it.
+    window_sidecar_harness::publish(&mut client, KEY, window_sidecar_harness::numbered(1)).await;
+    resp::call(redis.port(), &["CLIENT", "PAUSE", "4000", "WRITE"]).expect("CLIENT PAUSE");
+    for deadline in [200, 300, 500] {
+        let mut request = tonic::Request::new(proto::PublishRequest {
+            stream: KEY.into(),
+            entries: vec![proto::PublishEntry {
+                fields: vec![proto::Field {
+                    name: "n".into(),
+                    value: "1".into(),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        request.set_timeout(Duration::from_millis(deadline));
+        let status = client
+            .publish(request)
+            .await
+            .expect_err("no answer from a paused Redis within the deadline");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+        assert!(
+            status.message().contains("grpc-timeout")
+                && status.message().contains("--redis-timeout"),
+            "{status:?}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 mod connections;
 pub mod convert;
 mod dead_letters;
+pub mod deadline;
 
 pub use connections::{ConnectionId, Connections, Numbered};
 pub use dead_letters::DeadLetters;
