@@ -58,10 +58,10 @@ struct Args {
     /// CI size: 5,000 entries, one round, a ~1 s latency phase.
     #[arg(long)]
     quick: bool,
-    /// Entries per second in the latency phase.
+    /// Entries per second in the latency phases (ten times that in latency-fast).
     #[arg(long, default_value_t = 1000)]
     latency_rate: u64,
-    /// Seconds of the latency phase [default: 5; --quick 1]; 0 skips it.
+    /// Seconds of each latency phase [default: 5; --quick 1]; 0 skips them.
     #[arg(long)]
     latency_secs: Option<f64>,
     /// Idle subscriptions for the RSS figure; 0 skips it.
@@ -262,9 +262,22 @@ impl Contender {
     }
 
     /// Whether it runs in `phase`: the ordered contenders' figures are throughput ratios, so
-    /// they skip the latency phase (shorter runs, in CI too).
+    /// they skip the latency phases (shorter runs, in CI too). The tail beside a busy
+    /// neighbour and at ten times the rate is the Rust client's against the raw loop it
+    /// replaces.
     pub(crate) fn runs_in(&self, phase: Phase) -> bool {
-        phase == Phase::Throughput || self.keying().is_none()
+        match phase {
+            Phase::Throughput => true,
+            Phase::Latency => self.keying().is_none(),
+            Phase::LatencyBusy | Phase::LatencyFast => matches!(
+                self,
+                Contender::SidecarRust {
+                    count: 64,
+                    atomic: false,
+                    ..
+                } | Contender::FredRaw
+            ),
+        }
     }
 
     /// Whether this runs against the `--baseline-bin` binary.
@@ -334,8 +347,28 @@ impl Contender {
 pub enum Phase {
     /// A prefilled stream of N entries, consumed flat out.
     Throughput,
-    /// A producer XADDs at a fixed rate while the consumer runs.
+    /// A producer XADDs at `--latency-rate` while the consumer runs.
     Latency,
+    /// The same beside a neighbour process that keeps a core busy: the tail a pod sees on a
+    /// node it shares.
+    LatencyBusy,
+    /// The same at ten times `--latency-rate`.
+    LatencyFast,
+}
+
+impl Phase {
+    /// A producer writes at a fixed rate while the consumer runs.
+    pub fn latency(self) -> bool {
+        self != Phase::Throughput
+    }
+
+    /// The producer's entries per second, with `--latency-rate` at `base`.
+    pub fn rate(self, base: u64) -> u64 {
+        match self {
+            Phase::LatencyFast => base * 10,
+            _ => base,
+        }
+    }
 }
 
 /// The figures of one verified run.
@@ -529,18 +562,50 @@ fn python_args(
     args
 }
 
-/// XADDs `total` entries at `rate` per second, each stamped with its send time.
+/// XADDs `total` entries at `rate` per second, each stamped with the time it was due to be
+/// sent, not the time it went: an entry held up counts the wait it had (no coordinated
+/// omission). The producer waits neither for the consumer nor for its own replies.
 async fn produce(client: Client, rate: u64, total: u64) -> Result<(), String> {
     // Let the consumer subscribe first: its set-up is not latency.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
+    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let start = workload::now_us();
+    // Each XADD on a task of its own: the next is sent on time while earlier replies are
+    // still out (fred pipelines them on the connection), so a slow reply delays nothing.
+    let mut sent = tokio::task::JoinSet::new();
     for id in 0..total {
         tick.tick().await;
-        workload::xadd_now(&client, id).await?;
+        let due = start + (id as u128 * period.as_micros()) as u64;
+        let client = client.clone();
+        sent.spawn(async move { workload::xadd_at(&client, id, due).await });
+    }
+    while let Some(done) = sent.join_next().await {
+        done.map_err(|e| format!("an XADD task: {e}"))??;
     }
     let _ = client.quit().await;
     Ok(())
+}
+
+/// A neighbour process that keeps one core busy while it lives (the busy-neighbour phase).
+struct Neighbour(std::process::Child);
+
+impl Neighbour {
+    fn start() -> Result<Self, String> {
+        std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .map(Self)
+            .map_err(|e| format!("start the busy neighbour: {e}"))
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// CPU seconds used so far by the processes of one run: the sidecar, Redis and this process.
@@ -570,10 +635,10 @@ impl CpuMark {
 }
 
 impl Ctx {
-    /// The entries of one run: `--entries`, or what the producer sends in the latency phase.
-    fn expected(&self, latency: bool) -> u64 {
-        if latency {
-            ((self.latency_rate as f64 * self.latency_secs).round() as u64).max(1)
+    /// The entries of one run: `--entries`, or what the producer sends in a latency phase.
+    fn expected(&self, phase: Phase) -> u64 {
+        if phase.latency() {
+            ((phase.rate(self.latency_rate) as f64 * self.latency_secs).round() as u64).max(1)
         } else {
             self.entries
         }
@@ -590,8 +655,8 @@ impl Ctx {
 }
 
 async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measured, String> {
-    let latency = phase == Phase::Latency;
-    let expect = ctx.expected(latency);
+    let latency = phase.latency();
+    let expect = ctx.expected(phase);
     let redis = RedisServer::start();
     let admin = workload::connect(&redis.url()).await?;
     workload::create_group(&admin).await?;
@@ -629,12 +694,19 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
 
     let before = CpuMark::take(sidecar_pid, redis.pid());
     let started = Instant::now();
-    let producer = producer.map(|client| tokio::spawn(produce(client, ctx.latency_rate, expect)));
+    let neighbour = if phase == Phase::LatencyBusy {
+        Some(Neighbour::start()?)
+    } else {
+        None
+    };
+    let rate = phase.rate(ctx.latency_rate);
+    let producer = producer.map(|client| tokio::spawn(produce(client, rate, expect)));
     let limit = ctx.time_limit(latency, expect);
     let outcome = tokio::time::timeout(limit, consumer.run(expect, latency))
         .await
         .map_err(|_| format!("timed out after {limit:?}"))??;
     let done_at = outcome.done_at.unwrap_or_else(Instant::now);
+    drop(neighbour);
     let after = CpuMark::take(sidecar_pid, redis.pid());
     let mut commands = workload::command_stats(&admin).await?;
     if latency {
@@ -782,6 +854,8 @@ fn phase_name(phase: Phase) -> &'static str {
     match phase {
         Phase::Throughput => "throughput",
         Phase::Latency => "latency",
+        Phase::LatencyBusy => "latency-busy",
+        Phase::LatencyFast => "latency-fast",
     }
 }
 
@@ -1095,7 +1169,7 @@ async fn run_round(
     let rounds = sizes.rounds;
     let mut phases = vec![Phase::Throughput];
     if sizes.latency_secs > 0.0 {
-        phases.push(Phase::Latency);
+        phases.extend([Phase::Latency, Phase::LatencyBusy, Phase::LatencyFast]);
     }
     // Which of two runs back to back goes first tilts the comparison (the first measured
     // was faster in most pairs tried): the twins swap places every other round.

@@ -56,10 +56,12 @@ pub(crate) fn progress(
                     m.secs,
                     m.commands_total() as f64 / m.entries as f64
                 ),
-                Phase::Latency => println!(
-                    "{head} p50 {:.2} ms, p99 {:.2} ms over {} entries{retried}, verified{wall}",
+                Phase::Latency | Phase::LatencyBusy | Phase::LatencyFast => println!(
+                    "{head} p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms over {} entries{retried}, \
+                     verified{wall}",
                     percentile_ms(&m.lat_us, 50.0),
                     percentile_ms(&m.lat_us, 99.0),
+                    percentile_ms(&m.lat_us, 99.9),
                     m.entries
                 ),
             }
@@ -202,19 +204,22 @@ fn resources_table(report: &Report, w: usize) {
     }
 }
 
-/// p50 and p99 at the latency phase's rate and flat out (the throughput runs).
+/// p50, p99 and p999 at the latency phase's rate, and p50 and p99 flat out (the throughput
+/// runs); then the tail beside a busy neighbour and at ten times the rate, for the contenders
+/// that ran there.
 fn latency_table(report: &Report, w: usize) {
     let rate = report.run.latency_rate;
     println!();
     println!(
-        "== latency, ms (median over rounds). At {rate}/s: XADD to the reply that settled the \
-         entry. Flat out: the read reaching the consumer to that reply"
+        "== latency, ms (median over rounds). At {rate}/s: from the time the entry's XADD was \
+         due to the reply that settled it. Flat out: the read reaching the consumer to that reply"
     );
     println!(
-        "{:<w$} {:>12} {:>12} {:>14} {:>14}",
+        "{:<w$} {:>12} {:>12} {:>13} {:>14} {:>14}",
         "contender",
         format!("{rate}/s p50"),
         format!("{rate}/s p99"),
+        format!("{rate}/s p999"),
         "flat-out p50",
         "flat-out p99"
     );
@@ -222,12 +227,44 @@ fn latency_table(report: &Report, w: usize) {
         let l = c.latency.as_ref();
         let t = &c.throughput;
         println!(
-            "{:<w$} {:>12} {:>12} {:>14} {:>14}",
+            "{:<w$} {:>12} {:>12} {:>13} {:>14} {:>14}",
             c.name,
             opt(l.and_then(|l| med(l.p50_ms)), 3),
             opt(l.and_then(|l| med(l.p99_ms)), 3),
+            opt(l.and_then(|l| med(l.p999_ms)), 3),
             opt(med(t.p50_ms), 3),
             opt(med(t.p99_ms), 3),
+        );
+    }
+    let tails: Vec<_> = report
+        .contenders
+        .iter()
+        .filter(|c| c.latency_busy.is_some() || c.latency_fast.is_some())
+        .collect();
+    if tails.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "== the tail, ms (median over rounds): at {rate}/s beside a neighbour process keeping a \
+         core busy, and at {}/s",
+        rate * 10
+    );
+    println!(
+        "{:<w$} {:>10} {:>10} {:>11} {:>10} {:>10} {:>11}",
+        "contender", "busy p50", "busy p99", "busy p999", "10x p50", "10x p99", "10x p999"
+    );
+    for c in tails {
+        let (b, f) = (c.latency_busy.as_ref(), c.latency_fast.as_ref());
+        println!(
+            "{:<w$} {:>10} {:>10} {:>11} {:>10} {:>10} {:>11}",
+            c.name,
+            opt(b.and_then(|l| med(l.p50_ms)), 3),
+            opt(b.and_then(|l| med(l.p99_ms)), 3),
+            opt(b.and_then(|l| med(l.p999_ms)), 3),
+            opt(f.and_then(|l| med(l.p50_ms)), 3),
+            opt(f.and_then(|l| med(l.p99_ms)), 3),
+            opt(f.and_then(|l| med(l.p999_ms)), 3),
         );
     }
 }

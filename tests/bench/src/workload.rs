@@ -189,10 +189,10 @@ pub(crate) async fn fill_keyed(client: &Client, n: u64, keying: Keying) -> Resul
     Ok(())
 }
 
-/// One XADD stamped with its send time (the latency phase's producer).
-pub(crate) async fn xadd_now(client: &Client, id: u64) -> Result<(), String> {
+/// One XADD stamped with `ts`, the microsecond it was due (the latency phases' producer).
+pub(crate) async fn xadd_at(client: &Client, id: u64, ts: u64) -> Result<(), String> {
     let _: Value = client
-        .custom(fred::cmd!("XADD"), xadd_args(STREAM, id, now_us()))
+        .custom(fred::cmd!("XADD"), xadd_args(STREAM, id, ts))
         .await
         .map_err(err("XADD"))?;
     Ok(())
