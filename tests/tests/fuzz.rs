@@ -198,14 +198,61 @@ fn open() -> impl Strategy<Value = proto::Open> {
         )
 }
 
-fn batch() -> impl Strategy<Value = proto::Batch> {
-    let command = (0u64..12, name(), proptest::collection::vec(arg(), 0..6)).prop_map(
-        |(slot, name, args)| proto::QueuedCommand {
+fn command() -> impl Strategy<Value = proto::QueuedCommand> {
+    (0u64..12, name(), proptest::collection::vec(arg(), 0..6)).prop_map(|(slot, name, args)| {
+        proto::QueuedCommand {
             slot,
             name,
             args: args.into_iter().map(Bytes::from).collect(),
-        },
-    );
+        }
+    })
+}
+
+/// `Batch.packed_commands` with its slots: commands packed as RESP, or bytes that may be
+/// anything, with any number of slots.
+fn packed() -> impl Strategy<Value = (Bytes, Vec<u64>)> {
+    let resp = proptest::collection::vec(command(), 0..6).prop_map(|commands| pack(&commands));
+    let anything = (
+        proptest::collection::vec(any::<u8>(), 0..64),
+        proptest::collection::vec(0u64..12, 0..4),
+    )
+        .prop_map(|(bytes, slots)| (Bytes::from(bytes), slots));
+    prop_oneof![resp, anything]
+}
+
+/// Commands as a client packs them: RESP arrays of bulk strings, and their slots.
+fn pack(commands: &[proto::QueuedCommand]) -> (Bytes, Vec<u64>) {
+    let mut packed = Vec::new();
+    for c in commands {
+        packed.extend(format!("*{}\r\n", c.args.len() + 1).into_bytes());
+        for arg in std::iter::once(c.name.as_bytes()).chain(c.args.iter().map(|a| &a[..])) {
+            packed.extend(format!("${}\r\n", arg.len()).into_bytes());
+            packed.extend_from_slice(arg);
+            packed.extend_from_slice(b"\r\n");
+        }
+    }
+    (
+        Bytes::from(packed),
+        commands.iter().map(|c| c.slot).collect(),
+    )
+}
+
+/// A batch's commands as the sidecar takes them, for comparing.
+fn queued(batch: proto::Batch) -> Vec<String> {
+    let message = proto::SubscribeRequest {
+        kind: Some(Kind::Batch(batch)),
+    };
+    match client_message(message, LIMITS) {
+        Ok(ClientMessage::Batch(batch)) => batch
+            .commands
+            .into_iter()
+            .map(|command| format!("{command:?}"))
+            .collect(),
+        other => panic!("a batch of commands was not taken: {other:?}"),
+    }
+}
+
+fn batch() -> impl Strategy<Value = proto::Batch> {
     let outcome =
         (0u64..12, any::<i32>(), duration(), ".{0,10}").prop_map(|(slot, kind, delay, reason)| {
             proto::Outcome {
@@ -217,17 +264,24 @@ fn batch() -> impl Strategy<Value = proto::Batch> {
             }
         });
     (
-        proptest::collection::vec(command, 0..12),
+        proptest::collection::vec(command(), 0..12),
         proptest::collection::vec(outcome, 0..10),
         proptest::collection::vec(0u64..12, 0..6),
         proptest::collection::vec(any::<u64>(), 0..4),
+        packed(),
     )
-        .prop_map(|(commands, outcomes, acks, extend)| proto::Batch {
-            commands,
-            outcomes,
-            acks,
-            extend,
-        })
+        .prop_map(
+            |(commands, outcomes, acks, extend, (packed_commands, packed_command_slots))| {
+                proto::Batch {
+                    commands,
+                    outcomes,
+                    acks,
+                    extend,
+                    packed_commands,
+                    packed_command_slots,
+                }
+            },
+        )
 }
 
 fn request() -> impl Strategy<Value = proto::SubscribeRequest> {
@@ -265,6 +319,14 @@ proptest! {
         }
     }
 
+    /// Commands packed as RESP are the commands they pack, refused or not, in the same order.
+    #[test]
+    fn packed_commands_are_the_commands_they_pack(commands in proptest::collection::vec(command(), 0..8)) {
+        let (packed_commands, packed_command_slots) = pack(&commands);
+        let packed = queued(proto::Batch { packed_commands, packed_command_slots, ..Default::default() });
+        prop_assert_eq!(packed, queued(proto::Batch { commands, ..Default::default() }));
+    }
+
     /// The operator's settings never panic, whatever text they are given.
     #[test]
     fn arbitrary_policy_text_never_panics(rules in ".{0,40}", patterns in proptest::collection::vec(".{0,10}", 0..4), key in proptest::collection::vec(any::<u8>(), 0..16)) {
@@ -294,6 +356,7 @@ fn outcomes_reach_the_window() {
                 ..Default::default()
             }],
             acks: vec![],
+            ..Default::default()
         })),
     };
     exercise(message, &mut window, &policy());

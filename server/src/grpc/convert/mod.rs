@@ -43,6 +43,8 @@ pub enum ConvertError {
     /// Fields that do not go together, or one that does not apply where it is set.
     #[error("{0}")]
     Combination(&'static str),
+    #[error(transparent)]
+    Packed(#[from] PackedError),
 }
 
 /// Limits an `open` is checked against.
@@ -74,9 +76,9 @@ pub fn client_message(
         Some(proto::subscribe_request::Kind::Open(open)) => open_request(open, limits)
             .map(ClientMessage::Open)
             .map_err(|err| InboundError::Invalid(err.to_string())),
-        Some(proto::subscribe_request::Kind::Batch(batch)) => {
-            Ok(ClientMessage::Batch(client_batch(batch)))
-        }
+        Some(proto::subscribe_request::Kind::Batch(batch)) => client_batch(batch)
+            .map(ClientMessage::Batch)
+            .map_err(|err| InboundError::Invalid(err.to_string())),
         None => Err(InboundError::Invalid(
             "the message carries neither `open` nor `batch`".into(),
         )),
@@ -365,12 +367,20 @@ fn duration(d: prost_types::Duration, field: &'static str) -> Result<Duration, C
     Duration::try_from(d).map_err(|_| ConvertError::Negative(field))
 }
 
-fn client_batch(batch: proto::Batch) -> ClientBatch {
-    let commands = batch
+fn client_batch(batch: proto::Batch) -> Result<ClientBatch, ConvertError> {
+    let mut commands: Vec<_> = batch
         .commands
         .into_iter()
         .map(|c| (c.slot, Command::new(&c.name, c.args)))
         .collect();
+    if !(batch.packed_commands.is_empty() && batch.packed_command_slots.is_empty()) {
+        let slots = batch.packed_command_slots;
+        let packed = packed::unpack(&batch.packed_commands, slots.len())?;
+        // A name that is not UTF-8 becomes one no command has, rejected for its slot.
+        commands.extend(slots.into_iter().zip(packed).map(|(slot, (name, args))| {
+            (slot, Command::new(&String::from_utf8_lossy(&name), args))
+        }));
+    }
     let acks = batch.acks.into_iter().map(|slot| {
         Ok(SettleRequest {
             slot,
@@ -385,11 +395,11 @@ fn client_batch(batch: proto::Batch) -> ClientBatch {
         .map(outcome)
         .chain(acks)
         .collect();
-    ClientBatch {
+    Ok(ClientBatch {
         commands,
         outcomes,
         extend: batch.extend,
-    }
+    })
 }
 
 fn outcome(o: proto::Outcome) -> Result<SettleRequest, SlotError> {
@@ -483,6 +493,7 @@ fn opened_message(opened: Opened) -> proto::Opened {
         } as i32,
         max_in_flight: request.max_in_flight,
         min_idle: min_idle.and_then(proto_duration),
+        packed_commands: true,
     }
 }
 
@@ -597,8 +608,10 @@ fn wire_reason(reason: Reason) -> proto::RejectionReason {
     }
 }
 
+mod packed;
 mod publish;
 
+pub use packed::PackedError;
 pub use publish::{publish_fields, publish_target};
 
 #[cfg(test)]

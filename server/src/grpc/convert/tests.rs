@@ -1,5 +1,6 @@
 use super::*;
 use crate::domain::Target;
+use crate::window::CommandError;
 
 const LIMITS: OpenLimits = OpenLimits {
     max_count: 100,
@@ -159,7 +160,8 @@ fn packed_acks_are_acks_after_the_outcomes() {
         }],
         acks: vec![3, 2],
         ..Default::default()
-    });
+    })
+    .unwrap();
     let settled: Vec<(u64, Outcome)> = batch
         .outcomes
         .into_iter()
@@ -169,6 +171,88 @@ fn packed_acks_are_acks_after_the_outcomes() {
         settled,
         [(1, Outcome::Drop), (3, Outcome::Ack), (2, Outcome::Ack)]
     );
+}
+
+#[test]
+fn packed_commands_are_queued_after_the_others_and_checked_alike() {
+    let batch = client_batch(proto::Batch {
+        commands: vec![proto::QueuedCommand {
+            slot: 1,
+            name: "set".into(),
+            args: vec![Bytes::from_static(b"k"), Bytes::from_static(b"v")],
+        }],
+        packed_commands: Bytes::from_static(
+            b"*2\r\n$4\r\nincr\r\n$4\r\nhits\r\n*1\r\n$4\r\nEXEC\r\n*1\r\n$2\r\n\xff\xfe\r\n",
+        ),
+        packed_command_slots: vec![2, 3, 4],
+        ..Default::default()
+    })
+    .unwrap();
+    type Queued = (u64, Result<(String, Vec<Bytes>), CommandError>);
+    let commands: Vec<Queued> = batch
+        .commands
+        .into_iter()
+        .map(|(slot, c)| (slot, c.map(|c| (c.name, c.args))))
+        .collect();
+    assert_eq!(
+        commands[0],
+        (
+            1,
+            Ok((
+                "SET".into(),
+                vec![Bytes::from_static(b"k"), Bytes::from_static(b"v")]
+            ))
+        )
+    );
+    assert_eq!(
+        commands[1],
+        (2, Ok(("INCR".into(), vec![Bytes::from_static(b"hits")])))
+    );
+    assert!(matches!(
+        commands[2],
+        (3, Err(CommandError::Forbidden { .. }))
+    ));
+    assert!(matches!(
+        commands[3],
+        (4, Err(CommandError::InvalidName(_)))
+    ));
+}
+
+#[test]
+fn packed_commands_that_are_not_resp_end_the_stream() {
+    let message = |packed: &'static [u8], slots: Vec<u64>| proto::SubscribeRequest {
+        kind: Some(proto::subscribe_request::Kind::Batch(proto::Batch {
+            packed_commands: Bytes::from_static(packed),
+            packed_command_slots: slots,
+            ..Default::default()
+        })),
+    };
+    let invalid = |request| match client_message(request, LIMITS) {
+        Err(InboundError::Invalid(message)) => message,
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    };
+    assert_eq!(
+        invalid(message(b"*1\r\n$4\r\nPING\r\nINCR", vec![1, 2])),
+        "batch.packed_commands: command 1, at byte 14: expected '*', the start of a command's \
+         array (each command is a RESP array of bulk strings, its name first: \
+         *2\\r\\n$4\\r\\nINCR\\r\\n$4\\r\\nhits\\r\\n)"
+    );
+    assert_eq!(
+        invalid(message(b"", vec![7])),
+        "batch.packed_commands holds 0 commands, but packed_command_slots names 1 slots: one \
+         slot per command"
+    );
+}
+
+#[test]
+fn opened_says_packed_commands_are_read() {
+    let request = open_request(open(10), LIMITS).unwrap();
+    let opened = opened_message(Opened {
+        subscription_id: "s1".into(),
+        source: request.source.clone(),
+        request,
+    });
+    assert!(opened.packed_commands);
 }
 
 #[test]
