@@ -335,6 +335,49 @@ class Subscribing(SidecarTest):
         self.assertEqual([(o.slot, o.kind) for o in batch.outcomes],
                          [(1, pb.OUTCOME_KIND_ACK), (2, pb.OUTCOME_KIND_ACK)])
 
+    async def commands(self, packed: bool) -> pb.Batch:
+        async def script(st: Stream) -> None:
+            await st.write(opened=pb.Opened(subscription_id="sub-1", consumer="c1", count=4,
+                                            max_in_flight=8, packed_commands=packed))
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"),
+                                                                 delivery(2, "b")]))
+            self.batch = await st.batch()
+            await st.until_half_closed()
+
+        target = await self.start([script])
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g")
+            async with sub:
+                async for d in sub:
+                    d.queue("INCR", "n")
+                    d.queue("HSET", "h", f"f{d.slot}", b"a\r\nb", 3)
+                    d.redis.set("k", "v", ex=60)
+                    d.ack()
+                    if d.slot == 2:
+                        sub.stop()
+        return self.batch
+
+    async def test_commands_packed_for_a_sidecar_that_reads_them(self) -> None:
+        batch = await self.commands(packed=True)
+        self.assertEqual(len(batch.commands), 0)
+        one = (b"*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"
+               b"*5\r\n$4\r\nHSET\r\n$1\r\nh\r\n$2\r\nf%d\r\n$4\r\na\r\nb\r\n$1\r\n3\r\n"
+               b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nEX\r\n$2\r\n60\r\n")
+        self.assertEqual(batch.packed_commands, one % 1 + one % 2)
+        self.assertEqual(list(batch.packed_command_slots), [1, 1, 1, 2, 2, 2])
+
+    async def test_commands_one_message_each_for_an_older_sidecar(self) -> None:
+        batch = await self.commands(packed=False)
+        self.assertEqual((batch.packed_commands, list(batch.packed_command_slots)), (b"", []))
+        self.assertEqual(
+            [(c.slot, c.name, list(c.args)) for c in batch.commands],
+            [(slot, name, args) for slot in (1, 2) for name, args in (
+                ("INCR", [b"n"]),
+                ("HSET", [b"h", b"f%d" % slot, b"a\r\nb", b"3"]),
+                ("SET", [b"k", b"v", b"EX", b"60"]),
+            )],
+        )
+
     async def test_an_ordered_read_flushed_in_parts(self) -> None:
         """Ordered: each outcome goes out at once (a key's next entry waits in the sidecar for
         its flush), and a read flushed in parts keeps its unsettled deliveries: the outcome

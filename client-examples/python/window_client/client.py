@@ -191,6 +191,34 @@ def _arg_other(value: Arg) -> bytes:
     raise TypeError(f"unsupported Redis argument type {type(value).__name__}")
 
 
+# RESP heads of packed commands (``*<n>\r\n$<len>\r\n<NAME>\r\n``) by name and argument
+# count, made once each. Bounded: a program that makes up names as it goes packs them anew.
+_RESP_HEADS: Dict[Tuple[str, int], bytes] = {}
+_RESP_HEADS_MAX = 1024
+
+
+def _pack(commands: List[Tuple[int, str, List[bytes]]]) -> Tuple[bytes, List[int]]:
+    """Commands as ``Batch.packed_commands`` carries them: each a RESP array of bulk strings
+    (the form Redis reads), and the slot of each. One bytes field costs a fraction of a
+    ``QueuedCommand`` message per command, to build and to serialize."""
+    parts: List[bytes] = []
+    append = parts.append
+    slots: List[int] = []
+    heads = _RESP_HEADS
+    for slot, name, args in commands:
+        slots.append(slot)
+        head = heads.get((name, len(args)))
+        if head is None:
+            encoded = name.encode()
+            head = b"*%d\r\n$%d\r\n%b\r\n" % (len(args) + 1, len(encoded), encoded)
+            if len(heads) < _RESP_HEADS_MAX:
+                heads[(name, len(args))] = head
+        append(head)
+        for a in args:
+            append(b"$%d\r\n%b\r\n" % (len(a), a))
+    return b"".join(parts), slots
+
+
 _REDIS_COMMANDS: Any = None
 
 
@@ -1246,15 +1274,20 @@ class Subscription:
                 request = pb.SubscribeRequest()
                 batch = request.batch
                 batch.SetInParent()
-                add_command = batch.commands.add
-                for slot, name, args in commands:
-                    command = add_command()
-                    command.slot = slot
-                    command.name = name
-                    if len(args) == 1:
-                        command.args.append(args[0])
-                    elif args:
-                        command.args.extend(args)
+                if commands and st.opened is not None and st.opened.packed_commands:
+                    # A sidecar that reads them: one bytes field for all of them.
+                    batch.packed_commands, slots = _pack(commands)
+                    batch.packed_command_slots.extend(slots)
+                else:
+                    add_command = batch.commands.add
+                    for slot, name, args in commands:
+                        command = add_command()
+                        command.slot = slot
+                        command.name = name
+                        if len(args) == 1:
+                            command.args.append(args[0])
+                        elif args:
+                            command.args.extend(args)
                 if extend:
                     batch.extend.extend(extend)
                 acks = (
