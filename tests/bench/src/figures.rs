@@ -621,6 +621,10 @@ fn rate(r: &RunFigures) -> Option<f64> {
     Some(r.deliveries_per_s)
 }
 
+fn client_cpu(r: &RunFigures) -> Option<f64> {
+    r.client_cpu_s_per_100k
+}
+
 fn others_rate(r: &RunFigures) -> Option<f64> {
     r.other_keys_deliveries_per_s
 }
@@ -794,6 +798,27 @@ fn targets(report: &Report, records: &[Record], rate: u64) -> Vec<Target> {
         "(delivery by delivery)",
         Bound::None,
     );
+    // What a Python team pays on every pod: the client's CPU per delivery, whatever the
+    // throughput two cores allow.
+    for (api, target, bound) in [
+        (PythonApi::Batches, "<= 0.5x", Bound::AtMost(0.5)),
+        (PythonApi::Deliveries, "<= 0.5x", Bound::AtMost(0.5)),
+    ] {
+        let contender = python(api);
+        let ratio = t.ratios(
+            (contender, &client_cpu),
+            (Contender::RedisPyPipelined, &client_cpu),
+        );
+        t.ratio(
+            format!(
+                "client CPU per delivery, {} / redis-py-pipelined",
+                contender.name()
+            ),
+            ratio,
+            target,
+            bound,
+        );
+    }
     // The typed API records redis-py's command methods instead of taking a name and
     // arguments: it should cost nothing a run can see.
     t.rate_ratio(
@@ -1221,6 +1246,52 @@ mod tests {
         assert!(first["latency"].is_null());
         assert!(json["contenders"][1]["throughput"]["sidecar_cpu_s_per_100k"].is_null());
         assert!(json["baseline"].is_null());
+    }
+
+    /// The Python client's CPU per delivery is held against the hand-pipelined loop's, round
+    /// by round, whatever their throughput.
+    #[test]
+    fn the_python_clients_cpu_is_held_to_half_of_redis_py() {
+        let batches = python(PythonApi::Batches);
+        let cpu = |round, contender, client_cpu| match throughput(round, contender, 1.0) {
+            Record {
+                result: Ok(measured),
+                ..
+            } => Record {
+                result: Ok(Measured {
+                    client_cpu: Some(client_cpu),
+                    ..measured
+                }),
+                ..throughput(round, contender, 1.0)
+            },
+            record => record,
+        };
+        let records = vec![
+            cpu(1, batches, 0.4),
+            cpu(1, Contender::RedisPyPipelined, 1.0),
+            cpu(2, batches, 0.9),
+            cpu(2, Contender::RedisPyPipelined, 1.5),
+        ];
+        let report = Report::of(
+            run_info(),
+            &[batches, Contender::RedisPyPipelined],
+            &Records {
+                records: &records,
+                idle: &[],
+                many: &[],
+            },
+        );
+        let target = report
+            .targets
+            .iter()
+            .find(|t| {
+                t.name == "client CPU per delivery, sidecar-python-batches / redis-py-pipelined"
+            })
+            .expect("the Python CPU target");
+        assert_eq!(target.measured, Some(0.5));
+        assert_eq!(target.range, Some([0.4, 0.6]));
+        assert_eq!(target.met, Some(true));
+        assert_eq!(target.threshold, "<= 0.5x");
     }
 
     /// One latency run of 1,000 samples, `slow` of them at `tail_us` and the rest at 1 ms.
