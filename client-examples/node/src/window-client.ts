@@ -116,6 +116,8 @@ const RESETTLE: ReadonlySet<number> = new Set([
 ]);
 
 export type Arg = string | number | bigint | Buffer | Uint8Array;
+
+const NO_BYTES = Buffer.alloc(0);
 export type OutcomeName = "ack" | "drop" | "retry" | "retry_after" | "dead_letter";
 
 export interface Logger {
@@ -997,7 +999,11 @@ export class Subscription implements AsyncIterable<Delivery> {
         else rest.push(o);
       }
     }
-    st.call.write({ batch: { commands, outcomes: rest, acks, extend } });
+    // A QueuedCommand per command: `packedCommands` is for clients that pay more for a message
+    // than for the command in it (Python's protobuf objects).
+    st.call.write({
+      batch: { commands, outcomes: rest, acks, extend, packedCommands: NO_BYTES, packedCommandSlots: [] },
+    });
     this.stats.batches += 1;
   }
 
