@@ -1276,8 +1276,8 @@ class Subscription:
                 batch.SetInParent()
                 if commands and st.opened is not None and st.opened.packed_commands:
                     # A sidecar that reads them: one bytes field for all of them.
-                    batch.packed_commands, slots = _pack(commands)
-                    batch.packed_command_slots.extend(slots)
+                    batch.packed_commands, packed_slots = _pack(commands)
+                    batch.packed_command_slots.extend(packed_slots)
                 else:
                     add_command = batch.commands.add
                     for slot, name, args in commands:
