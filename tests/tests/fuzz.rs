@@ -16,7 +16,7 @@ use window_sidecar::proto::{self, subscribe_request::Kind};
 use window_sidecar::redis::keys::KeySpecs;
 use window_sidecar::session::ClientMessage;
 use window_sidecar::window::{CommandError, Limits, Window};
-use window_sidecar_harness::RedisServer;
+use window_sidecar_harness::{RedisServer, pack_commands};
 
 const LIMITS: OpenLimits = OpenLimits {
     max_count: 512,
@@ -211,30 +211,14 @@ fn command() -> impl Strategy<Value = proto::QueuedCommand> {
 /// `Batch.packed_commands` with its slots: commands packed as RESP, or bytes that may be
 /// anything, with any number of slots.
 fn packed() -> impl Strategy<Value = (Bytes, Vec<u64>)> {
-    let resp = proptest::collection::vec(command(), 0..6).prop_map(|commands| pack(&commands));
+    let resp =
+        proptest::collection::vec(command(), 0..6).prop_map(|commands| pack_commands(&commands));
     let anything = (
         proptest::collection::vec(any::<u8>(), 0..64),
         proptest::collection::vec(0u64..12, 0..4),
     )
         .prop_map(|(bytes, slots)| (Bytes::from(bytes), slots));
     prop_oneof![resp, anything]
-}
-
-/// Commands as a client packs them: RESP arrays of bulk strings, and their slots.
-fn pack(commands: &[proto::QueuedCommand]) -> (Bytes, Vec<u64>) {
-    let mut packed = Vec::new();
-    for c in commands {
-        packed.extend(format!("*{}\r\n", c.args.len() + 1).into_bytes());
-        for arg in std::iter::once(c.name.as_bytes()).chain(c.args.iter().map(|a| &a[..])) {
-            packed.extend(format!("${}\r\n", arg.len()).into_bytes());
-            packed.extend_from_slice(arg);
-            packed.extend_from_slice(b"\r\n");
-        }
-    }
-    (
-        Bytes::from(packed),
-        commands.iter().map(|c| c.slot).collect(),
-    )
 }
 
 /// A batch's commands as the sidecar takes them, for comparing.
@@ -322,7 +306,7 @@ proptest! {
     /// Commands packed as RESP are the commands they pack, refused or not, in the same order.
     #[test]
     fn packed_commands_are_the_commands_they_pack(commands in proptest::collection::vec(command(), 0..8)) {
-        let (packed_commands, packed_command_slots) = pack(&commands);
+        let (packed_commands, packed_command_slots) = pack_commands(&commands);
         let packed = queued(proto::Batch { packed_commands, packed_command_slots, ..Default::default() });
         prop_assert_eq!(packed, queued(proto::Batch { commands, ..Default::default() }));
     }

@@ -10,23 +10,6 @@ use window_sidecar::proto::subscribe_request::Kind as Request;
 use window_sidecar::proto::{self, RejectionReason};
 use window_sidecar_harness::*;
 
-/// Commands packed as a client packs them: each a RESP array of bulk strings.
-fn pack(commands: &[(u64, &[&[u8]])]) -> (Bytes, Vec<u64>) {
-    let mut packed = Vec::new();
-    for (_, parts) in commands {
-        packed.extend(format!("*{}\r\n", parts.len()).into_bytes());
-        for part in *parts {
-            packed.extend(format!("${}\r\n", part.len()).into_bytes());
-            packed.extend_from_slice(part);
-            packed.extend_from_slice(b"\r\n");
-        }
-    }
-    (
-        Bytes::from(packed),
-        commands.iter().map(|(slot, _)| *slot).collect(),
-    )
-}
-
 async fn packed_commands_run_as_queued_commands(mode: proto::Mode) {
     let redis = RedisServer::start();
     let sidecar = Sidecar::start(&redis.url(), &[]).await;
@@ -42,12 +25,14 @@ async fn packed_commands_run_as_queued_commands(mode: proto::Mode) {
     let read = sub.read().await;
     let [a, b, c] = [0, 1, 2].map(|i| read.deliveries[i].slot);
 
-    let (packed_commands, packed_command_slots) = pack(&[
-        (a, &[b"APPEND", b"log", b"-packed"]),
-        (a, &[b"hset", b"h", b"f", b"binary\r\n\0safe"]),
-        (b, &[b"INCR", b"hits"]),
-        (c, &[b"FLUSHALL"]),
-        (c, &[b"INCR", b"hits"]),
+    let mut hset = command(a, "hset", &["h", "f"]);
+    hset.args.push(Bytes::from_static(b"binary\r\n\0safe"));
+    let (packed_commands, packed_command_slots) = pack_commands(&[
+        command(a, "APPEND", &["log", "-packed"]),
+        hset,
+        command(b, "INCR", &["hits"]),
+        command(c, "FLUSHALL", &[]),
+        command(c, "INCR", &["hits"]),
     ]);
     sub.send_kind(Request::Batch(proto::Batch {
         // Queued before the packed ones of the same message.

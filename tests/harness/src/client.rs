@@ -98,6 +98,24 @@ pub fn command(slot: u64, name: &str, args: &[&str]) -> proto::QueuedCommand {
     }
 }
 
+/// Commands as a client packs them into `Batch.packed_commands` (RESP arrays of bulk
+/// strings), with their slots for `packed_command_slots`.
+pub fn pack_commands(commands: &[proto::QueuedCommand]) -> (Bytes, Vec<u64>) {
+    let mut packed = Vec::new();
+    for c in commands {
+        packed.extend(format!("*{}\r\n", c.args.len() + 1).into_bytes());
+        for arg in std::iter::once(c.name.as_bytes()).chain(c.args.iter().map(|a| &a[..])) {
+            packed.extend(format!("${}\r\n", arg.len()).into_bytes());
+            packed.extend_from_slice(arg);
+            packed.extend_from_slice(b"\r\n");
+        }
+    }
+    (
+        Bytes::from(packed),
+        commands.iter().map(|c| c.slot).collect(),
+    )
+}
+
 /// An outcome without a delay.
 pub fn outcome(slot: u64, kind: OutcomeKind) -> proto::Outcome {
     proto::Outcome {
