@@ -1,5 +1,6 @@
-//! What operators see of a subscription: its admin view and its spans (one per read, one per
-//! flush, linked to the producers' and the client's contexts).
+//! What operators see of a subscription: its admin view, its spans (one per read, one per
+//! flush, linked to the producers' and the client's contexts), and the log lines that name
+//! the entries a decision of Redis's concerns.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use opentelemetry::global::{self, BoxedSpan};
 use opentelemetry::trace::{Link, Span, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use serde::Serialize;
+use tracing::warn;
 
 use crate::domain::Entry;
 use crate::engine::FlushResult;
@@ -180,6 +182,34 @@ pub(super) fn end_flush_span(mut span: BoxedSpan, result: &FlushResult) {
         span.set_status(Status::error(error.clone()));
     }
     span.end();
+}
+
+/// Logs the due retries that a count of their next delivery found no longer this consumer's:
+/// another consumer claimed them while this sidecar could not make them idle again (Redis out
+/// of reach for `min_idle`). That consumer delivers them; their keys move on here.
+pub(super) fn claimed_away(asked: &[Arc<Entry>], found: &[Option<Entry>]) {
+    let gone: Vec<&[u8]> = asked
+        .iter()
+        .zip(found)
+        .filter(|(_, found)| found.is_none())
+        .map(|(entry, _)| &entry.id[..])
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    warn!(
+        count = gone.len(),
+        entries = %ids(gone.iter().copied()),
+        "due retries claimed by another consumer: it delivers them, and their keys move on here"
+    );
+}
+
+/// Stream entry ids, comma-separated (a list value has none: it is left out).
+pub(super) fn ids<'a>(ids: impl Iterator<Item = &'a [u8]>) -> String {
+    ids.filter(|id| !id.is_empty())
+        .map(String::from_utf8_lossy)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -122,6 +122,7 @@ pub(in crate::session) async fn flush_loop(
                 skipped.inc_by(result.skipped as u64);
                 warn!(
                     entries = result.skipped,
+                    retries = observe::ids(result.left_to_others.iter().map(|id| &id[..])),
                     "entries left to the consumer that claimed them: this one held them past min_idle without extending them (Redis out of reach?); not requeued or settled here"
                 );
             }
@@ -176,6 +177,15 @@ fn log(job: &FlushJob, counts: &PlanCounts, result: &FlushResult) {
     if result.ok() {
         return;
     }
+    // Pipeline mode settles an entry whose side effect Redis refused: the report says so, but
+    // a client that is leaving may never read it, so the log names them too.
+    let effects_refused = observe::ids(
+        result
+            .side_effect_failures
+            .iter()
+            .filter(|failure| failure.settled)
+            .map(|failure| &failure.entry_id[..]),
+    );
     warn!(
         trace_id,
         span_id,
@@ -186,6 +196,7 @@ fn log(job: &FlushJob, counts: &PlanCounts, result: &FlushResult) {
         settle_failed = result.settle_failed,
         outcome_unknown = result.unknown,
         error = result.first_error.as_deref().unwrap_or(""),
+        effects_refused,
         "flush failed"
     );
 }

@@ -235,6 +235,9 @@ impl Subscription {
                     async move {
                         let refs: Vec<&Entry> = entries.iter().map(|e| &**e).collect();
                         let found = form.count_due(&client, &refs).await;
+                        if let Ok(found) = &found {
+                            observe::claimed_away(&entries, found);
+                        }
                         let _ = answer.send((Lookup::Count, count, found));
                     }
                     .in_current_span(),
