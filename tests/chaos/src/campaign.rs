@@ -177,6 +177,9 @@ impl Campaign {
             w.abort();
         }
         let after_stop = subscriptions_closed(sidecars).await;
+        for event in crate::said::events(&sidecars.logged()) {
+            self.shared.log.push(event);
+        }
         let history = std::mem::take(&mut *self.shared.log.events.lock());
         let published = std::mem::take(&mut *self.published.lock());
         let audited = std::mem::take(&mut *self.audited.lock());

@@ -40,7 +40,7 @@ mod refusals;
 mod verdict;
 
 pub(crate) use self::end::{EndState, Held, Place};
-pub(crate) use self::event::{Copied, Decision, Event, Stamped};
+pub(crate) use self::event::{Copied, Decision, Event, Said, Stamped};
 pub(crate) use self::excerpt::{around, workers_before};
 pub(crate) use self::figures::Figures;
 pub(crate) use self::verdict::{Anomaly, Promise};

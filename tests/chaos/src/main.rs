@@ -40,6 +40,7 @@ mod proxy;
 mod quiesce;
 mod refusal;
 mod report;
+mod said;
 mod workers;
 mod world;
 
@@ -111,10 +112,39 @@ async fn run(args: &Args, run: Run) -> usize {
     };
     let (anomalies, figures) = history::check(&ended.history, &end, promise);
     report(run, &ended, &end, promise, &figures, &anomalies);
+    if let Some(dir) = args.keep.as_deref().filter(|_| !anomalies.is_empty()) {
+        keep(dir, run, &ended.history, &sidecars.logged());
+    }
     let _ = admin.quit().await;
     drop(ended.campaign);
     drop(sidecars);
     anomalies.len()
+}
+
+/// Writes a failed run's history, one event per line, and its sidecars' log lines into `dir`.
+fn keep(dir: &std::path::Path, run: Run, history: &[history::Stamped], logged: &[String]) {
+    let name = format!(
+        "{}-{}-{}-{}",
+        run.seed,
+        run.form.name(),
+        mode(run),
+        topology(run)
+    )
+    .replace(' ', "-");
+    let events: Vec<String> = history
+        .iter()
+        .map(|s| format!("{:>8} {:?}", s.at_ms, s.event))
+        .collect();
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join(format!("{name}.history")), events.join("\n")))
+        .and_then(|()| std::fs::write(dir.join(format!("{name}.sidecars.log")), logged.join("\n")));
+    match written {
+        Ok(()) => println!(
+            "   kept in {}: {name}.history, {name}.sidecars.log",
+            dir.display()
+        ),
+        Err(e) => println!("   could not keep the run in {}: {e}", dir.display()),
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

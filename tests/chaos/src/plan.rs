@@ -42,6 +42,10 @@ pub(crate) struct Args {
     /// subscription share the group or list), all or none.
     #[arg(long, value_enum, default_value = "mixed")]
     ordered: Ordered,
+    /// Where a run that found anomalies leaves its whole history and the sidecars' logs, to
+    /// read what led to them (`<seed>-<form>-<mode>-<topology>.history` and `.sidecars.log`).
+    #[arg(long)]
+    pub(crate) keep: Option<std::path::PathBuf>,
 }
 
 /// Which workers open ordered subscriptions (where the form can be ordered).

@@ -65,7 +65,9 @@ fn report_refusals(ended: &Ended, figures: &history::Figures) {
     };
     println!(
         "   requeues refused (entries, by reason, in the workers' flush reports): {}; acked \
-         entries settled without their side effect (Redis refused it, reported): {}",
+         entries settled without their side effect (Redis refused it, reported): {}; named in \
+         the sidecars' logs: {} settled without their side effect, {} retries claimed by \
+         another consumer",
         by_reason(
             figures
                 .requeue_refused
@@ -73,7 +75,9 @@ fn report_refusals(ended: &Ended, figures: &history::Figures) {
                 .map(|(r, n)| (r, *n as u64))
                 .collect()
         ),
-        figures.effects_refused
+        figures.effects_refused,
+        figures.said_effects_refused,
+        figures.said_claimed_away
     );
     let counted = &ended.refusals_counted;
     println!(

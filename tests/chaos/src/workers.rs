@@ -71,7 +71,7 @@ impl Waits {
 pub(crate) async fn work(id: u32, shared: Arc<Shared>) {
     let Run { form, atomic, .. } = shared.run;
     let mut rng = StdRng::seed_from_u64(shared.run.seed.wrapping_add(u64::from(id) * 7919));
-    let consumer = format!("w{id}");
+    let consumer = consumer(id);
     let ordered = form.can_order() && shared.run.ordered.worker(id);
     let mut attempt = 0usize;
     while !shared.stop.load(Ordering::Relaxed) {
@@ -87,6 +87,16 @@ pub(crate) async fn work(id: u32, shared: Arc<Shared>) {
         serve(id, &shared, &mut sub, (stream, ordered), &mut rng).await;
         drop(sub);
     }
+}
+
+/// Worker `id`'s consumer name.
+fn consumer(id: u32) -> String {
+    format!("w{id}")
+}
+
+/// The worker whose consumer name this is.
+pub(crate) fn of_consumer(name: &str) -> Option<u32> {
+    name.strip_prefix('w')?.parse().ok()
 }
 
 /// Answers the reads of one subscription stream (numbered `stream`, `ordered` by key or not)

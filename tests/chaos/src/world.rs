@@ -60,6 +60,8 @@ pub(crate) struct Sidecars {
     admin_ports: Vec<u16>,
     pub(crate) proxies: Vec<Proxy>,
     running: Mutex<Vec<Option<SidecarProcess>>>,
+    /// The processes taken out by a bounce, for their logs.
+    retired: Mutex<Vec<SidecarProcess>>,
 }
 
 impl Sidecars {
@@ -83,6 +85,7 @@ impl Sidecars {
             admin_ports,
             proxies,
             running: Mutex::new((0..count).map(|_| None).collect()),
+            retired: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&sidecars);
         tokio::task::spawn_blocking(move || (0..count).for_each(|i| s.restart(i)))
@@ -105,6 +108,9 @@ impl Sidecars {
         let listen = self.addr(i);
         let admin = format!("127.0.0.1:{}", self.admin_ports[i]);
         let mut args = vec![
+            // Read back at the end of the run (see `said`).
+            "--log-format",
+            "json",
             "--metrics-listen",
             &admin,
             "--reclaim-interval",
@@ -168,6 +174,17 @@ impl Sidecars {
         bodies
     }
 
+    /// Every line the sidecars logged, those taken out by a bounce first.
+    pub(crate) fn logged(&self) -> Vec<String> {
+        let retired = self.retired.lock();
+        let running = self.running.lock();
+        retired
+            .iter()
+            .chain(running.iter().flatten())
+            .flat_map(SidecarProcess::lines)
+            .collect()
+    }
+
     /// Takes sidecar `i` out (SIGKILL, or SIGTERM and its drain), then starts it again.
     pub(crate) fn bounce(&self, i: usize, graceful: bool, down_for: Duration) {
         let taken = self.running.lock()[i].take();
@@ -175,8 +192,10 @@ impl Sidecars {
             if graceful {
                 process.terminate();
             } else {
-                process.kill9();
+                process.signal("KILL");
+                process.wait_exit();
             }
+            self.retired.lock().push(process);
         }
         std::thread::sleep(down_for);
         self.restart(i);

@@ -115,6 +115,26 @@ pub(crate) enum Event {
     },
     /// Redis counted every one of these entries in the audit reader's `XACK`: acknowledged.
     AuditAcked { entries: Vec<String> },
+    /// A sidecar's log line about entries of worker `worker`'s consumer. Read from the
+    /// sidecars' logs once the workers stopped, so stamped then.
+    Said {
+        worker: u32,
+        said: Said,
+        entries: Vec<String>,
+    },
+}
+
+/// What a sidecar logs about entries that its client may not have been told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// Settled without the side effect Redis refused (pipeline mode), as a failed flush's log
+    /// line names them: its report says the same, but a worker that left before the report
+    /// came never read it.
+    EffectsRefused,
+    /// Retries kept in place that another consumer claimed before they were delivered again
+    /// here (this sidecar could not make them idle again in time): that consumer delivers
+    /// them, and their keys moved on here.
+    ClaimedAway,
 }
 
 /// What marks a stream entry as a copy: the id it names as its original, and its copy fields.

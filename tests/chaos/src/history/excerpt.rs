@@ -17,6 +17,7 @@ pub(crate) fn around<'a>(history: &'a [Stamped], root: &str, window_ms: u64) -> 
         Event::Redriven { origin, copy, .. } => origin == root || copy == root,
         Event::AuditAcked { entries } => entries.iter().any(|e| e == root),
         Event::Refused { kept_unwritten, .. } => kept_unwritten.iter().any(|e| e == root),
+        Event::Said { entries, .. } => entries.iter().any(|e| e == root),
         Event::Fault(_)
         | Event::Undone(_)
         | Event::Settling
@@ -26,7 +27,7 @@ pub(crate) fn around<'a>(history: &'a [Stamped], root: &str, window_ms: u64) -> 
     };
     let times: Vec<u64> = history
         .iter()
-        .filter(|s| own(s) && !matches!(s.event, Event::Refused { .. }))
+        .filter(|s| own(s) && !matches!(s.event, Event::Refused { .. } | Event::Said { .. }))
         .map(|s| s.at_ms)
         .collect();
     history

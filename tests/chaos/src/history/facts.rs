@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::end::EndState;
-use super::event::{Decision, Event, Stamped};
+use super::event::{Decision, Event, Said, Stamped};
 use super::verdict::Promise;
 
 /// What one reading of the history (with the end state) says about each root, for the
@@ -149,7 +149,19 @@ impl Facts {
                         }
                     }
                 }
+                Event::Said {
+                    said: Said::EffectsRefused,
+                    entries,
+                    ..
+                } => {
+                    for entry in entries {
+                        if let Some(r) = self.root(entry) {
+                            self.unwritten.insert(r);
+                        }
+                    }
+                }
                 Event::Flushed { .. }
+                | Event::Said { .. }
                 | Event::InOrder { .. }
                 | Event::Fault(_)
                 | Event::Undone(_)

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::audit;
 use super::end::EndState;
-use super::event::{Decision, Event, Stamped};
+use super::event::{Decision, Event, Said, Stamped};
 use super::facts::{Facts, kept_runs};
 use super::refusals::{Touched, refusals_touched};
 use super::verdict::Promise;
@@ -45,6 +45,10 @@ pub(crate) struct Figures {
     /// Roots settled without their kept side effect because Redis refused it in pipeline mode,
     /// as their flush report said (Redis has no rollback).
     pub effects_refused: usize,
+    /// Entries the sidecars' logs named: settled without the side effect Redis refused, and
+    /// retries kept in place that another consumer claimed.
+    pub said_effects_refused: usize,
+    pub said_claimed_away: usize,
 }
 
 /// The run's figures: what happened, and what the promises allowed.
@@ -80,6 +84,10 @@ pub(super) fn figures(
                 figures.redriven_in_place +=
                     usize::from(stamped.event.in_place_redrive().is_some());
             }
+            Event::Said { said, entries, .. } => match said {
+                Said::EffectsRefused => figures.said_effects_refused += entries.len(),
+                Said::ClaimedAway => figures.said_claimed_away += entries.len(),
+            },
             Event::Late { .. }
             | Event::Read { .. }
             | Event::InOrder { .. }

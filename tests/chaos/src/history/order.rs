@@ -20,7 +20,10 @@
 //!   entry overtook an unsettled one.
 //!
 //! An entry delivered to another worker since its last delivery on the stream excuses the last
-//! two: it was reclaimed past `min_idle`, or a reliable-list consumer given up after
+//! two, and so does one delivered to another worker later if the stream's sidecar logged that
+//! another consumer had claimed it (a retry in place that its sidecar could not make idle again
+//! while Redis was out of reach; the claimer delivers it when its own lane for the key frees):
+//! it was reclaimed past `min_idle`, or a reliable-list consumer given up after
 //! `dead_after` had its entries taken over, and order is promised within one subscription, not
 //! across the consumers of a group. A retry in place of an entry handled past `min_idle` is
 //! excused from the second rule whatever happened next: a stream's retry keeps only an entry
@@ -35,7 +38,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::event::{Decision, Event, Stamped};
+use super::event::{Decision, Event, Said, Stamped};
 use super::verdict::{Anomaly, anomaly};
 
 /// A delivery of a key out on a stream: handed out, its flush not reported yet.
@@ -92,6 +95,8 @@ struct Order<'a> {
     current: HashMap<u32, u32>,
     /// Every delivery of each entry: its event's index and worker.
     delivered: HashMap<&'a str, Vec<(usize, u32)>>,
+    /// The entries a sidecar logged as claimed away from each worker's consumer.
+    claimed_away: BTreeSet<(u32, &'a str)>,
     anomalies: Vec<Anomaly>,
     /// Deliveries checked, and the streams they came on.
     deliveries: usize,
@@ -126,6 +131,17 @@ pub(crate) fn check(
         subs: HashMap::new(),
         current: HashMap::new(),
         delivered: HashMap::new(),
+        claimed_away: history
+            .iter()
+            .flat_map(|s| match &s.event {
+                Event::Said {
+                    worker,
+                    said: Said::ClaimedAway,
+                    entries,
+                } => entries.iter().map(|e| (*worker, e.as_str())).collect(),
+                _ => Vec::new(),
+            })
+            .collect(),
         anomalies: Vec::new(),
         deliveries: 0,
         streams: BTreeSet::new(),
@@ -293,7 +309,13 @@ impl<'a> Order<'a> {
             ));
         }
         for (what, entry, since) in excusable {
-            let moved = since.is_some_and(|since| self.went_elsewhere(&entry, d.worker, since, i));
+            let until = if self.claimed_away.contains(&(d.worker, entry.as_str())) {
+                usize::MAX
+            } else {
+                i
+            };
+            let moved =
+                since.is_some_and(|since| self.went_elsewhere(&entry, d.worker, since, until));
             if !moved {
                 found.push((entry, what));
             }
@@ -536,6 +558,27 @@ mod tests {
                 .0
                 .is_empty()
         );
+        // Delivered to worker 2 only after 2-0 went out: its sidecar must have said that
+        // another consumer claimed it from worker 1's.
+        let mut h = retried.clone();
+        h.push(got(1, 2, "2-0", "a", 1));
+        h.push(got(2, 7, "1-0", "a", 2));
+        let found = anomalies(&history(h.clone()));
+        assert!(
+            found.len() == 1 && found[0].contains("retried in place"),
+            "{found:?}"
+        );
+        let said = |worker| Event::Said {
+            worker,
+            said: Said::ClaimedAway,
+            entries: vec!["1-0".into()],
+        };
+        let mut elsewhere = h.clone();
+        elsewhere.push(vec![said(1)]);
+        assert_eq!(anomalies(&history(elsewhere)), Vec::<String>::new());
+        let mut about_another = h;
+        about_another.push(vec![said(3)]);
+        assert_eq!(anomalies(&history(about_another)).len(), 1);
         // At the cap the flush dead-letters it: settled.
         let mut h = retried;
         h[1] = got(1, 1, "1-0", "a", 5);

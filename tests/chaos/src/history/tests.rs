@@ -114,6 +114,36 @@ fn an_ack_whose_side_effect_redis_refused_is_settled_only_when_its_report_says_s
 }
 
 #[test]
+fn an_ack_settled_without_its_side_effect_is_excused_by_the_log_when_no_report_came() {
+    let e = end(&["1-0", "2-0"]);
+    // Both acked, then the worker left: no report reached it. The sidecar's failed flush
+    // named 1-0 as settled without the side effect Redis refused; 2-0 it did not name.
+    let history = vec![
+        at(0, Event::Fault("oom [6379] for 900 ms".into())),
+        at(1, delivered("1-0", 1)),
+        at(2, decided("1-0", Decision::Ack)),
+        at(3, delivered("2-0", 1)),
+        at(4, decided("2-0", Decision::Ack)),
+        at(900, Event::Undone("oom".into())),
+        at(
+            9_000,
+            Event::Said {
+                worker: 1,
+                said: Said::EffectsRefused,
+                entries: vec!["1-0".into()],
+            },
+        ),
+    ];
+    let (anomalies, figures) = check(&history, &e, PROMISE);
+    assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+    assert_eq!(anomalies[0].root.as_deref(), Some("2-0"));
+    assert_eq!(
+        (figures.effects_refused, figures.said_effects_refused),
+        (1, 1)
+    );
+}
+
+#[test]
 fn retention_and_redrive_anomalies_are_reported() {
     let mut e = end(&["1-0", "2-0"]);
     e.kept_effects = HashMap::from([("1-0".into(), 1), ("2-0".into(), 1)]);
