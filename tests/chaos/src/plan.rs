@@ -148,8 +148,11 @@ pub(crate) fn plan(args: &Args, random: u64) -> Vec<Run> {
         }
     }
     let each = Duration::from_secs_f64(args.minutes * 60.0 / runs.len() as f64);
-    for r in &mut runs {
+    for (i, r) in runs.iter_mut().enumerate() {
         r.faults_for = each;
+        // Each run draws its own faults and decisions; the first keeps the campaign's seed,
+        // so `--seed S --form F --mode M` replays the run that printed seed S.
+        r.seed = random.wrapping_add(i as u64);
     }
     runs
 }
