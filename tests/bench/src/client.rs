@@ -38,6 +38,12 @@ pub(crate) struct ClientOutcome {
     pub round_trips: u64,
     /// Latency samples in microseconds, one per entry.
     pub lat_us: Vec<u64>,
+    /// Latency phases: each sample split where the entry reached the consumer. First its XADD
+    /// to its read's arrival (Redis's read; through the sidecar, its hop to the client too),
+    /// then that arrival to the reply that settled it (the client's answer, the flush and,
+    /// through the sidecar, its report).
+    pub to_consumer_us: Vec<u64>,
+    pub to_settled_us: Vec<u64>,
     /// CPU seconds the consumer used, when it measured them itself (a separate process).
     pub cpu_s: Option<f64>,
     /// An ordered run: when the reply that settled the last entry without the hot key
@@ -54,6 +60,10 @@ impl ClientOutcome {
         if latency {
             self.lat_us
                 .extend(sent.iter().map(|ts| now.saturating_sub(*ts)));
+            self.to_consumer_us
+                .extend(sent.iter().map(|ts| arrived.saturating_sub(*ts)));
+            self.to_settled_us
+                .extend(std::iter::repeat_n(now.saturating_sub(arrived), sent.len()));
         } else {
             self.lat_us
                 .extend(std::iter::repeat_n(now.saturating_sub(arrived), n));

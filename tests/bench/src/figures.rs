@@ -142,6 +142,12 @@ pub(crate) struct PhaseFigures {
     pub p50_ms: Option<Spread>,
     pub p99_ms: Option<Spread>,
     pub p999_ms: Option<Spread>,
+    /// Latency phases: the p50 and p99 of each part of a sample, to the consumer and from
+    /// there to the settling reply (see `ClientOutcome`).
+    pub to_consumer_p50_ms: Option<Spread>,
+    pub to_consumer_p99_ms: Option<Spread>,
+    pub to_settled_p50_ms: Option<Spread>,
+    pub to_settled_p99_ms: Option<Spread>,
     /// An ordered run with a hot key: the other keys' entries over the time until the last
     /// of them was settled.
     pub other_keys_deliveries_per_s: Option<Spread>,
@@ -170,6 +176,10 @@ pub(crate) struct RunFigures {
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     pub p999_ms: Option<f64>,
+    pub to_consumer_p50_ms: Option<f64>,
+    pub to_consumer_p99_ms: Option<f64>,
+    pub to_settled_p50_ms: Option<f64>,
+    pub to_settled_p99_ms: Option<f64>,
     pub other_keys_deliveries_per_s: Option<f64>,
     pub retries: Option<RetryRun>,
     /// Calls per Redis command (`INFO commandstats`), in the order Redis lists them.
@@ -427,6 +437,10 @@ impl PhaseFigures {
             p50_ms: spread(|r| r.p50_ms),
             p99_ms: spread(|r| r.p99_ms),
             p999_ms: spread(|r| r.p999_ms),
+            to_consumer_p50_ms: spread(|r| r.to_consumer_p50_ms),
+            to_consumer_p99_ms: spread(|r| r.to_consumer_p99_ms),
+            to_settled_p50_ms: spread(|r| r.to_settled_p50_ms),
+            to_settled_p99_ms: spread(|r| r.to_settled_p99_ms),
             other_keys_deliveries_per_s: spread(|r| r.other_keys_deliveries_per_s),
             retries,
             runs,
@@ -444,7 +458,8 @@ impl RunFigures {
     /// `hot`: an ordered run with a hot key, whose other keys' pace is a figure of its own.
     fn of(round: u32, m: &Measured, hot: bool) -> Self {
         let per_100k = |cpu: Option<f64>| cpu.map(|s| s * 100_000.0 / m.entries as f64);
-        let percentile = |p| (!m.lat_us.is_empty()).then(|| percentile_ms(&m.lat_us, p));
+        let of = |samples: &[u64], p| (!samples.is_empty()).then(|| percentile_ms(samples, p));
+        let percentile = |p| of(&m.lat_us, p);
         Self {
             round,
             entries: m.entries,
@@ -465,6 +480,10 @@ impl RunFigures {
             p50_ms: percentile(50.0),
             p99_ms: percentile(99.0),
             p999_ms: percentile(99.9),
+            to_consumer_p50_ms: of(&m.to_consumer_us, 50.0),
+            to_consumer_p99_ms: of(&m.to_consumer_us, 99.0),
+            to_settled_p50_ms: of(&m.to_settled_us, 50.0),
+            to_settled_p99_ms: of(&m.to_settled_us, 99.0),
             other_keys_deliveries_per_s: m.others_rate().filter(|_| hot),
             retries: m.retried.map(|(retried, kept)| RetryRun {
                 retried,
@@ -1373,5 +1392,42 @@ mod tests {
             9.0
         );
         assert!(json["contenders"][0]["latency_fast"].is_null());
+    }
+
+    /// A latency run whose consumer split its samples reports each part's percentiles: the
+    /// entry reaching the consumer, then its settling reply.
+    #[test]
+    fn a_latency_runs_two_parts_are_reported() {
+        let pipeline = rust_client(64, false);
+        let mut record = latency(1, pipeline, Phase::Latency, 0, 0);
+        if let Ok(m) = &mut record.result {
+            m.to_consumer_us = (1..=100).map(|n| n * 10).collect();
+            m.to_settled_us = (1..=100).map(|n| n * 20).collect();
+        }
+        let records = [record, latency(1, Contender::FredRaw, Phase::Latency, 0, 0)];
+        let report = Report::of(
+            run_info(),
+            &[pipeline, Contender::FredRaw],
+            &Records {
+                records: &records,
+                idle: &[],
+                many: &[],
+            },
+        );
+        let parts = |c: usize| {
+            let l = report.contenders[c]
+                .latency
+                .as_ref()
+                .expect("a latency phase");
+            [
+                &l.to_consumer_p50_ms,
+                &l.to_consumer_p99_ms,
+                &l.to_settled_p50_ms,
+                &l.to_settled_p99_ms,
+            ]
+            .map(|s| s.as_ref().map(|s| s.median))
+        };
+        assert_eq!(parts(0), [Some(0.5), Some(0.99), Some(1.0), Some(1.98)]);
+        assert_eq!(parts(1), [None; 4], "no split samples, no parts");
     }
 }

@@ -390,6 +390,10 @@ pub struct Measured {
     pub flush_mean_ms: Option<f64>,
     /// Latency samples, microseconds, sorted.
     pub lat_us: Vec<u64>,
+    /// Latency phases: the samples' two parts, each sorted (see [`ClientOutcome`]); empty for
+    /// a consumer that does not report them.
+    pub to_consumer_us: Vec<u64>,
+    pub to_settled_us: Vec<u64>,
     /// An ordered run: its entries without the hot key (all of them without one), and the
     /// seconds until the last of them was settled.
     pub others: Option<(u64, f64)>,
@@ -754,8 +758,14 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
         None => workload::verify(&admin, expect).await?,
         Some(keying) => workload::verify_ordered(&admin, expect, keying).await?,
     }
-    measured.lat_us = outcome.lat_us;
-    measured.lat_us.sort_unstable();
+    for (into, mut samples) in [
+        (&mut measured.lat_us, outcome.lat_us),
+        (&mut measured.to_consumer_us, outcome.to_consumer_us),
+        (&mut measured.to_settled_us, outcome.to_settled_us),
+    ] {
+        samples.sort_unstable();
+        *into = samples;
+    }
     let _ = admin.quit().await;
     drop(sidecar);
     Ok(measured)

@@ -57,17 +57,32 @@ pub(crate) fn progress(
                     m.commands_total() as f64 / m.entries as f64
                 ),
                 Phase::Latency | Phase::LatencyBusy | Phase::LatencyFast => println!(
-                    "{head} p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms over {} entries{retried}, \
+                    "{head} p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms over {} entries{}{retried}, \
                      verified{wall}",
                     percentile_ms(&m.lat_us, 50.0),
                     percentile_ms(&m.lat_us, 99.0),
                     percentile_ms(&m.lat_us, 99.9),
-                    m.entries
+                    m.entries,
+                    hops(m)
                 ),
             }
         }
         Err(err) => println!("{head} FAILED: {err}{wall}"),
     }
+}
+
+/// A latency run's two parts, when its consumer split its samples.
+fn hops(m: &Measured) -> String {
+    if m.to_consumer_us.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (to the consumer p50 {:.2} / p99 {:.2} ms, then to settled p50 {:.2} / p99 {:.2} ms)",
+        percentile_ms(&m.to_consumer_us, 50.0),
+        percentile_ms(&m.to_consumer_us, 99.0),
+        percentile_ms(&m.to_settled_us, 50.0),
+        percentile_ms(&m.to_settled_us, 99.0)
+    )
 }
 
 pub(crate) fn idle_progress(
@@ -236,6 +251,7 @@ fn latency_table(report: &Report, w: usize) {
             opt(med(t.p99_ms), 3),
         );
     }
+    hops_table(report, w);
     let tails: Vec<_> = report
         .contenders
         .iter()
@@ -265,6 +281,43 @@ fn latency_table(report: &Report, w: usize) {
             opt(f.and_then(|l| med(l.p50_ms)), 3),
             opt(f.and_then(|l| med(l.p99_ms)), 3),
             opt(f.and_then(|l| med(l.p999_ms)), 3),
+        );
+    }
+}
+
+/// Where a sample's time goes at the latency phase's rate, for the contenders that split it:
+/// up to the entry's arrival at the consumer, then on to the reply that settled it. Through
+/// the sidecar, the first part has the sidecar's hop to the client on top of Redis's read, and
+/// the second the client's answer crossing to the sidecar and the report crossing back on top
+/// of the flush.
+fn hops_table(report: &Report, w: usize) {
+    let rate = report.run.latency_rate;
+    let rows: Vec<(&str, &PhaseFigures)> = report
+        .contenders
+        .iter()
+        .filter_map(|c| Some((c.name.as_str(), c.latency.as_ref()?)))
+        .filter(|(_, l)| l.to_consumer_p50_ms.is_some())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "== where the time goes at {rate}/s, ms (median over rounds): from the XADD to the \
+         read's arrival at the consumer, then on to the reply that settled the entry"
+    );
+    println!(
+        "{:<w$} {:>16} {:>16} {:>15} {:>15}",
+        "contender", "to consumer p50", "to consumer p99", "to settled p50", "to settled p99"
+    );
+    for (name, l) in rows {
+        println!(
+            "{:<w$} {:>16} {:>16} {:>15} {:>15}",
+            name,
+            opt(med(l.to_consumer_p50_ms), 3),
+            opt(med(l.to_consumer_p99_ms), 3),
+            opt(med(l.to_settled_p50_ms), 3),
+            opt(med(l.to_settled_p99_ms), 3),
         );
     }
 }
