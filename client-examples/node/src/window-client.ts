@@ -999,9 +999,9 @@ export class Subscription implements AsyncIterable<Delivery> {
         else rest.push(o);
       }
     }
-    // A QueuedCommand per command: packed as RESP they cost more CPU here and more bytes (see
-    // docs/development.md, "The Node client"); `packedCommands` is for clients that pay more
-    // for a message than for the command in it (Python's protobuf objects).
+    // A QueuedCommand per command: packed as RESP they cost more CPU here and more bytes
+    // (see docs/development.md, "The Node and Go clients"); `packedCommands` is for clients
+    // that pay more for a message than for the command in it (Python's protobuf objects).
     st.call.write({
       batch: { commands, outcomes: rest, acks, extend, packedCommands: NO_BYTES, packedCommandSlots: [] },
     });
