@@ -1164,6 +1164,20 @@ fn baseline(report: &Report, contenders: &[Contender], records: &[Record]) -> Op
 mod tests {
     use super::*;
 
+    /// The report of throughput and latency records alone (no idle or many-subscriptions
+    /// runs).
+    fn report_of(contenders: &[Contender], records: &[Record]) -> Report {
+        Report::of(
+            run_info(),
+            contenders,
+            &Records {
+                records,
+                idle: &[],
+                many: &[],
+            },
+        )
+    }
+
     fn run_info() -> Run {
         Run {
             args: vec!["--rounds".into(), "2".into()],
@@ -1234,15 +1248,7 @@ mod tests {
                 result: Err("the consumer acked 1 of 2".into()),
             },
         ];
-        let report = Report::of(
-            run_info(),
-            &[pipeline, Contender::FredRaw],
-            &Records {
-                records: &records,
-                idle: &[],
-                many: &[],
-            },
-        );
+        let report = report_of(&[pipeline, Contender::FredRaw], &records);
         let target = report
             .targets
             .iter()
@@ -1291,15 +1297,7 @@ mod tests {
             cpu(2, batches, 0.9),
             cpu(2, Contender::RedisPyPipelined, 1.5),
         ];
-        let report = Report::of(
-            run_info(),
-            &[batches, Contender::RedisPyPipelined],
-            &Records {
-                records: &records,
-                idle: &[],
-                many: &[],
-            },
-        );
+        let report = report_of(&[batches, Contender::RedisPyPipelined], &records);
         let target = report
             .targets
             .iter()
@@ -1352,15 +1350,7 @@ mod tests {
             latency(1, pipeline, Phase::LatencyBusy, 2, 9000),
             latency(1, fred, Phase::LatencyBusy, 2, 1000),
         ];
-        let report = Report::of(
-            run_info(),
-            &[pipeline, fred],
-            &Records {
-                records: &records,
-                idle: &[],
-                many: &[],
-            },
-        );
+        let report = report_of(&[pipeline, fred], &records);
         let target = |name: &str| {
             report
                 .targets
@@ -1405,15 +1395,7 @@ mod tests {
             m.to_settled_us = (1..=100).map(|n| n * 20).collect();
         }
         let records = [record, latency(1, Contender::FredRaw, Phase::Latency, 0, 0)];
-        let report = Report::of(
-            run_info(),
-            &[pipeline, Contender::FredRaw],
-            &Records {
-                records: &records,
-                idle: &[],
-                many: &[],
-            },
-        );
+        let report = report_of(&[pipeline, Contender::FredRaw], &records);
         let parts = |c: usize| {
             let l = report.contenders[c]
                 .latency
