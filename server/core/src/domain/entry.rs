@@ -79,6 +79,14 @@ impl Parked {
     }
 }
 
+/// The value of header `name` (without `h:`, in any case) among `fields`, if there.
+pub fn header_in<'a>(fields: &'a [(Bytes, Bytes)], name: &str) -> Option<&'a Bytes> {
+    fields.iter().find_map(|(field, value)| {
+        let rest = field.strip_prefix(HEADER_PREFIX)?;
+        rest.eq_ignore_ascii_case(name.as_bytes()).then_some(value)
+    })
+}
+
 impl Entry {
     /// A list value or message as an entry: its payload and headers when it is a frame and
     /// the subscription reads frames, else the value as its payload.
@@ -121,10 +129,7 @@ impl Entry {
 
     /// The value of header `name` (without `h:`, in any case), if the entry has it.
     pub fn header(&self, name: &str) -> Option<&Bytes> {
-        self.fields.iter().find_map(|(field, value)| {
-            let rest = field.strip_prefix(HEADER_PREFIX)?;
-            rest.eq_ignore_ascii_case(name.as_bytes()).then_some(value)
-        })
+        header_in(&self.fields, name)
     }
 
     /// Deliveries of earlier copies: the sidecar's attempts header or ruststream-fred's retry

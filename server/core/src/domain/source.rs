@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::frame::Framing;
 
 /// What a subscription reads.
@@ -148,13 +150,16 @@ pub enum OrderingKey {
 impl OrderingKey {
     /// The key of `entry`, if it has one.
     pub fn of(&self, entry: &crate::domain::Entry) -> Option<crate::domain::Key> {
-        let value = match self {
-            OrderingKey::Header(name) => entry.header(name),
-            OrderingKey::Field(name) => entry
-                .fields
+        self.in_fields(&entry.fields).map(crate::domain::Key::new)
+    }
+
+    /// The key among an entry's fields (as a stream stores them), if there.
+    pub fn in_fields<'a>(&self, fields: &'a [(Bytes, Bytes)]) -> Option<&'a Bytes> {
+        match self {
+            OrderingKey::Header(name) => super::entry::header_in(fields, name),
+            OrderingKey::Field(name) => fields
                 .iter()
                 .find_map(|(field, value)| (field == name.as_bytes()).then_some(value)),
-        };
-        value.map(crate::domain::Key::new)
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! A subscription's end: draining at shutdown, closing (what is outstanding is abandoned,
 //! what is owed is flushed, a simple list's entries go back), the end of the client's stream
-//! and the wait for the last read.
+//! and the wait for the last read; and the fence, which ends a subscription whose lease may
+//! have run out without writing anything more.
+
+use std::time::Instant;
 
 use super::action::Action;
 use super::state::{Engine, Phase};
@@ -25,10 +28,36 @@ impl<E: Item> Engine<E> {
         self.close_now(stop);
     }
 
+    /// When the lease may run out unless a renewal confirms it first (see
+    /// [`super::Config::fence_after`]).
+    pub(super) fn fence_at(&self) -> Option<Instant> {
+        let (after, lease) = (self.config.fence_after?, self.lease.as_ref()?);
+        (!self.fenced && self.phase != Phase::Done).then(|| lease.confirmed() + after)
+    }
+
+    /// Before anything an event leads to: a subscription whose lease may have run out (a
+    /// process paused past it, Redis out of reach) stops writing, for another holder may have
+    /// the consumer name and be delivering its entries. What it holds stays pending in Redis
+    /// as it is, nothing it owes is flushed, and it ends as if the lease were lost. One already
+    /// closing writes nothing more either (what its last read returns stays pending).
+    pub(super) fn fence(&mut self, now: Instant) {
+        if self.fence_at().is_some_and(|at| at <= now) {
+            self.fenced = true;
+            self.close(Some(Stop::LeaseLost));
+        }
+    }
+
     /// Abandons what is outstanding and flushes what is owed.
     pub(super) fn close_now(&mut self, stop: Option<Stop>) {
         self.phase = Phase::Closing { stop };
         self.closed.left_pending = self.window.outstanding();
+        if self.fenced {
+            // Every entry stays pending as it is, for whoever holds the name now: waiting
+            // entries, retries and the settled but unflushed alike.
+            let _ = self.lanes.take_waiting(self.config.kind == Kind::Stream);
+            let _ = self.window.abandon_all();
+            return;
+        }
         // Entries waiting for their key go back as if never read; on a stream, a retry_after
         // still waiting uncounted stays as it is (see `Lanes::take_waiting`).
         let (waiting, delayed) = self.lanes.take_waiting(self.config.kind == Kind::Stream);
@@ -57,7 +86,8 @@ impl<E: Item> Engine<E> {
     }
 
     pub(super) fn give_back(&mut self, entries: Vec<E>, seen: bool) {
-        if !entries.is_empty() {
+        // Fenced: they stay pending as they are (see `fence`).
+        if !entries.is_empty() && !self.fenced {
             self.actions.push(Action::GiveBack { entries, seen });
         }
     }

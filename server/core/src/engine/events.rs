@@ -23,6 +23,7 @@ impl<E: Item> Engine<E> {
         from: ReadFrom,
         result: Result<Read<E>, ReadError>,
     ) {
+        self.fence(now);
         match from {
             ReadFrom::Reader => self.reader_returned(now, result),
             ReadFrom::Lane(read) => {
@@ -44,6 +45,7 @@ impl<E: Item> Engine<E> {
 
     /// A read on the read lane whose reply never came can no longer run.
     pub fn read_settled(&mut self, now: Instant, read: LaneReadId) {
+        self.fence(now);
         self.lost_reads.remove(&read);
         self.advance(now);
     }
@@ -87,6 +89,7 @@ impl<E: Item> Engine<E> {
         outcomes: Vec<Result<SettleRequest, SlotError>>,
         refuses: impl Fn(&E, &Outcome) -> Option<&'static str>,
     ) -> Applied {
+        self.fence(now);
         let mut applied = Applied::default();
         for (slot, command) in commands {
             if let Err(err) = self.window.queue(slot, command) {
@@ -160,6 +163,7 @@ impl<E: Item> Engine<E> {
         (counts, result): (PlanCounts, FlushResult),
         read_ahead: Option<Result<Read<E>, ReadError>>,
     ) {
+        self.fence(now);
         let Some(flushing) = self.flushes.get_mut(&flush) else {
             return;
         };
@@ -280,6 +284,7 @@ impl<E: Item> Engine<E> {
         fetch: FetchId,
         result: Result<Vec<Option<E>>, ReadError>,
     ) {
+        self.fence(now);
         match result {
             Err(ReadError::Fatal(stop)) => {
                 self.lanes.fetched(fetch, None, now);
@@ -298,6 +303,7 @@ impl<E: Item> Engine<E> {
         count: FetchId,
         result: Result<Vec<Option<E>>, ReadError>,
     ) {
+        self.fence(now);
         let cap = self.config.max_deliveries;
         let past_cap = match result {
             Err(ReadError::Fatal(stop)) => {
@@ -315,6 +321,7 @@ impl<E: Item> Engine<E> {
 
     /// A flush reported with an unknown outcome can no longer run.
     pub fn flush_settled(&mut self, now: Instant, flush: FlushId) {
+        self.fence(now);
         if self.flushes.get(&flush).is_some_and(|f| f.unknown) {
             self.flush_ended(flush);
         }
@@ -323,6 +330,7 @@ impl<E: Item> Engine<E> {
 
     /// Timers: a read's backoff, the drain deadline, the lease.
     pub fn tick(&mut self, now: Instant) {
+        self.fence(now);
         if self.retry_read_at.is_some_and(|at| at <= now) {
             self.retry_read_at = None;
         }
@@ -341,6 +349,7 @@ impl<E: Item> Engine<E> {
 
     /// What renewing the lease found.
     pub fn lease_renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
+        self.fence(now);
         if let Some(lease) = &mut self.lease {
             lease.renewed(now, renewal);
         }
@@ -352,6 +361,7 @@ impl<E: Item> Engine<E> {
 
     /// Shutdown began.
     pub fn shutdown(&mut self, now: Instant) {
+        self.fence(now);
         if self.phase == Phase::Open {
             let grace = self.config.shutdown_grace;
             self.phase = Phase::Draining { until: now + grace };
@@ -367,6 +377,7 @@ impl<E: Item> Engine<E> {
     /// of what it settled, then the end. While draining, the end says shutdown, as the drain
     /// promised: the client resubscribes elsewhere.
     pub fn client_closed(&mut self, now: Instant) {
+        self.fence(now);
         let stop = matches!(self.phase, Phase::Draining { .. }).then_some(Stop::Shutdown);
         self.close(stop);
         self.advance(now);
@@ -374,6 +385,7 @@ impl<E: Item> Engine<E> {
 
     /// The client is gone: nothing more can be sent to it.
     pub fn client_gone(&mut self, now: Instant) {
+        self.fence(now);
         self.client_here = false;
         self.close(None);
         self.advance(now);

@@ -12,6 +12,7 @@ impl<E: Item> Engine<E> {
     /// (a stream's entries idle again, a reliable list's lease renewed), at most once per
     /// `extend_every` for each, and never settling anything. Returns the slots refused.
     pub fn extend(&mut self, now: Instant, slots: &[SlotId]) -> Vec<SlotError> {
+        self.fence(now);
         let mut rejected = Vec::new();
         let mut due = Vec::new();
         for &slot in slots {

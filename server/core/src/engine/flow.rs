@@ -256,6 +256,10 @@ impl<E: Item> Engine<E> {
     }
 
     pub(super) fn flush_batch(&mut self, mut batch: FlushBatch<E>, read_ahead: Option<u32>) {
+        if self.fenced {
+            // Its entries stay pending, their outcomes unwritten (see `fence`).
+            return;
+        }
         let flush = self.next_flush;
         self.next_flush += 1;
         let ids = if self.config.kind.rereads_by_id() {
@@ -427,6 +431,9 @@ impl<E: Item> Engine<E> {
     }
 
     pub(super) fn dead_letter(&mut self, entries: Vec<E>) {
+        if self.fenced {
+            return;
+        }
         let flush = self.next_flush;
         self.next_flush += 1;
         let ids = if self.config.kind.rereads_by_id() {

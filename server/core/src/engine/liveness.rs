@@ -15,6 +15,11 @@ pub(super) struct Lease {
     every: Duration,
     next: Instant,
     renewing: bool,
+    /// When the renewal under way was asked for.
+    sent: Instant,
+    /// When the last renewal Redis answered held was asked for (the take, at first): the
+    /// lease runs its whole lifetime from then at least.
+    confirmed: Instant,
 }
 
 impl Lease {
@@ -24,7 +29,14 @@ impl Lease {
             every,
             next: now + every,
             renewing: false,
+            sent: now,
+            confirmed: now,
         }
+    }
+
+    /// Since when the lease is known to run its lifetime.
+    pub(super) fn confirmed(&self) -> Instant {
+        self.confirmed
     }
 
     /// When the next renewal is due, unless one is under way.
@@ -38,6 +50,7 @@ impl Lease {
             return false;
         }
         self.renewing = true;
+        self.sent = now;
         true
     }
 
@@ -48,6 +61,9 @@ impl Lease {
 
     pub(super) fn renewed(&mut self, now: Instant, renewal: LeaseRenewal) {
         self.renewing = false;
+        if renewal == LeaseRenewal::Held {
+            self.confirmed = self.sent;
+        }
         self.next = match renewal {
             LeaseRenewal::Held | LeaseRenewal::Lost => now + self.every,
             LeaseRenewal::Failed => now + self.every.min(RETRY_FAILED_RENEWAL),

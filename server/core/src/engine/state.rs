@@ -112,6 +112,8 @@ pub struct Engine<E: Item> {
     /// What closing found, for the closing log line.
     pub(super) closed: ClosedCounts,
     pub(super) lanes: ordering::Lanes<E>,
+    /// The lease may have expired (see [`Config::fence_after`]): nothing more is written.
+    pub(super) fenced: bool,
     pub(super) actions: Vec<Action<E>>,
 }
 
@@ -135,7 +137,7 @@ impl<E: Item> Engine<E> {
             .recovers()
             .then(|| Recovery::new(config.kind, config.recovery_interval, now));
         let mut engine = Self {
-            window: Window::new(config.limits),
+            window: Window::numbered_from(config.limits, config.numbered_from),
             config,
             phase: Phase::Open,
             client_here: true,
@@ -163,6 +165,7 @@ impl<E: Item> Engine<E> {
             lease_extended: None,
             closed: ClosedCounts::default(),
             lanes,
+            fenced: false,
             actions: Vec::new(),
         };
         engine.advance(now);
@@ -187,6 +190,7 @@ impl<E: Item> Engine<E> {
             self.lanes.next_due(),
             self.lanes.extend_due(),
             self.lanes.fetch_due(),
+            self.fence_at(),
         ]
         .into_iter()
         .flatten()

@@ -126,6 +126,15 @@ pub struct Config {
     /// key's past `count` waiting in memory), to be fetched by id when their turn comes; reads
     /// stop once this many are parked, or once `max_in_flight` wait in memory. 0: none are.
     pub max_parked: u32,
+    /// How long the lease may go unconfirmed (since the last renewal Redis answered held was
+    /// asked for) before the subscription writes nothing more: it abandons what it holds, left
+    /// pending in Redis as it is, and ends as if the lease were lost. Shorter than the lease's
+    /// lifetime, so that it stops before another holder can take the name. `None`: it reads and
+    /// flushes on through an outage, its lease renewed once Redis is back.
+    pub fence_after: Option<Duration>,
+    /// Slot and read ids begin after this (see [`crate::window::Window::numbered_from`]); 0 for a
+    /// subscription alone on its client stream.
+    pub numbered_from: u64,
 }
 
 /// Identifies one flush handed out by [`super::Action::Flush`] or

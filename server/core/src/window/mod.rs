@@ -198,6 +198,8 @@ struct Read<E> {
 #[derive(Debug)]
 pub struct Window<E> {
     limits: Limits,
+    /// The first slot this window hands out; any below it was never its own.
+    first_slot: SlotId,
     next_slot: SlotId,
     next_read: ReadId,
     /// Open reads by their first slot, so a slot finds its read with one range lookup and no
@@ -208,10 +210,18 @@ pub struct Window<E> {
 
 impl<E: Clone> Window<E> {
     pub fn new(limits: Limits) -> Self {
+        Self::numbered_from(limits, 0)
+    }
+
+    /// A window whose slot and read ids begin after `base` rather than at 1: windows given
+    /// disjoint ranges can share one client stream (a partitioned stream's subscriptions) and
+    /// be told apart by their ids alone.
+    pub fn numbered_from(limits: Limits, base: u64) -> Self {
         Self {
             limits,
-            next_slot: 1,
-            next_read: 1,
+            first_slot: base + 1,
+            next_slot: base + 1,
+            next_read: base + 1,
             reads: BTreeMap::new(),
             outstanding: 0,
         }
@@ -445,7 +455,7 @@ impl<E: Clone> Window<E> {
     }
 
     fn locate(&self, slot: SlotId) -> Result<(SlotId, usize), SlotError> {
-        if slot == 0 || slot >= self.next_slot {
+        if slot < self.first_slot || slot >= self.next_slot {
             return Err(SlotError::UnknownSlot(slot));
         }
         let Some((&first_slot, read)) = self.reads.range(..=slot).next_back() else {

@@ -62,6 +62,28 @@ fn the_seed_diagram_acked_segments_in_commit_order_then_every_settle() {
 }
 
 #[test]
+fn a_numbered_window_hands_out_ids_above_its_base_and_knows_no_other() {
+    let base = 7 << 36;
+    let mut w = Window::numbered_from(LIMITS, base);
+    let read = w.open_read(vec!["1-0", "2-0"]).unwrap();
+    assert_eq!((read.read_id, read.first_slot), (base + 1, base + 1));
+    assert_eq!(
+        w.settle(1, Outcome::Ack, None),
+        Err(SlotError::UnknownSlot(1))
+    );
+    assert_eq!(
+        w.settle(base, Outcome::Ack, None),
+        Err(SlotError::UnknownSlot(base))
+    );
+    w.settle(base + 2, Outcome::Ack, None).unwrap();
+    let batch = w
+        .settle(base + 1, Outcome::Ack, None)
+        .unwrap()
+        .expect("read complete");
+    assert_eq!(batch.read_id, base + 1);
+}
+
+#[test]
 fn slots_are_never_reused() {
     let mut w = Window::new(LIMITS);
     let a = w.open_read(vec!["1", "2"]).unwrap();

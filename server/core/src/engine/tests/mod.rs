@@ -45,6 +45,27 @@ proptest! {
         world.check_end();
     }
 
+    /// A partition's subscription, fenced by its lease: besides every invariant above, nothing
+    /// is written once the lease may have run out, and what it held stays pending.
+    #[test]
+    fn every_fenced_interleaving_writes_nothing_past_the_fence(
+        kind in prop_oneof![Just(Kind::Stream), Just(Kind::ReliableList)],
+        ordered in any::<bool>(),
+        entries in 1u64..20,
+        steps in prop::collection::vec((any::<u8>(), any::<u8>()), 0..300),
+    ) {
+        let mut world = World::fenced(kind, entries, ordered);
+        for (choice, pick) in steps {
+            if world.done {
+                break;
+            }
+            world.step(choice, pick);
+        }
+        world.check_progress();
+        world.finish();
+        world.check_end();
+    }
+
     #[test]
     fn every_interleaving_keeps_the_invariants(
         kind in kinds(),
@@ -344,6 +365,63 @@ fn a_lost_lease_ends_the_subscription() {
             Action::InterruptRead,
             Action::EndStream(Some(Stop::LeaseLost))
         ]
+    );
+}
+
+/// A partition's subscription whose renewals went unanswered past its fence (its process
+/// paused, say): the ack its client sends then is not flushed, and the read that returns is not
+/// given back; both stay pending for the replica that holds the name now.
+#[test]
+fn past_its_fence_a_subscription_flushes_nothing_it_owes() {
+    let start = Instant::now();
+    let fence = RENEW * 3;
+    let config = Config {
+        fence_after: Some(fence),
+        ..config(Kind::Stream)
+    };
+    let mut engine = Engine::new(config, start);
+    engine.take_actions();
+    engine.read_returned(
+        start,
+        ReadFrom::Reader,
+        Ok(Read::new(vec![entry(1, 1), entry(2, 1)])),
+    );
+    let slot = match &engine.take_actions()[..] {
+        [Action::Deliver { read, .. }, Action::Read { .. }] => read.first_slot,
+        other => panic!("expected a delivery and the next read: {other:?}"),
+    };
+    // The renewal goes out, and its answer comes only after the fence.
+    engine.tick(start + RENEW);
+    assert_eq!(engine.take_actions(), vec![Action::RenewLease]);
+    let late = start + fence;
+    assert_eq!(engine.next_deadline(), Some(late));
+    let applied = engine.apply(
+        late,
+        Vec::new(),
+        vec![settle(slot, Outcome::Ack), settle(slot + 1, Outcome::Ack)],
+        |_, _| None,
+    );
+    assert_eq!(
+        applied.rejected,
+        vec![
+            SlotError::AlreadySettled(slot),
+            SlotError::AlreadySettled(slot + 1)
+        ]
+    );
+    assert_eq!(
+        engine.take_actions(),
+        vec![
+            Action::InterruptRead,
+            Action::EndStream(Some(Stop::LeaseLost))
+        ],
+        "no flush of what was settled"
+    );
+    engine.lease_renewed(late, LeaseRenewal::Held);
+    engine.read_returned(late, ReadFrom::Reader, Ok(Read::new(vec![entry(3, 1)])));
+    assert_eq!(
+        engine.take_actions(),
+        vec![Action::Done],
+        "what the last read took stays pending, not given back"
     );
 }
 

@@ -61,6 +61,8 @@ pub(super) const COUNT: u32 = 3;
 pub(super) const MAX_IN_FLIGHT: u32 = 5;
 pub(super) const CAP: u32 = 3;
 pub(super) const RENEW: Duration = Duration::from_millis(300);
+/// A fenced subscription's `fence_after`: a few renewals' worth, as a lease's lifetime is.
+pub(super) const FENCE: Duration = Duration::from_millis(800);
 pub(super) const EXTEND_EVERY: Duration = Duration::from_millis(200);
 /// Ordering keys on an ordered subscription: few, so that they collide.
 const KEYS: u64 = 3;
@@ -101,6 +103,8 @@ pub(super) fn config(kind: Kind) -> Config {
         ordered: false,
         extend_waiting_every: None,
         max_parked: 0,
+        fence_after: None,
+        numbered_from: 0,
     }
 }
 
@@ -171,6 +175,11 @@ pub(super) struct World {
     settle_after_report: Vec<(bool, u64)>,
     lease_asked: bool,
     last_renewal: Instant,
+    /// The engine's `fence_after`, if it is fenced.
+    fence: Option<Duration>,
+    /// When the renewal under way was asked for, and when the last one answered held was.
+    renewal_asked: Instant,
+    confirmed: Instant,
     /// Side effects that ran, per entry.
     effects: HashMap<u64, u32>,
     settled: BTreeSet<u64>,
@@ -202,20 +211,29 @@ pub(super) struct World {
 
 impl World {
     pub(super) fn new(kind: Kind, entries: u64) -> Self {
-        Self::with(kind, entries, false)
+        Self::with(kind, entries, false, None)
     }
 
     /// An ordered subscription (streams and reliable lists).
     pub(super) fn ordered(kind: Kind, entries: u64) -> Self {
-        Self::with(kind, entries, true)
+        Self::with(kind, entries, true, None)
     }
 
-    fn with(kind: Kind, entries: u64, ordered: bool) -> Self {
+    /// A subscription fenced by its lease (a partition's): it writes nothing once `FENCE` has
+    /// passed since the last renewal Redis confirmed was asked for.
+    pub(super) fn fenced(kind: Kind, entries: u64, ordered: bool) -> Self {
+        Self::with(kind, entries, ordered, Some(FENCE))
+    }
+
+    fn with(kind: Kind, entries: u64, ordered: bool, fence: Option<Duration>) -> Self {
         let now = Instant::now();
-        let config = if ordered {
-            ordered_config(kind)
-        } else {
-            config(kind)
+        let config = Config {
+            fence_after: fence,
+            ..if ordered {
+                ordered_config(kind)
+            } else {
+                config(kind)
+            }
         };
         let keys = (1..=entries)
             .map(|id| (id, key_of(id).filter(|_| ordered)))
@@ -244,6 +262,9 @@ impl World {
             settle_after_report: Vec::new(),
             lease_asked: false,
             last_renewal: now,
+            fence,
+            renewal_asked: now,
+            confirmed: now,
             effects: HashMap::new(),
             settled: BTreeSet::new(),
             dead: BTreeSet::new(),
@@ -282,8 +303,24 @@ impl World {
     /// Executes the engine's actions against the model, checking each.
     pub(super) fn collect(&mut self) {
         self.engine.lanes.check_books();
+        let fenced = self.fence.is_some_and(|f| self.now >= self.confirmed + f);
         for action in self.engine.take_actions() {
             assert!(!self.done, "an action after Done: {action:?}");
+            assert!(
+                !fenced
+                    || matches!(
+                        action,
+                        Action::EndStream(_)
+                            | Action::Done
+                            | Action::Report(_)
+                            | Action::RenewLease
+                            | Action::InterruptRead
+                            | Action::Lost(_)
+                            | Action::Draining { .. }
+                    ),
+                "a write {:?} after the lease was last confirmed: {action:?}",
+                self.now - self.confirmed
+            );
             match action {
                 Action::Read {
                     count,
@@ -501,6 +538,7 @@ impl World {
                 Action::RenewLease => {
                     assert!(!self.lease_asked, "two renewals at once");
                     self.lease_asked = true;
+                    self.renewal_asked = self.now;
                 }
                 Action::Extend(entries) => self.extended_in_redis(entries),
                 Action::Draining { .. } => {}
@@ -933,6 +971,15 @@ impl World {
         }
     }
 
+    /// Redis answers the renewal under way: held.
+    pub(super) fn renewal_held(&mut self) {
+        self.lease_asked = false;
+        self.last_renewal = self.now;
+        self.confirmed = self.renewal_asked;
+        self.engine.lease_renewed(self.now, LeaseRenewal::Held);
+        self.collect();
+    }
+
     pub(super) fn step(&mut self, choice: u8, pick: u8) {
         match choice % 14 {
             0 => self.run_read(false),
@@ -954,12 +1001,7 @@ impl World {
                 self.collect();
                 self.check_lease();
             }
-            9 if self.lease_asked => {
-                self.lease_asked = false;
-                self.last_renewal = self.now;
-                self.engine.lease_renewed(self.now, LeaseRenewal::Held);
-                self.collect();
-            }
+            9 if self.lease_asked => self.renewal_held(),
             10 if pick.is_multiple_of(16) => {
                 self.engine.shutdown(self.now);
                 self.collect();
