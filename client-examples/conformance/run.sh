@@ -282,6 +282,17 @@ expectations() {
   fi
   # Nothing left unsettled, whatever the scenario expects besides (when the runner consumed).
   [[ $(jq -r '.expect.errors // [] | length' "$file") != 0 ]] && return 0
+  partitions="$(jq -r '.open.partitions // 0' "$file")"
+  if ((partitions > 0)); then
+    # A partitioned stream: each partition `key:{n}` is a stream of its own, whose companion
+    # keys share its hash tag.
+    for ((n = 0; n < partitions; n++)); do
+      printf 'ZCARD %s:{%s}:window:delayed\t%s\t0\n' "$key" "$n" "$(rcli zcard "$key:{$n}:window:delayed")"
+      printf 'XPENDING %s:{%s}\t%s\t0\n' "$key" "$n" \
+        "$(rcli xpending "$key:{$n}" "$(jq -r .open.group "$file")" | head -1)"
+    done
+    return 0
+  fi
   printf 'ZCARD {%s}:window:delayed\t%s\t0\n' "$key" "$(rcli zcard "{$key}:window:delayed")"
   case $form in
     stream)

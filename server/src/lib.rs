@@ -2,7 +2,7 @@
 //!
 //! Layers, from the bottom up (docs/layers.md; `.ci/layers.py` checks that nothing reaches up
 //! or round in a circle): the core crate (`window-sidecar-core`, re-exported here as
-//! [`window`], [`engine`], [`policy`] and [`domain`]) makes every decision and does no I/O;
+//! [`window`], [`engine`], [`policy`], [`partition`] and [`domain`]) makes every decision and does no I/O;
 //! [`config`] and [`telemetry`] are what every part reads its settings from and logs with;
 //! [`redis`] knows the forms (how to read, how to settle) and executes flushes; `metrics` holds
 //! every series the sidecar exports; [`session`] runs one subscription stream by executing its
@@ -25,4 +25,4 @@ pub mod server;
 pub mod session;
 pub mod telemetry;
 
-pub use window_sidecar_core::{domain, engine, policy, window};
+pub use window_sidecar_core::{domain, engine, partition, policy, window};

@@ -144,17 +144,24 @@ fn duration() -> impl Strategy<Value = Option<prost_types::Duration>> {
 
 fn open() -> impl Strategy<Value = proto::Open> {
     let source = prop_oneof![
-        (".{0,12}", ".{0,8}", ".{0,8}", ".{0,20}", duration()).prop_map(
-            |(key, group, consumer, start_id, min_idle)| {
+        (
+            ".{0,12}",
+            ".{0,8}",
+            ".{0,8}",
+            ".{0,20}",
+            duration(),
+            prop_oneof![Just(0u32), 0u32..2048, any::<u32>()],
+        )
+            .prop_map(|(key, group, consumer, start_id, min_idle, partitions)| {
                 proto::open::Source::Stream(proto::StreamSource {
                     key,
                     group,
                     consumer,
                     start_id,
                     min_idle,
+                    partitions,
                 })
-            }
-        ),
+            }),
         (".{0,12}", ".{0,8}", duration()).prop_map(|(key, consumer, dead_after)| {
             proto::open::Source::ReliableList(proto::ReliableListSource {
                 key,

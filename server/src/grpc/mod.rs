@@ -12,6 +12,9 @@ pub use dead_letters::DeadLetters;
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bytes::Bytes;
 
 use futures::{Stream, StreamExt};
 use opentelemetry::global;
@@ -23,6 +26,7 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::domain::Target;
+use crate::partition;
 use crate::policy::PolicyError;
 use crate::proto;
 use crate::proto::window_service_server::WindowService;
@@ -46,6 +50,8 @@ pub struct Service {
     /// Sessions still running, so shutdown can wait for their final flushes.
     sessions: TaskTracker,
     connections: Connections,
+    /// Where unkeyed entries published to a partitioned stream begin their turn.
+    publish_turn: Arc<AtomicU32>,
 }
 
 impl Service {
@@ -55,6 +61,7 @@ impl Service {
             limits,
             sessions,
             connections: Connections::default(),
+            publish_turn: Arc::new(AtomicU32::new(0)),
         }
     }
 }
@@ -111,13 +118,18 @@ impl WindowService for Service {
         let request = request.into_inner();
         let (target, framing) = convert::publish_target(&request)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let checked = match &target {
-            Target::Stream { key, .. } | Target::List(key) => {
-                self.shared.settings.policy.check_key(key)
+        let partitioned = convert::publish_partitions(&request)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let policy = &self.shared.settings.policy;
+        let checked = match (&target, &partitioned) {
+            (Target::Stream { key, .. }, Some((partitions, _))) => {
+                let key = String::from_utf8_lossy(key);
+                (0..*partitions)
+                    .try_for_each(|p| policy.check_key(partition::stream_key(&key, p).as_bytes()))
             }
-            Target::Channel(name) | Target::ShardedChannel(name) => {
-                self.shared.settings.policy.check_channel(name)
-            }
+            (Target::Stream { key, .. } | Target::List(key), None) => policy.check_key(key),
+            (Target::Channel(name) | Target::ShardedChannel(name), _) => policy.check_channel(name),
+            (Target::List(_), Some(_)) => unreachable!("partitions are refused off a stream"),
         };
         if let Err(err) = checked {
             return Err(policy_status(&err, err.to_string()));
@@ -163,7 +175,19 @@ impl WindowService for Service {
             .collect::<Result<Vec<_>, _>>()?;
         let published = entries.len() as u64;
         let pool = self.shared.redis.pool();
-        let result = redis::publish::publish(pool, &target, entries, framing).await;
+        let result = match (&partitioned, &target) {
+            (Some((partitions, by)), Target::Stream { key, max_len }) => {
+                let key = String::from_utf8_lossy(key);
+                let streams: Vec<_> = (0..*partitions)
+                    .map(|p| (Bytes::from(partition::stream_key(&key, p)), *max_len))
+                    .collect();
+                let turn = self.publish_turn.fetch_add(1, Ordering::Relaxed);
+                let keys = entries.iter().map(|f| by.in_fields(f).map(|k| &k[..]));
+                let routes = partition::route(keys, *partitions, turn);
+                redis::publish::publish_partitioned(pool, &streams, &routes, entries).await
+            }
+            _ => redis::publish::publish(pool, &target, entries, framing).await,
+        };
         if let Some(mut span) = span {
             if let Err(err) = &result {
                 span.set_status(opentelemetry::trace::Status::error(err.to_string()));

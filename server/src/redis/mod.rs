@@ -32,6 +32,7 @@ pub(crate) mod form;
 pub mod keys;
 pub(crate) mod lease;
 pub(crate) mod list;
+pub(crate) mod members;
 pub(crate) mod publish;
 pub(crate) mod pubsub;
 mod read_connection;

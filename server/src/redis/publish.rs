@@ -1,5 +1,5 @@
 //! Publish: entries written in one pipeline to a stream (XADD), a list (LPUSH) or a channel
-//! (PUBLISH, SPUBLISH).
+//! (PUBLISH, SPUBLISH); to a partitioned stream, one pipeline per partition.
 
 use bytes::Bytes;
 use fred::prelude::*;
@@ -98,6 +98,46 @@ pub(crate) async fn publish(
         }
     }
     Ok(published)
+}
+
+/// Writes entries to the partitions of a stream, `partitions[i]` being entry `i`'s: one
+/// pipeline per partition, side by side (on a cluster each partition may be on another node),
+/// each partition's entries in the order given. The ids come back in the entries' order. A
+/// partition Redis refuses fails the call, though the others may have been written: publishing
+/// is at least once, and the caller writes them all again.
+pub(crate) async fn publish_partitioned(
+    client: &Client,
+    streams: &[(Bytes, Option<u64>)],
+    partitions: &[u32],
+    entries: Vec<Vec<(Bytes, Bytes)>>,
+) -> Result<Published, RedisError> {
+    let mut by_partition: std::collections::BTreeMap<u32, (Vec<usize>, Vec<_>)> =
+        Default::default();
+    for (index, (partition, fields)) in partitions.iter().zip(entries).enumerate() {
+        let (indexes, entries) = by_partition.entry(*partition).or_default();
+        indexes.push(index);
+        entries.push(fields);
+    }
+    let writes = by_partition
+        .into_iter()
+        .map(|(partition, (indexes, entries))| {
+            let (key, max_len) = streams[partition as usize].clone();
+            async move {
+                let target = Target::Stream { key, max_len };
+                let written = publish(client, &target, entries, Framing::Frames).await?;
+                Ok::<_, RedisError>(indexes.into_iter().zip(written.ids))
+            }
+        });
+    let mut ids = vec![Bytes::new(); partitions.len()];
+    for written in futures::future::try_join_all(writes).await? {
+        for (index, id) in written {
+            ids[index] = id;
+        }
+    }
+    Ok(Published {
+        ids,
+        receivers: Vec::new(),
+    })
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub struct OpenRequest {
     pub reports_in_reads: bool,
     /// Where an entry's ordering key comes from; `None`: unordered.
     pub ordering_key: Option<crate::domain::OrderingKey>,
+    /// A stream's partitions, shared out among the group's subscriptions that open it alike
+    /// (see [`crate::partition`]); 0: the stream itself.
+    pub partitions: u32,
 }
 
 /// A client message, converted and checked by the gRPC layer.

@@ -14,6 +14,7 @@
 mod io;
 mod messages;
 mod observe;
+mod partitioned;
 pub mod retention;
 pub mod sampler;
 mod shared;
@@ -37,7 +38,7 @@ use tracing::{Instrument, debug, info_span};
 
 use crate::domain::Source;
 use crate::policy::{Policy, PolicyError};
-use subscription::Subscription;
+use subscription::{Placement, Subscription};
 
 /// Runs one subscription until the client leaves or shutdown completes.
 pub async fn run(
@@ -66,6 +67,17 @@ pub async fn run(
     let (key, group, consumer) = source.describe();
     let span = info_span!("subscription", id = %id, form = source.form(), key = %key, group = %group, consumer = %consumer);
     async move {
+        if let (Source::Stream(stream), partitions @ 1..) = (&source, open.partitions) {
+            // The replica's own name, held here so that two streams of one sidecar do not
+            // both claim to be it; each partition's consumer name is held by its reader.
+            let claim = source.claim().expect("a stream has a consumer");
+            let _release = match take_consumer(&shared, &claim).await {
+                Ok(()) => Release(Arc::clone(&shared), claim),
+                Err(busy) => return fail(&out, busy).await,
+            };
+            debug!(partitions, "reading a partitioned stream");
+            return partitioned::run(shared.clone(), id, stream.clone(), open, inbound, out).await;
+        }
         let release = match source.claim() {
             Some(claim) => match take_consumer(&shared, &claim).await {
                 Ok(()) => Some(Release(Arc::clone(&shared), claim)),
@@ -73,7 +85,17 @@ pub async fn run(
             },
             None => None,
         };
-        match Subscription::open(&shared, id, source, open, &out, release).await {
+        match Subscription::open(
+            &shared,
+            id,
+            source,
+            open,
+            &out,
+            release,
+            Placement::alone(&shared),
+        )
+        .await
+        {
             Ok(subscription) => {
                 // The subscription holds its own sender: the client's stream ends when it says.
                 drop(out);
@@ -90,6 +112,12 @@ pub async fn run(
 /// companion keys (processing lists, delay set) are the sidecar's and need no pattern.
 fn check_policy(policy: &Policy, source: &Source, open: &OpenRequest) -> Result<(), PolicyError> {
     match source {
+        Source::Stream(stream) if open.partitions > 0 => {
+            for partition in 0..open.partitions {
+                let key = crate::partition::stream_key(&stream.key, partition);
+                policy.check_key(key.as_bytes())?;
+            }
+        }
         Source::Stream(stream) => policy.check_key(stream.key.as_bytes())?,
         Source::List(list) => policy.check_key(list.key.as_bytes())?,
         Source::PubSub(pubsub) => {

@@ -43,6 +43,22 @@ pub struct SubscriptionView {
     pub flushes_in_flight: usize,
     pub draining: bool,
     pub counters: Counters,
+    /// Set when the subscription reads one partition of a partitioned stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<PartitionView>,
+}
+
+/// The partition a subscription reads, and for which replica.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PartitionView {
+    /// The partitioned stream, as its subscriptions name it.
+    pub stream: String,
+    pub partition: u32,
+    pub partitions: u32,
+    /// The replica reading it: the consumer name its client opened with.
+    pub member: String,
+    /// The client stream that holds it.
+    pub subscription: String,
 }
 
 /// A subscription's counters since it opened.

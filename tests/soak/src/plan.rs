@@ -157,6 +157,7 @@ impl Plan {
                     consumer: format!("c{c}"),
                     start_id: "0".into(),
                     min_idle: Some(duration(MIN_IDLE)),
+                    ..Default::default()
                 });
                 self.subs.push(Sub {
                     label: format!("{key}/c{c}"),

@@ -13,6 +13,7 @@ use crate::domain::{
     Body, Entry, Framing, ListSource, Mode, OrderingKey, PubSubSource, Source, StreamSource,
 };
 use crate::engine::FlushReport;
+use crate::partition::MAX_PARTITIONS;
 use crate::proto;
 use crate::session::{
     ClientBatch, ClientMessage, Event, InboundError, OpenRequest, Opened, SettleRequest,
@@ -87,6 +88,17 @@ pub fn client_message(
 
 fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, ConvertError> {
     let framing = framing(open.framing, "open.framing")?;
+    let partitions = match &open.source {
+        Some(proto::open::Source::Stream(stream)) => stream.partitions,
+        _ => 0,
+    };
+    if partitions > MAX_PARTITIONS {
+        return Err(ConvertError::OutOfRange {
+            field: "open.stream.partitions",
+            allowed: format!("0 (the stream itself) to {MAX_PARTITIONS}"),
+            got: partitions.to_string(),
+        });
+    }
     let source = match open.source {
         Some(proto::open::Source::Stream(_)) if open.framing != 0 => {
             return Err(ConvertError::Combination(
@@ -221,6 +233,7 @@ fn open_request(open: proto::Open, limits: OpenLimits) -> Result<OpenRequest, Co
         dead_letter,
         reports_in_reads: open.reports_in_reads,
         ordering_key,
+        partitions,
     })
 }
 
@@ -232,19 +245,11 @@ fn ordering_key(
     let Some(key) = key else {
         return Ok(None);
     };
-    let key = match key.source {
-        Some(proto::ordering_key::Source::Header(name)) => {
-            OrderingKey::Header(required(name, "open.ordering_key.header")?)
-        }
-        Some(proto::ordering_key::Source::Field(name)) => {
-            OrderingKey::Field(required(name, "open.ordering_key.field")?)
-        }
-        None => {
-            return Err(ConvertError::Combination(
-                "open.ordering_key needs its source: set open.ordering_key.header or open.ordering_key.field",
-            ));
-        }
-    };
+    let key = key_source(
+        key,
+        ["open.ordering_key.header", "open.ordering_key.field"],
+        "open.ordering_key needs its source: set open.ordering_key.header or open.ordering_key.field",
+    )?;
     match (source, &key) {
         (Source::Stream(_), _) => Ok(Some(key)),
         (Source::List(list), OrderingKey::Header(_)) if list.reliable => Ok(Some(key)),
@@ -256,6 +261,23 @@ fn ordering_key(
         _ => Err(ConvertError::Combination(
             "open.ordering_key is for streams and reliable lists: a simple list or pub/sub entry leaves Redis when read, so a retry could not keep its place",
         )),
+    }
+}
+
+/// Where an ordering key is (`at`: the names of its header and field options, for errors).
+fn key_source(
+    key: proto::OrderingKey,
+    at: [&'static str; 2],
+    missing: &'static str,
+) -> Result<OrderingKey, ConvertError> {
+    match key.source {
+        Some(proto::ordering_key::Source::Header(name)) => {
+            Ok(OrderingKey::Header(required(name, at[0])?))
+        }
+        Some(proto::ordering_key::Source::Field(name)) => {
+            Ok(OrderingKey::Field(required(name, at[1])?))
+        }
+        None => Err(ConvertError::Combination(missing)),
     }
 }
 
@@ -612,7 +634,7 @@ mod packed;
 mod publish;
 
 pub use packed::PackedError;
-pub use publish::{publish_fields, publish_target};
+pub use publish::{publish_fields, publish_partitions, publish_target};
 
 #[cfg(test)]
 mod tests;

@@ -3,8 +3,9 @@
 
 use bytes::Bytes;
 
-use super::{ConvertError, framing};
-use crate::domain::{Framing, Target};
+use super::{ConvertError, framing, key_source};
+use crate::domain::{Framing, OrderingKey, Target};
+use crate::partition::MAX_PARTITIONS;
 use crate::proto;
 
 /// Where a Publish writes, and how its entries become values there.
@@ -40,6 +41,38 @@ pub fn publish_target(request: &proto::PublishRequest) -> Result<(Target, Framin
         ));
     }
     Ok((target, framing))
+}
+
+/// A partitioned stream's Publish: how many partitions, and where each entry's ordering key
+/// is; `None` for any other target.
+pub fn publish_partitions(
+    request: &proto::PublishRequest,
+) -> Result<Option<(u32, OrderingKey)>, ConvertError> {
+    match (request.partitions, request.partition_by.clone()) {
+        (0, None) => Ok(None),
+        (0, Some(_)) => Err(ConvertError::Combination(
+            "partition_by needs partitions: how many partitions the stream has",
+        )),
+        (_, _) if request.stream.is_empty() => Err(ConvertError::Combination(
+            "partitions is for streams: set stream to the partitioned stream's name",
+        )),
+        (partitions, _) if partitions > MAX_PARTITIONS => Err(ConvertError::OutOfRange {
+            field: "partitions",
+            allowed: format!("0 (the stream itself) to {MAX_PARTITIONS}"),
+            got: partitions.to_string(),
+        }),
+        (_, None) => Err(ConvertError::Combination(
+            "partitions needs partition_by: the header or field that holds each entry's ordering key",
+        )),
+        (partitions, Some(by)) => {
+            let by = key_source(
+                by,
+                ["partition_by.header", "partition_by.field"],
+                "partition_by needs its source: set partition_by.header or partition_by.field",
+            )?;
+            Ok(Some((partitions, by)))
+        }
+    }
 }
 
 /// A Publish entry as the fields to write. `trace` is the context written when the entry

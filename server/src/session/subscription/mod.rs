@@ -19,13 +19,14 @@ use opentelemetry::trace::SpanContext;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, warn};
 
 use super::io::Flushed;
 use super::io::flusher::FlushJob;
 use super::io::lane::LaneRead;
 use super::io::reader::ReadRequest;
-use super::observe::{self, SubscriptionView};
+use super::observe::{self, PartitionView, SubscriptionView};
 use super::{
     ClientMessage, Event, Inbound, InboundError, OpenRequest, Outbound, Release, SessionError,
     Shared,
@@ -53,9 +54,34 @@ enum Lookup {
     Count,
 }
 
+/// Where a subscription runs: alone on its client stream, or as one partition of a
+/// partitioned stream's subscription, beside the others this replica reads.
+#[derive(Clone)]
+pub(super) struct Placement {
+    /// Cancelled when the subscription is to stop reading and drain: at shutdown, or when its
+    /// partition is handed over.
+    pub(in crate::session) stop: CancellationToken,
+    /// Its slot and read ids begin after this.
+    pub(in crate::session) numbered_from: u64,
+    pub(in crate::session) partition: Option<PartitionView>,
+}
+
+impl Placement {
+    /// A subscription alone on its client stream.
+    pub(in crate::session) fn alone(shared: &Shared) -> Self {
+        Self {
+            stop: shared.shutdown.clone(),
+            numbered_from: 0,
+            partition: None,
+        }
+    }
+}
+
 /// One open subscription.
 pub(super) struct Subscription {
     shared: Arc<Shared>,
+    /// Stop reading and drain (see [`Placement::stop`]).
+    stop: CancellationToken,
     request: OpenRequest,
     source: Source,
     form: Form,
@@ -160,8 +186,12 @@ impl Subscription {
                 }
                 // Cancel-safe: mpsc receive.
                 Some(renewal) = self.lease_rx.recv() => self.engine.lease_renewed(now(), renewal),
-                () = self.shared.shutdown.cancelled(), if !self.view.draining => {
-                    info!(outstanding = self.engine.view().outstanding, grace = ?self.shared.settings.shutdown_grace, "shutdown: waiting for outstanding outcomes");
+                () = self.stop.cancelled(), if !self.view.draining => {
+                    if self.shared.shutdown.is_cancelled() {
+                        info!(outstanding = self.engine.view().outstanding, grace = ?self.shared.settings.shutdown_grace, "shutdown: waiting for outstanding outcomes");
+                    } else {
+                        info!(outstanding = self.engine.view().outstanding, grace = ?self.shared.settings.shutdown_grace, "partition handed over: waiting for outstanding outcomes");
+                    }
                     self.view.draining = true;
                     self.engine.shutdown(now());
                 }

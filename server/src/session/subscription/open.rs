@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{Instrument, info};
 
+use super::Placement;
 use super::Subscription;
 use crate::domain::Source;
 use crate::engine::{Config, Engine};
@@ -39,6 +40,7 @@ impl Subscription {
         request: OpenRequest,
         out: &Outbound,
         release: Option<Release>,
+        placement: Placement,
     ) -> Result<Subscription, SessionError> {
         let redis = &shared.redis;
         let explain = |err: RedisError| SessionError::Redis(redis.explain(err));
@@ -70,6 +72,7 @@ impl Subscription {
             out,
             key_specs,
             lease.clone(),
+            placement,
         );
         match opened.await {
             Ok(mut subscription) => {
@@ -95,6 +98,7 @@ impl Subscription {
         out: &Outbound,
         key_specs: Arc<KeySpecs>,
         lease: Option<ConsumerLease>,
+        placement: Placement,
     ) -> Result<Subscription, SessionError> {
         let redis = &shared.redis;
         let settings = &shared.settings;
@@ -169,6 +173,7 @@ impl Subscription {
             count: request.count,
             max_in_flight: request.max_in_flight,
             opened_at: observe::now_unix(),
+            partition: placement.partition.clone(),
             ..Default::default()
         };
         let form_labels = FormLabels { form: form_name };
@@ -213,6 +218,13 @@ impl Subscription {
                 _ => None,
             },
             max_parked: settings.max_parked,
+            // A partition's consumer name passes to another replica once its lease runs out:
+            // stop writing a fifth of its lifetime before that.
+            fence_after: lease
+                .as_ref()
+                .filter(|_| placement.partition.is_some())
+                .map(|lease| lease.ttl * 4 / 5),
+            numbered_from: placement.numbered_from,
         };
         let (lease_tx, lease_rx) = mpsc::unbounded_channel();
         let (fetch_tx, fetch_rx) = mpsc::unbounded_channel();
@@ -223,6 +235,7 @@ impl Subscription {
         };
         let mut subscription = Subscription {
             shared: Arc::clone(shared),
+            stop: placement.stop,
             engine: Engine::new(config, Instant::now().into_std()),
             out: Some(out.clone()),
             ended_with: None,

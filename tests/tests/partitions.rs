@@ -1,0 +1,486 @@
+//! A partitioned stream read by several replicas of one group, each a sidecar process with its
+//! worker: every key's entries are handed out one at a time across the whole group and handled
+//! in stream order, while a replica is paused past its lease, another is SIGKILLed and a
+//! fourth joins mid-run. The handling order
+//! is what Redis ends up holding: each ack writes `RPUSH handled:{p}:<key> <n>` in its delivery's
+//! transaction, so a key's list is the order its entries were handled in, by whichever replica.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::{Client, ListInterface, StreamsInterface};
+use tonic::transport::Channel;
+use window_sidecar::partition;
+use window_sidecar::proto::window_service_client::WindowServiceClient;
+use window_sidecar::proto::{self, OutcomeKind};
+use window_sidecar_harness::*;
+
+const PARTITIONS: u32 = 8;
+const KEYS: usize = 1000;
+const PER_KEY: usize = 3;
+const STREAM: &str = "orders";
+
+/// What every worker saw, in the order it saw it.
+#[derive(Default)]
+struct Book {
+    /// Each key's delivery out right now: (replica, n).
+    out: HashMap<String, (usize, usize)>,
+    /// Each key's deliveries in the order they reached a worker: (replica, n, delivery count).
+    deliveries: HashMap<String, Vec<(usize, usize, u32)>>,
+    /// Deliveries each replica received.
+    per_replica: HashMap<usize, usize>,
+    /// Deliveries that reached a worker while an earlier one of their key was out elsewhere.
+    overlaps: Vec<String>,
+    rejections: usize,
+    /// Streams that ended, with the status they ended with.
+    ended: Vec<(usize, Option<String>)>,
+}
+
+fn open(replica: usize) -> proto::Open {
+    let mut open = atomic(stream_open(STREAM, "g", &format!("w{replica}"), 16))
+        .with_min_idle(Some(Duration::from_secs(30)));
+    if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
+        stream.partitions = PARTITIONS;
+    }
+    open.ordering_key = Some(proto::OrderingKey {
+        source: Some(proto::ordering_key::Source::Field("k".into())),
+    });
+    open
+}
+
+/// A small deterministic generator: the test's choices are the same on every run.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// One replica's worker: takes deliveries until its stream ends, acks most after a random
+/// pause (a few slow), retries one in twenty once, and writes each ack's side effect.
+async fn work(replica: usize, addr: String, book: Arc<Mutex<Book>>) {
+    let mut worker = Worker::open(&addr, open(replica)).await;
+    let mut random = 0x9e37_79b9_7f4a_7c15 ^ (replica as u64 + 1);
+    loop {
+        let read = match worker.next(Duration::from_secs(60)).await {
+            Next::Read(read) => read,
+            Next::Idle | Next::Draining(_) => continue,
+            Next::Ended(status) => {
+                book.lock()
+                    .unwrap()
+                    .ended
+                    .push((replica, status.map(|s| s.to_string())));
+                return;
+            }
+        };
+        let mut batch = proto::Batch::default();
+        {
+            let mut book = book.lock().unwrap();
+            for d in &read.deliveries {
+                let (key, n) = (field(d, "k"), field(d, "n").parse::<usize>().unwrap());
+                if let Some((other, earlier)) = book.out.get(&key) {
+                    let overlap = format!(
+                        "{key}: n={n} reached w{replica} while n={earlier} was out at w{other}"
+                    );
+                    book.overlaps.push(overlap);
+                }
+                book.out.insert(key.clone(), (replica, n));
+                book.deliveries
+                    .entry(key)
+                    .or_default()
+                    .push((replica, n, d.delivery_count));
+                *book.per_replica.entry(replica).or_default() += 1;
+            }
+            book.rejections = book.rejections.max(worker.rejections.len());
+        }
+        for d in &read.deliveries {
+            let roll = next(&mut random) % 100;
+            let pause = match roll {
+                0..=2 => Duration::from_millis(40),
+                _ => Duration::from_micros(roll * 20),
+            };
+            tokio::time::sleep(pause).await;
+            let (key, n) = (field(d, "k"), field(d, "n"));
+            // The key is free for the group the moment this outcome leaves.
+            book.lock().unwrap().out.remove(&key);
+            if roll % 20 == 7 && d.delivery_count == 1 {
+                batch.outcomes.push(outcome(d.slot, OutcomeKind::Retry));
+                continue;
+            }
+            let p = partition::of_key(key.as_bytes(), PARTITIONS);
+            let list = format!("handled:{{{p}}}:{key}");
+            batch.commands.push(command(d.slot, "RPUSH", &[&list, &n]));
+            batch.outcomes.push(outcome(d.slot, OutcomeKind::Ack));
+        }
+        worker.send(batch).await;
+    }
+}
+
+/// Appends each key's entries, a round of keys at a time: the even keys through `Publish`,
+/// which finds each entry's partition by its key, the odd ones with XADD straight to the
+/// partition a producer computes itself (FNV-1a of the key, modulo the partitions).
+async fn produce(redis: &Client, mut sidecar: WindowServiceClient<Channel>) {
+    for n in 0..PER_KEY {
+        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
+            let mut published = Vec::new();
+            for key in chunk {
+                let name = format!("key-{key}");
+                let fields = vec![("k", name.clone()), ("n", n.to_string())];
+                if key % 2 == 0 {
+                    published.push(fields);
+                    continue;
+                }
+                let stream =
+                    partition::stream_key(STREAM, partition::of_key(name.as_bytes(), PARTITIONS));
+                let _: String = redis.xadd(&stream, false, None, "*", fields).await.unwrap();
+            }
+            let ids = publish_to(&mut sidecar, published).await;
+            assert_eq!(ids.len(), chunk.len() / 2, "an id per entry published");
+            // About ten seconds of production: the faults land while entries keep coming.
+            tokio::time::sleep(Duration::from_millis(330)).await;
+        }
+    }
+}
+
+/// Publishes entries to the partitioned stream, each by its field `k`.
+async fn publish_to(
+    sidecar: &mut WindowServiceClient<Channel>,
+    entries: Vec<Vec<(&str, String)>>,
+) -> Vec<String> {
+    let entries = entries
+        .into_iter()
+        .map(|fields| proto::PublishEntry {
+            fields: fields
+                .into_iter()
+                .map(|(name, value)| proto::Field {
+                    name: name.to_owned().into(),
+                    value: value.into(),
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    sidecar
+        .publish(proto::PublishRequest {
+            stream: STREAM.into(),
+            entries,
+            partitions: PARTITIONS,
+            partition_by: Some(proto::OrderingKey {
+                source: Some(proto::ordering_key::Source::Field("k".into())),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("publish")
+        .into_inner()
+        .ids
+}
+
+async fn handled(redis: &Client) -> usize {
+    let mut done = 0;
+    for key in 0..KEYS {
+        let key = format!("key-{key}");
+        let p = partition::of_key(key.as_bytes(), PARTITIONS);
+        let len: usize = redis.llen(format!("handled:{{{p}}}:{key}")).await.unwrap();
+        done += len;
+    }
+    done
+}
+
+/// Done when: with 3 replicas (one paused past its lease a sixth of the way, one SIGKILLed a
+/// third of the way, a fourth joining at two thirds), no key ever has two deliveries out at once across the group, each key's deliveries
+/// follow stream order (a retry again in its place), and every key's entries are handled once
+/// each, in stream order; nothing stays pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_and_a_join() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let flags = ["--consumer-lease", "2s", "--shutdown-grace", "2s"];
+    let book = Arc::new(Mutex::new(Book::default()));
+    let mut sidecars = Vec::new();
+    let mut workers = Vec::new();
+    let mut listens = Vec::new();
+    for replica in 0..3 {
+        let listen = listen_addr();
+        sidecars.push(Some(SidecarProcess::serve(&redis.url(), &listen, &flags)));
+        workers.push(tokio::spawn(work(
+            replica,
+            listen.clone(),
+            Arc::clone(&book),
+        )));
+        listens.push(listen);
+    }
+    let producer = {
+        let redis = redis.client().await;
+        // Through the replica that is neither paused nor killed.
+        let sidecar = connect_client(&listens[0]).await;
+        tokio::spawn(async move { produce(&redis, sidecar).await })
+    };
+    let total = KEYS * PER_KEY;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            handled(&inspect).await >= total / 6
+        })
+        .await,
+        "a sixth of the entries handled; streams ended: {:?}",
+        book.lock().unwrap().ended
+    );
+    // A replica's sidecar is paused past its lease (its worker goes on, its acks queued):
+    // the others take its partitions, and once it runs again it writes nothing it held.
+    let paused = sidecars[1].as_ref().unwrap();
+    paused.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    paused.signal("CONT");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            paused.lines().iter().any(|l| l.contains("lease was lost"))
+        })
+        .await,
+        "the paused replica found its partitions' leases gone: {}",
+        paused.tail(20)
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            handled(&inspect).await >= total / 3
+        })
+        .await,
+        "a third of the entries handled; streams ended: {:?}",
+        book.lock().unwrap().ended
+    );
+    // A replica dies: its worker with it, whatever it held abandoned.
+    workers[2].abort();
+    sidecars[2].take().unwrap().kill9();
+    book.lock()
+        .unwrap()
+        .out
+        .retain(|_, (replica, _)| *replica != 2);
+    let before_join = handled(&inspect).await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            handled(&inspect).await >= 2 * total / 3
+        })
+        .await,
+        "two thirds handled after the kill (at {before_join})"
+    );
+    let listen = listen_addr();
+    sidecars.push(Some(SidecarProcess::serve(&redis.url(), &listen, &flags)));
+    workers.push(tokio::spawn(work(3, listen, Arc::clone(&book))));
+    producer.await.unwrap();
+    let all = eventually(Duration::from_secs(90), || async {
+        handled(&inspect).await >= total
+    })
+    .await;
+    let handled_now = handled(&inspect).await;
+
+    let (overlaps, deliveries, per_replica) = {
+        let book = book.lock().unwrap();
+        (
+            book.overlaps.clone(),
+            book.deliveries.clone(),
+            book.per_replica.clone(),
+        )
+    };
+    let again: usize = deliveries
+        .values()
+        .flatten()
+        .filter(|(_, _, count)| *count > 1)
+        .count();
+    eprintln!(
+        "deliveries per replica {per_replica:?}, {again} delivered again, {} rejections, handled at the kill {before_join}",
+        book.lock().unwrap().rejections
+    );
+    assert!(all, "every entry handled: {handled_now} of {total}");
+    assert!(
+        overlaps.is_empty(),
+        "two of a key's deliveries out at once: {:?}",
+        &overlaps[..overlaps.len().min(5)]
+    );
+    for (key, deliveries) in &deliveries {
+        let mut expected_next = 0;
+        for (replica, n, _) in deliveries {
+            // Each n again (a retry, or an entry abandoned by the killed replica) or the next.
+            assert!(
+                *n + 1 == expected_next || *n == expected_next,
+                "{key}: n={n} at w{replica} out of order: {deliveries:?}"
+            );
+            expected_next = n + 1;
+        }
+    }
+    let expected: Vec<String> = (0..PER_KEY).map(|n| n.to_string()).collect();
+    for key in 0..KEYS {
+        let key = format!("key-{key}");
+        let p = partition::of_key(key.as_bytes(), PARTITIONS);
+        let list: Vec<String> = inspect
+            .lrange(format!("handled:{{{p}}}:{key}"), 0, -1)
+            .await
+            .unwrap();
+        assert_eq!(
+            list, expected,
+            "{key} handled in stream order, each entry once"
+        );
+    }
+    assert!(
+        per_replica.get(&3).copied().unwrap_or(0) > 0,
+        "the replica that joined read partitions: {per_replica:?}"
+    );
+    for p in 0..PARTITIONS {
+        let stream = partition::stream_key(STREAM, p);
+        assert_eq!(
+            pending(&inspect, &stream, "g").await,
+            0,
+            "{stream} has nothing pending"
+        );
+    }
+    for worker in &workers {
+        worker.abort();
+    }
+    for sidecar in sidecars.into_iter().flatten() {
+        sidecar.kill9();
+    }
+}
+
+/// Done when: `Publish` to a partitioned stream writes each entry to its key's partition
+/// (the header named by `partition_by`), in the order given within a key, answers the ids in
+/// the entries' order, and spreads entries without the key over the partitions in turn.
+#[tokio::test]
+async fn publish_routes_each_entry_to_its_keys_partition() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let keys = ["alpha", "beta", "gamma", "delta", "epsilon"];
+    let entries: Vec<proto::PublishEntry> = (0..40)
+        .map(|n| proto::PublishEntry {
+            payload: n.to_string().into(),
+            headers: match n % 8 {
+                // Every eighth entry has no key.
+                7 => Default::default(),
+                i => [("Customer".to_string(), keys[i % keys.len()].to_string())].into(),
+            },
+            ..Default::default()
+        })
+        .collect();
+    let ids = client
+        .publish(proto::PublishRequest {
+            stream: "events".into(),
+            entries,
+            partitions: 4,
+            partition_by: Some(proto::OrderingKey {
+                source: Some(proto::ordering_key::Source::Header("customer".into())),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    assert_eq!(ids.len(), 40);
+    let mut found = HashMap::new();
+    let mut unkeyed_partitions = Vec::new();
+    for p in 0..4 {
+        let stream = partition::stream_key("events", p);
+        let rows: Vec<(String, HashMap<String, String>)> =
+            inspect.xrange(&stream, "-", "+", None).await.unwrap();
+        let mut last_n_of_key: HashMap<String, usize> = HashMap::new();
+        for (id, fields) in rows {
+            let n: usize = fields["_payload"].parse().unwrap();
+            assert_eq!(ids[n], id, "entry {n}'s id answered in its place");
+            match fields.get("h:Customer") {
+                Some(key) => {
+                    assert_eq!(
+                        partition::of_key(key.as_bytes(), 4),
+                        p,
+                        "{key} in its partition"
+                    );
+                    if let Some(before) = last_n_of_key.insert(key.clone(), n) {
+                        assert!(before < n, "{key}'s entries in the order published");
+                    }
+                }
+                None => unkeyed_partitions.push(p),
+            }
+            found.insert(n, p);
+        }
+    }
+    assert_eq!(found.len(), 40, "every entry written once");
+    unkeyed_partitions.sort();
+    // Five unkeyed entries over four partitions, the sidecar's first Publish beginning at 0.
+    assert_eq!(
+        unkeyed_partitions,
+        vec![0, 0, 1, 2, 3],
+        "unkeyed entries take turns"
+    );
+    sidecar.stop().await;
+}
+
+/// Done when: what cannot be partitioned is refused with INVALID_ARGUMENT and a message that
+/// names the setting, at `Publish` and at the open.
+#[tokio::test]
+async fn partitions_out_of_place_are_refused_with_what_to_set() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut client = sidecar.client().await;
+    let entry = proto::PublishEntry {
+        payload: "x".into(),
+        ..Default::default()
+    };
+    let by = Some(proto::OrderingKey {
+        source: Some(proto::ordering_key::Source::Header("k".into())),
+    });
+    let cases = [
+        (
+            proto::PublishRequest {
+                stream: "s".into(),
+                partitions: 4,
+                ..Default::default()
+            },
+            "partitions needs partition_by",
+        ),
+        (
+            proto::PublishRequest {
+                stream: "s".into(),
+                partition_by: by.clone(),
+                ..Default::default()
+            },
+            "partition_by needs partitions",
+        ),
+        (
+            proto::PublishRequest {
+                list: "l".into(),
+                partitions: 4,
+                partition_by: by.clone(),
+                ..Default::default()
+            },
+            "partitions is for streams",
+        ),
+        (
+            proto::PublishRequest {
+                stream: "s".into(),
+                partitions: 5000,
+                partition_by: by.clone(),
+                ..Default::default()
+            },
+            "partitions",
+        ),
+    ];
+    for (mut request, says) in cases {
+        request.entries = vec![entry.clone()];
+        let status = client.publish(request).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(says), "{status:?} says {says:?}");
+    }
+    let mut open = stream_open("s", "g", "w", 4);
+    if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
+        stream.partitions = 2000;
+    }
+    let status = Subscription::open(&mut client, open)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("open.stream.partitions"),
+        "{status:?}"
+    );
+    sidecar.stop().await;
+}
