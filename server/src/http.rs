@@ -105,5 +105,9 @@ async fn subscriptions(
                 .into_response();
         }
     }
-    Json(serde_json::json!({ "subscriptions": endpoint.shared.subscriptions() })).into_response()
+    Json(serde_json::json!({
+        "subscriptions": endpoint.shared.subscriptions(),
+        "partitioned": endpoint.shared.partitioned(),
+    }))
+    .into_response()
 }

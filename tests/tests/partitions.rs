@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::prelude::{Client, ListInterface, StreamsInterface};
+use fred::prelude::{Client, KeysInterface, ListInterface, StreamsInterface};
 use tonic::transport::Channel;
 use window_sidecar::partition;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
@@ -188,6 +188,81 @@ async fn handled(redis: &Client) -> usize {
     done
 }
 
+/// What replica 0 shows its operator once the group has settled (replicas 0, 1 and 3 live):
+/// the partitions it reads, each a subscription named for its partition, the live members,
+/// and the same count and its hand-over times in the metrics.
+async fn operator_view(metrics: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (view, settled) = loop {
+        let view: serde_json::Value =
+            serde_json::from_str(&ok_body(metrics, "/subscriptions").await).unwrap();
+        let member = &view["partitioned"][0];
+        let settled = member["members"].as_array().map(Vec::len) == Some(3)
+            && member["waiting"].as_array().is_some_and(Vec::is_empty)
+            && member["leaving"].as_array().is_some_and(Vec::is_empty);
+        if settled || tokio::time::Instant::now() >= deadline {
+            break (view, settled);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let member = &view["partitioned"][0];
+    assert!(
+        settled,
+        "replica 0 sees three members and no hand-over: {view:#}"
+    );
+    assert_eq!(member["member"], "w0");
+    assert_eq!(member["partitions"], PARTITIONS);
+    let reading: Vec<u64> = member["reading"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert!(
+        (2..=3).contains(&reading.len()),
+        "8 partitions over 3 replicas: {reading:?}"
+    );
+    let mut read: Vec<u64> = view["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| {
+            let partition = &s["partition"];
+            assert_eq!(
+                s["consumer"],
+                format!("partition-{}", partition["partition"])
+            );
+            assert_eq!(s["key"], format!("orders:{{{}}}", partition["partition"]));
+            partition["partition"].as_u64()
+        })
+        .collect();
+    read.sort_unstable();
+    assert_eq!(read, reading, "a subscription per partition read");
+    let exposition = scrape(metrics).await;
+    let labels = r#"{key="orders",group="g"}"#;
+    assert_eq!(
+        sample(
+            &exposition,
+            &format!("window_sidecar_partitions_read{labels}")
+        ),
+        reading.len() as f64
+    );
+    assert_eq!(
+        sample(
+            &exposition,
+            &format!("window_sidecar_partitions_waiting{labels}")
+        ),
+        0.0
+    );
+    assert!(
+        sample(
+            &exposition,
+            &format!("window_sidecar_partition_handover_seconds_count{labels}")
+        ) >= reading.len() as f64,
+        "every partition read came by a hand-over: {exposition}"
+    );
+}
+
 /// Done when: with 3 replicas (one paused past its lease a sixth of the way, one SIGKILLed a
 /// third of the way, a fourth joining at two thirds), no key ever has two deliveries out at once across the group, each key's deliveries
 /// follow stream order (a retry again in its place), and every key's entries are handled once
@@ -201,8 +276,13 @@ async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_an
     let mut sidecars = Vec::new();
     let mut workers = Vec::new();
     let mut listens = Vec::new();
+    let metrics = listen_addr();
     for replica in 0..3 {
         let listen = listen_addr();
+        let mut flags = flags.to_vec();
+        if replica == 0 {
+            flags.extend(["--metrics-listen", &metrics]);
+        }
         sidecars.push(Some(SidecarProcess::serve(&redis.url(), &listen, &flags)));
         workers.push(tokio::spawn(work(
             replica,
@@ -324,6 +404,24 @@ async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_an
         per_replica.get(&3).copied().unwrap_or(0) > 0,
         "the replica that joined read partitions: {per_replica:?}"
     );
+    operator_view(&metrics).await;
+    // How long partitions waited to be read once they were a replica's, for the record.
+    let mut waits: Vec<u64> = sidecars
+        .iter()
+        .flatten()
+        .flat_map(|s| s.lines())
+        .filter(|l| l.contains("reading the partition"))
+        .filter_map(|l| {
+            l.split("waited_ms=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    waits.sort_unstable();
+    eprintln!("partitions read after waiting (ms): {waits:?}");
     for p in 0..PARTITIONS {
         let stream = partition::stream_key(STREAM, p);
         assert_eq!(
@@ -482,5 +580,192 @@ async fn partitions_out_of_place_are_refused_with_what_to_set() {
         status.message().contains("open.stream.partitions"),
         "{status:?}"
     );
+    sidecar.stop().await;
+}
+
+/// A replica's worker on a sidecar of its own: opened on the partitioned stream "orders" of
+/// group "g", unordered, as consumer `name`.
+async fn replica(sidecar: &Sidecar, name: &str, partitions: u32) -> Worker {
+    let mut open = stream_open(STREAM, "g", name, 16);
+    if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
+        stream.partitions = partitions;
+    }
+    Worker::open(&sidecar.addr.to_string(), open).await
+}
+
+/// Appends `n` entries to each partition, straight to its stream.
+async fn fill(redis: &Client, partitions: u32, n: usize, tag: &str) {
+    for p in 0..partitions {
+        for i in 0..n {
+            let _: String = redis
+                .xadd(
+                    partition::stream_key(STREAM, p),
+                    false,
+                    None,
+                    "*",
+                    vec![("v", format!("{tag}-{p}-{i}"))],
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Acks whatever `worker` gets within `wait`; returns the values.
+async fn take(worker: &mut Worker, wait: Duration) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut got = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(tokio::time::Instant::now()) {
+        if let Next::Read(read) = worker.next(left).await {
+            got.extend(read.deliveries.iter().map(|d| field(d, "v")));
+            worker.ack(&read.deliveries).await;
+        }
+    }
+    got
+}
+
+/// Done when: a replica whose client closes frees its partitions at once (its leases freed,
+/// its membership left), so the other reads them within a renewal, long before the 10 s lease
+/// would have expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_leaves_hands_its_partitions_over_at_once() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let (a, b) = (
+        Sidecar::start(&redis.url(), &["--consumer-lease", "9s"]).await,
+        Sidecar::start(&redis.url(), &["--consumer-lease", "9s"]).await,
+    );
+    let mut first = replica(&a, "w1", 4).await;
+    let mut second = replica(&b, "w2", 4).await;
+    // Both replicas read once the first has handed the second its share, at its next
+    // renewal (3 s): entries keep coming until the second has some.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(12);
+    let mut second_got = 0;
+    let mut round = 0;
+    while second_got == 0 && tokio::time::Instant::now() < deadline {
+        fill(&inspect, 4, 1, &format!("before{round}")).await;
+        round += 1;
+        let (_, got) = tokio::join!(
+            take(&mut first, Duration::from_millis(500)),
+            take(&mut second, Duration::from_millis(500))
+        );
+        second_got += got.len();
+    }
+    assert!(second_got > 0, "the second replica reads its share");
+    second.close();
+    assert!(matches!(
+        second.next(Duration::from_secs(5)).await,
+        Next::Ended(None)
+    ));
+    let left = tokio::time::Instant::now();
+    fill(&inspect, 4, 5, "after").await;
+    let mut got = Vec::new();
+    while got.len() < 20 && left.elapsed() < Duration::from_secs(8) {
+        got.extend(take(&mut first, Duration::from_millis(500)).await);
+    }
+    assert_eq!(
+        got.len(),
+        20,
+        "every partition read by the one left: {got:?}"
+    );
+    assert!(
+        left.elapsed() < Duration::from_secs(8),
+        "within a renewal of the other's leaving, not the lease's 9 s"
+    );
+    first.close();
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Done when: a partition handed over while its delivery is still out abandons it after the
+/// drain: the new owner delivers the entry again, and the outcome the old one sends later is
+/// answered ALREADY_SETTLED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_of_a_partition_handed_over_is_answered_already_settled() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let flags = ["--consumer-lease", "2s"];
+    let (a, b) = (
+        Sidecar::start(&redis.url(), &flags).await,
+        Sidecar::start(&redis.url(), &flags).await,
+    );
+    let mut first = replica(&a, "w1", 2).await;
+    fill(&inspect, 2, 1, "held").await;
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        match first.next(Duration::from_secs(5)).await {
+            Next::Read(read) => held.extend(read.deliveries),
+            other => panic!("the first replica reads both partitions: {other:?}"),
+        }
+    }
+    let mut second = replica(&b, "w2", 2).await;
+    // The second takes its partition once the first's drain (2 s) gives up on the delivery.
+    let moved = match second.next(Duration::from_secs(10)).await {
+        Next::Read(read) => read.deliveries,
+        other => panic!("the second replica reads the partition handed over: {other:?}"),
+    };
+    assert_eq!(moved.len(), 1);
+    assert_eq!(
+        moved[0].delivery_count, 2,
+        "delivered again by its new owner"
+    );
+    second.ack(&moved).await;
+    first.ack(&held).await;
+    let stale = held
+        .iter()
+        .find(|d| field(d, "v") == field(&moved[0], "v"))
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while first.rejections.is_empty() && tokio::time::Instant::now() < deadline {
+        first.next(Duration::from_millis(200)).await;
+    }
+    assert_eq!(first.rejections.len(), 1, "{:?}", first.rejections);
+    assert_eq!(first.rejections[0].slot, stale.slot);
+    assert_eq!(
+        first.rejections[0].reason,
+        proto::RejectionReason::AlreadySettled as i32
+    );
+    for p in 0..2 {
+        let stream = partition::stream_key(STREAM, p);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                pending(&inspect, &stream, "g").await == 0
+            })
+            .await,
+            "{stream}: both entries acked, once each"
+        );
+    }
+    first.close();
+    second.close();
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Done when: a replica whose membership Redis refuses to write (the members key holds a
+/// string) still reads, as if alone: the partitions' leases are what keep replicas apart.
+#[tokio::test]
+async fn a_replica_reads_on_when_redis_refuses_its_membership() {
+    let redis = RedisServer::start();
+    let inspect: Client = redis.client().await;
+    let _: () = inspect
+        .set(
+            "{orders}:window:members:g",
+            "not a sorted set",
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let mut worker = replica(&sidecar, "w1", 3).await;
+    fill(&inspect, 3, 2, "x").await;
+    let mut got = Vec::new();
+    while got.len() < 6 {
+        let more = take(&mut worker, Duration::from_secs(2)).await;
+        assert!(!more.is_empty(), "reads every partition: {got:?}");
+        got.extend(more);
+    }
+    worker.close();
     sidecar.stop().await;
 }

@@ -20,6 +20,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+/// 10 ms to about three minutes: a hand-over waits for a drain or a lease's lifetime.
+fn handover_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 15))
+}
+
 fn size_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 14))
 }
@@ -48,6 +53,11 @@ pub struct Metrics {
     pub waiting_for_key: Family<SubscriptionLabels, Gauge>,
     pub delay_set_entries: Family<KeyLabels, Gauge>,
     pub group_pending: Family<GroupLabels, Gauge>,
+    /// Partitions of a partitioned stream this sidecar reads now, and those it waits for (a
+    /// hand-over in: the previous owner draining, or its lease running out).
+    pub partitions_read: Family<GroupLabels, Gauge>,
+    pub partitions_waiting: Family<GroupLabels, Gauge>,
+    pub partition_handover: Family<GroupLabels, Histogram, fn() -> Histogram>,
     pub group_lag: Family<GroupLabels, Gauge>,
     pub list_entries: Family<KeyLabels, Gauge>,
     pub list_processing: Family<KeyLabels, Gauge>,
@@ -96,6 +106,9 @@ impl Metrics {
             waiting_for_key: Family::default(),
             delay_set_entries: Family::default(),
             group_pending: Family::default(),
+            partitions_read: Family::default(),
+            partitions_waiting: Family::default(),
+            partition_handover: Family::new_with_constructor(handover_histogram),
             list_entries: Family::default(),
             list_processing: Family::default(),
             group_lag: Family::default(),
@@ -195,6 +208,22 @@ impl Metrics {
             "delay_set_entries",
             "Entries waiting in a delay set for their retry_after",
             m.delay_set_entries.clone(),
+        );
+        r.register(
+            "partitions_read",
+            "Partitions of a partitioned stream this sidecar reads now",
+            m.partitions_read.clone(),
+        );
+        r.register(
+            "partitions_waiting",
+            "Partitions of a partitioned stream that are this sidecar's and wait for their lease: hand-overs under way",
+            m.partitions_waiting.clone(),
+        );
+        r.register_with_unit(
+            "partition_handover",
+            "From a partition becoming this sidecar's to its reading it (the previous owner drains, or its lease runs out)",
+            Unit::Seconds,
+            m.partition_handover.clone(),
         );
         r.register(
             "group_pending_entries",

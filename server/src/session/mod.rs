@@ -24,7 +24,7 @@ pub use messages::{
     ClientBatch, ClientMessage, Event, Inbound, InboundError, OpenRequest, Opened, SessionError,
     SettleRequest,
 };
-pub use observe::SubscriptionView;
+pub use observe::{MemberView, SubscriptionView, Waiting};
 pub use shared::{Settings, Shared};
 // For the subscription's parts, which name them through this module.
 use messages::Outbound;

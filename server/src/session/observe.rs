@@ -61,6 +61,33 @@ pub struct PartitionView {
     pub subscription: String,
 }
 
+/// A partitioned stream's subscription as the admin endpoint shows it: the replica, the
+/// partitions it reads, and the hand-overs under way in and out.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemberView {
+    pub id: String,
+    pub stream: String,
+    pub group: String,
+    /// This replica's name (its consumer name).
+    pub member: String,
+    pub partitions: u32,
+    /// The live members at the last renewal, this one among them.
+    pub members: Vec<String>,
+    /// Partitions read now (each a subscription of its own in `subscriptions`).
+    pub reading: Vec<u32>,
+    /// Partitions that are this replica's and wait for their lease: a hand-over coming in.
+    pub waiting: Vec<Waiting>,
+    /// Partitions handed over and draining: a hand-over going out.
+    pub leaving: Vec<u32>,
+}
+
+/// A partition waiting for its lease, and for how long so far.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Waiting {
+    pub partition: u32,
+    pub waiting_ms: u64,
+}
+
 /// A subscription's counters since it opened.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Counters {

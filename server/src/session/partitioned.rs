@@ -19,18 +19,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::observe::PartitionView;
+use super::observe::{MemberView, PartitionView, Waiting};
 use super::subscription::{Placement, Subscription};
 use super::{
     ClientBatch, ClientMessage, Event, Inbound, InboundError, OpenRequest, Opened, Outbound,
     Release, SessionError, Shared, take_consumer,
 };
 use crate::domain::{Source, StreamSource};
+use crate::metrics::GroupLabels;
 use crate::partition::{self, assign};
 use crate::redis::RedisError;
 use crate::redis::members::Membership;
@@ -201,7 +204,9 @@ impl Member {
             if (self.stop.is_cancelled() || self.closing) && self.parts.is_empty() {
                 break;
             }
+            self.publish_view();
         }
+        self.shared.members.lock().remove(&self.id);
         if let Err(err) = self.membership.leave(self.shared.redis.pool()).await {
             debug!(error = %err, "could not leave the partitioned stream's members; the membership expires by itself");
         }
@@ -214,12 +219,10 @@ impl Member {
         match self.membership.renew(self.shared.redis.pool()).await {
             Ok(members) => self.members = members,
             // The partitions' leases, not the membership, keep replicas apart: read on with
-            // the last view and try again at the next renewal.
+            // the last view and try again at the next renewal. A replica that never saw the
+            // members reads as if alone: the leases let it have only what nobody else reads.
             Err(err) => {
                 warn!(error = %self.shared.redis.explain(err), "could not renew this replica's membership of the partitioned stream; reading on with the members last seen");
-                if self.members.is_empty() {
-                    return;
-                }
             }
         }
         if !self.members.contains(&self.stream.consumer) {
@@ -288,6 +291,7 @@ impl Member {
         let span = info_span!("partition", partition, number);
         tokio::spawn(task.run(inbound_rx).instrument(span));
         self.numbers.insert(number, partition);
+        self.gauges().1.inc();
         self.parts.insert(
             partition,
             Part {
@@ -325,25 +329,71 @@ impl Member {
                     .filter(|p| p.number == number)
                     && let Some(since) = part.wanted_since.take()
                 {
+                    let waited = since.elapsed();
                     info!(
                         partition,
-                        waited_ms = since.elapsed().as_millis() as u64,
+                        waited_ms = waited.as_millis() as u64,
                         "reading the partition"
                     );
+                    let (read, waiting, handover) = self.gauges();
+                    waiting.dec();
+                    read.inc();
+                    handover.observe(waited.as_secs_f64());
                 }
             }
             PartEvent::Ended { partition, number } => {
                 self.numbers.remove(&number);
-                if self
-                    .parts
-                    .get(&partition)
-                    .is_some_and(|p| p.number == number)
-                {
+                if let Some(part) = self.parts.get(&partition).filter(|p| p.number == number) {
+                    let (read, waiting, _) = self.gauges();
+                    match part.wanted_since {
+                        Some(_) => waiting.dec(),
+                        None => read.dec(),
+                    };
                     self.parts.remove(&partition);
                     debug!(partition, "partition closed");
                 }
             }
         }
+    }
+
+    /// This stream's series: partitions read, partitions waiting, hand-over times.
+    fn gauges(&self) -> (Gauge, Gauge, Histogram) {
+        let metrics = &self.shared.metrics;
+        let labels = GroupLabels {
+            key: self.stream.key.clone(),
+            group: self.stream.group.clone(),
+        };
+        (
+            metrics.partitions_read.get_or_create(&labels).clone(),
+            metrics.partitions_waiting.get_or_create(&labels).clone(),
+            metrics.partition_handover.get_or_create(&labels).clone(),
+        )
+    }
+
+    fn publish_view(&self) {
+        let mut view = MemberView {
+            id: self.id.clone(),
+            stream: self.stream.key.clone(),
+            group: self.stream.group.clone(),
+            member: self.stream.consumer.clone(),
+            partitions: self.open.partitions,
+            members: self.members.clone(),
+            ..Default::default()
+        };
+        for (partition, part) in &self.parts {
+            match (part.leaving, part.wanted_since) {
+                (true, _) => view.leaving.push(*partition),
+                (false, Some(since)) => view.waiting.push(Waiting {
+                    partition: *partition,
+                    waiting_ms: since.elapsed().as_millis() as u64,
+                }),
+                (false, None) => view.reading.push(*partition),
+            }
+        }
+        view.reading.sort_unstable();
+        view.leaving.sort_unstable();
+        view.waiting.sort_unstable_by_key(|w| w.partition);
+        self.shared.members.lock().insert(self.id.clone(), view);
     }
 
     /// Splits a client batch by the partition of each slot.

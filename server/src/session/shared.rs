@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::messages::SessionError;
-use super::observe::SubscriptionView;
+use super::observe::{MemberView, SubscriptionView};
 use super::retention::Retention;
 use super::sampler::Watched;
 use crate::domain::{MAX_BLOCK, Source};
@@ -72,6 +72,8 @@ pub struct Shared {
     pub(super) consumers: Mutex<HashMap<Claim, bool>>,
     /// The admin view of every open subscription, by id.
     pub(super) views: Mutex<BTreeMap<String, SubscriptionView>>,
+    /// The admin view of every partitioned stream's subscription (a replica), by id.
+    pub(super) members: Mutex<BTreeMap<String, MemberView>>,
     /// Which arguments are keys and the categories of each command: loaded once, when the
     /// first subscription opens, to apply the policy and (on a cluster) route by slot.
     key_specs: tokio::sync::OnceCell<Arc<KeySpecs>>,
@@ -93,6 +95,7 @@ impl Shared {
             next_id: AtomicU64::new(1),
             consumers: Mutex::new(HashMap::new()),
             views: Mutex::new(BTreeMap::new()),
+            members: Mutex::new(BTreeMap::new()),
             key_specs: tokio::sync::OnceCell::new(),
             server: std::sync::OnceLock::new(),
         }
@@ -142,6 +145,12 @@ impl Shared {
     /// The admin view of every open subscription.
     pub fn subscriptions(&self) -> Vec<SubscriptionView> {
         self.views.lock().values().cloned().collect()
+    }
+
+    /// The admin view of every partitioned stream's subscription: which partitions it reads,
+    /// and the hand-overs under way.
+    pub fn partitioned(&self) -> Vec<MemberView> {
+        self.members.lock().values().cloned().collect()
     }
 }
 
