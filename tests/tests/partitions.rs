@@ -405,6 +405,20 @@ async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_an
         "the replica that joined read partitions: {per_replica:?}"
     );
     operator_view(&metrics).await;
+    // The first replica read every partition alone, then handed the others their shares.
+    let logged = sidecars[0].as_ref().unwrap().lines();
+    for said in [
+        "partitioned subscription opened partitions=8 member=w0",
+        "handing the partition over partition=",
+        "partition handed over: waiting for outstanding outcomes",
+        "reading the partition partition=",
+        ":partition{partition=",
+    ] {
+        assert!(
+            logged.iter().any(|l| l.contains(said)),
+            "replica 0 logged {said:?}"
+        );
+    }
     // How long partitions waited to be read once they were a replica's, for the record.
     let mut waits: Vec<u64> = sidecars
         .iter()
@@ -742,7 +756,8 @@ async fn a_slot_of_a_partition_handed_over_is_answered_already_settled() {
 }
 
 /// Done when: a replica whose membership Redis refuses to write (the members key holds a
-/// string) still reads, as if alone: the partitions' leases are what keep replicas apart.
+/// string) still reads, as if alone (the partitions' leases are what keep replicas apart), and
+/// its log says why.
 #[tokio::test]
 async fn a_replica_reads_on_when_redis_refuses_its_membership() {
     let redis = RedisServer::start();
@@ -757,8 +772,13 @@ async fn a_replica_reads_on_when_redis_refuses_its_membership() {
         )
         .await
         .unwrap();
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
-    let mut worker = replica(&sidecar, "w1", 3).await;
+    let listen = listen_addr();
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &[]);
+    let mut open = stream_open(STREAM, "g", "w1", 16);
+    if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
+        stream.partitions = 3;
+    }
+    let mut worker = Worker::open(&listen, open).await;
     fill(&inspect, 3, 2, "x").await;
     let mut got = Vec::new();
     while got.len() < 6 {
@@ -766,6 +786,8 @@ async fn a_replica_reads_on_when_redis_refuses_its_membership() {
         assert!(!more.is_empty(), "reads every partition: {got:?}");
         got.extend(more);
     }
+    let said = sidecar.wait_for("could not renew this replica's membership");
+    assert!(said.contains("WRONGTYPE"), "{said}");
     worker.close();
-    sidecar.stop().await;
+    sidecar.kill9();
 }
