@@ -264,13 +264,45 @@ async fn operator_view(metrics: &str) {
 }
 
 /// Done when: with 3 replicas (one paused past its lease a sixth of the way, one SIGKILLed a
-/// third of the way, a fourth joining at two thirds), no key ever has two deliveries out at once across the group, each key's deliveries
-/// follow stream order (a retry again in its place), and every key's entries are handled once
-/// each, in stream order; nothing stays pending.
+/// third of the way, a fourth joining at two thirds), no key ever has two deliveries out at
+/// once across the group, each key's deliveries follow stream order (a retry again in its
+/// place), and every key's entries are handled once each, in stream order; nothing stays
+/// pending. On one Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_and_a_join() {
     let redis = RedisServer::start();
-    let inspect: Client = redis.client().await;
+    replicas_through_faults(&redis.url(), redis.client().await).await;
+}
+
+/// Done when: the same on a 3-primary cluster, the partitions spread over its slots, each
+/// delivery's side effect in its partition's slot (atomic mode), and Redis's work spread over
+/// every primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_replicas_hand_out_each_key_in_stream_order_through_a_kill_and_a_join() {
+    let cluster = RedisCluster::start(3, 0);
+    let primaries = cluster.primaries();
+    let before = xreadgroup_calls(&primaries).await;
+    replicas_through_faults(&cluster.url(), cluster.client().await).await;
+    let after = xreadgroup_calls(&primaries).await;
+    for ((port, was), now) in primaries.iter().zip(before).zip(after) {
+        assert!(
+            now > was,
+            "primary {port} served reads of its partitions: {was} -> {now}"
+        );
+    }
+}
+
+/// XREADGROUP calls each primary has served (INFO commandstats).
+async fn xreadgroup_calls(ports: &[u16]) -> Vec<u64> {
+    let mut calls = Vec::new();
+    for port in ports {
+        let node = connect(&format!("redis://127.0.0.1:{port}")).await;
+        calls.push(command_calls(&node, "xreadgroup").await);
+    }
+    calls
+}
+
+async fn replicas_through_faults(url: &str, inspect: Client) {
     let flags = ["--consumer-lease", "2s", "--shutdown-grace", "2s"];
     let book = Arc::new(Mutex::new(Book::default()));
     let mut sidecars = Vec::new();
@@ -283,7 +315,7 @@ async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_an
         if replica == 0 {
             flags.extend(["--metrics-listen", &metrics]);
         }
-        sidecars.push(Some(SidecarProcess::serve(&redis.url(), &listen, &flags)));
+        sidecars.push(Some(SidecarProcess::serve(url, &listen, &flags)));
         workers.push(tokio::spawn(work(
             replica,
             listen.clone(),
@@ -292,7 +324,7 @@ async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_an
         listens.push(listen);
     }
     let producer = {
-        let redis = redis.client().await;
+        let redis = inspect.clone();
         // Through the replica that is neither paused nor killed.
         let sidecar = connect_client(&listens[0]).await;
         tokio::spawn(async move { produce(&redis, sidecar).await })
@@ -344,7 +376,7 @@ async fn replicas_of_a_group_hand_out_each_key_in_stream_order_through_a_kill_an
         "two thirds handled after the kill (at {before_join})"
     );
     let listen = listen_addr();
-    sidecars.push(Some(SidecarProcess::serve(&redis.url(), &listen, &flags)));
+    sidecars.push(Some(SidecarProcess::serve(url, &listen, &flags)));
     workers.push(tokio::spawn(work(3, listen, Arc::clone(&book))));
     producer.await.unwrap();
     let all = eventually(Duration::from_secs(90), || async {
