@@ -10,9 +10,9 @@
 #    checks that the build wrote nothing into the checkout, that both carry the LICENSE and pass
 #    `twine check`, installs the wheel with its `otel` extra into a fresh virtualenv in the work
 #    directory and copies producer.py and worker.py to a directory of their own there: every
-#    program below runs from it, with that virtualenv's python, on the installed package; the
-#    unit tests (tests/test_*.py) run the same way; builds the sidecar when WINDOW_SIDECAR_BIN
-#    is missing;
+#    program below runs from it, with that virtualenv's python, on the installed package;
+#    builds the sidecar when WINDOW_SIDECAR_BIN is missing; the unit tests (tests/test_*.py)
+#    run the same way (one starts a redis-server and that sidecar of its own);
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done, with OpenTelemetry hidden (the helper
 #    must work unchanged without it); asserts the Redis end state of ../orders.json;
@@ -109,15 +109,17 @@ check "the programs import the installed package" \
 check "the package declares grpcio, protobuf, redis and the otel extra" \
   "$("$vpy" -c 'import importlib.metadata as m, re; print(sorted({re.split(r"[ <>=!~;\[]", r)[0] for r in m.requires("window-sidecar-client")}))')" \
   "['grpcio', 'opentelemetry-api', 'protobuf', 'redis']"
+# Before the unit tests: one of them runs its own redis-server and sidecar.
+ensure_sidecar
+require_cmds "apt-get install redis-server" redis-server redis-cli
 log "unit tests (tests/test_*.py, on the installed package)"
-if (cd "$app" && "$vpy" -m unittest discover -s "$here/tests" -v) >"$work/unit.log" 2>&1; then
+if (cd "$app" && WINDOW_SIDECAR_BIN="$sidecar_bin" "$vpy" -m unittest discover -s "$here/tests" -v) \
+  >"$work/unit.log" 2>&1; then
   pass "unit tests: $(grep -E '^Ran [0-9]+ tests' "$work/unit.log")"
 else
   cat "$work/unit.log"
   fail "unit tests"
 fi
-ensure_sidecar
-require_cmds "apt-get install redis-server" redis-server redis-cli
 
 # ---- 2. redis-server and the sidecar ------------------------------------------------------
 start_redis

@@ -82,7 +82,7 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     if form == "stream":
         return client.subscribe(
             open_["key"], open_["group"], consumer=open_.get("consumer", ""),
-            start_id=open_.get("start_id", ""), **options,
+            start_id=open_.get("start_id", ""), partitions=open_.get("partitions", 0), **options,
         )
     if form == "reliable_list":
         return client.subscribe_reliable_list(
@@ -98,12 +98,18 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
 async def publish(client: WindowClient, scenario: Dict[str, Any],
                   entries: List[Dict[str, Any]]) -> None:
     """Publishes to the form's target, with the scenario's `publish_timeout_ms` as the call's
-    ``timeout`` (the client's default when absent)."""
+    ``timeout`` (the client's default when absent); to a stream's partitions by key with
+    `publish_partitions`."""
     form, key = scenario["open"]["form"], scenario["open"]["key"]
     options: Dict[str, Any] = {}
     if "publish_timeout_ms" in scenario:
         options["timeout"] = scenario["publish_timeout_ms"] / 1000
     if form == "stream":
+        by = scenario.get("publish_partitions")
+        if by:
+            options["partitions"] = by["partitions"]
+            options["partition_header"] = by.get("header")
+            options["partition_field"] = by.get("field")
         await client.publish(key, entries, **options)
     elif form in ("reliable_list", "simple_list"):
         await client.publish_list(key, entries, **options)

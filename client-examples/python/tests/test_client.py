@@ -530,6 +530,82 @@ class Options(unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(ValueError):
                 client.subscribe("orders", "g", ordering_header="a", ordering_field="b")
 
+    async def test_partitions(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            self.assertEqual(client.subscribe("orders", "g")._open.stream.partitions, 0)
+            o = client.subscribe("orders", "g", consumer="w1", partitions=4,
+                                 ordering_header="k")._open
+            self.assertEqual((o.stream.key, o.stream.consumer, o.stream.partitions,
+                              o.ordering_key.header), ("orders", "w1", 4, "k"))
+            with self.assertRaises(ValueError) as err:
+                client.subscribe("orders", "g", partitions=-1)
+            self.assertEqual(str(err.exception), "partitions is how many partitions the stream "
+                                                 "has (0: the stream itself), not -1")
+            # Only a stream is partitioned: the other forms have no such option.
+            with self.assertRaises(TypeError):
+                client.subscribe_reliable_list("jobs", partitions=4)
+            with self.assertRaises(TypeError):
+                client.subscribe_list("q", partitions=4)
+
+    async def test_a_partitioned_streams_reads_fill_a_window_per_partition(self) -> None:
+        # The replica reads each of its partitions within max_in_flight of that partition's.
+        def read(sub: Subscription) -> None:
+            st = _Stream(1, call=None)
+            st.opened = pb.Opened(max_in_flight=2)
+            sub._stream = st
+            sub._read(st, pb.Read(read_id=1, deliveries=[
+                pb.Delivery(slot=n, entry_id=f"{n}-0", payload=b"x", delivery_count=1)
+                for n in range(1, 6)]))
+
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            with self.assertNoLogs("window_client", level="WARNING"):
+                read(client.subscribe("orders", "g", partitions=4))
+            with self.assertLogs("window_client", level="WARNING") as logs:
+                read(client.subscribe("orders", "g"))
+            self.assertIn("more than max_in_flight 2", logs.output[0])
+
+    async def test_publish_by_partition(self) -> None:
+        sent: List[pb.PublishRequest] = []
+
+        async def unary(method: Any, request: Any, timeout: float, call: str = "") -> Any:
+            sent.append(request)
+            return pb.PublishResponse(ids=["1-0"])
+
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            with mock.patch.object(client, "_unary", unary):
+                await client.publish("orders", [b"x"], partitions=4, partition_header="k",
+                                     max_len=100)
+                await client.publish("orders", [b"x"], partitions=8,
+                                     partition_field="customer_id")
+                await client.publish("orders", [b"x"])
+                for kwargs, message in (
+                    ({"partitions": 4}, "^partitions needs partition_header or "
+                                        "partition_field: where each entry's key is"),
+                    ({"partition_header": "k"}, "^partition_header needs partitions: how many "
+                                                "partitions the stream has"),
+                    ({"partition_field": "f"}, "^partition_field needs partitions"),
+                    ({"partitions": 4, "partition_header": "k", "partition_field": "f"},
+                     "^partition_header and partition_field: one partition key, not both$"),
+                    ({"partitions": -1, "partition_header": "k"}, "^partitions is how many"),
+                ):
+                    with self.subTest(**kwargs), self.assertRaisesRegex(ValueError, message):
+                        await client.publish("orders", [b"x"], **kwargs)
+                # Lists and channels are not partitioned: their calls have no such options.
+                with self.assertRaises(TypeError):
+                    await client.publish_list(  # type: ignore[call-arg]
+                        "jobs", [b"x"], partitions=4, partition_header="k")
+                with self.assertRaises(TypeError):
+                    await client.publish_channel(  # type: ignore[call-arg]
+                        "news", [b"x"], partitions=4, partition_header="k")
+        by_header, by_field, plain = sent  # nothing refused was sent
+        self.assertEqual((by_header.stream, by_header.partitions, by_header.max_len,
+                          by_header.partition_by.WhichOneof("source"),
+                          by_header.partition_by.header), ("orders", 4, 100, "header", "k"))
+        self.assertEqual((by_field.partitions, by_field.partition_by.WhichOneof("source"),
+                          by_field.partition_by.field), (8, "field", "customer_id"))
+        self.assertEqual(plain.partitions, 0)
+        self.assertFalse(plain.HasField("partition_by"))
+
     async def test_bearer_token_from_the_environment(self) -> None:
         with mock.patch.dict(os.environ, {TOKEN_ENV: "s3cret"}):
             async with WindowClient("127.0.0.1:1") as client:

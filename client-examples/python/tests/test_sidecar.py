@@ -10,14 +10,17 @@ against the installed package:
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 from unittest import mock
 
 import grpc
+import redis
 
 import window_client
 from window_client import (
@@ -908,6 +911,23 @@ class Synchronous(unittest.TestCase):
                          [("s", "", ""), ("", "c", ""), ("", "", "l")])
         self.assertEqual(self.fake.metadata[0]["authorization"], "Bearer t")
 
+    def test_a_partitioned_stream(self) -> None:
+        import window_client as sync
+
+        target = self.start([serve_until_closed])
+        with sync.WindowClient(target, token="") as client:
+            client.publish("s", [{"payload": "x", "headers": {"k": "a"}}], partitions=4,
+                           partition_header="k")
+            with self.assertRaisesRegex(ValueError, "partitions needs partition_header"):
+                client.publish("s", ["x"], partitions=4)
+            with client.subscribe("s", "g", partitions=4, ordering_header="k") as sub:
+                sub.wait_opened(5)
+        [p] = self.fake.publishes
+        self.assertEqual((p.stream, p.partitions, p.partition_by.header), ("s", 4, "k"))
+        [o] = self.fake.opens
+        self.assertEqual((o.stream.key, o.stream.partitions, o.ordering_key.header),
+                         ("s", 4, "k"))
+
     def test_batches(self) -> None:
         import window_client as sync
 
@@ -981,6 +1001,162 @@ class Synchronous(unittest.TestCase):
         self.assertEqual([(o.slot, o.kind, o.reason) for o in self.batch.outcomes],
                          [(1, pb.OUTCOME_KIND_ACK, ""),
                           (2, pb.OUTCOME_KIND_RETRY_AFTER, "handler failed: ValueError('bad')")])
+
+
+# ---- against a real sidecar -------------------------------------------------------------------
+
+#: The sidecar binary: WINDOW_SIDECAR_BIN, or the one cargo builds in this repository.
+SIDECAR_BIN = os.environ.get("WINDOW_SIDECAR_BIN") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "target", "debug",
+    "window-sidecar",
+)
+HAVE_SIDECAR = os.access(SIDECAR_BIN, os.X_OK) and shutil.which("redis-server") is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _fnv1a32(data: bytes) -> int:
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+@unittest.skipUnless(HAVE_SIDECAR, "needs redis-server and the sidecar (WINDOW_SIDECAR_BIN)")
+class RealSidecar(unittest.IsolatedAsyncioTestCase):
+    """A redis-server and the sidecar of WINDOW_SIDECAR_BIN, each on a free port of its own,
+    for what only the real sidecar does."""
+
+    def setUp(self) -> None:
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        redis_port = _free_port()
+        self.spawn("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", self.dir])
+        self.redis = redis.Redis(port=redis_port, decode_responses=True)
+        self.addCleanup(self.redis.close)
+        self.wait_for("redis", self.redis.ping)
+        port = _free_port()
+        self.target = f"127.0.0.1:{port}"
+        # --consumer-lease 2s: the replicas of a partitioned stream renew their membership
+        # every third of it, so that partitions move to a newcomer within a second or two.
+        self.spawn("sidecar", [SIDECAR_BIN, "--listen", self.target,
+                               "--redis-url", f"redis://127.0.0.1:{redis_port}",
+                               "--consumer-lease", "2s", "--promote-interval", "100ms",
+                               "--shutdown-grace", "2s"])
+        self.wait_for("sidecar", lambda: socket.create_connection(("127.0.0.1", port)).close())
+
+    def spawn(self, name: str, argv: List[str]) -> None:
+        log = open(os.path.join(self.dir, f"{name}.log"), "wb")
+        self.addCleanup(log.close)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+        def stop() -> None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+        self.addCleanup(stop)
+
+    def wait_for(self, name: str, ready: Callable[[], Any]) -> None:
+        """Until ``ready()`` raises no connection error; else fails with the end of the log."""
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                ready()
+                return
+            except (OSError, redis.ConnectionError):
+                if time.monotonic() > deadline:
+                    with open(os.path.join(self.dir, f"{name}.log")) as f:
+                        self.fail(f"{name} did not come up:\n{f.read()[-2000:]}")
+                time.sleep(0.05)
+
+    async def test_a_partitioned_stream_shared_by_two_replicas_in_order_per_key(self) -> None:
+        stream, partitions, keys = "parts", 4, [f"key-{i}" for i in range(20)]
+        delivered: Dict[str, List[str]] = {key: [] for key in keys}  # per key, as handed out
+        by_consumer: Dict[str, int] = {"w1": 0, "w2": 0}
+        counts: List[int] = []
+        out: set[str] = set()  # keys with a delivery handed out and not yet settled
+        overlaps: List[str] = []
+        acked = 0
+
+        async def consume(name: str, sub: Any) -> None:
+            nonlocal acked
+            async with sub:  # leaving it flushes what was settled
+                async for d in sub:
+                    key = d.headers["k"]
+                    if key in out:
+                        overlaps.append(f"{d.payload.decode()} to {name} while {key} was out")
+                    out.add(key)
+                    delivered[key].append(d.payload.decode())
+                    by_consumer[name] += 1
+                    counts.append(d.delivery_count)
+                    # Settled a moment later, so that a key's next entry would have the chance
+                    # to overtake it were the group not ordering across its replicas.
+                    await asyncio.sleep(0.005)
+                    d.redis.hincrby("effects", d.payload.decode(), 1)
+                    out.discard(key)
+                    d.ack()
+                    acked += 1
+
+        async with WindowClient(self.target, token="") as client:
+            subs = {name: client.subscribe(stream, "g", consumer=name, partitions=partitions,
+                                           ordering_header="k", count=8)
+                    for name in ("w1", "w2")}
+            workers = [asyncio.create_task(consume("w1", subs["w1"]))]
+            await subs["w1"].wait_opened(10)
+            # A round (one entry per key) at a time. w2 joins after the third, while w1 reads
+            # every partition, so that some partitions are handed over with entries flowing:
+            # at least ten rounds, and on until both have had deliveries.
+            loop = asyncio.get_running_loop()
+            rounds = published = 0
+            deadline = loop.time() + 20
+            while rounds < 10 or (not all(by_consumer.values()) and loop.time() < deadline):
+                if rounds == 3:
+                    workers.append(asyncio.create_task(consume("w2", subs["w2"])))
+                entries = [{"payload": f"{key}/{rounds}", "headers": {"k": key}}
+                           for key in keys]
+                ids = await client.publish(stream, entries, partitions=partitions,
+                                           partition_header="k")
+                self.assertEqual(len(ids), len(keys))
+                published += len(entries)
+                rounds += 1
+                await asyncio.sleep(0.2)
+            deadline = loop.time() + 30
+            while acked < published and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            for sub in subs.values():
+                sub.stop()
+            await asyncio.gather(*workers)
+
+        # Each key's entries went to the partition its hash names, and nothing else did.
+        for n in range(partitions):
+            part = f"{stream}:{{{n}}}"
+            keys_there = {fields["h:k"] for _, fields in self.redis.xrange(part)}
+            self.assertEqual(keys_there, {key for key in keys
+                                          if _fnv1a32(key.encode()) % partitions == n}, part)
+            self.assertEqual(self.redis.xpending(part, "g")["pending"], 0, part)
+        self.assertEqual(self.redis.exists(stream), 0)
+        # Every entry delivered once and acked once (its side effect ran once, with the ack),
+        # each key's in the order published, never two of a key out at once.
+        self.assertEqual(published, rounds * len(keys))
+        self.assertEqual((len(counts), set(counts)), (published, {1}))
+        effects = self.redis.hgetall("effects")
+        self.assertEqual(len(effects), published)
+        self.assertEqual(set(effects.values()), {"1"})
+        for key in keys:
+            self.assertEqual(delivered[key], [f"{key}/{r}" for r in range(rounds)], key)
+        self.assertEqual(overlaps, [])
+        # Both replicas had partitions: the group shared them out.
+        self.assertTrue(all(by_consumer.values()), by_consumer)
 
 
 if __name__ == "__main__":

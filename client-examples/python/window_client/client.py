@@ -253,6 +253,46 @@ def _framing(framing: Optional[str]) -> "pb.Framing":
         raise ValueError(f"framing is 'frames' or 'raw', not {framing!r}") from None
 
 
+def _partitions(partitions: int) -> int:
+    # Protobuf's own refusal of a negative uint32 would not name the option.
+    if partitions < 0:
+        raise ValueError(
+            "partitions is how many partitions the stream has (0: the stream itself), "
+            f"not {partitions}"
+        )
+    return partitions
+
+
+def _partition_by(
+    request: pb.PublishRequest,
+    partitions: int,
+    header: Optional[str],
+    field: Optional[str],
+) -> None:
+    """Sets a stream Publish's ``partitions`` and ``partition_by``, refusing what the sidecar
+    would refuse only after the call, named by this API's options."""
+    if header and field:
+        raise ValueError("partition_header and partition_field: one partition key, not both")
+    if not _partitions(partitions):
+        if header or field:
+            given = "partition_header" if header else "partition_field"
+            raise ValueError(
+                f"{given} needs partitions: how many partitions the stream has "
+                "(the number its subscriptions open it with)"
+            )
+        return
+    if header:
+        request.partition_by.header = header
+    elif field:
+        request.partition_by.field = field
+    else:
+        raise ValueError(
+            "partitions needs partition_header or partition_field: where each entry's key "
+            "is, which picks its partition"
+        )
+    request.partitions = partitions
+
+
 # --------------------------------------------------------------------------------------------
 # TLS
 
@@ -836,6 +876,9 @@ class Subscription:
         self._open = open_msg
         self._ordered = open_msg.HasField("ordering_key")
         self._is_stream = open_msg.WhichOneof("source") == "stream"
+        # A partitioned stream's replica reads each partition it holds within a window of that
+        # partition's own: up to max_in_flight each, all on this one stream.
+        self._windows = max(1, open_msg.stream.partitions)
         #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
         self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
@@ -1515,9 +1558,9 @@ class Subscription:
         deliveries = [Delivery(self, st, read_id, m) for m in read.deliveries]
         if not deliveries:
             return
-        limit = st.opened.max_in_flight if st.opened is not None else 0
+        limit = st.opened.max_in_flight * self._windows if st.opened is not None else 0
         if limit and st.unsettled + len(deliveries) > limit:
-            # The sidecar only reads while fewer than max_in_flight are outstanding.
+            # The sidecar only reads while fewer than max_in_flight (per partition) are out.
             log.warning(
                 "read %d has %d deliveries with %d unsettled: more than max_in_flight %d",
                 read.read_id, len(deliveries), st.unsettled, limit,
@@ -1798,6 +1841,9 @@ class WindowClient:
         entries: Iterable[Entry],
         *,
         max_len: int = 0,
+        partitions: int = 0,
+        partition_header: Optional[str] = None,
+        partition_field: Optional[str] = None,
         timeout: float = 30.0,
         inject_trace: bool = True,
     ) -> List[str]:
@@ -1809,10 +1855,18 @@ class WindowClient:
         to be reachable, then raises :class:`~window_client.ConnectionError`; it is never
         retried after it was sent, since XADD is not idempotent (any other failure raises
         :class:`~window_client.WindowError` with the call's status). ``timeout`` bounds the
-        whole call. ``max_len`` trims the stream to about that many entries."""
-        response = await self._publish(
-            pb.PublishRequest(stream=stream, max_len=max_len), entries, timeout, inject_trace
-        )
+        whole call. ``max_len`` trims the stream to about that many entries.
+
+        ``partitions`` (0: the stream itself) publishes to the partitioned stream ``stream``
+        (see :meth:`subscribe`), with ``partition_header`` (a header of the entries) or
+        ``partition_field`` (a field as stored): exactly one of the two, naming where each
+        entry's key is, the same key the subscriptions order by. Each entry goes to its key's
+        partition, ``stream:{n}`` (n: the 32-bit FNV-1a hash of the key's bytes modulo
+        ``partitions``), so a key's entries stay in one partition in the order published;
+        entries without the key take turns. ``max_len`` then trims each partition."""
+        request = pb.PublishRequest(stream=stream, max_len=max_len)
+        _partition_by(request, partitions, partition_header, partition_field)
+        response = await self._publish(request, entries, timeout, inject_trace)
         return list(response.ids)
 
     async def publish_list(
@@ -1949,6 +2003,7 @@ class WindowClient:
         consumer: str = "",
         start_id: str = "",
         min_idle: Optional[float] = None,
+        partitions: int = 0,
         **options: Any,
     ) -> Subscription:
         """A subscription to ``stream`` in consumer group ``group`` (at least once).
@@ -1957,8 +2012,22 @@ class WindowClient:
         entries back first); empty means the sidecar's ``--consumer-name``. ``start_id`` is
         where a new group starts ("0", the default, or "$"); entries pending longer than
         ``min_idle`` seconds on another consumer are claimed. ``options`` are those of every
-        source, see :meth:`_subscription`; ``dead_letter`` names a stream here."""
-        src = pb.StreamSource(key=stream, group=group, consumer=consumer, start_id=start_id)
+        source, see :meth:`_subscription`; ``dead_letter`` names a stream here.
+
+        ``partitions`` (0: the stream itself) reads the partitioned stream ``stream``: its
+        partitions are the streams ``stream:{0}`` … ``stream:{partitions-1}``, which the
+        group's subscriptions that open it with the same number share out among themselves,
+        each partition read by one of them at a time and handed over as replicas come and go
+        (``consumer`` names this replica among them, so give each its own). With
+        ``ordering_header`` or ``ordering_field`` a key's entries are then delivered one at a
+        time across the whole group, not only within this subscription, provided the producer
+        put them in one partition by that key (:meth:`publish` with ``partitions``). The
+        deliveries of every partition this replica reads come through this one
+        subscription."""
+        src = pb.StreamSource(
+            key=stream, group=group, consumer=consumer, start_id=start_id,
+            partitions=_partitions(partitions),
+        )
         if min_idle is not None:
             src.min_idle.CopyFrom(_duration(min_idle))
         return self._subscription(pb.Open(stream=src), **options)
@@ -2063,6 +2132,8 @@ class WindowClient:
         that share a key are delivered one at a time, in the order read: the next waits in the
         sidecar until the one before is settled and flushed; other keys flow meanwhile; a
         ``retry`` or ``retry_after`` keeps the entry in its place. At most one of the two.
+        The order holds within this subscription, or across the group's replicas on a stream
+        read with ``partitions`` (see :meth:`subscribe`).
         ``on_flush(FlushEvent)``, ``on_rejection(rejection, delivery)`` and
         ``on_lifecycle(LifecycleEvent)`` (opened, resubscribed, draining, disconnected) may be
         plain or async functions. A read's commands and outcomes are sent in
