@@ -1008,7 +1008,8 @@ type StreamSource struct {
 	// time under a lease, handed over as they come and go; `consumer` names this replica among
 	// them. With `ordering_key`, a key's entries (all in one partition when the producer put
 	// them there by key, as `Publish` does) are handed out one at a time across the whole group.
-	// At most 1024. Zero: the stream `key` itself.
+	// `count` and `max_in_flight` apply to each partition read. At most 1024. Zero: the stream
+	// `key` itself.
 	Partitions uint32 `protobuf:"varint,6,opt,name=partitions,proto3" json:"partitions,omitempty"`
 }
 
