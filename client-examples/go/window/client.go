@@ -289,16 +289,54 @@ type Message struct {
 type Target struct {
 	Stream, List, Channel, ShardedChannel string
 	// MaxLen: streams, trims the stream to about this many entries (XADD MAXLEN ~). 0: no trim.
+	// With Partitions, each partition.
 	MaxLen uint64
+	// Partitions writes Stream as a partitioned stream of this many partitions, the streams
+	// `<Stream>:{0}` … `<Stream>:{Partitions-1}` that a subscription with Options.Partitions
+	// reads: each message goes to `<Stream>:{n}`, n being the 32-bit FNV-1a hash of its key
+	// (the value of PartitionHeader, or of the stored field PartitionField) modulo Partitions.
+	// A key's messages so stay in one partition, in the order published, which is what keeps
+	// them in order across a group of replicas; messages without the key go to the partitions
+	// in turn. Needs exactly one of PartitionHeader and PartitionField; streams only. At most
+	// 1024. 0: Stream itself.
+	Partitions uint32
+	// PartitionHeader names the header whose value is a message's partition key: the one the
+	// subscriptions order by (Options.OrderingHeader).
+	PartitionHeader string
+	// PartitionField names the entry's field, as stored, whose value is its partition key
+	// (a header is stored as the field `h:<name>`).
+	PartitionField string
+}
+
+// partitionBy is the routing of a partitioned publish (nil: not partitioned), or why the
+// target's partition settings do not go together.
+func (t *Target) partitionBy() (*windowv1.OrderingKey, error) {
+	keyed := t.PartitionHeader != "" || t.PartitionField != ""
+	switch {
+	case t.Partitions == 0 && keyed:
+		return nil, errors.New("window: PartitionHeader and PartitionField route a partitioned publish: set Partitions too (the number of the stream's partitions)")
+	case t.Partitions == 0:
+		return nil, nil
+	case t.Stream == "":
+		return nil, errors.New("window: Partitions is for a stream (Target.Stream); a list or channel has no partitions")
+	case t.PartitionHeader != "" && t.PartitionField != "":
+		return nil, errors.New("window: PartitionHeader and PartitionField: one partition key, not both")
+	case t.PartitionHeader != "":
+		return &windowv1.OrderingKey{Source: &windowv1.OrderingKey_Header{Header: t.PartitionHeader}}, nil
+	case t.PartitionField != "":
+		return &windowv1.OrderingKey{Source: &windowv1.OrderingKey_Field{Field: t.PartitionField}}, nil
+	}
+	return nil, errors.New("window: Partitions needs the key each message is routed by: PartitionHeader (the subscriptions' OrderingHeader) or PartitionField")
 }
 
 // PublishTo writes the messages to the target in one call, in order. The response has the
-// stream ids (streams) or the receivers of each message (channels). A context without a
-// deadline gets DefaultCallTimeout. A sidecar that cannot be reached fails the call with a
-// *ConnectionError naming the address and the cause (and what answers there instead, when
-// that is Redis or an HTTP/1 server), the sidecar's answer that Redis is unavailable with a
-// *RedisUnavailableError, a refusal with a *RefusedError, a deadline with a
-// *CallTimeoutError, anything else with a *WindowError carrying the status.
+// stream ids (streams; with Partitions, each in its message's partition) or the receivers of
+// each message (channels). A context without a deadline gets DefaultCallTimeout. A sidecar
+// that cannot be reached fails the call with a *ConnectionError naming the address and the
+// cause (and what answers there instead, when that is Redis or an HTTP/1 server), the
+// sidecar's answer that Redis is unavailable with a *RedisUnavailableError, a refusal with a
+// *RefusedError, a deadline with a *CallTimeoutError, anything else with a *WindowError
+// carrying the status.
 func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*windowv1.PublishResponse, error) {
 	n := 0
 	for _, k := range []string{t.Stream, t.List, t.Channel, t.ShardedChannel} {
@@ -309,8 +347,13 @@ func (c *Client) PublishTo(ctx context.Context, t Target, msgs ...Message) (*win
 	if n != 1 {
 		return nil, errors.New("window: Publish needs exactly one of a stream, a list, a channel and a sharded channel")
 	}
+	partitionBy, err := t.partitionBy()
+	if err != nil {
+		return nil, err
+	}
 	req := &windowv1.PublishRequest{
 		Stream: t.Stream, List: t.List, Channel: t.Channel, ShardedChannel: t.ShardedChannel, MaxLen: t.MaxLen,
+		Partitions: t.Partitions, PartitionBy: partitionBy,
 	}
 	ctxTrace := TraceFromContext(ctx)
 	for _, m := range msgs {

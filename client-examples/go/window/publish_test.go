@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
@@ -55,6 +56,59 @@ func TestPublishTargetsAndTheAddressOfTheEnvironment(t *testing.T) {
 	}
 	if _, err := c.PublishTo(context.Background(), Target{Stream: "s", List: "l"}); err == nil {
 		t.Fatal("two targets: no error")
+	}
+}
+
+// A partitioned publish carries the number and the key it is routed by (a header or a field);
+// a combination that cannot route is refused before the call, saying what is missing.
+func TestPublishPartitioned(t *testing.T) {
+	spy := &publishTargets{reqs: make(chan *windowv1.PublishRequest, 4)}
+	c, err := Dial(serve(t, spy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	msg := Message{Payload: []byte("a"), Headers: map[string]string{"customer": "c1"}}
+	if _, err := c.PublishTo(ctx, Target{Stream: "orders", Partitions: 4, PartitionHeader: "customer", MaxLen: 100}, msg); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-spy.reqs; r.GetStream() != "orders" || r.GetPartitions() != 4 || r.GetPartitionBy().GetHeader() != "customer" ||
+		r.GetMaxLen() != 100 || len(r.GetEntries()) != 1 {
+		t.Fatalf("by header: %v", r)
+	}
+	if _, err := c.PublishTo(ctx, Target{Stream: "orders", Partitions: 8, PartitionField: "customer_id"}, msg); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-spy.reqs; r.GetPartitions() != 8 || r.GetPartitionBy().GetField() != "customer_id" {
+		t.Fatalf("by field: %v", r)
+	}
+	if _, err := c.Publish(ctx, "orders", msg); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-spy.reqs; r.GetPartitions() != 0 || r.GetPartitionBy() != nil {
+		t.Fatalf("unpartitioned: %v", r)
+	}
+	for _, tc := range []struct {
+		target Target
+		says   string
+	}{
+		{Target{Stream: "orders", Partitions: 4}, "PartitionHeader"},
+		{Target{Stream: "orders", Partitions: 4, PartitionHeader: "customer", PartitionField: "customer_id"}, "not both"},
+		{Target{Stream: "orders", PartitionHeader: "customer"}, "set Partitions too"},
+		{Target{Stream: "orders", PartitionField: "customer_id"}, "set Partitions too"},
+		{Target{List: "jobs", Partitions: 4, PartitionHeader: "customer"}, "for a stream"},
+		{Target{Channel: "news", Partitions: 4, PartitionHeader: "customer"}, "for a stream"},
+		{Target{ShardedChannel: "{t}news", Partitions: 4, PartitionHeader: "customer"}, "for a stream"},
+	} {
+		if _, err := c.PublishTo(ctx, tc.target, msg); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Fatalf("%+v: %v, want an error saying %q", tc.target, err, tc.says)
+		}
+	}
+	select {
+	case r := <-spy.reqs:
+		t.Fatalf("a refused publish was sent: %v", r)
+	default:
 	}
 }
 

@@ -72,6 +72,17 @@ type Options struct {
 	// OrderingField (streams) names the field, as stored, that is an entry's ordering key (for
 	// entries another producer wrote without the headers layout).
 	OrderingField string
+	// Partitions (streams) reads Stream as a partitioned stream of this many partitions, the
+	// streams `<Stream>:{0}` … `<Stream>:{Partitions-1}` (Target.Partitions writes them). The
+	// subscriptions of Group that open it with the same number share the partitions out, each
+	// read by one of them at a time, so an ordering key's entries, all in one partition, are
+	// handed out one at a time across the whole group rather than within one subscription
+	// only; Consumer names this replica among them (stable, as ever). A partition moves to
+	// another replica as replicas come and go (within the sidecar's --consumer-lease of one
+	// dying): a delivery of a partition handed over before its outcome was sent is answered
+	// ALREADY_SETTLED (a *RejectedError to OnError) and delivered again by its new reader. At
+	// most 1024. 0: Stream itself.
+	Partitions uint32
 
 	// RejectedOutcome is how a delivery is settled when the sidecar refuses one of its
 	// commands or its outcome: RejectedAuto (the default) settles it at once for a reason no
@@ -387,6 +398,8 @@ func (sub *Subscription) onError(err error) {
 func (sub *Subscription) describe() string {
 	o := sub.opts
 	switch {
+	case o.Stream != "" && o.Partitions > 0:
+		return fmt.Sprintf("%s/%s (%d partitions)", o.Stream, o.Group, o.Partitions)
 	case o.Stream != "":
 		return o.Stream + "/" + o.Group
 	case o.ReliableList != nil:
@@ -602,8 +615,12 @@ func (o *Options) open() (*windowv1.Open, error) {
 		sources++
 		open.Source = &windowv1.Open_Stream{Stream: &windowv1.StreamSource{
 			Key: o.Stream, Group: o.Group, Consumer: o.Consumer, StartId: o.StartID,
-			MinIdle: optDuration(o.MinIdle),
+			MinIdle: optDuration(o.MinIdle), Partitions: o.Partitions,
 		}}
+	} else if o.Partitions > 0 {
+		// Only a stream is partitioned: dropping the number silently would leave replicas that
+		// believe they share partitions reading one list or channel.
+		return nil, errors.New("window: Partitions is for a stream source (Stream and Group); a list or pub/sub source has no partitions")
 	}
 	if l := o.ReliableList; l != nil {
 		sources++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -476,6 +477,33 @@ func TestOpenOrderingKey(t *testing.T) {
 	o.OrderingField = "customer_id"
 	if _, err := o.open(); err == nil {
 		t.Fatal("both OrderingHeader and OrderingField: no error")
+	}
+}
+
+// Partitions reaches the stream source; a list or pub/sub source, which has none, refuses it
+// at Subscribe, saying it is for a stream.
+func TestOpenPartitions(t *testing.T) {
+	o := Options{Stream: "s", Group: "g", Consumer: "w1", Count: 4, OrderingHeader: "k", Partitions: 4}
+	open, err := o.open()
+	if err != nil || open.GetStream().GetPartitions() != 4 || open.GetStream().GetKey() != "s" ||
+		open.GetOrderingKey().GetHeader() != "k" {
+		t.Fatalf("partitioned: %v, %v", open, err)
+	}
+	o.Partitions = 0
+	if open, err := o.open(); err != nil || open.GetStream().GetPartitions() != 0 {
+		t.Fatalf("unpartitioned: %v, %v", open, err)
+	}
+	for _, bad := range []Options{
+		{ReliableList: &ReliableList{Key: "jobs"}, Count: 4, Partitions: 4},
+		{SimpleList: "jobs", Count: 4, Partitions: 4},
+		{PubSub: &PubSub{Channels: []string{"news"}}, Count: 4, Partitions: 4},
+	} {
+		if _, err := bad.open(); err == nil || !strings.Contains(err.Error(), "Partitions is for a stream source") {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+		if _, err := (&Client{}).Subscribe(context.Background(), bad); err == nil {
+			t.Fatalf("Subscribe %+v: no error", bad)
+		}
 	}
 }
 

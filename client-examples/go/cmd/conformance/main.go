@@ -41,6 +41,7 @@ type scenario struct {
 		MaxInFlight     uint32 `json:"max_in_flight"`
 		OrderingHeader  string `json:"ordering_header"`
 		OrderingField   string `json:"ordering_field"`
+		Partitions      uint32 `json:"partitions"`
 	} `json:"open"`
 	Sidecar struct {
 		Listen string `json:"listen"`
@@ -50,6 +51,13 @@ type scenario struct {
 		Payload string            `json:"payload"`
 		Headers map[string]string `json:"headers"`
 	} `json:"publish"`
+	// PublishPartitions has the publish write a partitioned stream: each entry to the partition
+	// of its key, the header or the field named.
+	PublishPartitions *struct {
+		Partitions uint32 `json:"partitions"`
+		Header     string `json:"header"`
+		Field      string `json:"field"`
+	} `json:"publish_partitions"`
 	// PublishTimeoutMs is the publish call's deadline (a context deadline); 0: the client's
 	// default (window.DefaultCallTimeout).
 	PublishTimeoutMs int                 `json:"publish_timeout_ms"`
@@ -150,6 +158,7 @@ func main() {
 		MaxInFlight:    o.MaxInFlight,
 		OrderingHeader: o.OrderingHeader,
 		OrderingField:  o.OrderingField,
+		Partitions:     o.Partitions,
 		Atomic:         o.Mode == "atomic",
 		MaxDeliveries:  o.MaxDeliveries,
 		DeadLetter:     o.DeadLetter,
@@ -440,6 +449,21 @@ func publish(ctx context.Context, client *window.Client, sc *scenario, msgs []wi
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(sc.PublishTimeoutMs)*time.Millisecond)
 		defer cancel()
+	}
+	if p := sc.PublishPartitions; p != nil {
+		// Through the client's own checks whatever the form: it refuses partitions for a list
+		// or a channel.
+		t := window.Target{Partitions: p.Partitions, PartitionHeader: p.Header, PartitionField: p.Field}
+		switch o := sc.Open; o.Form {
+		case "stream":
+			t.Stream = o.Key
+		case "reliable_list", "simple_list":
+			t.List = o.Key
+		case "pubsub":
+			t.Channel = o.Key
+		}
+		_, err := client.PublishTo(ctx, t, msgs...)
+		return err
 	}
 	var err error
 	switch o := sc.Open; o.Form {
