@@ -28,7 +28,7 @@ pub use observe::{MemberView, SubscriptionView, Waiting};
 pub use shared::{Settings, Shared};
 // For the subscription's parts, which name them through this module.
 use messages::Outbound;
-use shared::{Release, take_consumer, take_lease};
+use shared::{Release, Wanted, take_consumer, take_lease};
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -71,7 +71,7 @@ pub async fn run(
             // The replica's own name, held here so that two streams of one sidecar do not
             // both claim to be it; each partition's consumer name is held by its reader.
             let claim = source.claim().expect("a stream has a consumer");
-            let _release = match take_consumer(&shared, &claim).await {
+            let _release = match take_consumer(&shared, &claim, Wanted::ByClient).await {
                 Ok(()) => Release(Arc::clone(&shared), claim),
                 Err(busy) => return fail(&out, busy).await,
             };
@@ -79,7 +79,7 @@ pub async fn run(
             return partitioned::run(shared.clone(), id, stream.clone(), open, inbound, out).await;
         }
         let release = match source.claim() {
-            Some(claim) => match take_consumer(&shared, &claim).await {
+            Some(claim) => match take_consumer(&shared, &claim, Wanted::ByClient).await {
                 Ok(()) => Some(Release(Arc::clone(&shared), claim)),
                 Err(busy) => return fail(&out, busy).await,
             },

@@ -30,7 +30,7 @@ use super::observe::{MemberView, PartitionView, Waiting};
 use super::subscription::{Placement, Subscription};
 use super::{
     ClientBatch, ClientMessage, Event, Inbound, InboundError, OpenRequest, Opened, Outbound,
-    Release, SessionError, Shared, take_consumer,
+    Release, SessionError, Shared, Wanted, take_consumer,
 };
 use crate::domain::{Source, StreamSource};
 use crate::metrics::GroupLabels;
@@ -537,7 +537,7 @@ impl PartTask {
             if stop.is_cancelled() {
                 return;
             }
-            let opened = match take_consumer(&self.shared, &claim).await {
+            let opened = match take_consumer(&self.shared, &claim, Wanted::ForPartition).await {
                 Ok(()) => {
                     let release = Release(Arc::clone(&self.shared), claim.clone());
                     Subscription::open(

@@ -161,7 +161,11 @@ pub(super) type Claim = (String, String, String);
 /// gives it up once its last read returns (at most BLOCK): wait for that. One that is open
 /// may be about to notice its client left (a client that reconnects is quicker than the
 /// sidecar sees the old stream end): wait a moment, then refuse.
-pub(super) async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), SessionError> {
+pub(super) async fn take_consumer(
+    shared: &Shared,
+    claim: &Claim,
+    wanted: Wanted,
+) -> Result<(), SessionError> {
     const POLL: Duration = Duration::from_millis(20);
     const OPEN_GRACE: Duration = Duration::from_secs(1);
     let started = tokio::time::Instant::now();
@@ -178,7 +182,7 @@ pub(super) async fn take_consumer(shared: &Shared, claim: &Claim) -> Result<(), 
                 Some(true) if waited < closing_bound => {}
                 Some(false) if waited < OPEN_GRACE => {}
                 Some(_) => {
-                    shared.metrics.scale.consumer_refusals.inc();
+                    wanted.refused(shared);
                     let (key, group, consumer) = claim.clone();
                     return Err(SessionError::ConsumerBusy {
                         key,
@@ -199,6 +203,7 @@ pub(super) async fn take_lease(
     shared: &Shared,
     lease: &ConsumerLease,
     source: &Source,
+    wanted: Wanted,
 ) -> Result<(), SessionError> {
     const POLL: Duration = Duration::from_millis(50);
     const GRACE: Duration = Duration::from_secs(1);
@@ -212,7 +217,7 @@ pub(super) async fn take_lease(
             return Ok(());
         }
         if started.elapsed() >= GRACE {
-            shared.metrics.scale.consumer_refusals.inc();
+            wanted.refused(shared);
             let (key, group, consumer) = source.describe();
             return Err(SessionError::ConsumerBusy {
                 key,
@@ -221,6 +226,24 @@ pub(super) async fn take_lease(
             });
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Who wants a consumer name: a client opening a subscription, whom a refusal turns away
+/// (counted: two replicas sharing one name is a misconfiguration the alert names), or a
+/// partitioned stream's replica waiting for a partition's name while its previous owner hands
+/// it over (not counted: it is how a hand-over goes, and it tries again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wanted {
+    ByClient,
+    ForPartition,
+}
+
+impl Wanted {
+    fn refused(self, shared: &Shared) {
+        if self == Wanted::ByClient {
+            shared.metrics.scale.consumer_refusals.inc();
+        }
     }
 }
 

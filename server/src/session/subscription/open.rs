@@ -21,7 +21,7 @@ use crate::redis::lease::{ConsumerLease, LeaseHolder};
 use crate::redis::stream;
 use crate::session::io;
 use crate::session::observe::{self, SubscriptionView};
-use crate::session::{Event, OpenRequest, Opened, Outbound, Release, SessionError, Shared};
+use crate::session::{Event, OpenRequest, Opened, Outbound, Release, SessionError, Shared, Wanted};
 use crate::window::Limits;
 
 /// The least time between two extensions of one delivery (at most, a quarter of the time
@@ -61,7 +61,11 @@ impl Subscription {
         let holder = LeaseHolder::new(&shared.settings.instance, &id);
         let lease = form.lease(&source, holder, shared.settings.consumer_lease);
         if let Some(lease) = &lease {
-            crate::session::take_lease(shared, lease, &source).await?;
+            let wanted = match placement.partition {
+                Some(_) => Wanted::ForPartition,
+                None => Wanted::ByClient,
+            };
+            crate::session::take_lease(shared, lease, &source, wanted).await?;
         }
         let opened = Self::start(
             shared,
