@@ -15,7 +15,8 @@
 #    creates a scratch project in the work directory, installs the tarball there (npm install)
 #    and compiles the examples (producer, worker, health check, importing
 #    "@window-sidecar/client") against the installed package's types; builds the sidecar when
-#    WINDOW_SIDECAR_BIN is missing;
+#    WINDOW_SIDECAR_BIN is missing, and runs the tests against it (npm run test:sidecar:
+#    test/sidecar.test.ts, which starts a redis-server and a sidecar of its own);
 # 2. starts a redis-server on a free port and the sidecar;
 # 3. scenario "plain": producer, then worker until done; asserts the Redis end state of
 #    ../orders.json;
@@ -147,6 +148,15 @@ run() { (cd "$app" && exec node "dist/$1.js" "${@:2}"); }
 run_for() { (cd "$app" && exec timeout "$1" node "dist/$2.js" "${@:3}"); }
 
 ensure_sidecar
+
+# ---- 1d. the tests against the real sidecar -------------------------------------------------
+log "npm run test:sidecar: the tests against $sidecar_bin"
+if (cd "$here" && WINDOW_SIDECAR_BIN="$sidecar_bin" npm run --silent test:sidecar) >"$work/sidecar-tests.log" 2>&1; then
+  pass "tests against the sidecar ($(grep -c '^ok ' "$work/sidecar-tests.log") passed)"
+else
+  cat "$work/sidecar-tests.log"
+  fail "tests against the sidecar"
+fi
 
 # ---- 2. redis-server and the sidecar ------------------------------------------------------
 start_redis

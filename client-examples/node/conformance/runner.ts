@@ -16,6 +16,7 @@ import {
   WindowClient,
   WindowError,
   type Delivery,
+  type PublishOptions,
   type PublishTarget,
   type RejectedOutcome,
   type SubscribeOptions,
@@ -38,12 +39,16 @@ interface Scenario {
     max_in_flight?: number;
     ordering_header?: string;
     ordering_field?: string;
+    /** A partitioned stream: the client's `partitions`. */
+    partitions?: number;
   };
   sidecar?: { listen?: string };
   side_effect?: "queue" | "typed";
   publish: Array<{ payload: string; headers?: Record<string, string> }>;
   /** The publish call's deadline (the client's `timeoutMs`); absent: the client's default. */
   publish_timeout_ms?: number;
+  /** Publish to a partitioned stream: how many partitions, and the header or field each entry's key is in. */
+  publish_partitions?: { partitions: number; header?: string; field?: string };
   handle: Record<string, string[]>;
   effects: string;
   /** The calls that must fail, and how (read here only for which calls to make). */
@@ -70,6 +75,15 @@ function subscription(open: Scenario["open"]): { source: SubscribeOptions; targe
     default:
       throw new Error(`unknown form ${String((open as { form: unknown }).form)}`);
   }
+}
+
+/** The runner's publish options: the scenario's deadline and, for a partitioned stream, its partitions and key. */
+function publishOptions(scenario: Scenario): PublishOptions {
+  const parts = scenario.publish_partitions;
+  return {
+    timeoutMs: scenario.publish_timeout_ms,
+    ...(parts && { partitions: parts.partitions, partitionHeader: parts.header, partitionField: parts.field }),
+  };
 }
 
 /** A delivery's name in the scenario: its payload, or for an entry without the payload layout the text of its `id` field. */
@@ -110,7 +124,7 @@ async function withoutSidecar(scenario: Scenario): Promise<void> {
   if (calls.has("publish")) {
     started = Date.now();
     try {
-      await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })), { timeoutMs: scenario.publish_timeout_ms });
+      await client.publish(target, scenario.publish.map((e) => ({ payload: e.payload })), publishOptions(scenario));
       emit("published", { count: scenario.publish.length });
     } catch (e) {
       if (!(e instanceof WindowError)) throw e;
@@ -153,6 +167,7 @@ async function main(path: string): Promise<void> {
     maxInFlight: open.max_in_flight,
     orderingHeader: open.ordering_header,
     orderingField: open.ordering_field,
+    partitions: open.partitions,
     atomic: open.mode === "atomic",
     maxDeliveries: open.max_deliveries,
     deadLetter: open.dead_letter,
@@ -264,7 +279,7 @@ async function main(path: string): Promise<void> {
   if (sub.stats.opens > 0) {
     emit("opened");
     const entries = scenario.publish.map((e) => ({ payload: e.payload, headers: e.headers ?? {} }));
-    await client.publish(target, entries, { timeoutMs: scenario.publish_timeout_ms });
+    await client.publish(target, entries, publishOptions(scenario));
     emit("published", { count: entries.length });
   }
   await worker;

@@ -35,6 +35,7 @@ import {
   type FlushReport,
   type Open,
   type Opened,
+  type OrderingKey,
   type Outcome,
   type PublishEntry,
   type QueuedCommand,
@@ -518,6 +519,17 @@ export interface WindowOptions {
   /** Streams: the entry's ordering key is this field as stored (entries another producer wrote). */
   orderingField?: string;
   /**
+   * Streams: reads the stream as partitioned into this many streams, `<stream>:{0}` …
+   * `<stream>:{partitions-1}` (as `publish` writes them with the same `partitions`). The
+   * subscriptions of one group that open it with the same number share the partitions out, each
+   * read by one of them at a time and handed over as replicas come and go; `consumer` names this
+   * replica among them. With `orderingHeader` or `orderingField`, a key's entries (all in one
+   * partition) are then delivered one at a time across the whole group, not just within this
+   * subscription. At most 1024; 0 or unset: the stream itself. A `TypeError` for a list or
+   * pub/sub source.
+   */
+  partitions?: number;
+  /**
    * Each flush report, with the deliveries it covers. An ordered subscription's read may be
    * flushed in parts, so one read can have several reports.
    */
@@ -600,7 +612,10 @@ export function openMessage(o: SubscribeOptions): Open {
     framing: o.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
   };
   if ("stream" in o) {
-    open.stream = { key: o.stream, group: o.group, consumer: o.consumer ?? "", startId: o.startId ?? "", minIdle: ms(o.minIdleMs) };
+    open.stream = {
+      key: o.stream, group: o.group, consumer: o.consumer ?? "", startId: o.startId ?? "", minIdle: ms(o.minIdleMs),
+      partitions: partitionCount(o.partitions, "partitions"),
+    };
   } else if ("reliableList" in o) {
     open.reliableList = { key: o.reliableList, consumer: o.consumer ?? "", deadAfter: ms(o.deadAfterMs) };
   } else if ("simpleList" in o) {
@@ -614,12 +629,29 @@ export function openMessage(o: SubscribeOptions): Open {
   }
   if (o.orderingHeader) open.orderingKey = { header: o.orderingHeader };
   else if (o.orderingField) open.orderingKey = { field: o.orderingField };
+  if (!("stream" in o) && partitionCount(o.partitions, "partitions") > 0) {
+    throw new TypeError(
+      `partitions is for a stream: ${describe(o)} is not partitioned; drop partitions, or subscribe to the partitioned stream with stream and group`,
+    );
+  }
   return open;
+}
+
+/**
+ * A number of partitions as the protocol takes it (0: not partitioned). A fraction or a negative
+ * number would reach the sidecar as some other number, so it is refused here.
+ */
+function partitionCount(value: number | undefined, what: string): number {
+  if (value === undefined) return 0;
+  if (!Number.isInteger(value) || value < 0) {
+    throw new RangeError(`${what} is a whole number of partitions (0: not partitioned), not ${value}`);
+  }
+  return value;
 }
 
 /** A short name of the source, for logs. */
 function describe(o: SubscribeOptions): string {
-  if ("stream" in o) return `stream ${o.stream}/${o.group}`;
+  if ("stream" in o) return `stream ${o.stream}/${o.group}${o.partitions ? ` (${o.partitions} partitions)` : ""}`;
   if ("reliableList" in o) return `reliable list ${o.reliableList}`;
   if ("simpleList" in o) return `list ${o.simpleList}`;
   return `pub/sub ${[...(o.channels ?? []), ...(o.patterns ?? []), ...(o.shardedChannels ?? [])].join(",")}`;
@@ -684,6 +716,9 @@ export class Subscription implements AsyncIterable<Delivery> {
     private readonly client: WindowClient,
     private readonly opts: SubscribeOptions,
   ) {
+    // Options the Open cannot carry fail here, at subscribe(), rather than ending the
+    // subscription once it starts.
+    openMessage(opts);
     this.log = opts.logger ?? consoleLogger;
   }
 
@@ -1364,10 +1399,49 @@ export interface PublishOptions {
   /** Lists and channels: write the payload alone, no frame with headers (`FRAMING_RAW`; headers are refused). */
   raw?: boolean;
   /**
+   * Streams: the stream is partitioned into this many streams, `<stream>:{0}` …
+   * `<stream>:{partitions-1}`, the number its subscribers open it with (`partitions` of
+   * subscribe). Each entry goes to the partition of its key, `partitionHeader` or
+   * `partitionField` (exactly one of them), so a key's entries stay in one partition in the
+   * order published: the 32-bit FNV-1a hash of the key's bytes modulo `partitions`. Entries
+   * without the key go to the partitions in turn. `maxLen` trims each partition. At most 1024;
+   * 0 or unset: the stream itself.
+   */
+  partitions?: number;
+  /** With `partitions`: each entry's key is this header (usually the subscribers' `orderingHeader`). */
+  partitionHeader?: string;
+  /** With `partitions`: each entry's key is this field as stored (entries given as fields by another producer). */
+  partitionField?: string;
+  /**
    * With @opentelemetry/api installed, entries that carry no `trace` get the active context's
    * (so a consumer's span continues the producer's trace). Default true.
    */
   injectTrace?: boolean;
+}
+
+/**
+ * Where a partitioned publish finds each entry's key (`PublishRequest.partition_by`), or
+ * undefined for an unpartitioned one. Refuses what the sidecar would, before anything is sent.
+ */
+function partitionKey(partitions: number, toStream: boolean, opts: PublishOptions): OrderingKey | undefined {
+  const { partitionHeader: header, partitionField: field } = opts;
+  if (partitions === 0) {
+    if (header || field) {
+      throw new TypeError(
+        `publish: ${header ? "partitionHeader" : "partitionField"} needs partitions: how many partitions the stream has (the number its subscribers open it with)`,
+      );
+    }
+    return undefined;
+  }
+  if (!toStream) {
+    throw new TypeError("publish: partitions is for a stream; a list or channel is not partitioned: publish to the stream, or drop partitions");
+  }
+  if (header && field) throw new TypeError("publish: partitionHeader and partitionField: one partition key, not both");
+  if (header) return { header };
+  if (field) return { field };
+  throw new TypeError(
+    "publish: partitions needs partitionHeader or partitionField: the header or field holding each entry's key, which decides its partition",
+  );
 }
 
 /** What the sidecar answers to a publish. */
@@ -1508,19 +1582,23 @@ export class WindowClient {
   }
 
   /**
-   * Writes entries in one call: appends them to a stream (a string `to` is a stream key),
-   * pushes them onto a list or publishes them on a channel, and returns the stream ids (empty
-   * for lists and channels). Fails with ConnectionError when the sidecar cannot be reached
-   * within the client's connectTimeoutMs, with WindowError (its `status`) otherwise; never
-   * retried once sent, since XADD, LPUSH and PUBLISH are not idempotent.
+   * Writes entries in one call: appends them to a stream (a string `to` is a stream key; with
+   * `partitions`, to its partitions by each entry's key), pushes them onto a list or publishes
+   * them on a channel, and returns the stream ids (empty for lists and channels). Fails with
+   * ConnectionError when the sidecar cannot be reached within the client's connectTimeoutMs,
+   * with WindowError (its `status`) otherwise, and with a TypeError, before anything is sent,
+   * for partition options that do not go together; never retried once sent, since XADD, LPUSH
+   * and PUBLISH are not idempotent.
    */
   async publish(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<string[]> {
     return (await this.publishResult(to, entries, opts)).ids;
   }
 
   /** publish(), answering with the whole result: the stream ids, or the receivers per channel message. */
-  publishResult(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<PublishResult> {
+  async publishResult(to: PublishTarget, entries: Array<string | Buffer | PublishInput>, opts: PublishOptions = {}): Promise<PublishResult> {
     const target = typeof to === "string" ? { stream: to } : to;
+    const partitions = partitionCount(opts.partitions, "publish: partitions");
+    const partitionBy = partitionKey(partitions, "stream" in target, opts);
     const current = opts.injectTrace === false ? undefined : activeTrace();
     const msgs: PublishEntry[] = entries.map((e) => {
       const input: PublishInput = typeof e === "string" || Buffer.isBuffer(e) ? { payload: e } : e;
@@ -1539,6 +1617,8 @@ export class WindowClient {
       entries: msgs,
       maxLen: opts.maxLen ?? 0,
       framing: opts.raw ? Framing.FRAMING_RAW : Framing.FRAMING_UNSPECIFIED,
+      partitions,
+      partitionBy,
     };
     return this.unary(opts.timeoutMs ?? 30_000, (deadline, done) =>
       this.stub.publish(request, this.metadata(), { deadline }, (err, res) =>

@@ -441,6 +441,25 @@ test("openMessage: an ordering key by header or by field, never both", () => {
   assert.throws(() => openMessage({ stream: "s", group: "g", orderingHeader: "a", orderingField: "b" }), TypeError);
 });
 
+test("openMessage: partitions open a partitioned stream, and only a stream", () => {
+  assert.equal(openMessage({ stream: "s", group: "g" }).stream?.partitions, 0);
+  const open = openMessage({ stream: "s", group: "g", consumer: "w1", orderingHeader: "k", partitions: 4 });
+  assert.equal(open.stream?.partitions, 4);
+  assert.deepEqual(open.orderingKey, { header: "k" });
+  for (const source of [{ reliableList: "jobs" }, { simpleList: "q" }, { channels: ["a"] }]) {
+    assert.throws(() => openMessage({ ...source, partitions: 4 }), (e: Error) =>
+      e instanceof TypeError && /^partitions is for a stream: .* is not partitioned; drop partitions, or subscribe to the partitioned stream with stream and group$/.test(e.message));
+  }
+  for (const bad of [-1, 2.5, Number.NaN]) {
+    assert.throws(() => openMessage({ stream: "s", group: "g", partitions: bad }), (e: Error) =>
+      e instanceof RangeError && e.message === `partitions is a whole number of partitions (0: not partitioned), not ${bad}`);
+  }
+  // Refused at subscribe(), not once the subscription runs.
+  const client = new WindowClient("127.0.0.1:1");
+  assert.throws(() => client.subscribe({ reliableList: "jobs", partitions: 4 }), TypeError);
+  client.close();
+});
+
 test("a subscription that cannot open gives up after maxAttempts and says why, to onError and the iteration", async () => {
   const port = await new Promise<number>((resolve) => {
     const srv = createServer().listen(0, "127.0.0.1", () => {

@@ -1,7 +1,7 @@
 // Unit tests of the client's options and lifecycle against a scripted fake sidecar: an
 // in-process grpc-js server whose Subscribe calls a test plays message by message. TLS, packed
 // acks, reports in reads, draining and resubscribing, the handler API and its rule for a failed
-// handler, publish targets, and OpenTelemetry context in and out.
+// handler, publish targets, partitioned streams, and OpenTelemetry context in and out.
 //
 //   npm test
 import { test } from "node:test";
@@ -484,6 +484,76 @@ test("publish: to a stream, a list, a channel and a sharded channel, raw or fram
   assert.deepEqual([channel.channel, channel.framing], ["events", Framing.FRAMING_RAW]);
   assert.equal(list.framing, Framing.FRAMING_UNSPECIFIED);
   assert.equal(sharded.shardedChannel, "shard");
+});
+
+test("publish: to a partitioned stream, by a header or a field; partition options that do not go together are refused", async () => {
+  const f = await fake(() => {});
+  const client = new WindowClient(f.target);
+  try {
+    await client.publish("orders", [{ payload: "a", headers: { customer: "c1" } }], { partitions: 4, partitionHeader: "customer" });
+    await client.publish({ stream: "orders" }, ["b"], { partitions: 8, partitionField: "customer_id", maxLen: 100 });
+    await client.publish("orders", ["c"]);
+    const refused: Array<[string, Parameters<WindowClient["publish"]>]> = [
+      ["publish: partitions needs partitionHeader or partitionField: the header or field holding each entry's key, which decides its partition",
+        ["orders", ["x"], { partitions: 4 }]],
+      ["publish: partitionHeader and partitionField: one partition key, not both",
+        ["orders", ["x"], { partitions: 4, partitionHeader: "k", partitionField: "k" }]],
+      ["publish: partitionHeader needs partitions: how many partitions the stream has (the number its subscribers open it with)",
+        ["orders", ["x"], { partitionHeader: "k" }]],
+      ["publish: partitionField needs partitions: how many partitions the stream has (the number its subscribers open it with)",
+        ["orders", ["x"], { partitions: 0, partitionField: "k" }]],
+      ["publish: partitions is for a stream; a list or channel is not partitioned: publish to the stream, or drop partitions",
+        [{ list: "jobs" }, ["x"], { partitions: 4, partitionHeader: "k" }]],
+      ["publish: partitions is for a stream; a list or channel is not partitioned: publish to the stream, or drop partitions",
+        [{ channel: "events" }, ["x"], { partitions: 4, partitionHeader: "k" }]],
+    ];
+    for (const [message, args] of refused) {
+      await assert.rejects(client.publish(...args), (e: Error) => e instanceof TypeError && e.message === message);
+    }
+    await assert.rejects(client.publish("orders", ["x"], { partitions: -4, partitionHeader: "k" }), RangeError);
+  } finally {
+    client.close();
+    f.server.forceShutdown();
+  }
+  // Nothing refused reached the sidecar.
+  assert.equal(f.published.length, 3);
+  const [byHeader, byField, plain] = f.published;
+  assert.deepEqual([byHeader.stream, byHeader.partitions, byHeader.partitionBy?.header, byHeader.partitionBy?.field], ["orders", 4, "customer", undefined]);
+  assert.deepEqual([byField.stream, byField.partitions, byField.partitionBy?.field, byField.partitionBy?.header, byField.maxLen], ["orders", 8, "customer_id", undefined, 100]);
+  assert.deepEqual([plain.partitions, plain.partitionBy], [0, undefined]);
+});
+
+test("partitions: the Open carries them, one stream carries every partition's slots", async () => {
+  // Slots of a partitioned stream come from a range per partition, up to 2^53.
+  const high = 2 ** 52 + 3;
+  let open: SubscribeRequest["open"];
+  let batch: Batch | undefined;
+  const f = await fake(async (call, inbox) => {
+    open = (await inbox.next())!.open;
+    opened(call);
+    send(call, { read: { readId: 2 ** 36, deliveries: [delivery(2 ** 36 + 1, "p1")] } });
+    send(call, { read: { readId: 2 ** 52, deliveries: [delivery(high, "p2")] } });
+    batch = await inbox.batch();
+    while (batch.outcomes.length < 2) batch.outcomes.push(...(await inbox.batch()).outcomes);
+    send(call, { flush: { readId: 2 ** 36, settles: 1, ok: true } });
+    send(call, { flush: { readId: 2 ** 52, settles: 1, ok: true } });
+    await inbox.next();
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  let flushes = 0;
+  const sub = client.subscribe({
+    stream: "s", group: "g", consumer: "w1", partitions: 4, orderingHeader: "k", logger: quiet,
+    onFlush: () => {
+      if (++flushes === 2) sub.stop();
+    },
+  });
+  await sub.run(() => {}, { concurrency: 2 });
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual([open?.stream?.key, open?.stream?.consumer, open?.stream?.partitions, open?.orderingKey?.header], ["s", "w1", 4, "k"]);
+  assert.deepEqual(batch!.outcomes.map((o) => o.slot).sort((a, b) => a - b), [2 ** 36 + 1, high]);
 });
 
 test("TLS settings from the environment", () => {
