@@ -18,7 +18,8 @@ import java.util.function.Consumer;
 /**
  * What to subscribe to and how. One builder per source: {@link #builder(String, String)} (a
  * stream through a consumer group), {@link #reliableList}, {@link #simpleList}, {@link #pubsub}.
- * The builder's setters that a source does not take are ignored by the sidecar's rules, not here.
+ * The builder's setters that a source does not take are ignored by the sidecar's rules, not here,
+ * except {@link Builder#partitions}, which only a stream's open message has a place for.
  */
 public final class SubscribeOptions {
   /** The Redis source a subscription reads. */
@@ -60,6 +61,7 @@ public final class SubscribeOptions {
   final boolean reportsInReads;
   final String orderingHeader;
   final String orderingField;
+  final int partitions;
   final Consumer<Flush> onFlush;
   final SubscriptionListener listener;
 
@@ -94,6 +96,7 @@ public final class SubscribeOptions {
     reportsInReads = b.reportsInReads;
     orderingHeader = b.orderingHeader;
     orderingField = b.orderingField;
+    partitions = b.partitions;
     onFlush = b.onFlush;
     listener = b.listener == null ? new SubscriptionListener() {} : b.listener;
   }
@@ -129,7 +132,12 @@ public final class SubscribeOptions {
 
   /** "stream/group", the key of a list, or the channels; for log lines. */
   String describe() {
-    return source == Source.STREAM ? stream + "/" + group : stream;
+    if (source != Source.STREAM) {
+      return stream;
+    }
+    // The key of a partitioned stream holds nothing itself: say where the entries are.
+    String name = stream + "/" + group;
+    return partitions > 0 ? name + " (" + partitions + " partitions)" : name;
   }
 
   /** The {@code open} message of a new stream. */
@@ -147,7 +155,8 @@ public final class SubscribeOptions {
                 .setKey(stream)
                 .setGroup(group)
                 .setConsumer(consumer)
-                .setStartId(startId);
+                .setStartId(startId)
+                .setPartitions(partitions);
         if (!minIdle.isZero()) {
           s.setMinIdle(duration(minIdle));
         }
@@ -251,6 +260,7 @@ public final class SubscribeOptions {
     private boolean reportsInReads;
     private String orderingHeader = "";
     private String orderingField = "";
+    private int partitions;
     private Consumer<Flush> onFlush;
     private SubscriptionListener listener;
 
@@ -444,6 +454,42 @@ public final class SubscribeOptions {
      */
     public Builder orderingField(String field) {
       this.orderingField = Objects.requireNonNull(field, "field");
+      return this;
+    }
+
+    /**
+     * Streams: reads the partitioned stream named by the key, whose partitions are the streams
+     * {@code key:{0}} … {@code key:{partitions-1}} (where {@link
+     * PublishTarget#withPartitionsByHeader} publishes). The group's subscriptions that open it
+     * with the same number share the partitions out among themselves, each partition read by one
+     * of them at a time and handed over as replicas come and go; {@link #consumer} names this
+     * replica among them, so give each replica its own. With {@link #orderingHeader} or {@link
+     * #orderingField}, a key's entries (all in one partition when the producer put them there by
+     * that key) are handed out one at a time across the whole group, not only within this
+     * subscription. Every partition this replica reads comes through this one subscription.
+     *
+     * <p>A partition handed over waits for the outcomes of its deliveries out, as a draining
+     * sidecar does; an outcome that comes later still (past the sidecar's {@code
+     * --shutdown-grace}, or from a replica stalled past {@code --consumer-lease}) is refused as
+     * {@code ALREADY_SETTLED}, a {@link RejectedException} to the listener, and the entry is
+     * delivered again by the partition's new reader.
+     *
+     * <p>At most 1024 (the sidecar refuses more); 0 (default): the stream {@code key} itself.
+     */
+    public Builder partitions(int partitions) {
+      if (source != Source.STREAM) {
+        String reads = source == Source.PUBSUB ? "pub/sub" : "a list";
+        throw new IllegalArgumentException(
+            "partitions are for a stream read through a consumer group"
+                + " (SubscribeOptions.builder(stream, group)); this subscription reads "
+                + reads);
+      }
+      if (partitions < 0) {
+        throw new IllegalArgumentException(
+            "partitions is how many the stream has (at least 1), or 0 for the stream itself; got "
+                + partitions);
+      }
+      this.partitions = partitions;
       return this;
     }
 

@@ -380,10 +380,10 @@ public final class WindowClient implements AutoCloseable {
   }
 
   /**
-   * Publishes the messages, in order and in one call, to a stream, a list, a channel or a
-   * sharded channel ({@link PublishTarget}). The future completes with the stream ids or the
-   * channel receiver counts, or with a {@link ConnectionException} or a {@link WindowException}
-   * carrying the call's status.
+   * Publishes the messages, in order and in one call, to a stream, a partitioned stream, a list,
+   * a channel or a sharded channel ({@link PublishTarget}). The future completes with the stream
+   * ids or the channel receiver counts, or with a {@link ConnectionException} or a {@link
+   * WindowException} carrying the call's status.
    * Deadline: 30 s ({@link #PUBLISH_DEADLINE_MS}).
    */
   public CompletableFuture<Published> publish(PublishTarget target, List<Message> messages) {
@@ -404,7 +404,12 @@ public final class WindowClient implements AutoCloseable {
     long deadlineMs = Math.max(1, deadline.toMillis());
     PublishRequest.Builder req = PublishRequest.newBuilder();
     switch (target.kind()) {
-      case STREAM -> req.setStream(target.name()).setMaxLen(target.maxLen());
+      case STREAM -> {
+        req.setStream(target.name()).setMaxLen(target.maxLen());
+        if (target.partitions() > 0) {
+          req.setPartitions(target.partitions()).setPartitionBy(target.partitionBy());
+        }
+      }
       case LIST -> req.setList(target.name());
       case CHANNEL -> req.setChannel(target.name());
       case SHARDED_CHANNEL -> req.setShardedChannel(target.name());

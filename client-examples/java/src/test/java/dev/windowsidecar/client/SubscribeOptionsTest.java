@@ -72,6 +72,41 @@ public class SubscribeOptionsTest {
   }
 
   @Test
+  public void aPartitionedStreamOpensWithItsNumber() {
+    assertEquals(0, SubscribeOptions.builder("orders", "svc").build().toOpen().getStream().getPartitions());
+    SubscribeOptions o =
+        SubscribeOptions.builder("orders", "svc")
+            .consumer("w1")
+            .orderingHeader("customer")
+            .partitions(8)
+            .build();
+    Open open = o.toOpen();
+    assertEquals("orders", open.getStream().getKey());
+    assertEquals("w1", open.getStream().getConsumer());
+    assertEquals(8, open.getStream().getPartitions());
+    assertEquals("customer", open.getOrderingKey().getHeader());
+    assertEquals("orders/svc (8 partitions)", o.describe());
+    assertEquals(
+        0, SubscribeOptions.builder("orders", "svc").partitions(0).build().toOpen().getStream().getPartitions());
+  }
+
+  @Test
+  public void partitionsAreAStreamsAndNeverNegative() {
+    IllegalArgumentException negative =
+        assertThrows(
+            IllegalArgumentException.class, () -> SubscribeOptions.builder("orders", "svc").partitions(-1));
+    assertTrue(negative.getMessage(), negative.getMessage().contains("got -1"));
+    for (SubscribeOptions.Builder b :
+        List.of(
+            SubscribeOptions.reliableList("jobs"),
+            SubscribeOptions.simpleList("jobs"),
+            SubscribeOptions.pubsub().channels("news"))) {
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> b.partitions(4));
+      assertTrue(e.getMessage(), e.getMessage().contains("SubscribeOptions.builder(stream, group)"));
+    }
+  }
+
+  @Test
   public void reportsInReadsAndPackedAcks() {
     SubscribeOptions o =
         SubscribeOptions.builder("orders", "svc").reportsInReads(true).packedAcks(true).build();

@@ -10,6 +10,7 @@ import static org.junit.Assert.assertTrue;
 
 import dev.windowsidecar.v1.Batch;
 import dev.windowsidecar.v1.FlushReport;
+import dev.windowsidecar.v1.Open;
 import dev.windowsidecar.v1.Opened;
 import dev.windowsidecar.v1.OutcomeKind;
 import dev.windowsidecar.v1.Read;
@@ -70,6 +71,8 @@ public class SubscriptionTest {
   private Server server;
   private ManagedChannel channel;
   private final AtomicInteger attempts = new AtomicInteger();
+  /** The {@code open} of each stream, in order. */
+  private final LinkedBlockingQueue<Open> opens = new LinkedBlockingQueue<>();
   private final AtomicReference<Throwable> scriptFailure = new AtomicReference<>();
 
   @BeforeClass
@@ -91,6 +94,7 @@ public class SubscriptionTest {
                       try {
                         Object first = in.queue.take();
                         assertTrue("first message is open", ((SubscribeRequest) first).hasOpen());
+                        opens.add(((SubscribeRequest) first).getOpen());
                         if (n < scripts.length) {
                           scripts[n].run(out, in);
                         } else {
@@ -327,6 +331,94 @@ public class SubscriptionTest {
       f = flushes.poll(5, TimeUnit.SECONDS);
       assertNotNull(f);
       assertEquals(List.of(slow), f.settled());
+    }
+  }
+
+  /**
+   * A partitioned stream: the open carries the number, and the partitions this replica reads
+   * share the one stream, each numbering its reads and slots from a range of its own (the
+   * sidecar's are 2^36 apart), the same entry id in two of them being two entries. Outcomes name
+   * their slots, each report settles its own read's, and an outcome that came after its
+   * partition was handed over is refused ALREADY_SETTLED: the listener hears of it, and nothing
+   * settles it again (the partition's new reader has the entry).
+   */
+  @Test
+  public void partitionsShareOneStream() throws Exception {
+    long p1 = 1L << 36;
+    long p2 = 2L << 36;
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(p1 + 1, p1 + 1, "1-0", "2-0"));
+              out.onNext(read(p2 + 1, p2 + 1, "1-0"));
+              got.add(in.next());
+              out.onNext(flushed(p2 + 1, 1));
+              got.add(in.next());
+              out.onNext(flushed(p1 + 1, 1));
+              got.add(in.next());
+              out.onNext(
+                  SubscribeResponse.newBuilder()
+                      .setRejections(
+                          Rejections.newBuilder()
+                              .addRejections(
+                                  Rejection.newBuilder()
+                                      .setSlot(p1 + 2)
+                                      .setReason(RejectionReason.REJECTION_REASON_ALREADY_SETTLED)
+                                      .setMessage("the partition was handed over")))
+                      .build());
+              for (Batch b = in.next(); b != null; b = in.next()) {
+                got.add(b);
+              }
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
+    SubscriptionListener listener =
+        new SubscriptionListener() {
+          @Override
+          public void error(WindowException e) {
+            errors.add(e);
+          }
+        };
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
+    SubscribeOptions o =
+        options().orderingHeader("k").partitions(4).listener(listener).onFlush(flushes::add).build();
+    try (Subscription sub = client.subscribe(o, later(ds))) {
+      assertFalse(sub.isTerminated());
+      Open open = opens.poll(5, TimeUnit.SECONDS);
+      assertNotNull(open);
+      assertEquals(4, open.getStream().getPartitions());
+      assertEquals("s", open.getStream().getKey());
+      Delivery a1 = take(ds);
+      Delivery a2 = take(ds);
+      Delivery b1 = take(ds);
+      assertEquals(p2 + 1, b1.slot());
+      assertEquals(a1.entryId(), b1.entryId());
+      assertTrue(b1.ack());
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(p2 + 1, b.getOutcomes(0).getSlot());
+      Flush f = flushes.poll(5, TimeUnit.SECONDS);
+      assertNotNull(f);
+      assertEquals(List.of(b1), f.settled());
+      assertTrue(a1.ack());
+      b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(p1 + 1, b.getOutcomes(0).getSlot());
+      f = flushes.poll(5, TimeUnit.SECONDS);
+      assertNotNull(f);
+      assertEquals(List.of(a1), f.settled());
+      assertTrue(a2.ack());
+      b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(p1 + 2, b.getOutcomes(0).getSlot());
+      WindowException e = errors.poll(5, TimeUnit.SECONDS);
+      assertTrue(String.valueOf(e), e instanceof RejectedException);
+      assertEquals("ALREADY_SETTLED", ((RejectedException) e).reason());
+      assertEquals(a2, ((RejectedException) e).delivery());
+      assertNull("settled again after ALREADY_SETTLED", got.poll(200, TimeUnit.MILLISECONDS));
     }
   }
 

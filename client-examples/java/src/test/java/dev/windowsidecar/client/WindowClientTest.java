@@ -208,6 +208,85 @@ public class WindowClientTest {
   }
 
   /**
+   * Publish to a partitioned stream: the request carries the number of partitions and where each
+   * entry's key is (a header or a field), with maxLen for each partition; a target that is not
+   * one carries neither.
+   */
+  @Test
+  public void publishToAPartitionedStream() throws Exception {
+    LinkedBlockingQueue<PublishRequest> seen = new LinkedBlockingQueue<>();
+    WindowServiceGrpc.WindowServiceImplBase fake =
+        new WindowServiceGrpc.WindowServiceImplBase() {
+          @Override
+          public void publish(PublishRequest req, StreamObserver<PublishResponse> out) {
+            seen.add(req);
+            out.onNext(PublishResponse.newBuilder().addIds("1-0").addIds("1-0").build());
+            out.onCompleted();
+          }
+        };
+    String name = InProcessServerBuilder.generateName();
+    Server server = InProcessServerBuilder.forName(name).addService(fake).build().start();
+    ManagedChannel channel = InProcessChannelBuilder.forName(name).build();
+    try {
+      WindowClient client = WindowClient.of(channel);
+      List<WindowClient.Message> two =
+          List.of(
+              WindowClient.Message.of("a1", Map.of("k", "a")),
+              WindowClient.Message.of("b1", Map.of("k", "b")));
+      PublishTarget byHeader = PublishTarget.stream("orders").withPartitionsByHeader(4, "k").withMaxLen(1000);
+      assertEquals(4, byHeader.partitions());
+      assertEquals("k", byHeader.partitionHeader());
+      Published ids = client.publish(byHeader, two).get(5, TimeUnit.SECONDS);
+      assertEquals(List.of("1-0", "1-0"), ids.ids());
+      PublishRequest req = seen.poll(5, TimeUnit.SECONDS);
+      assertEquals("orders", req.getStream());
+      assertEquals(4, req.getPartitions());
+      assertEquals("k", req.getPartitionBy().getHeader());
+      assertEquals(1000, req.getMaxLen());
+      assertEquals(2, req.getEntriesCount());
+      client.publish(PublishTarget.stream("orders").withPartitionsByField(8, "customer_id"), two)
+          .get(5, TimeUnit.SECONDS);
+      req = seen.poll(5, TimeUnit.SECONDS);
+      assertEquals(8, req.getPartitions());
+      assertEquals("customer_id", req.getPartitionBy().getField());
+      client.publish("orders", two).get(5, TimeUnit.SECONDS);
+      req = seen.poll(5, TimeUnit.SECONDS);
+      assertEquals(0, req.getPartitions());
+      org.junit.Assert.assertFalse(req.hasPartitionBy());
+    } finally {
+      channel.shutdownNow();
+      server.shutdownNow();
+    }
+  }
+
+  /** What the sidecar would refuse after the call is refused at once, naming the fix. */
+  @Test
+  public void aPartitionedTargetIsAStreamWithOnePartitionKey() {
+    PublishTarget s = PublishTarget.stream("orders");
+    assertRefused("for a stream", () -> PublishTarget.list("jobs").withPartitionsByHeader(4, "k"));
+    assertRefused("for a stream", () -> PublishTarget.channel("news").withPartitionsByField(4, "k"));
+    assertRefused("for a stream", () -> PublishTarget.shardedChannel("sh").withPartitionsByHeader(4, "k"));
+    assertRefused("needs partitions", () -> s.withPartitionsByHeader(0, "k"));
+    assertRefused("got -1", () -> s.withPartitionsByHeader(-1, "k"));
+    assertRefused("withPartitionsByHeader(partitions, header)", () -> s.withPartitionsByHeader(4, ""));
+    assertRefused(
+        "not both",
+        () -> new PublishTarget(PublishTarget.Kind.STREAM, "orders", 0, false, 4, "k", "customer_id"));
+    assertRefused(
+        "withPartitionsByField(partitions, field)",
+        () -> new PublishTarget(PublishTarget.Kind.STREAM, "orders", 0, false, 4, null, null));
+    assertRefused("raw values", () -> s.withPartitionsByHeader(4, "k").withRawValues());
+    assertEquals(
+        new PublishTarget(PublishTarget.Kind.STREAM, "orders", 0, false, 0, "", ""),
+        PublishTarget.stream("orders"));
+  }
+
+  private static void assertRefused(String says, org.junit.function.ThrowingRunnable call) {
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class, call);
+    org.junit.Assert.assertTrue(e.getMessage(), e.getMessage().contains(says));
+  }
+
+  /**
    * The sidecar's answer about Redis (quoting Redis's own "Connection refused") is a
    * RedisUnavailableException, not a ConnectionException; a refusal a RefusedException with its
    * reason; a deadline a CallTimeoutException.

@@ -44,7 +44,8 @@ public final class Runner {
   private static final Gson GSON = new Gson();
 
   private final Map<String, List<String>> handle = new HashMap<>();
-  private final Map<String, Integer> seen = new HashMap<>();
+  /** How many times each payload was delivered; replicas' handlers run concurrently. */
+  private final Map<String, Integer> seen = new ConcurrentHashMap<>();
   /** Each delivery's name (its payload, or the id field of an entry without the payload layout). */
   private final Map<Delivery, String> names = new java.util.concurrent.ConcurrentHashMap<>();
   private final String effects;
@@ -56,11 +57,17 @@ public final class Runner {
     return acked.computeIfAbsent(name, k -> new CompletableFuture<>());
   }
 
-  /** The line before an outcome the runner gives (run.sh checks the order with it). */
-  private static void settle(Delivery d, String payload) {
+  /**
+   * The line before an outcome the runner gives (run.sh checks the order with it); {@code
+   * consumer} names the replica with {@code open.consumers}, else null.
+   */
+  private static void settle(Delivery d, String payload, String consumer) {
     Map<String, Object> f = new LinkedHashMap<>();
     f.put("payload", payload);
     f.put("count", d.deliveryCount());
+    if (consumer != null) {
+      f.put("consumer", consumer);
+    }
     emit("settle", f);
   }
 
@@ -94,116 +101,46 @@ public final class Runner {
       closedSidecar(scenario);
       System.exit(0);
     }
-    CountDownLatch opened = new CountDownLatch(1);
-    SubscriptionListener listener =
-        new SubscriptionListener() {
-          @Override
-          public void opened(Opened o) {
-            opened.countDown();
-          }
-
-          @Override
-          public void resubscribed(Opened o, int reconnects) {
-            emit("resubscribed");
-          }
-
-          @Override
-          public void draining(Duration grace, int outstanding) {
-            emit("draining");
-          }
-
-          @Override
-          public void error(WindowException e) {
-            if (e instanceof RejectedException r) {
-              Map<String, Object> f = new LinkedHashMap<>();
-              f.put("payload", r.delivery() == null ? "" : runner.names.getOrDefault(r.delivery(), ""));
-              f.put("reason", r.reason());
-              f.put("error", errorClass(e));
-              f.put("message", e.getMessage());
-              emit("rejected", f);
-            } else if (e instanceof SideEffectException s) {
-              Map<String, Object> f = new LinkedHashMap<>();
-              f.put("payload", s.delivery() == null ? "" : runner.names.getOrDefault(s.delivery(), ""));
-              f.put("command", s.command());
-              f.put("settled", s.settled());
-              f.put("error", errorClass(e));
-              f.put("message", e.getMessage());
-              emit("side_effect_error", f);
-            } else if (e instanceof RequeueRefusedException q) {
-              Map<String, Object> f = new LinkedHashMap<>();
-              f.put("payload", q.delivery() == null ? "" : runner.names.getOrDefault(q.delivery(), ""));
-              f.put("error", errorClass(e));
-              f.put("message", e.getMessage());
-              emit("requeue_refused", f);
-            }
-          }
-        };
-    String key = open.get("key").getAsString();
-    String form = open.get("form").getAsString();
-    SubscribeOptions.Builder b;
-    PublishTarget target;
-    switch (form) {
-      case "stream" -> {
-        b = SubscribeOptions.builder(key, str(open, "group")).consumer(str(open, "consumer"));
-        target = PublishTarget.stream(key);
-      }
-      case "reliable_list" -> {
-        b = SubscribeOptions.reliableList(key).consumer(str(open, "consumer"));
-        target = PublishTarget.list(key);
-      }
-      case "simple_list" -> {
-        b = SubscribeOptions.simpleList(key);
-        target = PublishTarget.list(key);
-      }
-      case "pubsub" -> {
-        b = SubscribeOptions.pubsub().channels(key);
-        target = PublishTarget.channel(key);
-      }
-      default -> throw new IllegalArgumentException("unknown form " + form);
+    // `open.consumers`: replicas of one group, each a subscription on a connection of its own
+    // as separate processes would have, all handled here, their lines naming the consumer; else
+    // the one `open.consumer`.
+    List<String> replicas = new ArrayList<>();
+    if (open.has("consumers")) {
+      open.getAsJsonArray("consumers").forEach(c -> replicas.add(c.getAsString()));
     }
-    if (open.has("count")) {
-      b.count(open.get("count").getAsInt());
+    boolean several = !replicas.isEmpty();
+    if (!several) {
+      replicas.add(str(open, "consumer"));
     }
-    if (open.has("max_in_flight")) {
-      b.maxInFlight(open.get("max_in_flight").getAsInt());
+    CountDownLatch opened = new CountDownLatch(replicas.size());
+    SubscriptionListener listener = runner.listener(opened);
+    List<WindowClient> clients = new ArrayList<>();
+    List<Subscription> subs = new ArrayList<>();
+    for (String consumer : replicas) {
+      WindowClient client = WindowClient.connect();
+      clients.add(client);
+      String named = several ? consumer : null;
+      subs.add(client.subscribe(options(open, consumer, listener).build(), d -> runner.handle(d, named)));
     }
-    if (open.has("ordering_header")) {
-      b.orderingHeader(str(open, "ordering_header"));
-    }
-    if (open.has("ordering_field")) {
-      b.orderingField(str(open, "ordering_field"));
-    }
-    if ("atomic".equals(str(open, "mode"))) {
-      b.atomic(true);
-    }
-    if (open.has("max_deliveries")) {
-      b.deadLetter(open.get("max_deliveries").getAsInt(), str(open, "dead_letter"));
-    }
-    b.reportsInReads(bool(open, "reports_in_reads")).packedAcks(bool(open, "packed_acks"));
-    b.rejectedOutcome(rejectedOutcome(str(open, "rejected_outcome")));
-    if (open.has("max_attempts")) {
-      b.maxAttempts(open.get("max_attempts").getAsInt());
-    }
-    b.listener(listener);
-
-    WindowClient client = WindowClient.connect();
-    Subscription sub = client.subscribe(b.build(), runner::handle);
     // SIGTERM: stop consuming, send what is settled, close, and exit 0.
     Runtime.getRuntime()
         .addShutdownHook(
             new Thread(
                 () -> {
-                  sub.close();
-                  client.close();
+                  // At once: each waits for its sidecar's flush, and run.sh allows 10 s in all.
+                  subs.parallelStream().forEach(Subscription::close);
+                  clients.forEach(WindowClient::close);
                   System.out.flush();
-                  Runtime.getRuntime().halt(sub.error() == null ? 0 : 1);
+                  Runtime.getRuntime().halt(subs.stream().allMatch(sub -> sub.error() == null) ? 0 : 1);
                 },
                 "conformance-stop"));
 
     while (!opened.await(50, TimeUnit.MILLISECONDS)) {
-      if (sub.isTerminated()) {
-        System.err.println("the subscription ended before it opened: " + sub.error());
-        System.exit(1);
+      for (Subscription sub : subs) {
+        if (sub.isTerminated()) {
+          System.err.println("the subscription ended before it opened: " + sub.error());
+          System.exit(1);
+        }
       }
     }
     emit("opened");
@@ -216,13 +153,130 @@ public final class Runner {
       }
       messages.add(Message.of(entry.get("payload").getAsString(), headers));
     }
-    client.publish(target, messages, publishDeadline(scenario)).join();
+    clients.get(0).publish(target(scenario), messages, publishDeadline(scenario)).join();
     emit("published", Map.of("count", messages.size()));
-    sub.awaitTermination();
-    if (sub.error() != null) {
-      System.err.println("the subscription failed: " + sub.error());
-      System.exit(1);
+    for (Subscription sub : subs) {
+      sub.awaitTermination();
+      if (sub.error() != null) {
+        System.err.println("the subscription failed: " + sub.error());
+        System.exit(1);
+      }
     }
+  }
+
+  /** The error callback's lines; {@code opened} counts the subscriptions' first opens down. */
+  private SubscriptionListener listener(CountDownLatch opened) {
+    return new SubscriptionListener() {
+      @Override
+      public void opened(Opened o) {
+        opened.countDown();
+      }
+
+      @Override
+      public void resubscribed(Opened o, int reconnects) {
+        emit("resubscribed");
+      }
+
+      @Override
+      public void draining(Duration grace, int outstanding) {
+        emit("draining");
+      }
+
+      @Override
+      public void error(WindowException e) {
+        if (e instanceof RejectedException r) {
+          Map<String, Object> f = new LinkedHashMap<>();
+          f.put("payload", r.delivery() == null ? "" : names.getOrDefault(r.delivery(), ""));
+          f.put("reason", r.reason());
+          f.put("error", errorClass(e));
+          f.put("message", e.getMessage());
+          emit("rejected", f);
+        } else if (e instanceof SideEffectException s) {
+          Map<String, Object> f = new LinkedHashMap<>();
+          f.put("payload", s.delivery() == null ? "" : names.getOrDefault(s.delivery(), ""));
+          f.put("command", s.command());
+          f.put("settled", s.settled());
+          f.put("error", errorClass(e));
+          f.put("message", e.getMessage());
+          emit("side_effect_error", f);
+        } else if (e instanceof RequeueRefusedException q) {
+          Map<String, Object> f = new LinkedHashMap<>();
+          f.put("payload", q.delivery() == null ? "" : names.getOrDefault(q.delivery(), ""));
+          f.put("error", errorClass(e));
+          f.put("message", e.getMessage());
+          emit("requeue_refused", f);
+        }
+      }
+    };
+  }
+
+  /** The subscription {@code open} describes, as {@code consumer}. */
+  private static SubscribeOptions.Builder options(
+      JsonObject open, String consumer, SubscriptionListener listener) {
+    String key = open.get("key").getAsString();
+    String form = open.get("form").getAsString();
+    SubscribeOptions.Builder b =
+        switch (form) {
+          case "stream" -> SubscribeOptions.builder(key, str(open, "group")).consumer(consumer);
+          case "reliable_list" -> SubscribeOptions.reliableList(key).consumer(consumer);
+          case "simple_list" -> SubscribeOptions.simpleList(key);
+          case "pubsub" -> SubscribeOptions.pubsub().channels(key);
+          default -> throw new IllegalArgumentException("unknown form " + form);
+        };
+    if (open.has("count")) {
+      b.count(open.get("count").getAsInt());
+    }
+    if (open.has("max_in_flight")) {
+      b.maxInFlight(open.get("max_in_flight").getAsInt());
+    }
+    if (open.has("ordering_header")) {
+      b.orderingHeader(str(open, "ordering_header"));
+    }
+    if (open.has("ordering_field")) {
+      b.orderingField(str(open, "ordering_field"));
+    }
+    if (open.has("partitions")) {
+      b.partitions(open.get("partitions").getAsInt());
+    }
+    if ("atomic".equals(str(open, "mode"))) {
+      b.atomic(true);
+    }
+    if (open.has("max_deliveries")) {
+      b.deadLetter(open.get("max_deliveries").getAsInt(), str(open, "dead_letter"));
+    }
+    b.reportsInReads(bool(open, "reports_in_reads")).packedAcks(bool(open, "packed_acks"));
+    b.rejectedOutcome(rejectedOutcome(str(open, "rejected_outcome")));
+    if (open.has("max_attempts")) {
+      b.maxAttempts(open.get("max_attempts").getAsInt());
+    }
+    return b.listener(listener);
+  }
+
+  /**
+   * Where the runner publishes: the form's target; a stream's partitions by the key of {@code
+   * publish_partitions} ({@code {"partitions": N, "header": H}} or {@code "field": F}).
+   */
+  private static PublishTarget target(JsonObject scenario) {
+    JsonObject open = scenario.getAsJsonObject("open");
+    String key = open.get("key").getAsString();
+    PublishTarget target =
+        switch (open.get("form").getAsString()) {
+          case "stream" -> PublishTarget.stream(key);
+          case "reliable_list", "simple_list" -> PublishTarget.list(key);
+          case "pubsub" -> PublishTarget.channel(key);
+          default -> throw new IllegalArgumentException("unknown form " + open.get("form"));
+        };
+    if (!scenario.has("publish_partitions")) {
+      return target;
+    }
+    JsonObject by = scenario.getAsJsonObject("publish_partitions");
+    if (by.has("header") == by.has("field")) {
+      throw new IllegalArgumentException("publish_partitions names a header or a field: " + by);
+    }
+    int partitions = by.get("partitions").getAsInt();
+    return by.has("header")
+        ? target.withPartitionsByHeader(partitions, str(by, "header"))
+        : target.withPartitionsByField(partitions, str(by, "field"));
   }
 
   private static String str(JsonObject o, String name) {
@@ -239,7 +293,8 @@ public final class Runner {
     return actions.get(Math.min(n, actions.size()) - 1);
   }
 
-  private void handle(Delivery d) throws Exception {
+  /** One delivery; {@code consumer} names its replica with {@code open.consumers}, else null. */
+  private void handle(Delivery d, String consumer) throws Exception {
     String payload = d.payloadUtf8();
     Map<String, Object> fields = new LinkedHashMap<>();
     if (!d.hasPayload()) {
@@ -259,6 +314,9 @@ public final class Runner {
     fields.put("payload", payload);
     fields.put("count", d.deliveryCount());
     fields.put("headers", new LinkedHashMap<>(d.headers()));
+    if (consumer != null) {
+      fields.put("consumer", consumer);
+    }
     emit("delivery", fields);
     String action = actionFor(payload, n);
     if (typed) {
@@ -267,20 +325,20 @@ public final class Runner {
       d.queue("HINCRBY", effects, payload, 1);
     }
     if (action.equals("ack")) {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.ack();
       acked(payload).complete(null);
     } else if (action.equals("drop")) {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.drop("the scenario drops it");
     } else if (action.equals("retry")) {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.retry("the scenario retries it");
     } else if (action.equals("dead_letter")) {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.deadLetter("conformance: dead_letter");
     } else if (action.startsWith("retry_after:")) {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.retryAfter(Duration.ofMillis(millis(action)), "the scenario retries it later");
     } else if (action.startsWith("hold_until:")) {
       // Unsettled until that delivery is acked; the handler returns and the others go on.
@@ -289,7 +347,7 @@ public final class Runner {
       acked(action.substring(action.indexOf(':') + 1))
           .thenRun(
               () -> {
-                settle(d, name);
+                settle(d, name, consumer);
                 d.ack();
                 acked(name).complete(null);
               });
@@ -305,7 +363,7 @@ public final class Runner {
       // A command the sidecar accepts and Redis may fail when it runs, then an ack.
       String[] words = action.substring("queue:".length()).split(" ");
       d.queue(words[0], (Object[]) java.util.Arrays.copyOfRange(words, 1, words.length));
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.ack();
       acked(payload).complete(null);
     } else if (action.equals("fail")) {
@@ -331,6 +389,8 @@ public final class Runner {
       d.ack();
     } else if (action.startsWith("slow_ack:")) {
       Thread.sleep(millis(action));
+      // Its settle line too, so that a slow key's order can be checked like any other's.
+      settle(d, payload, consumer);
       d.ack();
     } else {
       throw new IllegalArgumentException("unknown action " + action);
