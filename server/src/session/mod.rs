@@ -4,7 +4,8 @@
 //! is in [`subscription`], the tasks that read and flush beside it in [`io`]; what
 //! operators see of it (admin view, spans) is in [`observe`], the backlog and work gauges of
 //! every key it served (and every key watched or kept) in [`sampler`], the trim of every stream
-//! under retention by acknowledgement in [`retention`].
+//! under retention by acknowledgement in [`retention`]. A partitioned stream's Subscribe stream
+//! is a replica ([`partitioned`]), which runs a subscription per partition it reads.
 //!
 //! This file is the top of the module and none of its parts uses it: they build on each other
 //! from the bottom up (the messages, observe, the sampling and retention jobs with their
