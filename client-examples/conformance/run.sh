@@ -224,6 +224,12 @@ expectations() {
     printf '%s fails within %s ms\t%s\ttrue\n' "$call" "$within" \
       "$(jq -r --argjson w "$within" '(.elapsed_ms // 1e9) <= $w' <<<"$got")"
   done < <(jq -c '.expect.errors // [] | .[]' "$file")
+  # Replicas (`open.consumers`): each named consumer got some of the deliveries.
+  while read -r c; do
+    [[ -n $c ]] || continue
+    got="$(jq -r --arg c "$c" '[.[] | select(.event == "delivery" and .consumer == $c)] | length > 0' <<<"$seen")"
+    printf 'consumer %s got deliveries\t%s\ttrue\n' "$c" "$got"
+  done < <(jq -r '.expect.consumers_served // [] | .[]' "$file")
   # Ordering keys: each key's deliveries in order (by the header that carries the key), at
   # most one delivery of a key out at a time (between its delivery line and its settle line no
   # other delivery of that key), and the deliveries that came before a held one was settled.

@@ -28,6 +28,8 @@ interface Scenario {
     key: string;
     group?: string;
     consumer?: string;
+    /** Replicas of one group: one subscription per name, each on a client of its own (instead of `consumer`). */
+    consumers?: string[];
     count?: number;
     mode?: "pipeline" | "atomic";
     max_deliveries?: number;
@@ -62,12 +64,15 @@ function emit(event: string, fields: Record<string, unknown> = {}): void {
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The scenario's `open` as the client's subscribe options, and where its entries are published. */
-function subscription(open: Scenario["open"]): { source: SubscribeOptions; target: PublishTarget } {
+function subscription(
+  open: Scenario["open"],
+  consumer: string | undefined = open.consumer,
+): { source: SubscribeOptions; target: PublishTarget } {
   switch (open.form) {
     case "stream":
-      return { source: { stream: open.key, group: open.group ?? "", consumer: open.consumer }, target: { stream: open.key } };
+      return { source: { stream: open.key, group: open.group ?? "", consumer }, target: { stream: open.key } };
     case "reliable_list":
-      return { source: { reliableList: open.key, consumer: open.consumer }, target: { list: open.key } };
+      return { source: { reliableList: open.key, consumer }, target: { list: open.key } };
     case "simple_list":
       return { source: { simpleList: open.key }, target: { list: open.key } };
     case "pubsub":
@@ -156,34 +161,44 @@ async function main(path: string): Promise<void> {
   const open = scenario.open;
   const typed = scenario.side_effect === "typed";
   const seen = new Map<string, number>();
-  const { source, target } = subscription(open);
+  const { target } = subscription(open);
 
-  let opened!: () => void;
-  const firstOpen = new Promise<void>((r) => (opened = r));
-  const client = new WindowClient();
-  const sub = client.subscribe({
-    ...source,
-    count: open.count ?? 16,
-    maxInFlight: open.max_in_flight,
-    orderingHeader: open.ordering_header,
-    orderingField: open.ordering_field,
-    partitions: open.partitions,
-    atomic: open.mode === "atomic",
-    maxDeliveries: open.max_deliveries,
-    deadLetter: open.dead_letter,
-    reportsInReads: open.reports_in_reads,
-    packedAcks: open.packed_acks,
-    rejectedOutcome: open.rejected_outcome,
-    maxAttempts: open.max_attempts,
-    onError,
-    closeTimeoutMs: 5_000,
-    onOpened: (_opened, info) => {
-      if (info.resubscribed) emit("resubscribed");
-      else opened();
-    },
-    onDraining: () => emit("draining"),
+  // `open.consumers`: replicas of one group, each a subscription on a client (a connection) of
+  // its own as separate processes would have, all handled here, their lines naming the
+  // consumer; else the one `open.consumer`.
+  const several = (open.consumers ?? []).length > 0;
+  const replicas: Array<string | undefined> = several ? open.consumers! : [open.consumer];
+  const subscribed = replicas.map((consumer) => {
+    const { source } = subscription(open, consumer);
+    let opened!: () => void;
+    const firstOpen = new Promise<void>((r) => (opened = r));
+    const client = new WindowClient();
+    const sub = client.subscribe({
+      ...source,
+      count: open.count ?? 16,
+      maxInFlight: open.max_in_flight,
+      orderingHeader: open.ordering_header,
+      orderingField: open.ordering_field,
+      partitions: open.partitions,
+      atomic: open.mode === "atomic",
+      maxDeliveries: open.max_deliveries,
+      deadLetter: open.dead_letter,
+      reportsInReads: open.reports_in_reads,
+      packedAcks: open.packed_acks,
+      rejectedOutcome: open.rejected_outcome,
+      maxAttempts: open.max_attempts,
+      onError,
+      closeTimeoutMs: 5_000,
+      onOpened: (_opened, info) => {
+        if (info.resubscribed) emit("resubscribed");
+        else opened();
+      },
+      onDraining: () => emit("draining"),
+    });
+    // The name its lines carry: only with `open.consumers`.
+    return { client, sub, firstOpen, named: several ? consumer : undefined };
   });
-  process.on("SIGTERM", () => sub.stop());
+  process.on("SIGTERM", () => subscribed.forEach(({ sub }) => sub.stop()));
 
   // `hold_until:P`: resolved once the delivery named P is acked.
   const acked = new Map<string, { promise: Promise<void>; resolve: () => void }>();
@@ -198,10 +213,12 @@ async function main(path: string): Promise<void> {
     return a;
   };
   // The line before an outcome the runner gives (run.sh checks the order with it).
-  const settle = (d: Delivery, payload: string) => emit("settle", { payload, count: d.deliveryCount });
+  const settle = (d: Delivery, payload: string, consumer?: string) =>
+    emit("settle", { payload, count: d.deliveryCount, ...(consumer !== undefined && { consumer }) });
   const holds = Object.values(scenario.handle).some((actions) => actions.some((a) => a.startsWith("hold_until:")));
 
-  const handle = async (d: Delivery): Promise<void> => {
+  // `consumer`: the replica's name with `open.consumers`, else undefined (and not printed).
+  const handle = async (d: Delivery, consumer?: string): Promise<void> => {
     const payload = nameOf(d);
     const n = (seen.get(payload) ?? 0) + 1;
     seen.set(payload, n);
@@ -215,30 +232,32 @@ async function main(path: string): Promise<void> {
         extra.json_error = e instanceof Error ? e.message : String(e);
       }
     }
-    emit("delivery", { payload, count: d.deliveryCount, headers: d.headers, ...extra });
+    emit("delivery", {
+      payload, count: d.deliveryCount, headers: d.headers, ...extra, ...(consumer !== undefined && { consumer }),
+    });
     const action = actionFor(scenario.handle, payload, n);
     if (typed) d.redis.hIncrBy(scenario.effects, payload, 1);
     else d.queue("HINCRBY", scenario.effects, payload, 1);
     if (action === "ack") {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.ack();
       ackedOf(payload).resolve();
     } else if (action === "drop") {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.drop();
     } else if (action === "retry") {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.retry();
     } else if (action === "dead_letter") {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.deadLetter("conformance: dead_letter");
     } else if (action.startsWith("retry_after:")) {
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.retryAfter(Number(action.split(":")[1]));
     } else if (action.startsWith("hold_until:")) {
       // Unsettled until that delivery is acked; run's other handlers go on meanwhile.
       await ackedOf(action.slice("hold_until:".length)).promise;
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.ack();
       ackedOf(payload).resolve();
     }
@@ -251,7 +270,7 @@ async function main(path: string): Promise<void> {
       // A command the sidecar accepts and Redis may fail when it runs, then an ack.
       const [name, ...args] = action.slice("queue:".length).split(" ");
       d.queue(name, ...args);
-      settle(d, payload);
+      settle(d, payload, consumer);
       d.ack();
       ackedOf(payload).resolve();
     }
@@ -268,23 +287,27 @@ async function main(path: string): Promise<void> {
     }
     else if (action.startsWith("slow_ack:")) {
       await sleep(Number(action.split(":")[1]));
+      // Its settle line too, right before the ack, so that a slow key's order is checked like any other's.
+      settle(d, payload, consumer);
       d.ack();
     } else throw new Error(`unknown action ${action}`);
   };
 
   // With `hold_until`, a held delivery must not stop the others: several handlers at a time.
-  const worker = sub.run(handle, { concurrency: holds ? 8 : 1 });
-  // Until the first Opened, or the subscription failing first.
-  await Promise.race([firstOpen, worker]);
-  if (sub.stats.opens > 0) {
+  const workers = subscribed.map(({ sub, named }) =>
+    sub.run((d) => handle(d, named), { concurrency: holds ? 8 : 1 }),
+  );
+  // Until every subscription's first Opened, or one failing first.
+  await Promise.race([Promise.all(subscribed.map(({ firstOpen }) => firstOpen)), ...workers]);
+  if (subscribed.every(({ sub }) => sub.stats.opens > 0)) {
     emit("opened");
     const entries = scenario.publish.map((e) => ({ payload: e.payload, headers: e.headers ?? {} }));
-    await client.publish(target, entries, publishOptions(scenario));
+    await subscribed[0].client.publish(target, entries, publishOptions(scenario));
     emit("published", { count: entries.length });
   }
-  await worker;
-  await sub.close();
-  client.close();
+  await Promise.all(workers);
+  for (const { sub } of subscribed) await sub.close();
+  for (const { client } of subscribed) client.close();
 }
 
 main(process.argv[2]).then(

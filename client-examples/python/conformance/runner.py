@@ -9,13 +9,14 @@ the close that ``async with`` does). The runner only maps the scenario onto the 
 options and does what ``handle`` says with each delivery."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
 import sys
 import time
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 from window_client import (
     LifecycleEvent,
@@ -24,7 +25,7 @@ from window_client import (
     SideEffectError,
     WindowError,
 )
-from window_client.aio import Delivery, Subscription, WindowClient
+from window_client.aio import Delivery, LifecycleCallback, Subscription, WindowClient
 
 
 #: The reason the action `dead_letter` gives (the dead letter's `x-window-reason`).
@@ -38,6 +39,13 @@ def emit(event: str, **fields: Any) -> None:
 def on_lifecycle(event: LifecycleEvent) -> None:
     # "opened" (the first open), "resubscribed" (every later one), "draining", "disconnected".
     if event.kind in ("opened", "resubscribed", "draining"):
+        emit(event.kind)
+
+
+def on_replica_lifecycle(event: LifecycleEvent) -> None:
+    """A replica's (`open.consumers`): its first open is not printed, the runner prints one
+    `opened` once every replica's subscription is open."""
+    if event.kind in ("resubscribed", "draining"):
         emit(event.kind)
 
 
@@ -64,9 +72,13 @@ def on_error(err: WindowError) -> None:
              error=type(err).__name__, message=str(err))
 
 
-def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
-    """The scenario's `open` as the client's options; absent fields take its defaults."""
-    options: Dict[str, Any] = {"on_lifecycle": on_lifecycle, "on_error": on_error}
+def subscription(client: WindowClient, open_: Dict[str, Any], consumer: Optional[str] = None,
+                 lifecycle: LifecycleCallback = on_lifecycle) -> Subscription:
+    """The scenario's `open` as the client's options; absent fields take its defaults.
+    ``consumer`` (one of `open.consumers`) stands for `open.consumer` when given."""
+    options: Dict[str, Any] = {"on_lifecycle": lifecycle, "on_error": on_error}
+    if consumer is None:
+        consumer = open_.get("consumer", "")
     for name in ("count", "max_in_flight", "reports_in_reads", "packed_acks",
                  "rejected_outcome", "max_attempts", "ordering_header", "ordering_field"):
         if name in open_:
@@ -81,13 +93,11 @@ def subscription(client: WindowClient, open_: Dict[str, Any]) -> Subscription:
     form = open_["form"]
     if form == "stream":
         return client.subscribe(
-            open_["key"], open_["group"], consumer=open_.get("consumer", ""),
+            open_["key"], open_["group"], consumer=consumer,
             start_id=open_.get("start_id", ""), partitions=open_.get("partitions", 0), **options,
         )
     if form == "reliable_list":
-        return client.subscribe_reliable_list(
-            open_["key"], consumer=open_.get("consumer", ""), **options
-        )
+        return client.subscribe_reliable_list(open_["key"], consumer=consumer, **options)
     if form == "simple_list":
         return client.subscribe_list(open_["key"], **options)
     if form == "pubsub":
@@ -174,17 +184,20 @@ async def main(path: str) -> None:
     def acked_event(name: str) -> asyncio.Event:
         return acked.setdefault(name, asyncio.Event())
 
-    def settle(d: Delivery, payload: str) -> None:
-        """The line before an outcome the runner gives (run.sh checks the order with it)."""
-        emit("settle", payload=payload, count=d.delivery_count)
+    def settle(d: Delivery, payload: str, consumer: Optional[str]) -> None:
+        """The line before an outcome the runner gives (run.sh checks the order with it);
+        ``consumer`` names the replica with `open.consumers`, else None."""
+        emit("settle", payload=payload, count=d.delivery_count,
+             **({} if consumer is None else {"consumer": consumer}))
 
-    async def hold(d: Delivery, payload: str, until: str) -> None:
+    async def hold(d: Delivery, payload: str, until: str, consumer: Optional[str]) -> None:
         await acked_event(until).wait()
-        settle(d, payload)
+        settle(d, payload, consumer)
         d.ack()
         acked_event(payload).set()
 
-    async def handle_one(d: Delivery) -> None:
+    async def handle_one(d: Delivery, consumer: Optional[str]) -> None:
+        """One delivery; ``consumer`` names its replica with `open.consumers`, else None."""
         payload = name_of(d)
         seen[payload] += 1
         extra: Dict[str, Any] = {}
@@ -195,6 +208,8 @@ async def main(path: str) -> None:
                 extra["json_error"] = None
             except ValueError as err:
                 extra["json_error"] = str(err)
+        if consumer is not None:
+            extra["consumer"] = consumer
         emit("delivery", payload=payload, count=d.delivery_count, headers=d.headers, **extra)
         action = action_for(handle, payload, seen[payload])
         if typed:
@@ -202,24 +217,24 @@ async def main(path: str) -> None:
         else:
             d.queue("HINCRBY", effects, payload, 1)
         if action == "ack":
-            settle(d, payload)
+            settle(d, payload, consumer)
             d.ack()
             acked_event(payload).set()
         elif action == "drop":
-            settle(d, payload)
+            settle(d, payload, consumer)
             d.drop()
         elif action == "retry":
-            settle(d, payload)
+            settle(d, payload, consumer)
             d.retry()
         elif action == "dead_letter":
-            settle(d, payload)
+            settle(d, payload, consumer)
             d.dead_letter(DEAD_LETTER_REASON)
         elif action.startswith("retry_after:"):
-            settle(d, payload)
+            settle(d, payload, consumer)
             d.retry_after(int(action.split(":")[1]) / 1000)
         elif action.startswith("hold_until:"):
             # Unsettled until that delivery is acked; the others go on meanwhile.
-            await hold(d, payload, action.split(":", 1)[1])
+            await hold(d, payload, action.split(":", 1)[1], consumer)
         elif action == "reject" or action.startswith("reject:"):
             # A command the sidecar refuses (FLUSHALL, or the one named): the client's rule applies.
             name, *args = action.split(":", 1)[1].split(" ") if ":" in action else ["FLUSHALL"]
@@ -229,7 +244,7 @@ async def main(path: str) -> None:
             # A command the sidecar accepts and Redis may fail when it runs, then an ack.
             name, *args = action.split(":", 1)[1].split(" ")
             d.queue(name, *args)
-            settle(d, payload)
+            settle(d, payload, consumer)
             d.ack()
             acked_event(payload).set()
         elif action == "fail":
@@ -242,46 +257,77 @@ async def main(path: str) -> None:
             d.ack()
         elif action.startswith("slow_ack:"):
             await asyncio.sleep(int(action.split(":")[1]) / 1000)
+            # Its settle line too (after the wait), so that a slow key's order is checked like
+            # any other's.
+            settle(d, payload, consumer)
             d.ack()
         else:
             raise SystemExit(f"unknown action {action!r}")
 
-    async with WindowClient() as client:  # target, token and TLS from the environment
-        sub = subscription(client, open_)
+    # `open.consumers`: replicas of one group, each a subscription on a client (a gRPC
+    # connection) of its own as separate processes would have, all handled here side by side,
+    # their lines naming the consumer; else the one `open.consumer`, its lines naming none.
+    replicas: List[str] = list(open_.get("consumers") or [])
+    several = bool(replicas)
+    consumers: List[Optional[str]] = list(replicas) if several else [None]
+    holds = any(a.startswith("hold_until:") for acts in handle.values() for a in acts)
+
+    def handler(consumer: Optional[str]) -> Callable[[Delivery], Awaitable[None]]:
+        async def handle(d: Delivery) -> None:
+            await handle_one(d, consumer)
+        return handle
+
+    async def concurrently(sub: Subscription, consumer: Optional[str]) -> None:
+        """With `hold_until`, a held delivery must not stop the others: each delivery is
+        handled in a task of its own (Subscription.run handles one at a time)."""
+        tasks = set()
+        async for d in sub:
+            task = asyncio.create_task(handle_one(d, consumer))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    # Leaving the stack closes each subscription (flushed, reported, ended), then its client.
+    async with contextlib.AsyncExitStack() as stack:
+        subs: List[Subscription] = []
+        clients: List[WindowClient] = []
+        for consumer in consumers:
+            # Target, token and TLS from the environment.
+            client = await stack.enter_async_context(WindowClient())
+            clients.append(client)
+            subs.append(subscription(
+                client, open_, consumer, on_replica_lifecycle if several else on_lifecycle))
         stopped = False
 
         def stop() -> None:
             nonlocal stopped
             stopped = True
-            sub.stop()  # hands nothing more out; the close below sends and flushes what is held
+            for sub in subs:
+                sub.stop()  # hands nothing more out; the close sends and flushes what is held
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
-        holds = any(a.startswith("hold_until:") for acts in handle.values() for a in acts)
-
-        async def concurrently() -> None:
-            """With `hold_until`, a held delivery must not stop the others: each delivery is
-            handled in a task of its own (Subscription.run handles one at a time)."""
-            tasks = set()
-            async for d in sub:
-                task = asyncio.create_task(handle_one(d))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-
-        async with sub:  # leaving it closes the subscription: flushed, reported, ended
-            worker = asyncio.create_task(concurrently() if holds else sub.run(handle_one))
-            try:
-                await sub.wait_opened()
-            except (RuntimeError, WindowError):
-                if not stopped:
-                    raise
-            else:
-                entries = [
-                    {"payload": e["payload"], "headers": e.get("headers", {})}
-                    for e in scenario["publish"]
-                ]
-                await publish(client, scenario, entries)
-                emit("published", count=len(entries))
-            await worker
+        for sub in subs:
+            await stack.enter_async_context(sub)
+        workers = [
+            asyncio.create_task(
+                concurrently(sub, consumer) if holds else sub.run(handler(consumer)))
+            for sub, consumer in zip(subs, consumers)
+        ]
+        results = await asyncio.gather(*(sub.wait_opened() for sub in subs),
+                                       return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for err in errors:
+            if not isinstance(err, (RuntimeError, WindowError)) or not stopped:
+                raise err
+        if not errors:
+            if several:
+                emit("opened")  # once, every replica's subscription open
+            entries = [
+                {"payload": e["payload"], "headers": e.get("headers", {})}
+                for e in scenario["publish"]
+            ]
+            await publish(clients[0], scenario, entries)
+            emit("published", count=len(entries))
+        await asyncio.gather(*workers)
 
 
 if __name__ == "__main__":

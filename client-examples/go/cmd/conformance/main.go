@@ -42,6 +42,9 @@ type scenario struct {
 		OrderingHeader  string `json:"ordering_header"`
 		OrderingField   string `json:"ordering_field"`
 		Partitions      uint32 `json:"partitions"`
+		// Consumers, instead of Consumer: replicas of one group, one subscription each on a
+		// client (a connection) of its own, handled side by side.
+		Consumers []string `json:"consumers"`
 	} `json:"open"`
 	Sidecar struct {
 		Listen string `json:"listen"`
@@ -125,10 +128,138 @@ func main() {
 		return
 	}
 
-	opened := make(chan struct{})
-	var openOnce sync.Once
+	// `open.consumers`: replicas of one group, each a subscription on a client (a connection)
+	// of its own, as separate processes would have, all handled here, their lines naming the
+	// consumer; else the one `open.consumer` on the one client, its lines naming none.
 	o := sc.Open
+	replicas := o.Consumers
+	several := len(replicas) > 0
+	if !several {
+		replicas = []string{o.Consumer}
+	}
+	clients := []*window.Client{client}
+	for range replicas[1:] {
+		c, err := window.Dial("")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+
 	var names sync.Map // *window.Delivery -> its name, for the error callback
+	var seenMu sync.Mutex
+	seen := map[string]int{}
+	// With `hold_until`, a held delivery must not stop the others: Run on several goroutines
+	// (each hands out one delivery at a time).
+	runners := 1
+	for _, actions := range sc.Handle {
+		for _, a := range actions {
+			if strings.HasPrefix(a, "hold_until:") {
+				runners = 4
+			}
+		}
+	}
+	ctx := context.Background()
+	var openedWG sync.WaitGroup
+	subs := make([]*window.Subscription, len(replicas))
+	dones := make([]chan error, len(replicas))
+	for i, consumer := range replicas {
+		named := ""
+		if several {
+			named = consumer
+		}
+		openedWG.Add(1)
+		var openOnce sync.Once
+		opts := options(&sc, consumer, &names, func() { openOnce.Do(openedWG.Done) })
+		sub, err := clients[i].Subscribe(ctx, opts)
+		if err != nil {
+			log.Fatal(err)
+		}
+		subs[i] = sub
+		done := make(chan error, runners)
+		dones[i] = done
+		for r := 0; r < runners; r++ {
+			go func() {
+				done <- sub.Run(func(_ context.Context, d *window.Delivery) error {
+					// An entry another producer wrote with plain fields is named by its id field.
+					payload := string(d.Payload)
+					fields := map[string]any{}
+					if !d.HasPayload() {
+						payload = d.TextFields()["id"]
+						var v any
+						jsonErr := any(nil)
+						if err := d.JSON(&v); err != nil {
+							jsonErr = err.Error()
+						}
+						fields["fields"] = d.TextFields()
+						fields["json_error"] = jsonErr
+					}
+					names.Store(d, payload)
+					seenMu.Lock()
+					seen[payload]++
+					n := seen[payload]
+					seenMu.Unlock()
+					headers := d.Headers
+					if headers == nil {
+						headers = map[string]string{}
+					}
+					fields["payload"], fields["count"], fields["headers"] = payload, d.DeliveryCount, headers
+					if named != "" {
+						fields["consumer"] = named
+					}
+					emit("delivery", fields)
+					return handle(d, payload, named, action(sc.Handle, payload, n), sc.Effects, sc.SideEffect == "typed")
+				})
+			}()
+		}
+	}
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-terms
+		for _, sub := range subs {
+			sub.Stop()
+		}
+	}()
+
+	// Every subscription opened, or one ended before it did.
+	allOpened := make(chan struct{})
+	go func() {
+		openedWG.Wait()
+		close(allOpened)
+	}()
+	ended := make(chan error, len(dones))
+	for _, done := range dones {
+		go func(done chan error) {
+			ended <- <-done // the first Run of the subscription to return
+		}(done)
+	}
+	select {
+	case <-allOpened:
+	case err := <-ended:
+		log.Fatalf("the subscription ended before it opened: %v", err)
+	}
+	emit("opened", nil)
+	msgs := make([]window.Message, len(sc.Publish))
+	for i, p := range sc.Publish {
+		msgs[i] = window.Message{Payload: []byte(p.Payload), Headers: p.Headers}
+	}
+	if err := publish(ctx, client, &sc, msgs); err != nil {
+		log.Fatalf("publish: %v", err)
+	}
+	emit("published", map[string]any{"count": len(msgs)})
+	for range dones {
+		if err := <-ended; err != nil {
+			log.Fatalf("the subscription failed: %v", err)
+		}
+	}
+}
+
+// options is the subscription the scenario's `open` describes, as consumer; opened is called on
+// each of its opens.
+func options(sc *scenario, consumer string, names *sync.Map, opened func()) window.Options {
+	o := sc.Open
 	opts := window.Options{
 		RejectedOutcome: rejectedOutcome(o.RejectedOutcome),
 		MaxAttempts:     o.MaxAttempts,
@@ -169,7 +300,7 @@ func main() {
 			if op.Resubscribed {
 				emit("resubscribed", nil)
 			}
-			openOnce.Do(func() { close(opened) })
+			opened()
 		},
 		OnDraining: func(window.Draining) { emit("draining", nil) },
 	}
@@ -178,9 +309,9 @@ func main() {
 	}
 	switch o.Form {
 	case "stream":
-		opts.Stream, opts.Group, opts.Consumer = o.Key, o.Group, o.Consumer
+		opts.Stream, opts.Group, opts.Consumer = o.Key, o.Group, consumer
 	case "reliable_list":
-		opts.ReliableList = &window.ReliableList{Key: o.Key, Consumer: o.Consumer}
+		opts.ReliableList = &window.ReliableList{Key: o.Key, Consumer: consumer}
 	case "simple_list":
 		opts.SimpleList = o.Key
 	case "pubsub":
@@ -188,81 +319,7 @@ func main() {
 	default:
 		log.Fatalf("unknown form %q", o.Form)
 	}
-
-	ctx := context.Background()
-	sub, err := client.Subscribe(ctx, opts)
-	if err != nil {
-		log.Fatal(err)
-	}
-	terms := make(chan os.Signal, 1)
-	signal.Notify(terms, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		<-terms
-		sub.Stop()
-	}()
-
-	var seenMu sync.Mutex
-	seen := map[string]int{}
-	// With `hold_until`, a held delivery must not stop the others: Run on several goroutines
-	// (each hands out one delivery at a time).
-	runners := 1
-	for _, actions := range sc.Handle {
-		for _, a := range actions {
-			if strings.HasPrefix(a, "hold_until:") {
-				runners = 4
-			}
-		}
-	}
-	done := make(chan error, runners)
-	for i := 0; i < runners; i++ {
-		go func() {
-			done <- sub.Run(func(_ context.Context, d *window.Delivery) error {
-				// An entry another producer wrote with plain fields is named by its id field.
-				payload := string(d.Payload)
-				fields := map[string]any{}
-				if !d.HasPayload() {
-					payload = d.TextFields()["id"]
-					var v any
-					jsonErr := any(nil)
-					if err := d.JSON(&v); err != nil {
-						jsonErr = err.Error()
-					}
-					fields["fields"] = d.TextFields()
-					fields["json_error"] = jsonErr
-				}
-				names.Store(d, payload)
-				seenMu.Lock()
-				seen[payload]++
-				n := seen[payload]
-				seenMu.Unlock()
-				headers := d.Headers
-				if headers == nil {
-					headers = map[string]string{}
-				}
-				fields["payload"], fields["count"], fields["headers"] = payload, d.DeliveryCount, headers
-				emit("delivery", fields)
-				return handle(d, payload, action(sc.Handle, payload, n), sc.Effects, sc.SideEffect == "typed")
-			})
-		}()
-	}
-
-	select {
-	case <-opened:
-	case err := <-done:
-		log.Fatalf("the subscription ended before it opened: %v", err)
-	}
-	emit("opened", nil)
-	msgs := make([]window.Message, len(sc.Publish))
-	for i, p := range sc.Publish {
-		msgs[i] = window.Message{Payload: []byte(p.Payload), Headers: p.Headers}
-	}
-	if err := publish(ctx, client, &sc, msgs); err != nil {
-		log.Fatalf("publish: %v", err)
-	}
-	emit("published", map[string]any{"count": len(msgs)})
-	if err := <-done; err != nil {
-		log.Fatalf("the subscription failed: %v", err)
-	}
+	return opts
 }
 
 // action is the n-th action (1-based) of a payload's list, past its end the last one.
@@ -310,12 +367,19 @@ func acked(name string) *sync.Once {
 	return o
 }
 
-// settle prints the line before an outcome the runner gives (run.sh checks the order with it).
-func settle(d *window.Delivery, name string) {
-	emit("settle", map[string]any{"payload": name, "count": d.DeliveryCount})
+// settle prints the line before an outcome the runner gives (run.sh checks the order with it);
+// consumer names the replica with `open.consumers`, else "" (no field).
+func settle(d *window.Delivery, name, consumer string) {
+	fields := map[string]any{"payload": name, "count": d.DeliveryCount}
+	if consumer != "" {
+		fields["consumer"] = consumer
+	}
+	emit("settle", fields)
 }
 
-func handle(d *window.Delivery, name, action, effects string, typed bool) error {
+// handle queues the delivery's side effect and takes its action; consumer names the replica
+// with `open.consumers`, else "".
+func handle(d *window.Delivery, name, consumer, action, effects string, typed bool) error {
 	var err error
 	if typed {
 		err = d.Redis().HINCRBY(effects, name, 1)
@@ -335,28 +399,28 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 	}
 	switch verb {
 	case "ack":
-		settle(d, name)
+		settle(d, name, consumer)
 		if err := d.Ack(); err != nil {
 			return err
 		}
 		acked(name).Do(func() { close(ackedChan(name)) })
 		return nil
 	case "drop":
-		settle(d, name)
+		settle(d, name, consumer)
 		return d.Drop("")
 	case "retry":
-		settle(d, name)
+		settle(d, name, consumer)
 		return d.Retry("")
 	case "dead_letter":
-		settle(d, name)
+		settle(d, name, consumer)
 		return d.DeadLetter("conformance: dead_letter")
 	case "retry_after":
-		settle(d, name)
+		settle(d, name, consumer)
 		return d.RetryAfter(ms())
 	case "hold_until":
 		// Unsettled until that delivery is acked; the other Run goroutines go on meanwhile.
 		<-ackedChan(arg)
-		settle(d, name)
+		settle(d, name, consumer)
 		if err := d.Ack(); err != nil {
 			return err
 		}
@@ -386,7 +450,7 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 		if err := d.Queue(words[0], args...); err != nil {
 			return err
 		}
-		settle(d, name)
+		settle(d, name, consumer)
 		if err := d.Ack(); err != nil {
 			return err
 		}
@@ -404,6 +468,8 @@ func handle(d *window.Delivery, name, action, effects string, typed bool) error 
 		return d.Ack()
 	case "slow_ack":
 		time.Sleep(ms())
+		// Its settle line too, so that a slow key's order can be checked like any other's.
+		settle(d, name, consumer)
 		return d.Ack()
 	}
 	log.Fatalf("unknown action %q", action)
