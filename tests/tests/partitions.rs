@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::prelude::{Client, KeysInterface, ListInterface, StreamsInterface};
 use tonic::transport::Channel;
@@ -35,17 +35,17 @@ struct Book {
     rejections: usize,
     /// Streams that ended, with the status they ended with.
     ended: Vec<(usize, Option<String>)>,
-    /// The replica whose sidecar is stopped, and when it ran again. What its worker receives
-    /// until shortly after was sent before the stop (it sat in the sidecar's send buffer): the
-    /// sidecar refuses its outcome, but it arrives after the new owner may have moved on.
-    stalled: Option<(usize, Option<Instant>)>,
+    /// Each replica's highest partition number seen (a read's id over 2^36: each partition a
+    /// replica reads numbers its reads from a range of its own, a new range each time).
+    numbers: HashMap<usize, u64>,
+    /// The replica whose sidecar was stopped, and its highest number seen then. What its
+    /// worker receives from those partitions afterwards was sent before the stop (it sat in the
+    /// sidecar's send buffer): the sidecar refuses its outcome, but it arrives after the new
+    /// owner may have moved on. What it reads later comes under new numbers.
+    stalled: Option<(usize, u64)>,
     /// Such late deliveries: (key, n).
     late: Vec<(String, usize)>,
 }
-
-/// How long after a stopped sidecar runs again its worker may still receive what the sidecar
-/// had sent before the stop.
-const LATE: Duration = Duration::from_millis(300);
 
 fn open(replica: usize) -> proto::Open {
     let mut open = atomic(stream_open(STREAM, "g", &format!("w{replica}"), 16))
@@ -87,11 +87,12 @@ async fn work(replica: usize, addr: String, book: Arc<Mutex<Book>>) {
         let mut batch = proto::Batch::default();
         {
             let mut book = book.lock().unwrap();
-            let late = match book.stalled {
-                Some((r, None)) => r == replica,
-                Some((r, Some(resumed))) => r == replica && resumed.elapsed() < LATE,
-                None => false,
-            };
+            let number = read.read_id >> 36;
+            let late = book
+                .stalled
+                .is_some_and(|(r, before)| r == replica && number <= before);
+            let seen = book.numbers.entry(replica).or_default();
+            *seen = (*seen).max(number);
             for d in &read.deliveries {
                 let (key, n) = (field(d, "k"), field(d, "n").parse::<usize>().unwrap());
                 if late {
@@ -366,11 +367,14 @@ async fn replicas_through_faults(url: &str, inspect: Client) {
     // A replica's sidecar is paused past its lease (its worker goes on, its acks queued):
     // the others take its partitions, and once it runs again it writes nothing it held.
     let paused = sidecars[1].as_ref().unwrap();
-    book.lock().unwrap().stalled = Some((1, None));
+    {
+        let mut book = book.lock().unwrap();
+        let before = book.numbers.get(&1).copied().unwrap_or_default();
+        book.stalled = Some((1, before));
+    }
     paused.signal("STOP");
     tokio::time::sleep(Duration::from_secs(4)).await;
     paused.signal("CONT");
-    book.lock().unwrap().stalled = Some((1, Some(Instant::now())));
     assert!(
         eventually(Duration::from_secs(10), || async {
             paused.lines().iter().any(|l| l.contains("lease was lost"))
