@@ -1,4 +1,5 @@
-//! The audit group's reader: the campaign's own consumer of a second group on the stream,
+//! The audit group's reader: the campaign's own consumer of a second group on the stream (on a
+//! partitioned stream, on every partition),
 //! behind the workers, whose reads are the record of every entry the stream held (retention
 //! deletes what both groups acknowledged); and the stream's length once both are done.
 
@@ -10,7 +11,7 @@ use fred::prelude::*;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::form::{self, AUDIT_GROUP, AUDIT_READER, Fields};
+use crate::form::{self, AUDIT_GROUP, AUDIT_READER, Fields, Form};
 use crate::history::Event;
 use crate::log::Log;
 
@@ -20,6 +21,7 @@ use crate::log::Log;
 /// ends. Its own pending entries first: a read whose reply or ack a fault took stays pending on
 /// its consumer.
 pub(crate) async fn audit(
+    form: Form,
     redis: Client,
     drain: Arc<AtomicBool>,
     record: Arc<Mutex<Vec<(String, Fields)>>>,
@@ -29,37 +31,8 @@ pub(crate) async fn audit(
         let draining = drain.load(Ordering::Relaxed);
         let count = if draining { 500 } else { 10 };
         let mut read = 0;
-        for from in ["0", ">"] {
-            let reply: Result<Value, _> = redis
-                .xreadgroup(
-                    AUDIT_GROUP,
-                    AUDIT_READER,
-                    Some(count),
-                    None,
-                    false,
-                    form::STREAM,
-                    from,
-                )
-                .await;
-            let Ok(reply) = reply else { break };
-            let entries = stream_entries(reply);
-            read += entries.len();
-            if entries.is_empty() {
-                continue;
-            }
-            for (id, fields) in &entries {
-                log.push(Event::Audited {
-                    entry: id.clone(),
-                    own: from == "0",
-                    copy: form::copied(fields),
-                });
-            }
-            let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
-            record.lock().extend(entries);
-            let acked: Result<u64, _> = redis.xack(form::STREAM, AUDIT_GROUP, ids.clone()).await;
-            if acked.is_ok_and(|n| n == ids.len() as u64) {
-                log.push(Event::AuditAcked { entries: ids });
-            }
+        for (p, stream) in form.stream_keys().iter().enumerate() {
+            read += audit_stream(&redis, (stream, p), count, &record, &log).await;
         }
         if draining && read == 0 {
             return;
@@ -67,6 +40,71 @@ pub(crate) async fn audit(
         let pause = if draining { 50 } else { 500 };
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
+}
+
+/// One round of the audit reader on `stream` (the form's stream number `p`): its own pending
+/// entries, then new ones, `count` of each at most. Returns how many it read.
+async fn audit_stream(
+    redis: &Client,
+    (stream, p): (&str, usize),
+    count: u64,
+    record: &Mutex<Vec<(String, Fields)>>,
+    log: &Log,
+) -> usize {
+    let mut read = 0;
+    let name = |id: &str| {
+        if stream == form::STREAM {
+            id.to_owned()
+        } else {
+            format!("{p}/{id}")
+        }
+    };
+    for from in ["0", ">"] {
+        let reply: Result<Value, _> = redis
+            .xreadgroup(
+                AUDIT_GROUP,
+                AUDIT_READER,
+                Some(count),
+                None,
+                false,
+                stream,
+                from,
+            )
+            .await;
+        let Ok(reply) = reply else { break };
+        let entries = stream_entries(reply);
+        read += entries.len();
+        if entries.is_empty() {
+            continue;
+        }
+        let named: Vec<(String, Fields)> = entries
+            .iter()
+            .map(|(id, fields)| {
+                let fields = if stream == form::STREAM {
+                    fields.clone()
+                } else {
+                    form::qualified(fields.clone())
+                };
+                (name(id), fields)
+            })
+            .collect();
+        for (entry, fields) in &named {
+            log.push(Event::Audited {
+                entry: entry.clone(),
+                own: from == "0",
+                copy: form::copied(fields),
+            });
+        }
+        let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        record.lock().extend(named.iter().cloned());
+        let acked: Result<u64, _> = redis.xack(stream, AUDIT_GROUP, ids.clone()).await;
+        if acked.is_ok_and(|n| n == ids.len() as u64) {
+            log.push(Event::AuditAcked {
+                entries: named.into_iter().map(|(entry, _)| entry).collect(),
+            });
+        }
+    }
+    read
 }
 
 /// The entries of an XREADGROUP reply, with their fields (none for an entry deleted while

@@ -77,8 +77,9 @@ impl Campaign {
         });
         let audited = Arc::new(Mutex::new(Vec::new()));
         let audit_drain = Arc::new(AtomicBool::new(false));
-        let auditor = (form == Form::Stream).then(|| {
+        let auditor = form.streams().then(|| {
             tokio::spawn(audit(
+                form,
                 admin.clone(),
                 Arc::clone(&audit_drain),
                 Arc::clone(&audited),
@@ -170,7 +171,9 @@ impl Campaign {
             {
                 println!("   the audit group did not catch up within 60 s");
             }
-            retained_after_settling = retained(admin).await;
+            if form == Form::Stream {
+                retained_after_settling = retained(admin).await;
+            }
         }
         self.workers_stop.store(true, Ordering::Relaxed);
         for w in self.workers.lock().drain(..) {
@@ -278,7 +281,7 @@ pub(crate) async fn end_state(form: Form, admin: &Client, ended: &Ended) -> EndS
         .end_state(admin, &ended.published, &ended.audited)
         .await;
     end.retained_after_settling = ended.retained_after_settling;
-    if form != Form::Stream {
+    if !form.streams() {
         add_delivered_roots(
             &mut end,
             ended.history.iter().filter_map(|s| match &s.event {

@@ -66,8 +66,8 @@ pub(crate) async fn nemesis(
                 let ms = rng.random_range(200..1_500u64);
                 client_pause(&redis, log, ms).await;
             }
-            84..90 if shared.run.form == Form::Stream => {
-                redrive(&sidecars.addr(sidecar), log).await;
+            84..90 if shared.run.form.streams() => {
+                redrive(shared.run.form, &sidecars.addr(sidecar), log).await;
             }
             84..92 if cluster => slot_migrate(&redis, log, &mut rng).await,
             // Redis refusing the sidecars' writes for a moment.

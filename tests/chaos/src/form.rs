@@ -2,8 +2,10 @@
 //! producer publishes, what names a delivered entry, its ordering key, and how the end state
 //! is read back ([`end_state`]).
 //!
-//! Stream entries are known by their ids (a retry keeps the entry's id), list values and
-//! pub/sub messages by their payload: the producer's number, which a retried copy keeps.
+//! Stream entries are known by their ids (a retry keeps the entry's id), a partitioned
+//! stream's as `<partition>/<id>` (each partition is a stream of its own, and two may give an
+//! entry the same id), list values and pub/sub messages by their payload: the producer's
+//! number, which a retried copy keeps.
 
 pub(crate) mod end_state;
 
@@ -11,6 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tonic::transport::Channel;
+use window_sidecar::partition;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
 use window_sidecar::proto::{self, Mode};
 use window_sidecar::redis::companion_key;
@@ -39,12 +42,15 @@ pub(crate) const MAX_DELIVERIES: u32 = 5;
 pub(crate) const MIN_IDLE: Duration = Duration::from_secs(4);
 /// A reliable-list consumer whose sidecar died is given up after this.
 const DEAD_AFTER: Duration = Duration::from_secs(3);
+/// The partitions of the partitioned form's stream: more than the sidecars, so that each reads
+/// several and a hand-over moves some while others keep going.
+pub(crate) const PARTITIONS: u32 = 4;
 /// Ordering keys of the published entries: entry `n` has key `k<n mod 5>`. Few, so that they
 /// collide within every read of 8 and across the workers.
 const ORDERING_KEYS: u64 = 5;
 /// Where an entry carries its ordering key: a stream entry's raw field, a list value's frame
 /// header (each as the wire option names it).
-const KEY: &str = "k";
+pub(crate) const KEY: &str = "k";
 
 /// The ordering key of entry `n`.
 fn key_of(n: u64) -> String {
@@ -57,6 +63,9 @@ pub(crate) enum Form {
     ReliableList,
     SimpleList,
     Pubsub,
+    /// The stream split into [`PARTITIONS`] partitions, every worker an ordered replica of
+    /// the group: per-key order holds across the workers.
+    Partitioned,
 }
 
 impl Form {
@@ -66,18 +75,34 @@ impl Form {
             Form::ReliableList => "reliable-list",
             Form::SimpleList => "simple-list",
             Form::Pubsub => "pubsub",
+            Form::Partitioned => "partitioned",
         }
     }
 
     /// Whether the README promises at least once (the others are at most once: a crash loses
     /// what was in flight, and a pub/sub message published while nobody listens is gone).
     pub(crate) fn at_least_once(self) -> bool {
-        matches!(self, Form::Stream | Form::ReliableList)
+        matches!(self, Form::Stream | Form::ReliableList | Form::Partitioned)
+    }
+
+    /// Whether it reads streams (known by ids, with an audit group and stream dead letters).
+    pub(crate) fn streams(self) -> bool {
+        matches!(self, Form::Stream | Form::Partitioned)
+    }
+
+    /// The stream keys it reads: the stream, or each partition's.
+    pub(crate) fn stream_keys(self) -> Vec<String> {
+        match self {
+            Form::Partitioned => (0..PARTITIONS)
+                .map(|p| partition::stream_key(STREAM, p))
+                .collect(),
+            _ => vec![STREAM.to_owned()],
+        }
     }
 
     fn key(self) -> &'static str {
         match self {
-            Form::Stream => STREAM,
+            Form::Stream | Form::Partitioned => STREAM,
             Form::ReliableList | Form::SimpleList => LIST,
             Form::Pubsub => CHANNEL,
         }
@@ -88,6 +113,11 @@ impl Form {
     pub(crate) fn delayed_key(self) -> String {
         match self {
             Form::Stream => companion_key(STREAM, &format!("window:delayed:{GROUP}")),
+            // The first partition's: a refusal of one partition's set is as good a fault.
+            Form::Partitioned => companion_key(
+                &partition::stream_key(STREAM, 0),
+                &format!("window:delayed:{GROUP}"),
+            ),
             _ => self.copies_delayed(),
         }
     }
@@ -108,16 +138,25 @@ impl Form {
     /// Whether its subscriptions can be ordered by key (a simple list's or a channel's entries
     /// leave Redis when read: a retry could not keep its place).
     pub(crate) fn can_order(self) -> bool {
-        matches!(self, Form::Stream | Form::ReliableList)
+        matches!(self, Form::Stream | Form::ReliableList | Form::Partitioned)
+    }
+
+    /// Whether worker `id`'s subscription is ordered: a partitioned stream's always (every
+    /// subscription of its group must open it alike), else as the run says.
+    pub(crate) fn ordered(self, run_ordered: crate::plan::Ordered, id: u32) -> bool {
+        self == Form::Partitioned || (self.can_order() && run_ordered.worker(id))
     }
 
     /// Worker `consumer`'s `Open`; `ordered`: by the entries' key (a form that can be).
     pub(crate) fn open(self, consumer: &str, atomic: bool, ordered: bool) -> proto::Open {
         let mut open = match self {
-            Form::Stream => {
+            Form::Stream | Form::Partitioned => {
                 let mut open = stream_open(STREAM, GROUP, consumer, 8);
                 if let Some(proto::open::Source::Stream(s)) = &mut open.source {
                     s.min_idle = Some(duration(MIN_IDLE));
+                    if self == Form::Partitioned {
+                        s.partitions = PARTITIONS;
+                    }
                 }
                 open
             }
@@ -150,7 +189,7 @@ impl Form {
         };
         if let Some(cap) = self.max_deliveries() {
             open.max_deliveries = cap;
-            let target = if self == Form::Stream {
+            let target = if self.streams() {
                 proto::dead_letter::Target::Stream(DEAD.into())
             } else {
                 proto::dead_letter::Target::List(DEAD.into())
@@ -164,13 +203,13 @@ impl Form {
         }
         if ordered && self.can_order() {
             let source = match self {
-                Form::Stream => proto::ordering_key::Source::Field(KEY.into()),
+                Form::Stream | Form::Partitioned => proto::ordering_key::Source::Field(KEY.into()),
                 _ => proto::ordering_key::Source::Header(KEY.into()),
             };
             open.ordering_key = Some(proto::OrderingKey {
                 source: Some(source),
             });
-            if self == Form::Stream {
+            if self.streams() {
                 // A window of one read: a key's entries soon pass the bound of those waiting
                 // in memory, so parking them and fetching them back by id runs through the
                 // faults too.
@@ -183,7 +222,7 @@ impl Form {
     /// A delivery's ordering key, where the producer wrote it.
     pub(crate) fn ordering_key(self, d: &proto::Delivery) -> Option<String> {
         match self {
-            Form::Stream => d
+            Form::Stream | Form::Partitioned => d
                 .fields
                 .iter()
                 .find(|f| f.name.as_ref() == KEY.as_bytes())
@@ -197,6 +236,9 @@ impl Form {
     pub(crate) fn identity(self, d: &proto::Delivery) -> String {
         match self {
             Form::Stream => d.entry_id.clone(),
+            Form::Partitioned => {
+                in_partition(self.ordering_key(d).as_deref().unwrap_or(""), &d.entry_id)
+            }
             _ => String::from_utf8_lossy(&d.payload).into_owned(),
         }
     }
@@ -211,8 +253,14 @@ impl Form {
         let mut request = proto::PublishRequest::default();
         let mut entry = proto::PublishEntry::default();
         match self {
-            Form::Stream => {
+            Form::Stream | Form::Partitioned => {
                 request.stream = STREAM.into();
+                if self == Form::Partitioned {
+                    request.partitions = PARTITIONS;
+                    request.partition_by = Some(proto::OrderingKey {
+                        source: Some(proto::ordering_key::Source::Field(KEY.into())),
+                    });
+                }
                 entry.fields.push(proto::Field {
                     name: "n".into(),
                     value: n.to_string().into(),
@@ -241,6 +289,23 @@ impl Form {
             _ => true,
         })
     }
+}
+
+/// How the history names entry `id` of the partition that ordering key `key` goes to:
+/// `<partition>/<id>`. Partitions are streams of their own, and two of them may give an entry
+/// the same id.
+pub(crate) fn in_partition(key: &str, id: &str) -> String {
+    format!("{}/{id}", partition::of_key(key.as_bytes(), PARTITIONS))
+}
+
+/// A partition's entry's fields as the history knows them: the id a copy names as its
+/// original is qualified with the partition (of the entry's key, which a copy carries along).
+pub(crate) fn qualified(mut fields: Fields) -> Fields {
+    let key = fields.get(KEY).cloned().unwrap_or_default();
+    if let Some(of) = fields.get_mut(ORIGINAL_ID) {
+        *of = in_partition(&key, of);
+    }
+    fields
 }
 
 /// A stream entry's fields by name.

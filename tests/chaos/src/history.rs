@@ -2,7 +2,8 @@
 //! nemesis did, and what Redis holds at the end go in; anomalies come out. Nothing here talks
 //! to Redis or the sidecar, so every rule is tested on made-up histories.
 //!
-//! Per-key order on ordered subscriptions is checked in [`order`].
+//! Per-key order on ordered subscriptions is checked in [`order`], and across the workers of a
+//! partitioned stream's group in [`across`].
 //!
 //! A stream entry is known by the id the producer's `XADD` gave it, for its whole life in the
 //! workers' group: a `retry` or `retry_after` keeps it pending with that id and delivers it
@@ -19,10 +20,12 @@
 //! come from and how they become dead letters ([`mod@lineage`]), delivery counts ([`counts`]),
 //! reads and their flush reports in order ([`reads`]), side effects once, at most once or at
 //! least once ([`effects`]), what is left at the end ([`leftovers`]), retries in place
-//! ([`redelivery`]), per-key order ([`order`]) and the audit group ([`audit`]); and what a run
+//! ([`redelivery`]), per-key order ([`order`]), per-key order across a group ([`across`]) and
+//! the audit group ([`audit`]); and what a run
 //! reports: its [`mod@figures`], the refusals' reach ([`refusals`]) and an anomaly's excerpt of
 //! the history ([`excerpt`]).
 
+mod across;
 mod audit;
 mod counts;
 mod effects;
@@ -89,6 +92,17 @@ pub(crate) fn check(
         |entry| facts.slow(entry),
     );
     anomalies.extend(out_of_order);
+    let mut across_group = None;
+    if promise.across_group {
+        let (found, checked) = across::check(
+            history,
+            promise.max_deliveries,
+            |entry| facts.root(entry),
+            |entry| facts.dead_letters(entry) > 0,
+        );
+        anomalies.extend(found);
+        across_group = Some(checked);
+    }
     // Streams keep a retried entry in place; a list or a channel puts a copy back.
     if !promise.by_payload {
         anomalies.extend(redelivery::check(
@@ -102,6 +116,10 @@ pub(crate) fn check(
     let mut figures = figures(history, end, &facts, promise);
     figures.ordered_deliveries = checked.deliveries;
     figures.ordered_streams = checked.streams;
+    if let Some(checked) = across_group {
+        figures.across_deliveries = checked.deliveries;
+        figures.across_keys = checked.keys;
+    }
     figures.audit = audit;
     (anomalies, figures)
 }

@@ -13,10 +13,16 @@
 //! Stream and reliable-list workers open ordered subscriptions (`Open.ordering_key`, few keys
 //! that collide), by default every other worker, and the checker holds each ordered
 //! subscription stream to per-key order ([`history`]'s `order`).
+//! The partitioned form (`--form partitioned`) splits the stream into
+//! [`form::PARTITIONS`] partitions that every worker reads as an ordered replica of one group,
+//! the producers publishing by key; the checker then holds the group as a whole to per-key
+//! order ([`history`]'s `across`). It runs without retention; the audit group, the end state,
+//! the dead letters and the redrives go over every partition.
 //!
 //!   cargo run --release -p window-sidecar-chaos -- --quick              CI: fixed seeds + one
 //!   cargo run --release -p window-sidecar-chaos -- --minutes 60         an hour, every form
 //!   cargo run --release -p window-sidecar-chaos -- --seed 42 --form stream --mode atomic --cluster
+//!   cargo run --release -p window-sidecar-chaos -- --form partitioned --minutes 20
 //!
 //! A run prints its seed first; the same seed replays the same decisions and faults (the
 //! moments they land on still depend on the machine's timing).
@@ -73,7 +79,9 @@ async fn run(args: &Args, run: Run) -> usize {
         form.name(),
         mode(run),
         topology(run),
-        if form.can_order() {
+        if form == Form::Partitioned {
+            format!(", {} partitions, every worker ordered", form::PARTITIONS)
+        } else if form.can_order() {
             format!(", ordered workers: {:?}", run.ordered).to_lowercase()
         } else {
             String::new()
@@ -86,13 +94,17 @@ async fn run(args: &Args, run: Run) -> usize {
         Backend::Cluster(c) => c.client().await,
     };
     let redis = Arc::new(Mutex::new(backend));
+    // Retention is by acknowledgement on one stream key: the partitioned form runs without.
     let retain = form == Form::Stream;
-    if retain {
+    if form.streams() {
         // Both groups before the first publish: retention trims what every group of the
         // stream has acknowledged, and a group made later by the workers' first `open` would
-        // find the entries the audit group acknowledged meanwhile gone.
-        for group in [AUDIT_GROUP, form::GROUP] {
-            let _: Result<(), _> = admin.xgroup_create(form::STREAM, group, "0", true).await;
+        // find the entries the audit group acknowledged meanwhile gone; and the audit group
+        // reads each stream from its start.
+        for stream in form.stream_keys() {
+            for group in [AUDIT_GROUP, form::GROUP] {
+                let _: Result<(), _> = admin.xgroup_create(&stream, group, "0", true).await;
+            }
         }
     }
     // The sidecars as a user of their own: the nemesis takes rights from it, never from the
@@ -108,7 +120,8 @@ async fn run(args: &Args, run: Run) -> usize {
         exactly_once: run.atomic && form.at_least_once(),
         max_deliveries: form.max_deliveries().unwrap_or(u32::MAX),
         at_most_once: !form.at_least_once(),
-        by_payload: form != Form::Stream,
+        by_payload: !form.streams(),
+        across_group: form == Form::Partitioned,
     };
     let (anomalies, figures) = history::check(&ended.history, &end, promise);
     report(run, &ended, &end, promise, &figures, &anomalies);
@@ -150,7 +163,7 @@ fn keep(dir: &std::path::Path, run: Run, history: &[history::Stamped], logged: &
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if args.cluster && args.form.is_some_and(|f| f != Form::Stream) {
+    if args.cluster && args.form.is_some_and(|f| !f.streams()) {
         eprintln!("--cluster runs streams only");
         return std::process::ExitCode::from(2);
     }

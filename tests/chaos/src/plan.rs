@@ -19,10 +19,12 @@ pub(crate) struct Args {
     /// pipeline, atomic or both.
     #[arg(long, default_value = "both")]
     mode: String,
-    /// One form (default: every form in turn; streams also on a cluster).
+    /// One form (default: every form in turn; streams also on a cluster). `partitioned`: the
+    /// stream in partitions, every worker an ordered replica of the group.
     #[arg(long, value_enum)]
     pub(crate) form: Option<Form>,
-    /// Against a 3-primary Redis Cluster with a replica each (streams only).
+    /// Against a 3-primary Redis Cluster with a replica each (streams only: `stream` or
+    /// `partitioned`).
     #[arg(long)]
     pub(crate) cluster: bool,
     /// The CI configuration: fixed seeds and one random one, 25 s of faults each.
@@ -39,7 +41,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) no_faults: bool,
     /// Which stream and reliable-list workers order by key: every other one (both kinds of
-    /// subscription share the group or list), all or none.
+    /// subscription share the group or list), all or none. A partitioned stream's workers
+    /// always do.
     #[arg(long, value_enum, default_value = "mixed")]
     ordered: Ordered,
     /// Where a run that found anomalies leaves its whole history and the sidecars' logs, to
@@ -131,6 +134,7 @@ pub(crate) fn plan(args: &Args, random: u64) -> Vec<Run> {
             Form::ReliableList,
             Form::SimpleList,
             Form::Pubsub,
+            Form::Partitioned,
         ],
     };
     for form in forms {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use crate::admin::describe_subscriptions;
 use crate::campaign::Ended;
-use crate::form::{self, Form};
+use crate::form;
 use crate::history::{self, EndState, Promise, Stamped};
 use crate::plan::{Run, mode, topology};
 use crate::workers::{SLOW, Waits};
@@ -119,7 +119,7 @@ fn report_figures(run: Run, ended: &Ended, promise: Promise, figures: &history::
             String::new()
         }
     );
-    if run.form == Form::Stream {
+    if run.form.streams() {
         let audit = &figures.audit;
         println!(
             "   audit group: {} entries in {} reads ({} again from its own pending before an ack \
@@ -135,6 +135,12 @@ fn report_figures(run: Run, ended: &Ended, promise: Promise, figures: &history::
         println!(
             "   per-key order checked on {} ordered subscription streams, {} deliveries",
             figures.ordered_streams, figures.ordered_deliveries
+        );
+    }
+    if figures.across_keys > 0 {
+        println!(
+            "   per-key order across the group checked on {} keys, {} deliveries",
+            figures.across_keys, figures.across_deliveries
         );
     }
     if ended.parked_fetches > 0 {

@@ -39,7 +39,20 @@ fn said(line: &str) -> Option<Event> {
         .filter(|id| !id.is_empty())
         .map(str::to_owned)
         .collect();
-    let worker = workers::of_consumer(line["span"]["consumer"].as_str()?)?;
+    // A partition's subscription logs under a span of its own, inside its replica's: the
+    // consumer is the replica's, and the entries are the partition's (named as the history
+    // names them, with the partition).
+    let spans =
+        std::iter::once(&line["span"]).chain(line["spans"].as_array().into_iter().flatten());
+    let consumer = spans.clone().find_map(|s| s["consumer"].as_str())?;
+    let worker = workers::of_consumer(consumer)?;
+    let partition = spans
+        .filter(|s| s["name"].as_str() == Some("partition"))
+        .find_map(|s| s["partition"].as_u64());
+    let entries = match partition {
+        Some(p) => entries.iter().map(|id| format!("{p}/{id}")).collect(),
+        None => entries,
+    };
     (!entries.is_empty()).then_some(Event::Said {
         worker,
         said: *said,
@@ -72,6 +85,8 @@ mod tests {
             format!(
                 r#"{{"level":"WARN","message":"entries left to the consumer that claimed them: …","entries":2,"retries":"4-0",{span}}}"#
             ),
+            // A partition's subscription: the replica's consumer, the partition's entries.
+            r#"{"level":"WARN","message":"flush failed","effects_refused":"5-0","span":{"name":"partition","partition":2,"number":1},"spans":[{"consumer":"w3","name":"subscription"},{"name":"partition","partition":2,"number":1}]}"#.to_owned(),
             r#"{"level":"INFO","message":"Redis answers: SERVING"}"#.to_owned(),
             "not json".to_owned(),
         ];
@@ -86,6 +101,7 @@ mod tests {
                 said(Said::EffectsRefused, &["1-0", "2-0"]),
                 said(Said::ClaimedAway, &["3-0"]),
                 said(Said::ClaimedAway, &["4-0"]),
+                said(Said::EffectsRefused, &["2/5-0"]),
             ]
         );
     }

@@ -72,7 +72,7 @@ pub(crate) async fn work(id: u32, shared: Arc<Shared>) {
     let Run { form, atomic, .. } = shared.run;
     let mut rng = StdRng::seed_from_u64(shared.run.seed.wrapping_add(u64::from(id) * 7919));
     let consumer = consumer(id);
-    let ordered = form.can_order() && shared.run.ordered.worker(id);
+    let ordered = form.ordered(shared.run.ordered, id);
     let mut attempt = 0usize;
     while !shared.stop.load(Ordering::Relaxed) {
         attempt += 1;
@@ -86,6 +86,7 @@ pub(crate) async fn work(id: u32, shared: Arc<Shared>) {
         let stream = shared.streams.fetch_add(1, Ordering::Relaxed);
         serve(id, &shared, &mut sub, (stream, ordered), &mut rng).await;
         drop(sub);
+        shared.log.push(Event::Ended { worker: id, stream });
     }
 }
 
@@ -129,10 +130,11 @@ async fn serve(
         }
     };
     while !shared.stop.load(Ordering::Relaxed) {
-        let (came, message) = match waiting.pop_front() {
-            Some(message) => message,
+        // A read that waited while the worker slept was logged as it came.
+        let (came, message, heard) = match waiting.pop_front() {
+            Some((came, message)) => (came, message, true),
             None => match sub.message_within(Duration::from_secs(5)).await {
-                Some(Ok(Some(message))) => (Instant::now(), Some(message)),
+                Some(Ok(Some(message))) => (Instant::now(), Some(message), false),
                 _ => return,
             },
         };
@@ -145,6 +147,9 @@ async fn serve(
             }
             _ => continue,
         };
+        if !heard {
+            log_came(id, shared, (stream, ordered), &read);
+        }
         log.push(Event::Read {
             worker: id,
             stream,
@@ -166,7 +171,13 @@ async fn serve(
                 .map(|(d, _)| (d.slot, shared.run.form.identity(d))),
         );
         let mut on_report = |report: &proto::FlushReport| note_report(report, &kept);
-        let receiving = (&mut *sub, &mut waiting, &mut on_report as OnReport<'_>);
+        let mut on_read = |read: &proto::Read| log_came(id, shared, (stream, ordered), read);
+        let receiving = (
+            &mut *sub,
+            &mut waiting,
+            &mut on_report as OnReport<'_>,
+            &mut on_read as OnRead<'_>,
+        );
         if !answer(id, shared, receiving, &read, decisions, rng).await {
             return;
         }
@@ -212,14 +223,18 @@ type Waiting = VecDeque<(Instant, Option<proto::SubscribeResponse>)>;
 /// Where a worker's flush reports go as they come.
 type OnReport<'a> = &'a mut (dyn FnMut(&proto::FlushReport) + Send);
 
+/// Where a worker's reads go as they come (logged then: see [`log_came`]).
+type OnRead<'a> = &'a mut (dyn FnMut(&proto::Read) + Send);
+
 /// Sleeps `time`, taking each message off the stream as it comes meanwhile (as a client whose
 /// handler runs beside its receiving does), so that how long a read then waits for its worker
-/// is known. Flush reports, alone or in a read, go to `on_report` at once.
+/// is known. Flush reports, alone or in a read, go to `on_report` at once, and reads to
+/// `on_read`.
 async fn sleep_receiving(
     sub: &mut Subscription,
     time: Duration,
     waiting: &mut Waiting,
-    on_report: OnReport<'_>,
+    (on_report, on_read): (OnReport<'_>, OnRead<'_>),
 ) {
     let until = Instant::now() + time;
     while let Some(received) = sub
@@ -236,6 +251,7 @@ async fn sleep_receiving(
                 if let Some(report) = read.flushed.take() {
                     on_report(&report);
                 }
+                on_read(read);
             }
             _ => {}
         }
@@ -246,6 +262,30 @@ async fn sleep_receiving(
             return;
         }
     }
+}
+
+/// Logs a read on an ordered stream as it came, with its deliveries' keys: the order in which
+/// the group's workers were handed a key's entries (a worker asleep on a slow ack handles what
+/// came meanwhile later).
+fn log_came(id: u32, shared: &Shared, (stream, ordered): (u32, bool), read: &proto::Read) {
+    if !ordered {
+        return;
+    }
+    let form = shared.run.form;
+    let deliveries = read
+        .deliveries
+        .iter()
+        .filter_map(|d| {
+            let key = form.ordering_key(d)?;
+            Some((form.identity(d), key, d.delivery_count))
+        })
+        .collect();
+    shared.log.push(Event::Came {
+        worker: id,
+        stream,
+        read_id: read.read_id,
+        deliveries,
+    });
 }
 
 /// Logs a delivery, and on an ordered stream its key and read (after it: the checkers that
@@ -327,7 +367,7 @@ fn decide(
 async fn answer(
     id: u32,
     shared: &Shared,
-    (sub, waiting, on_report): (&mut Subscription, &mut Waiting, OnReport<'_>),
+    (sub, waiting, on_report, on_read): (&mut Subscription, &mut Waiting, OnReport<'_>, OnRead<'_>),
     read: &proto::Read,
     decisions: Vec<Decision>,
     rng: &mut StdRng,
@@ -343,7 +383,7 @@ async fn answer(
             Decision::Ack => (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack)),
             Decision::SlowAck => {
                 if !late {
-                    sleep_receiving(sub, SLOW, waiting, on_report).await;
+                    sleep_receiving(sub, SLOW, waiting, (&mut *on_report, &mut *on_read)).await;
                     late = true;
                 }
                 (vec![effect(KEPT)], outcome(d.slot, OutcomeKind::Ack))

@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 use window_sidecar::proto;
 use window_sidecar::proto::dead_letter_service_client::DeadLetterServiceClient;
 
-use crate::form;
+use crate::form::{self, Form};
 use crate::history::Event;
 use crate::log::Log;
 
@@ -16,7 +16,7 @@ use crate::log::Log;
 /// `addr`, and records what it said it did: each with the entry it is a dead letter of (from a
 /// listing first) and its deliveries, logged at the moment the redrive was sent (its entry may
 /// come back before the answer).
-pub(crate) async fn redrive(addr: &str, log: &Log) {
+pub(crate) async fn redrive(form: Form, addr: &str, log: &Log) {
     let connect = DeadLetterServiceClient::connect(format!("http://{addr}"));
     let Ok(Ok(mut client)) = tokio::time::timeout(Duration::from_secs(1), connect).await else {
         log.push(Event::Fault(format!("redrive (no sidecar at {addr})")));
@@ -31,9 +31,14 @@ pub(crate) async fn redrive(addr: &str, log: &Log) {
     if listed.is_empty() {
         return;
     }
+    let keys: HashMap<String, proto::DeadLetterEntry> =
+        listed.iter().map(|d| (d.id.clone(), d.clone())).collect();
     let letters: HashMap<String, (String, u32)> = listed
         .iter()
-        .map(|d| (d.id.clone(), (dead_letter_origin(d), d.deliveries)))
+        .map(|d| {
+            let origin = named(form, d, &dead_letter_origin(d));
+            (d.id.clone(), (origin, d.deliveries))
+        })
         .collect();
     let request = proto::RedriveDeadLettersRequest {
         target,
@@ -60,13 +65,17 @@ pub(crate) async fn redrive(addr: &str, log: &Log) {
             )));
             for r in redriven {
                 let (origin, deliveries) = letters.get(&r.id).cloned().unwrap_or_default();
+                let copy = match keys.get(&r.id) {
+                    Some(d) if !r.new_id.is_empty() => named(form, d, &r.new_id),
+                    _ => r.new_id,
+                };
                 log.push_at(
                     sent_ms,
                     Event::Redriven {
                         dead: r.id,
                         origin,
                         deliveries,
-                        copy: r.new_id,
+                        copy,
                     },
                 );
             }
@@ -75,6 +84,22 @@ pub(crate) async fn redrive(addr: &str, log: &Log) {
         Ok(Err(status)) => log.push(Event::Fault(format!("redrive failed: {}", status.code()))),
         Err(_) => log.push(Event::Fault("redrive timed out".into())),
     }
+}
+
+/// How the history names entry `id` of the stream dead letter `dead` came from: on a
+/// partitioned stream, qualified with the partition of the key it carries.
+fn named(form: Form, dead: &proto::DeadLetterEntry, id: &str) -> String {
+    if form != Form::Partitioned {
+        return id.to_owned();
+    }
+    let key = dead
+        .fields
+        .iter()
+        .chain(&dead.headers)
+        .find(|f| f.name == form::KEY)
+        .map(|f| String::from_utf8_lossy(&f.value).into_owned())
+        .unwrap_or_default();
+    form::in_partition(&key, id)
 }
 
 /// The entry a listed dead letter is a dead letter of (its `x-window-original-id`).

@@ -12,7 +12,7 @@ use window_sidecar::redis::companion_key;
 
 use super::{
     ATTEMPTS, AUDIT_GROUP, DEAD, DISCARDED, Fields, Form, GROUP, KEPT, LIST, MAX_DELIVERIES,
-    ORIGINAL_ID, REDRIVEN, STREAM,
+    ORIGINAL_ID, REDRIVEN,
 };
 use crate::history::{EndState, Held, Place};
 
@@ -22,28 +22,12 @@ impl Form {
     pub(crate) async fn unsettled(self, redis: &Client) -> Option<u64> {
         let delayed: u64 = redis.zcard(self.copies_delayed()).await.ok()?;
         let held = match self {
-            Form::Stream => {
-                let pending: Value = redis
-                    .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
-                    .await
-                    .ok()?;
-                let pending = match pending {
-                    Value::Array(items) => items.first().and_then(Value::as_u64)?,
-                    _ => return None,
-                };
-                let groups: Value = redis
-                    .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
-                    .await
-                    .ok()?;
-                let stream: Value = redis
-                    .custom(fred::cmd!("XINFO"), vec!["STREAM", STREAM])
-                    .await
-                    .ok()?;
-                // Not XINFO's `lag`: a migrated or failed-over stream may carry an
-                // entries-read count that no longer matches, and the lag is then wrong.
-                let unread = field(&groups_of(&groups)?, "last-delivered-id")
-                    != field(&stream, "last-generated-id");
-                pending + u64::from(unread)
+            Form::Stream | Form::Partitioned => {
+                let mut held = 0;
+                for stream in self.stream_keys() {
+                    held += stream_unsettled(redis, &stream).await?;
+                }
+                held
             }
             Form::ReliableList => {
                 let mut held: u64 = redis.llen(LIST).await.ok()?;
@@ -63,7 +47,14 @@ impl Form {
     /// report: best effort, a read that fails leaves its part out.
     pub(crate) async fn locate(self, redis: &Client) -> Vec<Held> {
         let mut held = match self {
-            Form::Stream => held_in_stream(redis).await,
+            Form::Stream | Form::Partitioned => {
+                let mut held = Vec::new();
+                for (p, stream) in self.stream_keys().iter().enumerate() {
+                    let name = |id: String| self.entry_name(p, id);
+                    held.extend(held_in_stream(redis, stream, name).await);
+                }
+                held
+            }
             Form::ReliableList | Form::SimpleList => self.held_on_lists(redis).await,
             Form::Pubsub => Vec::new(),
         };
@@ -125,7 +116,7 @@ impl Form {
         let Some(newline) = member.iter().position(|b| *b == b'\n') else {
             return String::from_utf8_lossy(member).into_owned();
         };
-        if self == Form::Stream {
+        if self.streams() {
             return String::from_utf8_lossy(&member[..newline]).into_owned();
         }
         // The parts, each `<length>:<bytes>`: a list's value, or a message's channel then
@@ -168,7 +159,10 @@ impl Form {
             end.held = self.locate(redis).await;
         }
         match self {
-            Form::Stream => stream_end_state(&mut end, redis, published, audited).await,
+            Form::Stream | Form::Partitioned => {
+                self.stream_end_state(&mut end, redis, published, audited)
+                    .await;
+            }
             Form::ReliableList | Form::SimpleList | Form::Pubsub => {
                 self.values_end_state(&mut end, redis, published).await;
             }
@@ -210,58 +204,118 @@ impl Form {
     }
 }
 
-/// The stream's part of the end state: every entry it held (the audit group's record of what
-/// retention deleted, and what is still there), the published numbers no group read, the
-/// audit group's pending entries, and the dead letters with the generations redrives started.
-async fn stream_end_state(
-    end: &mut EndState,
-    redis: &Client,
-    published: &BTreeSet<u64>,
-    audited: &[(String, Fields)],
-) {
-    type Entries = Vec<(String, Fields)>;
-    // Retention deletes what both groups acknowledged: every entry the stream held
-    // is what the audit group read, and what is still there.
-    let mut all: BTreeMap<String, Fields> = audited.iter().cloned().collect();
-    let entries: Entries = redis.xrange(STREAM, "-", "+", None).await.expect("XRANGE");
-    for (id, fields) in entries {
-        all.entry(id).or_insert(fields);
+impl Form {
+    /// The stream's part of the end state: every entry it held (the audit group's record of what
+    /// retention deleted, and what is still there), the published numbers no group read, the
+    /// audit group's pending entries, and the dead letters with the generations redrives started.
+    async fn stream_end_state(
+        self,
+        end: &mut EndState,
+        redis: &Client,
+        published: &BTreeSet<u64>,
+        audited: &[(String, Fields)],
+    ) {
+        type Entries = Vec<(String, Fields)>;
+        // Retention deletes what both groups acknowledged: every entry the stream held
+        // is what the audit group read, and what is still there.
+        let mut all: BTreeMap<String, Fields> = audited.iter().cloned().collect();
+        for (p, stream) in self.stream_keys().iter().enumerate() {
+            let entries: Entries = redis.xrange(stream, "-", "+", None).await.expect("XRANGE");
+            for (id, fields) in entries {
+                all.entry(self.entry_name(p, id))
+                    .or_insert_with(|| self.fields_named(fields));
+            }
+        }
+        let numbers: BTreeSet<u64> = all
+            .values()
+            .filter_map(|f| f.get("n")?.parse().ok())
+            .collect();
+        end.unread_by_every_group = published.difference(&numbers).copied().collect();
+        let lineage = Lineage::of(&all);
+        for (p, stream) in self.stream_keys().iter().enumerate() {
+            let pending = pending_entries(redis, stream, AUDIT_GROUP).await;
+            end.audit_pending.extend(
+                pending
+                    .into_iter()
+                    .map(|(id, consumer, n)| (self.entry_name(p, id), consumer, n)),
+            );
+        }
+        let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
+        end.dead_letters = dead
+            .into_iter()
+            .map(|(_, fields)| {
+                let fields = self.fields_named(fields);
+                let of = |k: &str| fields.get(k).cloned().unwrap_or_default();
+                (
+                    lineage.dead_letter_of(&fields),
+                    of("h:x-window-deliveries").parse().unwrap_or(0),
+                )
+            })
+            .collect();
+        // A redriven dead letter is no longer there, but it was one.
+        end.dead_letters.extend(lineage.redriven_dead_letters());
+        end.redriven_twice = lineage.twice;
+        // Every entry is a root: a retry keeps its id, a redrive's fresh entry starts
+        // a generation of its own.
+        end.entries = all.into_keys().collect();
     }
-    let numbers: BTreeSet<u64> = all
-        .values()
-        .filter_map(|f| f.get("n")?.parse().ok())
-        .collect();
-    end.unread_by_every_group = published.difference(&numbers).copied().collect();
-    let lineage = Lineage::of(&all);
-    end.audit_pending = pending_entries(redis, AUDIT_GROUP).await;
-    let dead: Entries = redis.xrange(DEAD, "-", "+", None).await.expect("XRANGE");
-    end.dead_letters = dead
-        .into_iter()
-        .map(|(_, fields)| {
-            let of = |k: &str| fields.get(k).cloned().unwrap_or_default();
-            (
-                lineage.dead_letter_of(&fields),
-                of("h:x-window-deliveries").parse().unwrap_or(0),
-            )
-        })
-        .collect();
-    // A redriven dead letter is no longer there, but it was one.
-    end.dead_letters.extend(lineage.redriven_dead_letters());
-    end.redriven_twice = lineage.twice;
-    // Every entry is a root: a retry keeps its id, a redrive's fresh entry starts
-    // a generation of its own.
-    end.entries = all.into_keys().collect();
+
+    /// How the history names entry `id` of the form's stream number `p` (of
+    /// [`Form::stream_keys`]).
+    fn entry_name(self, p: usize, id: String) -> String {
+        match self {
+            Form::Partitioned => format!("{p}/{id}"),
+            _ => id,
+        }
+    }
+
+    /// An entry's fields as the history knows them (see [`super::qualified`]).
+    fn fields_named(self, fields: Fields) -> Fields {
+        match self {
+            Form::Partitioned => super::qualified(fields),
+            _ => fields,
+        }
+    }
+}
+
+/// A stream's entries pending in the workers' group, and one more if some are unread.
+async fn stream_unsettled(redis: &Client, stream: &str) -> Option<u64> {
+    let pending: Value = redis
+        .custom(fred::cmd!("XPENDING"), vec![stream, GROUP])
+        .await
+        .ok()?;
+    let pending = match pending {
+        Value::Array(items) => items.first().and_then(Value::as_u64)?,
+        _ => return None,
+    };
+    let groups: Value = redis
+        .custom(fred::cmd!("XINFO"), vec!["GROUPS", stream])
+        .await
+        .ok()?;
+    let stream: Value = redis
+        .custom(fred::cmd!("XINFO"), vec!["STREAM", stream])
+        .await
+        .ok()?;
+    // Not XINFO's `lag`: a migrated or failed-over stream may carry an
+    // entries-read count that no longer matches, and the lag is then wrong.
+    let unread =
+        field(&groups_of(&groups)?, "last-delivered-id") != field(&stream, "last-generated-id");
+    Some(pending + u64::from(unread))
 }
 
 /// The entries pending in the workers' group, with their consumer, idle time and deliveries,
 /// and those after the group's last-delivered id.
-async fn held_in_stream(redis: &Client) -> Vec<Held> {
+async fn held_in_stream(
+    redis: &Client,
+    stream: &str,
+    name: impl Fn(String) -> String,
+) -> Vec<Held> {
     let mut held = Vec::new();
     let at = |entry: String, place| Held { entry, place };
     let pending: Value = redis
         .custom(
             fred::cmd!("XPENDING"),
-            vec![STREAM, GROUP, "-", "+", "1000"],
+            vec![stream, GROUP, "-", "+", "1000"],
         )
         .await
         .unwrap_or(Value::Null);
@@ -275,11 +329,11 @@ async fn held_in_stream(redis: &Client) -> Vec<Held> {
                 idle_ms: number(2).unwrap_or_default(),
                 deliveries: number(3).unwrap_or_default(),
             };
-            held.push(at(text(0).unwrap_or_default(), place));
+            held.push(at(name(text(0).unwrap_or_default()), place));
         }
     }
     let groups: Value = redis
-        .custom(fred::cmd!("XINFO"), vec!["GROUPS", STREAM])
+        .custom(fred::cmd!("XINFO"), vec!["GROUPS", stream])
         .await
         .unwrap_or(Value::Null);
     let last = groups_of(&groups)
@@ -289,7 +343,7 @@ async fn held_in_stream(redis: &Client) -> Vec<Held> {
         let unread: Value = redis
             .custom(
                 fred::cmd!("XRANGE"),
-                vec![STREAM.to_owned(), format!("({last}"), "+".into()],
+                vec![stream.to_owned(), format!("({last}"), "+".into()],
             )
             .await
             .unwrap_or(Value::Null);
@@ -298,7 +352,7 @@ async fn held_in_stream(redis: &Client) -> Vec<Held> {
                 if let Value::Array(entry) = entry
                     && let Some(id) = entry.first().and_then(Value::as_string)
                 {
-                    held.push(at(id, Place::Unread));
+                    held.push(at(name(id), Place::Unread));
                 }
             }
         }
@@ -326,13 +380,13 @@ pub(crate) fn add_delivered_roots(end: &mut EndState, delivered: impl Iterator<I
     end.entries.extend(new);
 }
 
-/// Group `group`'s pending entries on the stream: each entry's id, consumer and deliveries
+/// Group `group`'s pending entries on `stream`: each entry's id, consumer and deliveries
 /// (the first 1,000; none when Redis does not answer).
-async fn pending_entries(redis: &Client, group: &str) -> Vec<(String, String, u64)> {
+async fn pending_entries(redis: &Client, stream: &str, group: &str) -> Vec<(String, String, u64)> {
     let reply: Value = redis
         .custom(
             fred::cmd!("XPENDING"),
-            vec![STREAM, group, "-", "+", "1000"],
+            vec![stream, group, "-", "+", "1000"],
         )
         .await
         .unwrap_or(Value::Null);

@@ -73,6 +73,18 @@ pub(crate) enum Event {
     Fault(String),
     /// The nemesis undid a refusal it injected (its kind): Redis takes writes again.
     Undone(String),
+    /// A read came on ordered subscription stream `stream` (logged as it came, before its
+    /// `Read`, which is logged when the worker takes it up): its deliveries with a key, each
+    /// (entry, key, count).
+    Came {
+        worker: u32,
+        stream: u32,
+        read_id: u64,
+        deliveries: Vec<(String, String, u32)>,
+    },
+    /// Worker `worker`'s subscription stream `stream` ended: the sidecar ended or broke it, or
+    /// the worker dropped it (a killed worker logs none: its next stream's first read says it).
+    Ended { worker: u32, stream: u32 },
     /// The faults are over: from here every delivery is acked until the run is quiet.
     Settling,
     /// A flush report on subscription stream `stream` that failed (logged after its
@@ -155,6 +167,18 @@ impl Event {
             _ => None,
         }
     }
+}
+
+/// Where a partition's reading numbers its reads and slots from: the sidecar's `NUMBER_SHIFT`.
+/// Each reading of a partition (from taking its lease until it ends: handed over, fenced, its
+/// replica gone) gets a range of its own on its replica's stream, numbered upwards.
+const READING_SHIFT: u32 = 36;
+
+/// The reading of a partitioned stream's partition that read `read_id` came from (0 for every
+/// read of an unpartitioned stream). A later reading of the same partition on the same stream
+/// starts only once the earlier one ended: what it still had out can no longer be settled.
+pub(crate) fn reading(read_id: u64) -> u64 {
+    read_id >> READING_SHIFT
 }
 
 /// A timestamped event (milliseconds since the campaign started).

@@ -23,7 +23,9 @@ pub(crate) fn around<'a>(history: &'a [Stamped], root: &str, window_ms: u64) -> 
         | Event::Settling
         | Event::Read { .. }
         | Event::Flushed { .. }
-        | Event::InOrder { .. } => false,
+        | Event::InOrder { .. }
+        | Event::Ended { .. }
+        | Event::Came { .. } => false,
     };
     let times: Vec<u64> = history
         .iter()

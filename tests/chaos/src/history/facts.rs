@@ -169,7 +169,9 @@ impl Facts {
                 | Event::Redriven { .. }
                 | Event::Delayed { .. }
                 | Event::Audited { .. }
-                | Event::AuditAcked { .. } => {}
+                | Event::AuditAcked { .. }
+                | Event::Ended { .. }
+                | Event::Came { .. } => {}
             }
         }
     }

@@ -37,6 +37,9 @@ pub(crate) struct Figures {
     /// per-key order check covered.
     pub ordered_deliveries: usize,
     pub ordered_streams: usize,
+    /// Deliveries and keys checked for order across a partitioned stream's group.
+    pub across_deliveries: usize,
+    pub across_keys: usize,
     /// The refusals the nemesis injected, by kind, with the flush reports they touched.
     pub refusals: BTreeMap<String, Touched>,
     /// Requeued entries Redis refused, by reason, over the whole run (from the flush reports
@@ -95,7 +98,9 @@ pub(super) fn figures(
             | Event::Settling
             | Event::Delayed { .. }
             | Event::Audited { .. }
-            | Event::AuditAcked { .. } => {}
+            | Event::AuditAcked { .. }
+            | Event::Ended { .. }
+            | Event::Came { .. } => {}
         }
     }
     figures.refusals = refusals_touched(history);

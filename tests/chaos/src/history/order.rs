@@ -30,6 +30,12 @@
 //! still pending on its consumer, and one handled that late may have been claimed by another
 //! consumer, or acknowledged by a late holder, before the retry's flush; the key then moves on.
 //!
+//! On a partitioned stream one subscription stream carries the reads of several partitions,
+//! each reading of a partition numbering its reads from a range of its own: a delivery from a
+//! later reading of its partition ends what the earlier reading still had out of its key (that
+//! reading ended first: handed over or fenced, its outcomes answered `ALREADY_SETTLED`), as a
+//! failed flush does. Order across the replicas of a group is [`super::across`]'s.
+//!
 //! Not checked across the streams of one consumer (a worker's next stream after a sidecar
 //! restart, a TCP cut or an abandoned read): the new subscription re-reads the consumer's own
 //! pending entries first and in order, but what the old stream held may meanwhile have been
@@ -38,7 +44,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::event::{Decision, Event, Said, Stamped};
+use super::event::{Decision, Event, Said, Stamped, reading};
 use super::verdict::{Anomaly, anomaly};
 
 /// A delivery of a key out on a stream: handed out, its flush not reported yet.
@@ -268,6 +274,14 @@ impl<'a> Order<'a> {
             .lanes
             .entry(d.key.to_owned())
             .or_default();
+        // A partition's earlier reading on this stream ended before this one began (handed
+        // over, fenced): what it had out can no longer be settled, as after a failed flush.
+        if let Some(out) = lane
+            .out
+            .take_if(|out| reading(out.read_id) != reading(d.read_id))
+        {
+            lane.unsure.insert(out.entry);
+        }
         let mut found = Vec::new();
         if let Some(out) = &lane.out {
             let decision = out
@@ -616,5 +630,27 @@ mod tests {
             found.len() == 1 && found[0].contains("had overtaken it unsettled"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_later_reading_of_a_partition_ends_what_the_earlier_had_out() {
+        // Reading 1 of the partition was fenced with 1-0 out; reading 2 on the same stream
+        // hands it out again.
+        let later = 2 << 36;
+        let h = history(vec![
+            vec![read(1, 1)],
+            got(1, 1, "1-0", "a", 1),
+            vec![read(1, later)],
+            got(1, later, "1-0", "a", 2),
+        ]);
+        assert_eq!(anomalies(&h), Vec::<String>::new());
+        // Within one reading it is two out at once.
+        let h = history(vec![
+            vec![read(1, 1)],
+            got(1, 1, "1-0", "a", 1),
+            vec![read(1, 2)],
+            got(1, 2, "1-0", "a", 2),
+        ]);
+        assert_eq!(anomalies(&h).len(), 1);
     }
 }

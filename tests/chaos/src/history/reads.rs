@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::event::{Event, Stamped};
+use super::event::{Event, Stamped, reading};
 use super::verdict::{Anomaly, anomaly};
 
 /// The worker finishes its reads in the order they came, so their flushes must be reported in
@@ -67,10 +67,12 @@ pub(super) fn flushes_follow_reads(history: &[Stamped]) -> Vec<Anomaly> {
     anomalies
 }
 
-/// Read ids increase within a subscription (the proto's promise).
+/// Read ids increase within a subscription (the proto's promise), and on a partitioned stream
+/// within each partition's reading (its range, [`reading`]): one stream carries the reads of
+/// several partitions side by side.
 pub(super) fn reads_in_order(history: &[Stamped]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
-    let mut last_read: HashMap<(u32, u32), u64> = HashMap::new();
+    let mut last_read: HashMap<(u32, u32, u64), u64> = HashMap::new();
     for stamped in history {
         let Event::Read {
             worker,
@@ -81,7 +83,7 @@ pub(super) fn reads_in_order(history: &[Stamped]) -> Vec<Anomaly> {
             continue;
         };
         if let Some(last) = last_read
-            .insert((*worker, *stream), *read_id)
+            .insert((*worker, *stream, reading(*read_id)), *read_id)
             .filter(|last| read_id <= last)
         {
             anomalies.push(anomaly(

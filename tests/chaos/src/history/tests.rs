@@ -10,6 +10,7 @@ const PROMISE: Promise = Promise {
     max_deliveries: 4,
     at_most_once: false,
     by_payload: false,
+    across_group: false,
 };
 
 fn at(at_ms: u64, event: Event) -> Stamped {
@@ -671,4 +672,24 @@ fn a_report_shows_the_read_an_entry_came_in_and_its_worker_s_slow_acks_before() 
     // before, nor worker 2's read, nor the fault (the report's other half shows faults).
     assert_eq!(times, [1_000, 5_500]);
     assert!(matches!(before[1].event, Event::Read { read_id: 2, .. }));
+}
+
+#[test]
+fn read_ids_increase_within_each_reading_of_a_partition() {
+    let read = |read_id| {
+        at(
+            0,
+            Event::Read {
+                worker: 1,
+                stream: 1,
+                read_id,
+            },
+        )
+    };
+    let (one, two) = (1 << 36, 2 << 36);
+    // Two partitions' reads side by side on one stream.
+    let history = vec![read(two + 1), read(one + 1), read(two + 2), read(one + 2)];
+    assert!(reads::reads_in_order(&history).is_empty());
+    let history = vec![read(one + 2), read(two + 1), read(one + 1)];
+    assert_eq!(reads::reads_in_order(&history).len(), 1);
 }

@@ -17,6 +17,9 @@ pub(crate) struct Promise {
     /// reconnect may have written one twice (Publish is at least once): each delivery with
     /// count 1 is a copy of its own, which may be kept once more.
     pub by_payload: bool,
+    /// A partitioned stream whose workers are all ordered replicas of one group: per-key
+    /// order holds across them.
+    pub across_group: bool,
 }
 
 /// Something the history shows that the README does not allow.
