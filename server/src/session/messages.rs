@@ -3,6 +3,8 @@
 //! subscription tells it ([`Event`]), and why a stream ends ([`SessionError`]). The gRPC layer
 //! converts them from and to the wire; nothing here knows a proto type.
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +55,43 @@ pub struct ClientBatch {
     pub outcomes: Vec<Result<SettleRequest, SlotError>>,
     /// Slots still being worked on.
     pub extend: Vec<SlotId>,
+}
+
+impl ClientBatch {
+    /// The batch split by `part` of each item's slot, in the batch's order within each part.
+    pub fn split_by<K: Eq + Hash>(self, part: impl Fn(SlotId) -> K) -> HashMap<K, ClientBatch> {
+        let mut split: HashMap<K, ClientBatch> = HashMap::new();
+        for (slot, command) in self.commands {
+            let batch = split.entry(part(slot)).or_default();
+            batch.commands.push((slot, command));
+        }
+        for outcome in self.outcomes {
+            let batch = split.entry(part(outcome_slot(&outcome))).or_default();
+            batch.outcomes.push(outcome);
+        }
+        for slot in self.extend {
+            split.entry(part(slot)).or_default().extend.push(slot);
+        }
+        split
+    }
+
+    /// Every slot the batch names, once each, in ascending order.
+    pub fn slots(&self) -> Vec<SlotId> {
+        let mut slots: Vec<SlotId> = self.commands.iter().map(|(slot, _)| *slot).collect();
+        slots.extend(self.outcomes.iter().map(outcome_slot));
+        slots.extend(&self.extend);
+        slots.sort_unstable();
+        slots.dedup();
+        slots
+    }
+}
+
+/// The slot an outcome is for, whether or not it converted.
+fn outcome_slot(outcome: &Result<SettleRequest, SlotError>) -> SlotId {
+    match outcome {
+        Ok(settle) => settle.slot,
+        Err(err) => err.slot(),
+    }
 }
 
 /// An outcome for a slot, with the client's reason and trace context.

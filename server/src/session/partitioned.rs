@@ -398,29 +398,7 @@ impl Member {
 
     /// Splits a client batch by the partition of each slot.
     async fn route(&mut self, batch: ClientBatch) {
-        let mut split: HashMap<u64, ClientBatch> = HashMap::new();
-        let number = |slot: SlotId| slot >> NUMBER_SHIFT;
-        for (slot, command) in batch.commands {
-            split
-                .entry(number(slot))
-                .or_default()
-                .commands
-                .push((slot, command));
-        }
-        for outcome in batch.outcomes {
-            let slot = match &outcome {
-                Ok(settle) => settle.slot,
-                Err(err) => err.slot(),
-            };
-            split
-                .entry(number(slot))
-                .or_default()
-                .outcomes
-                .push(outcome);
-        }
-        for slot in batch.extend {
-            split.entry(number(slot)).or_default().extend.push(slot);
-        }
+        let split = batch.split_by(|slot| slot >> NUMBER_SHIFT);
         let mut rejected = Vec::new();
         for (number, part_batch) in split {
             let inbound = self
@@ -486,15 +464,7 @@ fn abandoned(batch: ClientBatch, issued: bool) -> Vec<SlotError> {
             SlotError::UnknownSlot(slot)
         }
     };
-    let mut slots: Vec<SlotId> = batch.commands.iter().map(|(slot, _)| *slot).collect();
-    slots.extend(batch.outcomes.iter().map(|o| match o {
-        Ok(settle) => settle.slot,
-        Err(err) => err.slot(),
-    }));
-    slots.extend(&batch.extend);
-    slots.sort_unstable();
-    slots.dedup();
-    slots.into_iter().map(reject).collect()
+    batch.slots().into_iter().map(reject).collect()
 }
 
 /// One partition's task: takes its consumer name here and its lease in Redis, waiting while
