@@ -168,33 +168,16 @@ async fn publish_to(
     sidecar: &mut WindowServiceClient<Channel>,
     entries: Vec<Vec<(&str, String)>>,
 ) -> Vec<String> {
-    let entries = entries
-        .into_iter()
-        .map(|fields| proto::PublishEntry {
-            fields: fields
-                .into_iter()
-                .map(|(name, value)| proto::Field {
-                    name: name.to_owned().into(),
-                    value: value.into(),
-                })
-                .collect(),
-            ..Default::default()
-        })
-        .collect();
-    sidecar
-        .publish(proto::PublishRequest {
-            stream: STREAM.into(),
-            entries,
-            partitions: PARTITIONS,
-            partition_by: Some(proto::OrderingKey {
-                source: Some(proto::ordering_key::Source::Field("k".into())),
-            }),
-            ..Default::default()
-        })
-        .await
-        .expect("publish")
-        .into_inner()
-        .ids
+    let request = proto::PublishRequest {
+        stream: STREAM.into(),
+        entries: publish_entries(entries),
+        partitions: PARTITIONS,
+        partition_by: Some(proto::OrderingKey {
+            source: Some(proto::ordering_key::Source::Field("k".into())),
+        }),
+        ..Default::default()
+    };
+    publish_request(sidecar, request).await
 }
 
 async fn handled(redis: &Client) -> usize {

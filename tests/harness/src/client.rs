@@ -316,7 +316,33 @@ pub async fn publish(
     stream: &str,
     entries: Vec<Vec<(&str, String)>>,
 ) -> Vec<String> {
-    let entries = entries
+    publish_request(
+        client,
+        proto::PublishRequest {
+            stream: stream.into(),
+            entries: publish_entries(entries),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Sends `request` (its options as the caller set them); returns the entries' ids.
+pub async fn publish_request(
+    client: &mut WindowServiceClient<Channel>,
+    request: proto::PublishRequest,
+) -> Vec<String> {
+    client
+        .publish(request)
+        .await
+        .expect("publish")
+        .into_inner()
+        .ids
+}
+
+/// Entries to publish, each with the given fields.
+pub fn publish_entries(entries: Vec<Vec<(&str, String)>>) -> Vec<proto::PublishEntry> {
+    entries
         .into_iter()
         .map(|fields| proto::PublishEntry {
             fields: fields
@@ -328,17 +354,7 @@ pub async fn publish(
                 .collect(),
             ..Default::default()
         })
-        .collect();
-    client
-        .publish(proto::PublishRequest {
-            stream: stream.into(),
-            entries,
-            ..Default::default()
-        })
-        .await
-        .expect("publish")
-        .into_inner()
-        .ids
+        .collect()
 }
 
 /// `n` entries with a field `n` = 0..n.
