@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -13,7 +13,9 @@ use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
 use tonic::transport::Channel;
+use window_sidecar::partition;
 use window_sidecar::proto::subscribe_request;
 use window_sidecar::proto::subscribe_response::Kind;
 use window_sidecar::proto::window_service_client::WindowServiceClient;
@@ -89,6 +91,42 @@ pub(crate) struct SidecarClient {
     ordered: Option<Keying>,
     /// Retries one delivery in 20 ([`workload::retried`]), each entry once, then acks it.
     retrying: bool,
+    /// The consumer name it opens with: the bench's `c1`, or a replica's own name.
+    consumer: String,
+    /// A replica of a group reading a partitioned stream of this many partitions
+    /// (`StreamSource.partitions`); 0: a plain stream.
+    partitions: u32,
+    /// Where the ids handed out are logged, in the order this process received them: one log
+    /// shared by every replica's client, so that a key's deliveries across the group can be
+    /// checked against its stream order.
+    handed: Option<HandedOut>,
+    /// An ordered side effect's list carries its partition's hash tag (`order:{<p>}:<key>`),
+    /// so that on a cluster it shares the slot of the partition's stream.
+    tagged: bool,
+}
+
+/// The ids handed out to a group's clients, in the order they arrived.
+pub(crate) type HandedOut = Arc<Mutex<Vec<u64>>>;
+
+/// A subscription whose consumer is done but which is still open: closed by
+/// [`OpenStream::close`], so that a replica that finishes first does not leave the group
+/// (handing its partitions to the others) while they still run.
+pub(crate) struct OpenStream {
+    tx: mpsc::Sender<proto::SubscribeRequest>,
+    inbound: Streaming<proto::SubscribeResponse>,
+}
+
+impl OpenStream {
+    /// Half-closes the request stream; waits (5 s at most) for the sidecar to end the
+    /// response stream once it has closed the subscription.
+    pub(crate) async fn close(self) {
+        let Self { tx, mut inbound } = self;
+        drop(tx);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Ok(Some(_)) = inbound.message().await {}
+        })
+        .await;
+    }
 }
 
 /// The harness's stream `open` for the bench's group and consumer: BLOCK 1 s, flush reports
@@ -167,6 +205,29 @@ impl SidecarClient {
             progress: None,
             ordered: None,
             retrying: false,
+            consumer: CONSUMER.to_owned(),
+            partitions: 0,
+            handed: None,
+            tagged: false,
+        }
+    }
+
+    /// A replica of the group reading the partitioned stream of `partitions` partitions as
+    /// consumer `name`, logging the ids handed out into `handed`; with `tagged`, an ordered
+    /// side effect's list carries its partition's hash tag.
+    pub(crate) fn replica(
+        self,
+        partitions: u32,
+        name: String,
+        handed: HandedOut,
+        tagged: bool,
+    ) -> Self {
+        Self {
+            partitions,
+            consumer: name,
+            handed: Some(handed),
+            tagged,
+            ..self
         }
     }
 
@@ -207,21 +268,41 @@ impl SidecarClient {
     /// delivery), reading on while flushes are in flight, until flush reports have settled
     /// `expect` entries. With `latency`, samples run from each entry's XADD (`ts`) to the
     /// flush report; else from the read's arrival to it.
-    pub(crate) async fn run(mut self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
-        let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
+    pub(crate) async fn run(self, expect: u64, latency: bool) -> Result<ClientOutcome, String> {
+        let (out, open) = self.run_open(expect, latency).await?;
+        open.close().await;
+        Ok(out)
+    }
+
+    /// The `open` this client sends: ordered by field `k` when it is ordered, under its
+    /// consumer name, partitioned when it is a replica.
+    fn open(&self) -> proto::SubscribeRequest {
         let open = if self.ordered.is_some() {
             ordered_open_request
         } else {
             open_request
         };
-        tx.send(open(
-            &self.stream,
-            self.count,
-            self.max_in_flight,
-            self.atomic,
-        ))
-        .await
-        .map_err(|_| "request stream closed")?;
+        let mut request = open(&self.stream, self.count, self.max_in_flight, self.atomic);
+        if let Some(subscribe_request::Kind::Open(open)) = &mut request.kind
+            && let Some(proto::open::Source::Stream(stream)) = &mut open.source
+        {
+            stream.consumer.clone_from(&self.consumer);
+            stream.partitions = self.partitions;
+        }
+        request
+    }
+
+    /// [`SidecarClient::run`], leaving the subscription open once `expect` entries are
+    /// settled: the caller closes it.
+    pub(crate) async fn run_open(
+        mut self,
+        expect: u64,
+        latency: bool,
+    ) -> Result<(ClientOutcome, OpenStream), String> {
+        let (tx, rx) = mpsc::channel::<proto::SubscribeRequest>(64);
+        tx.send(self.open())
+            .await
+            .map_err(|_| "request stream closed")?;
         let mut inbound = self
             .client
             .subscribe(ReceiverStream::new(rx))
@@ -276,6 +357,12 @@ impl SidecarClient {
                         }
                         others_in_read += u64::from(others.counts(payload.id));
                     }
+                    if let Some(handed) = &self.handed {
+                        handed
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .extend_from_slice(&ids);
+                    }
                     reads.insert(
                         read.read_id,
                         Pending {
@@ -310,13 +397,7 @@ impl SidecarClient {
         }
         out.done_at = Some(Instant::now());
         out.retried = retried.len() as u64;
-        // Half-close; the sidecar ends the stream once it has closed the subscription.
-        drop(tx);
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            while let Ok(Some(_)) = inbound.message().await {}
-        })
-        .await;
-        Ok(out)
+        Ok((out, OpenStream { tx, inbound }))
     }
 }
 
@@ -329,7 +410,8 @@ impl SidecarClient {
 
     /// A delivery's one side effect: `INCR` of its counter, or on an ordered subscription
     /// `RPUSH order:<key> <id>`, which records the order the key's entries ran in. The key is
-    /// the delivery's own field, as a consumer would take it, built in one buffer.
+    /// the delivery's own field, as a consumer would take it, built in one buffer; a tagged
+    /// replica's list is `order:{<p>}:<key>`, `p` its key's partition as a producer computes it.
     fn side_effect(
         &self,
         delivery: &proto::Delivery,
@@ -339,8 +421,14 @@ impl SidecarClient {
             (Some(_), _) => {
                 let key = field(delivery, KEY_FIELD.as_bytes())
                     .ok_or("an ordered delivery without its key field")?;
-                let mut list = BytesMut::with_capacity(ORDER_PREFIX.len() + key.len());
+                let mut list = BytesMut::with_capacity(ORDER_PREFIX.len() + key.len() + 8);
                 list.put_slice(ORDER_PREFIX.as_bytes());
+                if self.tagged {
+                    let p = partition::of_key(key, self.partitions);
+                    list.put_u8(b'{');
+                    list.put_slice(itoa::Buffer::new().format(p).as_bytes());
+                    list.put_slice(b"}:");
+                }
                 list.put_slice(key);
                 let id = Bytes::copy_from_slice(itoa::Buffer::new().format(payload.id).as_bytes());
                 ("RPUSH", vec![list.freeze(), id])

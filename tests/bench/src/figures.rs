@@ -11,7 +11,8 @@
 use serde::{Serialize, Serializer};
 
 use crate::many::{Many, Topology};
-use crate::{Contender, IdleRss, ManyRecord, Measured, Phase, PythonApi, Record};
+use crate::partitioned::{self, Group, Replica};
+use crate::{Contender, IdleRss, ManyRecord, Measured, PartitionsRecord, Phase, PythonApi, Record};
 
 /// The version of the JSON's layout: raised when a field changes meaning or goes away.
 pub(crate) const SCHEMA: u32 = 1;
@@ -27,6 +28,12 @@ pub(crate) struct Report {
     pub idle: Vec<IdleFigures>,
     /// The many-subscriptions phase, per topology.
     pub many: Vec<ManyFigures>,
+    /// The replicas contenders beside `sidecar-rust-ordered-64`; null when none ran.
+    pub replicas: Option<ReplicasFigures>,
+    /// The many-partitions phase; null when it was skipped.
+    pub partitions: Option<PartitionsFigures>,
+    /// Capacity on paper from this run's CPU per delivery; null without a run to take it from.
+    pub scaling: Option<Scaling>,
     pub targets: Vec<Target>,
     /// With `--baseline-bin`: each sidecar contender over its twin.
     pub baseline: Option<Baseline>,
@@ -60,6 +67,10 @@ pub(crate) struct Run {
     pub window_reads: u32,
     pub idle_subscriptions: usize,
     pub many_subscriptions: usize,
+    /// Partitions of the many-partitions phase (0: skipped).
+    pub many_partitions: u32,
+    /// Partitions of the replicas contenders' stream.
+    pub replica_partitions: u32,
     pub sidecar_bin: Option<String>,
     pub baseline_bin: Option<String>,
 }
@@ -135,6 +146,9 @@ pub(crate) struct PhaseFigures {
     pub sidecar_cpu_s_per_100k: Option<Spread>,
     pub client_cpu_s_per_100k: Option<Spread>,
     pub redis_cpu_s_per_100k: Option<Spread>,
+    /// A replicas contender: each sidecar process's CPU per 100,000 of the group's deliveries,
+    /// replica by replica (`sidecar_cpu_s_per_100k` is their sum); null for the others.
+    pub per_sidecar_cpu_s_per_100k: Option<Vec<Option<Spread>>>,
     /// The largest over rounds.
     pub sidecar_peak_rss_mb: Option<f64>,
     /// Throughput phase: flat out, from the read's arrival at the consumer to the reply that
@@ -182,10 +196,156 @@ pub(crate) struct RunFigures {
     pub to_settled_p99_ms: Option<f64>,
     pub other_keys_deliveries_per_s: Option<f64>,
     pub retries: Option<RetryRun>,
+    /// A replicas run: each replica's sidecar (`sidecar_cpu_s_per_100k` is their sum,
+    /// `sidecar_peak_rss_mb` the largest); null for the others.
+    pub sidecars: Option<Vec<SidecarRun>>,
     /// Calls per Redis command (`INFO commandstats`), in the order Redis lists them.
     #[serde(serialize_with = "as_map")]
     pub commands: Vec<(String, u64)>,
 }
+
+/// One replica of a group on a partitioned stream: its consumer name, the partitions it read,
+/// the deliveries its client acknowledged, and its sidecar process's CPU per 100,000 of the
+/// group's deliveries and peak RSS.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct SidecarRun {
+    pub replica: String,
+    pub partitions: Vec<u32>,
+    pub deliveries: u64,
+    pub cpu_s_per_100k: Option<f64>,
+    pub peak_rss_mb: Option<f64>,
+}
+
+impl SidecarRun {
+    fn of(r: &Replica, entries: u64) -> Self {
+        Self {
+            replica: r.name.clone(),
+            partitions: r.partitions.clone(),
+            deliveries: r.deliveries,
+            cpu_s_per_100k: r.cpu_s.map(|s| s * 100_000.0 / entries as f64),
+            peak_rss_mb: r.hwm_kb.map(kb_to_mb),
+        }
+    }
+}
+
+/// Per replica (by its place in the runs' lists), its sidecar's CPU over the runs.
+fn per_sidecar<'a>(runs: impl Iterator<Item = &'a [SidecarRun]> + Clone) -> Vec<Option<Spread>> {
+    let n = runs.clone().map(<[SidecarRun]>::len).max().unwrap_or(0);
+    (0..n)
+        .map(|i| Spread::of(runs.clone().filter_map(|r| r.get(i)?.cpu_s_per_100k)))
+        .collect()
+}
+
+/// The replicas contenders against `sidecar-rust-ordered-64` in the same rounds.
+#[derive(Debug, Serialize)]
+pub(crate) struct ReplicasFigures {
+    /// Partitions of their stream.
+    pub partitions: u32,
+    pub rows: Vec<ReplicasRatio>,
+}
+
+/// A replicas contender's deliveries/s over `sidecar-rust-ordered-64`'s (its `@baseline` twin's
+/// over the twin's), per round (both verified in that round).
+#[derive(Debug, Serialize)]
+pub(crate) struct ReplicasRatio {
+    pub name: String,
+    pub replicas: u32,
+    pub per_ordered_64: Option<Spread>,
+}
+
+/// The many-partitions phase: one partitioned stream on a 3-primary cluster, read by
+/// replicas that each have a sidecar of their own.
+#[derive(Debug, Serialize)]
+pub(crate) struct PartitionsFigures {
+    pub topology: &'static str,
+    pub partitions: u32,
+    pub replicas: usize,
+    pub runs: Vec<PartitionsRun>,
+    pub failures: Vec<Failure>,
+    pub deliveries_per_s: Option<Spread>,
+    /// Each replica's sidecar, per 100,000 of the group's deliveries.
+    pub per_sidecar_cpu_s_per_100k: Vec<Option<Spread>>,
+    /// The sidecars together.
+    pub sidecar_cpu_s_per_100k: Option<Spread>,
+    pub client_cpu_s_per_100k: Option<Spread>,
+    /// The primaries together.
+    pub redis_cpu_s_per_100k: Option<Spread>,
+    /// Per primary, in slot order.
+    pub nodes: Vec<NodeFigures>,
+}
+
+/// One verified run of the many-partitions phase.
+#[derive(Debug, Serialize)]
+pub(crate) struct PartitionsRun {
+    pub round: u32,
+    pub entries: u64,
+    pub seconds: f64,
+    pub deliveries_per_s: f64,
+    pub sidecars: Vec<SidecarRun>,
+    pub client_cpu_s_per_100k: Option<f64>,
+    pub redis_cpu_s_per_100k: Option<f64>,
+    pub round_trips_per_read: Option<f64>,
+    pub nodes: Vec<NodeRun>,
+}
+
+/// One primary in one run: the partitions it holds, its CPU per 100,000 of the group's
+/// deliveries and its commands.
+#[derive(Debug, Serialize)]
+pub(crate) struct NodeRun {
+    /// 1-based, in slot order.
+    pub node: usize,
+    pub port: u16,
+    pub partitions: Vec<u32>,
+    pub cpu_s_per_100k: Option<f64>,
+    pub commands_total: u64,
+    pub xreadgroup: u64,
+    pub xack: u64,
+    pub evalsha: u64,
+    #[serde(serialize_with = "as_map")]
+    pub commands: Vec<(String, u64)>,
+}
+
+/// One primary (by its place in slot order) over the verified runs.
+#[derive(Debug, Serialize)]
+pub(crate) struct NodeFigures {
+    pub node: usize,
+    /// The first verified run's (the same in every run: the slots are laid out alike).
+    pub partitions: Vec<u32>,
+    pub cpu_s_per_100k: Option<Spread>,
+    pub commands_total: Option<Spread>,
+    /// Its commands over all the primaries' (1 / primaries when the work is even).
+    pub commands_share: Option<Spread>,
+    pub xreadgroup: Option<Spread>,
+    pub xack: Option<Spread>,
+    pub evalsha: Option<Spread>,
+}
+
+/// Capacity on paper: S shards and K sidecars, each process on a core of its own, deliver
+/// about min(S / c_r, K / c_s) a second, `c_r` and `c_s` the Redis and sidecar CPU seconds
+/// per delivery this run measured (each summed over its processes).
+#[derive(Debug, Serialize)]
+pub(crate) struct Scaling {
+    /// Which run's figures: the many-partitions phase or a replicas contender.
+    pub source: String,
+    pub sidecar_cpu_s_per_delivery: f64,
+    pub redis_cpu_s_per_delivery: f64,
+    /// The clients' (not in the table: a client per sidecar on a core of its own adds the
+    /// bound K / c_c).
+    pub client_cpu_s_per_delivery: Option<f64>,
+    pub rows: Vec<ScalingCell>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ScalingCell {
+    pub shards: u32,
+    pub sidecars: u32,
+    pub deliveries_per_s: f64,
+    /// `redis` or `sidecars`: whichever bound is lower.
+    pub bound_by: &'static str,
+}
+
+/// The shard and sidecar counts of the scaling table.
+pub(crate) const SCALES: [u32; 4] = [1, 3, 6, 12];
 
 /// A retrying run: the deliveries it retried and what the stream held at the end.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -305,6 +465,7 @@ pub(crate) struct Records<'a> {
     pub records: &'a [Record],
     pub idle: &'a [IdleRss],
     pub many: &'a [ManyRecord],
+    pub partitions: &'a [PartitionsRecord],
 }
 
 impl Report {
@@ -325,10 +486,16 @@ impl Report {
             .collect();
         let failed = runs.records.iter().filter(|r| r.result.is_err()).count()
             + runs.idle.iter().filter(|r| r.result.is_err()).count()
-            + runs.many.iter().filter(|r| r.2.is_err()).count();
-        let passed = runs.records.len() + runs.idle.len() + runs.many.len() - failed;
+            + runs.many.iter().filter(|r| r.2.is_err()).count()
+            + runs.partitions.iter().filter(|r| r.1.is_err()).count();
+        let passed =
+            runs.records.len() + runs.idle.len() + runs.many.len() + runs.partitions.len() - failed;
+        let partitions = PartitionsFigures::of(runs.partitions);
         let mut report = Report {
             schema: SCHEMA,
+            replicas: None,
+            partitions,
+            scaling: None,
             run,
             contenders: figures,
             idle,
@@ -340,6 +507,8 @@ impl Report {
         };
         report.targets = targets(&report, runs.records, rate);
         report.baseline = baseline(&report, contenders, runs.records);
+        report.replicas = replicas(&report, contenders, runs.records);
+        report.scaling = scaling(&report);
         report
     }
 
@@ -430,6 +599,9 @@ impl PhaseFigures {
             sidecar_cpu_s_per_100k: spread(|r| r.sidecar_cpu_s_per_100k),
             client_cpu_s_per_100k: spread(|r| r.client_cpu_s_per_100k),
             redis_cpu_s_per_100k: spread(|r| r.redis_cpu_s_per_100k),
+            per_sidecar_cpu_s_per_100k: c
+                .replicas()
+                .map(|_| per_sidecar(runs.iter().filter_map(|r| r.sidecars.as_deref()))),
             sidecar_peak_rss_mb: runs
                 .iter()
                 .filter_map(|r| r.sidecar_peak_rss_mb)
@@ -489,6 +661,12 @@ impl RunFigures {
                 retried,
                 entries_added: kept.entries_added,
                 xlen_at_end: kept.xlen,
+            }),
+            sidecars: (!m.replicas.is_empty()).then(|| {
+                m.replicas
+                    .iter()
+                    .map(|r| SidecarRun::of(r, m.entries))
+                    .collect()
             }),
             commands: m.commands.clone(),
         }
@@ -570,6 +748,207 @@ impl ManyRun {
             sidecar_peak_rss_mb: m.sidecar_hwm_kb.map(kb_to_mb),
         }
     }
+}
+
+impl PartitionsFigures {
+    fn of(records: &[PartitionsRecord]) -> Option<Self> {
+        let mut runs = Vec::new();
+        let mut failures = Vec::new();
+        for (round, result) in records {
+            match result {
+                Ok(g) => runs.push(PartitionsRun::of(*round, g)),
+                Err(error) => failures.push(Failure {
+                    round: *round,
+                    error: error.clone(),
+                }),
+            }
+        }
+        let first = records.iter().find_map(|(_, r)| r.as_ref().ok());
+        if records.is_empty() {
+            return None;
+        }
+        let spread =
+            |f: &dyn Fn(&PartitionsRun) -> Option<f64>| Spread::of(runs.iter().filter_map(f));
+        let n_nodes = runs.iter().map(|r| r.nodes.len()).max().unwrap_or(0);
+        let nodes = (0..n_nodes)
+            .map(|i| {
+                let of = |f: &dyn Fn(&NodeRun) -> Option<f64>| {
+                    Spread::of(runs.iter().filter_map(|r| f(r.nodes.get(i)?)))
+                };
+                NodeFigures {
+                    node: i + 1,
+                    partitions: runs
+                        .first()
+                        .and_then(|r| r.nodes.get(i))
+                        .map(|n| n.partitions.clone())
+                        .unwrap_or_default(),
+                    cpu_s_per_100k: of(&|n| n.cpu_s_per_100k),
+                    commands_total: of(&|n| Some(n.commands_total as f64)),
+                    commands_share: Spread::of(runs.iter().filter_map(|r| {
+                        let all: u64 = r.nodes.iter().map(|n| n.commands_total).sum();
+                        let node = r.nodes.get(i)?;
+                        (all > 0).then(|| node.commands_total as f64 / all as f64)
+                    })),
+                    xreadgroup: of(&|n| Some(n.xreadgroup as f64)),
+                    xack: of(&|n| Some(n.xack as f64)),
+                    evalsha: of(&|n| Some(n.evalsha as f64)),
+                }
+            })
+            .collect();
+        Some(Self {
+            topology: Topology::Cluster.name(),
+            partitions: first.map_or(0, |g| g.partitions),
+            replicas: first.map_or(partitioned::CLUSTER_REPLICAS, |g| g.replicas.len()),
+            deliveries_per_s: spread(&|r| Some(r.deliveries_per_s)),
+            per_sidecar_cpu_s_per_100k: per_sidecar(runs.iter().map(|r| r.sidecars.as_slice())),
+            sidecar_cpu_s_per_100k: spread(&|r| r.sidecars.iter().map(|s| s.cpu_s_per_100k).sum()),
+            client_cpu_s_per_100k: spread(&|r| r.client_cpu_s_per_100k),
+            redis_cpu_s_per_100k: spread(&|r| r.redis_cpu_s_per_100k),
+            nodes,
+            runs,
+            failures,
+        })
+    }
+}
+
+impl PartitionsRun {
+    fn of(round: u32, g: &Group) -> Self {
+        let per_100k = |cpu: Option<f64>| cpu.map(|s| s * 100_000.0 / g.entries as f64);
+        Self {
+            round,
+            entries: g.entries,
+            seconds: g.secs,
+            deliveries_per_s: g.rate(),
+            sidecars: g
+                .replicas
+                .iter()
+                .map(|r| SidecarRun::of(r, g.entries))
+                .collect(),
+            client_cpu_s_per_100k: per_100k(g.client_cpu),
+            redis_cpu_s_per_100k: per_100k(g.redis_cpu()),
+            round_trips_per_read: (g.reads > 0).then(|| g.round_trips as f64 / g.reads as f64),
+            nodes: g
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| NodeRun {
+                    node: i + 1,
+                    port: n.port,
+                    partitions: n.partitions.clone(),
+                    cpu_s_per_100k: per_100k(n.cpu_s),
+                    commands_total: n.total(),
+                    xreadgroup: n.calls("xreadgroup"),
+                    xack: n.calls("xack"),
+                    evalsha: n.calls("evalsha"),
+                    commands: n.commands.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Each replicas contender's deliveries/s over `sidecar-rust-ordered-64`'s, per round; none
+/// when no replicas contender ran.
+fn replicas(
+    report: &Report,
+    contenders: &[Contender],
+    records: &[Record],
+) -> Option<ReplicasFigures> {
+    let last_round = records.iter().map(|r| r.round).max().unwrap_or(0);
+    let rows: Vec<ReplicasRatio> = contenders
+        .iter()
+        .filter_map(|&c| {
+            let replicas = c.replicas()?;
+            let ordered = if c.on_baseline() {
+                ORDERED.baseline_twin()?
+            } else {
+                ORDERED
+            };
+            Some(ReplicasRatio {
+                name: c.name(),
+                replicas,
+                per_ordered_64: ratios(report, last_round, (c, &rate), (ordered, &rate)),
+            })
+        })
+        .collect();
+    (!rows.is_empty()).then_some(ReplicasFigures {
+        partitions: report.run.replica_partitions,
+        rows,
+    })
+}
+
+/// The capacity table from this run's CPU per delivery: the many-partitions phase's (its
+/// sidecars' and primaries' CPU, each summed) when it verified, else the replicas contender
+/// with the most replicas that verified.
+fn scaling(report: &Report) -> Option<Scaling> {
+    let med = |s: Option<Spread>| s.map(|s| s.median / 100_000.0);
+    let from_cluster = report.partitions.as_ref().and_then(|p| {
+        Some((
+            format!(
+                "the many-partitions phase ({} partitions, {} sidecars, {} primaries)",
+                p.partitions,
+                p.replicas,
+                p.nodes.len()
+            ),
+            med(p.sidecar_cpu_s_per_100k)?,
+            med(p.redis_cpu_s_per_100k)?,
+            med(p.client_cpu_s_per_100k),
+        ))
+    });
+    let from_replicas = || {
+        report
+            .contenders
+            .iter()
+            .filter(|c| !c.baseline_binary)
+            .filter_map(|c| {
+                let replicas: u32 = c
+                    .name
+                    .strip_prefix("sidecar-rust-replicas-")?
+                    .parse()
+                    .ok()?;
+                let t = &c.throughput;
+                Some((
+                    replicas,
+                    (
+                        format!("{} (one redis-server)", c.name),
+                        med(t.sidecar_cpu_s_per_100k)?,
+                        med(t.redis_cpu_s_per_100k)?,
+                        med(t.client_cpu_s_per_100k),
+                    ),
+                ))
+            })
+            .max_by_key(|(replicas, _)| *replicas)
+            .map(|(_, costs)| costs)
+    };
+    let (source, c_s, c_r, c_c) = from_cluster.or_else(from_replicas)?;
+    if c_s <= 0.0 || c_r <= 0.0 {
+        return None;
+    }
+    let rows = SCALES
+        .iter()
+        .flat_map(|&shards| {
+            SCALES.iter().map(move |&sidecars| {
+                let (redis, sidecar) = (f64::from(shards) / c_r, f64::from(sidecars) / c_s);
+                ScalingCell {
+                    shards,
+                    sidecars,
+                    deliveries_per_s: redis.min(sidecar),
+                    bound_by: if redis <= sidecar {
+                        "redis"
+                    } else {
+                        "sidecars"
+                    },
+                }
+            })
+        })
+        .collect();
+    Some(Scaling {
+        source,
+        sidecar_cpu_s_per_delivery: c_s,
+        redis_cpu_s_per_delivery: c_r,
+        client_cpu_s_per_delivery: c_c,
+        rows,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1174,6 +1553,7 @@ mod tests {
                 records,
                 idle: &[],
                 many: &[],
+                partitions: &[],
             },
         )
     }
@@ -1194,6 +1574,8 @@ mod tests {
             window_reads: 4,
             idle_subscriptions: 0,
             many_subscriptions: 0,
+            many_partitions: 0,
+            replica_partitions: 6,
             sidecar_bin: None,
             baseline_bin: None,
         }
@@ -1271,6 +1653,78 @@ mod tests {
         assert!(first["latency"].is_null());
         assert!(json["contenders"][1]["throughput"]["sidecar_cpu_s_per_100k"].is_null());
         assert!(json["baseline"].is_null());
+    }
+
+    /// A replicas contender is set beside `sidecar-rust-ordered-64` round by round, each of its
+    /// sidecars has a CPU figure of its own, and the capacity on paper takes the lower bound of
+    /// the sidecars' and Redis's CPU per delivery.
+    #[test]
+    fn replicas_stand_beside_the_ordered_contender_and_scale_on_paper() {
+        let replicas = Contender::SidecarRustReplicas {
+            replicas: 2,
+            baseline: false,
+        };
+        let replica = |name: &str, cpu_s| Replica {
+            name: name.into(),
+            partitions: vec![0, 1, 2],
+            deliveries: 50_000,
+            cpu_s: Some(cpu_s),
+            hwm_kb: Some(1024),
+        };
+        let group = |round, secs| {
+            let mut record = throughput(round, replicas, secs);
+            if let Ok(m) = &mut record.result {
+                m.sidecar_cpu = Some(0.5);
+                m.redis_cpu = Some(0.25);
+                m.client_cpu = Some(0.1);
+                m.replicas = vec![replica("replica-1", 0.2), replica("replica-2", 0.3)];
+            }
+            record
+        };
+        let records = vec![
+            throughput(1, ORDERED, 1.0),
+            group(1, 0.5),
+            throughput(2, ORDERED, 1.0),
+            group(2, 2.0),
+        ];
+        let report = report_of(&[ORDERED, replicas], &records);
+        let ratio = report.replicas.as_ref().expect("the replicas figures").rows[0]
+            .per_ordered_64
+            .expect("a ratio");
+        assert_eq!((ratio.median, ratio.min, ratio.max), (1.25, 0.5, 2.0));
+        let each = report.contenders[1]
+            .throughput
+            .per_sidecar_cpu_s_per_100k
+            .as_ref()
+            .expect("per sidecar");
+        let medians: Vec<f64> = each.iter().map(|s| s.expect("a figure").median).collect();
+        assert_eq!(medians, [0.2, 0.3]);
+        assert!(
+            report.contenders[0]
+                .throughput
+                .per_sidecar_cpu_s_per_100k
+                .is_none()
+        );
+        let scaling = report.scaling.as_ref().expect("the capacity on paper");
+        assert!(scaling.source.starts_with("sidecar-rust-replicas-2"));
+        let cell = |shards, sidecars| {
+            scaling
+                .rows
+                .iter()
+                .find(|c| c.shards == shards && c.sidecars == sidecars)
+                .map(|c| (c.deliveries_per_s.round(), c.bound_by))
+        };
+        // c_s = 5 µs, c_r = 2.5 µs per delivery.
+        assert_eq!(cell(1, 1), Some((200_000.0, "sidecars")));
+        assert_eq!(cell(1, 3), Some((400_000.0, "redis")));
+        assert_eq!(cell(12, 12), Some((2_400_000.0, "sidecars")));
+        let json = serde_json::to_value(&report).expect("the report as JSON");
+        assert_eq!(
+            json["contenders"][1]["throughput"]["runs"][0]["sidecars"][1]["replica"],
+            "replica-2"
+        );
+        assert!(json["contenders"][0]["throughput"]["runs"][0]["sidecars"].is_null());
+        assert!(json["partitions"].is_null());
     }
 
     /// The Python client's CPU per delivery is held against the hand-pipelined loop's, round

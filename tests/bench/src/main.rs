@@ -17,6 +17,7 @@
 mod client;
 mod figures;
 mod many;
+mod partitioned;
 mod procs;
 mod python;
 mod redis_rs;
@@ -50,7 +51,8 @@ struct Args {
     rounds: Option<u32>,
     /// Comma-separated contenders [default: all]: sidecar-rust-pipeline-64,
     /// sidecar-rust-pipeline-256, sidecar-rust-atomic-64, sidecar-rust-atomic-256,
-    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-rust-retry-64, sidecar-python, sidecar-python-typed, sidecar-python-batches, redis-py-per-message, redis-py-pipelined, seed-in-process,
+    /// sidecar-rust-ordered-64, sidecar-rust-ordered-hot-64, sidecar-rust-replicas-1,
+    /// sidecar-rust-replicas-2, sidecar-rust-replicas-3, sidecar-rust-retry-64, sidecar-python, sidecar-python-typed, sidecar-python-batches, redis-py-per-message, redis-py-pipelined, seed-in-process,
     /// redis-rs-pipelined, fred-raw; the sidecar ones
     /// also as `<name>@baseline` (with --baseline-bin).
     #[arg(long, value_delimiter = ',')]
@@ -83,6 +85,11 @@ struct Args {
     /// cluster), sharing `--entries` [default: 100; --quick 10]; 0 skips it.
     #[arg(long)]
     many_subscriptions: Option<usize>,
+    /// Partitions of the many-partitions phase: one partitioned stream on a 3-primary
+    /// cluster, read by 3 replicas (sidecars), `--entries` entries [default: 48; --quick 12];
+    /// 0 skips it.
+    #[arg(long)]
+    many_partitions: Option<u32>,
     /// The window of every sidecar contender, in reads: `max_in_flight` = this × COUNT, so
     /// the client has reads to work on while earlier ones flush.
     #[arg(long, default_value_t = 4)]
@@ -118,6 +125,13 @@ pub enum Contender {
     /// figures are throughput ratios.
     SidecarRustOrdered {
         hot: bool,
+        baseline: bool,
+    },
+    /// `SidecarRustOrdered`'s client and keys (1,000 round-robin) as `replicas` replicas of one
+    /// group on a partitioned stream of [`partitioned::PARTITIONS`] partitions: a sidecar
+    /// process and a client stream each, under its own consumer name. Throughput phase only.
+    SidecarRustReplicas {
+        replicas: u32,
         baseline: bool,
     },
     /// The Rust client of `SidecarRust` at COUNT 64, retrying one delivery in 20 (each entry
@@ -156,7 +170,7 @@ impl PythonApi {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 15] = [
+    pub const ALL: [Contender; 18] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
@@ -183,6 +197,18 @@ impl Contender {
         },
         Contender::SidecarRustOrdered {
             hot: true,
+            baseline: false,
+        },
+        Contender::SidecarRustReplicas {
+            replicas: 1,
+            baseline: false,
+        },
+        Contender::SidecarRustReplicas {
+            replicas: 2,
+            baseline: false,
+        },
+        Contender::SidecarRustReplicas {
+            replicas: 3,
             baseline: false,
         },
         Contender::SidecarRustRetry { baseline: false },
@@ -213,6 +239,9 @@ impl Contender {
             ),
             Contender::SidecarRustOrdered { hot: false, .. } => "sidecar-rust-ordered-64".into(),
             Contender::SidecarRustOrdered { hot: true, .. } => "sidecar-rust-ordered-hot-64".into(),
+            Contender::SidecarRustReplicas { replicas, .. } => {
+                format!("sidecar-rust-replicas-{replicas}")
+            }
             Contender::SidecarRustRetry { .. } => "sidecar-rust-retry-64".into(),
             Contender::SidecarPython { api, .. } => api.mode().into(),
             Contender::RedisPyPerMessage => "redis-py-per-message".into(),
@@ -241,9 +270,18 @@ impl Contender {
             self,
             Contender::SidecarRust { .. }
                 | Contender::SidecarRustOrdered { .. }
+                | Contender::SidecarRustReplicas { .. }
                 | Contender::SidecarRustRetry { .. }
                 | Contender::SidecarPython { .. }
         )
+    }
+
+    /// The replicas of a replicas contender; none for the others.
+    pub(crate) fn replicas(&self) -> Option<u32> {
+        match self {
+            Contender::SidecarRustReplicas { replicas, .. } => Some(*replicas),
+            _ => None,
+        }
     }
 
     /// Whether it retries some of its deliveries (its sidecar keeps the stream under
@@ -257,6 +295,7 @@ impl Contender {
         match self {
             Contender::SidecarRustOrdered { hot: false, .. } => Some(workload::Keying::RoundRobin),
             Contender::SidecarRustOrdered { hot: true, .. } => Some(workload::Keying::Hot),
+            Contender::SidecarRustReplicas { .. } => Some(workload::Keying::RoundRobin),
             _ => None,
         }
     }
@@ -286,6 +325,7 @@ impl Contender {
             self,
             Contender::SidecarRust { baseline: true, .. }
                 | Contender::SidecarRustOrdered { baseline: true, .. }
+                | Contender::SidecarRustReplicas { baseline: true, .. }
                 | Contender::SidecarRustRetry { baseline: true }
                 | Contender::SidecarPython { baseline: true, .. }
         )
@@ -316,6 +356,13 @@ impl Contender {
                 baseline: false,
             } => Some(Contender::SidecarRustOrdered {
                 hot,
+                baseline: true,
+            }),
+            Contender::SidecarRustReplicas {
+                replicas,
+                baseline: false,
+            } => Some(Contender::SidecarRustReplicas {
+                replicas,
                 baseline: true,
             }),
             Contender::SidecarRustRetry { baseline: false } => {
@@ -399,6 +446,9 @@ pub struct Measured {
     pub others: Option<(u64, f64)>,
     /// A retrying run: the deliveries it retried, and what the stream held at the end.
     pub(crate) retried: Option<(u64, workload::Retained)>,
+    /// A replicas run: each replica's partitions, deliveries and sidecar (`sidecar_cpu` and
+    /// `sidecar_hwm_kb` are then their sum and their largest).
+    pub(crate) replicas: Vec<partitioned::Replica>,
 }
 
 impl Measured {
@@ -426,6 +476,9 @@ pub struct Record {
 /// The sidecar's RSS with idle subscriptions open, and before they were opened (kB).
 /// One run of the many-subscriptions phase: its topology and round.
 pub(crate) type ManyRecord = (many::Topology, u32, Result<many::Many, String>);
+
+/// One run of the many-partitions phase: its round.
+pub(crate) type PartitionsRecord = (u32, Result<partitioned::Group, String>);
 
 pub struct IdleRss {
     pub round: u32,
@@ -510,6 +563,9 @@ impl Consumer {
                         .await?
                         .retrying(),
                 )
+            }
+            Contender::SidecarRustReplicas { .. } => {
+                return Err("a replicas contender runs in partitioned.rs".into());
             }
             Contender::SeedInProcess => {
                 Consumer::Seed(SeedApp::connect(&redis.url(), count as usize).await?)
@@ -661,6 +717,10 @@ impl Ctx {
 async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measured, String> {
     let latency = phase.latency();
     let expect = ctx.expected(phase);
+    if let Some(replicas) = contender.replicas() {
+        let bin = ctx.sidecar_bin(contender.on_baseline())?;
+        return partitioned::run_contender(bin, replicas as usize, expect, ctx.window_reads).await;
+    }
     let redis = RedisServer::start();
     let admin = workload::connect(&redis.url()).await?;
     workload::create_group(&admin).await?;
@@ -795,7 +855,7 @@ async fn sidecar_figures(sidecar: &SidecarProcess, measured: &mut Measured) -> R
 }
 
 /// What the consumer itself says of a run: every entry acknowledged, one latency sample each.
-fn check_outcome(outcome: &ClientOutcome, expect: u64) -> Result<(), String> {
+pub(crate) fn check_outcome(outcome: &ClientOutcome, expect: u64) -> Result<(), String> {
     if outcome.acked < expect {
         return Err(format!("the consumer acked {} of {expect}", outcome.acked));
     }
@@ -884,6 +944,7 @@ struct Sizes {
     rounds: u32,
     latency_secs: f64,
     many_subscriptions: usize,
+    many_partitions: u32,
 }
 
 impl Sizes {
@@ -896,6 +957,10 @@ impl Sizes {
             many_subscriptions: args
                 .many_subscriptions
                 .unwrap_or(if quick { 10 } else { 100 }),
+            many_partitions: args
+                .many_partitions
+                .unwrap_or(if quick { 12 } else { 48 })
+                .min(window_sidecar::partition::MAX_PARTITIONS),
         }
     }
 }
@@ -906,6 +971,7 @@ struct Runs {
     records: Vec<Record>,
     idle: Vec<IdleRss>,
     many: Vec<ManyRecord>,
+    partitions: Vec<PartitionsRecord>,
 }
 
 async fn bench(args: Args) -> ExitCode {
@@ -957,6 +1023,7 @@ async fn bench(args: Args) -> ExitCode {
             records: &runs.records,
             idle: &runs.idle,
             many: &runs.many,
+            partitions: &runs.partitions,
         },
     );
     report::tables(&report);
@@ -991,6 +1058,8 @@ fn run_info(
         window_reads: ctx.window_reads,
         idle_subscriptions: ctx.idle_subscriptions,
         many_subscriptions: sizes.many_subscriptions,
+        many_partitions: sizes.many_partitions,
+        replica_partitions: partitioned::PARTITIONS,
         sidecar_bin: ctx
             .sidecar_bin
             .as_ref()
@@ -1127,7 +1196,8 @@ fn prepare(args: Args, sizes: &Sizes, contenders: &[Contender], root: PathBuf) -
         .iter()
         .any(|c| c.uses_sidecar() && !c.on_baseline())
         || args.idle_subscriptions > 0
-        || sizes.many_subscriptions > 0;
+        || sizes.many_subscriptions > 0
+        || sizes.many_partitions > 0;
     let sidecar_bin = if needs_sidecar {
         sidecar_bin(args.sidecar_bin, &root)
     } else {
@@ -1167,7 +1237,7 @@ fn prepare(args: Args, sizes: &Sizes, contenders: &[Contender], root: PathBuf) -
 }
 
 /// One round: every contender's throughput run, then every latency run, then the idle-RSS
-/// check and the many-subscriptions phase.
+/// check, the many-subscriptions phase and the many-partitions phase.
 async fn run_round(
     ctx: &Ctx,
     contenders: &[Contender],
@@ -1236,6 +1306,18 @@ async fn run_round(
             report::many_progress(round, rounds, topology, &result, width);
             runs.many.push((topology, round, result));
         }
+    }
+    let partitions = sizes.many_partitions;
+    if partitions > 0 {
+        let wall = std::time::Instant::now();
+        let result = match &ctx.sidecar_bin {
+            Ok(bin) => {
+                partitioned::run_cluster(bin, partitions, ctx.entries, ctx.window_reads).await
+            }
+            Err(err) => Err(err.clone()),
+        };
+        report::partitions_progress(round, rounds, partitions, &result, wall.elapsed(), width);
+        runs.partitions.push((round, result));
     }
 }
 

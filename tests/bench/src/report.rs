@@ -3,8 +3,11 @@
 //! its `@baseline` twin. The tables print a [`Report`] (figures.rs), the same one `--json`
 //! writes. Figures only: nothing here asserts on them.
 
-use crate::figures::{PhaseFigures, Report, Spread, Target, percentile_ms, ratio_text, thousands};
+use crate::figures::{
+    PhaseFigures, Report, SCALES, Spread, Target, percentile_ms, ratio_text, thousands,
+};
 use crate::many::{Many, Topology};
+use crate::partitioned::Group;
 use crate::{Contender, Measured, Phase};
 
 fn opt(value: Option<f64>, decimals: usize) -> String {
@@ -50,11 +53,12 @@ pub(crate) fn progress(
             });
             match phase {
                 Phase::Throughput => println!(
-                    "{head} {:>9} deliveries/s ({:.2} s, {:.2} commands/delivery{retried}), \
+                    "{head} {:>9} deliveries/s ({:.2} s, {:.2} commands/delivery{retried}{}), \
                      verified{wall}",
                     thousands(m.rate()),
                     m.secs,
-                    m.commands_total() as f64 / m.entries as f64
+                    m.commands_total() as f64 / m.entries as f64,
+                    replicas_note(m)
                 ),
                 Phase::Latency | Phase::LatencyBusy | Phase::LatencyFast => println!(
                     "{head} p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms over {} entries{}{retried}, \
@@ -69,6 +73,24 @@ pub(crate) fn progress(
         }
         Err(err) => println!("{head} FAILED: {err}{wall}"),
     }
+}
+
+/// A replicas run: the partitions each replica read and its sidecar's CPU.
+fn replicas_note(m: &Measured) -> String {
+    if m.replicas.is_empty() {
+        return String::new();
+    }
+    let shares: Vec<String> = m
+        .replicas
+        .iter()
+        .map(|r| r.partitions.len().to_string())
+        .collect();
+    let cpu: Vec<String> = m.replicas.iter().map(|r| opt(r.cpu_s, 2)).collect();
+    format!(
+        ", partitions {} per replica, sidecars' CPU {} s",
+        shares.join("+"),
+        cpu.join(" + ")
+    )
 }
 
 /// A latency run's two parts, when its consumer split its samples.
@@ -136,6 +158,46 @@ pub(crate) fn many_progress(
     }
 }
 
+pub(crate) fn partitions_progress(
+    round: u32,
+    rounds: u32,
+    partitions: u32,
+    result: &Result<Group, String>,
+    wall: std::time::Duration,
+    w: usize,
+) {
+    let head = format!(
+        "[round {round}/{rounds}] {:<10} {:<w$}",
+        "partitions",
+        format!("cluster, {partitions} partitions")
+    );
+    let wall = format!(" [{:.1} s]", wall.as_secs_f64());
+    match result {
+        Ok(g) => {
+            let nodes: Vec<String> = g
+                .nodes
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{} ({} partitions)",
+                        thousands(n.total() as f64),
+                        n.partitions.len()
+                    )
+                })
+                .collect();
+            println!(
+                "{head} {} replicas {:>9} deliveries/s ({:.2} s), commands per primary {}, \
+                 verified{wall}",
+                g.replicas.len(),
+                thousands(g.rate()),
+                g.secs,
+                nodes.join(" / ")
+            );
+        }
+        Err(err) => println!("{head} FAILED: {err}{wall}"),
+    }
+}
+
 /// The median of a figure over rounds.
 fn med(spread: Option<Spread>) -> Option<f64> {
     spread.map(|s| s.median)
@@ -157,9 +219,12 @@ pub(crate) fn tables(report: &Report) {
         .fold(26, usize::max);
     throughput_table(report, w);
     resources_table(report, w);
+    replicas_table(report, w);
     latency_table(report, w);
     retry_table(report, w);
     many_table(report);
+    partitions_table(report);
+    scaling_table(report);
     command_lists(report, w);
     targets(&report.targets);
     println!();
@@ -216,6 +281,100 @@ fn resources_table(report: &Report, w: usize) {
             opt(med(t.redis_cpu_s_per_100k), 2),
             mb(t.sidecar_peak_rss_mb, "-"),
         );
+    }
+    if report.replicas.is_some() {
+        println!(
+            "(sidecar-rust-replicas-*: the sidecar CPU of all their sidecars together, the largest \
+             RSS; each process below)"
+        );
+    }
+}
+
+/// The replicas contenders beside `sidecar-rust-ordered-64`: deliveries/s, their ratio to it
+/// in the same rounds, the partitions each replica read, and the CPU per 100,000 of the
+/// group's deliveries of every process: each sidecar, the sidecars together, the client (this
+/// process: every replica's client) and Redis.
+fn replicas_table(report: &Report, w: usize) {
+    let Some(replicas) = &report.replicas else {
+        return;
+    };
+    let rows: Vec<_> = report
+        .contenders
+        .iter()
+        .filter(|c| {
+            c.name.starts_with("sidecar-rust-ordered-64")
+                || c.name.starts_with("sidecar-rust-replicas-")
+        })
+        .collect();
+    let sidecars = rows
+        .iter()
+        .filter_map(|c| c.throughput.per_sidecar_cpu_s_per_100k.as_ref())
+        .map(Vec::len)
+        .fold(1, usize::max);
+    println!();
+    println!(
+        "== ordered across replicas: one stream of {} partitions, a sidecar process and a client \
+         stream per replica (throughput runs; median over verified rounds; CPU seconds per \
+         100,000 of the group's deliveries, per process)",
+        replicas.partitions
+    );
+    let mut head = format!(
+        "{:<w$} {:>12} {:>11} {:>11}",
+        "contender", "deliveries/s", "/ ordered", "partitions"
+    );
+    for i in 1..=sidecars {
+        head.push_str(&format!(" {:>10}", format!("sidecar {i}")));
+    }
+    head.push_str(&format!(
+        " {:>9} {:>8} {:>8}",
+        "sidecars", "client", "redis"
+    ));
+    println!("{head}");
+    for c in rows {
+        let t = &c.throughput;
+        let ratio = replicas
+            .rows
+            .iter()
+            .find(|r| r.name == c.name)
+            .and_then(|r| med(r.per_ordered_64))
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
+        let shares = t
+            .runs
+            .first()
+            .and_then(|r| r.sidecars.as_ref())
+            .map_or_else(
+                || "-".to_owned(),
+                |s| {
+                    s.iter()
+                        .map(|s| s.partitions.len().to_string())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                },
+            );
+        let mut line = format!(
+            "{:<w$} {:>12} {:>11} {:>11}",
+            c.name,
+            med(t.deliveries_per_s).map_or("n/a".into(), thousands),
+            ratio,
+            shares
+        );
+        let each = t.per_sidecar_cpu_s_per_100k.as_deref();
+        for i in 0..sidecars {
+            let cpu = match each {
+                Some(each) => each.get(i).copied().flatten().map(|s| s.median),
+                // One sidecar of its own.
+                None if i == 0 => med(t.sidecar_cpu_s_per_100k),
+                None => None,
+            };
+            line.push_str(&format!(" {:>10}", opt(cpu, 2)));
+        }
+        line.push_str(&format!(
+            " {:>9} {:>8} {:>8}",
+            opt(med(t.sidecar_cpu_s_per_100k), 2),
+            opt(med(t.client_cpu_s_per_100k), 2),
+            opt(med(t.redis_cpu_s_per_100k), 2),
+        ));
+        println!("{line}");
     }
 }
 
@@ -395,6 +554,113 @@ fn many_table(report: &Report) {
             mb(m.sidecar_peak_rss_mb, "-"),
         );
     }
+}
+
+/// The many-partitions phase: deliveries/s and the CPU of every process, then per primary the
+/// partitions it holds, its CPU and its commands (all, XREADGROUP, XACK, EVALSHA).
+fn partitions_table(report: &Report) {
+    let Some(p) = &report.partitions else {
+        return;
+    };
+    println!();
+    println!(
+        "== many partitions: one stream of {} partitions on a {}, {} replicas (a sidecar \
+         process and a client stream each), ordered, pipeline-64 (median over verified rounds)",
+        p.partitions, p.topology, p.replicas
+    );
+    let Some(rate) = p.deliveries_per_s else {
+        println!("no verified run");
+        return;
+    };
+    let each: Vec<String> = p
+        .per_sidecar_cpu_s_per_100k
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("sidecar {} {}", i + 1, opt(med(*s), 2)))
+        .collect();
+    println!(
+        "{} deliveries/s ({}–{}); CPU seconds per 100,000 deliveries: {} (together {}), client \
+         {}, redis {} (all primaries)",
+        thousands(rate.median),
+        thousands(rate.min),
+        thousands(rate.max),
+        each.join(", "),
+        opt(med(p.sidecar_cpu_s_per_100k), 2),
+        opt(med(p.client_cpu_s_per_100k), 2),
+        opt(med(p.redis_cpu_s_per_100k), 2),
+    );
+    println!(
+        "{:<6} {:>10} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9}",
+        "node", "partitions", "redis CPU", "commands", "share", "XREADGROUP", "XACK", "EVALSHA"
+    );
+    let count = |s: Option<Spread>| med(s).map_or("n/a".into(), thousands);
+    for n in &p.nodes {
+        println!(
+            "{:<6} {:>10} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9}",
+            n.node,
+            n.partitions.len(),
+            opt(med(n.cpu_s_per_100k), 2),
+            count(n.commands_total),
+            opt(med(n.commands_share), 2),
+            count(n.xreadgroup),
+            count(n.xack),
+            count(n.evalsha),
+        );
+    }
+    for n in &p.nodes {
+        let list: Vec<String> = n.partitions.iter().map(u32::to_string).collect();
+        println!("node {} holds partitions {}", n.node, list.join(" "));
+    }
+}
+
+/// Capacity on paper from the run's CPU per delivery: S shards and K sidecars, each process on
+/// a core of its own, min(S / c_r, K / c_s) deliveries/s.
+fn scaling_table(report: &Report) {
+    let Some(s) = &report.scaling else {
+        return;
+    };
+    let us = |secs: f64| format!("{:.2} µs", secs * 1e6);
+    println!();
+    println!(
+        "== capacity on paper: min(S / c_r, K / c_s) deliveries/s for S shards and K sidecars, \
+         each process on a core of its own, keys spread evenly over more partitions than either"
+    );
+    println!(
+        "from {}: c_s = {} of sidecar CPU per delivery, c_r = {} of Redis CPU per delivery{}",
+        s.source,
+        us(s.sidecar_cpu_s_per_delivery),
+        us(s.redis_cpu_s_per_delivery),
+        s.client_cpu_s_per_delivery.map_or_else(String::new, |c| format!(
+            "; the client's {} is not counted (a client per sidecar, on a core of its own, adds \
+             the bound K / c_c = {} per sidecar)",
+            us(c),
+            thousands(1.0 / c)
+        ))
+    );
+    let mut head = format!("{:<18}", "shards \\ sidecars");
+    for k in SCALES {
+        head.push_str(&format!(" {k:>11}"));
+    }
+    println!("{head}");
+    for shards in SCALES {
+        let mut line = format!("{shards:<18}");
+        for sidecars in SCALES {
+            let cell = s
+                .rows
+                .iter()
+                .find(|c| c.shards == shards && c.sidecars == sidecars);
+            let text = cell.map_or_else(
+                || "-".to_owned(),
+                |c| {
+                    let by = if c.bound_by == "redis" { 'R' } else { 'S' };
+                    format!("{} {by}", thousands(c.deliveries_per_s))
+                },
+            );
+            line.push_str(&format!(" {text:>11}"));
+        }
+        println!("{line}");
+    }
+    println!("(R: bound by Redis, S / c_r; S: bound by the sidecars, K / c_s)");
 }
 
 /// The calls per Redis command of each contender's last verified throughput run.

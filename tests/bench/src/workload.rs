@@ -124,6 +124,13 @@ pub(crate) fn order_list(key: &str) -> String {
     format!("{ORDER_PREFIX}{key}")
 }
 
+/// A tagged replica's list for `key` (the many-partitions phase): `order:{<p>}:<key>`, `p` the
+/// key's partition of `partitions`, in the slot of the partition's stream on a cluster.
+pub(crate) fn tagged_order_list(key: &str, partitions: u32) -> String {
+    let p = window_sidecar::partition::of_key(key.as_bytes(), partitions);
+    format!("{ORDER_PREFIX}{{{p}}}:{key}")
+}
+
 /// What an ordered contender's list names start with, before the key.
 pub(crate) const ORDER_PREFIX: &str = "order:";
 
@@ -171,20 +178,35 @@ pub(crate) async fn fill_stream(client: &Client, stream: &str, n: u64) -> Result
 /// Appends `n` entries with ids `0..n`, each with its ordering key in field `k`, in
 /// pipelines of 2,000.
 pub(crate) async fn fill_keyed(client: &Client, n: u64, keying: Keying) -> Result<(), String> {
-    let mut next = 0;
-    while next < n {
-        let end = (next + 2_000).min(n);
+    let ids: Vec<u64> = (0..n).collect();
+    fill_keyed_to(client, &ids, keying, |_| STREAM.to_owned()).await
+}
+
+/// The XADD of entry `id` with its ordering key in field `k`, to `stream`.
+pub(crate) fn xadd_keyed_args(stream: &str, id: u64, keying: Keying) -> Vec<Value> {
+    let mut args = xadd_args(stream, id, 0);
+    args.push(Value::from(KEY_FIELD));
+    args.push(Value::from(keying.key_of(id)));
+    args
+}
+
+/// Appends the entries `ids`, in that order, each with its ordering key in field `k`, each to
+/// the stream `stream_of` names for it, in pipelines of 2,000.
+pub(crate) async fn fill_keyed_to(
+    client: &Client,
+    ids: &[u64],
+    keying: Keying,
+    stream_of: impl Fn(u64) -> String,
+) -> Result<(), String> {
+    for chunk in ids.chunks(2_000) {
         let pipeline = client.pipeline();
-        for id in next..end {
-            let mut args = xadd_args(STREAM, id, 0);
-            args.push(Value::from(KEY_FIELD));
-            args.push(Value::from(keying.key_of(id)));
+        for &id in chunk {
+            let args = xadd_keyed_args(&stream_of(id), id, keying);
             let _: Result<Value, _> = pipeline.custom(fred::cmd!("XADD"), args).await;
         }
         for reply in pipeline.try_all::<Value>().await {
             reply.map_err(err("XADD"))?;
         }
-        next = end;
     }
     Ok(())
 }
@@ -233,8 +255,13 @@ pub(crate) async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>,
 
 /// XPENDING's count of group `g`.
 async fn pending(client: &Client) -> Result<u64, String> {
+    pending_on(client, STREAM).await
+}
+
+/// XPENDING's count of group `g` on `stream`.
+pub(crate) async fn pending_on(client: &Client, stream: &str) -> Result<u64, String> {
     let reply: Value = client
-        .custom(fred::cmd!("XPENDING"), vec![STREAM, GROUP])
+        .xpending(stream, GROUP, ())
         .await
         .map_err(err("XPENDING"))?;
     match reply {
@@ -260,10 +287,11 @@ async fn counters_sum(client: &Client) -> Result<u64, String> {
 }
 
 async fn xlen(client: &Client) -> Result<u64, String> {
-    let xlen: Value = client
-        .custom(fred::cmd!("XLEN"), vec![STREAM])
-        .await
-        .map_err(err("XLEN"))?;
+    xlen_on(client, STREAM).await
+}
+
+pub(crate) async fn xlen_on(client: &Client, stream: &str) -> Result<u64, String> {
+    let xlen: Value = client.xlen(stream).await.map_err(err("XLEN"))?;
     Ok(xlen.as_u64().unwrap_or(0))
 }
 
@@ -295,29 +323,54 @@ pub(crate) async fn verify_ordered(
             "not verified: XPENDING {pending} (want 0), XLEN {xlen} (want {expect})"
         ));
     }
+    verify_lists(client, &keyed(0..expect, keying), order_list).await
+}
+
+/// Each key's ids, in the order `ids` gives them.
+pub(crate) fn keyed(
+    ids: impl IntoIterator<Item = u64>,
+    keying: Keying,
+) -> std::collections::BTreeMap<String, Vec<u64>> {
     let mut want: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    for id in 0..expect {
+    for id in ids {
         want.entry(keying.key_of(id)).or_default().push(id);
     }
+    want
+}
+
+/// Checks that each key's list (named by `list_of`) holds exactly its ids of `want`, in that
+/// order: every side effect ran once, in its key's order.
+pub(crate) async fn verify_lists(
+    client: &Client,
+    want: &std::collections::BTreeMap<String, Vec<u64>>,
+    list_of: impl Fn(&str) -> String,
+) -> Result<(), String> {
     let pipeline = client.pipeline();
     for key in want.keys() {
-        let _: Result<Value, _> = pipeline.lrange(order_list(key), 0, -1).await;
+        let _: Result<Value, _> = pipeline.lrange(list_of(key), 0, -1).await;
     }
     let lists: Vec<Vec<u64>> = pipeline.all().await.map_err(err("LRANGE"))?;
     for ((key, want), got) in want.iter().zip(&lists) {
         if got != want {
-            let at = got.iter().zip(want).position(|(g, w)| g != w);
             return Err(format!(
-                "not verified: key {key}'s side effects ran {} times for {} entries, out of \
-                 order from position {at:?} (first ids {:?}, want {:?})",
+                "not verified: key {key}'s side effects ran {} times for {} entries{}",
                 got.len(),
                 want.len(),
-                &got[..got.len().min(5)],
-                &want[..want.len().min(5)]
+                out_of_order(got, want)
             ));
         }
     }
     Ok(())
+}
+
+/// Where `got` leaves `want`, for an error message.
+pub(crate) fn out_of_order(got: &[u64], want: &[u64]) -> String {
+    let at = got.iter().zip(want).position(|(g, w)| g != w);
+    format!(
+        ", out of order from position {at:?} (first ids {:?}, want {:?})",
+        &got[..got.len().min(5)],
+        &want[..want.len().min(5)]
+    )
 }
 
 /// One delivery in [`RETRY_ONE_IN`] is retried: the retrying contender's share.
