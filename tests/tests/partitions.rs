@@ -95,6 +95,13 @@ async fn work(replica: usize, addr: String, book: Arc<Mutex<Book>>) {
             *seen = (*seen).max(number);
             for d in &read.deliveries {
                 let (key, n) = (field(d, "k"), field(d, "n").parse::<usize>().unwrap());
+                let from = partition::of_key(key.as_bytes(), PARTITIONS);
+                if read.partition != Some(from) {
+                    let told = read.partition;
+                    let misplaced =
+                        format!("{key}: n={n} of partition {from} in a read of {told:?}");
+                    book.overlaps.push(misplaced);
+                }
                 if late {
                     book.late.push((key, n));
                     continue;
@@ -687,6 +694,16 @@ async fn take(worker: &mut Worker, wait: Duration) -> Vec<String> {
     let mut got = Vec::new();
     while let Some(left) = deadline.checked_duration_since(tokio::time::Instant::now()) {
         if let Next::Read(read) = worker.next(left).await {
+            for d in &read.deliveries {
+                // Each value is `<tag>-<partition>-<i>`: the read names the partition it is of.
+                let v = field(d, "v");
+                let of: Option<u32> = v.split('-').nth(1).and_then(|p| p.parse().ok());
+                assert_eq!(
+                    read.partition, of,
+                    "{v} came in a read of {:?}",
+                    read.partition
+                );
+            }
             got.extend(read.deliveries.iter().map(|d| field(d, "v")));
             worker.ack(&read.deliveries).await;
         }
@@ -722,6 +739,17 @@ async fn a_replica_that_leaves_hands_its_partitions_over_at_once() {
         second_got += got.len();
     }
     assert!(second_got > 0, "the second replica reads its share");
+    let partitions = |w: &Worker| w.opened.as_ref().map(|o| o.partitions);
+    assert_eq!(
+        partitions(&first),
+        Some(4),
+        "opened says what it shares out"
+    );
+    assert_eq!(
+        partitions(&second),
+        Some(4),
+        "opened says what it shares out"
+    );
     second.close();
     assert!(matches!(
         second.next(Duration::from_secs(5)).await,

@@ -78,6 +78,10 @@ async fn grpcurl_publishes_to_and_consumes_a_partitioned_stream() {
         .map(|d| (&d.key, &d.entry_id))
         .collect();
     assert_eq!(distinct.len(), TOTAL, "no entry delivered twice");
+    for d in &session.deliveries {
+        let of = u64::from(partition::of_key(d.key.as_bytes(), PARTITIONS));
+        assert_eq!(d.partition, Some(of), "{d:?}: its read names its partition");
+    }
     assert!(
         session.deliveries.iter().all(|d| d.delivery_count == 1),
         "no redelivery: {:?}",
@@ -240,6 +244,8 @@ struct Delivered {
     key: String,
     entry_id: String,
     delivery_count: u64,
+    /// The partition its read said it came from.
+    partition: Option<u64>,
 }
 
 /// A grpcurl child, killed by its pid if the test ends before it does.
@@ -306,8 +312,12 @@ fn converse(mut stdin: ChildStdin, stdout: ChildStdout) -> Result<Session, Strin
         .into_iter::<Value>()
         .map_while(Result::ok);
     match messages.next() {
-        Some(first) if first.get("opened").is_some() => {}
-        other => return Err(format!("expected opened first, got {other:?}")),
+        Some(first) if first["opened"]["partitions"] == json!(PARTITIONS) => {}
+        other => {
+            return Err(format!(
+                "expected opened with partitions 4 first, got {other:?}"
+            ));
+        }
     }
     let mut session = Session::default();
     let settled = |s: &Session| -> usize {
@@ -330,7 +340,9 @@ fn converse(mut stdin: ChildStdin, stdout: ChildStdout) -> Result<Session, Strin
         if let Some(read) = message.get("read") {
             // Nothing is left to deliver: a read now is a redelivery, which the checks catch.
             let deliveries = read["deliveries"].as_array().into_iter().flatten();
-            session.deliveries.extend(deliveries.map(delivered));
+            session
+                .deliveries
+                .extend(deliveries.map(|d| delivered(read, d)));
         } else {
             take_report(&mut session, message);
         }
@@ -390,7 +402,7 @@ fn answer(read: &Value) -> (Value, Vec<Delivered>) {
         .as_array()
         .expect("a read has deliveries")
     {
-        let entry = delivered(d);
+        let entry = delivered(read, d);
         let slot = d["slot"].clone();
         let list = handled_list(&entry.key);
         commands.push(json!({
@@ -405,8 +417,9 @@ fn answer(read: &Value) -> (Value, Vec<Delivered>) {
     (batch, delivered_now)
 }
 
-/// One delivery as JSON: its key (field `k`), entry id and delivery count.
-fn delivered(d: &Value) -> Delivered {
+/// One delivery of `read` as JSON: its key (field `k`), entry id and delivery count, and the
+/// partition the read names.
+fn delivered(read: &Value, d: &Value) -> Delivered {
     let key = d["fields"]
         .as_array()
         .into_iter()
@@ -418,6 +431,7 @@ fn delivered(d: &Value) -> Delivered {
         key,
         entry_id: d["entryId"].as_str().expect("an entry id").to_owned(),
         delivery_count: d["deliveryCount"].as_u64().unwrap_or(0),
+        partition: read["partition"].as_u64(),
     }
 }
 

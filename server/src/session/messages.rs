@@ -118,6 +118,8 @@ pub enum Event {
         read_trace: Option<String>,
         /// The report of the flush this read rode on (`reports_in_reads`).
         flushed: Option<FlushReport>,
+        /// The partition it came from, on a partitioned stream.
+        partition: Option<u32>,
     },
     Flushed(FlushReport),
     Rejected(Vec<SlotError>),

@@ -475,9 +475,11 @@ pub fn event(event: Event) -> proto::SubscribeResponse {
             lost,
             read_trace,
             flushed,
+            partition,
         } => Kind::Read(proto::Read {
             read_id,
             lost,
+            partition,
             flushed: flushed.map(flush_report),
             deliveries: entries
                 .iter()
@@ -516,6 +518,7 @@ fn opened_message(opened: Opened) -> proto::Opened {
         max_in_flight: request.max_in_flight,
         min_idle: min_idle.and_then(proto_duration),
         packed_commands: true,
+        partitions: request.partitions,
     }
 }
 

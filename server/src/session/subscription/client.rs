@@ -175,6 +175,7 @@ impl Subscription {
             lost,
             read_trace,
             flushed,
+            partition: self.view.partition.as_ref().map(|p| p.partition),
         })
         .await;
     }

@@ -295,6 +295,7 @@ impl Subscription {
                     lost,
                     read_trace: None,
                     flushed: None,
+                    partition: None,
                 };
                 self.send(event).await;
             }
