@@ -597,3 +597,139 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
     drop((sub, client));
     sidecar.terminate();
 }
+
+/// Done when: while Redis refuses the dead letter (its key holds a string), an entry at the
+/// cap stays pending, read again after every refused flush and found past the cap each time,
+/// but counted only once past it: no read that delivered nothing raises its count. The dead
+/// letter written once Redis takes it carries the deliveries a client saw: the cap.
+#[tokio::test]
+async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let _: () = inspect
+        .set("orders:dead", "a string", None, None, false)
+        .await
+        .unwrap();
+    publish(&mut client, "orders", vec![vec![("order", "1".into())]]).await;
+    let open = proto::Open {
+        max_deliveries: 2,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+        }),
+        ..stream_open("orders", "g", "c", 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    for delivery in 1..=2 {
+        let d = sub.read().await.deliveries.remove(0);
+        assert_eq!(d.delivery_count, delivery);
+        sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
+    }
+    // The second retry is at the cap: a dead letter, refused. From then on each re-read finds
+    // the entry past the cap and tries the dead letter again, refused again.
+    let mut refused = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match sub.message_within(left).await {
+            Some(Ok(Some(proto::SubscribeResponse {
+                kind: Some(Kind::Flush(report)),
+            }))) => refused += report.requeue_refused.len(),
+            Some(Ok(Some(other))) => panic!("only flush reports while refused: {other:?}"),
+            _ => break,
+        }
+    }
+    assert!(
+        refused >= 3,
+        "the dead letter was tried again and again: {refused}"
+    );
+    let count = pending_count(&inspect, "orders", "g").await;
+    assert_eq!(
+        count, 3,
+        "counted once past the cap of 2, however often read again"
+    );
+    let _: () = inspect.del("orders:dead").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let dead = loop {
+        let dead: Vec<(String, std::collections::HashMap<String, String>)> =
+            inspect.xrange("orders:dead", "-", "+", None).await.unwrap();
+        if !dead.is_empty() || Instant::now() > deadline {
+            break dead;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(dead.len(), 1, "dead-lettered once Redis takes it");
+    assert_eq!(dead[0].1["h:x-window-deliveries"], "2");
+    assert_eq!(pending(&inspect, "orders", "g").await, 0);
+    sidecar.stop().await;
+}
+
+/// The delivery count of the one entry pending in `group` of `key`.
+async fn pending_count(client: &Client, key: &str, group: &str) -> u64 {
+    let rows: Vec<(String, String, u64, u64)> =
+        client.xpending(key, group, ("-", "+", 10)).await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    rows[0].3
+}
+
+/// Done when: the same holds for a reliable list, whose re-read of its processing list records
+/// each value's delivery in the counts hash: while Redis refuses the dead letter, a value past
+/// the cap is recorded once past it, and its dead letter carries the deliveries a client saw.
+#[tokio::test]
+async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing_reliable_list() {
+    use window_sidecar_harness::forms::{push, reliable};
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    let _: () = inspect
+        .set("jobs:dead", "a string", None, None, false)
+        .await
+        .unwrap();
+    push(&inspect, "jobs", ["poison".to_string()]).await;
+    let open = proto::Open {
+        max_deliveries: 2,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::List("jobs:dead".into())),
+        }),
+        ..reliable("jobs", "c1", 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    for delivery in 1..=2 {
+        let d = sub.read().await.deliveries.remove(0);
+        assert_eq!(d.delivery_count, delivery);
+        sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
+    }
+    let mut refused = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match sub.message_within(left).await {
+            Some(Ok(Some(proto::SubscribeResponse {
+                kind: Some(Kind::Flush(report)),
+            }))) => refused += report.requeue_refused.len(),
+            Some(Ok(Some(other))) => panic!("only flush reports while refused: {other:?}"),
+            _ => break,
+        }
+    }
+    assert!(
+        refused >= 3,
+        "the dead letter was tried again and again: {refused}"
+    );
+    let _: () = inspect.del("jobs:dead").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let dead = loop {
+        let dead: Vec<bytes::Bytes> = inspect.lrange("jobs:dead", 0, -1).await.unwrap();
+        if !dead.is_empty() || Instant::now() > deadline {
+            break dead;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(dead.len(), 1, "dead-lettered once Redis takes it");
+    let letter = window_sidecar::domain::frame::decode(&dead[0]).expect("a frame");
+    let deliveries = letter
+        .iter()
+        .find(|(f, _)| f.as_ref() == b"h:x-window-deliveries")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+    assert_eq!(deliveries.as_deref(), Some("2"), "{letter:?}");
+    sidecar.stop().await;
+}

@@ -273,17 +273,20 @@ impl Reader {
         redis: &Redis,
         source: &Source,
         form: &Form,
+        max_deliveries: u32,
         replication: Option<Replication>,
     ) -> Result<Self, RedisError> {
         Ok(match (source, form) {
             (Source::Stream(s), Form::Stream(keys)) => Reader::Stream(StreamReader::new(
                 ReadConnection::open(redis, keys.slot).await?,
                 s,
+                max_deliveries,
                 replication,
             )),
             (Source::List(_), Form::List(keys)) => Reader::List(ListReader::new(
                 ReadConnection::open(redis, keys.slot).await?,
                 keys.clone(),
+                max_deliveries,
                 replication,
             )),
             (Source::PubSub(p), _) => Reader::PubSub(PubSubReader::open(redis, p).await?),

@@ -151,6 +151,29 @@ return #ARGV - 1
     )
 });
 
+/// Records the delivery of a value ARGV[1] re-read from this consumer's processing list in the
+/// counts hash KEYS[1] and replies the count it now has, unless the count is ARGV[2] already
+/// (-1: no cap): the count at which the value is past the subscription's `max_deliveries`, so
+/// the value goes to the dead letter without being delivered and a further re-read delivers
+/// nothing either. While Redis refuses the dead letter (`OOM`, a key of the wrong type) each
+/// re-read after the refused flush would otherwise count one more, and the dead letter once
+/// written would carry a count far past the deliveries any client saw.
+///
+/// When Redis refuses the `HINCRBY` (`OOM`, `NOPERM`, `READONLY`) the script fails and the
+/// read with it: the values stay on the processing list and are read again.
+static COUNT_REREAD: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(
+        r#"
+local limit = tonumber(ARGV[2])
+local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if limit >= 0 and n >= limit then
+  return n
+end
+return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+"#,
+    )
+});
+
 /// Reads one list subscription on its dedicated connection.
 pub(crate) struct ListReader {
     connection: ReadConnection,
@@ -158,6 +181,8 @@ pub(crate) struct ListReader {
     /// Entries of this consumer's processing list left by its previous run, oldest first,
     /// delivered before anything new.
     own: Option<VecDeque<Entry>>,
+    /// The subscription's `max_deliveries` (0: none), past which a re-read counts no more.
+    max_deliveries: u32,
     replication: Option<Replication>,
     replication_watch: ReplicationWatch,
 }
@@ -171,6 +196,7 @@ impl ListReader {
     pub(crate) fn new(
         connection: ReadConnection,
         keys: ListKeys,
+        max_deliveries: u32,
         replication: Option<Replication>,
     ) -> Self {
         Self {
@@ -179,6 +205,7 @@ impl ListReader {
             connection,
             keys,
             own: None,
+            max_deliveries,
         }
     }
 
@@ -288,9 +315,16 @@ impl ListReader {
             // The delivery that moved it here was not recorded (that would cost a write per
             // delivery): record it now, so a consumer that keeps crashing on an entry sees its
             // count rise and the cap can catch it.
-            let args = vec![arg(&self.keys.counts), arg(&value), Value::Integer(1)];
-            let earlier = self
-                .call("HINCRBY", args, None)
+            let attempts = Entry::of_value(value.clone(), self.keys.framing).earlier_attempts();
+            // Past the cap at `max_deliveries - attempts` recorded (see `entry`).
+            let limit = match self.max_deliveries {
+                0 => -1,
+                cap => i64::from(cap.saturating_sub(attempts)),
+            };
+            let keys = vec![arg(&self.keys.counts)];
+            let args = vec![arg(&value), Value::Integer(limit)];
+            let commands = self.connection.commands(None);
+            let earlier = eval_script(&commands, &COUNT_REREAD, self.keys.slot, keys, args)
                 .await?
                 .as_u64()
                 .unwrap_or(1) as u32;

@@ -20,14 +20,20 @@ use super::{StreamKeys, create_group, group_start, pending_count};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, StreamSource};
 
-/// For each id in ARGV[3..], `{count, wait}`: its delivery count while it is pending on
+/// For each id in ARGV[4..], `{count, wait}`: its delivery count while it is pending on
 /// consumer ARGV[2] of group ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or
 /// another consumer's); and the ms left until the `retry_after` due time the group's delay set
 /// KEYS[2] holds for it, 0 when none is left (a re-read or a reclaim must not deliver it
 /// before then). Nobody sees such an entry before it is due, so the count this read added is
 /// taken back: it is counted when due ([`count_due`]), and a sidecar that crashes again and
-/// again before then counts no deliveries nobody saw, up to the dead letter. Each entry of
-/// this consumer is also claimed again by it, its count and idle time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
+/// again before then counts no deliveries nobody saw, up to the dead letter. A count past
+/// ARGV[3] + 1 (ARGV[3] the subscription's `max_deliveries`, 0 for none) is set back to that:
+/// an entry read past the cap goes to the dead letter without being delivered, so the reads
+/// after the first that found it there counted nobody's delivery (while Redis refuses the
+/// dead letter, `OOM` or a key of the wrong type, each re-read after the refused flush would
+/// count one more, and the dead letter once written would carry a count hundreds past the
+/// deliveries any client saw). Each entry of this consumer is also claimed again by it, its
+/// count and idle time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
 /// (`XREADGROUP … 0`) renews both in memory only, Redis writing it to neither its AOF nor its
 /// replicas, and a restart or failover would otherwise hand back an entry just delivered
 /// again as idle since its first read, for another consumer to claim while it is being
@@ -42,7 +48,8 @@ static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| {
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local counts = {}
-for i = 3, #ARGV do
+local cap = tonumber(ARGV[3])
+for i = 4, #ARGV do
   local id = ARGV[i]
   local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
   local wait, count = 0, 0
@@ -52,6 +59,9 @@ for i = 3, #ARGV do
     if due and tonumber(due) > now then
       wait = tonumber(due) - now
       count = math.max(count - 1, 1)
+    end
+    if cap > 0 and count > cap + 1 then
+      count = cap + 1
     end
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
   end
@@ -402,6 +412,8 @@ pub(crate) struct StreamReader {
     /// The dedicated connection's reconnections (fred retries a read on the new connection).
     reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
     min_idle: Duration,
+    /// The subscription's `max_deliveries` (0: none), past which a re-read counts no more.
+    max_deliveries: u32,
     cursor: Cursor,
     claim_cursor: Bytes,
     replication: Option<Replication>,
@@ -418,6 +430,7 @@ impl StreamReader {
     pub(crate) fn new(
         connection: ReadConnection,
         source: &StreamSource,
+        max_deliveries: u32,
         replication: Option<Replication>,
     ) -> Self {
         Self {
@@ -429,6 +442,7 @@ impl StreamReader {
             start: Bytes::copy_from_slice(group_start(source).as_bytes()),
             interrupted: false,
             min_idle: source.min_idle,
+            max_deliveries,
             cursor: Cursor::Pending(Bytes::from_static(b"0")),
             claim_cursor: Bytes::from_static(b"0-0"),
         }
@@ -647,6 +661,7 @@ impl StreamReader {
         let mut args = vec![
             Value::Bytes(self.keys.group.clone()),
             Value::Bytes(self.keys.consumer.clone()),
+            Value::Integer(self.max_deliveries.into()),
         ];
         args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
         let commands = self.connection.commands(None);

@@ -112,9 +112,15 @@ impl Subscription {
                 .await
                 .map_err(explain)?;
         }
-        let reader = Reader::open(redis, &source, &form, settings.replication)
-            .await
-            .map_err(explain)?;
+        let reader = Reader::open(
+            redis,
+            &source,
+            &form,
+            request.max_deliveries,
+            settings.replication,
+        )
+        .await
+        .map_err(explain)?;
         let interrupter = reader.interrupter();
         let (reader_tx, requests) = mpsc::channel(1);
         let (results, reader_rx) = mpsc::channel(1);
