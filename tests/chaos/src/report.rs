@@ -119,6 +119,12 @@ fn report_figures(run: Run, ended: &Ended, promise: Promise, figures: &history::
             String::new()
         }
     );
+    if !figures.dead_counted_past_seen.is_empty() {
+        println!(
+            "   dead letters by deliveries counted past the highest count a worker saw: {:?}",
+            figures.dead_counted_past_seen
+        );
+    }
     if run.form.streams() {
         let audit = &figures.audit;
         println!(

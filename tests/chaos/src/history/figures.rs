@@ -21,6 +21,10 @@ pub(crate) struct Figures {
     /// Kept side effects that ran more than once for their root (at least once allows them).
     pub duplicate_effects: i64,
     pub dead_letters: usize,
+    /// Dead letters by how far their delivery count ran past the highest count a worker saw
+    /// of the entry (a worker that saw none: past 0). Redis counts a delivery per read, and a
+    /// read nobody got (a sidecar killed holding it) is taken back only by a clean close.
+    pub dead_counted_past_seen: BTreeMap<u32, usize>,
     pub flushes: usize,
     /// Entries known by payload that were delivered fresh (count 1) more than once: a publish
     /// written twice.
@@ -102,6 +106,17 @@ pub(super) fn figures(
             | Event::Ended { .. }
             | Event::Came { .. } => {}
         }
+    }
+    let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+    for stamped in history {
+        if let Event::Delivered { entry, count, .. } = &stamped.event {
+            let highest = seen.entry(entry.as_str()).or_default();
+            *highest = (*highest).max(*count);
+        }
+    }
+    for (entry, count) in end.dead_letters.iter().chain(&facts.redriven_dead) {
+        let past = count.saturating_sub(seen.get(entry.as_str()).copied().unwrap_or(0));
+        *figures.dead_counted_past_seen.entry(past).or_default() += 1;
     }
     figures.refusals = refusals_touched(history);
     for r in &facts.all_roots {
