@@ -48,7 +48,10 @@ type Delivery struct {
 	commands []*windowv1.QueuedCommand
 	outcome  *windowv1.Outcome
 	sent     bool // the outcome went to the sidecar
-	reported bool // a flush report of its read came after that
+	// reported: done for its read. A flush report of its read came after that, or the sidecar
+	// answered the outcome ALREADY_SETTLED (its slot is no longer outstanding there: no report
+	// ever names it).
+	reported bool
 	handed   bool // handed to the application and not settled
 	trace    *windowv1.TraceContext
 	// rejection is the sidecar's refusal of one of its commands, kept to explain the refused

@@ -80,8 +80,9 @@ type Options struct {
 	// only; Consumer names this replica among them (stable, as ever). A partition moves to
 	// another replica as replicas come and go (within the sidecar's --consumer-lease of one
 	// dying): a delivery of a partition handed over before its outcome was sent is answered
-	// ALREADY_SETTLED (a *RejectedError to OnError) and delivered again by its new reader. At
-	// most 1024. 0: Stream itself.
+	// ALREADY_SETTLED (a *RejectedError to OnError) and delivered again by its new reader; no
+	// flush report names it, and the subscription counts it done for its read (the read is
+	// dropped once the rest of it is done too). At most 1024. 0: Stream itself.
 	Partitions uint32
 
 	// RejectedOutcome is how a delivery is settled when the sidecar refuses one of its
@@ -1119,6 +1120,12 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 						d.read.unsettled++ // sent on its own while draining or closing
 					}
 				}
+			case windowv1.RejectionReason_REJECTION_REASON_ALREADY_SETTLED:
+				// The slot is not outstanding on the sidecar any more (its partition was handed
+				// over, or fenced): no flush report will name it.
+				if d != nil && d.outcome != nil && d.sent && !d.reported {
+					s.unreportedLocked(d)
+				}
 			}
 		}
 		if d != nil {
@@ -1159,6 +1166,26 @@ func (s *session) onRejections(rejections []*windowv1.Rejection) {
 		}
 		s.sub.logf("%v", rerr)
 		s.sub.onError(rerr)
+	}
+}
+
+// unreportedLocked: the sidecar answered d's outcome ALREADY_SETTLED, so the slot is no longer
+// outstanding there (its partition was handed over to another replica, or fenced itself), no
+// flush report will ever name it, and its entry is delivered again by the partition's new
+// reader. It is done for its read as a reported delivery is; once every delivery of the read
+// is, the read is dropped as its last report would have dropped it. Its outcome already took
+// it off the handed-out count. Called with s.mu held.
+func (s *session) unreportedLocked(d *Delivery) {
+	d.reported = true
+	delete(s.slots, d.Slot)
+	rs := d.read
+	for _, x := range rs.deliveries {
+		if !x.reported {
+			return
+		}
+	}
+	if s.reads[rs.id] == rs {
+		delete(s.reads, rs.id)
 	}
 }
 
@@ -1260,7 +1287,8 @@ wait:
 		unreported := 0
 		for _, rs := range s.reads {
 			for _, d := range rs.deliveries {
-				if d.sent {
+				// Reported already: part of an ordered read, or refused ALREADY_SETTLED.
+				if d.sent && !d.reported {
 					unreported++
 				}
 			}

@@ -558,6 +558,150 @@ func TestOrderedReadFlushedInParts(t *testing.T) {
 	}
 }
 
+// alreadySettled is the sidecar's answer to outcomes of slots whose partition was handed over.
+func alreadySettled(slots ...uint64) *windowv1.SubscribeResponse {
+	var rs []*windowv1.Rejection
+	for _, slot := range slots {
+		rs = append(rs, &windowv1.Rejection{Slot: slot, Reason: windowv1.RejectionReason_REJECTION_REASON_ALREADY_SETTLED,
+			Message: fmt.Sprintf("slot %d already has an outcome or was abandoned", slot)})
+	}
+	return &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: rs}}}
+}
+
+// nextRejected is the next error OnError got, which must be a *RejectedError ALREADY_SETTLED
+// of d's slot naming d.
+func nextRejected(t *testing.T, errs <-chan error, d *Delivery) {
+	t.Helper()
+	select {
+	case err := <-errs:
+		var re *RejectedError
+		if !errors.As(err, &re) || re.Reason != "ALREADY_SETTLED" || re.Slot != d.Slot || re.Delivery != d {
+			t.Fatalf("OnError for slot %d: %v", d.Slot, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("OnError got nothing for slot %d", d.Slot)
+	}
+}
+
+// held is what the session still keeps: its reads, its slots and its deliveries handed out and
+// unsettled.
+func held(s *session) (reads, slots, handed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reads), len(s.slots), s.handed
+}
+
+// A partitioned stream whose partition was handed over while a read of it was out: the sidecar
+// refuses the read's outcomes ALREADY_SETTLED and never reports the read (the new owner
+// delivers the entries again). OnError gets each refusal, nothing settles them again, and the
+// read and its slots are dropped at once rather than kept until the stream ends.
+func TestOutcomesRefusedAlreadySettledEndTheirRead(t *testing.T) {
+	const p = uint64(1) << 36 // a partition's range of read ids and slots
+	got := make(chan *windowv1.Batch, 4)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(p+1, p+1, "1-0", "2-0", "3-0"))
+		for {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			got <- m.GetBatch()
+			var slots []uint64
+			for _, o := range m.GetBatch().GetOutcomes() {
+				slots = append(slots, o.GetSlot())
+			}
+			if len(slots) > 0 {
+				s.Send(alreadySettled(slots...))
+			}
+		}
+	})
+	errs := make(chan error, 8)
+	flushes := make(chan Flush, 1)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Partitions: 4, Logf: quiet,
+		OnError: func(err error) { errs <- err }, OnFlush: func(f Flush) { flushes <- f }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	ds := []*Delivery{recvDelivery(t, sub), recvDelivery(t, sub), recvDelivery(t, sub)}
+	for _, d := range ds {
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := <-got; len(b.Outcomes) != 3 || b.Outcomes[0].GetSlot() != p+1 {
+		t.Fatalf("batch: %v", b)
+	}
+	for _, d := range ds {
+		nextRejected(t, errs, d)
+	}
+	if reads, slots, handed := held(ds[0].sess); reads != 0 || slots != 0 || handed != 0 {
+		t.Fatalf("held after ALREADY_SETTLED: %d reads, %d slots, %d handed out", reads, slots, handed)
+	}
+	select {
+	case b := <-got:
+		t.Fatalf("settled again after ALREADY_SETTLED: %v", b)
+	case f := <-flushes:
+		t.Fatalf("a flush: %+v", f)
+	case err := <-errs:
+		t.Fatalf("another error: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// Ordered and partitioned: a read's first outcome is flushed and reported, then its partition
+// is handed over and the second outcome is refused ALREADY_SETTLED. The read is done: no report
+// will come for the rest, and nothing of it is kept.
+func TestReadReportedInPartThenRefusedAlreadySettledIsDropped(t *testing.T) {
+	got := make(chan *windowv1.Batch, 4)
+	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		s.Send(read(1, 1, "1-0", "2-0"))
+		for n := 0; ; n++ {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			got <- m.GetBatch()
+			if n == 0 {
+				s.Send(flushed(1, 1))
+			} else {
+				s.Send(alreadySettled(m.GetBatch().GetOutcomes()[0].GetSlot()))
+			}
+		}
+	})
+	errs := make(chan error, 4)
+	flushes := make(chan Flush, 2)
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
+		OrderingHeader: "k", Partitions: 4,
+		OnError: func(err error) { errs <- err }, OnFlush: func(f Flush) { flushes <- f }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	slow, fast := recvDelivery(t, sub), recvDelivery(t, sub)
+	if err := fast.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != fast.Slot {
+		t.Fatalf("first batch: %v", b)
+	}
+	if f := <-flushes; len(f.Settled) != 1 || f.Settled[0] != fast {
+		t.Fatalf("first report: %+v", f)
+	}
+	if err := slow.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; len(b.Outcomes) != 1 || b.Outcomes[0].GetSlot() != slow.Slot {
+		t.Fatalf("second batch: %v", b)
+	}
+	nextRejected(t, errs, slow)
+	if reads, slots, handed := held(slow.sess); reads != 0 || slots != 0 || handed != 0 {
+		t.Fatalf("held after ALREADY_SETTLED: %d reads, %d slots, %d handed out", reads, slots, handed)
+	}
+}
+
 // Close sends the outcomes given so far, also of a read not completely settled (after waiting
 // CloseTimeout for a delivery held unsettled), then half-closes and waits for the end of the
 // stream.

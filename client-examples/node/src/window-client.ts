@@ -178,7 +178,11 @@ export class Delivery {
   rejectedError: RejectedError | undefined;
   /** @internal */ commands: QueuedCommand[] = [];
   /** @internal */ sent = false;
-  /** @internal A flush report of its read came after its outcome was sent. */
+  /**
+   * @internal Done for its read: a flush report of its read came after its outcome was sent, or
+   * the sidecar answered that outcome ALREADY_SETTLED (its slot is no longer outstanding there:
+   * no report ever names it).
+   */
   reported = false;
   /** @internal */ handed = false;
   /** @internal The OpenTelemetry span of its handling (with @opentelemetry/api installed). */
@@ -1304,6 +1308,9 @@ export class Subscription implements AsyncIterable<Delivery> {
    * dropped without a dead-letter target; else retryAfter with the growing delay) and hands onError a RejectedError. The client sends a
    * delivery's commands with its outcome, so the sidecar has refused the ack too
    * (INCOMPLETE_SEGMENT) and the slot is open again; a drop or retry was accepted and stands.
+   * An outcome refused ALREADY_SETTLED (on a partitioned stream: its partition was handed over,
+   * or fenced, before the outcome came) is not settled again: the entry is the partition's new
+   * reader's, and no flush report will name the slot, so the delivery is done for its read here.
    */
   private async onRejections(st: StreamState, rejections: Rejection[]): Promise<void> {
     const reported: RejectedError[] = [];
@@ -1347,6 +1354,9 @@ export class Subscription implements AsyncIterable<Delivery> {
         error.outcome = d.outcome;
         error.message = `${error.message}; the client settled it with ${d.outcome}`;
       } else if (d === undefined || !rej.command) {
+        if (d !== undefined && rej.reason === RejectionReason.REJECTION_REASON_ALREADY_SETTLED && d.sent && !d.reported) {
+          this.unreported(st, d);
+        }
         this.log.warn(`the sidecar refused an outcome for slot ${rej.slot} (${reason}): ${withoutAdvice(rej.message)}`);
       }
       if (this.opts.onRejection) await this.callback(() => this.opts.onRejection!(rej, d));
@@ -1355,6 +1365,24 @@ export class Subscription implements AsyncIterable<Delivery> {
       this.log.warn(error.message);
       await this.report(error);
     }
+  }
+
+  /**
+   * The sidecar answered `d`'s outcome ALREADY_SETTLED: the slot is no longer outstanding there
+   * (its partition was handed over to another replica, or fenced itself), so no flush report
+   * will ever name it, and its entry is delivered again by the partition's new reader. It is
+   * done for its read as a reported delivery is; once every delivery of the read is, the read
+   * is dropped as its last report would have dropped it. Its outcome already took it off the
+   * unsettled counts.
+   */
+  private unreported(st: StreamState, d: Delivery): void {
+    d.reported = true;
+    st.slots.delete(d.slot);
+    const rd = st.reads.get(d.readId);
+    if (rd === undefined || rd.deliveries.some((x) => !x.reported)) return;
+    st.reads.delete(d.readId);
+    if (rd.timer !== undefined) clearTimeout(rd.timer);
+    rd.timer = undefined;
   }
 
   private async callback(fn: () => void | Promise<void>): Promise<void> {

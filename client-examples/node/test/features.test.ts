@@ -16,6 +16,7 @@ import * as otel from "@opentelemetry/api";
 import {
   Framing,
   OutcomeKind,
+  RejectionReason,
   SubscribeResponse,
   WindowServiceService,
   type Batch,
@@ -554,6 +555,108 @@ test("partitions: the Open carries them, one stream carries every partition's sl
   f.server.forceShutdown();
   assert.deepEqual([open?.stream?.key, open?.stream?.consumer, open?.stream?.partitions, open?.orderingKey?.header], ["s", "w1", 4, "k"]);
   assert.deepEqual(batch!.outcomes.map((o) => o.slot).sort((a, b) => a - b), [2 ** 36 + 1, high]);
+});
+
+/** What the sidecar answers for the outcomes of slots whose partition was handed over. */
+const alreadySettled = (...slots: number[]) => ({
+  rejections: {
+    rejections: slots.map((slot) => ({
+      slot, reason: RejectionReason.REJECTION_REASON_ALREADY_SETTLED, message: `slot ${slot} already has an outcome or was abandoned`,
+    })),
+  },
+});
+
+/** The client's messages until it half-closes. */
+async function untilEnd(inbox: Inbox): Promise<SubscribeRequest[]> {
+  const rest: SubscribeRequest[] = [];
+  for (let r = await inbox.next(); r; r = await inbox.next()) rest.push(r);
+  return rest;
+}
+
+test("partitions: outcomes refused ALREADY_SETTLED (a partition handed over) end their read, which no report will", async () => {
+  const p = 2 ** 36; // a partition's range of read ids and slots
+  const batches: Batch[] = [];
+  let rest: SubscribeRequest[] = [];
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, { read: { readId: p + 1, deliveries: [delivery(p + 1, "a"), delivery(p + 2, "b"), delivery(p + 3, "c")] } });
+    batches.push(await inbox.batch());
+    send(call, alreadySettled(p + 1, p + 2, p + 3));
+    rest = await untilEnd(inbox);
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  const warned: string[] = [];
+  const refused: Array<[number, RejectionReason, number | undefined, string | undefined]> = [];
+  const errors: WindowError[] = [];
+  let flushes = 0;
+  let stream: Delivery["stream"] | undefined;
+  const sub = client.subscribe({
+    stream: "s", group: "g", partitions: 4, lingerMs: null,
+    logger: { ...quiet, warn: (m) => warned.push(m) },
+    onRejection: (rej, d) => {
+      refused.push([rej.slot, rej.reason, d?.slot, d?.outcome]);
+      if (refused.length === 3) sub.stop();
+    },
+    onError: (e) => void errors.push(e),
+    onFlush: () => void (flushes += 1),
+  });
+  for await (const d of sub) {
+    stream = d.stream;
+    d.ack();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(batches.map((b) => b.outcomes.map((o) => o.slot)), [[p + 1, p + 2, p + 3]]);
+  assert.deepEqual(rest.filter((r) => r.batch && (r.batch.outcomes.length || r.batch.acks.length)), [], "settled again");
+  assert.deepEqual(refused, [1, 2, 3].map((n) => [p + n, RejectionReason.REJECTION_REASON_ALREADY_SETTLED, p + n, "ack"]));
+  assert.equal(warned.filter((m) => m.includes("ALREADY_SETTLED")).length, 3);
+  assert.deepEqual([errors, flushes], [[], 0]);
+  assert.deepEqual([stream!.reads.size, stream!.slots.size, stream!.unsettled, stream!.handedUnsettled], [0, 0, 0, 0]);
+});
+
+test("partitions: a read reported in part, its rest then refused ALREADY_SETTLED, is dropped", async () => {
+  const batches: Batch[] = [];
+  const flushes: number[][] = [];
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call);
+    send(call, { read: { readId: 1, deliveries: [delivery(1, "fast"), delivery(2, "slow")] } });
+    batches.push(await inbox.batch());
+    send(call, { flush: { readId: 1, settles: 1, ok: true, segmentsKept: 1 } });
+    batches.push(await inbox.batch());
+    send(call, alreadySettled(2));
+    await untilEnd(inbox);
+    call.end();
+  });
+  const client = new WindowClient(f.target);
+  let held: Delivery | undefined;
+  const refused: Array<[number, Delivery | undefined]> = [];
+  const sub = client.subscribe({
+    stream: "s", group: "g", orderingHeader: "k", partitions: 4, lingerMs: null, logger: quiet,
+    onFlush: (ev: FlushEvent) => {
+      flushes.push(ev.settled.map((d) => d.slot));
+      held!.ack();
+    },
+    onRejection: (rej, d) => {
+      refused.push([rej.slot, d]);
+      sub.stop();
+    },
+  });
+  for await (const d of sub) {
+    if (d.slot === 2) held = d;
+    else d.ack();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(batches.map((b) => b.outcomes.map((o) => o.slot)), [[1], [2]]);
+  assert.deepEqual(flushes, [[1]]);
+  assert.deepEqual(refused, [[2, held]]);
+  const st = held!.stream;
+  assert.deepEqual([st.reads.size, st.slots.size, st.unsettled, st.handedUnsettled], [0, 0, 0, 0]);
 });
 
 test("TLS settings from the environment", () => {

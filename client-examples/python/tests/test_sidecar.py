@@ -419,6 +419,100 @@ class Subscribing(SidecarTest):
         self.assertEqual([([d.slot for d in ev.settled], [d.slot for d in ev.abandoned])
                           for ev in events], [([2], []), ([1], [])])
 
+    async def test_outcomes_refused_already_settled_end_their_read(self) -> None:
+        """A partitioned stream whose partition was handed over while a read of it was out:
+        the sidecar refuses the read's outcomes ALREADY_SETTLED and never reports the read (the
+        new owner delivers the entries again). The refusals reach on_rejection and the log, the
+        outcomes are not sent again, and the read and its slots are dropped at once rather than
+        held until the stream ends."""
+        p = 1 << 36  # a partition's range of read ids and slots
+
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=p + 1, deliveries=[
+                delivery(p + 1, "a"), delivery(p + 2, "b"), delivery(p + 3, "c")]))
+            self.batches = [await st.batch()]
+            await st.write(rejections=pb.Rejections(rejections=[
+                pb.Rejection(slot=p + n, reason=pb.REJECTION_REASON_ALREADY_SETTLED,
+                             message=f"slot {p + n} already has an outcome or was abandoned")
+                for n in (1, 2, 3)]))
+            self.batches += await st.until_half_closed()
+
+        target = await self.start([script])
+        refused: List[Any] = []
+        errors: List[WindowError] = []
+        flushes: List[window_client.FlushEvent] = []
+        with self.assertLogs("window_client", level="WARNING") as logs:
+            async with WindowClient(target, token="") as client:
+                def on_rejection(rej: pb.Rejection, d: Optional[Delivery]) -> None:
+                    refused.append((rej.slot, rej.reason, d.slot if d else None,
+                                    d.outcome if d else None))
+                    if len(refused) == 3:
+                        sub.stop()
+
+                sub = client.subscribe("s", "g", partitions=4, linger=None,
+                                       on_rejection=on_rejection, on_error=errors.append,
+                                       on_flush=flushes.append)
+                async with sub:
+                    async for d in sub:
+                        d.ack()
+        st = sub._stream
+        assert st is not None
+        self.assertEqual([[o.slot for o in b.outcomes] + list(b.acks) for b in self.batches],
+                         [[p + 1, p + 2, p + 3]] + [[]] * (len(self.batches) - 1))
+        self.assertEqual(refused, [(p + n, pb.REJECTION_REASON_ALREADY_SETTLED, p + n, "ack")
+                                   for n in (1, 2, 3)])
+        self.assertEqual(len([r for r in logs.output if "ALREADY_SETTLED" in r]), 3)
+        self.assertEqual((errors, flushes), ([], []))
+        self.assertEqual((st.reads, st.slots, st.unsettled, st.handed_unsettled), ({}, {}, 0, 0))
+
+    async def test_a_read_reported_in_part_then_refused_already_settled_is_dropped(self) -> None:
+        """Ordered and partitioned: the read's first outcome is flushed and reported, then its
+        partition is handed over and the second outcome is refused ALREADY_SETTLED. The read
+        is done: no report will come for the rest, and nothing of it is kept."""
+        async def script(st: Stream) -> None:
+            await opened(st)
+            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "fast"),
+                                                                 delivery(2, "slow")]))
+            self.batches = [await st.batch()]
+            await st.write(flush=pb.FlushReport(read_id=1, settles=1, ok=True))
+            self.batches.append(await st.batch())
+            await st.write(rejections=pb.Rejections(rejections=[
+                pb.Rejection(slot=2, reason=pb.REJECTION_REASON_ALREADY_SETTLED,
+                             message="slot 2 already has an outcome or was abandoned")]))
+            self.batches += await st.until_half_closed()
+
+        target = await self.start([script])
+        events: List[window_client.FlushEvent] = []
+        refused: List[Any] = []
+        held: List[Delivery] = []
+        with self.assertLogs("window_client", level="WARNING"):
+            async with WindowClient(target, token="") as client:
+                def on_flush(ev: window_client.FlushEvent) -> None:
+                    events.append(ev)
+                    held[0].ack()
+
+                def on_rejection(rej: pb.Rejection, d: Optional[Delivery]) -> None:
+                    refused.append((rej.slot, rej.reason, d))
+                    sub.stop()
+
+                sub = client.subscribe("s", "g", ordering_header="k", partitions=4,
+                                       linger=None, on_flush=on_flush,
+                                       on_rejection=on_rejection)
+                async with sub:
+                    async for d in sub:
+                        if d.slot == 2:
+                            held.append(d)
+                        else:
+                            d.ack()
+        st = sub._stream
+        assert st is not None
+        self.assertEqual([[o.slot for o in b.outcomes] for b in self.batches][:2], [[1], [2]])
+        self.assertTrue(all(not b.outcomes and not b.acks for b in self.batches[2:]))
+        self.assertEqual([[d.slot for d in ev.settled] for ev in events], [[1]])
+        self.assertEqual(refused, [(2, pb.REJECTION_REASON_ALREADY_SETTLED, held[0])])
+        self.assertEqual((st.reads, st.slots, st.unsettled, st.handed_unsettled), ({}, {}, 0, 0))
+
     async def test_a_streams_retries_kept_in_place_settle_nothing(self) -> None:
         """A stream's retry stays pending in its group: a report that settled the rest of the
         read is as expected, and says nothing; one that settled less than that is warned of."""

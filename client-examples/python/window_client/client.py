@@ -405,7 +405,10 @@ class Delivery:
         self._span: Optional[tracing.DeliverySpan] = None
         self._handed = False
         self._sent = False  # its outcome was written to its stream
-        self._reported = False  # a flush report of its read came after that
+        # Done for its read: a flush report of its read came after that, or the sidecar answered
+        # the outcome ALREADY_SETTLED (its slot is no longer outstanding there: no report ever
+        # names it).
+        self._reported = False
 
     # -- reading --------------------------------------------------------------------------
 
@@ -1678,7 +1681,12 @@ class Subscription:
         client then settles it again, by the command's rejection: with ``"auto"`` dead-lettered
         (or, without a dead-letter target, dropped) for a reason no retry fixes
         (:data:`UNFIXABLE`), else ``retry_after`` with the growing delay. A drop or retry the
-        application gave with a refused command stands."""
+        application gave with a refused command stands.
+
+        An outcome refused ``ALREADY_SETTLED`` (on a partitioned stream: its partition was
+        handed over, or fenced, before the outcome came) is not settled again: the entry is the
+        partition's new reader's, and no flush report will name the slot, so the delivery is
+        done for its read here (:meth:`_unreported`)."""
         reported: List[RejectedError] = []
         for rej in rejections.rejections:
             self.stats.rejections += 1
@@ -1728,6 +1736,9 @@ class Subscription:
                 error.message = f"{error.message}; the client settled it with {d.outcome}"
                 error.args = (error.message,)
             elif d is None or not rej.command:
+                if (d is not None and rej.reason == pb.REJECTION_REASON_ALREADY_SETTLED
+                        and d._sent and not d._reported):
+                    self._unreported(st, d)
                 log.warning("sidecar refused an outcome for slot %d (%s): %s",
                             rej.slot, reason, message)
             if self._on_rejection is not None:
@@ -1735,6 +1746,23 @@ class Subscription:
         for error in reported:
             log.warning("%s", error.message)
             await self._report(error)
+
+    def _unreported(self, st: _Stream, d: Delivery) -> None:
+        """The sidecar answered ``d``'s outcome ALREADY_SETTLED: the slot is no longer outstanding
+        there (its partition was handed over to another replica, or fenced itself), so no flush
+        report will ever name it, and its entry is delivered again by the partition's new
+        reader. It is done for its read as a reported delivery is; once every delivery of the
+        read is, the read is dropped as its last report would have dropped it. Nothing else
+        waits for it: its outcome already took it off the unsettled counts."""
+        d._reported = True
+        st.slots.pop(d.slot, None)
+        rd = st.reads.get(d.read_id)
+        if rd is None or not all(x._reported for x in rd.deliveries):
+            return
+        del st.reads[d.read_id]
+        if rd.timer is not None:
+            rd.timer.cancel()
+            rd.timer = None
 
     def _lose_stream(self) -> None:
         st = self._stream

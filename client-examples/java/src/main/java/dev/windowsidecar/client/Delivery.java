@@ -35,7 +35,12 @@ public final class Delivery {
   List<QueuedCommand> commands = new ArrayList<>();
   Outcome outcome;
   boolean sent;
-  boolean reported; // a flush report of its read came after its outcome was sent
+  /**
+   * Done for its read: a flush report of its read came after its outcome was sent, or the sidecar
+   * answered that outcome ALREADY_SETTLED (its slot is no longer outstanding there: no report
+   * ever names it).
+   */
+  boolean reported;
   boolean started; // handed to the application's handler and not settled yet
   /** The application's own trace context for handling this delivery, sent with its outcome. */
   TraceContext handlingTrace;

@@ -352,7 +352,10 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
    * the slot stays open) is settled as {@link SubscribeOptions#rejectedOutcome} says, without its
    * commands, and the listener's {@code error} gets a {@link RejectedException} naming the cause
    * (the refused command's reason, not the ack's). The sidecar's advice to settle it otherwise is
-   * what this does: it is not passed on.
+   * what this does: it is not passed on. An outcome refused ALREADY_SETTLED (on a partitioned
+   * stream: its partition was handed over, or fenced, before the outcome came) is not settled
+   * again: the entry is the partition's new reader's, and no flush report will name the slot, so
+   * the delivery is done for its read here.
    */
   private void onRejections(List<Rejection> rejections) {
     Map<Long, List<Rejection>> bySlot = new LinkedHashMap<>();
@@ -386,6 +389,14 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
           }
           outcome = resettle(d, why);
         } else if (d != null
+            && d.outcome != null
+            && d.sent
+            && !d.reported
+            && refusedAs(e.getValue(), RejectionReason.REJECTION_REASON_ALREADY_SETTLED)) {
+          // The slot is not outstanding on the sidecar any more (its partition was handed over,
+          // or fenced): no flush report will name it. Reported to the listener all the same.
+          unreportedLocked(d);
+        } else if (d != null
             && !why.getCommand().isEmpty()
             && d.outcome != null
             && d.outcome.getKind() == OutcomeKind.OUTCOME_KIND_ACK) {
@@ -395,6 +406,37 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       RejectedException error = new RejectedException(why, d, outcome);
       sub.log("%s", error.getMessage());
       sub.reportError(error);
+    }
+  }
+
+  /**
+   * The sidecar answered {@code d}'s outcome ALREADY_SETTLED: the slot is no longer outstanding
+   * there (its partition was handed over to another replica, or fenced itself), so no flush
+   * report will ever name it, and its entry is delivered again by the partition's new reader. It
+   * is done for its read as a reported delivery is; once every delivery of the read is, the read
+   * is dropped as its last report would have dropped it. Its outcome already took it off the
+   * started count. Called with the lock held.
+   */
+  private void unreportedLocked(Delivery d) {
+    d.reported = true;
+    slots.remove(d.slot());
+    ReadState r = d.read;
+    if (r.deliveries.stream().allMatch(x -> x.reported)) {
+      reads.remove(r.id, r);
+    }
+  }
+
+  /** The reads this stream still keeps: those with deliveries not reported yet (for the tests). */
+  int heldReads() {
+    synchronized (lock) {
+      return reads.size();
+    }
+  }
+
+  /** The slots this stream still keeps: those not reported yet (for the tests). */
+  int heldSlots() {
+    synchronized (lock) {
+      return slots.size();
     }
   }
 
@@ -437,6 +479,15 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
       }
     }
     return rejections.get(0);
+  }
+
+  private static boolean refusedAs(List<Rejection> rejections, RejectionReason reason) {
+    for (Rejection r : rejections) {
+      if (r.getReason() == reason) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static boolean outcomeRefused(List<Rejection> rejections) {

@@ -472,7 +472,9 @@ public final class SubscribeOptions {
      * sidecar does; an outcome that comes later still (past the sidecar's {@code
      * --shutdown-grace}, or from a replica stalled past {@code --consumer-lease}) is refused as
      * {@code ALREADY_SETTLED}, a {@link RejectedException} to the listener, and the entry is
-     * delivered again by the partition's new reader.
+     * delivered again by the partition's new reader. No flush report ever names such a delivery:
+     * the subscription counts it done for its read, and drops the read once the rest of it is
+     * done too.
      *
      * <p>At most 1024 (the sidecar refuses more); 0 (default): the stream {@code key} itself.
      */

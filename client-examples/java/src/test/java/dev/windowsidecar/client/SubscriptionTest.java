@@ -419,6 +419,140 @@ public class SubscriptionTest {
       assertEquals("ALREADY_SETTLED", ((RejectedException) e).reason());
       assertEquals(a2, ((RejectedException) e).delivery());
       assertNull("settled again after ALREADY_SETTLED", got.poll(200, TimeUnit.MILLISECONDS));
+      assertEquals("reads kept", 0, a2.session.heldReads());
+      assertEquals("slots kept", 0, a2.session.heldSlots());
+    }
+  }
+
+  /** The sidecar's answer to outcomes of slots whose partition was handed over. */
+  static SubscribeResponse alreadySettled(long... slots) {
+    Rejections.Builder rs = Rejections.newBuilder();
+    for (long slot : slots) {
+      rs.addRejections(
+          Rejection.newBuilder()
+              .setSlot(slot)
+              .setReason(RejectionReason.REJECTION_REASON_ALREADY_SETTLED)
+              .setMessage("slot " + slot + " already has an outcome or was abandoned"));
+    }
+    return SubscribeResponse.newBuilder().setRejections(rs).build();
+  }
+
+  /** The next error the listener got: a RejectedException ALREADY_SETTLED naming {@code d}. */
+  static void nextRejected(LinkedBlockingQueue<WindowException> errors, Delivery d)
+      throws InterruptedException {
+    WindowException e = errors.poll(5, TimeUnit.SECONDS);
+    assertTrue(String.valueOf(e), e instanceof RejectedException);
+    assertEquals("ALREADY_SETTLED", ((RejectedException) e).reason());
+    assertEquals(d, ((RejectedException) e).delivery());
+  }
+
+  static SubscriptionListener errorsTo(LinkedBlockingQueue<WindowException> errors) {
+    return new SubscriptionListener() {
+      @Override
+      public void error(WindowException e) {
+        errors.add(e);
+      }
+    };
+  }
+
+  /**
+   * A partitioned stream whose partition was handed over while a read of it was out: the sidecar
+   * refuses the read's outcomes ALREADY_SETTLED and never reports the read (the new owner
+   * delivers the entries again). The listener hears of each refusal, nothing settles them again,
+   * and the read and its slots are dropped at once rather than kept until the stream ends.
+   */
+  @Test
+  public void outcomesRefusedAlreadySettledEndTheirRead() throws Exception {
+    long p = 1L << 36; // a partition's range of read ids and slots
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(p + 1, p + 1, "1-0", "2-0", "3-0"));
+              got.add(in.next());
+              out.onNext(alreadySettled(p + 1, p + 2, p + 3));
+              for (Batch b = in.next(); b != null; b = in.next()) {
+                got.add(b);
+              }
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
+    SubscribeOptions o =
+        options().partitions(4).listener(errorsTo(errors)).onFlush(flushes::add).build();
+    try (Subscription sub = client.subscribe(o, later(ds))) {
+      assertFalse(sub.isTerminated());
+      List<Delivery> deliveries = List.of(take(ds), take(ds), take(ds));
+      for (Delivery d : deliveries) {
+        assertTrue(d.ack());
+      }
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(3, b.getOutcomesCount());
+      for (Delivery d : deliveries) {
+        nextRejected(errors, d);
+      }
+      Session s = deliveries.get(0).session;
+      assertEquals("reads kept", 0, s.heldReads());
+      assertEquals("slots kept", 0, s.heldSlots());
+      assertNull("settled again after ALREADY_SETTLED", got.poll(200, TimeUnit.MILLISECONDS));
+      assertNull("a flush", flushes.poll());
+      assertNull("another error", errors.poll());
+    }
+  }
+
+  /**
+   * Ordered and partitioned: a read's first outcome is flushed and reported, then its partition is
+   * handed over and the second outcome is refused ALREADY_SETTLED. The read is done: no report
+   * will come for the rest, and nothing of it is kept.
+   */
+  @Test
+  public void aReadReportedInPartThenRefusedAlreadySettledIsDropped() throws Exception {
+    LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    WindowClient client =
+        start(
+            (out, in) -> {
+              out.onNext(opened());
+              out.onNext(read(1, 1, "1-0", "2-0"));
+              got.add(in.next());
+              out.onNext(flushed(1, 1));
+              got.add(in.next());
+              out.onNext(alreadySettled(1));
+              in.awaitEnd();
+              out.onCompleted();
+            });
+    LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+    LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
+    SubscribeOptions o =
+        options()
+            .orderingHeader("k")
+            .partitions(4)
+            .listener(errorsTo(errors))
+            .onFlush(flushes::add)
+            .build();
+    try (Subscription sub = client.subscribe(o, later(ds))) {
+      assertFalse(sub.isTerminated());
+      Delivery slow = take(ds);
+      Delivery fast = take(ds);
+      assertTrue(fast.ack());
+      Batch b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(2, b.getOutcomes(0).getSlot());
+      Flush f = flushes.poll(5, TimeUnit.SECONDS);
+      assertNotNull(f);
+      assertEquals(List.of(fast), f.settled());
+      assertEquals("the reported delivery's slot is let go", 1, slow.session.heldSlots());
+      assertTrue(slow.ack());
+      b = got.poll(5, TimeUnit.SECONDS);
+      assertNotNull(b);
+      assertEquals(1, b.getOutcomes(0).getSlot());
+      nextRejected(errors, slow);
+      assertEquals("reads kept", 0, slow.session.heldReads());
+      assertEquals("slots kept", 0, slow.session.heldSlots());
+      assertNull("a flush", flushes.poll(200, TimeUnit.MILLISECONDS));
     }
   }
 
