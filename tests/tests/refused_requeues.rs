@@ -628,17 +628,7 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
     }
     // The second retry is at the cap: a dead letter, refused. From then on each re-read finds
     // the entry past the cap and tries the dead letter again, refused again.
-    let mut refused = 0;
-    let until = Instant::now() + Duration::from_secs(3);
-    while let Some(left) = until.checked_duration_since(Instant::now()) {
-        match sub.message_within(left).await {
-            Some(Ok(Some(proto::SubscribeResponse {
-                kind: Some(Kind::Flush(report)),
-            }))) => refused += report.requeue_refused.len(),
-            Some(Ok(Some(other))) => panic!("only flush reports while refused: {other:?}"),
-            _ => break,
-        }
-    }
+    let refused = refused_for(&mut sub, Duration::from_secs(3)).await;
     assert!(
         refused >= 3,
         "the dead letter was tried again and again: {refused}"
@@ -662,6 +652,23 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
     assert_eq!(dead[0].1["h:x-window-deliveries"], "2");
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
     sidecar.stop().await;
+}
+
+/// The requeues the flush reports of `wait` say Redis refused; nothing but flush reports may
+/// come meanwhile.
+async fn refused_for(sub: &mut Subscription, wait: Duration) -> usize {
+    let mut refused = 0;
+    let until = Instant::now() + wait;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match sub.message_within(left).await {
+            Some(Ok(Some(proto::SubscribeResponse {
+                kind: Some(Kind::Flush(report)),
+            }))) => refused += report.requeue_refused.len(),
+            Some(Ok(Some(other))) => panic!("only flush reports while refused: {other:?}"),
+            _ => break,
+        }
+    }
+    refused
 }
 
 /// The delivery count of the one entry pending in `group` of `key`.
@@ -700,17 +707,7 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing_reliable_l
         assert_eq!(d.delivery_count, delivery);
         sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
     }
-    let mut refused = 0;
-    let until = Instant::now() + Duration::from_secs(3);
-    while let Some(left) = until.checked_duration_since(Instant::now()) {
-        match sub.message_within(left).await {
-            Some(Ok(Some(proto::SubscribeResponse {
-                kind: Some(Kind::Flush(report)),
-            }))) => refused += report.requeue_refused.len(),
-            Some(Ok(Some(other))) => panic!("only flush reports while refused: {other:?}"),
-            _ => break,
-        }
-    }
+    let refused = refused_for(&mut sub, Duration::from_secs(3)).await;
     assert!(
         refused >= 3,
         "the dead letter was tried again and again: {refused}"
