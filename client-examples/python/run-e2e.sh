@@ -4,7 +4,8 @@
 #   bash client-examples/python/run-e2e.sh
 #
 # 1. installs what is missing into .venv (pip only: grpcio-tools, mypy and the stubs), generates
-#    the code into the source tree (./generate.sh) and checks the package with mypy --strict;
+#    the code into the source tree (./generate.sh) and checks the package and the conformance
+#    runner with mypy --strict;
 #    builds the sdist and, from it, the wheel (python -m build: hatchling, whose hook
 #    hatch_build.py generates the code into a temporary directory with the pinned grpcio-tools),
 #    checks that the build wrote nothing into the checkout, that both carry the LICENSE and pass
@@ -60,10 +61,10 @@ log "generating the gRPC code into the source tree (for mypy)"
 PYTHON="$py" "$here/generate.sh"
 log "mypy --strict"
 if (cd "$here" && "$py" -m mypy --strict) >"$work/mypy.log" 2>&1; then
-  pass "mypy --strict window_client: $(tail -1 "$work/mypy.log")"
+  pass "mypy --strict window_client conformance: $(tail -1 "$work/mypy.log")"
 else
   cat "$work/mypy.log"
-  fail "mypy --strict window_client"
+  fail "mypy --strict window_client conformance"
 fi
 
 log "building the sdist, then the wheel from it (python -m build)"
