@@ -209,10 +209,19 @@ impl<E: Item> Engine<E> {
             (now, self.reader_asked),
         );
         match status {
-            FlushStatus::Ok => self.flush_ended(flush),
+            FlushStatus::Ok => {
+                self.refused_settles = 0;
+                self.flush_ended(flush);
+            }
             FlushStatus::Failed { settle_failed } => {
-                // The read's entries are still pending on this consumer: read them again.
-                self.reread_owed |= settle_failed;
+                // The read's entries are still pending on this consumer: read them again,
+                // after a wait that grows while Redis keeps refusing.
+                if settle_failed {
+                    self.reread_owed = true;
+                    self.refused_settles += 1;
+                    let at = now + backoff(self.refused_settles);
+                    self.retry_read_at = Some(self.retry_read_at.map_or(at, |t| t.max(at)));
+                }
                 self.flush_ended(flush);
             }
             // It stays under way until nothing of it can still run: its entries are read

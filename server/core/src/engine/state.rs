@@ -103,6 +103,11 @@ pub struct Engine<E: Item> {
     /// This consumer's own entries must be read again (a settle or a read failed).
     pub(super) reread_owed: bool,
     pub(super) read_failures: u32,
+    /// Flushes in a row whose settle Redis refused (out of memory, an ACL, a key of the wrong
+    /// type): the reads after each wait longer, as after failed reads. A refusal that lasts
+    /// would otherwise have every re-read bring the same entries back at once and try the same
+    /// writes again, round trip after round trip, against a Redis already refusing them.
+    pub(super) refused_settles: u32,
     pub(super) retry_read_at: Option<Instant>,
     pub(super) lease: Option<Lease>,
     pub(super) recovery: Option<Recovery>,
@@ -158,6 +163,7 @@ impl<E: Item> Engine<E> {
             flushing_deliveries: 0,
             reread_owed: false,
             read_failures: 0,
+            refused_settles: 0,
             retry_read_at: None,
             lease,
             recovery,

@@ -1340,6 +1340,56 @@ fn an_unordered_streams_retry_is_kept_in_place_and_comes_first_again() {
     );
 }
 
+/// A flush whose settle Redis refused leaves its entries pending, to be read again: not at
+/// once, but after a wait that grows with each refusal in a row (as after failed reads), and
+/// that a flush Redis takes starts over.
+#[test]
+fn reads_after_refused_settles_wait_longer_each_time() {
+    // Entry `id` read, settled with `outcome`, its flush answered `status`; the read under
+    // way meanwhile comes back empty. How long until the next read is asked.
+    fn round(
+        engine: &mut Engine<E>,
+        now: Instant,
+        (id, outcome, status): (u64, Outcome, FlushStatus),
+    ) -> Duration {
+        engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(vec![entry(id, 1)])));
+        let slot = handed_out(&engine.take_actions())[0].0;
+        engine.apply(now, Vec::new(), vec![settle(slot, outcome)], |_, _| None);
+        let (flush, _) = first_flush(&engine.take_actions());
+        engine.flushed(now, flush, answered(status), None);
+        engine.read_returned(now, ReadFrom::Reader, Ok(Read::new(Vec::new())));
+        let mut at = now;
+        let mut actions = engine.take_actions();
+        // Through the other timers (the lease's renewals) until the read goes.
+        while read_asked(&actions).is_none() {
+            at = engine.next_deadline().expect("a read is due later");
+            engine.tick(at);
+            actions = engine.take_actions();
+        }
+        at - now
+    }
+    let refused = FlushStatus::Failed {
+        settle_failed: true,
+    };
+    let mut now = Instant::now();
+    let mut engine = Engine::new(config(Kind::Stream), now);
+    engine.take_actions();
+    let mut waits = Vec::new();
+    for id in 1..=3 {
+        let wait = round(&mut engine, now, (id, Outcome::Retry, refused));
+        waits.push(wait);
+        now += wait;
+    }
+    assert!(
+        waits[0] > Duration::ZERO && waits.windows(2).all(|w| w[0] < w[1]),
+        "each refusal in a row waits longer: {waits:?}"
+    );
+    let wait = round(&mut engine, now, (9, Outcome::Ack, FlushStatus::Ok));
+    assert_eq!(wait, Duration::ZERO, "a flush Redis takes: read on at once");
+    let wait = round(&mut engine, now, (10, Outcome::Retry, refused));
+    assert_eq!(wait, waits[0], "and the waits start over");
+}
+
 /// Past the cap a retry is no longer kept in place: it goes to the dead letter.
 #[test]
 fn an_unordered_streams_retry_at_the_cap_is_not_kept_in_place() {
