@@ -2,6 +2,7 @@
 //! entries claimed from idle consumers, the read-ahead a flush carries, and what it gives
 //! back or extends of its pending entries.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -20,19 +21,20 @@ use super::{StreamKeys, create_group, group_start, pending_count};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, StreamSource};
 
-/// For each id in ARGV[4..], `{count, wait}`: its delivery count while it is pending on
+/// For each pair `id, n` in ARGV[3..], `{count, wait}`: its delivery count while it is pending on
 /// consumer ARGV[2] of group ARGV[1] on the stream KEYS[1], else 0 (settled meanwhile, or
 /// another consumer's); and the ms left until the `retry_after` due time the group's delay set
 /// KEYS[2] holds for it, 0 when none is left (a re-read or a reclaim must not deliver it
 /// before then). Nobody sees such an entry before it is due, so the count this read added is
 /// taken back: it is counted when due ([`count_due`]), and a sidecar that crashes again and
-/// again before then counts no deliveries nobody saw, up to the dead letter. A count past
-/// ARGV[3] + 1 (ARGV[3] the subscription's `max_deliveries`, 0 for none) is set back to that:
-/// an entry read past the cap goes to the dead letter without being delivered, so the reads
-/// after the first that found it there counted nobody's delivery (while Redis refuses the
-/// dead letter, `OOM` or a key of the wrong type, each re-read after the refused flush would
-/// count one more, and the dead letter once written would carry a count hundreds past the
-/// deliveries any client saw). Each entry of this consumer is also claimed again by it, its
+/// again before then counts no deliveries nobody saw, up to the dead letter. `n` (`-` for
+/// none) is the count with which this reader last found the entry past `max_deliveries`: such
+/// an entry goes to the dead letter without being delivered, and while it is still pending
+/// with exactly one more, the only read since was this one, which delivers it to nobody
+/// either, so its count is taken back too (while Redis refuses the dead letter, `OOM` or a
+/// key of the wrong type, each re-read after the refused flush would count one more, and the
+/// dead letter once written would carry a count hundreds past the deliveries any client saw;
+/// a count raised by anyone else's delivery meanwhile is left as it is). Each entry of this consumer is also claimed again by it, its
 /// count and idle time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
 /// (`XREADGROUP … 0`) renews both in memory only, Redis writing it to neither its AOF nor its
 /// replicas, and a restart or failover would otherwise hand back an entry just delivered
@@ -48,20 +50,19 @@ static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| {
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local counts = {}
-local cap = tonumber(ARGV[3])
-for i = 4, #ARGV do
+for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local row = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1, ARGV[2])[1]
   local wait, count = 0, 0
   if row then
     count = row[4]
+    if ARGV[i + 1] ~= '-' and count == tonumber(ARGV[i + 1]) + 1 then
+      count = count - 1
+    end
     local due = redis.call('ZSCORE', KEYS[2], id)
     if due and tonumber(due) > now then
       wait = tonumber(due) - now
       count = math.max(count - 1, 1)
-    end
-    if cap > 0 and count > cap + 1 then
-      count = cap + 1
     end
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
   end
@@ -128,6 +129,10 @@ return entries
 "#,
     )
 });
+
+/// The most entries a reader remembers as found past the cap (see `StreamReader::past_cap`):
+/// a backlog of poison entries Redis will not dead-letter, far more than a read brings.
+const PAST_CAP_KEPT: usize = 4096;
 
 /// Where the next read comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -412,8 +417,13 @@ pub(crate) struct StreamReader {
     /// The dedicated connection's reconnections (fred retries a read on the new connection).
     reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
     min_idle: Duration,
-    /// The subscription's `max_deliveries` (0: none), past which a re-read counts no more.
+    /// The subscription's `max_deliveries` (0: none).
     max_deliveries: u32,
+    /// Entries this reader found past `max_deliveries`, with the count Redis had for them
+    /// then: read again with exactly one more, that read is taken back ([`RENEW_COUNTS`]).
+    /// Left behind by entries settled since (their dead letter written); cleared whole past
+    /// [`PAST_CAP_KEPT`], at the cost of one count more for those read again.
+    past_cap: HashMap<Bytes, u64>,
     cursor: Cursor,
     claim_cursor: Bytes,
     replication: Option<Replication>,
@@ -443,6 +453,7 @@ impl StreamReader {
             interrupted: false,
             min_idle: source.min_idle,
             max_deliveries,
+            past_cap: HashMap::new(),
             cursor: Cursor::Pending(Bytes::from_static(b"0")),
             claim_cursor: Bytes::from_static(b"0-0"),
         }
@@ -651,7 +662,7 @@ impl StreamReader {
     /// makes their renewal durable ([`RENEW_COUNTS`]). Entries no longer this consumer's are
     /// not delivered; those whose `retry_after` is not due yet come apart, with the time left.
     async fn with_delivery_counts(
-        &self,
+        &mut self,
         mut entries: Vec<Entry>,
     ) -> Result<(Vec<Entry>, Vec<(Entry, Duration)>), RedisError> {
         if entries.is_empty() {
@@ -661,9 +672,14 @@ impl StreamReader {
         let mut args = vec![
             Value::Bytes(self.keys.group.clone()),
             Value::Bytes(self.keys.consumer.clone()),
-            Value::Integer(self.max_deliveries.into()),
         ];
-        args.extend(entries.iter().map(|e| Value::Bytes(e.id.clone())));
+        for entry in &entries {
+            args.push(Value::Bytes(entry.id.clone()));
+            args.push(match self.past_cap.get(&entry.id) {
+                Some(count) => Value::Integer(*count as i64),
+                None => str_arg("-"),
+            });
+        }
         let commands = self.connection.commands(None);
         let reply = eval_script(&commands, &RENEW_COUNTS, self.keys.slot, keys, args).await?;
         let Value::Array(counts) = reply else {
@@ -672,7 +688,31 @@ impl StreamReader {
                 detail: "the counts are not an array".into(),
             });
         };
+        self.note_past_cap(&entries, &counts);
         Ok(counted(std::mem::take(&mut entries), counts))
+    }
+
+    /// Remembers which of these entries Redis counts past `max_deliveries` (see
+    /// [`Self::past_cap`]), and forgets the others.
+    fn note_past_cap(&mut self, entries: &[Entry], counts: &[Value]) {
+        if self.max_deliveries == 0 {
+            return;
+        }
+        if self.past_cap.len() > PAST_CAP_KEPT {
+            self.past_cap.clear();
+        }
+        for (entry, reply) in entries.iter().zip(counts) {
+            let count = match reply {
+                Value::Array(pair) => pair.first().and_then(Value::as_u64).unwrap_or(0),
+                _ => 0,
+            };
+            let delivery = count + u64::from(entry.earlier_attempts());
+            if count > 0 && delivery > u64::from(self.max_deliveries) {
+                self.past_cap.insert(entry.id.clone(), count);
+            } else {
+                self.past_cap.remove(&entry.id);
+            }
+        }
     }
 
     /// Entries deleted from the stream while pending cannot be delivered: settle them.
