@@ -66,6 +66,10 @@ type readState struct {
 	unsettled  int
 	settled    []*Delivery // in the order of their outcomes (the sidecar keeps acks in this order)
 	sent       bool
+	// partition is the read's partition on a partitioned stream (Read.partition), when
+	// partitioned.
+	partition   uint32
+	partitioned bool
 }
 
 // Batch is one read's deliveries in stream order, handed out together by
@@ -75,7 +79,14 @@ type Batch struct {
 	// ReadID is the read these deliveries came in.
 	ReadID     uint64
 	Deliveries []*Delivery
+
+	read *readState
 }
+
+// Partition is, on a partitioned stream, the partition the read came from, that of each of its
+// deliveries (Delivery.Partition; entry ids repeat across partitions), and true; 0 and false
+// on an unpartitioned stream.
+func (b *Batch) Partition() (uint32, bool) { return b.read.partitionOf() }
 
 // Unsettled is the deliveries without an outcome yet.
 func (b *Batch) Unsettled() []*Delivery {
@@ -111,6 +122,20 @@ func (b *Batch) each(settle func(*Delivery) error) error {
 		}
 	}
 	return first
+}
+
+// Partition is, on a partitioned stream (Options.Partitions), the partition the entry was read
+// from (its stream is `<Stream>:{partition}`), and true. Entry ids repeat across partitions, so
+// the partition with EntryID names an entry where EntryID alone does not. 0 and false on an
+// unpartitioned stream, a list or pub/sub.
+func (d *Delivery) Partition() (uint32, bool) { return d.read.partitionOf() }
+
+// partitionOf is the read's partition and whether it has one (none without a read).
+func (r *readState) partitionOf() (uint32, bool) {
+	if r == nil {
+		return 0, false
+	}
+	return r.partition, r.partitioned
 }
 
 // HasPayload says whether the entry is in the payload layout (what the clients publish): false

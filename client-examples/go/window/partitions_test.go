@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,92 @@ import (
 
 	windowv1 "example.invalid/window-sidecar/client-examples/go/windowv1"
 )
+
+// partitionedReads is a fake sidecar's script (see start) that opens the subscription with
+// Opened.partitions set to shared, sends a read of partition 3 (slots 1 and 2), then a read
+// without a partition, as an unpartitioned stream's (slot 3, whose entry id 5-0 the first read
+// has too), and serves until the client half-closes.
+func partitionedReads(shared uint32) func(*testing.T, windowv1.WindowService_SubscribeServer) error {
+	return func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		o := opened()
+		o.GetOpened().Partitions = shared
+		s.Send(o)
+		three := uint32(3)
+		r := read(1, 1, "5-0", "6-0")
+		r.GetRead().Partition = &three
+		s.Send(r)
+		s.Send(read(2, 3, "5-0"))
+		for {
+			if _, err := s.Recv(); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// partitionSeen is what a test saw of a delivery's or a batch's partition.
+type partitionSeen struct {
+	id        uint64 // a delivery's slot, a batch's read id
+	partition uint32
+	ok        bool
+}
+
+// The subscription's partitions are Opened.partitions, once it is open (a sidecar that leaves
+// them 0, as an older one does, reads unpartitioned); each delivery's partition is its read's,
+// none for a read without one.
+func TestPartitionOfEachDelivery(t *testing.T) {
+	for _, shared := range []uint32{4, 0} {
+		c, _ := start(t, partitionedReads(shared))
+		sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 4, Partitions: 4, Logf: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []partitionSeen
+		for i := 0; i < 3; i++ {
+			d := recvDelivery(t, sub)
+			p, ok := d.Partition()
+			seen = append(seen, partitionSeen{d.Slot, p, ok})
+			d.Ack()
+		}
+		if n := sub.Partitions(); n != shared {
+			t.Errorf("Opened.partitions %d: Partitions() %d", shared, n)
+		}
+		sub.Close(context.Background())
+		if want := []partitionSeen{{1, 3, true}, {2, 3, true}, {3, 0, false}}; !reflect.DeepEqual(seen, want) {
+			t.Errorf("deliveries' partitions %v, want %v", seen, want)
+		}
+	}
+}
+
+// A batch's partition is its read's, as its deliveries' are; none for a read without one.
+func TestPartitionOfEachBatch(t *testing.T) {
+	c, _ := start(t, partitionedReads(4))
+	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 4, Partitions: 4, Logf: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	var batches, deliveries []partitionSeen
+	for i := 0; i < 2; i++ {
+		b := recvBatch(t, sub)
+		p, ok := b.Partition()
+		batches = append(batches, partitionSeen{b.ReadID, p, ok})
+		for _, d := range b.Deliveries {
+			p, ok := d.Partition()
+			deliveries = append(deliveries, partitionSeen{d.Slot, p, ok})
+		}
+		b.Ack()
+	}
+	if want := []partitionSeen{{1, 3, true}, {2, 0, false}}; !reflect.DeepEqual(batches, want) {
+		t.Errorf("batches' partitions %v, want %v", batches, want)
+	}
+	if want := []partitionSeen{{1, 3, true}, {2, 3, true}, {3, 0, false}}; !reflect.DeepEqual(deliveries, want) {
+		t.Errorf("their deliveries' partitions %v, want %v", deliveries, want)
+	}
+	if n := sub.Partitions(); n != 4 {
+		t.Errorf("Partitions() %d, want 4", n)
+	}
+}
 
 // realSidecar starts a throwaway redis-server and a sidecar on it with args (the binary
 // WINDOW_SIDECAR_BIN, else the repository's target/debug/window-sidecar), both killed when the

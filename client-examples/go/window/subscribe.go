@@ -257,6 +257,7 @@ type Subscription struct {
 	reconnects int
 	opens      int
 	consumer   string
+	partitions uint32
 }
 
 // Subscribe starts a subscription. Deliveries arrive on Deliveries(); the channel is closed when
@@ -356,6 +357,17 @@ func (sub *Subscription) Consumer() string {
 	return sub.consumer
 }
 
+// Partitions is how many partitions of the partitioned stream the sidecar shares out among the
+// group's replicas for this subscription (Opened.partitions), once it is open: 0 before the
+// first `opened`, on an unpartitioned stream, a list or pub/sub, and from a sidecar older than
+// the field, which then reads the stream itself whatever Options.Partitions asked for. Its
+// deliveries name their partition (Delivery.Partition).
+func (sub *Subscription) Partitions() uint32 {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.partitions
+}
+
 // Stop starts Close's graceful end and returns at once: no delivery is handed out any more;
 // Run returns and Deliveries is closed once it is done. Safe from any goroutine, more than once.
 func (sub *Subscription) Stop() { sub.closeOnce.Do(func() { close(sub.closing) }) }
@@ -440,6 +452,7 @@ func (sub *Subscription) run() {
 			sub.opens++
 			resubscribed := sub.opens > 1
 			sub.consumer = s.opened.GetConsumer()
+			sub.partitions = s.opened.GetPartitions()
 			sub.mu.Unlock()
 			backoff = sub.opts.MinBackoff
 			if sub.opts.OnOpened != nil {
@@ -758,7 +771,7 @@ func (s *session) next() *Delivery {
 func (s *session) readOf(d *Delivery) *Batch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := &Batch{ReadID: d.read.id, Deliveries: []*Delivery{d}}
+	b := &Batch{ReadID: d.read.id, Deliveries: []*Delivery{d}, read: d.read}
 	for _, n := range s.queue {
 		if n.read != d.read {
 			break
@@ -906,7 +919,8 @@ func (s *session) receive() {
 }
 
 func (s *session) onRead(r *windowv1.Read) {
-	rs := &readState{id: r.GetReadId(), unsettled: len(r.GetDeliveries())}
+	rs := &readState{id: r.GetReadId(), unsettled: len(r.GetDeliveries()),
+		partition: r.GetPartition(), partitioned: r.Partition != nil}
 	for _, pd := range r.GetDeliveries() {
 		d := &Delivery{
 			Slot:          pd.GetSlot(),

@@ -234,6 +234,7 @@ async function main(path: string): Promise<void> {
     }
     emit("delivery", {
       payload, count: d.deliveryCount, headers: d.headers, ...extra, ...(consumer !== undefined && { consumer }),
+      ...(d.partition !== undefined && { partition: d.partition }),
     });
     const action = actionFor(scenario.handle, payload, n);
     if (typed) d.redis.hIncrBy(scenario.effects, payload, 1);

@@ -168,6 +168,13 @@ export class Delivery {
   /** Pub/sub: the channel the message arrived on (empty otherwise). */
   readonly channel: string;
   readonly readId: number;
+  /**
+   * On a partitioned stream (`partitions`): the partition the entry was read from (its stream is
+   * `<stream>:{partition}`). Entry ids repeat across partitions, so `partition` with `entryId`
+   * names an entry where `entryId` alone does not. Undefined on an unpartitioned stream, a list
+   * or pub/sub.
+   */
+  readonly partition: number | undefined;
   /** Set once settled; undefined while open or when abandoned. */
   outcome: OutcomeName | undefined;
   /** The sidecar's rejection of this delivery's outcome, while the helper settles it again. */
@@ -194,6 +201,7 @@ export class Delivery {
     /** @internal */ readonly stream: StreamState,
     readId: number,
     msg: DeliveryMsg,
+    partition?: number,
   ) {
     this.slot = msg.slot;
     this.entryId = msg.entryId;
@@ -204,6 +212,7 @@ export class Delivery {
     this.trace = msg.trace;
     this.channel = msg.channel;
     this.readId = readId;
+    this.partition = partition;
   }
 
   /**
@@ -363,6 +372,11 @@ export class DeliveryBatch implements Iterable<Delivery> {
     /** The read these deliveries came in (as `Delivery.readId`). */
     readonly readId: number,
     readonly deliveries: readonly Delivery[],
+    /**
+     * On a partitioned stream: the partition the read came from, that of each of its deliveries
+     * (as `Delivery.partition`; entry ids repeat across partitions). Undefined otherwise.
+     */
+    readonly partition?: number,
   ) {}
   get length(): number {
     return this.deliveries.length;
@@ -731,6 +745,17 @@ export class Subscription implements AsyncIterable<Delivery> {
     return Boolean(this.opts.orderingHeader || this.opts.orderingField);
   }
 
+  /**
+   * How many partitions of the partitioned stream the sidecar shares out among the group's
+   * replicas for this subscription (`Opened.partitions`), once it is open: 0 before that, on an
+   * unpartitioned stream, a list or pub/sub, and from a sidecar older than the field, which then
+   * reads the stream itself whatever `partitions` asked for. Its deliveries name their partition
+   * (`Delivery.partition`).
+   */
+  get partitions(): number {
+    return this.opened?.partitions ?? 0;
+  }
+
   /** True when the subscription has a dead-letter target (`deadLetter`): Delivery.deadLetter needs one. */
   get hasDeadLetter(): boolean {
     const o = this.opts;
@@ -794,7 +819,7 @@ export class Subscription implements AsyncIterable<Delivery> {
       this.queue.shift();
       if (n.stream.alive && !n.stream.draining) deliveries.push(this.handOut(n));
     }
-    return { done: false, value: new DeliveryBatch(d.readId, deliveries) };
+    return { done: false, value: new DeliveryBatch(d.readId, deliveries, d.partition) };
   }
 
   private handOut(d: Delivery): Delivery {
@@ -1209,7 +1234,8 @@ export class Subscription implements AsyncIterable<Delivery> {
   }
 
   private onRead(st: StreamState, read: Read): void {
-    const deliveries = read.deliveries.map((m) => new Delivery(this, st, read.readId, m));
+    const { readId, partition } = read;
+    const deliveries = read.deliveries.map((m) => new Delivery(this, st, readId, m, partition));
     if (deliveries.length === 0) return;
     const limit = st.opened?.maxInFlight ?? 0;
     if (limit && st.unsettled + deliveries.length > limit) {

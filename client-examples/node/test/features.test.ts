@@ -71,7 +71,8 @@ interface Fake {
 }
 
 const send = (call: Call, msg: DeepPartial<SubscribeResponse>) => call.write(SubscribeResponse.fromPartial(msg));
-const opened = (call: Call) => send(call, { opened: { subscriptionId: "sub-1", consumer: "c", count: 4, maxInFlight: 8 } });
+const opened = (call: Call, extra: DeepPartial<Opened> = {}) =>
+  send(call, { opened: { subscriptionId: "sub-1", consumer: "c", count: 4, maxInFlight: 8, ...extra } });
 const delivery = (slot: number, payload: string, extra: Record<string, unknown> = {}) => ({
   slot, entryId: `${slot}-0`, payload: Buffer.from(payload), deliveryCount: 1, ...extra,
 });
@@ -555,6 +556,54 @@ test("partitions: the Open carries them, one stream carries every partition's sl
   f.server.forceShutdown();
   assert.deepEqual([open?.stream?.key, open?.stream?.consumer, open?.stream?.partitions, open?.orderingKey?.header], ["s", "w1", 4, "k"]);
   assert.deepEqual(batch!.outcomes.map((o) => o.slot).sort((a, b) => a - b), [2 ** 36 + 1, high]);
+});
+
+/**
+ * A subscription the sidecar shares 4 partitions out for: a read of partition 3, then a read
+ * without a partition (as an unpartitioned stream's); then it serves until the client half-closes.
+ */
+async function partitionedReads(call: Call, inbox: Inbox): Promise<void> {
+  await inbox.next();
+  opened(call, { partitions: 4 });
+  send(call, { read: { readId: 1, partition: 3, deliveries: [delivery(1, "a"), delivery(2, "b")] } });
+  send(call, { read: { readId: 2, deliveries: [delivery(3, "c")] } });
+  while ((await inbox.next()) !== undefined);
+  call.end();
+}
+
+test("partitions: the subscription's from Opened once open; each delivery's from its read, undefined without one", async () => {
+  const f = await fake(partitionedReads);
+  const client = new WindowClient(f.target, { tls: false });
+  const sub = client.subscribe({ stream: "s", group: "g", partitions: 4, logger: quiet });
+  const beforeOpen = sub.partitions;
+  const seen: Array<[number, number, number | undefined, number]> = [];
+  for await (const d of sub) {
+    seen.push([d.slot, d.readId, d.partition, sub.partitions]);
+    d.ack();
+    if (d.slot === 3) sub.stop();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.equal(beforeOpen, 0);
+  assert.deepEqual(seen, [[1, 1, 3, 4], [2, 1, 3, 4], [3, 2, undefined, 4]]);
+});
+
+test("partitions: a batch names its read's partition, as its deliveries do; undefined without one", async () => {
+  const f = await fake(partitionedReads);
+  const client = new WindowClient(f.target, { tls: false });
+  const sub = client.subscribe({ stream: "s", group: "g", partitions: 4, logger: quiet });
+  const seen: Array<[number, number | undefined, Array<number | undefined>]> = [];
+  for await (const batch of sub.batches()) {
+    seen.push([batch.readId, batch.partition, batch.deliveries.map((d) => d.partition)]);
+    batch.ack();
+    if (batch.readId === 2) sub.stop();
+  }
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(seen, [[1, 3, [3, 3]], [2, undefined, [undefined]]]);
+  assert.equal(sub.partitions, 4);
 });
 
 /** What the sidecar answers for the outcomes of slots whose partition was handed over. */

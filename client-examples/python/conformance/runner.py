@@ -210,6 +210,8 @@ async def main(path: str) -> None:
                 extra["json_error"] = str(err)
         if consumer is not None:
             extra["consumer"] = consumer
+        if d.partition is not None:
+            extra["partition"] = d.partition
         emit("delivery", payload=payload, count=d.delivery_count, headers=d.headers, **extra)
         action = action_for(handle, payload, seen[payload])
         if typed:

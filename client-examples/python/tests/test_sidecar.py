@@ -103,13 +103,24 @@ class FakeSidecar(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
         await script(st)
 
 
-async def opened(st: Stream) -> None:
+async def opened(st: Stream, partitions: int = 0) -> None:
     await st.write(opened=pb.Opened(subscription_id=f"sub-{id(st)}", consumer="c1", count=4,
-                                    max_in_flight=8))
+                                    max_in_flight=8, partitions=partitions))
 
 
 async def serve_until_closed(st: Stream) -> None:
     await opened(st)
+    await st.until_half_closed()
+
+
+async def partitioned_reads(st: Stream) -> None:
+    """A subscription the sidecar shares 4 partitions out for: a read of partition 3 whose
+    entry ids another partition could hold too, then a read without a partition (as an
+    unpartitioned stream's)."""
+    await opened(st, partitions=4)
+    await st.write(read=pb.Read(read_id=1, partition=3, deliveries=[delivery(1, "a"),
+                                                                      delivery(2, "b")]))
+    await st.write(read=pb.Read(read_id=2, deliveries=[delivery(3, "c")]))
     await st.until_half_closed()
 
 
@@ -380,6 +391,25 @@ class Subscribing(SidecarTest):
                 ("SET", [b"k", b"v", b"EX", b"60"]),
             )],
         )
+
+    async def test_the_partitions_and_each_deliverys_partition(self) -> None:
+        """Opened.partitions is the subscription's partitions once it is open; Read.partition
+        is each delivery's partition, None for a read without one."""
+        target = await self.start([partitioned_reads])
+        seen = []
+        async with WindowClient(target, token="") as client:
+            sub = client.subscribe("s", "g", partitions=4)
+            self.assertEqual(sub.partitions, 0)  # not open yet
+            async with sub:
+                await sub.wait_opened(5)
+                partitions = sub.partitions
+                async for d in sub:
+                    seen.append((d.slot, d.read_id, d.partition))
+                    d.ack()
+                    if d.slot == 3:
+                        sub.stop()
+        self.assertEqual(partitions, 4)
+        self.assertEqual(seen, [(1, 1, 3), (2, 1, 3), (3, 2, None)])
 
     async def test_an_ordered_read_flushed_in_parts(self) -> None:
         """Ordered: each outcome goes out at once (a key's next entry waits in the sidecar for
@@ -754,6 +784,30 @@ class Batches(SidecarTest):
                         sub.stop()
         self.assertEqual(sizes, [(1, 3), (2, 1)])
 
+    async def test_a_batch_names_its_partition(self) -> None:
+        """A read's partition is its batch's and each of its deliveries', also for the reads
+        regrouped into batches after they came; None for a read without one."""
+        for regrouped in (False, True):
+            with self.subTest(regrouped=regrouped):
+                target = await self.start([partitioned_reads])
+                seen = []
+                async with WindowClient(target, token="") as client:
+                    sub = client.subscribe("s", "g", partitions=4)
+                    async with sub:
+                        for _ in range(200 if regrouped else 0):
+                            if sub.stats.reads == 2:
+                                break
+                            await asyncio.sleep(0.01)
+                        async for batch in sub.batches():
+                            seen.append((batch.read_id, batch.partition,
+                                         [d.partition for d in batch]))
+                            batch.ack()
+                            if batch.read_id == 2:
+                                sub.stop()
+                    self.assertEqual(sub.partitions, 4)
+                await self.server.stop(None)
+                self.assertEqual(seen, [(1, 3, [3, 3]), (2, None, [None])])
+
     async def test_each_delivery_has_its_span_and_it_goes_back_with_the_ack(self) -> None:
         try:
             from opentelemetry.sdk.trace import TracerProvider
@@ -1016,11 +1070,29 @@ class Synchronous(unittest.TestCase):
                 client.publish("s", ["x"], partitions=4)
             with client.subscribe("s", "g", partitions=4, ordering_header="k") as sub:
                 sub.wait_opened(5)
+                # Its Opened leaves partitions 0, as a sidecar older than the field does.
+                self.assertEqual(sub.partitions, 0)
         [p] = self.fake.publishes
         self.assertEqual((p.stream, p.partitions, p.partition_by.header), ("s", 4, "k"))
         [o] = self.fake.opens
         self.assertEqual((o.stream.key, o.stream.partitions, o.ordering_key.header),
                          ("s", 4, "k"))
+
+    def test_the_partitions_and_each_batchs_partition(self) -> None:
+        import window_client as sync
+
+        target = self.start([partitioned_reads])
+        seen = []
+        with sync.WindowClient(target, token="") as client:
+            with client.subscribe("s", "g", partitions=4) as sub:
+                sub.wait_opened(5)
+                self.assertEqual(sub.partitions, 4)
+                for batch in sub.batches():
+                    seen.append((batch.partition, [d.partition for d in batch]))
+                    batch.ack()
+                    if batch.read_id == 2:
+                        sub.stop()
+        self.assertEqual(seen, [(3, [3, 3]), (None, [None])])
 
     def test_batches(self) -> None:
         import window_client as sync

@@ -118,6 +118,12 @@ class Delivery:
         return self._d.read_id
 
     @property
+    def partition(self) -> Optional[int]:
+        """On a partitioned stream: the partition the entry was read from (entry ids repeat
+        across partitions); None otherwise (see the asyncio ``Delivery.partition``)."""
+        return self._d.partition
+
+    @property
     def headers(self) -> Dict[str, str]:
         return self._d.headers
 
@@ -237,6 +243,11 @@ class Batch(aio._Deliveries[Delivery]):
     def read_id(self) -> int:
         return self._batch.read_id
 
+    @property
+    def partition(self) -> Optional[int]:
+        """On a partitioned stream: the partition the read came from; None otherwise."""
+        return self._batch.partition
+
     def ack(self) -> None:
         self._loop.call(self._batch.ack)
 
@@ -268,6 +279,13 @@ class Subscription:
     @property
     def opened(self) -> Optional[pb.Opened]:
         return self._sub.opened
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions of the partitioned stream the sidecar shares out for this
+        subscription (``Opened.partitions``), once it is open: 0 before that, on an
+        unpartitioned stream and from an older sidecar (see the asyncio property)."""
+        return self._sub.partitions
 
     @property
     def stats(self) -> aio.Stats:

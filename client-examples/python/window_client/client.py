@@ -368,6 +368,7 @@ class Delivery:
         "entry_id",
         "payload",
         "read_id",
+        "partition",
         "outcome",
         "rejection",
         "_command_rejection",
@@ -383,12 +384,18 @@ class Delivery:
     )
 
     def __init__(
-        self, sub: "Subscription", stream: "_Stream", read_id: int, msg: pb.Delivery
+        self, sub: "Subscription", stream: "_Stream", read_id: int, msg: pb.Delivery,
+        partition: Optional[int] = None,
     ) -> None:
         self.slot: int = msg.slot
         self.entry_id: str = msg.entry_id
         self.payload: bytes = msg.payload
         self.read_id = read_id
+        #: On a partitioned stream (``subscribe(..., partitions=n)``): the partition the entry
+        #: was read from (its stream is ``<key>:{partition}``). Entry ids repeat across
+        #: partitions, so ``(partition, entry_id)`` names an entry where ``entry_id`` alone
+        #: does not. None on an unpartitioned stream, a list or pub/sub.
+        self.partition: Optional[int] = partition
         #: "ack", "drop", "retry", "retry_after" or "dead_letter" once settled; None while open
         #: or abandoned.
         self.outcome: Optional[str] = None
@@ -667,11 +674,14 @@ class Batch(_Deliveries[Delivery]):
     A read handled as one call costs the helper less per delivery than handing its deliveries
     out one by one: what a handler needs per entry is its side effects and its outcome."""
 
-    __slots__ = ("read_id", "_deliveries", "_sub", "_stream")
+    __slots__ = ("read_id", "partition", "_deliveries", "_sub", "_stream")
 
     def __init__(self, sub: "Subscription", stream: "_Stream", read_id: int,
-                 deliveries: List[Delivery]) -> None:
+                 deliveries: List[Delivery], partition: Optional[int] = None) -> None:
         self.read_id = read_id
+        #: On a partitioned stream: the partition the read came from, that of each of its
+        #: deliveries (:attr:`Delivery.partition`); None on an unpartitioned one.
+        self.partition: Optional[int] = partition
         self._deliveries = deliveries
         self._sub = sub
         self._stream = stream
@@ -955,7 +965,8 @@ class Subscription:
                         and last.read_id == item.read_id):
                     last._deliveries.append(item)
                 else:
-                    self._ready.append(Batch(self, item._stream, item.read_id, [item]))
+                    self._ready.append(
+                        Batch(self, item._stream, item.read_id, [item], item.partition))
         self.start()
         return _Batches(self)
 
@@ -987,6 +998,17 @@ class Subscription:
             if self._batched:
                 return cast(Delivery, self._hand_out_batch(item))
             return self._hand_out(item)
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions of the partitioned stream the sidecar shares out among the
+        group's replicas for this subscription (``Opened.partitions``), once it is open
+        (:meth:`wait_opened`): 0 before that, on an unpartitioned stream, a list or pub/sub,
+        and from a sidecar older than the field, which then reads the stream itself whatever
+        ``partitions`` asked for. Its deliveries name their partition
+        (:attr:`Delivery.partition`)."""
+        opened = self.opened
+        return opened.partitions if opened is not None else 0
 
     async def wait_opened(self, timeout: Optional[float] = None) -> pb.Opened:
         """Starts the subscription and waits until its stream is open (the sidecar's
@@ -1558,7 +1580,8 @@ class Subscription:
 
     def _read(self, st: _Stream, read: pb.Read) -> None:
         read_id = read.read_id  # a message field: read once, not once per delivery
-        deliveries = [Delivery(self, st, read_id, m) for m in read.deliveries]
+        partition = read.partition if read.HasField("partition") else None
+        deliveries = [Delivery(self, st, read_id, m, partition) for m in read.deliveries]
         if not deliveries:
             return
         limit = st.opened.max_in_flight * self._windows if st.opened is not None else 0
@@ -1578,7 +1601,7 @@ class Subscription:
         if self._closing:
             return  # not handed out: abandoned on close, delivered again later
         if self._batched:
-            self._hand_out_all((Batch(self, st, read_id, deliveries),))
+            self._hand_out_all((Batch(self, st, read_id, deliveries, partition),))
         else:
             self._hand_out_all(deliveries)
 

@@ -208,6 +208,9 @@ func main() {
 					if named != "" {
 						fields["consumer"] = named
 					}
+					if p, ok := d.Partition(); ok {
+						fields["partition"] = p
+					}
 					emit("delivery", fields)
 					return handle(d, payload, named, action(sc.Handle, payload, n), sc.Effects, sc.SideEffect == "typed")
 				})

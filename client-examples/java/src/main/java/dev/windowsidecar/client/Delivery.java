@@ -13,6 +13,7 @@ import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalInt;
 
 /**
  * One stream entry handed to the application. Queue commands for it, then settle it exactly once.
@@ -192,6 +193,16 @@ public final class Delivery {
   /** Pub/sub: the channel the message arrived on (empty for other sources). */
   public String channel() {
     return proto.getChannel();
+  }
+
+  /**
+   * On a partitioned stream ({@link SubscribeOptions.Builder#partitions}), the partition the entry
+   * was read from (its stream is {@code <stream>:{partition}}). Entry ids repeat across
+   * partitions, so the partition with {@link #entryId} names an entry where the entry id alone does
+   * not. Empty on an unpartitioned stream, a list or pub/sub.
+   */
+  public OptionalInt partition() {
+    return read.partition;
   }
 
   /**

@@ -3,6 +3,7 @@ package dev.windowsidecar.client;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.OptionalInt;
 import java.util.function.Predicate;
 
 /**
@@ -13,16 +14,27 @@ import java.util.function.Predicate;
  */
 public final class DeliveryBatch implements Iterable<Delivery> {
   private final long readId;
+  private final OptionalInt partition;
   private final List<Delivery> deliveries;
 
-  DeliveryBatch(long readId, List<Delivery> deliveries) {
+  DeliveryBatch(long readId, OptionalInt partition, List<Delivery> deliveries) {
     this.readId = readId;
+    this.partition = partition;
     this.deliveries = List.copyOf(deliveries);
   }
 
   /** The read these deliveries came in. */
   public long readId() {
     return readId;
+  }
+
+  /**
+   * On a partitioned stream, the partition the read came from, that of each of its deliveries
+   * ({@link Delivery#partition}: entry ids repeat across partitions); empty on an unpartitioned
+   * stream.
+   */
+  public OptionalInt partition() {
+    return partition;
   }
 
   /** The deliveries, in stream order. */

@@ -23,6 +23,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -33,13 +34,16 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
   /** One Read: its deliveries and whether its batch went out. */
   static final class ReadState {
     final long id;
+    /** On a partitioned stream, the partition the read came from ({@code Read.partition}). */
+    final OptionalInt partition;
     final List<Delivery> deliveries = new ArrayList<>();
     final List<Delivery> settled = new ArrayList<>(); // in outcome order
     int unsettled;
     boolean sent;
 
-    ReadState(long id) {
+    ReadState(long id, OptionalInt partition) {
       this.id = id;
+      this.partition = partition;
     }
   }
 
@@ -265,7 +269,10 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     if (read.hasFlushed()) {
       onFlush(read.getFlushed()); // about an earlier read: before this one's deliveries
     }
-    ReadState r = new ReadState(read.getReadId());
+    ReadState r =
+        new ReadState(
+            read.getReadId(),
+            read.hasPartition() ? OptionalInt.of(read.getPartition()) : OptionalInt.empty());
     for (dev.windowsidecar.v1.Delivery pd : read.getDeliveriesList()) {
       r.deliveries.add(new Delivery(pd, this, r));
     }

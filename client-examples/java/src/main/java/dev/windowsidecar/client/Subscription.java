@@ -35,6 +35,7 @@ public final class Subscription implements AutoCloseable {
   private volatile Throwable error;
   private volatile int reconnects;
   private volatile String consumer = "";
+  private volatile int partitions;
 
   Subscription(WindowClient client, SubscribeOptions options, DeliveryHandler handler) {
     this(client, options, handler, null);
@@ -76,6 +77,18 @@ public final class Subscription implements AutoCloseable {
   /** The consumer name the sidecar confirmed (empty before the first {@code opened}). */
   public String consumer() {
     return consumer;
+  }
+
+  /**
+   * How many partitions of the partitioned stream the sidecar shares out among the group's
+   * replicas for this subscription ({@code Opened.partitions}), once it is open: 0 before the first
+   * {@code opened}, on an unpartitioned stream, a list or pub/sub, and from a sidecar older than
+   * the field, which then reads the stream itself whatever {@link
+   * SubscribeOptions.Builder#partitions} asked for. Its deliveries name their partition ({@link
+   * Delivery#partition}).
+   */
+  public int partitions() {
+    return partitions;
   }
 
   /** Whether the subscription has ended (closed, or failed for good: see {@link #error}). */
@@ -254,7 +267,7 @@ public final class Subscription implements AutoCloseable {
     }
     Exception failure = null;
     try {
-      batchHandler.handle(new DeliveryBatch(first.read.id, ds));
+      batchHandler.handle(new DeliveryBatch(first.read.id, first.read.partition, ds));
     } catch (Exception e) {
       LOG.log(Level.WARNING, "batch handler failed for read " + first.read.id, e);
       failure = e;
@@ -289,6 +302,7 @@ public final class Subscription implements AutoCloseable {
     try {
       Opened opened = s.opened.get(options.openTimeout.toMillis(), TimeUnit.MILLISECONDS);
       consumer = opened.getConsumer();
+      partitions = opened.getPartitions();
       return s;
     } catch (TimeoutException e) {
       s.cancel("no opened in time");

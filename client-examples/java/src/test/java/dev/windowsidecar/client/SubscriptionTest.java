@@ -31,6 +31,7 @@ import io.grpc.inprocess.InProcessServerBuilder;
 import io.grpc.stub.StreamObserver;
 import java.time.Duration;
 import java.util.List;
+import java.util.OptionalInt;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -142,8 +143,18 @@ public class SubscriptionTest {
   }
 
   static SubscribeResponse opened() {
+    return opened(0);
+  }
+
+  /** {@link #opened()} with {@code Opened.partitions}: the partitions the sidecar shares out. */
+  static SubscribeResponse opened(int partitions) {
     return SubscribeResponse.newBuilder()
-        .setOpened(Opened.newBuilder().setConsumer("c").setCount(16).setMaxInFlight(32))
+        .setOpened(
+            Opened.newBuilder()
+                .setConsumer("c")
+                .setCount(16)
+                .setMaxInFlight(32)
+                .setPartitions(partitions))
         .build();
   }
 
@@ -158,6 +169,11 @@ public class SubscriptionTest {
               .setDeliveryCount(1));
     }
     return SubscribeResponse.newBuilder().setRead(r).build();
+  }
+
+  /** {@code read} as a read of a partitioned stream's {@code partition}. */
+  static SubscribeResponse inPartition(int partition, SubscribeResponse read) {
+    return read.toBuilder().setRead(read.getRead().toBuilder().setPartition(partition)).build();
   }
 
   static SubscribeResponse flushed(long id, int settles) {
@@ -285,6 +301,73 @@ public class SubscriptionTest {
         assertTrue(o, o.contains("OUTCOME_KIND_RETRY_AFTER handler failed: "));
         assertTrue(o, o.contains("no stock"));
       }
+    }
+  }
+
+  /**
+   * A fake sidecar's stream that opens with {@code Opened.partitions} {@code shared}, sends a read
+   * of partition 3 (slots 1 and 2), then a read without a partition, as an unpartitioned stream's
+   * (slot 3, whose entry id 5-0 the first read has too), and serves until the client half-closes.
+   */
+  static Script partitionedReads(int shared) {
+    return (out, in) -> {
+      out.onNext(opened(shared));
+      out.onNext(inPartition(3, read(1, 1, "5-0", "6-0")));
+      out.onNext(read(2, 3, "5-0"));
+      in.awaitEnd();
+      out.onCompleted();
+    };
+  }
+
+  /** A partition as the tests compare it: its number, or "none". */
+  static String partitionOf(OptionalInt partition) {
+    return partition.isPresent() ? String.valueOf(partition.getAsInt()) : "none";
+  }
+
+  /**
+   * The subscription's partitions are {@code Opened.partitions} once it is open (a sidecar that
+   * leaves them 0, as an older one does, reads unpartitioned); each delivery's partition is its
+   * read's, none for a read without one.
+   */
+  @Test
+  public void eachDeliveryNamesItsPartition() throws Exception {
+    WindowClient client = start(partitionedReads(4), partitionedReads(0));
+    for (int shared : new int[] {4, 0}) {
+      LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
+      List<String> seen = new java.util.ArrayList<>();
+      int partitions;
+      try (Subscription sub = client.subscribe(options().partitions(4).build(), later(ds))) {
+        for (int i = 0; i < 3; i++) {
+          Delivery d = take(ds);
+          seen.add(d.slot() + ":" + partitionOf(d.partition()));
+          assertTrue(d.ack());
+        }
+        partitions = sub.partitions();
+      }
+      assertEquals(shared, partitions);
+      assertEquals(List.of("1:3", "2:3", "3:none"), seen);
+    }
+  }
+
+  /** A batch's partition is its read's, as its deliveries' are; none for a read without one. */
+  @Test
+  public void eachBatchNamesItsPartition() throws Exception {
+    WindowClient client = start(partitionedReads(4));
+    LinkedBlockingQueue<String> seen = new LinkedBlockingQueue<>();
+    BatchHandler handler =
+        batch -> {
+          StringBuilder s =
+              new StringBuilder(batch.readId() + ":" + partitionOf(batch.partition()));
+          for (Delivery d : batch) {
+            s.append(' ').append(partitionOf(d.partition()));
+          }
+          seen.add(s.toString());
+          assertTrue(batch.ack());
+        };
+    try (Subscription sub = client.subscribeBatches(options().partitions(4).build(), handler)) {
+      assertEquals("1:3 3 3", seen.poll(5, TimeUnit.SECONDS));
+      assertEquals("2:none none", seen.poll(5, TimeUnit.SECONDS));
+      assertEquals(4, sub.partitions());
     }
   }
 

@@ -317,6 +317,7 @@ public final class Runner {
     if (consumer != null) {
       fields.put("consumer", consumer);
     }
+    d.partition().ifPresent(p -> fields.put("partition", p));
     emit("delivery", fields);
     String action = actionFor(payload, n);
     if (typed) {
