@@ -600,8 +600,9 @@ async fn a_refused_requeue_is_logged_with_the_subscription_the_entry_and_the_err
 
 /// Done when: while Redis refuses the dead letter (its key holds a string), an entry at the
 /// cap stays pending, read again after every refused flush and found past the cap each time,
-/// but counted only once past it: no read that delivered nothing raises its count. The dead
-/// letter written once Redis takes it carries the deliveries a client saw: the cap.
+/// and none of those reads, which delivered nothing, raises its count: Redis keeps the
+/// deliveries a client saw. The dead letter written once Redis takes it says the same: the
+/// cap.
 #[tokio::test]
 async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
     let redis = RedisServer::start();
@@ -621,11 +622,7 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
         ..stream_open("orders", "g", "c", 1)
     };
     let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
-    for delivery in 1..=2 {
-        let d = sub.read().await.deliveries.remove(0);
-        assert_eq!(d.delivery_count, delivery);
-        sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
-    }
+    retry_to_the_cap(&mut sub, 2).await;
     // The second retry is at the cap: a dead letter, refused. From then on each re-read finds
     // the entry past the cap and tries the dead letter again, refused again.
     let refused = refused_for(&mut sub, Duration::from_secs(3)).await;
@@ -635,8 +632,8 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
     );
     let count = pending_count(&inspect, "orders", "g").await;
     assert_eq!(
-        count, 3,
-        "counted once past the cap of 2, however often read again"
+        count, 2,
+        "the deliveries a client saw, however often read again past the cap"
     );
     let _: () = inspect.del("orders:dead").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -652,6 +649,100 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
     assert_eq!(dead[0].1["h:x-window-deliveries"], "2");
     assert_eq!(pending(&inspect, "orders", "g").await, 0);
     sidecar.stop().await;
+}
+
+/// Done when: replicas that take over an entry past the cap while Redis refuses its dead letter
+/// count nothing either, though none of them was the reader that first found it past the cap:
+/// each claims it once idle, finds it past the cap, is refused the dead letter, and is killed
+/// before it could give anything back (a replica SIGKILLed, or fenced, in the middle of a
+/// refusal). The count stays at the deliveries a client saw however many hand-overs it sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_dead_letter_is_not_counted_again_by_each_replica_that_claims_it() {
+    let redis = RedisServer::start();
+    let inspect = redis.client().await;
+    let _: () = inspect
+        .set("orders:dead", "a string", None, None, false)
+        .await
+        .unwrap();
+    let open = |consumer: &str| {
+        let mut open = proto::Open {
+            max_deliveries: 2,
+            dead_letter: Some(proto::DeadLetter {
+                target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+            }),
+            ..stream_open("orders", "g", consumer, 1)
+        };
+        if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
+            stream.min_idle = Some(duration(Duration::from_millis(300)));
+        }
+        open
+    };
+    let replica = || {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let process =
+            SidecarProcess::serve(&redis.url(), &listen, &["--reclaim-interval", "100ms"]);
+        (process, listen)
+    };
+    let (first, listen) = replica();
+    let mut client = connect_client(&listen).await;
+    publish(&mut client, "orders", vec![vec![("order", "1".into())]]).await;
+    let (mut sub, _) = Subscription::open(&mut client, open("pod-0"))
+        .await
+        .unwrap();
+    retry_to_the_cap(&mut sub, 2).await;
+    // Refused at the cap, then found past it on the re-read and refused again.
+    refused_once(&mut sub).await;
+    refused_once(&mut sub).await;
+    first.kill9();
+    assert_eq!(pending_count(&inspect, "orders", "g").await, 2);
+    for consumer in ["pod-1", "pod-2", "pod-3"] {
+        let (process, listen) = replica();
+        let mut client = connect_client(&listen).await;
+        let (mut sub, _) = Subscription::open(&mut client, open(consumer))
+            .await
+            .unwrap();
+        refused_once(&mut sub).await;
+        process.kill9();
+        let rows: Vec<(String, String, u64, u64)> = inspect
+            .xpending("orders", "g", ("-", "+", 10))
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].1, consumer, "{consumer} claimed it: {rows:?}");
+        assert_eq!(
+            rows[0].3, 2,
+            "{consumer}'s claim of an entry past the cap counted nothing: {rows:?}"
+        );
+    }
+}
+
+/// Waits (bounded) for the first flush report naming a refused requeue: the dead letter of the
+/// subscription's entry past the cap, refused.
+async fn refused_once(sub: &mut Subscription) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match sub.message_within(left).await {
+            Some(Ok(Some(proto::SubscribeResponse {
+                kind: Some(Kind::Flush(report)),
+            }))) if !report.requeue_refused.is_empty() => return,
+            Some(Ok(Some(proto::SubscribeResponse {
+                kind: Some(Kind::Flush(_)),
+            }))) => {}
+            Some(Ok(Some(other))) => panic!("only flush reports while refused: {other:?}"),
+            other => panic!("no refused dead letter within 10 s: {other:?}"),
+        }
+    }
+    panic!("no refused dead letter within 10 s");
+}
+
+/// Retries the subscription's one entry as often as `cap` allows, each delivery counted one
+/// more: the last retry is at the cap, a dead letter.
+async fn retry_to_the_cap(sub: &mut Subscription, cap: u32) {
+    for delivery in 1..=cap {
+        let d = sub.read().await.deliveries.remove(0);
+        assert_eq!(d.delivery_count, delivery);
+        sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
+    }
 }
 
 /// The requeues the flush reports of `wait` say Redis refused; nothing but flush reports may
@@ -681,7 +772,8 @@ async fn pending_count(client: &Client, key: &str, group: &str) -> u64 {
 
 /// Done when: the same holds for a reliable list, whose re-read of its processing list records
 /// each value's delivery in the counts hash: while Redis refuses the dead letter, a value past
-/// the cap is recorded once past it, and its dead letter carries the deliveries a client saw.
+/// the cap is recorded once past it, whichever reader re-reads it, and its dead letter carries
+/// the deliveries a client saw.
 #[tokio::test]
 async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing_reliable_list() {
     use window_sidecar_harness::forms::{push, reliable};
@@ -701,17 +793,25 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing_reliable_l
         }),
         ..reliable("jobs", "c1", 1)
     };
-    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
-    for delivery in 1..=2 {
-        let d = sub.read().await.deliveries.remove(0);
-        assert_eq!(d.delivery_count, delivery);
-        sub.send(vec![], vec![outcome(d.slot, Retry)]).await;
-    }
+    let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
+    retry_to_the_cap(&mut sub, 2).await;
     let refused = refused_for(&mut sub, Duration::from_secs(3)).await;
     assert!(
         refused >= 3,
         "the dead letter was tried again and again: {refused}"
     );
+    for _ in 0..3 {
+        drop(sub);
+        sub = Subscription::open(&mut client, open.clone())
+            .await
+            .unwrap()
+            .0;
+        let refused = refused_for(&mut sub, Duration::from_millis(700)).await;
+        assert!(
+            refused >= 1,
+            "the new reader tried the dead letter: {refused}"
+        );
+    }
     let _: () = inspect.del("jobs:dead").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let dead = loop {

@@ -2,7 +2,6 @@
 //! entries claimed from idle consumers, the read-ahead a flush carries, and what it gives
 //! back or extends of its pending entries.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -27,14 +26,17 @@ use crate::domain::{Entry, ReadBatch, StreamSource};
 /// KEYS[2] holds for it, 0 when none is left (a re-read or a reclaim must not deliver it
 /// before then). Nobody sees such an entry before it is due, so the count this read added is
 /// taken back: it is counted when due ([`count_due`]), and a sidecar that crashes again and
-/// again before then counts no deliveries nobody saw, up to the dead letter. `n` (`-` for
-/// none) is the count with which this reader last found the entry past `max_deliveries`: such
-/// an entry goes to the dead letter without being delivered, and while it is still pending
-/// with exactly one more, the only read since was this one, which delivers it to nobody
-/// either, so its count is taken back too (while Redis refuses the dead letter, `OOM` or a
-/// key of the wrong type, each re-read after the refused flush would count one more, and the
-/// dead letter once written would carry a count hundreds past the deliveries any client saw;
-/// a count raised by anyone else's delivery meanwhile is left as it is). Each entry of this consumer is also claimed again by it, its
+/// again before then counts no deliveries nobody saw, up to the dead letter. `n` (`-` for no
+/// cap) is the deliveries this entry may have in the group (`max_deliveries` less those its
+/// copy carries from earlier attempts): one this read counts past `n` goes to the dead letter
+/// without being delivered, so Redis keeps the count it had before the read, while the reply
+/// still says the read's (past the cap is how the subscription knows, and its dead letter says
+/// one less: see [`crate::redis::flush::plan_dead_letters`]). While Redis refuses the dead
+/// letter (`OOM`, a key of the wrong type) each re-read after the refused flush, by whichever
+/// reader of the group, would otherwise count one more, and the dead letter once written would
+/// carry a count hundreds past the deliveries any client saw. Only this read's one is taken
+/// back: a count raised by another consumer's deliveries stays. Each entry of this consumer is
+/// also claimed again by it, its
 /// count and idle time as they are (`XCLAIM … RETRYCOUNT n JUSTID`): a re-read of pending entries
 /// (`XREADGROUP … 0`) renews both in memory only, Redis writing it to neither its AOF nor its
 /// replicas, and a restart or failover would otherwise hand back an entry just delivered
@@ -44,9 +46,9 @@ use crate::domain::{Entry, ReadBatch, StreamSource};
 /// When Redis refuses the `XCLAIM` (`NOPERM`, `READONLY`; not `OOM`, which `XCLAIM` is not
 /// subject to) the script fails and the read with it: the entries stay pending on this
 /// consumer and are read again.
-static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(
-        r#"
+static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| Script::from_lua(RENEW_COUNTS_LUA));
+
+const RENEW_COUNTS_LUA: &str = r#"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local counts = {}
@@ -56,22 +58,22 @@ for i = 3, #ARGV, 2 do
   local wait, count = 0, 0
   if row then
     count = row[4]
-    if ARGV[i + 1] ~= '-' and count == tonumber(ARGV[i + 1]) + 1 then
-      count = count - 1
+    local kept = count
+    if ARGV[i + 1] ~= '-' and count > tonumber(ARGV[i + 1]) then
+      kept = count - 1
     end
     local due = redis.call('ZSCORE', KEYS[2], id)
     if due and tonumber(due) > now then
       wait = tonumber(due) - now
       count = math.max(count - 1, 1)
+      kept = math.min(kept, count)
     end
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', kept, 'JUSTID')
   end
   counts[#counts + 1] = {count, wait}
 end
 return counts
-"#,
-    )
-});
+"#;
 
 /// Counts the next delivery of `retry_after`s kept in place now due: for each pair `id, n` in
 /// ARGV[3..] (`n` the deliveries the subscription knows of), while the entry is pending on
@@ -129,10 +131,6 @@ return entries
 "#,
     )
 });
-
-/// The most entries a reader remembers as found past the cap (see `StreamReader::past_cap`):
-/// a backlog of poison entries Redis will not dead-letter, far more than a read brings.
-const PAST_CAP_KEPT: usize = 4096;
 
 /// Where the next read comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -419,11 +417,6 @@ pub(crate) struct StreamReader {
     min_idle: Duration,
     /// The subscription's `max_deliveries` (0: none).
     max_deliveries: u32,
-    /// Entries this reader found past `max_deliveries`, with the count Redis had for them
-    /// then: read again with exactly one more, that read is taken back ([`RENEW_COUNTS`]).
-    /// Left behind by entries settled since (their dead letter written); cleared whole past
-    /// [`PAST_CAP_KEPT`], at the cost of one count more for those read again.
-    past_cap: HashMap<Bytes, u64>,
     cursor: Cursor,
     claim_cursor: Bytes,
     replication: Option<Replication>,
@@ -453,7 +446,6 @@ impl StreamReader {
             interrupted: false,
             min_idle: source.min_idle,
             max_deliveries,
-            past_cap: HashMap::new(),
             cursor: Cursor::Pending(Bytes::from_static(b"0")),
             claim_cursor: Bytes::from_static(b"0-0"),
         }
@@ -662,8 +654,8 @@ impl StreamReader {
     /// makes their renewal durable ([`RENEW_COUNTS`]). Entries no longer this consumer's are
     /// not delivered; those whose `retry_after` is not due yet come apart, with the time left.
     async fn with_delivery_counts(
-        &mut self,
-        mut entries: Vec<Entry>,
+        &self,
+        entries: Vec<Entry>,
     ) -> Result<(Vec<Entry>, Vec<(Entry, Duration)>), RedisError> {
         if entries.is_empty() {
             return Ok((entries, Vec::new()));
@@ -675,9 +667,9 @@ impl StreamReader {
         ];
         for entry in &entries {
             args.push(Value::Bytes(entry.id.clone()));
-            args.push(match self.past_cap.get(&entry.id) {
-                Some(count) => Value::Integer(*count as i64),
-                None => str_arg("-"),
+            args.push(match self.max_deliveries {
+                0 => str_arg("-"),
+                max => Value::Integer(i64::from(max.saturating_sub(entry.earlier_attempts()))),
             });
         }
         let commands = self.connection.commands(None);
@@ -688,31 +680,7 @@ impl StreamReader {
                 detail: "the counts are not an array".into(),
             });
         };
-        self.note_past_cap(&entries, &counts);
-        Ok(counted(std::mem::take(&mut entries), counts))
-    }
-
-    /// Remembers which of these entries Redis counts past `max_deliveries` (see
-    /// [`Self::past_cap`]), and forgets the others.
-    fn note_past_cap(&mut self, entries: &[Entry], counts: &[Value]) {
-        if self.max_deliveries == 0 {
-            return;
-        }
-        if self.past_cap.len() > PAST_CAP_KEPT {
-            self.past_cap.clear();
-        }
-        for (entry, reply) in entries.iter().zip(counts) {
-            let count = match reply {
-                Value::Array(pair) => pair.first().and_then(Value::as_u64).unwrap_or(0),
-                _ => 0,
-            };
-            let delivery = count + u64::from(entry.earlier_attempts());
-            if count > 0 && delivery > u64::from(self.max_deliveries) {
-                self.past_cap.insert(entry.id.clone(), count);
-            } else {
-                self.past_cap.remove(&entry.id);
-            }
-        }
+        Ok(counted(entries, counts))
     }
 
     /// Entries deleted from the stream while pending cannot be delivered: settle them.
