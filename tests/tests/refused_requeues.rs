@@ -302,6 +302,49 @@ async fn delay_set_of_the_wrong_type_stream() {
     refused_retries_stay_pending_in_the_group(proto::Mode::Atomic, Fault::DelaySetWrongType).await;
 }
 
+/// Done when: while the group's delay set holds a string (the sidecar's own key, as a stray
+/// `SET` leaves it), a re-read of the consumer's pending entries fails and counts nothing: the
+/// subscription stays open and reads again (backing off), the entry keeps the deliveries a
+/// client saw, and it comes on the same stream, counted one more, once the key is gone.
+#[tokio::test]
+async fn a_read_refused_by_a_delay_set_of_the_wrong_type_counts_nothing() {
+    let redis = RedisServer::start();
+    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let inspect = redis.client().await;
+    let mut client = sidecar.client().await;
+    publish(&mut client, "orders", vec![vec![("order", "1".into())]]).await;
+    let open = proto::Open {
+        max_deliveries: 3,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+        }),
+        ..stream_open("orders", "g", "c", 1)
+    };
+    let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
+    assert_eq!(sub.read().await.deliveries[0].delivery_count, 1);
+    drop(sub);
+    let _: () = inspect
+        .set("{orders}:window:delayed:g", "a string", None, None, false)
+        .await
+        .unwrap();
+    let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
+    // Reads at about 0, 0.2, 0.6, 1.4 and 3.0 s, each refused.
+    match sub.message_within(Duration::from_secs(4)).await {
+        None => {}
+        other => panic!("nothing comes while the reads are refused: {other:?}"),
+    }
+    assert_eq!(
+        pending_count(&inspect, "orders", "g").await,
+        1,
+        "the refused reads counted no delivery"
+    );
+    let _: () = inspect.del("{orders}:window:delayed:g").await.unwrap();
+    let d = sub.read().await.deliveries.remove(0);
+    assert_eq!(d.delivery_count, 2, "delivered again on the same stream");
+    drop(sub);
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn delay_set_of_the_wrong_type_reliable_list() {
     refused_requeues_stay_pending(

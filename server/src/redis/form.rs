@@ -15,7 +15,7 @@ use super::lease::{ConsumerLease, LeaseHolder};
 use super::list::{self, ListKeys, ListReader};
 use super::pubsub::{PubSubForm, PubSubReader};
 use super::read_connection::ReadConnection;
-use super::stream::{self, StreamKeys, StreamReader};
+use super::stream::{self, DELAY_SET_WRONG_TYPE, StreamKeys, StreamReader};
 use super::{Redis, RedisError, Replication};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, Source};
@@ -365,13 +365,17 @@ impl ReadInterrupter {
 /// What a failed read means for the subscription: a key that no longer holds what the form
 /// reads, or a consumer group deleted under it, ends it (retrying cannot help, and recreating
 /// the group at its start would hand out settled history again; a group lost in a failover is
-/// the stream reader's to recreate: see [`StreamReader::read`]); anything else is tried again.
+/// the stream reader's to recreate: see [`StreamReader::read`]); anything else is tried again,
+/// a delay set of the wrong type among them (the sidecar's own key: the read counted nothing,
+/// and reads on once an operator removed it).
 pub(crate) fn read_error(err: &RedisError) -> ReadError {
     match err {
         RedisError::Refused { message, .. } if message.starts_with("NOGROUP") => {
             ReadError::Fatal(Stop::GroupDeleted)
         }
-        RedisError::Refused { message, .. } if message.starts_with("WRONGTYPE") => {
+        RedisError::Refused { message, .. }
+            if message.starts_with("WRONGTYPE") && !message.starts_with(DELAY_SET_WRONG_TYPE) =>
+        {
             ReadError::Fatal(Stop::WrongType)
         }
         // A failed read may have claimed entries it never returned.
