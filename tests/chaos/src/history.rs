@@ -90,6 +90,7 @@ pub(crate) fn check(
         promise.max_deliveries,
         |entry| facts.root(entry),
         |entry| facts.slow(entry),
+        |entry| facts.dead_letters(entry) > 0,
     );
     anomalies.extend(out_of_order);
     let mut across_group = None;

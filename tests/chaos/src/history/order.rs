@@ -20,7 +20,9 @@
 //!   entry overtook an unsettled one.
 //!
 //! An entry delivered to another worker since its last delivery on the stream excuses the last
-//! two, and so does one delivered to another worker later if the stream's sidecar logged that
+//! two, as does a redrive that put it back into its group with its id since then (the
+//! dead-letter service re-queues it behind whatever of its key went out meanwhile, as across
+//! the group), and so does one delivered to another worker later if the stream's sidecar logged that
 //! another consumer had claimed it (a retry in place that its sidecar could not make idle again
 //! while Redis was out of reach; the claimer delivers it when its own lane for the key frees):
 //! it was reclaimed past `min_idle`, or a reliable-list consumer given up after
@@ -29,6 +31,9 @@
 //! excused from the second rule whatever happened next: a stream's retry keeps only an entry
 //! still pending on its consumer, and one handled that late may have been claimed by another
 //! consumer, or acknowledged by a late holder, before the retry's flush; the key then moves on.
+//! So is a retry in place of an entry that went to the dead letter: below the cap as its worker
+//! saw it, but counted past it by readings that ended before handing it out again (a fenced or
+//! killed holder takes back no count), and dead-lettered unread, settled; the key moves on.
 //!
 //! On a partitioned stream one subscription stream carries the reads of several partitions,
 //! each reading of a partition numbering its reads from a range of its own: a delivery from a
@@ -94,8 +99,9 @@ struct Delivery<'a> {
 /// The checker's state over one pass of the history.
 struct Order<'a> {
     max_deliveries: u32,
-    /// The entries of ordered streams handled past `min_idle`.
-    slow: BTreeSet<String>,
+    /// The entries of ordered streams handled past `min_idle`, or ever dead-lettered: a
+    /// retry in place of theirs may be followed by the key's next entry.
+    settled_elsewhere: BTreeSet<String>,
     subs: HashMap<(u32, u32), Sub>,
     /// Each worker's current stream (its last read's).
     current: HashMap<u32, u32>,
@@ -103,6 +109,8 @@ struct Order<'a> {
     delivered: HashMap<&'a str, Vec<(usize, u32)>>,
     /// The entries a sidecar logged as claimed away from each worker's consumer.
     claimed_away: BTreeSet<(u32, &'a str)>,
+    /// Every redrive of each entry back into its group with its id: its event's index.
+    redriven: HashMap<&'a str, Vec<usize>>,
     anomalies: Vec<Anomaly>,
     /// Deliveries checked, and the streams they came on.
     deliveries: usize,
@@ -117,23 +125,27 @@ pub(crate) struct Checked {
 }
 
 /// Checks per-key order on every ordered stream of the history; `root` names the entry an
-/// anomaly is about, for its report; `slow`: whether an entry was handled past `min_idle`.
+/// anomaly is about, for its report; `slow`: whether an entry was handled past `min_idle`;
+/// `dead_lettered`: whether an entry was ever dead-lettered.
 pub(crate) fn check(
     history: &[Stamped],
     max_deliveries: u32,
     root: impl Fn(&str) -> Option<String>,
     slow: impl Fn(&str) -> bool,
+    dead_lettered: impl Fn(&str) -> bool,
 ) -> (Vec<Anomaly>, Checked) {
-    let slow = history
+    let settled_elsewhere = history
         .iter()
         .filter_map(|s| match &s.event {
-            Event::InOrder { entry, .. } if slow(entry) => Some(entry.clone()),
+            Event::InOrder { entry, .. } if slow(entry) || dead_lettered(entry) => {
+                Some(entry.clone())
+            }
             _ => None,
         })
         .collect();
     let mut order = Order {
         max_deliveries,
-        slow,
+        settled_elsewhere,
         subs: HashMap::new(),
         current: HashMap::new(),
         delivered: HashMap::new(),
@@ -148,6 +160,7 @@ pub(crate) fn check(
                 _ => Vec::new(),
             })
             .collect(),
+        redriven: HashMap::new(),
         anomalies: Vec::new(),
         deliveries: 0,
         streams: BTreeSet::new(),
@@ -159,6 +172,9 @@ pub(crate) fn check(
                 .entry(entry.as_str())
                 .or_default()
                 .push((i, *worker));
+        }
+        if let Some(origin) = stamped.event.in_place_redrive() {
+            order.redriven.entry(origin).or_default().push(i);
         }
     }
     for (i, stamped) in history.iter().enumerate() {
@@ -210,12 +226,18 @@ impl<'a> Order<'a> {
         }
     }
 
-    /// Whether `entry` reached another worker than `worker` between events `since` and `now`.
-    fn went_elsewhere(&self, entry: &str, worker: u32, since: usize, now: usize) -> bool {
-        self.delivered.get(entry).is_some_and(|all| {
+    /// Whether `entry` left `worker`'s hands between events `since` and `now`: it reached
+    /// another worker, or a redrive put it back into its group.
+    fn moved(&self, entry: &str, worker: u32, since: usize, now: usize) -> bool {
+        let elsewhere = self.delivered.get(entry).is_some_and(|all| {
             all.iter()
                 .any(|(i, w)| *w != worker && (since..now).contains(i))
-        })
+        });
+        let redriven = self
+            .redriven
+            .get(entry)
+            .is_some_and(|all| all.iter().any(|i| (since..now).contains(i)));
+        elsewhere || redriven
     }
 
     fn deliver(
@@ -259,14 +281,14 @@ impl<'a> Order<'a> {
     }
 
     /// What delivery `d` (event `i`) breaks on its stream: each rule above, unless the entry
-    /// it passed, or that came back, went to another worker since its last delivery there.
+    /// it passed, or that came back, moved since its last delivery there.
     /// Each with the entry it is about (for the report's events): the one passed, or `d`'s.
     fn broken(&mut self, i: usize, at_ms: u64, d: &Delivery<'_>) -> Vec<(String, String)> {
         let on = format!(
             "worker {} got {} (key {}, read {}, count {}) at {at_ms} ms on its stream {}",
             d.worker, d.entry, d.key, d.read_id, d.count, d.stream
         );
-        let slow = &self.slow;
+        let settled_elsewhere = &self.settled_elsewhere;
         let lane = self
             .subs
             .entry((d.worker, d.stream))
@@ -301,7 +323,7 @@ impl<'a> Order<'a> {
         let owed = lane
             .owed
             .as_ref()
-            .filter(|(e, _)| e != d.entry && !slow.contains(e));
+            .filter(|(e, _)| e != d.entry && !settled_elsewhere.contains(e));
         if let Some((owed, since_ms)) = owed {
             excusable.push((
                 format!(
@@ -328,8 +350,7 @@ impl<'a> Order<'a> {
             } else {
                 i
             };
-            let moved =
-                since.is_some_and(|since| self.went_elsewhere(&entry, d.worker, since, until));
+            let moved = since.is_some_and(|since| self.moved(&entry, d.worker, since, until));
             if !moved {
                 found.push((entry, what));
             }
@@ -455,7 +476,7 @@ mod tests {
     }
 
     fn anomalies(history: &[Stamped]) -> Vec<String> {
-        check(history, 5, |e| Some(e.to_owned()), |_| false)
+        check(history, 5, |e| Some(e.to_owned()), |_| false, |_| false)
             .0
             .iter()
             .map(|a| a.what.clone())
@@ -483,7 +504,7 @@ mod tests {
             got(1, 3, "4-0", "a", 1),
         ]);
         assert_eq!(anomalies(&h), Vec::<String>::new());
-        let (_, checked) = check(&h, 5, |e| Some(e.to_owned()), |_| false);
+        let (_, checked) = check(&h, 5, |e| Some(e.to_owned()), |_| false, |_| false);
         assert_eq!(
             checked,
             Checked {
@@ -565,10 +586,17 @@ mod tests {
         let mut h = retried.clone();
         h.push(got(1, 2, "2-0", "a", 1));
         let h = history(h);
-        let (found, _) = check(&h, 5, |e| Some(e.to_owned()), |_| false);
+        let (found, _) = check(&h, 5, |e| Some(e.to_owned()), |_| false, |_| false);
         assert_eq!(found[0].root.as_deref(), Some("1-0"));
         assert!(
-            check(&h, 5, |e| Some(e.to_owned()), |e| e == "1-0")
+            check(&h, 5, |e| Some(e.to_owned()), |e| e == "1-0", |_| false)
+                .0
+                .is_empty()
+        );
+        // Nor when it went to the dead letter (counted past the cap by readings its worker
+        // never saw).
+        assert!(
+            check(&h, 5, |e| Some(e.to_owned()), |_| false, |e| e == "1-0")
                 .0
                 .is_empty()
         );
@@ -630,6 +658,50 @@ mod tests {
             found.len() == 1 && found[0].contains("had overtaken it unsettled"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn an_entry_redriven_in_place_may_come_back_after_a_later_one() {
+        // Reading 1 of the partition had 1-0 out at its cap when it was fenced; reading 2 found
+        // it past the cap, dead-lettered it unread and handed out 2-0; the dead-letter service
+        // put 1-0 back into its group with its id, behind 2-0.
+        let later = 2 << 36;
+        let redrive = |copy: &str| Event::Redriven {
+            dead: "9-0".into(),
+            origin: "1-0".into(),
+            deliveries: 6,
+            copy: copy.into(),
+        };
+        let fenced = vec![
+            vec![read(1, 1)],
+            got(1, 1, "1-0", "a", 5),
+            vec![read(1, later)],
+            got(1, later, "2-0", "a", 2),
+            vec![decided(1, "2-0", Decision::Ack), flushed(1, later, true)],
+        ];
+        let back = |mut h: Vec<Vec<Event>>| {
+            h.push(vec![read(1, later + 1)]);
+            h.push(got(1, later + 1, "1-0", "a", 1));
+            anomalies(&history(h))
+        };
+        let mut h = fenced.clone();
+        h.push(vec![redrive("")]);
+        assert_eq!(back(h), Vec::<String>::new());
+        // Without the redrive, or with one that wrote a fresh entry, it overtook 1-0.
+        for h in [
+            fenced.clone(),
+            [fenced.clone(), vec![vec![redrive("10-0")]]].concat(),
+        ] {
+            let found = back(h);
+            assert!(
+                found.len() == 1 && found[0].contains("had overtaken it unsettled"),
+                "{found:?}"
+            );
+        }
+        // A redrive before its last delivery on the stream excuses nothing after it.
+        let mut h = vec![vec![redrive("")]];
+        h.extend(fenced);
+        assert_eq!(back(h).len(), 1);
     }
 
     #[test]
