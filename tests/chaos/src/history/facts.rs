@@ -49,6 +49,9 @@ struct Pass {
     in_read: HashMap<(u32, u32, u64, String), i64>,
     /// Each worker's current read.
     reading: HashMap<u32, (u32, u64)>,
+    /// When each read (worker, stream, read id) reached its worker: a read handled late was
+    /// made before then.
+    came: HashMap<(u32, u32, u64), u64>,
     /// Per (entry, generation): the highest count seen, when and by which worker.
     highest_count: HashMap<(String, usize), (u64, u32, u32)>,
 }
@@ -160,6 +163,15 @@ impl Facts {
                         }
                     }
                 }
+                Event::Came {
+                    worker,
+                    stream,
+                    read_id,
+                    ..
+                } => {
+                    pass.came
+                        .insert((*worker, *stream, *read_id), stamped.at_ms);
+                }
                 Event::Flushed { .. }
                 | Event::Said { .. }
                 | Event::InOrder { .. }
@@ -170,8 +182,7 @@ impl Facts {
                 | Event::Delayed { .. }
                 | Event::Audited { .. }
                 | Event::AuditAcked { .. }
-                | Event::Ended { .. }
-                | Event::Came { .. } => {}
+                | Event::Ended { .. } => {}
             }
         }
     }
@@ -194,8 +205,16 @@ impl Facts {
             let most = self.same_read.entry(r.clone()).or_default();
             *most = (*most).max(*n);
         }
-        // A redrive starts the count again: each generation on its own.
-        let generation = self.generation(entry, at_ms);
+        // A redrive starts the count again: each generation on its own. A read that waited
+        // for its worker belongs to the generation it was read in: it came before the redrive
+        // that a late handling follows.
+        let read_at = pass
+            .reading
+            .get(&worker)
+            .and_then(|&(stream, read_id)| pass.came.get(&(worker, stream, read_id)))
+            .copied()
+            .unwrap_or(at_ms);
+        let generation = self.generation(entry, read_at);
         let highest = pass
             .highest_count
             .entry((entry.to_owned(), generation))

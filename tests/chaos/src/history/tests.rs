@@ -581,6 +581,67 @@ fn a_count_going_back_is_an_anomaly_across_a_failover_too() {
 }
 
 #[test]
+fn a_read_handled_after_a_redrive_counts_in_the_generation_it_was_read_in() {
+    let state = end(&["1-0"]);
+    let came = |t, read_id, count| {
+        vec![at(
+            t,
+            Event::Came {
+                worker: 1,
+                stream: 1,
+                read_id,
+                deliveries: vec![("1-0".into(), "k".into(), count)],
+            },
+        )]
+    };
+    let handled = |t, read_id, count| {
+        vec![
+            at(
+                t,
+                Event::Read {
+                    worker: 1,
+                    stream: 1,
+                    read_id,
+                },
+            ),
+            at(t, delivered("1-0", count)),
+        ]
+    };
+    let redrive = at(
+        2_000,
+        Event::Redriven {
+            dead: "9-0".into(),
+            origin: "1-0".into(),
+            deliveries: 4,
+            copy: String::new(),
+        },
+    );
+    // Read at count 3 at `came_at`, handled at 2.5 s (its worker was busy), the redrive at
+    // 2 s; then the redriven entry from count 1 again.
+    let backwards = |came_at| {
+        let mut h = [
+            came(came_at, 1, 3),
+            vec![redrive.clone()],
+            handled(2_500, 1, 3),
+            came(3_000, 2, 1),
+            handled(3_000, 2, 1),
+        ]
+        .concat();
+        h.sort_by_key(|s| s.at_ms);
+        let (anomalies, _) = check(&h, &state, PROMISE);
+        anomalies.iter().any(|a| a.what.contains("backwards"))
+    };
+    assert!(
+        !backwards(1_000),
+        "read before the redrive, handled after it"
+    );
+    assert!(
+        backwards(2_200),
+        "read after the redrive, its count went back"
+    );
+}
+
+#[test]
 fn a_pending_anomaly_says_where_each_entry_sits_and_what_happened_to_it() {
     let promise = Promise {
         at_most_once: true,
