@@ -313,13 +313,7 @@ async fn a_read_refused_by_a_delay_set_of_the_wrong_type_counts_nothing() {
     let inspect = redis.client().await;
     let mut client = sidecar.client().await;
     publish(&mut client, "orders", vec![vec![("order", "1".into())]]).await;
-    let open = proto::Open {
-        max_deliveries: 3,
-        dead_letter: Some(proto::DeadLetter {
-            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
-        }),
-        ..stream_open("orders", "g", "c", 1)
-    };
+    let open = capped(3, "c");
     let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
     assert_eq!(sub.read().await.deliveries[0].delivery_count, 1);
     drop(sub);
@@ -657,13 +651,7 @@ async fn a_refused_dead_letter_counts_no_reads_that_delivered_nothing() {
         .await
         .unwrap();
     publish(&mut client, "orders", vec![vec![("order", "1".into())]]).await;
-    let open = proto::Open {
-        max_deliveries: 2,
-        dead_letter: Some(proto::DeadLetter {
-            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
-        }),
-        ..stream_open("orders", "g", "c", 1)
-    };
+    let open = capped(2, "c");
     let (mut sub, _) = Subscription::open(&mut client, open).await.unwrap();
     retry_to_the_cap(&mut sub, 2).await;
     // The second retry is at the cap: a dead letter, refused. From then on each re-read finds
@@ -708,13 +696,7 @@ async fn a_refused_dead_letter_is_not_counted_again_by_each_replica_that_claims_
         .await
         .unwrap();
     let open = |consumer: &str| {
-        let mut open = proto::Open {
-            max_deliveries: 2,
-            dead_letter: Some(proto::DeadLetter {
-                target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
-            }),
-            ..stream_open("orders", "g", consumer, 1)
-        };
+        let mut open = capped(2, consumer);
         if let Some(proto::open::Source::Stream(stream)) = &mut open.source {
             stream.min_idle = Some(duration(Duration::from_millis(300)));
         }
@@ -776,6 +758,18 @@ async fn refused_once(sub: &mut Subscription) {
         }
     }
     panic!("no refused dead letter within 10 s");
+}
+
+/// A subscription of consumer `consumer` in group `g` of stream `orders`, one entry a read,
+/// its deliveries capped at `max_deliveries` with the dead letter `orders:dead`.
+fn capped(max_deliveries: u32, consumer: &str) -> proto::Open {
+    proto::Open {
+        max_deliveries,
+        dead_letter: Some(proto::DeadLetter {
+            target: Some(proto::dead_letter::Target::Stream("orders:dead".into())),
+        }),
+        ..stream_open("orders", "g", consumer, 1)
+    }
 }
 
 /// Retries the subscription's one entry as often as `cap` allows, each delivery counted one
