@@ -43,7 +43,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::event::{Decision, Event, Stamped, reading};
+use super::event::{Decision, Event, Stamped, before, id_order, reading};
 use super::verdict::{Anomaly, anomaly};
 
 /// A worker's subscription stream: (worker, stream).
@@ -148,20 +148,6 @@ pub(crate) fn check(
         keys: across.lanes.len(),
     };
     (across.anomalies, checked)
-}
-
-/// A stream id's parts, for its order (None for what is not one).
-fn id_order(entry: &str) -> Option<(u64, u64)> {
-    let id = entry.rsplit('/').next()?;
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// Whether `entry` sits before `other` in their partition. A reading takes its consumer's
-/// pending entries in that order, so such an entry may precede one that is due or unsettled:
-/// an entry a redrive put back with its id, or one whose fate the workers could not know.
-fn before(entry: &str, other: &str) -> bool {
-    matches!((id_order(entry), id_order(other)), (Some(a), Some(b)) if a < b)
 }
 
 impl Across<'_> {

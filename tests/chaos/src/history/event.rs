@@ -181,6 +181,20 @@ pub(crate) fn reading(read_id: u64) -> u64 {
     read_id >> READING_SHIFT
 }
 
+/// A stream id's parts, for its order (None for what is not one).
+pub(crate) fn id_order(entry: &str) -> Option<(u64, u64)> {
+    let id = entry.rsplit('/').next()?;
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// Whether `entry` sits before `other` in their partition. A reading takes its consumer's
+/// pending entries in that order, so such an entry may precede one that is due or unsettled:
+/// an entry a redrive put back with its id, or one whose fate the workers could not know.
+pub(crate) fn before(entry: &str, other: &str) -> bool {
+    matches!((id_order(entry), id_order(other)), (Some(a), Some(b)) if a < b)
+}
+
 /// A timestamped event (milliseconds since the campaign started).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Stamped {

@@ -34,6 +34,9 @@
 //! So is a retry in place of an entry that went to the dead letter: below the cap as its worker
 //! saw it, but counted past it by readings that ended before handing it out again (a fenced or
 //! killed holder takes back no count), and dead-lettered unread, settled; the key moves on.
+//! And an entry of the key that sits before the one due or unsettled in their partition
+//! neither passes nor overtakes it: a reading takes its consumer's pending entries in that
+//! order, and such an entry is one a redrive put back with its id (as across the group).
 //!
 //! On a partitioned stream one subscription stream carries the reads of several partitions,
 //! each reading of a partition numbering its reads from a range of its own: a delivery from a
@@ -49,7 +52,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::event::{Decision, Event, Said, Stamped, reading};
+use super::event::{Decision, Event, Said, Stamped, before, reading};
 use super::verdict::{Anomaly, anomaly};
 
 /// A delivery of a key out on a stream: handed out, its flush not reported yet.
@@ -254,8 +257,22 @@ impl<'a> Order<'a> {
             self.anomalies.push(anomaly(root(&about), what));
         }
         let lane = self.lane(d);
-        let mut passed: Vec<String> = lane.owed.take().into_iter().map(|(e, _)| e).collect();
-        passed.extend(std::mem::take(&mut lane.unsure));
+        // An entry before one due or unsettled in their partition does not pass it: a reading
+        // takes its pending entries in that order (one a redrive put back with its id, say).
+        let mut passed = Vec::new();
+        match lane.owed.take() {
+            Some((owed, since_ms)) if before(d.entry, &owed) => {
+                lane.owed = Some((owed, since_ms));
+            }
+            owed => passed.extend(owed.map(|(e, _)| e)),
+        }
+        for entry in std::mem::take(&mut lane.unsure) {
+            if before(d.entry, &entry) {
+                lane.unsure.insert(entry);
+            } else {
+                passed.push(entry);
+            }
+        }
         for entry in passed.into_iter().filter(|e| e != d.entry) {
             lane.overtaken.insert(entry, (d.entry.to_owned(), at_ms));
         }
@@ -323,7 +340,7 @@ impl<'a> Order<'a> {
         let owed = lane
             .owed
             .as_ref()
-            .filter(|(e, _)| e != d.entry && !settled_elsewhere.contains(e));
+            .filter(|(e, _)| e != d.entry && !settled_elsewhere.contains(e) && !before(d.entry, e));
         if let Some((owed, since_ms)) = owed {
             excusable.push((
                 format!(
@@ -702,6 +719,54 @@ mod tests {
         let mut h = vec![vec![redrive("")]];
         h.extend(fenced);
         assert_eq!(back(h).len(), 1);
+    }
+
+    #[test]
+    fn an_earlier_entry_of_the_key_does_not_overtake_a_later_one() {
+        // Reading 1 had 5-0 out when it was fenced; reading 2 hands out 2-0 first (a redrive
+        // put it back with its id), then 5-0 again: in stream order.
+        let later = 2 << 36;
+        let fenced = vec![
+            vec![read(1, 1)],
+            got(1, 1, "5-0", "a", 1),
+            vec![read(1, later)],
+            got(1, later, "2-0", "a", 1),
+            vec![decided(1, "2-0", Decision::Ack), flushed(1, later, true)],
+            vec![read(1, later + 1)],
+        ];
+        let mut h = fenced.clone();
+        h.push(got(1, later + 1, "5-0", "a", 2));
+        assert_eq!(anomalies(&history(h)), Vec::<String>::new());
+        // A later entry than 5-0 does overtake it.
+        let mut h = fenced;
+        h[3] = got(1, later, "7-0", "a", 1);
+        h[4] = vec![decided(1, "7-0", Decision::Ack), flushed(1, later, true)];
+        h.push(got(1, later + 1, "5-0", "a", 2));
+        let found = anomalies(&history(h));
+        assert!(
+            found.len() == 1 && found[0].contains("had overtaken it unsettled"),
+            "{found:?}"
+        );
+        // Nor does it pass a retry in place of a later entry: that one is still due next.
+        let retried = vec![
+            vec![read(1, 1)],
+            got(1, 1, "5-0", "a", 1),
+            vec![decided(1, "5-0", Decision::Retry), flushed(1, 1, true)],
+            vec![read(1, 2)],
+            got(1, 2, "2-0", "a", 1),
+            vec![decided(1, "2-0", Decision::Ack), flushed(1, 2, true)],
+            vec![read(1, 3)],
+        ];
+        let mut h = retried.clone();
+        h.push(got(1, 3, "5-0", "a", 2));
+        assert_eq!(anomalies(&history(h)), Vec::<String>::new());
+        let mut h = retried;
+        h.push(got(1, 3, "6-0", "a", 1));
+        let found = anomalies(&history(h));
+        assert!(
+            found.len() == 1 && found[0].contains("was due first"),
+            "{found:?}"
+        );
     }
 
     #[test]
