@@ -1237,7 +1237,11 @@ export class Subscription implements AsyncIterable<Delivery> {
     const { readId, partition } = read;
     const deliveries = read.deliveries.map((m) => new Delivery(this, st, readId, m, partition));
     if (deliveries.length === 0) return;
-    const limit = st.opened?.maxInFlight ?? 0;
+    // The sidecar only reads while fewer than max_in_flight are out, per window: on a
+    // partitioned stream each partition this subscription holds has a window of its own (all of
+    // them on this one stream), so the bound is max_in_flight times the partitions.
+    const windows = Math.max(1, st.opened?.partitions ?? 0);
+    const limit = (st.opened?.maxInFlight ?? 0) * windows;
     if (limit && st.unsettled + deliveries.length > limit) {
       this.log.warn(`read ${read.readId} has ${deliveries.length} deliveries with ${st.unsettled} unsettled: more than max_in_flight ${limit}`);
     }

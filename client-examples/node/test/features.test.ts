@@ -606,6 +606,31 @@ test("partitions: a batch names its read's partition, as its deliveries do; unde
   assert.equal(sub.partitions, 4);
 });
 
+test("partitions: max_in_flight bounds each partition's window, so only more than it times the partitions is warned of", async () => {
+  const p = 2 ** 36; // a partition's range of read ids and slots
+  const f = await fake(async (call, inbox) => {
+    await inbox.next();
+    opened(call, { partitions: 2, maxInFlight: 2 });
+    // Each partition's window full (2 + 2 unsettled: within 2 × 2), then one more: beyond it.
+    send(call, { read: { readId: 1, partition: 0, deliveries: [delivery(1, "a"), delivery(2, "b")] } });
+    send(call, { read: { readId: p + 1, partition: 1, deliveries: [delivery(p + 1, "c"), delivery(p + 2, "d")] } });
+    send(call, { read: { readId: 2, partition: 0, deliveries: [delivery(3, "e")] } });
+    await untilEnd(inbox);
+    call.end();
+  });
+  const client = new WindowClient(f.target, { tls: false });
+  const warned: string[] = [];
+  const sub = client.subscribe({ stream: "s", group: "g", partitions: 2, logger: { ...quiet, warn: (m) => warned.push(m) } });
+  let held = 0;
+  for await (const _d of sub) if (++held === 5) sub.stop({ drain: false }); // none settled: all five in flight
+  await sub.close();
+  client.close();
+  f.server.forceShutdown();
+  assert.deepEqual(warned.filter((m) => m.includes("max_in_flight")), [
+    "read 2 has 1 deliveries with 4 unsettled: more than max_in_flight 4",
+  ]);
+});
+
 /** What the sidecar answers for the outcomes of slots whose partition was handed over. */
 const alreadySettled = (...slots: number[]) => ({
   rejections: {
