@@ -96,30 +96,15 @@ func TestSubscriptionGivesUpAfterMaxAttempts(t *testing.T) {
 // which doubles with the delivery count.
 func TestRefusedCommandAuto(t *testing.T) {
 	got := make(chan *windowv1.Batch, 8)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		r := read(1, 1, "1-0", "2-0")
-		r.GetRead().Deliveries[1].DeliveryCount = 3
-		s.Send(r)
-		m, err := s.Recv()
-		if err != nil {
-			return nil
-		}
-		got <- m.GetBatch()
-		s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
-			{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "FLUSHALL is forbidden"},
-			{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "settle it with drop, retry or retry_after instead"},
-			{Slot: 2, Reason: windowv1.RejectionReason_REJECTION_REASON_LIMIT_EXCEEDED, Command: "SET", Message: "too large"},
-			{Slot: 2, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "settle it with drop, retry or retry_after instead"},
-		}}}})
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			got <- m.GetBatch()
-		}
-	})
+	r := read(1, 1, "1-0", "2-0")
+	r.GetRead().Deliveries[1].DeliveryCount = 3
+	refused := &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Rejections{Rejections: &windowv1.Rejections{Rejections: []*windowv1.Rejection{
+		{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_FORBIDDEN_COMMAND, Command: "FLUSHALL", Message: "FLUSHALL is forbidden"},
+		{Slot: 1, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "settle it with drop, retry or retry_after instead"},
+		{Slot: 2, Reason: windowv1.RejectionReason_REJECTION_REASON_LIMIT_EXCEEDED, Command: "SET", Message: "too large"},
+		{Slot: 2, Reason: windowv1.RejectionReason_REJECTION_REASON_INCOMPLETE_SEGMENT, Message: "settle it with drop, retry or retry_after instead"},
+	}}}}
+	c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{refused}, r))
 	var logged []string
 	errs := make(chan error, 4)
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16,
@@ -178,25 +163,14 @@ func TestRetryDelayDoublesUpToTheCap(t *testing.T) {
 // the report: a *SideEffectError per failed command (settled or not, as the report says) and a
 // *RequeueRefusedError per refused requeue, each with its delivery and the outcome given.
 func TestFlushReportErrors(t *testing.T) {
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(1, 1, "1-0", "2-0"))
-		if _, err := s.Recv(); err != nil {
-			return nil
-		}
-		s.Send(&windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Flush{Flush: &windowv1.FlushReport{
-			ReadId: 1, Settles: 1, Ok: true,
-			SideEffectFailures: []*windowv1.SideEffectFailure{
-				{Slot: 1, EntryId: "1-0", Command: "HINCRBY", Error: "ERR hash value is not an integer", Settled: true},
-			},
-			RequeueRefused: []*windowv1.RequeueRefusal{{Slot: 2, EntryId: "2-0", Error: "OOM command not allowed"}},
-		}}})
-		for {
-			if _, err := s.Recv(); err != nil {
-				return nil
-			}
-		}
-	})
+	report := &windowv1.SubscribeResponse{Kind: &windowv1.SubscribeResponse_Flush{Flush: &windowv1.FlushReport{
+		ReadId: 1, Settles: 1, Ok: true,
+		SideEffectFailures: []*windowv1.SideEffectFailure{
+			{Slot: 1, EntryId: "1-0", Command: "HINCRBY", Error: "ERR hash value is not an integer", Settled: true},
+		},
+		RequeueRefused: []*windowv1.RequeueRefusal{{Slot: 2, EntryId: "2-0", Error: "OOM command not allowed"}},
+	}}}
+	c, _ := start(t, answering(nil, []*windowv1.SubscribeResponse{report}, read(1, 1, "1-0", "2-0")))
 	var order []string
 	var mu sync.Mutex
 	errs := make(chan error, 4)

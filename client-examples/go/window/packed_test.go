@@ -12,19 +12,7 @@ import (
 
 // batches is a script that sends opened and the given messages, then passes every batch on.
 func batches(got chan<- *windowv1.Batch, msgs ...*windowv1.SubscribeResponse) func(*testing.T, windowv1.WindowService_SubscribeServer) error {
-	return func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		for _, m := range msgs {
-			s.Send(m)
-		}
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			got <- m.GetBatch()
-		}
-	}
+	return answering(got, nil, msgs...)
 }
 
 func nextBatch(t *testing.T, got <-chan *windowv1.Batch) *windowv1.Batch {

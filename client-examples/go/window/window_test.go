@@ -90,6 +90,29 @@ func refusedFlushall(slot uint64) *windowv1.SubscribeResponse {
 	}}}}
 }
 
+// answering is a script that sends opened and the given messages, then passes every batch on
+// to got (unless got is nil) and answers the n-th with answers[n], while there is one.
+func answering(got chan<- *windowv1.Batch, answers []*windowv1.SubscribeResponse, msgs ...*windowv1.SubscribeResponse) func(*testing.T, windowv1.WindowService_SubscribeServer) error {
+	return func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
+		s.Send(opened())
+		for _, m := range msgs {
+			s.Send(m)
+		}
+		for n := 0; ; n++ {
+			m, err := s.Recv()
+			if err != nil {
+				return nil
+			}
+			if got != nil {
+				got <- m.GetBatch()
+			}
+			if n < len(answers) {
+				s.Send(answers[n])
+			}
+		}
+	}
+}
+
 func recvDelivery(t *testing.T, sub *Subscription) *Delivery {
 	t.Helper()
 	select {
@@ -110,18 +133,7 @@ func quiet(string, ...any) {}
 // the order they were given.
 func TestOneBatchPerRead(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(1, 1, "1-0", "2-0", "3-0"))
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			got <- m.GetBatch()
-			s.Send(flushed(1, 3))
-		}
-	})
+	c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{flushed(1, 3)}, read(1, 1, "1-0", "2-0", "3-0")))
 	flushes := make(chan Flush, 1)
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
 		OnFlush: func(f Flush) { flushes <- f }})
@@ -178,17 +190,7 @@ func TestReconnectNeverResendsOldSlots(t *testing.T) {
 		func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
 			return status.Error(codes.AlreadyExists, "consumer busy")
 		},
-		func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-			s.Send(opened())
-			s.Send(read(1, 1, "2-0"))
-			for {
-				m, err := s.Recv()
-				if err != nil {
-					return nil
-				}
-				second <- m.GetBatch()
-			}
-		})
+		batches(second, read(1, 1, "2-0")))
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	if err != nil {
@@ -237,26 +239,7 @@ func TestReconnectNeverResendsOldSlots(t *testing.T) {
 // commands not sent again.
 func TestRejectedCommandIsRetriedAfterASecond(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(1, 1, "1-0"))
-		m, err := s.Recv()
-		if err != nil {
-			return nil
-		}
-		got <- m.GetBatch()
-		s.Send(refusedFlushall(1))
-		m, err = s.Recv()
-		if err != nil {
-			return nil
-		}
-		got <- m.GetBatch()
-		for {
-			if _, err := s.Recv(); err != nil {
-				return nil
-			}
-		}
-	})
+	c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{refusedFlushall(1)}, read(1, 1, "1-0")))
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
 		RejectedOutcome: RejectedRetryAfter})
 	if err != nil {
@@ -296,24 +279,7 @@ func TestRejectedCommandByDefault(t *testing.T) {
 	} {
 		t.Run(tc.outcome, func(t *testing.T) {
 			got := make(chan *windowv1.Batch, 4)
-			c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-				s.Send(opened())
-				s.Send(read(1, 1, "1-0"))
-				if _, err := s.Recv(); err != nil {
-					return nil
-				}
-				s.Send(refusedFlushall(1))
-				m, err := s.Recv()
-				if err != nil {
-					return nil
-				}
-				got <- m.GetBatch()
-				for {
-					if _, err := s.Recv(); err != nil {
-						return nil
-					}
-				}
-			})
+			c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{refusedFlushall(1)}, read(1, 1, "1-0")))
 			errs := make(chan error, 4)
 			opts := Options{Stream: "s", Group: "g", Count: 16, Logf: quiet, OnError: func(err error) { errs <- err }}
 			if tc.deadLetter != "" {
@@ -332,6 +298,7 @@ func TestRejectedCommandByDefault(t *testing.T) {
 			}
 			d.Queue("FLUSHALL")
 			d.Ack()
+			<-got // the ack, which the sidecar refuses
 			b := <-got
 			if len(b.Commands) != 0 || len(b.Outcomes) != 1 {
 				t.Fatalf("after the rejection: %v", b)
@@ -351,17 +318,7 @@ func TestRejectedCommandByDefault(t *testing.T) {
 // outcome it is refused.
 func TestExtendSendsTheSlotAtOnce(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(1, 7, "1-0", "2-0"))
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			got <- m.GetBatch()
-		}
-	})
+	c, _ := start(t, batches(got, read(1, 7, "1-0", "2-0")))
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -512,20 +469,7 @@ func TestOpenPartitions(t *testing.T) {
 // outcome given after the first report goes out too, and the second report covers it.
 func TestOrderedReadFlushedInParts(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(1, 1, "1-0", "2-0"))
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			if m.GetBatch() != nil {
-				got <- m.GetBatch()
-				s.Send(flushed(1, 1))
-			}
-		}
-	})
+	c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{flushed(1, 1), flushed(1, 1)}, read(1, 1, "1-0", "2-0")))
 	flushes := make(chan Flush, 2)
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,
 		OrderingHeader: "k", OnFlush: func(f Flush) { flushes <- f }})
@@ -598,24 +542,7 @@ func held(s *session) (reads, slots, handed int) {
 func TestOutcomesRefusedAlreadySettledEndTheirRead(t *testing.T) {
 	const p = uint64(1) << 36 // a partition's range of read ids and slots
 	got := make(chan *windowv1.Batch, 4)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(p+1, p+1, "1-0", "2-0", "3-0"))
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			got <- m.GetBatch()
-			var slots []uint64
-			for _, o := range m.GetBatch().GetOutcomes() {
-				slots = append(slots, o.GetSlot())
-			}
-			if len(slots) > 0 {
-				s.Send(alreadySettled(slots...))
-			}
-		}
-	})
+	c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{alreadySettled(p+1, p+2, p+3)}, read(p+1, p+1, "1-0", "2-0", "3-0")))
 	errs := make(chan error, 8)
 	flushes := make(chan Flush, 1)
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Partitions: 4, Logf: quiet,
@@ -655,22 +582,7 @@ func TestOutcomesRefusedAlreadySettledEndTheirRead(t *testing.T) {
 // will come for the rest, and nothing of it is kept.
 func TestReadReportedInPartThenRefusedAlreadySettledIsDropped(t *testing.T) {
 	got := make(chan *windowv1.Batch, 4)
-	c, _ := start(t, func(t *testing.T, s windowv1.WindowService_SubscribeServer) error {
-		s.Send(opened())
-		s.Send(read(1, 1, "1-0", "2-0"))
-		for n := 0; ; n++ {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			got <- m.GetBatch()
-			if n == 0 {
-				s.Send(flushed(1, 1))
-			} else {
-				s.Send(alreadySettled(m.GetBatch().GetOutcomes()[0].GetSlot()))
-			}
-		}
-	})
+	c, _ := start(t, answering(got, []*windowv1.SubscribeResponse{flushed(1, 1), alreadySettled(1)}, read(1, 1, "1-0", "2-0")))
 	errs := make(chan error, 4)
 	flushes := make(chan Flush, 2)
 	sub, err := c.Subscribe(context.Background(), Options{Stream: "s", Group: "g", Count: 16, Logf: quiet,

@@ -213,14 +213,19 @@ test("an entry with plain fields: fields as Buffers and text, json() and text() 
   assert.deepEqual([p.json(), p.text(), p.fields], [{ a: 1 }, "{\"a\":1}", {}]);
 });
 
-test("publish to an address nothing listens on fails fast, naming the address and the cause", async () => {
+/** A loopback address nothing listens on: a port the system gave out and was given back. */
+async function closedTarget(): Promise<string> {
   const port = await new Promise<number>((resolve) => {
     const srv = createServer().listen(0, "127.0.0.1", () => {
       const p = (srv.address() as { port: number }).port;
       srv.close(() => resolve(p));
     });
   });
-  const target = `127.0.0.1:${port}`;
+  return `127.0.0.1:${port}`;
+}
+
+test("publish to an address nothing listens on fails fast, naming the address and the cause", async () => {
+  const target = await closedTarget();
   const client = new WindowClient(target, { connectTimeoutMs: 500 });
   const started = Date.now();
   await assert.rejects(client.publish("s", ["x"]), (e: Error) => {
@@ -461,13 +466,7 @@ test("openMessage: partitions open a partitioned stream, and only a stream", () 
 });
 
 test("a subscription that cannot open gives up after maxAttempts and says why, to onError and the iteration", async () => {
-  const port = await new Promise<number>((resolve) => {
-    const srv = createServer().listen(0, "127.0.0.1", () => {
-      const p = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(p));
-    });
-  });
-  const target = `127.0.0.1:${port}`;
+  const target = await closedTarget();
   const client = new WindowClient(target);
   const errors: WindowError[] = [];
   const disconnects: number[] = [];

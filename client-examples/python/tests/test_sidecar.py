@@ -103,14 +103,28 @@ class FakeSidecar(pb_grpc.WindowServiceServicer):  # type: ignore[misc]
         await script(st)
 
 
-async def opened(st: Stream, partitions: int = 0) -> None:
+async def opened(st: Stream, partitions: int = 0, packed_commands: bool = False) -> None:
     await st.write(opened=pb.Opened(subscription_id=f"sub-{id(st)}", consumer="c1", count=4,
-                                    max_in_flight=8, partitions=partitions))
+                                    max_in_flight=8, partitions=partitions,
+                                    packed_commands=packed_commands))
 
 
 async def serve_until_closed(st: Stream) -> None:
     await opened(st)
     await st.until_half_closed()
+
+
+def one_read(got: List[pb.Batch], *deliveries: pb.Delivery,
+             packed_commands: bool = False) -> Script:
+    """Opened, read 1 of `deliveries`, the client's first batch kept in `got`, then serving
+    until the client half-closes."""
+    async def script(st: Stream) -> None:
+        await opened(st, packed_commands=packed_commands)
+        await st.write(read=pb.Read(read_id=1, deliveries=deliveries))
+        got.append(await st.batch())
+        await st.until_half_closed()
+
+    return script
 
 
 async def partitioned_reads(st: Stream) -> None:
@@ -321,14 +335,8 @@ class Subscribing(SidecarTest):
         self.assertNotEqual(seen_at_open[0][0], loop_thread, "imported off the event loop")
 
     async def outcomes(self, packed_acks: bool) -> pb.Batch:
-        async def script(st: Stream) -> None:
-            await opened(st)
-            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"),
-                                                                 delivery(2, "b")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = await self.start([script])
+        got: List[pb.Batch] = []
+        target = await self.start([one_read(got, delivery(1, "a"), delivery(2, "b"))])
         async with WindowClient(target, token="") as client:
             sub = client.subscribe("s", "g", packed_acks=packed_acks)
             async with sub:
@@ -336,7 +344,8 @@ class Subscribing(SidecarTest):
                     d.queue("INCR", "n").ack()
                     if d.slot == 2:
                         sub.stop()
-        return self.batch
+        [batch] = got
+        return batch
 
     async def test_packed_acks(self) -> None:
         batch = await self.outcomes(packed_acks=True)
@@ -350,15 +359,9 @@ class Subscribing(SidecarTest):
                          [(1, pb.OUTCOME_KIND_ACK), (2, pb.OUTCOME_KIND_ACK)])
 
     async def commands(self, packed: bool) -> pb.Batch:
-        async def script(st: Stream) -> None:
-            await st.write(opened=pb.Opened(subscription_id="sub-1", consumer="c1", count=4,
-                                            max_in_flight=8, packed_commands=packed))
-            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"),
-                                                                 delivery(2, "b")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = await self.start([script])
+        got: List[pb.Batch] = []
+        target = await self.start([one_read(got, delivery(1, "a"), delivery(2, "b"),
+                                            packed_commands=packed)])
         async with WindowClient(target, token="") as client:
             sub = client.subscribe("s", "g")
             async with sub:
@@ -369,7 +372,8 @@ class Subscribing(SidecarTest):
                     d.ack()
                     if d.slot == 2:
                         sub.stop()
-        return self.batch
+        [batch] = got
+        return batch
 
     async def test_commands_packed_for_a_sidecar_that_reads_them(self) -> None:
         batch = await self.commands(packed=True)
@@ -583,13 +587,8 @@ class Subscribing(SidecarTest):
         self.assertEqual(warnings, ["flush of read 2 settled 0 entries, but 2 outcomes were sent for it"])
 
     async def test_a_failed_handler_is_retried_after_a_second(self) -> None:
-        async def script(st: Stream) -> None:
-            await opened(st)
-            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = await self.start([script])
+        got: List[pb.Batch] = []
+        target = await self.start([one_read(got, delivery(1, "a"))])
         async with WindowClient(target, token="") as client:
             sub = client.subscribe("s", "g")
 
@@ -600,7 +599,8 @@ class Subscribing(SidecarTest):
 
             async with sub:
                 await sub.run(handler)
-        [outcome] = self.batch.outcomes
+        [batch] = got
+        [outcome] = batch.outcomes
         self.assertEqual((outcome.slot, outcome.kind, outcome.delay.seconds),
                          (1, pb.OUTCOME_KIND_RETRY_AFTER, 1))
         self.assertEqual(outcome.reason, "handler failed: RuntimeError('boom')")
@@ -638,15 +638,10 @@ class Subscribing(SidecarTest):
             self.skipTest("needs opentelemetry-sdk")
         producer = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
-        async def script(st: Stream) -> None:
-            await opened(st)
-            traced = delivery(1, "a")
-            traced.trace.traceparent = producer
-            await st.write(read=pb.Read(read_id=1, deliveries=[traced, delivery(2, "b")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = await self.start([script])
+        traced = delivery(1, "a")
+        traced.trace.traceparent = producer
+        got: List[pb.Batch] = []
+        target = await self.start([one_read(got, traced, delivery(2, "b"))])
         tracer = TracerProvider().get_tracer("test")
         with mock.patch.object(window_client.tracing, "_tracer", return_value=tracer):
             async with WindowClient(target, token="") as client:
@@ -659,8 +654,9 @@ class Subscribing(SidecarTest):
                         else:
                             d.drop("no")
                             sub.stop()
-        self.assertEqual(list(self.batch.acks), [])
-        first, second = self.batch.outcomes
+        [batch] = got
+        self.assertEqual(list(batch.acks), [])
+        first, second = batch.outcomes
         self.assertEqual((first.slot, first.kind), (1, pb.OUTCOME_KIND_ACK))
         # The delivery's own span, a child of the producer's trace.
         self.assertEqual(first.trace.traceparent.split("-")[1:3],
@@ -1025,13 +1021,8 @@ class Synchronous(unittest.TestCase):
     def test_publish_iterate_settle_and_stop(self) -> None:
         import window_client as sync
 
-        async def script(st: Stream) -> None:
-            await opened(st)
-            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"), delivery(2, "b")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = self.start([script])
+        got: List[pb.Batch] = []
+        target = self.start([one_read(got, delivery(1, "a"), delivery(2, "b"))])
         events: List[str] = []
         with sync.WindowClient(target, token="t") as client:
             self.assertEqual(client.publish("s", ["x"]), ["0-0"])
@@ -1052,8 +1043,9 @@ class Synchronous(unittest.TestCase):
                         threading.Timer(0.05, sub.stop).start()  # from another thread
         self.assertEqual(seen, [(b"a", 1), (b"b", 1)])
         self.assertEqual(events, ["opened"])
-        self.assertEqual(list(self.batch.commands)[0].name, "INCR")
-        self.assertEqual([(o.slot, o.kind, o.reason) for o in self.batch.outcomes],
+        [batch] = got
+        self.assertEqual(list(batch.commands)[0].name, "INCR")
+        self.assertEqual([(o.slot, o.kind, o.reason) for o in batch.outcomes],
                          [(1, pb.OUTCOME_KIND_ACK, ""), (2, pb.OUTCOME_KIND_RETRY_AFTER, "later")])
         self.assertEqual([(p.stream, p.channel, p.list) for p in self.fake.publishes],
                          [("s", "", ""), ("", "c", ""), ("", "", "l")])
@@ -1097,13 +1089,8 @@ class Synchronous(unittest.TestCase):
     def test_batches(self) -> None:
         import window_client as sync
 
-        async def script(st: Stream) -> None:
-            await opened(st)
-            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "a"), delivery(2, "b")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = self.start([script])
+        got: List[pb.Batch] = []
+        target = self.start([one_read(got, delivery(1, "a"), delivery(2, "b"))])
         with sync.WindowClient(target, token="") as client:
             with client.subscribe("s", "g", packed_acks=True) as sub:
                 for batch in sub.batches():
@@ -1117,8 +1104,9 @@ class Synchronous(unittest.TestCase):
                     sub.stop()
                 with self.assertRaisesRegex(TypeError, "iterate sub.batches"):
                     iter(sub)
-        self.assertEqual([(c.slot, list(c.args)) for c in self.batch.commands], [(1, [b"a"])])
-        self.assertEqual([(o.slot, o.kind) for o in self.batch.outcomes],
+        [sent] = got
+        self.assertEqual([(c.slot, list(c.args)) for c in sent.commands], [(1, [b"a"])])
+        self.assertEqual([(o.slot, o.kind) for o in sent.outcomes],
                          [(2, pb.OUTCOME_KIND_RETRY), (1, pb.OUTCOME_KIND_ACK)])
 
     @unittest.skipUnless(window_client.tracing.AVAILABLE, "needs opentelemetry-api")
@@ -1147,14 +1135,8 @@ class Synchronous(unittest.TestCase):
     def test_the_handler_rules(self) -> None:
         import window_client as sync
 
-        async def script(st: Stream) -> None:
-            await opened(st)
-            await st.write(read=pb.Read(read_id=1, deliveries=[delivery(1, "ok"),
-                                                                 delivery(2, "boom")]))
-            self.batch = await st.batch()
-            await st.until_half_closed()
-
-        target = self.start([script])
+        got: List[pb.Batch] = []
+        target = self.start([one_read(got, delivery(1, "ok"), delivery(2, "boom"))])
         with sync.WindowClient(target, token="") as client:
             def handler(d: sync.Delivery) -> None:
                 d.queue("INCR", "n")
@@ -1164,7 +1146,8 @@ class Synchronous(unittest.TestCase):
 
             stats = client.consume("s", "g", handler)
         self.assertEqual(stats.outcomes, {"ack": 1, "retry_after": 1})
-        self.assertEqual([(o.slot, o.kind, o.reason) for o in self.batch.outcomes],
+        [batch] = got
+        self.assertEqual([(o.slot, o.kind, o.reason) for o in batch.outcomes],
                          [(1, pb.OUTCOME_KIND_ACK, ""),
                           (2, pb.OUTCOME_KIND_RETRY_AFTER, "handler failed: ValueError('bad')")])
 

@@ -182,6 +182,27 @@ public class SubscriptionTest {
         .build();
   }
 
+  /**
+   * A fake sidecar's stream that opens, sends {@code read}, answers the client's n-th batch with
+   * {@code answers[n]} while there is one, and keeps every batch in {@code got} until the client
+   * half-closes.
+   */
+  static Script answering(
+      LinkedBlockingQueue<Batch> got, SubscribeResponse read, SubscribeResponse... answers) {
+    return (out, in) -> {
+      out.onNext(opened());
+      out.onNext(read);
+      for (SubscribeResponse answer : answers) {
+        got.add(in.next());
+        out.onNext(answer);
+      }
+      for (Batch b = in.next(); b != null; b = in.next()) {
+        got.add(b);
+      }
+      out.onCompleted();
+    };
+  }
+
   static SubscribeOptions.Builder options() {
     return SubscribeOptions.builder("s", "g").count(16).backoff(Duration.ofMillis(10), Duration.ofMillis(20));
   }
@@ -201,16 +222,7 @@ public class SubscriptionTest {
   @Test
   public void oneBatchPerRead() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
-    WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0", "2-0", "3-0"));
-              got.add(in.next());
-              out.onNext(flushed(1, 3));
-              in.awaitEnd();
-              out.onCompleted();
-            });
+    WindowClient client = start(answering(got, read(1, 1, "1-0", "2-0", "3-0"), flushed(1, 3)));
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
     try (Subscription sub = client.subscribe(options().onFlush(flushes::add).build(), later(ds))) {
@@ -380,17 +392,7 @@ public class SubscriptionTest {
   public void anOrderedReadFlushedInParts() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
     WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0", "2-0"));
-              got.add(in.next());
-              out.onNext(flushed(1, 1));
-              got.add(in.next());
-              out.onNext(flushed(1, 1));
-              in.awaitEnd();
-              out.onCompleted();
-            });
+        start(answering(got, read(1, 1, "1-0", "2-0"), flushed(1, 1), flushed(1, 1)));
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
     try (Subscription sub =
@@ -441,33 +443,17 @@ public class SubscriptionTest {
               got.add(in.next());
               out.onNext(flushed(p1 + 1, 1));
               got.add(in.next());
-              out.onNext(
-                  SubscribeResponse.newBuilder()
-                      .setRejections(
-                          Rejections.newBuilder()
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(p1 + 2)
-                                      .setReason(RejectionReason.REJECTION_REASON_ALREADY_SETTLED)
-                                      .setMessage("the partition was handed over")))
-                      .build());
+              out.onNext(alreadySettled(p1 + 2));
               for (Batch b = in.next(); b != null; b = in.next()) {
                 got.add(b);
               }
               out.onCompleted();
             });
     LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
-    SubscriptionListener listener =
-        new SubscriptionListener() {
-          @Override
-          public void error(WindowException e) {
-            errors.add(e);
-          }
-        };
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
     SubscribeOptions o =
-        options().orderingHeader("k").partitions(4).listener(listener).onFlush(flushes::add).build();
+        options().orderingHeader("k").partitions(4).listener(errorsTo(errors)).onFlush(flushes::add).build();
     try (Subscription sub = client.subscribe(o, later(ds))) {
       assertFalse(sub.isTerminated());
       Open open = opens.poll(5, TimeUnit.SECONDS);
@@ -529,7 +515,30 @@ public class SubscriptionTest {
     assertEquals(d, ((RejectedException) e).delivery());
   }
 
-  static SubscriptionListener errorsTo(LinkedBlockingQueue<WindowException> errors) {
+  /**
+   * The sidecar's answer to a batch whose slot queued FLUSHALL and acked it: the command refused
+   * (FORBIDDEN_COMMAND), then the ack (INCOMPLETE_SEGMENT), in one message.
+   */
+  static SubscribeResponse refusedFlushall(long slot) {
+    return SubscribeResponse.newBuilder()
+        .setRejections(
+            Rejections.newBuilder()
+                .addRejections(
+                    Rejection.newBuilder()
+                        .setSlot(slot)
+                        .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
+                        .setCommand("FLUSHALL")
+                        .setMessage("FLUSHALL is forbidden"))
+                .addRejections(
+                    Rejection.newBuilder()
+                        .setSlot(slot)
+                        .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+                        .setMessage("incomplete")))
+        .build();
+  }
+
+  /** A listener that adds each error it gets to {@code errors}. */
+  static SubscriptionListener errorsTo(LinkedBlockingQueue<? super WindowException> errors) {
     return new SubscriptionListener() {
       @Override
       public void error(WindowException e) {
@@ -550,16 +559,8 @@ public class SubscriptionTest {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
     WindowClient client =
         start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(p + 1, p + 1, "1-0", "2-0", "3-0"));
-              got.add(in.next());
-              out.onNext(alreadySettled(p + 1, p + 2, p + 3));
-              for (Batch b = in.next(); b != null; b = in.next()) {
-                got.add(b);
-              }
-              out.onCompleted();
-            });
+            answering(
+                got, read(p + 1, p + 1, "1-0", "2-0", "3-0"), alreadySettled(p + 1, p + 2, p + 3)));
     LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
@@ -595,17 +596,7 @@ public class SubscriptionTest {
   public void aReadReportedInPartThenRefusedAlreadySettledIsDropped() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
     WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0", "2-0"));
-              got.add(in.next());
-              out.onNext(flushed(1, 1));
-              got.add(in.next());
-              out.onNext(alreadySettled(1));
-              in.awaitEnd();
-              out.onCompleted();
-            });
+        start(answering(got, read(1, 1, "1-0", "2-0"), flushed(1, 1), alreadySettled(1)));
     LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     LinkedBlockingQueue<Flush> flushes = new LinkedBlockingQueue<>();
@@ -695,32 +686,7 @@ public class SubscriptionTest {
   @Test
   public void refusedCommandRetriesAfterOneSecond() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
-    WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0"));
-              got.add(in.next());
-              out.onNext(
-                  SubscribeResponse.newBuilder()
-                      .setRejections(
-                          Rejections.newBuilder()
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
-                                      .setCommand("FLUSHALL")
-                                      .setMessage("FLUSHALL is forbidden"))
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
-                                      .setMessage("incomplete")))
-                      .build());
-              got.add(in.next());
-              in.awaitEnd();
-              out.onCompleted();
-            });
+    WindowClient client = start(answering(got, read(1, 1, "1-0"), refusedFlushall(1)));
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     try (Subscription sub =
         client.subscribe(
@@ -753,44 +719,12 @@ public class SubscriptionTest {
   @Test
   public void aRefusedCommandIsDeadLetteredByDefault() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
-    WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0"));
-              got.add(in.next());
-              out.onNext(
-                  SubscribeResponse.newBuilder()
-                      .setRejections(
-                          Rejections.newBuilder()
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
-                                      .setCommand("FLUSHALL")
-                                      .setMessage("FLUSHALL is forbidden"))
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
-                                      .setMessage("incomplete")))
-                      .build());
-              got.add(in.next());
-              in.awaitEnd();
-              out.onCompleted();
-            });
+    WindowClient client = start(answering(got, read(1, 1, "1-0"), refusedFlushall(1)));
     LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
-    SubscriptionListener listener =
-        new SubscriptionListener() {
-          @Override
-          public void error(WindowException e) {
-            errors.add(e);
-          }
-        };
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     try (Subscription sub =
         client.subscribe(
-            options().deadLetter(5, "s:dead").listener(listener).build(), later(ds))) {
+            options().deadLetter(5, "s:dead").listener(errorsTo(errors)).build(), later(ds))) {
       Delivery d = take(ds);
       assertTrue(d.queue("FLUSHALL").ack());
       Batch first = got.poll(5, TimeUnit.SECONDS);
@@ -845,17 +779,11 @@ public class SubscriptionTest {
               out.onCompleted();
             });
     LinkedBlockingQueue<Object> calls = new LinkedBlockingQueue<>();
-    SubscriptionListener listener =
-        new SubscriptionListener() {
-          @Override
-          public void error(WindowException e) {
-            calls.add(e);
-          }
-        };
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
     try (Subscription sub =
         client.subscribe(
-            options().listener(listener).onFlush(f -> calls.add("flush")).build(), later(ds))) {
+            options().listener(errorsTo(calls)).onFlush(f -> calls.add("flush")).build(),
+            later(ds))) {
       Delivery d1 = take(ds);
       Delivery d2 = take(ds);
       d1.queue("HINCRBY", "h", "f", 1);
@@ -944,15 +872,7 @@ public class SubscriptionTest {
   @Test
   public void aHandlerThatReturnsAcks() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
-    WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0"));
-              got.add(in.next());
-              in.awaitEnd();
-              out.onCompleted();
-            });
+    WindowClient client = start(answering(got, read(1, 1, "1-0")));
     try (Subscription sub = client.subscribe(options().build(), d -> d.queue("INCR", "k"))) {
       Batch b = got.poll(5, TimeUnit.SECONDS);
       assertNotNull(b);
@@ -977,15 +897,7 @@ public class SubscriptionTest {
   @Test
   public void handlerFailureRetriesAfter() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
-    WindowClient client =
-        start(
-            (out, in) -> {
-              out.onNext(opened());
-              out.onNext(read(1, 1, "1-0"));
-              got.add(in.next());
-              in.awaitEnd();
-              out.onCompleted();
-            });
+    WindowClient client = start(answering(got, read(1, 1, "1-0")));
     SubscribeOptions opts = options().retryDelay(Duration.ofMillis(250)).build();
     try (Subscription sub =
         client.subscribe(
@@ -1011,61 +923,42 @@ public class SubscriptionTest {
   @Test
   public void typedCommandsAndTheRefusedCommandRule() throws Exception {
     LinkedBlockingQueue<Batch> got = new LinkedBlockingQueue<>();
+    Read.Builder rb = read(1, 1, "1-0", "2-0").getRead().toBuilder();
+    rb.setDeliveries(1, rb.getDeliveries(1).toBuilder().setDeliveryCount(3));
     WindowClient client =
         start(
-            (out, in) -> {
-              out.onNext(opened());
-              SubscribeResponse r = read(1, 1, "1-0", "2-0");
-              Read.Builder rb = r.getRead().toBuilder();
-              rb.setDeliveries(1, rb.getDeliveries(1).toBuilder().setDeliveryCount(3));
-              out.onNext(SubscribeResponse.newBuilder().setRead(rb).build());
-              got.add(in.next());
-              out.onNext(
-                  SubscribeResponse.newBuilder()
-                      .setRejections(
-                          Rejections.newBuilder()
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
-                                      .setCommand("FLUSHALL")
-                                      .setMessage("FLUSHALL is forbidden"))
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(1)
-                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
-                                      .setMessage("settle it with drop, retry or retry_after"))
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(2)
-                                      .setReason(RejectionReason.REJECTION_REASON_LIMIT_EXCEEDED)
-                                      .setCommand("SET")
-                                      .setMessage("too large"))
-                              .addRejections(
-                                  Rejection.newBuilder()
-                                      .setSlot(2)
-                                      .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
-                                      .setMessage("settle it with drop, retry or retry_after")))
-                      .build());
-              while (true) {
-                Batch b = in.next();
-                if (b == null) {
-                  break;
-                }
-                got.add(b);
-              }
-              out.onCompleted();
-            });
+            answering(
+                got,
+                SubscribeResponse.newBuilder().setRead(rb).build(),
+                SubscribeResponse.newBuilder()
+                    .setRejections(
+                        Rejections.newBuilder()
+                            .addRejections(
+                                Rejection.newBuilder()
+                                    .setSlot(1)
+                                    .setReason(RejectionReason.REJECTION_REASON_FORBIDDEN_COMMAND)
+                                    .setCommand("FLUSHALL")
+                                    .setMessage("FLUSHALL is forbidden"))
+                            .addRejections(
+                                Rejection.newBuilder()
+                                    .setSlot(1)
+                                    .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+                                    .setMessage("settle it with drop, retry or retry_after"))
+                            .addRejections(
+                                Rejection.newBuilder()
+                                    .setSlot(2)
+                                    .setReason(RejectionReason.REJECTION_REASON_LIMIT_EXCEEDED)
+                                    .setCommand("SET")
+                                    .setMessage("too large"))
+                            .addRejections(
+                                Rejection.newBuilder()
+                                    .setSlot(2)
+                                    .setReason(RejectionReason.REJECTION_REASON_INCOMPLETE_SEGMENT)
+                                    .setMessage("settle it with drop, retry or retry_after")))
+                    .build()));
     LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
-    SubscriptionListener listener =
-        new SubscriptionListener() {
-          @Override
-          public void error(WindowException e) {
-            errors.add(e);
-          }
-        };
     LinkedBlockingQueue<Delivery> ds = new LinkedBlockingQueue<>();
-    try (Subscription sub = client.subscribe(options().listener(listener).build(), later(ds))) {
+    try (Subscription sub = client.subscribe(options().listener(errorsTo(errors)).build(), later(ds))) {
       Delivery d1 = take(ds);
       Delivery d2 = take(ds);
       d1.redis()
@@ -1213,14 +1106,8 @@ public class SubscriptionTest {
       assertEquals(Status.Code.UNAVAILABLE, ((WindowException) failed.getCause()).getStatus().getCode());
 
       LinkedBlockingQueue<WindowException> errors = new LinkedBlockingQueue<>();
-      SubscriptionListener listener =
-          new SubscriptionListener() {
-            @Override
-            public void error(WindowException e) {
-              errors.add(e);
-            }
-          };
-      Subscription sub = client.subscribe(options().maxAttempts(3).listener(listener).build(), d -> {});
+      Subscription sub =
+          client.subscribe(options().maxAttempts(3).listener(errorsTo(errors)).build(), d -> {});
       assertTrue(sub.awaitTermination(Duration.ofSeconds(20)));
       assertTrue(String.valueOf(sub.error()), sub.error() instanceof SubscriptionEndedException);
       assertEquals(3, ((SubscriptionEndedException) sub.error()).attempts());

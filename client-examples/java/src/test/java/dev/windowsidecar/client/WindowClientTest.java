@@ -15,6 +15,7 @@ import io.grpc.ServerCall;
 import io.grpc.ServerCallHandler;
 import io.grpc.ServerInterceptor;
 import io.grpc.ServerInterceptors;
+import io.grpc.ServerServiceDefinition;
 import io.grpc.inprocess.InProcessChannelBuilder;
 import io.grpc.inprocess.InProcessServerBuilder;
 import io.grpc.stub.StreamObserver;
@@ -27,6 +28,37 @@ import org.junit.Test;
 
 /** How {@link WindowClient#connect} reads its target, and what its calls carry. */
 public class WindowClientTest {
+  /** An in-process sidecar serving {@code service} and a channel to it; close shuts both down. */
+  private record InProcess(Server server, ManagedChannel channel) implements AutoCloseable {
+    static InProcess serving(ServerServiceDefinition service) throws java.io.IOException {
+      String name = InProcessServerBuilder.generateName();
+      Server server = InProcessServerBuilder.forName(name).addService(service).build().start();
+      return new InProcess(server, InProcessChannelBuilder.forName(name).build());
+    }
+
+    /** A sidecar whose publish adds each request to {@code seen}, then answers what {@code answer} gives. */
+    static InProcess publishing(
+        LinkedBlockingQueue<PublishRequest> seen,
+        java.util.function.Function<PublishRequest, PublishResponse> answer)
+        throws java.io.IOException {
+      return serving(
+          new WindowServiceGrpc.WindowServiceImplBase() {
+            @Override
+            public void publish(PublishRequest req, StreamObserver<PublishResponse> out) {
+              seen.add(req);
+              out.onNext(answer.apply(req));
+              out.onCompleted();
+            }
+          }.bindService());
+    }
+
+    @Override
+    public void close() {
+      channel.shutdownNow();
+      server.shutdownNow();
+    }
+  }
+
   @Test
   public void hostPortAndOtherSchemesStayGrpcTargets() {
     assertNull(WindowClient.unixSocketPath("127.0.0.1:50051"));
@@ -75,24 +107,14 @@ public class WindowClientTest {
             out.onCompleted();
           }
         };
-    String name = InProcessServerBuilder.generateName();
-    Server server =
-        InProcessServerBuilder.forName(name)
-            .addService(ServerInterceptors.intercept(fake, record))
-            .build()
-            .start();
-    ManagedChannel channel = InProcessChannelBuilder.forName(name).build();
-    try {
+    try (InProcess sidecar = InProcess.serving(ServerInterceptors.intercept(fake, record))) {
       List<WindowClient.Message> one = List.of(WindowClient.Message.of("{}", Map.of()));
       assertEquals(
           List.of("1-0"),
-          WindowClient.of(channel, "s3cret").publish("s", one).get(5, TimeUnit.SECONDS));
+          WindowClient.of(sidecar.channel(), "s3cret").publish("s", one).get(5, TimeUnit.SECONDS));
       assertEquals("Bearer s3cret", seen.poll(5, TimeUnit.SECONDS));
-      WindowClient.of(channel).publish("s", one).get(5, TimeUnit.SECONDS);
+      WindowClient.of(sidecar.channel()).publish("s", one).get(5, TimeUnit.SECONDS);
       assertEquals("(none)", seen.poll(5, TimeUnit.SECONDS));
-    } finally {
-      channel.shutdownNow();
-      server.shutdownNow();
     }
   }
 
@@ -149,26 +171,19 @@ public class WindowClientTest {
   @Test
   public void publishToEveryTarget() throws Exception {
     LinkedBlockingQueue<PublishRequest> seen = new LinkedBlockingQueue<>();
-    WindowServiceGrpc.WindowServiceImplBase fake =
-        new WindowServiceGrpc.WindowServiceImplBase() {
-          @Override
-          public void publish(PublishRequest req, StreamObserver<PublishResponse> out) {
-            seen.add(req);
-            PublishResponse.Builder r = PublishResponse.newBuilder();
-            if (!req.getStream().isEmpty()) {
-              r.addIds("1-0");
-            } else if (!req.getChannel().isEmpty()) {
-              r.addReceivers(2);
-            }
-            out.onNext(r.build());
-            out.onCompleted();
-          }
-        };
-    String name = InProcessServerBuilder.generateName();
-    Server server = InProcessServerBuilder.forName(name).addService(fake).build().start();
-    ManagedChannel channel = InProcessChannelBuilder.forName(name).build();
-    try {
-      WindowClient client = WindowClient.of(channel);
+    try (InProcess sidecar =
+        InProcess.publishing(
+            seen,
+            req -> {
+              PublishResponse.Builder r = PublishResponse.newBuilder();
+              if (!req.getStream().isEmpty()) {
+                r.addIds("1-0");
+              } else if (!req.getChannel().isEmpty()) {
+                r.addReceivers(2);
+              }
+              return r.build();
+            })) {
+      WindowClient client = WindowClient.of(sidecar.channel());
       String tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
       List<WindowClient.Message> one =
           List.of(WindowClient.Message.of("p", Map.of("k", "v")).withTrace(tp, null));
@@ -201,9 +216,6 @@ public class WindowClientTest {
       assertThrows(IllegalArgumentException.class, () -> PublishTarget.stream("s").withRawValues());
       assertThrows(IllegalArgumentException.class, () -> PublishTarget.list("l").withMaxLen(5));
       assertThrows(IllegalArgumentException.class, () -> PublishTarget.channel(""));
-    } finally {
-      channel.shutdownNow();
-      server.shutdownNow();
     }
   }
 
@@ -215,20 +227,10 @@ public class WindowClientTest {
   @Test
   public void publishToAPartitionedStream() throws Exception {
     LinkedBlockingQueue<PublishRequest> seen = new LinkedBlockingQueue<>();
-    WindowServiceGrpc.WindowServiceImplBase fake =
-        new WindowServiceGrpc.WindowServiceImplBase() {
-          @Override
-          public void publish(PublishRequest req, StreamObserver<PublishResponse> out) {
-            seen.add(req);
-            out.onNext(PublishResponse.newBuilder().addIds("1-0").addIds("1-0").build());
-            out.onCompleted();
-          }
-        };
-    String name = InProcessServerBuilder.generateName();
-    Server server = InProcessServerBuilder.forName(name).addService(fake).build().start();
-    ManagedChannel channel = InProcessChannelBuilder.forName(name).build();
-    try {
-      WindowClient client = WindowClient.of(channel);
+    try (InProcess sidecar =
+        InProcess.publishing(
+            seen, req -> PublishResponse.newBuilder().addIds("1-0").addIds("1-0").build())) {
+      WindowClient client = WindowClient.of(sidecar.channel());
       List<WindowClient.Message> two =
           List.of(
               WindowClient.Message.of("a1", Map.of("k", "a")),
@@ -253,9 +255,6 @@ public class WindowClientTest {
       req = seen.poll(5, TimeUnit.SECONDS);
       assertEquals(0, req.getPartitions());
       org.junit.Assert.assertFalse(req.hasPartitionBy());
-    } finally {
-      channel.shutdownNow();
-      server.shutdownNow();
     }
   }
 
@@ -336,10 +335,8 @@ public class WindowClientTest {
             // Never answers: the call's deadline ends it.
           }
         };
-    String name = InProcessServerBuilder.generateName();
-    Server server = InProcessServerBuilder.forName(name).addService(silent).build().start();
-    ManagedChannel channel = InProcessChannelBuilder.forName(name).build();
-    try {
+    try (InProcess sidecar = InProcess.serving(silent.bindService())) {
+      ManagedChannel channel = sidecar.channel();
       WindowClient client = WindowClient.of(channel);
       List<WindowClient.Message> one = List.of(WindowClient.Message.of("{}", Map.of()));
       long began = System.nanoTime();
@@ -368,9 +365,6 @@ public class WindowClientTest {
       assertThrows(
           IllegalArgumentException.class,
           () -> client.publish("s", one, java.time.Duration.ofSeconds(-1)));
-    } finally {
-      channel.shutdownNow();
-      server.shutdownNow();
     }
   }
 
