@@ -309,9 +309,10 @@ async fn delay_set_of_the_wrong_type_stream() {
 #[tokio::test]
 async fn a_read_refused_by_a_delay_set_of_the_wrong_type_counts_nothing() {
     let redis = RedisServer::start();
-    let sidecar = Sidecar::start(&redis.url(), &[]).await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let sidecar = SidecarProcess::serve(&redis.url(), &listen, &[]);
     let inspect = redis.client().await;
-    let mut client = sidecar.client().await;
+    let mut client = connect_client(&listen).await;
     publish(&mut client, "orders", vec![vec![("order", "1".into())]]).await;
     let open = capped(3, "c");
     let (mut sub, _) = Subscription::open(&mut client, open.clone()).await.unwrap();
@@ -332,11 +333,13 @@ async fn a_read_refused_by_a_delay_set_of_the_wrong_type_counts_nothing() {
         1,
         "the refused reads counted no delivery"
     );
+    // What an operator reads: the key to remove and what it holds.
+    sidecar.wait_for(
+        "the delay set {orders}:window:delayed:g holds a string, not a sorted set: delete it or rename it",
+    );
     let _: () = inspect.del("{orders}:window:delayed:g").await.unwrap();
     let d = sub.read().await.deliveries.remove(0);
     assert_eq!(d.delivery_count, 2, "delivered again on the same stream");
-    drop(sub);
-    sidecar.stop().await;
 }
 
 #[tokio::test]

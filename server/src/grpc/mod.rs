@@ -288,7 +288,9 @@ pub fn redis_status(err: &RedisError) -> Status {
         RedisError::Auth { .. } => Status::unavailable(message),
         // WRONGTYPE (the key is not a stream), NOPERM (ACL) and the like: the deployment must
         // change, retrying will not help.
-        RedisError::Refused { .. } => Status::failed_precondition(message),
+        RedisError::Refused { .. } | RedisError::DelaySetWrongType { .. } => {
+            Status::failed_precondition(message)
+        }
         RedisError::Url { .. } | RedisError::Tls { .. } | RedisError::Protocol { .. } => {
             Status::internal(message)
         }

@@ -24,6 +24,12 @@ pub enum RedisError {
     Auth { user: Option<String>, reply: String },
     #[error("Redis refused {command}: {message}")]
     Refused { command: String, message: String },
+    /// The group's delay set, a key of the sidecar's own, holds another type: nobody can tell
+    /// which entries are due, so a read counts none of them and is tried again.
+    #[error(
+        "the delay set {key} holds a {holds}, not a sorted set: delete it or rename it (the read counted no delivery)"
+    )]
+    DelaySetWrongType { key: String, holds: String },
     #[error("unexpected reply to {command}: {detail}")]
     Protocol {
         command: &'static str,

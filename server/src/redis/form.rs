@@ -15,7 +15,7 @@ use super::lease::{ConsumerLease, LeaseHolder};
 use super::list::{self, ListKeys, ListReader};
 use super::pubsub::{PubSubForm, PubSubReader};
 use super::read_connection::ReadConnection;
-use super::stream::{self, DELAY_SET_WRONG_TYPE, StreamKeys, StreamReader};
+use super::stream::{self, StreamKeys, StreamReader};
 use super::{Redis, RedisError, Replication};
 use crate::domain::entry::Parked;
 use crate::domain::{Entry, ReadBatch, Source};
@@ -373,9 +373,7 @@ pub(crate) fn read_error(err: &RedisError) -> ReadError {
         RedisError::Refused { message, .. } if message.starts_with("NOGROUP") => {
             ReadError::Fatal(Stop::GroupDeleted)
         }
-        RedisError::Refused { message, .. }
-            if message.starts_with("WRONGTYPE") && !message.starts_with(DELAY_SET_WRONG_TYPE) =>
-        {
+        RedisError::Refused { message, .. } if message.starts_with("WRONGTYPE") => {
             ReadError::Fatal(Stop::WrongType)
         }
         // A failed read may have claimed entries it never returned.

@@ -186,8 +186,7 @@ fn pending_count(entry: &crate::domain::Entry) -> u32 {
 
 pub(crate) use groups::{GroupInfo, find_group};
 pub(crate) use read::{
-    DELAY_SET_WRONG_TYPE, StreamReader, count_due, extend, fetch, read_ahead, read_ahead_reply,
-    uncount,
+    StreamReader, count_due, extend, fetch, read_ahead, read_ahead_reply, uncount,
 };
 
 #[cfg(test)]

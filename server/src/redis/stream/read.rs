@@ -44,20 +44,17 @@ use crate::domain::{Entry, ReadBatch, StreamSource};
 /// handled. An `XCLAIM` is written to both.
 ///
 /// When the group's delay set KEYS[2] is not a sorted set (a key of the wrong type) nobody can
-/// tell which entries are due: the read fails with `WRONGTYPE`, its entries stay pending on this
-/// consumer, and the count the read added to each is taken back first. Without that, each read
-/// again (and on a partitioned stream each new reading, as the client stream ends and is
-/// opened again) would count one more delivery nobody got, and a few seconds of the wrong type
-/// would send entries to the dead letter unseen.
+/// tell which entries are due: the script takes back the count the read added to each entry and
+/// replies with the type the key holds (a status reply, where a read's is an array), the read
+/// fails with [`RedisError::DelaySetWrongType`], and its entries stay pending on this consumer
+/// for the read tried again after a backoff. Without the take-back each read tried again would
+/// count one more delivery nobody got, and a few seconds of the wrong type would send entries
+/// to the dead letter unseen.
 ///
 /// When Redis refuses the `XCLAIM` (`NOPERM`, `READONLY`; not `OOM`, which `XCLAIM` is not
 /// subject to) the script fails and the read with it: the entries stay pending on this
 /// consumer and are read again, the count that read added left as it is.
 static RENEW_COUNTS: LazyLock<Script> = LazyLock::new(|| Script::from_lua(RENEW_COUNTS_LUA));
-
-/// How [`RENEW_COUNTS`] says the group's delay set is of the wrong type (Redis's `WRONGTYPE`
-/// code, then what to do): not the subscription's key, so the read is tried again.
-pub(crate) const DELAY_SET_WRONG_TYPE: &str = "WRONGTYPE the delay set";
 
 const RENEW_COUNTS_LUA: &str = r#"
 local delays = redis.call('TYPE', KEYS[2])['ok']
@@ -70,8 +67,7 @@ if delays ~= 'zset' and delays ~= 'none' then
       redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id, 'RETRYCOUNT', count, 'JUSTID')
     end
   end
-  return redis.error_reply('WRONGTYPE the delay set ' .. KEYS[2] .. ' holds a ' .. delays ..
-    ', not a sorted set: delete it or rename it (the read counted no delivery)')
+  return redis.status_reply(delays)
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -698,13 +694,17 @@ impl StreamReader {
         }
         let commands = self.connection.commands(None);
         let reply = eval_script(&commands, &RENEW_COUNTS, self.keys.slot, keys, args).await?;
-        let Value::Array(counts) = reply else {
-            return Err(RedisError::Protocol {
+        match reply {
+            Value::Array(counts) => Ok(counted(entries, counts)),
+            Value::String(holds) => Err(RedisError::DelaySetWrongType {
+                key: String::from_utf8_lossy(&self.keys.due).into_owned(),
+                holds: holds.to_string(),
+            }),
+            _ => Err(RedisError::Protocol {
                 command: "XPENDING",
                 detail: "the counts are not an array".into(),
-            });
-        };
-        Ok(counted(entries, counts))
+            }),
+        }
     }
 
     /// Entries deleted from the stream while pending cannot be delivered: settle them.
@@ -737,20 +737,19 @@ mod tests {
     use crate::engine::ReadError;
     use crate::redis::form::read_error;
 
-    /// The script's refusal for a delay set of the wrong type is the one the subscription
-    /// tries again; Redis's own `WRONGTYPE` on the stream ends it.
+    /// The delay set of the wrong type is the sidecar's own key: the subscription tries the read
+    /// again. Redis's own `WRONGTYPE` on the stream ends it.
     #[test]
     fn a_delay_set_of_the_wrong_type_is_tried_again_the_stream_of_the_wrong_type_is_not() {
-        assert!(RENEW_COUNTS_LUA.contains(&format!("error_reply('{DELAY_SET_WRONG_TYPE} ")));
-        let refused = |message: &str| RedisError::Refused {
-            command: "EVALSHA".into(),
-            message: message.into(),
+        let delays = RedisError::DelaySetWrongType {
+            key: "{s}:window:delayed:g".into(),
+            holds: "string".into(),
         };
-        let delays = refused(&format!(
-            "{DELAY_SET_WRONG_TYPE} {{s}}:window:delayed:g holds a string"
-        ));
         assert!(matches!(read_error(&delays), ReadError::Retry { .. }));
-        let stream = refused("WRONGTYPE Operation against a key holding the wrong kind of value");
+        let stream = RedisError::Refused {
+            command: "EVALSHA".into(),
+            message: "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+        };
         assert!(matches!(read_error(&stream), ReadError::Fatal(_)));
     }
 }
