@@ -47,6 +47,9 @@ CLOSING = re.compile(r"<!-- end generated -->")
 # The contenders as the page names them: (on its own, right after the contender named third).
 LABELS = {
     "sidecar-rust-pipeline-64": ("sidecar, Rust client, pipeline, COUNT 64", None, None),
+    "sidecar-rust-pipeline-64-unix": (
+        "sidecar, Rust client, pipeline, COUNT 64, over a Unix socket",
+        "the same over a Unix socket", "sidecar-rust-pipeline-64"),
     "sidecar-rust-pipeline-256": ("sidecar, Rust client, pipeline, COUNT 256", None, None),
     "sidecar-rust-atomic-64": ("sidecar, Rust client, atomic, COUNT 64", None, None),
     "sidecar-rust-atomic-256": ("sidecar, Rust client, atomic, COUNT 256", None, None),

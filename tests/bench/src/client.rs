@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,11 +11,12 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
+use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 use window_sidecar::partition;
 use window_sidecar::proto::subscribe_request;
 use window_sidecar::proto::subscribe_response::Kind;
@@ -171,6 +173,23 @@ pub(crate) async fn connect_sidecar(
     WindowServiceClient::connect(format!("http://{addr}"))
         .await
         .map_err(|e| format!("connect to the sidecar at {addr}: {e}"))
+}
+
+/// A client of a sidecar serving on the Unix socket at `path` (its authority is never looked up).
+pub(crate) async fn connect_sidecar_unix(
+    path: PathBuf,
+) -> Result<WindowServiceClient<Channel>, String> {
+    let shown = path.display().to_string();
+    let channel = Endpoint::from_static("http://sidecar.invalid")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .map_err(|e| format!("connect to the sidecar at unix:{shown}: {e}"))?;
+    Ok(WindowServiceClient::new(channel))
 }
 
 impl SidecarClient {

@@ -1373,8 +1373,9 @@ fn atomic_targets(t: &mut Targets<'_>) {
 
 /// The p99 the Rust client through the sidecar adds over the raw loop it replaces, in every
 /// round (each round's pair measured back to back): at the latency rate, beside a busy
-/// neighbour, and at ten times the rate. The held figure is the worst round's. Python's p99
-/// at the rate is a figure beside it: the best Python can have.
+/// neighbour, and at ten times the rate. The held figure is the worst round's. The same over a
+/// Unix socket is a figure beside each, and so is Python's p99 at the rate: the best Python
+/// can have.
 fn latency_targets(t: &mut Targets<'_>, rate: u64) {
     for (phase, at, target, bound) in [
         (
@@ -1396,35 +1397,15 @@ fn latency_targets(t: &mut Targets<'_>, rate: u64) {
             Bound::AtMost(0.5),
         ),
     ] {
-        let sidecar = rust_client(64, false);
-        let (s, b) = (
-            t.latency_in(sidecar, phase),
-            t.latency_in(Contender::FredRaw, phase),
-        );
-        let added = s.zip(b).and_then(|(s, b)| {
-            Spread::of(
-                (1..=t.last_round)
-                    .filter_map(|round| Some(s.round(round)?.p99_ms? - b.round(round)?.p99_ms?)),
-            )
-        });
-        let med = |p: Option<&PhaseFigures>, f: fn(&PhaseFigures) -> Option<Spread>| {
-            p.and_then(f).map(|s| s.median)
-        };
-        let figure = match (added, med(s, |p| p.p99_ms), med(s, |p| p.p999_ms)) {
-            (Some(added), Some(p99), Some(p999)) => format!(
-                "worst round {:+.2} ms (rounds {:+.2}..{:+.2}); p99 {p99:.2} ms, p999 {p999:.2} ms",
-                added.max, added.min, added.max
-            ),
-            (None, Some(p99), Some(p999)) => format!("p99 {p99:.2} ms, p999 {p999:.2} ms"),
-            _ => "n/a".into(),
-        };
-        t.push(
-            format!("p99 added at {at}, {}", sidecar.name()),
-            target,
-            bound,
-            added.map(|a| a.max),
-            "ms",
-            figure,
+        added_p99(t, rust_client(64, false), phase, &at, target, bound);
+        let unix = Contender::SidecarRustUnix { baseline: false };
+        added_p99(
+            t,
+            unix,
+            phase,
+            &at,
+            "(figure: over a Unix socket)",
+            Bound::None,
         );
     }
     let p99 = |c| t.latency(c).and_then(|p| p.p99_ms).map(|s| s.median);
@@ -1439,6 +1420,46 @@ fn latency_targets(t: &mut Targets<'_>, rate: u64) {
         "(the best Python can have)",
         Bound::None,
         s.zip(b).map(|(s, b)| s - b),
+        "ms",
+        figure,
+    );
+}
+
+/// One contender's p99 added over the raw loop in `phase`, in every round.
+fn added_p99(
+    t: &mut Targets<'_>,
+    sidecar: Contender,
+    phase: Phase,
+    at: &str,
+    target: &str,
+    bound: Bound,
+) {
+    let (s, b) = (
+        t.latency_in(sidecar, phase),
+        t.latency_in(Contender::FredRaw, phase),
+    );
+    let added = s.zip(b).and_then(|(s, b)| {
+        Spread::of(
+            (1..=t.last_round)
+                .filter_map(|round| Some(s.round(round)?.p99_ms? - b.round(round)?.p99_ms?)),
+        )
+    });
+    let med = |p: Option<&PhaseFigures>, f: fn(&PhaseFigures) -> Option<Spread>| {
+        p.and_then(f).map(|s| s.median)
+    };
+    let figure = match (added, med(s, |p| p.p99_ms), med(s, |p| p.p999_ms)) {
+        (Some(added), Some(p99), Some(p999)) => format!(
+            "worst round {:+.2} ms (rounds {:+.2}..{:+.2}); p99 {p99:.2} ms, p999 {p999:.2} ms",
+            added.max, added.min, added.max
+        ),
+        (None, Some(p99), Some(p999)) => format!("p99 {p99:.2} ms, p999 {p999:.2} ms"),
+        _ => "n/a".into(),
+    };
+    t.push(
+        format!("p99 added at {at}, {}", sidecar.name()),
+        target,
+        bound,
+        added.map(|a| a.max),
         "ms",
         figure,
     );

@@ -113,6 +113,11 @@ pub enum Contender {
         atomic: bool,
         baseline: bool,
     },
+    /// `SidecarRust` in pipeline mode at COUNT 64 over a Unix socket instead of loopback TCP,
+    /// as a pod's containers can share one on a volume (the chart's `sidecar.unixSocket`).
+    SidecarRustUnix {
+        baseline: bool,
+    },
     /// The Python helper, used through `api`.
     SidecarPython {
         api: PythonApi,
@@ -170,12 +175,13 @@ impl PythonApi {
 }
 
 impl Contender {
-    pub const ALL: [Contender; 18] = [
+    pub const ALL: [Contender; 19] = [
         Contender::SidecarRust {
             count: 64,
             atomic: false,
             baseline: false,
         },
+        Contender::SidecarRustUnix { baseline: false },
         Contender::SidecarRust {
             count: 256,
             atomic: false,
@@ -237,6 +243,7 @@ impl Contender {
                 "sidecar-rust-{}-{count}",
                 if *atomic { "atomic" } else { "pipeline" }
             ),
+            Contender::SidecarRustUnix { .. } => "sidecar-rust-pipeline-64-unix".into(),
             Contender::SidecarRustOrdered { hot: false, .. } => "sidecar-rust-ordered-64".into(),
             Contender::SidecarRustOrdered { hot: true, .. } => "sidecar-rust-ordered-hot-64".into(),
             Contender::SidecarRustReplicas { replicas, .. } => {
@@ -269,6 +276,7 @@ impl Contender {
         matches!(
             self,
             Contender::SidecarRust { .. }
+                | Contender::SidecarRustUnix { .. }
                 | Contender::SidecarRustOrdered { .. }
                 | Contender::SidecarRustReplicas { .. }
                 | Contender::SidecarRustRetry { .. }
@@ -314,7 +322,8 @@ impl Contender {
                     count: 64,
                     atomic: false,
                     ..
-                } | Contender::FredRaw
+                } | Contender::SidecarRustUnix { .. }
+                    | Contender::FredRaw
             ),
         }
     }
@@ -324,6 +333,7 @@ impl Contender {
         matches!(
             self,
             Contender::SidecarRust { baseline: true, .. }
+                | Contender::SidecarRustUnix { baseline: true }
                 | Contender::SidecarRustOrdered { baseline: true, .. }
                 | Contender::SidecarRustReplicas { baseline: true, .. }
                 | Contender::SidecarRustRetry { baseline: true }
@@ -367,6 +377,9 @@ impl Contender {
             }),
             Contender::SidecarRustRetry { baseline: false } => {
                 Some(Contender::SidecarRustRetry { baseline: true })
+            }
+            Contender::SidecarRustUnix { baseline: false } => {
+                Some(Contender::SidecarRustUnix { baseline: true })
             }
             _ => None,
         }
@@ -546,6 +559,15 @@ impl Consumer {
                 Consumer::Sidecar(
                     SidecarClient::connect(sidecar.grpc, count, max_in_flight, atomic).await?,
                 )
+            }
+            Contender::SidecarRustUnix { .. } => {
+                let sidecar = sidecar.ok_or("no sidecar")?;
+                Consumer::Sidecar(SidecarClient::over(
+                    sidecar.client().await?,
+                    count,
+                    max_in_flight,
+                    false,
+                ))
             }
             Contender::SidecarRustOrdered { .. } => {
                 let sidecar = sidecar.ok_or("no sidecar")?;
@@ -741,7 +763,12 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
         } else {
             &[]
         };
-        Some(SidecarProcess::start(bin, &redis.url(), retention).await?)
+        Some(match contender {
+            Contender::SidecarRustUnix { .. } => {
+                SidecarProcess::start_unix(bin, &redis.url(), retention).await?
+            }
+            _ => SidecarProcess::start(bin, &redis.url(), retention).await?,
+        })
     } else {
         None
     };
