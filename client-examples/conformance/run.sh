@@ -125,6 +125,12 @@ expectations() {
   done < <(jq -r '.expect.deliveries // {} | keys[]' "$file")
   while read -r p; do
     [[ -n $p ]] || continue
+    want="$(jq -c --arg p "$p" '.expect.partitions[$p]' "$file")"
+    got="$(jq -c --arg p "$p" '[.[] | select(.event == "delivery" and .payload == $p) | .partition] | unique' <<<"$seen")"
+    printf 'partitions %s came from\t%s\t%s\n' "$p" "$got" "[$want]"
+  done < <(jq -r '.expect.partitions // {} | keys[]' "$file")
+  while read -r p; do
+    [[ -n $p ]] || continue
     want="$(jq -c --arg p "$p" '.expect.headers[$p]' "$file")"
     got="$(jq -c --arg p "$p" --argjson w "$want" \
       'first(.[] | select(.event == "delivery" and .payload == $p) | .headers // {}) // {}
