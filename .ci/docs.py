@@ -22,8 +22,10 @@
 4. Every rpc, message, enum, enum value, oneof and field of the wire contract (proto/**/*.proto)
    has a comment on the line directly above it: the contract is what clients in every language
    are generated from, and its comments are their only documentation.
-5. docs/performance.md's generated parts (its tables) are what .ci/perf_doc.py renders from
-   docs/performance.json, the benchmark's report: neither is edited without the other.
+5. docs/performance.md's generated parts (its tables) and README.md's (its headline figures)
+   are what .ci/perf_doc.py renders from docs/performance.json, the benchmark's report: neither
+   page is edited without the JSON, so the README's figures are those of the run the
+   performance page shows.
 
 Prints one line per problem (`path:line: what`) and exits 1 when there is one.
 usage: docs.py [ROOT]   (the repository root; by default the parent of this script's folder)
@@ -397,16 +399,17 @@ def check_proto():
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. The performance page's tables
+# 5. The performance page's tables and the README's headline
 
 def check_performance():
-    """perf_doc.py's own check, its problems as this script's; the parts it checked."""
+    """perf_doc.py's own check, its problems as this script's; the parts it checked, and the
+    pages."""
     spec = importlib.util.spec_from_file_location("perf_doc", pathlib.Path(__file__).resolve().parent / "perf_doc.py")
     perf_doc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(perf_doc)
     for path, line, what in perf_doc.check(ROOT):
         problem(path, line, what)
-    return len(perf_doc.PARTS)
+    return sum(len(parts) for parts in perf_doc.PAGES.values()), " and ".join(perf_doc.PAGES)
 
 
 def main():
@@ -415,7 +418,7 @@ def main():
     flags = check_flags()
     metrics = check_metrics()
     items_ = check_proto()
-    generated = check_performance()
+    generated, pages = check_performance()
     for p in problems:
         print(p)
     if problems:
@@ -423,7 +426,7 @@ def main():
         return 1
     print(f"docs: {len(files)} Markdown files, {links} relative links, {flags} flags, "
           f"{metrics} metrics, {items_} items of the wire contract, {generated} generated parts of "
-          f"docs/performance.md: clean")
+          f"{pages}: clean")
     return 0
 
 

@@ -1,7 +1,7 @@
 //! The figures of a run, computed once from its records: the one data model of the report,
 //! which report.rs prints as tables and `--json` writes as one JSON document (serde), so the
-//! two cannot tell different stories. `.ci/perf_doc.py` renders docs/performance.md from the
-//! JSON. Figures only: nothing here asserts on them.
+//! two cannot tell different stories. `.ci/perf_doc.py` renders docs/performance.md and the
+//! README's headline figures from the JSON. Figures only: nothing here asserts on them.
 //!
 //! The JSON's fields are named after what they hold, with their unit in the name
 //! (`deliveries_per_s`, `sidecar_cpu_s_per_100k`, `p99_ms`, `sidecar_peak_rss_mb`). A figure

@@ -12,7 +12,7 @@
 //! binary (`<name>@baseline`, right after it in every round), and the report gives the ratios
 //! of the two. With `--json PATH` the report is also written as one JSON document (the
 //! figures of figures.rs, which the tables print), from which `.ci/perf_doc.py` renders
-//! docs/performance.md. See README.md beside this file for the contenders and the figures.
+//! docs/performance.md and the top-level README's headline figures. See README.md beside this file for the contenders and the figures.
 
 mod client;
 mod figures;
@@ -96,7 +96,7 @@ struct Args {
     window_reads: u32,
     /// Also write the report as one JSON document to PATH (the run's parameters, every run's
     /// figures, their medians and ranges, the targets, the baseline ratios); `.ci/perf_doc.py`
-    /// renders docs/performance.md from it.
+    /// renders docs/performance.md and the README's headline figures from it.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
 }
