@@ -1200,9 +1200,13 @@ fn parse_contenders(names: &[String]) -> Result<Vec<Contender>, String> {
 }
 
 /// Each twin right after the contender it is compared with, so that the two run back to back
-/// in every round and share whatever the machine is doing then. A twin named in --contenders
-/// keeps its place.
+/// in every round and share whatever the machine is doing then. Twins named in --contenders
+/// are the only ones, each in its place: a full run can compare the contenders that matter
+/// with the baseline binary without doubling its length.
 fn pair_twins(contenders: &[Contender]) -> Vec<Contender> {
+    if contenders.iter().any(Contender::on_baseline) {
+        return contenders.to_vec();
+    }
     let mut paired = Vec::new();
     for &c in contenders {
         paired.push(c);
@@ -1374,4 +1378,48 @@ fn swap_twins(contenders: &[Contender]) -> Vec<Contender> {
         }
     }
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(names: &[&str]) -> Vec<String> {
+        pair_twins(
+            &parse_contenders(&names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap(),
+        )
+        .iter()
+        .map(Contender::name)
+        .collect()
+    }
+
+    /// With no twin named every sidecar contender gets one right after it; with twins named
+    /// only those run, each in its place.
+    #[test]
+    fn twins_named_are_the_only_ones() {
+        assert_eq!(
+            named(&["sidecar-rust-pipeline-64", "sidecar-python", "fred-raw"]),
+            [
+                "sidecar-rust-pipeline-64",
+                "sidecar-rust-pipeline-64@baseline",
+                "sidecar-python",
+                "sidecar-python@baseline",
+                "fred-raw"
+            ]
+        );
+        assert_eq!(
+            named(&[
+                "sidecar-rust-pipeline-64",
+                "sidecar-rust-pipeline-64@baseline",
+                "sidecar-python",
+                "fred-raw"
+            ]),
+            [
+                "sidecar-rust-pipeline-64",
+                "sidecar-rust-pipeline-64@baseline",
+                "sidecar-python",
+                "fred-raw"
+            ]
+        );
+    }
 }
