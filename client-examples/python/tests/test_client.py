@@ -51,9 +51,11 @@ def _one_delivery(
 
 
 def _sent(st: _Stream) -> List[Any]:
+    """The (commands, outcomes) of each batch queued for the stream's writer."""
     items = []
     while not st.outbox.empty():
-        items.append(st.outbox.get_nowait())
+        commands, outcomes, _ = st.outbox.get_nowait()
+        items.append((commands, outcomes))
     return items
 
 
@@ -322,6 +324,207 @@ class EntriesFromAnyProducer(unittest.IsolatedAsyncioTestCase):
             _, d = _one_delivery(client.subscribe("orders", "g"))
             self.assertTrue(d.in_layout)
             self.assertEqual((d.json(), d.text(), d.fields), ({}, "{}", {}))
+
+
+class _Call:
+    """A Subscribe call that keeps what the writer writes."""
+
+    def __init__(self) -> None:
+        self.written: List[pb.SubscribeRequest] = []
+
+    async def write(self, request: pb.SubscribeRequest) -> None:
+        self.written.append(request)
+
+    async def done_writing(self) -> None:
+        pass
+
+
+class DeliveryViews(unittest.IsolatedAsyncioTestCase):
+    """A delivery reads what it was not given at once from its message and its read: the
+    values and types are the message's, before and after it is settled."""
+
+    async def test_what_a_delivery_reads_is_its_message(self) -> None:
+        trace = pb.TraceContext(traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+                                tracestate="k=v")
+        msgs = [
+            pb.Delivery(slot=11, entry_id="1700000000000-5", payload=b'{"id": 5}',
+                        delivery_count=3, headers={"h": "v"}, trace=trace),
+            pb.Delivery(slot=12, entry_id="1700000000000-6", delivery_count=1,
+                        fields=[pb.Field(name=b"sku", value=b"apple")]),
+            pb.Delivery(slot=13, entry_id="", payload=b"news", delivery_count=1,
+                        channel="alerts"),
+        ]
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            sub = client.subscribe("orders", "g", partitions=4)
+            st = _Stream(1, call=None)
+            sub._stream = st
+            sub._read(st, pb.Read(read_id=9, partition=2, deliveries=msgs))
+            sub._read(st, pb.Read(read_id=10, deliveries=[
+                pb.Delivery(slot=14, entry_id="1-0", payload=b"x", delivery_count=1)]))
+            ds = [sub._hand_out(sub._ready.popleft()) for _ in range(4)]
+            for d, m in zip(ds, msgs):
+                with self.subTest(slot=m.slot):
+                    self.assertEqual((d.slot, d.entry_id, d.payload, d.delivery_count),
+                                     (m.slot, m.entry_id, m.payload, m.delivery_count))
+                    self.assertEqual((type(d.slot), type(d.entry_id), type(d.payload)),
+                                     (int, str, bytes))
+                    self.assertEqual((d.read_id, d.partition), (9, 2))
+                    self.assertEqual((d.headers, d.channel), (dict(m.headers), m.channel))
+                    self.assertIs(d.subscription, sub)
+                    self.assertTrue(d.live)
+                    self.assertEqual((d.outcome, d.settled, d.rejection), (None, False, None))
+            self.assertEqual(ds[0].trace, trace)
+            self.assertIsNone(ds[1].trace)
+            self.assertEqual((ds[1].fields, ds[1].payload, ds[1].in_layout),
+                             ({"sku": b"apple"}, b"", False))
+            self.assertEqual((ds[3].read_id, ds[3].partition), (10, None))
+            self.assertEqual(repr(ds[0]), "Delivery(slot=11, entry_id='1700000000000-5', "
+                                          "delivery_count=3, outcome=None)")
+            ds[0].queue("INCR", "n").ack()
+            ds[1].drop("bad")
+            # Settled, it reads the same; its outcome is set.
+            self.assertEqual((ds[0].entry_id, ds[0].read_id, ds[0].partition, ds[0].outcome),
+                             ("1700000000000-5", 9, 2, "ack"))
+            self.assertEqual((ds[1].outcome, ds[1].settled), ("drop", True))
+            self.assertEqual(sub.stats.outcomes, {"ack": 1, "drop": 1})
+            with self.assertRaises(window_client.AlreadySettledError):
+                ds[0].ack()
+            with self.assertRaises(window_client.AlreadySettledError):
+                ds[1].queue("INCR", "n")
+            st.alive = False
+            self.assertFalse(ds[2].live)
+
+    async def test_a_read_reported_with_a_delivery_abandoned(self) -> None:
+        """Two deliveries settled and sent, the third open when the report comes: the event
+        lists the two as settled and the third as abandoned; the read and its slots are gone,
+        and the abandoned delivery settled later is sent nowhere."""
+        events: List[window_client.FlushEvent] = []
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            sub = client.subscribe("orders", "g", linger=None, packed_acks=True,
+                                   on_flush=events.append)
+            call = _Call()
+            st = _Stream(1, call=call)
+            st.opened = pb.Opened(packed_commands=True)
+            sub._stream = st
+            writer = asyncio.get_running_loop().create_task(sub._writer(st))
+            try:
+                sub._read(st, pb.Read(read_id=1, deliveries=[
+                    pb.Delivery(slot=n, entry_id=f"{n}-0", payload=b"{}", delivery_count=1)
+                    for n in (1, 2, 3)]))
+                d1, d2, d3 = (sub._hand_out(sub._ready.popleft()) for _ in range(3))
+                self.assertEqual(set(st.slots), {1, 2, 3})
+                d1.queue("INCR", "n").ack()
+                d2.ack()
+                sub._send(st, st.reads[1])  # what a drain does with a read not all settled
+                await asyncio.sleep(0)
+                [request] = call.written
+                self.assertEqual((request.batch.packed_commands, list(request.batch.acks)),
+                                 (b"*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n", [1, 2]))
+                self.assertEqual((d1._sent, d2._sent, d3._sent), (True, True, False))
+                await sub._flushed(st, pb.FlushReport(read_id=1, ok=True, settles=2))
+            finally:
+                writer.cancel()
+            [ev] = events
+            self.assertEqual((ev.settled, ev.abandoned, ev.deliveries), ([d1, d2], [d3],
+                                                                         [d1, d2, d3]))
+            # The same lists as an event made by hand, which finds them by what was sent.
+            by_hand = window_client.FlushEvent(ev.report, [d3, d1, d2])
+            self.assertEqual((by_hand.settled, by_hand.abandoned), ([d1, d2], [d3]))
+            self.assertEqual((st.reads, st.slots, st.unsettled, st.handed_unsettled),
+                             ({}, {}, 0, 1))
+            # The read no longer holds its deliveries: nothing is left for the cyclic GC.
+            self.assertEqual(d3._rd.deliveries, [])
+            with self.assertLogs("window_client", "DEBUG") as logs:
+                d3.queue("INCR", "n").ack()
+            self.assertIn("settled after the sidecar abandoned it", logs.output[0])
+            self.assertEqual((d3.outcome, d3._sent, st.handed_unsettled), ("ack", False, 0))
+            self.assertEqual(_sent(st), [])
+            self.assertEqual(sub.stats.outcomes, {"ack": 3})
+
+    async def test_a_batch_acked_after_its_read_was_abandoned(self) -> None:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            sub = client.subscribe("orders", "g", linger=None)
+            st = _Stream(1, call=None)
+            sub._stream = st
+            sub.batches()
+            sub._read(st, pb.Read(read_id=1, deliveries=[
+                pb.Delivery(slot=n, entry_id=f"{n}-0", payload=b"{}", delivery_count=1)
+                for n in (1, 2)]))
+            batch = sub._hand_out_batch(sub._ready.popleft())
+            await sub._flushed(st, pb.FlushReport(read_id=1, ok=True))
+            with self.assertLogs("window_client", "DEBUG") as logs:
+                batch.ack()
+            # (One message per delivery when they have spans, for the batch when not.)
+            self.assertIn("settled after the sidecar abandoned", logs.output[0])
+            self.assertEqual([d.outcome for d in batch], ["ack", "ack"])
+            self.assertEqual((_sent(st), st.handed_unsettled), ([], 0))
+
+
+class Linger(unittest.IsolatedAsyncioTestCase):
+    """A read's outcomes go out once all of them are settled, or ``linger`` seconds after the
+    first; acked one by one or all at once, the same."""
+
+    async def asyncSetUp(self) -> None:
+        self.client = WindowClient("127.0.0.1:1", token="")
+
+    async def asyncTearDown(self) -> None:
+        await self.client.close()
+
+    def _read(self, sub: Subscription) -> Tuple[_Stream, List[Delivery]]:
+        st = _Stream(1, call=None)
+        sub._stream = st
+        sub._read(st, pb.Read(read_id=1, deliveries=[
+            pb.Delivery(slot=n, entry_id=f"{n}-0", payload=b"{}", delivery_count=1)
+            for n in (1, 2, 3)]))
+        return st, [sub._hand_out(sub._ready.popleft()) for _ in range(3)]
+
+    async def test_the_first_outcome_starts_the_linger(self) -> None:
+        st, (d1, d2, d3) = self._read(self.client.subscribe("orders", "g", linger=0.05))
+        d1.ack()
+        timer = st.reads[1].timer
+        self.assertIsNotNone(timer)
+        d2.queue("INCR", "n").ack()
+        self.assertIs(st.reads[1].timer, timer)  # one per read, from its first outcome
+        self.assertEqual(_sent(st), [])
+        await asyncio.sleep(0.1)
+        self.assertEqual(_sent(st), [([(2, "INCR", [b"n"])], [(1, pb.OUTCOME_KIND_ACK, None),
+                                                              (2, pb.OUTCOME_KIND_ACK, None)])])
+        d3.ack()  # the last one: at once
+        self.assertEqual(_sent(st), [([], [(3, pb.OUTCOME_KIND_ACK, None)])])
+        self.assertEqual((st.unsettled, st.handed_unsettled), (0, 0))
+
+    async def test_without_linger_the_read_waits_for_all(self) -> None:
+        st, (d1, d2, d3) = self._read(self.client.subscribe("orders", "g", linger=None))
+        d1.ack()
+        d2.drop("no")
+        self.assertIsNone(st.reads[1].timer)
+        self.assertEqual(_sent(st), [])
+        d3.ack()
+        [(_, outcomes)] = _sent(st)
+        self.assertEqual([o[:2] for o in outcomes], [(1, pb.OUTCOME_KIND_ACK),
+                                                      (2, pb.OUTCOME_KIND_DROP),
+                                                      (3, pb.OUTCOME_KIND_ACK)])
+
+
+class PackedCommands(unittest.TestCase):
+    def test_resp_of_every_size(self) -> None:
+        from window_client.client import _pack
+
+        long = b"v" * 1024
+        packed, slots = _pack([
+            (1, "PING", []),
+            (1, "INCR", [b"count:7"]),
+            (2, "SET", [b"k", b""]),
+            (3, "HSET", [b"h", b"f" * 1023, long]),
+        ])
+        self.assertEqual(slots, [1, 1, 2, 3])
+        self.assertEqual(packed, b"".join([
+            b"*1\r\n$4\r\nPING\r\n",
+            b"*2\r\n$4\r\nINCR\r\n$7\r\ncount:7\r\n",
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n",
+            b"*4\r\n$4\r\nHSET\r\n$1\r\nh\r\n$1023\r\n" + b"f" * 1023
+            + b"\r\n$1024\r\n" + long + b"\r\n",
+        ]))
 
 
 def _closed_port() -> int:

@@ -191,10 +191,13 @@ def _arg_other(value: Arg) -> bytes:
     raise TypeError(f"unsupported Redis argument type {type(value).__name__}")
 
 
-# RESP heads of packed commands (``*<n>\r\n$<len>\r\n<NAME>\r\n``) by name and argument
-# count, made once each. Bounded: a program that makes up names as it goes packs them anew.
+# RESP heads of packed commands (``*<n>\r\n$<len>\r\n<NAME>``, the CRLF after it added by
+# the join) by name and argument count, made once each. Bounded: a program that makes up
+# names as it goes packs them anew.
 _RESP_HEADS: Dict[Tuple[str, int], bytes] = {}
 _RESP_HEADS_MAX = 1024
+# The length prefixes (``$<len>``) of bulk strings of the usual sizes, made once.
+_RESP_LENGTHS = [b"$%d" % n for n in range(1024)]
 
 
 def _pack(commands: List[Tuple[int, str, List[bytes]]]) -> Tuple[bytes, List[int]]:
@@ -203,20 +206,24 @@ def _pack(commands: List[Tuple[int, str, List[bytes]]]) -> Tuple[bytes, List[int
     ``QueuedCommand`` message per command, to build and to serialize."""
     parts: List[bytes] = []
     append = parts.append
-    slots: List[int] = []
     heads = _RESP_HEADS
-    for slot, name, args in commands:
-        slots.append(slot)
+    lengths = _RESP_LENGTHS
+    for _, name, args in commands:
         head = heads.get((name, len(args)))
         if head is None:
             encoded = name.encode()
-            head = b"*%d\r\n$%d\r\n%b\r\n" % (len(args) + 1, len(encoded), encoded)
+            head = b"*%d\r\n$%d\r\n%b" % (len(args) + 1, len(encoded), encoded)
             if len(heads) < _RESP_HEADS_MAX:
                 heads[(name, len(args))] = head
         append(head)
         for a in args:
-            append(b"$%d\r\n%b\r\n" % (len(a), a))
-    return b"".join(parts), slots
+            n = len(a)
+            append(lengths[n] if n < 1024 else b"$%d" % n)
+            append(a)
+    append(b"")
+    # Every RESP token ends in CRLF: joined with it, no argument is first copied into a
+    # formatted string of its own (a quarter less per command).
+    return b"\r\n".join(parts), [command[0] for command in commands]
 
 
 _REDIS_COMMANDS: Any = None
@@ -363,61 +370,61 @@ class Delivery:
     helper sends a read's commands and outcomes together once every delivery of the read is
     settled (or after ``linger`` seconds)."""
 
+    # What every delivery needs is stored when its read arrives (by _deliveries); the rest
+    # is read from its message, or from its read, when asked for.
     __slots__ = (
         "slot",
-        "entry_id",
         "payload",
-        "read_id",
-        "partition",
         "outcome",
         "rejection",
-        "_command_rejection",
-        "_rejected_error",
+        "_rd",
         "_msg",
-        "_sub",
-        "_stream",
         "_commands",
         "_span",
         "_handed",
         "_sent",
         "_reported",
+        "_refused",
     )
 
-    def __init__(
-        self, sub: "Subscription", stream: "_Stream", read_id: int, msg: pb.Delivery,
-        partition: Optional[int] = None,
-    ) -> None:
-        self.slot: int = msg.slot
-        self.entry_id: str = msg.entry_id
-        self.payload: bytes = msg.payload
-        self.read_id = read_id
-        #: On a partitioned stream (``subscribe(..., partitions=n)``): the partition the entry
-        #: was read from (its stream is ``<key>:{partition}``). Entry ids repeat across
-        #: partitions, so ``(partition, entry_id)`` names an entry where ``entry_id`` alone
-        #: does not. None on an unpartitioned stream, a list or pub/sub.
-        self.partition: Optional[int] = partition
-        #: "ack", "drop", "retry", "retry_after" or "dead_letter" once settled; None while open
-        #: or abandoned.
-        self.outcome: Optional[str] = None
-        #: The sidecar's Rejection when it refused this delivery's outcome.
-        self.rejection: Optional[pb.Rejection] = None
-        # The message of the first refused command: the reason of the retry_after it causes.
-        self._command_rejection: Optional[pb.Rejection] = None
-        # The error handed to on_error for that rejection, once the client has settled.
-        self._rejected_error: Optional[RejectedError] = None
-        self._msg = msg  # the rest is read from it when asked for
-        self._sub = sub
-        self._stream = stream
-        self._commands: List[Tuple[int, str, List[bytes]]] = []
-        self._span: Optional[tracing.DeliverySpan] = None
-        self._handed = False
-        self._sent = False  # its outcome was written to its stream
-        # Done for its read: a flush report of its read came after that, or the sidecar answered
-        # the outcome ALREADY_SETTLED (its slot is no longer outstanding there: no report ever
-        # names it).
-        self._reported = False
+    slot: int
+    payload: bytes
+    #: "ack", "drop", "retry", "retry_after" or "dead_letter" once settled; None while open
+    #: or abandoned.
+    outcome: Optional[str]
+    #: The sidecar's Rejection when it refused this delivery's outcome.
+    rejection: Optional[pb.Rejection]
+    _rd: "_Read"
+    _msg: pb.Delivery
+    _commands: List[Tuple[int, str, List[bytes]]]
+    _span: Optional[tracing.DeliverySpan]
+    _handed: bool
+    _sent: bool  # its outcome was written to its stream
+    # Done for its read: a flush report of its read came after that, or the sidecar answered
+    # the outcome ALREADY_SETTLED (its slot is no longer outstanding there: no report ever
+    # names it).
+    _reported: bool
+    # The first refused command's rejection (the reason of the retry_after it causes) and the
+    # error handed to on_error for it, once the client has settled.
+    _refused: Optional[Tuple[pb.Rejection, RejectedError]]
 
     # -- reading --------------------------------------------------------------------------
+
+    @property
+    def entry_id(self) -> str:
+        return self._msg.entry_id
+
+    @property
+    def read_id(self) -> int:
+        return self._rd.read_id
+
+    @property
+    def partition(self) -> Optional[int]:
+        """On a partitioned stream (``subscribe(..., partitions=n)``): the partition the entry
+        was read from (its stream is ``<key>:{partition}``). Entry ids repeat across
+        partitions, so ``(partition, entry_id)`` names an entry where ``entry_id`` alone does
+        not. None on an unpartitioned stream, a list or pub/sub."""
+        return self._rd.partition
 
     @property
     def headers(self) -> Dict[str, str]:
@@ -464,7 +471,7 @@ class Delivery:
     @property
     def subscription(self) -> "Subscription":
         """The subscription it came from (for example to :meth:`Subscription.stop` it)."""
-        return self._sub
+        return self._rd.sub
 
     @property
     def trace(self) -> Optional[pb.TraceContext]:
@@ -513,7 +520,7 @@ class Delivery:
     def live(self) -> bool:
         """False once the stream it came on is gone: settling it then does nothing, the sidecar
         delivers the entry again on the next stream."""
-        return self._stream.alive
+        return self._rd.stream.alive
 
     @property
     def span(self) -> Any:
@@ -550,7 +557,34 @@ class Delivery:
 
     def ack(self) -> None:
         """Keeps the queued commands and acknowledges the entry."""
-        self._settle("ack", (self.slot, _ACK, None))
+        rd = self._rd
+        st = rd.stream
+        if (self.outcome is not None or self._span is not None or self.rejection is not None
+                or rd.done or not st.alive or st.half_closed):
+            self._settle("ack", (self.slot, _ACK, None))
+            return
+        # The usual ack (no span, no refused outcome, its read still open) does here what
+        # _settle and Subscription._settled would, without their calls: this runs for every
+        # delivery acked one by one.
+        self.outcome = "ack"
+        sub = rd.sub
+        counts = sub.stats.outcomes
+        counts["ack"] = counts.get("ack", 0) + 1
+        if self._handed:
+            st.handed_unsettled -= 1
+            if st.handed_unsettled == 0 and st.drained is not None:
+                st.wake_drained()
+        st.unsettled -= 1
+        if self._commands:
+            rd.commands += self._commands
+        rd.outcomes.append((self.slot, _ACK, None))
+        rd.settled.append(self)
+        rd.unsettled -= 1
+        # As _read_settled, without the call.
+        if rd.unsettled == 0 or st.draining or sub._ordered:
+            sub._send(st, rd)
+        elif rd.timer is None and sub._linger is not None:
+            rd.timer = asyncio.get_running_loop().call_later(sub._linger, sub._send, st, rd)
 
     def drop(self, reason: str = "") -> None:
         """Discards the queued commands and acknowledges the entry: it is not delivered again."""
@@ -580,7 +614,7 @@ class Delivery:
         ``x-window-reason``): for an entry no retry can fix. Raises ``ValueError`` on a
         subscription without a dead-letter target (``max_deliveries`` and ``dead_letter``), and
         on pub/sub, which has none."""
-        if not self._sub.has_dead_letter:
+        if not self._rd.sub.has_dead_letter:
             raise ValueError(
                 "dead_letter needs a dead-letter target: subscribe with max_deliveries and "
                 "dead_letter, or settle it with drop"
@@ -600,7 +634,7 @@ class Delivery:
                 f"delivery {self.entry_id} (slot {self.slot}) is already settled "
                 f"({self.outcome})", slot=self.slot, outcome=self.outcome,
             )
-        self._sub._in_progress(self)
+        self._rd.sub._in_progress(self)
 
     def in_progress(self) -> None:
         """Deprecated: the name of :meth:`extend` before the clients shared one vocabulary."""
@@ -622,13 +656,37 @@ class Delivery:
                 slot, outcome_kind, extra = outcome
                 outcome = (slot, outcome_kind, {**(extra or {}), "trace": pb.TraceContext(**trace)})
         self.outcome = kind
-        self._sub._settled(self, kind, outcome)
+        self._rd.sub._settled(self, kind, outcome)
 
     def __repr__(self) -> str:
         return (
             f"Delivery(slot={self.slot}, entry_id={self.entry_id!r}, "
             f"delivery_count={self.delivery_count}, outcome={self.outcome!r})"
         )
+
+
+def _deliveries(rd: "_Read", msgs: Iterable[pb.Delivery]) -> List[Delivery]:
+    """A read's deliveries, made without calling the class: a call through ``type`` to a
+    Python ``__init__`` per delivery costs more than all of its stores."""
+    new = Delivery.__new__
+    deliveries: List[Delivery] = []
+    append = deliveries.append
+    for msg in msgs:
+        d = new(Delivery)
+        d.slot = msg.slot
+        d.payload = msg.payload
+        d.outcome = None
+        d.rejection = None
+        d._rd = rd
+        d._msg = msg
+        d._commands = []
+        d._span = None
+        d._handed = False
+        d._sent = False
+        d._reported = False
+        d._refused = None
+        append(d)
+    return deliveries
 
 
 class _Settles(Protocol):
@@ -714,6 +772,9 @@ class FlushEvent:
 
     report: pb.FlushReport
     deliveries: List[Delivery]
+    # How many of ``deliveries``, from the first, are the settled ones, when the helper made
+    # the event (it lists them first): a slice rather than a pass per access.
+    _n_settled: Optional[int] = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -721,10 +782,14 @@ class FlushEvent:
 
     @property
     def settled(self) -> List[Delivery]:
+        if self._n_settled is not None:
+            return self.deliveries[:self._n_settled]
         return [d for d in self.deliveries if d._sent]
 
     @property
     def abandoned(self) -> List[Delivery]:
+        if self._n_settled is not None:
+            return self.deliveries[self._n_settled:]
         return [d for d in self.deliveries if not d._sent]
 
     @property
@@ -776,15 +841,24 @@ class LifecycleEvent:
 
 
 class _Read:
-    __slots__ = ("read_id", "deliveries", "unsettled", "commands", "outcomes", "timer", "reported")
+    """One read of a stream: what its deliveries share, and what they wait for."""
 
-    def __init__(self, read_id: int, deliveries: List[Delivery]) -> None:
+    __slots__ = ("sub", "stream", "read_id", "partition", "deliveries", "unsettled", "commands",
+                 "outcomes", "settled", "timer", "reported", "done")
+
+    def __init__(self, sub: "Subscription", stream: "_Stream", read_id: int,
+                 partition: Optional[int], msgs: Sequence[pb.Delivery]) -> None:
+        self.sub = sub
+        self.stream = stream
         self.read_id = read_id
+        self.partition = partition
         self.reported = False  # a flush report of it came (an ordered read may have several)
-        self.deliveries = deliveries
-        self.unsettled = len(deliveries)
+        self.done = False  # taken off its stream's reads: its slots are no longer outstanding
+        self.deliveries = _deliveries(self, msgs)
+        self.unsettled = len(msgs)
         self.commands: List[Any] = []
         self.outcomes: List[Any] = []
+        self.settled: List[Delivery] = []  # the deliveries of those outcomes
         self.timer: Optional[asyncio.TimerHandle] = None
 
 
@@ -820,12 +894,19 @@ class _Stream:
         self.opened: Optional[pb.Opened] = None
         self.outbox: asyncio.Queue[Any] = asyncio.Queue()
         self.reads: Dict[int, _Read] = {}
-        self.slots: Dict[int, Delivery] = {}
         self.unsettled = 0  # delivered on this stream and not settled by the application
         self.handed_unsettled = 0  # of those, handed out by the iterator
         # Made only while a close waits for handed_unsettled to drop to 0: an Event set and
         # cleared around every delivery cost more than the rest of handing it out.
         self.drained: Optional[asyncio.Future[None]] = None
+
+    @property
+    def slots(self) -> Dict[int, Delivery]:
+        """The deliveries whose read still waits for them, by slot (a slot is never reused
+        on a stream). Made when asked for, for the rare lookup by slot (a rejection): kept up
+        to date, a map cost an insert and a removal per delivery."""
+        return {d.slot: d for rd in self.reads.values() for d in rd.deliveries
+                if not d._reported}
 
     def wake_drained(self) -> None:
         waiter = self.drained
@@ -961,17 +1042,17 @@ class Subscription:
                 last = self._ready[-1] if self._ready else None
                 if item is _END:
                     self._ready.append(item)
-                elif (isinstance(last, Batch) and last._stream is item._stream
-                        and last.read_id == item.read_id):
+                elif isinstance(last, Batch) and last._deliveries[0]._rd is item._rd:
                     last._deliveries.append(item)
                 else:
-                    self._ready.append(
-                        Batch(self, item._stream, item.read_id, [item], item.partition))
+                    rd = item._rd
+                    self._ready.append(Batch(self, rd.stream, rd.read_id, [item], rd.partition))
         self.start()
         return _Batches(self)
 
     async def __anext__(self) -> Delivery:
-        self._leave_current()
+        if self._current is not None:
+            self._leave_current()
         if self._yield_to_writer:
             # Without this the next read, already here, would be handled before the writer
             # task sends this one's batch, and the sidecar's flush would wait for both.
@@ -990,14 +1071,24 @@ class Subscription:
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
-            st = item._stream
+            if self._batched:
+                st = item._stream
+                if self._closing or not st.alive or st.draining:
+                    continue  # as below
+                return cast(Delivery, self._hand_out_batch(item))
+            st = item._rd.stream
             if self._closing or not st.alive or st.draining:
                 # Not handed out: stays outstanding on the sidecar, then pending in Redis, and
                 # comes back on the next stream of this consumer name.
                 continue
-            if self._batched:
-                return cast(Delivery, self._hand_out_batch(item))
-            return self._hand_out(item)
+            if tracing.AVAILABLE:
+                return self._hand_out(item)
+            # What _hand_out does without tracing, inline: this runs for every delivery. (Typed
+            # by the assignment rather than cast(), a call at run time.)
+            d: Delivery = item
+            d._handed = True
+            st.handed_unsettled += 1
+            return d
 
     @property
     def partitions(self) -> int:
@@ -1047,14 +1138,14 @@ class Subscription:
 
     def _hand_out(self, d: Delivery) -> Delivery:
         d._handed = True
-        d._stream.handed_unsettled += 1
-        self._current = d
+        d._rd.stream.handed_unsettled += 1
         if tracing.AVAILABLE:
             self._start_span(d)
             if d._span is not None and self._attach_spans:
                 # Current while the loop body handles it: spans the application starts are
-                # children.
+                # children. (_current is only the delivery whose span is to be detached.)
                 d._span.attach()
+                self._current = d
         return d
 
     def _hand_out_batch(self, batch: Batch) -> Batch:
@@ -1201,7 +1292,8 @@ class Subscription:
     # -- settling and batching ------------------------------------------------------------
 
     def _settled(self, d: Delivery, kind: str, outcome: Any) -> None:
-        st = d._stream
+        rd = d._rd
+        st = rd.stream
         counts = self.stats.outcomes
         counts[kind] = counts.get(kind, 0) + 1
         if d._span is not None:
@@ -1210,7 +1302,7 @@ class Subscription:
             # A second outcome after the sidecar refused the first: the slot is still open.
             d.rejection = None
             if st.alive and not st.half_closed:
-                st.outbox.put_nowait((list(d._commands), [outcome]))
+                st.outbox.put_nowait((list(d._commands), [outcome], [d]))
             return
         # What _settle_all does for a batch of plain acks: this runs for every delivery settled.
         if d._handed:
@@ -1223,8 +1315,7 @@ class Subscription:
                 d.entry_id,
             )
             return
-        rd = st.reads.get(d.read_id)
-        if rd is None:
+        if rd.done:
             log.debug(
                 "delivery %s settled after the sidecar abandoned it: it will be delivered again",
                 d.entry_id,
@@ -1234,6 +1325,7 @@ class Subscription:
         if d._commands:
             rd.commands += d._commands
         rd.outcomes.append(outcome)
+        rd.settled.append(d)
         rd.unsettled -= 1
         self._read_settled(st, rd)
 
@@ -1279,20 +1371,21 @@ class Subscription:
             log.debug("%d deliveries of read %d settled after their stream ended: they will be "
                       "delivered again", n, batch.read_id)
             return
-        rd = st.reads.get(batch.read_id)
-        if rd is None:
+        rd = pending[0]._rd
+        if rd.done:
             log.debug("%d deliveries of read %d settled after the sidecar abandoned them: they "
                       "will be delivered again", n, batch.read_id)
             return
         st.unsettled -= n
         rd.commands += commands
         rd.outcomes += [(d.slot, _ACK, None) for d in pending]
+        rd.settled += pending
         rd.unsettled -= n
         self._read_settled(st, rd)
 
     def _in_progress(self, d: Delivery) -> None:
-        st = d._stream
-        if st.alive and not st.half_closed and d.read_id in st.reads:
+        st = d._rd.stream
+        if st.alive and not st.half_closed and not d._rd.done:
             st.outbox.put_nowait(_Extend([d.slot]))
 
     def _send(self, st: _Stream, rd: _Read) -> None:
@@ -1301,8 +1394,9 @@ class Subscription:
             rd.timer = None
         if not (rd.commands or rd.outcomes) or not st.alive or st.half_closed:
             return
-        st.outbox.put_nowait((rd.commands, rd.outcomes))
-        rd.commands, rd.outcomes = [], []
+        # Commands, outcomes and the deliveries the outcomes settle (marked sent by the writer).
+        st.outbox.put_nowait((rd.commands, rd.outcomes, rd.settled))
+        rd.commands, rd.outcomes, rd.settled = [], [], []
         self._yield_to_writer = True
 
     async def _writer(self, st: _Stream) -> None:
@@ -1315,26 +1409,33 @@ class Subscription:
                 if isinstance(item, pb.SubscribeRequest):
                     await st.call.write(item)
                     continue
-                commands: List[Any] = []
-                outcomes: List[Any] = []
+                commands: List[Any]
+                outcomes: List[Any]
+                settled: List[Delivery]
                 extend: List[int] = []
+                if isinstance(item, _Extend):
+                    commands, outcomes, settled = [], [], []
+                    extend += item.slots
+                else:
+                    # The lists are the writer's (_send made its read new ones): extended in
+                    # place.
+                    commands, outcomes, settled = item
                 half = False
                 # Whatever else is waiting goes in the same message: commands first, then
                 # outcomes, as the sidecar applies them.
-                while True:
-                    if isinstance(item, _Extend):
-                        extend.extend(item.slots)
-                    else:
-                        commands.extend(item[0])
-                        outcomes.extend(item[1])
-                    if st.outbox.empty():
-                        break
+                while not st.outbox.empty():
                     item = st.outbox.get_nowait()
                     if item is _HALF_CLOSE:
                         half = True
                         break
                     if isinstance(item, pb.SubscribeRequest):  # never after the open
                         raise RuntimeError("an unexpected request in a stream's outbox")
+                    if isinstance(item, _Extend):
+                        extend += item.slots
+                    else:
+                        commands += item[0]
+                        outcomes += item[1]
+                        settled += item[2]
                 # Built in place: constructing each message first and then the batch from them
                 # would copy every one (upb), nearly twice the cost per delivery. Fields set one
                 # by one rather than as keywords, and a single argument appended rather than a
@@ -1373,11 +1474,8 @@ class Subscription:
                             add_outcome(slot=slot, kind=kind, **extra)
                         else:
                             add_outcome(slot=slot, kind=kind)
-                slots = st.slots
-                for slot, _, _ in outcomes:
-                    d = slots.get(slot)
-                    if d is not None:
-                        d._sent = True
+                for d in settled:
+                    d._sent = True
                 await st.call.write(request)
                 self.stats.batches += 1
                 if half:
@@ -1579,11 +1677,13 @@ class Subscription:
         )
 
     def _read(self, st: _Stream, read: pb.Read) -> None:
+        msgs = read.deliveries
+        if not msgs:
+            return
         read_id = read.read_id  # a message field: read once, not once per delivery
         partition = read.partition if read.HasField("partition") else None
-        deliveries = [Delivery(self, st, read_id, m, partition) for m in read.deliveries]
-        if not deliveries:
-            return
+        rd = _Read(self, st, read_id, partition, msgs)
+        deliveries = rd.deliveries
         limit = st.opened.max_in_flight * self._windows if st.opened is not None else 0
         if limit and st.unsettled + len(deliveries) > limit:
             # The sidecar only reads while fewer than max_in_flight (per partition) are out.
@@ -1592,10 +1692,7 @@ class Subscription:
                 read.read_id, len(deliveries), st.unsettled, limit,
             )
         st.unsettled += len(deliveries)
-        st.reads[read_id] = _Read(read_id, deliveries)
-        slots = st.slots
-        for d in deliveries:
-            slots[d.slot] = d
+        st.reads[read_id] = rd
         self.stats.reads += 1
         self.stats.deliveries += len(deliveries)
         if self._closing:
@@ -1621,41 +1718,45 @@ class Subscription:
             # One pass: the sent deliveries not reported before are reported now; the rest
             # (neither sent nor reported) is what the read still waits for.
             rest: List[Delivery] = []
-            pop = st.slots.pop
             for d in rd.deliveries:
                 if d._reported:
                     continue
                 if d._sent:
                     d._reported = True
-                    pop(d.slot, None)
                     deliveries.append(d)
                 else:
                     rest.append(d)
             sent = len(deliveries)
-            # A retry kept in place settles nothing: every retry of a stream (unless it went
-            # to the dead letter at max_deliveries), and on an ordered subscription a keyed
-            # entry's.
-            if self._is_stream:
-                retried = sum(1 for d in deliveries if d.outcome in ("retry", "retry_after"))
             part = self._ordered and st.alive and not st.half_closed and bool(rest)
             if not part:
                 # Done: every delivery was sent, or the rest is abandoned (close, drain).
                 del st.reads[report.read_id]
+                rd.done = True
+                # Each delivery names its read and the read its deliveries: with that cycle
+                # broken they are freed with their last reference, not by a run of the cyclic
+                # GC (left to it, these deliveries cost more than eager ones did).
+                rd.deliveries = []
                 whole = first
                 if rd.timer is not None:
                     rd.timer.cancel()
                     rd.timer = None
                 for d in rest:
-                    pop(d.slot, None)
                     if d.outcome is None:
                         st.unsettled -= 1  # abandoned by the sidecar (drain or close)
                 deliveries.extend(rest)
         self.stats.flushes += 1
-        if whole and not self._ordered and not sent - retried <= report.settles <= sent:
-            log.warning(
-                "flush of read %d settled %d entries, but %d outcomes were sent for it",
-                report.read_id, report.settles, sent,
-            )
+        if whole and not self._ordered and report.settles != sent:
+            # A retry kept in place settles nothing: every retry of a stream (unless it went
+            # to the dead letter at max_deliveries), and on an ordered subscription a keyed
+            # entry's. (Counted only here: as many settles as outcomes is the usual report.)
+            if self._is_stream:
+                retried = sum(1 for d in deliveries[:sent]
+                              if d.outcome in ("retry", "retry_after"))
+            if not sent - retried <= report.settles <= sent:
+                log.warning(
+                    "flush of read %d settled %d entries, but %d outcomes were sent for it",
+                    report.read_id, report.settles, sent,
+                )
         if not report.ok:
             self.stats.failed_flushes += 1
             log.warning(
@@ -1669,7 +1770,7 @@ class Subscription:
                 report.commands, report.settles,
             )
         if self._on_flush is not None:
-            await _call(self._on_flush, FlushEvent(report, deliveries))
+            await _call(self._on_flush, FlushEvent(report, deliveries, sent))
         if report.side_effect_failures or report.requeue_refused:
             await self._flush_errors(report, deliveries)
 
@@ -1711,27 +1812,27 @@ class Subscription:
         partition's new reader's, and no flush report will name the slot, so the delivery is
         done for its read here (:meth:`_unreported`)."""
         reported: List[RejectedError] = []
+        slots = st.slots  # made once for all of them: a partition handed over refuses a window
         for rej in rejections.rejections:
             self.stats.rejections += 1
-            d = st.slots.get(rej.slot)
+            d = slots.get(rej.slot)
             reason = _reason_name(rej.reason)
             message = _ADVICE.sub("", rej.message).strip()
             if d is not None and rej.command:
-                if d._command_rejection is None:
-                    d._command_rejection = rej
-                    d._rejected_error = RejectedError(
+                if d._refused is None:
+                    refused = RejectedError(
                         f"the sidecar refused {rej.command} of entry {d.entry_id} "
                         f"(slot {rej.slot}): {reason}: {message}",
                         reason=reason, slot=rej.slot, command=rej.command, delivery=d,
                     )
-                    reported.append(d._rejected_error)
+                    d._refused = (rej, refused)
+                    reported.append(refused)
                 else:
                     log.debug("sidecar also refused %s of slot %d (%s): %s",
                               rej.command, rej.slot, reason, message)
             elif d is not None and rej.reason in _RESETTLE and st.alive and not st.half_closed:
                 # The slot is still open on the sidecar: it needs another outcome.
-                first = d._command_rejection
-                cause = first if first is not None else rej
+                cause = d._refused[0] if d._refused is not None else rej
                 cause_reason = _reason_name(cause.reason)
                 cause_message = _ADVICE.sub("", cause.message).strip()
                 d.rejection = rej
@@ -1747,7 +1848,7 @@ class Subscription:
                     d.drop(why)
                 else:
                     d.retry_after(self.retry_delay(d.delivery_count), why)
-                error = d._rejected_error
+                error = d._refused[1] if d._refused is not None else None
                 if error is None:
                     error = RejectedError(
                         f"the sidecar refused the outcome of entry {d.entry_id} "
@@ -1762,6 +1863,7 @@ class Subscription:
                 if (d is not None and rej.reason == pb.REJECTION_REASON_ALREADY_SETTLED
                         and d._sent and not d._reported):
                     self._unreported(st, d)
+                    del slots[d.slot]
                 log.warning("sidecar refused an outcome for slot %d (%s): %s",
                             rej.slot, reason, message)
             if self._on_rejection is not None:
@@ -1778,11 +1880,12 @@ class Subscription:
         read is, the read is dropped as its last report would have dropped it. Nothing else
         waits for it: its outcome already took it off the unsettled counts."""
         d._reported = True
-        st.slots.pop(d.slot, None)
-        rd = st.reads.get(d.read_id)
-        if rd is None or not all(x._reported for x in rd.deliveries):
+        rd = d._rd
+        if rd.done or not all(x._reported for x in rd.deliveries):
             return
-        del st.reads[d.read_id]
+        del st.reads[rd.read_id]
+        rd.done = True
+        rd.deliveries = []  # breaks the cycle through its deliveries, as in _flushed
         if rd.timer is not None:
             rd.timer.cancel()
             rd.timer = None
