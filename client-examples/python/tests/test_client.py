@@ -506,6 +506,64 @@ class Linger(unittest.IsolatedAsyncioTestCase):
                                                       (3, pb.OUTCOME_KIND_ACK)])
 
 
+class InlineAck(unittest.IsolatedAsyncioTestCase):
+    """``Delivery.ack`` settles the usual delivery inline, without ``_settle`` and
+    ``Subscription._settled``: for every shape of read, both ways queue the same batches and
+    leave the same counts, the same linger timer and the same drain waker."""
+
+    async def _run(self, inline: bool, options: Any, draining: bool,
+                   steps: List[Tuple[int, bool]]) -> Any:
+        # Without OpenTelemetry: a delivery with a span is never acked inline.
+        with mock.patch.object(window_client.client.tracing, "AVAILABLE", False):
+            return await self._steps(inline, options, draining, steps)
+
+    async def _steps(self, inline: bool, options: Any, draining: bool,
+                     steps: List[Tuple[int, bool]]) -> Any:
+        async with WindowClient("127.0.0.1:1", token="") as client:
+            sub = client.subscribe("orders", "g", **options)
+            st = _Stream(1, call=None)
+            sub._stream = st
+            sub._read(st, pb.Read(read_id=1, deliveries=[
+                pb.Delivery(slot=n, entry_id=f"{n}-0", payload=b"{}", delivery_count=1)
+                for n in (1, 2, 3)]))
+            ds = {d.slot: sub._hand_out(d) for d in
+                  [sub._ready.popleft() for _ in range(3)]}
+            st.draining = draining
+            st.drained = asyncio.get_running_loop().create_future()
+            seen = []
+            for slot, queue in steps:
+                d = ds[slot]
+                if queue:
+                    d.queue("INCR", f"n{slot}")
+                if inline:
+                    with mock.patch.object(Subscription, "_settled",
+                                           side_effect=AssertionError("not inline")):
+                        d.ack()
+                else:
+                    d._settle("ack", (d.slot, pb.OUTCOME_KIND_ACK, None))
+                rd = st.reads.get(1)
+                seen.append((_sent(st), st.unsettled, st.handed_unsettled, st.drained.done(),
+                             rd is not None and rd.timer is not None,
+                             dict(sub.stats.outcomes), d.outcome))
+            return seen
+
+    async def test_the_inline_ack_does_what_settle_does(self) -> None:
+        shapes = {
+            "one by one": {"linger": None},
+            "linger": {"linger": 0.05},
+            "ordered": {"linger": None, "ordering_header": "k"},
+        }
+        orders = [[(1, True), (2, False), (3, True)], [(3, False), (1, True), (2, True)]]
+        for name, options in shapes.items():
+            for draining in (False, True):
+                for steps in orders:
+                    with self.subTest(shape=name, draining=draining, steps=steps):
+                        inline = await self._run(True, options, draining, steps)
+                        slow = await self._run(False, options, draining, steps)
+                        self.assertEqual(inline, slow)
+                        self.assertEqual(inline[-1][1:4], (0, 0, True))
+
+
 class PackedCommands(unittest.TestCase):
     def test_resp_of_every_size(self) -> None:
         from window_client.client import _pack
