@@ -1,7 +1,8 @@
 //! The `window-sidecar dead-letters` command's own answers: each dead letter printed as it is
 //! redriven, also when the command or its sidecar is killed half-way (which loses and doubles
 //! nothing: a second redrive finishes the job), its flags named in usage errors, ids that are
-//! not there, and each reason it cannot talk to a sidecar, each with its sysexits code.
+//! not there, each reason it cannot talk to a sidecar, each with its sysexits code, and a
+//! sidecar reached on its Unix socket.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use window_sidecar_harness::dead_letters::{StreamDeadLetters, admin, cli};
 use window_sidecar_harness::{
-    Launch, RedisServer, Sidecar, TlsMaterial, connect_client, eventually, free_port, sidecar_bin,
+    Launch, RedisServer, Sidecar, SidecarProcess, TlsMaterial, connect_client, eventually,
+    free_port, sidecar_bin,
 };
 
 /// A redrive whose sidecar is killed (SIGKILL) half-way leaves every dead letter either still
@@ -329,6 +331,21 @@ async fn the_command_names_its_flags_and_the_dead_letters_it_looked_in() {
 /// does not resolve, a socket file is missing (69); a URL where host:port belongs (64); TLS
 /// against a plaintext sidecar, plaintext against a TLS one, a CA that does not sign its
 /// certificate, and no client certificate for one that requires it (76).
+/// On the pod, the sidecar may listen on a Unix socket only (`--listen unix:PATH`): the command
+/// reaches it at `unix:PATH`.
+#[tokio::test]
+async fn the_command_reaches_a_sidecar_on_a_unix_socket() {
+    let redis = RedisServer::start();
+    let path = std::env::temp_dir().join(format!("window-sidecar-{}.sock", free_port()));
+    let socket = format!("unix:{}", path.display());
+    let sidecar = SidecarProcess::serve(&redis.url(), &socket, &[]);
+    let (code, out, err) = cli(&socket, &["list", "stream:dl:orders:dead"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("0 shown of 0 dead letters"), "{out}");
+    drop(sidecar);
+    let _ = std::fs::remove_file(path);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_says_why_it_cannot_talk_to_the_sidecar() {
     let redis = RedisServer::start();

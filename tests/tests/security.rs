@@ -5,7 +5,6 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 use tonic_health::pb::HealthCheckRequest;
@@ -117,19 +116,7 @@ async fn the_sidecar_listens_on_a_unix_socket_and_stock_clients_reach_it() {
         false,
     ));
 
-    let socket = path.clone();
-    let channel = Endpoint::try_from("http://sidecar.invalid")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap();
+    let channel = window_sidecar::grpc::connect_unix(&path).await.unwrap();
     let mut client = WindowServiceClient::new(channel);
     publish(&mut client, "orders", numbered(1)).await;
     let (mut sub, _) = Subscription::open(&mut client, stream_open("orders", "g", "c", 1))

@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use hyper_util::rt::TokioIo;
 use thiserror::Error;
 use tonic::Code;
 use tonic::metadata::MetadataValue;
@@ -982,18 +981,7 @@ impl DeadLettersCli {
             })
         };
         let channel = if let Some(path) = self.sidecar.strip_prefix("unix:") {
-            let path = PathBuf::from(path);
-            Endpoint::from_static("http://sidecar.invalid")
-                .connect_with_connector(tower::service_fn(move |_| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(
-                            tokio::net::UnixStream::connect(path).await?,
-                        ))
-                    }
-                }))
-                .await
-                .map_err(failed)?
+            crate::grpc::connect_unix(path).await.map_err(failed)?
         } else {
             check_address(&self.sidecar, self.tls_ca.is_some())?;
             let scheme = if self.tls_ca.is_some() {

@@ -6,9 +6,11 @@ mod connections;
 pub mod convert;
 mod dead_letters;
 pub mod deadline;
+mod unix;
 
 pub use connections::{ConnectionId, Connections, Numbered};
 pub use dead_letters::DeadLetters;
+pub use unix::connect_unix;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -11,12 +11,11 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
-use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use window_sidecar::partition;
 use window_sidecar::proto::subscribe_request;
 use window_sidecar::proto::subscribe_response::Kind;
@@ -179,16 +178,9 @@ pub(crate) async fn connect_sidecar(
 pub(crate) async fn connect_sidecar_unix(
     path: PathBuf,
 ) -> Result<WindowServiceClient<Channel>, String> {
-    let shown = path.display().to_string();
-    let channel = Endpoint::from_static("http://sidecar.invalid")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
+    let channel = window_sidecar::grpc::connect_unix(&path)
         .await
-        .map_err(|e| format!("connect to the sidecar at unix:{shown}: {e}"))?;
+        .map_err(|e| format!("connect to the sidecar at unix:{}: {e}", path.display()))?;
     Ok(WindowServiceClient::new(channel))
 }
 
