@@ -19,6 +19,7 @@ mod figures;
 mod many;
 mod partitioned;
 mod procs;
+mod producer;
 mod python;
 mod redis_rs;
 mod report;
@@ -31,11 +32,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use fred::prelude::*;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use window_sidecar_harness::RedisServer;
 
 use crate::client::{ClientOutcome, FredLoop, SidecarClient};
 use crate::procs::{SidecarProcess, cpu_seconds, metric_sum, status_kb};
+use crate::producer::Producer;
 use crate::redis_rs::RedisRsLoop;
 use crate::seed::SeedApp;
 
@@ -454,6 +456,9 @@ pub struct Measured {
     /// a consumer that does not report them.
     pub to_consumer_us: Vec<u64>,
     pub to_settled_us: Vec<u64>,
+    /// Latency phases: how late the producer sent each entry after it was due, microseconds,
+    /// sorted (part of every latency sample: the stamp is the due time).
+    pub producer_late_us: Vec<u64>,
     /// An ordered run: its entries without the hot key (all of them without one), and the
     /// seconds until the last of them was settled.
     pub others: Option<(u64, f64)>,
@@ -644,32 +649,6 @@ fn python_args(
     args
 }
 
-/// XADDs `total` entries at `rate` per second, each stamped with the time it was due to be
-/// sent, not the time it went: an entry held up counts the wait it had (no coordinated
-/// omission). The producer waits neither for the consumer nor for its own replies.
-async fn produce(client: Client, rate: u64, total: u64) -> Result<(), String> {
-    // Let the consumer subscribe first: its set-up is not latency.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
-    let start = workload::now_us();
-    // Each XADD on a task of its own: the next is sent on time while earlier replies are
-    // still out (fred pipelines them on the connection), so a slow reply delays nothing.
-    let mut sent = tokio::task::JoinSet::new();
-    for id in 0..total {
-        tick.tick().await;
-        let due = start + (id as u128 * period.as_micros()) as u64;
-        let client = client.clone();
-        sent.spawn(async move { workload::xadd_at(&client, id, due).await });
-    }
-    while let Some(done) = sent.join_next().await {
-        done.map_err(|e| format!("an XADD task: {e}"))??;
-    }
-    let _ = client.quit().await;
-    Ok(())
-}
-
 /// A neighbour process that keeps one core busy while it lives (the busy-neighbour phase).
 struct Neighbour(std::process::Child);
 
@@ -774,11 +753,6 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
     };
     let consumer =
         Consumer::prepare(ctx, contender, &redis, sidecar.as_ref(), expect, latency).await?;
-    let producer = if latency {
-        Some(workload::connect(&redis.url()).await?)
-    } else {
-        None
-    };
     let client_pid = consumer.pid();
     let sidecar_pid = sidecar.as_ref().map(SidecarProcess::pid);
     workload::reset_stats(&admin).await?;
@@ -791,7 +765,17 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
         None
     };
     let rate = phase.rate(ctx.latency_rate);
-    let producer = producer.map(|client| tokio::spawn(produce(client, rate, expect)));
+    let producer = if latency {
+        // Set-up of the consumer's subscription is not latency: it subscribes meanwhile.
+        Some(Producer::start(
+            redis.addr(),
+            rate,
+            expect,
+            Duration::from_millis(300),
+        )?)
+    } else {
+        None
+    };
     let limit = ctx.time_limit(latency, expect);
     let outcome = tokio::time::timeout(limit, consumer.run(expect, latency))
         .await
@@ -825,9 +809,7 @@ async fn run_one(ctx: &Ctx, contender: Contender, phase: Phase) -> Result<Measur
         sidecar_figures(sidecar, &mut measured).await?;
     }
     if let Some(producer) = producer {
-        producer
-            .await
-            .map_err(|e| format!("producer task: {e}"))??;
+        measured.producer_late_us = producer.finish().await?;
     }
     check_outcome(&outcome, expect)?;
     match contender.keying() {

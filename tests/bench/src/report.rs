@@ -93,18 +93,30 @@ fn replicas_note(m: &Measured) -> String {
     )
 }
 
-/// A latency run's two parts, when its consumer split its samples.
+/// A latency run's parts: how late the producer sent, and the two hops when its consumer split
+/// its samples.
 fn hops(m: &Measured) -> String {
-    if m.to_consumer_us.is_empty() {
+    let mut parts = Vec::new();
+    if !m.producer_late_us.is_empty() {
+        parts.push(format!(
+            "sent late p50 {:.3} / p99 {:.3} ms",
+            percentile_ms(&m.producer_late_us, 50.0),
+            percentile_ms(&m.producer_late_us, 99.0)
+        ));
+    }
+    if !m.to_consumer_us.is_empty() {
+        parts.push(format!(
+            "to the consumer p50 {:.2} / p99 {:.2} ms, then to settled p50 {:.2} / p99 {:.2} ms",
+            percentile_ms(&m.to_consumer_us, 50.0),
+            percentile_ms(&m.to_consumer_us, 99.0),
+            percentile_ms(&m.to_settled_us, 50.0),
+            percentile_ms(&m.to_settled_us, 99.0)
+        ));
+    }
+    if parts.is_empty() {
         return String::new();
     }
-    format!(
-        " (to the consumer p50 {:.2} / p99 {:.2} ms, then to settled p50 {:.2} / p99 {:.2} ms)",
-        percentile_ms(&m.to_consumer_us, 50.0),
-        percentile_ms(&m.to_consumer_us, 99.0),
-        percentile_ms(&m.to_settled_us, 50.0),
-        percentile_ms(&m.to_settled_us, 99.0)
-    )
+    format!(" ({})", parts.join("; "))
 }
 
 pub(crate) fn idle_progress(

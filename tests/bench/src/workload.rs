@@ -17,7 +17,8 @@ pub(crate) const COUNTERS: u64 = 1000;
 #[derive(Debug, Deserialize)]
 pub(crate) struct Payload {
     pub id: u64,
-    /// When the producer sent the XADD (microseconds since the epoch); 0 in prefilled streams.
+    /// When the producer was due to send the XADD (microseconds since the epoch); 0 in
+    /// prefilled streams.
     #[serde(default)]
     pub ts: u64,
 }
@@ -208,15 +209,6 @@ pub(crate) async fn fill_keyed_to(
             reply.map_err(err("XADD"))?;
         }
     }
-    Ok(())
-}
-
-/// One XADD stamped with `ts`, the microsecond it was due (the latency phases' producer).
-pub(crate) async fn xadd_at(client: &Client, id: u64, ts: u64) -> Result<(), String> {
-    let _: Value = client
-        .custom(fred::cmd!("XADD"), xadd_args(STREAM, id, ts))
-        .await
-        .map_err(err("XADD"))?;
     Ok(())
 }
 
