@@ -147,26 +147,37 @@ async fn work(replica: usize, addr: String, book: Arc<Mutex<Book>>) {
 /// Appends each key's entries, a round of keys at a time: the even keys through `Publish`,
 /// which finds each entry's partition by its key, the odd ones with XADD straight to the
 /// partition a producer computes itself (FNV-1a of the key, modulo the partitions).
-async fn produce(redis: &Client, mut sidecar: WindowServiceClient<Channel>) {
-    for n in 0..PER_KEY {
-        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(100) {
-            let mut published = Vec::new();
-            for key in chunk {
-                let name = format!("key-{key}");
-                let fields = vec![("k", name.clone()), ("n", n.to_string())];
-                if key % 2 == 0 {
-                    published.push(fields);
-                    continue;
-                }
-                let stream =
-                    partition::stream_key(STREAM, partition::of_key(name.as_bytes(), PARTITIONS));
-                let _: String = redis.xadd(&stream, false, None, "*", fields).await.unwrap();
+/// The entries of the test, in steps of a hundred keys each (a key's `n` in order): each key's
+/// `n = 0` first, then its `n = 1` and so on.
+const STEPS: usize = PER_KEY * KEYS / 100;
+
+/// Produces the steps `steps` of [`STEPS`], about a third of a second apart: half of each step
+/// XADDed straight to its partition, half published through the sidecar.
+async fn produce(
+    redis: &Client,
+    sidecar: &mut WindowServiceClient<Channel>,
+    steps: std::ops::Range<usize>,
+) {
+    let keys: Vec<usize> = (0..KEYS).collect();
+    for step in steps {
+        let n = step / (KEYS / 100);
+        let chunk = &keys.chunks(100).nth(step % (KEYS / 100)).unwrap();
+        let mut published = Vec::new();
+        for key in chunk.iter() {
+            let name = format!("key-{key}");
+            let fields = vec![("k", name.clone()), ("n", n.to_string())];
+            if key % 2 == 0 {
+                published.push(fields);
+                continue;
             }
-            let ids = publish_to(&mut sidecar, published).await;
-            assert_eq!(ids.len(), chunk.len() / 2, "an id per entry published");
-            // About ten seconds of production: the faults land while entries keep coming.
-            tokio::time::sleep(Duration::from_millis(330)).await;
+            let stream =
+                partition::stream_key(STREAM, partition::of_key(name.as_bytes(), PARTITIONS));
+            let _: String = redis.xadd(&stream, false, None, "*", fields).await.unwrap();
         }
+        let ids = publish_to(sidecar, published).await;
+        assert_eq!(ids.len(), chunk.len() / 2, "an id per entry published");
+        // About ten seconds of production: the faults land while entries keep coming.
+        tokio::time::sleep(Duration::from_millis(330)).await;
     }
 }
 
@@ -339,11 +350,17 @@ async fn replicas_through_faults(url: &str, inspect: Client) {
         )));
         listens.push(listen);
     }
+    // The last sixth of the entries waits for the replica that joins to read a partition, so
+    // that it has entries to read however fast the others drained the rest.
+    let held_back = STEPS / 6;
     let producer = {
         let redis = inspect.clone();
         // Through the replica that is neither paused nor killed.
-        let sidecar = connect_client(&listens[0]).await;
-        tokio::spawn(async move { produce(&redis, sidecar).await })
+        let mut sidecar = connect_client(&listens[0]).await;
+        tokio::spawn(async move {
+            produce(&redis, &mut sidecar, 0..STEPS - held_back).await;
+            sidecar
+        })
     };
     let total = KEYS * PER_KEY;
     assert!(
@@ -399,7 +416,20 @@ async fn replicas_through_faults(url: &str, inspect: Client) {
     let listen = listen_addr();
     sidecars.push(Some(SidecarProcess::serve(url, &listen, &flags)));
     workers.push(tokio::spawn(work(3, listen, Arc::clone(&book))));
-    producer.await.unwrap();
+    let mut sidecar = producer.await.unwrap();
+    let joined = sidecars[3].as_ref().unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            joined
+                .lines()
+                .iter()
+                .any(|l| l.contains("reading the partition"))
+        })
+        .await,
+        "the replica that joined reads a partition: {}",
+        joined.tail(20)
+    );
+    produce(&inspect, &mut sidecar, STEPS - held_back..STEPS).await;
     let all = eventually(Duration::from_secs(90), || async {
         handled(&inspect).await >= total
     })
