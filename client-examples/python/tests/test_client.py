@@ -809,21 +809,27 @@ class Options(unittest.IsolatedAsyncioTestCase):
                 client.subscribe_list("q", partitions=4)
 
     async def test_a_partitioned_streams_reads_fill_a_window_per_partition(self) -> None:
-        # The replica reads each of its partitions within max_in_flight of that partition's.
-        def read(sub: Subscription) -> None:
+        # The replica reads each of its partitions within max_in_flight of that partition's:
+        # the window is max_in_flight per partition the sidecar says it shares out
+        # (Opened.partitions), not per partition asked for.
+        def read(sub: Subscription, partitions: int) -> None:
             st = _Stream(1, call=None)
-            st.opened = pb.Opened(max_in_flight=2)
             sub._stream = st
+            sub._opened(st, pb.Opened(max_in_flight=2, partitions=partitions))
             sub._read(st, pb.Read(read_id=1, deliveries=[
                 pb.Delivery(slot=n, entry_id=f"{n}-0", payload=b"x", delivery_count=1)
                 for n in range(1, 6)]))
 
         async with WindowClient("127.0.0.1:1", token="") as client:
             with self.assertNoLogs("window_client", level="WARNING"):
-                read(client.subscribe("orders", "g", partitions=4))
-            with self.assertLogs("window_client", level="WARNING") as logs:
-                read(client.subscribe("orders", "g"))
-            self.assertIn("more than max_in_flight 2", logs.output[0])
+                read(client.subscribe("orders", "g", partitions=4), 4)
+            # Unpartitioned, or partitions asked of a sidecar older than them (it reads the
+            # stream itself and says 0): one window.
+            for sub in (client.subscribe("orders", "g"),
+                        client.subscribe("orders", "g", partitions=4)):
+                with self.assertLogs("window_client", level="WARNING") as logs:
+                    read(sub, 0)
+                self.assertIn("more than max_in_flight 2", logs.output[0])
 
     async def test_publish_by_partition(self) -> None:
         sent: List[pb.PublishRequest] = []

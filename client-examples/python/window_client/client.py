@@ -971,8 +971,10 @@ class Subscription:
         self._ordered = open_msg.HasField("ordering_key")
         self._is_stream = open_msg.WhichOneof("source") == "stream"
         # A partitioned stream's replica reads each partition it holds within a window of that
-        # partition's own: up to max_in_flight each, all on this one stream.
-        self._windows = max(1, open_msg.stream.partitions)
+        # partition's own: up to max_in_flight each, all on this one stream. What the sidecar
+        # says it shares out (Opened.partitions) sets it, not what was asked: a sidecar older
+        # than partitions reads the stream itself.
+        self._windows = 1
         #: The stream or list key (pub/sub: the channels and patterns), and the group (streams).
         self.stream_key, self.group, self._consumer = _source_names(open_msg)
         self._on_flush = on_flush
@@ -1662,6 +1664,7 @@ class Subscription:
     def _opened(self, st: _Stream, opened: pb.Opened) -> None:
         st.opened = opened
         self.opened = opened
+        self._windows = max(1, opened.partitions)
         self._opened_event.set()
         self.stats.opens += 1
         log.info(
