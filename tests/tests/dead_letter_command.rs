@@ -327,10 +327,6 @@ async fn the_command_names_its_flags_and_the_dead_letters_it_looked_in() {
     on.sidecar.stop().await;
 }
 
-/// A sidecar the command cannot talk to is named with the reason: nothing listens, the host
-/// does not resolve, a socket file is missing (69); a URL where host:port belongs (64); TLS
-/// against a plaintext sidecar, plaintext against a TLS one, a CA that does not sign its
-/// certificate, and no client certificate for one that requires it (76).
 /// On the pod, the sidecar may listen on a Unix socket only (`--listen unix:PATH`): the command
 /// reaches it at `unix:PATH`.
 #[tokio::test]
@@ -346,6 +342,10 @@ async fn the_command_reaches_a_sidecar_on_a_unix_socket() {
     let _ = std::fs::remove_file(path);
 }
 
+/// A sidecar the command cannot talk to is named with the reason: nothing listens, the host
+/// does not resolve, a socket file is missing (69); a URL where host:port belongs (64); TLS
+/// against a plaintext sidecar, plaintext against a TLS one, a CA that does not sign its
+/// certificate, and no client certificate for one that requires it (76).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_says_why_it_cannot_talk_to_the_sidecar() {
     let redis = RedisServer::start();

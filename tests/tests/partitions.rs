@@ -144,15 +144,14 @@ async fn work(replica: usize, addr: String, book: Arc<Mutex<Book>>) {
     }
 }
 
-/// Appends each key's entries, a round of keys at a time: the even keys through `Publish`,
-/// which finds each entry's partition by its key, the odd ones with XADD straight to the
-/// partition a producer computes itself (FNV-1a of the key, modulo the partitions).
 /// The entries of the test, in steps of a hundred keys each (a key's `n` in order): each key's
 /// `n = 0` first, then its `n = 1` and so on.
 const STEPS: usize = PER_KEY * KEYS / 100;
 
-/// Produces the steps `steps` of [`STEPS`], about a third of a second apart: half of each step
-/// XADDed straight to its partition, half published through the sidecar.
+/// Appends the steps `steps` of [`STEPS`], about a third of a second apart: the even keys
+/// through `Publish`, which finds each entry's partition by its key, the odd ones with XADD
+/// straight to the partition a producer computes itself (FNV-1a of the key, modulo the
+/// partitions).
 async fn produce(
     redis: &Client,
     sidecar: &mut WindowServiceClient<Channel>,
@@ -161,7 +160,7 @@ async fn produce(
     let keys: Vec<usize> = (0..KEYS).collect();
     for step in steps {
         let n = step / (KEYS / 100);
-        let chunk = &keys.chunks(100).nth(step % (KEYS / 100)).unwrap();
+        let chunk = keys.chunks(100).nth(step % (KEYS / 100)).unwrap();
         let mut published = Vec::new();
         for key in chunk.iter() {
             let name = format!("key-{key}");
