@@ -8,10 +8,12 @@
 //! to each entry's due time (the kernel's high-resolution timer) and writes the command at
 //! once; a second thread reads the replies, so a slow reply delays no send.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use window_sidecar_harness::resp::{self, Reply};
 
 use crate::workload;
 
@@ -97,47 +99,24 @@ fn send(mut socket: TcpStream, rate: u64, total: u64, delay: Duration) -> Result
 
 /// `XADD <stream> * _payload <payload>` in RESP.
 fn xadd(out: &mut Vec<u8>, payload: &[u8]) {
-    let parts: [&[u8]; 5] = [
+    let args: [&[u8]; 5] = [
         b"XADD",
         workload::STREAM.as_bytes(),
         b"*",
         b"_payload",
         payload,
     ];
-    let _ = write!(out, "*{}\r\n", parts.len());
-    for part in parts {
-        let _ = write!(out, "${}\r\n", part.len());
-        out.extend_from_slice(part);
-        out.extend_from_slice(b"\r\n");
-    }
+    resp::encode(out, &args);
 }
 
 /// Reads `total` replies: an entry id each, or an error, which ends the run.
 fn read_replies(socket: TcpStream, total: u64) -> Result<(), String> {
     let mut reader = BufReader::new(socket);
-    let mut line = String::new();
     for id in 0..total {
-        line.clear();
-        reader
-            .read_line(&mut line)
-            .map_err(|e| format!("producer: read the reply to XADD {id}: {e}"))?;
-        match line.as_bytes().first() {
-            Some(b'$') => {
-                let len: usize = line[1..]
-                    .trim_end()
-                    .parse()
-                    .map_err(|_| format!("producer: XADD {id} answered {:?}", line.trim_end()))?;
-                let mut id_and_crlf = vec![0; len + 2];
-                reader
-                    .read_exact(&mut id_and_crlf)
-                    .map_err(|e| format!("producer: read the reply to XADD {id}: {e}"))?;
-            }
-            _ => {
-                return Err(format!(
-                    "producer: XADD {id} answered {:?}",
-                    line.trim_end()
-                ));
-            }
+        match resp::read_reply(&mut reader) {
+            Ok(Reply::Bulk(_)) => {}
+            Ok(other) => return Err(format!("producer: XADD {id} answered {other:?}")),
+            Err(e) => return Err(format!("producer: read the reply to XADD {id}: {e}")),
         }
     }
     Ok(())
@@ -172,7 +151,7 @@ mod tests {
             .unwrap();
         let producer = Producer::start(redis.addr(), 10_000, 3, Duration::ZERO).unwrap();
         let err = producer.finish().await.unwrap_err();
-        assert!(err.contains("XADD 0 answered \"-WRONGTYPE"), "{err}");
+        assert!(err.contains("XADD 0 answered Error(\"WRONGTYPE"), "{err}");
     }
 
     #[test]

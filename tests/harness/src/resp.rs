@@ -2,7 +2,7 @@
 //! bookkeeping, `INFO`, `SENTINEL ...`) from synchronous harness code, where a fred client
 //! would need a runtime. It talks to the real server; nothing is mocked.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -68,60 +68,68 @@ impl Conn {
 
     /// Sends one command; a Redis error comes back as `Ok(Reply::Error(..))`.
     pub fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> io::Result<Reply> {
-        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            let arg = arg.as_ref();
-            buf.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            buf.extend_from_slice(arg);
-            buf.extend_from_slice(b"\r\n");
-        }
+        let mut buf = Vec::new();
+        encode(&mut buf, args);
         self.writer.write_all(&buf)?;
-        self.read_reply()
+        read_reply(&mut self.reader)
     }
+}
 
-    fn read_line(&mut self) -> io::Result<String> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+/// Appends the command `args` to `out` as a RESP array of bulk strings, the form Redis reads.
+pub fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        let arg = arg.as_ref();
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
     }
+}
 
-    fn read_reply(&mut self) -> io::Result<Reply> {
-        let line = self.read_line()?;
-        let bad = || {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad RESP line {line:?}"),
-            )
-        };
-        let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
-        match kind {
-            "+" => Ok(Reply::Status(rest.to_owned())),
-            "-" => Ok(Reply::Error(rest.to_owned())),
-            ":" => rest.parse().map(Reply::Int).map_err(|_| bad()),
-            "$" => {
-                let len: i64 = rest.parse().map_err(|_| bad())?;
-                if len < 0 {
-                    return Ok(Reply::Nil);
-                }
-                let mut data = vec![0; len as usize + 2];
-                self.reader.read_exact(&mut data)?;
-                data.truncate(len as usize);
-                Ok(Reply::Bulk(data))
+fn read_line(reader: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Reads one reply from `reader`: for a reader of its own beside a writer that does not wait
+/// (a pipeline), as [`Conn::call`] reads the one it waits for.
+pub fn read_reply<R: BufRead>(reader: &mut R) -> io::Result<Reply> {
+    let line = read_line(reader)?;
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad RESP line {line:?}"),
+        )
+    };
+    let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
+    match kind {
+        "+" => Ok(Reply::Status(rest.to_owned())),
+        "-" => Ok(Reply::Error(rest.to_owned())),
+        ":" => rest.parse().map(Reply::Int).map_err(|_| bad()),
+        "$" => {
+            let len: i64 = rest.parse().map_err(|_| bad())?;
+            if len < 0 {
+                return Ok(Reply::Nil);
             }
-            "*" => {
-                let len: i64 = rest.parse().map_err(|_| bad())?;
-                if len < 0 {
-                    return Ok(Reply::Nil);
-                }
-                (0..len)
-                    .map(|_| self.read_reply())
-                    .collect::<io::Result<_>>()
-                    .map(Reply::Array)
-            }
-            _ => Err(bad()),
+            let mut data = vec![0; len as usize + 2];
+            reader.read_exact(&mut data)?;
+            data.truncate(len as usize);
+            Ok(Reply::Bulk(data))
         }
+        "*" => {
+            let len: i64 = rest.parse().map_err(|_| bad())?;
+            if len < 0 {
+                return Ok(Reply::Nil);
+            }
+            (0..len)
+                .map(|_| read_reply(reader))
+                .collect::<io::Result<_>>()
+                .map(Reply::Array)
+        }
+        _ => Err(bad()),
     }
 }
 
